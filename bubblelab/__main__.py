@@ -1,0 +1,3 @@
+from bubblelab.cli import main
+
+main()

@@ -1,0 +1,119 @@
+"""Model shapes (ModelConfig), the named presets with published shapes, and engine options (EngineConfig)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+import torch
+
+from engine.errors import BubblelabError
+
+DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Shape of a decoder-only Llama / Qwen3 model (the fields both families share)."""
+
+    architecture: Literal["llama", "qwen3"]
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rope_theta: float = 10000.0
+    rope_scaling: dict | None = None  # HF-style, e.g. {"rope_type": "llama3", "factor": 32.0, ...}
+    rms_norm_eps: float = 1e-6
+    tie_word_embeddings: bool = True
+    max_position_embeddings: int = 4096
+    eos_token_ids: tuple[int, ...] = ()
+    bos_token_id: int | None = None
+
+    @property
+    def qk_norm(self) -> bool:
+        return self.architecture == "qwen3"
+
+    def num_params(self) -> int:
+        h, i, v = self.hidden_size, self.intermediate_size, self.vocab_size
+        attn = h * self.head_dim * (self.num_heads * 2 + self.num_kv_heads * 2)
+        per_layer = attn + 3 * h * i + 2 * h + (2 * self.head_dim if self.qk_norm else 0)
+        embed = v * h * (1 if self.tie_word_embeddings else 2)
+        return self.num_layers * per_layer + embed + h
+
+
+def _llama32_scaling() -> dict:
+    return {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192}
+
+
+# Published shapes (Hugging Face config.json of each model); weights are seeded random.
+PRESETS: dict[str, ModelConfig] = {
+    "smollm2-135m": ModelConfig("llama", 49152, 576, 1536, 30, 9, 3, 64, rope_theta=100000.0,
+                                rms_norm_eps=1e-5, max_position_embeddings=8192, eos_token_ids=(2,), bos_token_id=1),
+    "qwen3-0.6b": ModelConfig("qwen3", 151936, 1024, 3072, 28, 16, 8, 128, rope_theta=1e6,
+                              max_position_embeddings=40960, eos_token_ids=(151645, 151643)),
+    "qwen3-1.7b": ModelConfig("qwen3", 151936, 2048, 6144, 28, 16, 8, 128, rope_theta=1e6,
+                              max_position_embeddings=40960, eos_token_ids=(151645, 151643)),
+    "qwen3-4b": ModelConfig("qwen3", 151936, 2560, 9728, 36, 32, 8, 128, rope_theta=1e6,
+                            max_position_embeddings=40960, eos_token_ids=(151645, 151643)),
+    "qwen3-8b": ModelConfig("qwen3", 151936, 4096, 12288, 36, 32, 8, 128, rope_theta=1e6,
+                            tie_word_embeddings=False, max_position_embeddings=40960,
+                            eos_token_ids=(151645, 151643)),
+    "llama-3.2-1b": ModelConfig("llama", 128256, 2048, 8192, 16, 32, 8, 64, rope_theta=500000.0,
+                                rope_scaling=_llama32_scaling(), rms_norm_eps=1e-5,
+                                max_position_embeddings=131072, eos_token_ids=(128001, 128008, 128009),
+                                bos_token_id=128000),
+    # Tiny shapes for CPU tests: same code paths, milliseconds per step.
+    "tiny-llama": ModelConfig("llama", 512, 64, 128, 2, 4, 2, 16, rope_theta=10000.0, rms_norm_eps=1e-5,
+                              max_position_embeddings=1024, eos_token_ids=(2,), bos_token_id=1),
+    "tiny-qwen3": ModelConfig("qwen3", 512, 64, 128, 2, 4, 2, 16, rope_theta=1e6,
+                              max_position_embeddings=1024, eos_token_ids=(2,)),
+}
+
+
+def preset(name: str) -> ModelConfig:
+    if name not in PRESETS:
+        raise BubblelabError(f"unknown preset {name!r}; known presets: {', '.join(PRESETS)}")
+    return PRESETS[name]
+
+
+def parse_dtype(name: str | torch.dtype) -> torch.dtype:
+    if isinstance(name, torch.dtype):
+        return name
+    if name not in DTYPES:
+        raise BubblelabError(f"unknown dtype {name!r}; choose one of {', '.join(DTYPES)}")
+    return DTYPES[name]
+
+
+@dataclass
+class EngineConfig:
+    """Everything the engine needs besides the model. Defaults suit the CPU demo."""
+
+    model: str | None = None          # spec string: preset name, HF dir, GGUF path; None = embedded default
+    device: str = "cpu"
+    dtype: str = "fp32"
+    depth: int = 2                     # pipeline depth: 1 = blocking, 2 = pipelined
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int = 8192
+    max_model_len: int = 2048
+    block_size: int = 16               # tokens per KV page
+    kv_cache_bytes: int = 256 << 20    # CPU pool budget
+    gpu_memory_utilization: float = 0.85
+    num_kv_blocks: int | None = None   # explicit pool size (tests use it to force preemption)
+    attention_backend: str = "auto"    # auto | torch | flash-attn
+    enforce_eager: bool = False        # True: no CUDA graphs
+    seed: int = 0                      # weights of random presets
+    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.depth not in (1, 2):
+            raise BubblelabError(f"depth must be 1 (blocking) or 2 (pipelined), got {self.depth}")
+        parse_dtype(self.dtype)
+        if self.attention_backend not in ("auto", "torch", "flash-attn"):
+            raise BubblelabError(f"unknown attention backend {self.attention_backend!r}; "
+                                 "choose auto, torch or flash-attn")
+
+    def with_(self, **kw) -> "EngineConfig":
+        return replace(self, **kw)

@@ -1,0 +1,111 @@
+"""DecodeSlot: one step's preallocated working set. Two of them are used ping-pong.
+
+Everything a step needs lives here at a fixed address (CUDA graphs replay over these buffers): the packed
+per-step metadata (host staging buffer + device copy, uploaded in ONE non-blocking copy), the logits, the
+sampled ids and their host landing buffer, the constrained-decoding bitmask, and the events that order them.
+A slot is reacquired only after the commit that read its host buffers (pipeline invariant I6); in debug mode
+the host buffer is poisoned after each commit and checked before reuse, which catches any violation.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+POISON = -7  # never a token id
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    dtype: torch.dtype
+    numel: int
+
+
+class PackedBuffer:
+    """Named typed views over one byte buffer on the host and its twin on the device."""
+
+    def __init__(self, fields: list[Field], device: torch.device, pin: bool):
+        self.offsets: dict[str, tuple[int, Field]] = {}
+        offset = 0
+        for f in fields:
+            size = f.dtype.itemsize
+            offset = -(-offset // 8) * 8          # 8-byte alignment keeps every typed view legal
+            self.offsets[f.name] = (offset, f)
+            offset += f.numel * size
+        self.nbytes = -(-offset // 8) * 8
+        self.host = torch.zeros(self.nbytes, dtype=torch.uint8, pin_memory=pin)
+        self.dev = torch.zeros(self.nbytes, dtype=torch.uint8, device=device)
+        self.h = {n: self._view(self.host, n) for n in self.offsets}
+        self.d = {n: self._view(self.dev, n) for n in self.offsets}
+        self.np = {n: v.numpy() for n, v in self.h.items()}
+
+    def _view(self, buf: torch.Tensor, name: str) -> torch.Tensor:
+        offset, f = self.offsets[name]
+        return buf[offset: offset + f.numel * f.dtype.itemsize].view(f.dtype)
+
+    def end_of(self, name: str) -> int:
+        offset, f = self.offsets[name]
+        return offset + f.numel * f.dtype.itemsize
+
+    def upload(self, nbytes: int) -> None:
+        """Enqueue on the current stream: the one packed host-to-device copy of this step's metadata."""
+        self.dev[:nbytes].copy_(self.host[:nbytes], non_blocking=True)
+
+
+class DecodeSlot:
+    def __init__(self, index: int, *, max_rows: int, max_tokens: int, max_blocks: int, vocab_size: int,
+                 logits_dtype: torch.dtype, device: torch.device, streams, pin: bool):
+        self.index = index
+        R, T = max_rows, max_tokens
+        # Decode + sampling fields first so a decode step uploads only that prefix; prefill-only fields last.
+        self.meta = PackedBuffer([
+            Field("rows", torch.int64, R),           # batch row of each sequence (pending-token index)
+            Field("positions", torch.int64, R),
+            Field("slot_mapping", torch.int64, R),
+            Field("context_lens", torch.int32, R),
+            Field("block_tables", torch.int32, R * max_blocks),
+            Field("temperature", torch.float32, R),
+            Field("top_k", torch.int32, R),
+            Field("top_p", torch.float32, R),
+            Field("seed", torch.int32, R),
+            Field("counter", torch.int32, R),
+            Field("p_input_ids", torch.int64, T),   # prefill only from here on
+            Field("p_positions", torch.int64, T),
+            Field("p_slot_mapping", torch.int64, T),
+            Field("p_cu_seqlens", torch.int32, R + 1),
+            Field("p_last_index", torch.int64, R),
+        ], device, pin)
+        self.decode_nbytes = self.meta.end_of("counter")
+        self.max_blocks = max_blocks
+        self.block_tables_h = self.meta.np["block_tables"].reshape(R, max_blocks)
+        self.block_tables_d = self.meta.d["block_tables"].view(R, max_blocks)
+        self.words = (vocab_size + 31) // 32
+        self.logits = torch.zeros(R, vocab_size, dtype=logits_dtype, device=device)
+        self.sampled = torch.zeros(R, dtype=torch.int64, device=device)
+        self.sampled_host = torch.full((R,), POISON, dtype=torch.int64, pin_memory=pin)
+        self.mask_host = torch.zeros(R, self.words, dtype=torch.int32, pin_memory=pin)
+        self.mask_dev = torch.zeros(R, self.words, dtype=torch.int32, device=device)
+        self.mask_np = self.mask_host.numpy()
+        # Events: forward start/end and sampling start/end on the compute stream, mask upload and result copy
+        # on the copy stream. Re-recorded every time the slot is reused.
+        self.ev_forward_start = streams.event()
+        self.ev_forward_end = streams.event()
+        self.ev_sample_start = streams.event()
+        self.ev_done = streams.event()       # this step's outputs (sampled ids, pending tokens) are written
+        self.ev_mask_ready = streams.event()
+        self.ev_copied = streams.event()     # sampled ids have landed in sampled_host
+
+    def check_poisoned(self) -> None:
+        """Debug, at reuse: the previous step's results were consumed by its commit (which poisons them)."""
+        assert bool(np.all(self.sampled_host.numpy() == POISON)), \
+            f"slot {self.index}: reused before the commit that reads its host buffer (I6)"
+
+    def check_landed(self, n: int) -> None:
+        """Debug, at commit: the copy really landed (no poison left) before the host reads it."""
+        assert not bool(np.any(self.sampled_host.numpy()[:n] == POISON)), \
+            f"slot {self.index}: commit read the host buffer before its copy landed"
+
+    def poison(self) -> None:
+        self.sampled_host.fill_(POISON)

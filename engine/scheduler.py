@@ -1,0 +1,121 @@
+"""Continuous batching: waiting and running queues, admission, page growth and preemption by recompute.
+
+The scheduler plans step t+1 before step t is committed (depth 2), so it works from *launched* lengths
+(Sequence.num_launched), never from committed ones, and never touches a sequence's pages or batch row while
+a launched step still references it (inflight_refs > 0): those are released by `release()` afterwards.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from engine.block_manager import BlockManager
+from engine.config import EngineConfig
+from engine.sequence import Sequence, SequenceStatus
+
+
+@dataclass
+class StepPlan:
+    kind: str                 # "prefill" | "decode"
+    seqs: list[Sequence]
+
+
+class Scheduler:
+    def __init__(self, config: EngineConfig, blocks: BlockManager):
+        self.max_num_seqs = config.max_num_seqs
+        self.max_num_batched_tokens = config.max_num_batched_tokens
+        self.max_model_len = config.max_model_len
+        self.blocks = blocks
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []      # every sequence holding a row and pages, oldest first
+        self.free_rows: deque[int] = deque(range(config.max_num_seqs))
+        self.num_preemptions = 0
+
+    def add(self, seq: Sequence) -> None:
+        self.waiting.append(seq)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    # -- planning ------------------------------------------------------------------------------------
+    def plan(self) -> StepPlan | None:
+        """The next step: a prefill of newly admitted sequences if any fit, else a decode of the running ones."""
+        admitted = self._admit()
+        if admitted:
+            return StepPlan("prefill", admitted)
+        batch: list[Sequence] = []
+        for seq in list(self.running):
+            if seq.schedulable and seq.num_launched < self.max_model_len and self._reserve_page(seq, batch):
+                batch.append(seq)
+        for seq in batch:
+            seq.num_launched += 1
+        return StepPlan("decode", batch) if batch else None
+
+    def _admit(self) -> list[Sequence]:
+        admitted: list[Sequence] = []
+        tokens = 0
+        # Pages the running sequences need for their next decode: keep them so admission does not force preemption.
+        reserve = sum(1 for s in self.running if s.schedulable and s.num_launched % self.blocks.block_size == 0)
+        while self.waiting and self.free_rows and not self._release_pending():
+            seq = self.waiting[0]
+            if admitted and tokens + seq.num_tokens > self.max_num_batched_tokens:
+                break
+            need = self.blocks.blocks_needed(seq, seq.num_tokens)
+            if not self.blocks.can_allocate(need + reserve):
+                break
+            self.waiting.popleft()
+            self.blocks.allocate(seq, seq.num_tokens)
+            seq.row = self.free_rows.popleft()
+            seq.status = SequenceStatus.RUNNING
+            seq.num_launched = seq.num_tokens + 1      # the prefill samples position num_tokens
+            self.running.append(seq)
+            admitted.append(seq)
+            tokens += seq.num_tokens
+        return admitted
+
+    def _release_pending(self) -> bool:
+        """A preempted sequence still in flight: its pages are coming back, so neither admit nor preempt more."""
+        return any(s.preempted for s in self.running)
+
+    def _reserve_page(self, seq: Sequence, batch: list[Sequence]) -> bool:
+        """Make sure the position this decode writes (num_launched - 1) has a page; preempt the youngest if needed."""
+        need = self.blocks.blocks_needed(seq, seq.num_launched)
+        while not self.blocks.can_allocate(need):
+            if self._release_pending():
+                return False                     # sit this step out; pages return at the victim's commit
+            victim = next((s for s in reversed(self.running)
+                           if s is not seq and not s.preempted and not s.finalized), None)
+            if victim is None:
+                return False
+            if victim in batch:
+                batch.remove(victim)
+            self.preempt(victim)
+        self.blocks.allocate(seq, seq.num_launched)
+        return True
+
+    # -- leaving the batch ---------------------------------------------------------------------------
+    def preempt(self, seq: Sequence) -> None:
+        """Recompute later: the sequence leaves the batch now and gives its pages back once nothing references it."""
+        seq.preempted = True
+        self.num_preemptions += 1
+        if seq.inflight_refs == 0:
+            self.release(seq)
+
+    def release(self, seq: Sequence) -> None:
+        """Free pages and row of a finalized or preempted sequence. Only legal with no step in flight using it."""
+        assert seq.inflight_refs == 0, "released while a launched step still references it"
+        self.blocks.free(seq)
+        self.free_rows.append(seq.row)
+        seq.row = None
+        self.running.remove(seq)
+        if seq.finalized:
+            seq.status = SequenceStatus.FINISHED
+        else:                                     # preempted: recompute its committed tokens by a new prefill
+            seq.preempted = False
+            seq.num_launched = 0
+            seq.status = SequenceStatus.WAITING
+            self.waiting.appendleft(seq)
+
+    def remove_waiting(self, seq: Sequence) -> None:
+        self.waiting.remove(seq)
+        seq.status = SequenceStatus.FINISHED

@@ -1,0 +1,157 @@
+"""In-order device queues (streams) and events, on CUDA or emulated on the CPU.
+
+The engine enqueues device work as closures: `stream.submit(fn)`. On CUDA, fn runs at once inside the
+stream's context and only *enqueues* kernels. On the CPU there are no streams, so each stream is a worker
+thread that runs its closures in order: the host thread goes on with its bookkeeping while the "device"
+computes (torch releases the GIL inside its kernels). That gives a CPU run a real bubble at depth 1 and
+real overlap at depth 2, with the same engine code.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from typing import Callable
+
+import torch
+
+
+class CpuEvent:
+    def __init__(self) -> None:
+        self._done = threading.Event()
+        self._done.set()
+        self._stream: CpuStream | None = None
+        self.t_ns = 0
+
+    def _fire(self) -> None:
+        self.t_ns = time.perf_counter_ns()
+        self._done.set()
+
+    def synchronize(self) -> None:
+        self._done.wait()
+        if self._stream is not None and self._stream.error is not None:
+            raise RuntimeError("device worker failed") from self._stream.error
+
+    def query(self) -> bool:
+        return self._done.is_set()
+
+    def time_ns(self) -> int:
+        return self.t_ns
+
+
+class CpuStream:
+    def __init__(self, name: str):
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name=f"bubblelab-{name}", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            fn = self._queue.get()
+            if fn is None:
+                return
+            if self.error is not None and not isinstance(fn, _Fire):
+                continue                     # after a failure, only fire events so the host never hangs
+            try:
+                fn()
+            except BaseException as e:        # surfaced on the host at the next synchronize
+                self.error = e
+
+    def submit(self, fn: Callable[[], None]) -> None:
+        self._queue.put(fn)
+
+    def record(self, event: CpuEvent) -> None:
+        event._done.clear()
+        event._stream = self
+        self._queue.put(_Fire(event))
+
+    def wait(self, event: CpuEvent) -> None:
+        self._queue.put(event._done.wait)
+
+    def close(self) -> None:
+        self._queue.put(None)
+
+
+class _Fire:
+    def __init__(self, event: CpuEvent):
+        self.event = event
+
+    def __call__(self) -> None:
+        self.event._fire()
+
+
+class CudaEvent:
+    def __init__(self, clock: "CudaClock", timing: bool):
+        self.event = torch.cuda.Event(enable_timing=timing)
+        self._clock = clock
+
+    def synchronize(self) -> None:
+        self.event.synchronize()
+
+    def query(self) -> bool:
+        return self.event.query()
+
+    def time_ns(self) -> int:
+        return self._clock.to_host_ns(self.event)
+
+
+class CudaClock:
+    """Maps CUDA event times onto the host perf_counter_ns clock through one synchronised reference event."""
+
+    def __init__(self) -> None:
+        self.ref = torch.cuda.Event(enable_timing=True)
+        self.ref.record()
+        self.ref.synchronize()
+        self.ref_ns = time.perf_counter_ns()
+
+    def to_host_ns(self, event: torch.cuda.Event) -> int:
+        return self.ref_ns + int(self.ref.elapsed_time(event) * 1e6)
+
+
+class CudaStream:
+    def __init__(self, stream: torch.cuda.Stream):
+        self.stream = stream
+
+    def submit(self, fn: Callable[[], None]) -> None:
+        with torch.cuda.stream(self.stream):
+            fn()
+
+    def record(self, event: CudaEvent) -> None:
+        event.event.record(self.stream)
+
+    def wait(self, event: CudaEvent) -> None:
+        self.stream.wait_event(event.event)
+
+
+class Streams:
+    """The compute stream (forwards and sampling, in order) and the copy stream (device-to-host results, masks)."""
+
+    def __init__(self, device: torch.device, timing: bool = True):
+        self.device = device
+        self.is_cuda = device.type == "cuda"
+        self.timing = timing
+        if self.is_cuda:
+            self.clock = CudaClock()
+            self.compute = CudaStream(torch.cuda.current_stream(device))
+            self.copy = CudaStream(torch.cuda.Stream(device))
+        else:
+            self.compute = CpuStream("compute")
+            self.copy = CpuStream("copy")
+
+    def event(self):
+        return CudaEvent(self.clock, self.timing) if self.is_cuda else CpuEvent()
+
+    def synchronize(self) -> None:
+        if self.is_cuda:
+            torch.cuda.synchronize(self.device)
+        else:
+            for stream in (self.compute, self.copy):
+                ev = CpuEvent()
+                stream.record(ev)
+                ev.synchronize()
+
+    def close(self) -> None:
+        if not self.is_cuda:
+            self.compute.close()
+            self.copy.close()
