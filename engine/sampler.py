@@ -1,0 +1,164 @@
+"""Token sampling on the device: bitmask, temperature, top-k, top-p, then Gumbel-max.
+
+Two properties the pipelined loop relies on:
+- No host synchronisation. Every branch is on host-side flags of the SamplingBatch, never on device data,
+  and every shape is known on the host, so finalize only enqueues kernels.
+- Batch invariance. Row i's token depends only on logits[i] and row i's parameters. Randomness comes from
+  a counter-based hash of (seed, counter, token id) instead of a torch.Generator, so a row samples the same
+  token whatever batch it lands in, whichever step it is replayed on after preemption, at any depth.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from engine.sampling_params import SamplingParams
+
+_M32 = 0xFFFFFFFF
+# Multipliers of a lowbias32-style integer hash (Wellons' hash-prospector). Both are below 2^31, so with
+# 32-bit inputs every product stays below 2^63 and int64 tensor arithmetic is exact on every device.
+_MUL1, _MUL2 = 0x21F0AAAD, 0x735A2D97
+_GOLDEN = 0x1E3779B9                     # odd, < 2^31: spreads consecutive ids/counters over 32 bits
+_TOP_P_ONE = 1 << 40                     # fixed-point scale of the exact integer top-p prefix sums
+
+
+@dataclass
+class SamplingBatch:
+    """Per-row sampling parameters of one step, as device tensors, plus host-side flags."""
+
+    temperature: torch.Tensor  # [B] float32, 0 = greedy
+    top_k: torch.Tensor        # [B] int32, 0 = off
+    top_p: torch.Tensor        # [B] float32, 1 = off
+    seed: torch.Tensor         # [B] int32, non-negative (31-bit)
+    counter: torch.Tensor      # [B] int32: index of the generated token being sampled (0 = first)
+    all_greedy: bool           # host-side flags: the sampler branches on these, never on device data
+    any_top_k: bool
+    any_top_p: bool
+    max_top_k: int = 0         # host-side: largest top_k in the batch (the topk width); 0 = unknown -> V
+
+    @classmethod
+    def build(cls, params: Sequence[SamplingParams], seeds: Sequence[int], counters: Sequence[int],
+              device: torch.device | str = "cpu") -> "SamplingBatch":
+        """Packs per-request params into device tensors (one small upload per field)."""
+        def put(values: list, dtype: torch.dtype) -> torch.Tensor:
+            t = torch.tensor(values, dtype=dtype)
+            return t.to(device, non_blocking=True) if torch.device(device).type != "cpu" else t
+
+        top_ks = [p.top_k for p in params]
+        return cls(
+            temperature=put([p.temperature for p in params], torch.float32),
+            top_k=put(top_ks, torch.int32),
+            top_p=put([p.top_p for p in params], torch.float32),
+            seed=put([s & 0x7FFFFFFF for s in seeds], torch.int32),
+            counter=put(list(counters), torch.int32),
+            all_greedy=all(p.greedy for p in params),
+            any_top_k=any(k > 0 for k in top_ks),
+            any_top_p=any(p.top_p < 1.0 for p in params),
+            max_top_k=max(top_ks, default=0),
+        )
+
+
+def bitmask_words(vocab_size: int) -> int:
+    """int32 words per bitmask row (the xgrammar layout)."""
+    return (vocab_size + 31) // 32
+
+
+_bit_shifts: dict[torch.device, torch.Tensor] = {}
+
+
+def apply_bitmask(logits: torch.Tensor, bitmask: torch.Tensor) -> torch.Tensor:
+    """Returns logits with every token whose bit is clear set to -inf. Bit j of word w allows token 32*w+j."""
+    shifts = _bit_shifts.get(logits.device)
+    if shifts is None:
+        shifts = _bit_shifts[logits.device] = torch.arange(32, dtype=torch.int32, device=logits.device)
+    vocab_size = logits.shape[-1]
+    allowed = ((bitmask.unsqueeze(-1) >> shifts) & 1).flatten(-2)[..., :vocab_size].bool()
+    return logits.masked_fill(~allowed, float("-inf"))
+
+
+def sample(logits: torch.Tensor, batch: SamplingBatch, bitmask: torch.Tensor | None = None) -> torch.Tensor:
+    """Samples one token id per row: [B, V] logits -> [B] int64. Free of host synchronisation."""
+    logits = logits.float()
+    if bitmask is not None:
+        logits = apply_bitmask(logits, bitmask)
+    greedy = logits.argmax(dim=-1)
+    if batch.all_greedy:
+        return greedy
+
+    is_sampled = batch.temperature > 0
+    temperature = torch.where(is_sampled, batch.temperature, 1.0)
+    logits = logits / temperature.unsqueeze(-1)
+    if batch.any_top_p:
+        # One sort serves both filters: top-k and top-p both cut a prefix of the descending order.
+        sorted_desc = logits.sort(dim=-1, descending=True).values
+        floor = _top_p_floor(_cut_top_k(sorted_desc, batch.top_k) if batch.any_top_k else sorted_desc,
+                             batch.top_p)
+        if batch.any_top_k:
+            floor = torch.maximum(floor, _top_k_floor(sorted_desc, batch.top_k))
+        logits = logits.masked_fill(logits < floor, float("-inf"))
+    elif batch.any_top_k:
+        width = min(batch.max_top_k or logits.shape[-1], logits.shape[-1])
+        floor = _top_k_floor(logits.topk(width, dim=-1).values, batch.top_k)
+        logits = logits.masked_fill(logits < floor, float("-inf"))
+
+    sampled = (logits + gumbel_noise(batch.seed, batch.counter, logits.shape[-1])).argmax(dim=-1)
+    return torch.where(is_sampled, sampled, greedy)
+
+
+def _top_k_floor(sorted_desc: torch.Tensor, top_k: torch.Tensor) -> torch.Tensor:
+    """[B, 1] smallest logit inside each row's top k (-inf where top-k is off). Ties at the floor are kept."""
+    k = top_k.long().clamp(1, sorted_desc.shape[-1]).unsqueeze(-1)
+    kth = sorted_desc.gather(-1, k - 1)
+    return torch.where(top_k.unsqueeze(-1) > 0, kth, float("-inf"))
+
+
+def _cut_top_k(sorted_desc: torch.Tensor, top_k: torch.Tensor) -> torch.Tensor:
+    floor = _top_k_floor(sorted_desc, top_k)
+    return sorted_desc.masked_fill(sorted_desc < floor, float("-inf"))
+
+
+def _top_p_floor(sorted_desc: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """[B, 1] smallest logit of each row's nucleus: the shortest prefix whose probability reaches top_p.
+
+    The prefix sums are taken over probabilities rounded to 2^-40 in int64, which is exact: a float
+    cumsum's rounding depends on which kernel runs, and that depends on the batch shape.
+    """
+    probs = sorted_desc.softmax(dim=-1)
+    fixed = (probs.double() * _TOP_P_ONE).long()
+    mass_before = fixed.cumsum(dim=-1) - fixed
+    limit = (top_p.double() * _TOP_P_ONE).long().unsqueeze(-1)
+    n_keep = (mass_before < limit).sum(dim=-1, keepdim=True)   # >= 1: the top token has nothing before it
+    floor = sorted_desc.gather(-1, n_keep - 1)
+    return torch.where(top_p.unsqueeze(-1) < 1.0, floor, float("-inf"))
+
+
+_column_keys: dict[tuple[int, torch.device], torch.Tensor] = {}
+
+
+def gumbel_noise(seed: torch.Tensor, counter: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """[B, V] float32 Gumbel(0, 1) noise, a pure function of (seed[i], counter[i], token id).
+
+    A per-row key (from seed, counter) is xored into a cached per-token key, then mixed once more; the
+    top 23 bits make a uniform in (0, 1) that float32 holds exactly, so the noise is finite.
+    """
+    device = seed.device
+    columns = _column_keys.get((vocab_size, device))
+    if columns is None:
+        ids = torch.arange(vocab_size, dtype=torch.int64, device=device)
+        columns = _column_keys[(vocab_size, device)] = _mix32_((ids * _GOLDEN) & _M32)
+    row_key = _mix32_(_mix32_(seed.to(torch.int64, copy=True)) ^ ((counter.long() * _GOLDEN) & _M32))
+    bits = _mix32_(row_key.unsqueeze(-1) ^ columns) >> 9
+    uniform = bits.float().add_(0.5).mul_(1.0 / (1 << 23))
+    return uniform.log_().neg_().log_().neg_()
+
+
+def _mix32_(x: torch.Tensor) -> torch.Tensor:
+    """Mixes, in place, int64 values in [0, 2^32) with a bijective 32-bit hash; returns x."""
+    x ^= x >> 16
+    x.mul_(_MUL1).bitwise_and_(_M32)
+    x ^= x >> 15
+    x.mul_(_MUL2).bitwise_and_(_M32)
+    x ^= x >> 15
+    return x

@@ -1,0 +1,175 @@
+"""Sampler: batch invariance, reproducibility, the sampled distribution, filters and masks."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from engine.sampler import SamplingBatch, apply_bitmask, bitmask_words, sample
+from engine.sampling_params import SamplingParams
+
+FAST = settings(max_examples=60, deadline=None)
+
+params_st = st.builds(
+    SamplingParams,
+    temperature=st.one_of(st.just(0.0), st.floats(0.1, 2.0)),
+    top_k=st.one_of(st.just(0), st.integers(1, 40)),
+    top_p=st.one_of(st.just(1.0), st.floats(0.05, 1.0)),
+)
+
+
+@st.composite
+def batches(draw, max_rows: int = 8):
+    """(logits [B, V], params, seeds, counters) for a random small batch."""
+    rows = draw(st.integers(1, max_rows))
+    vocab = draw(st.integers(2, 70))
+    gen = torch.Generator().manual_seed(draw(st.integers(0, 2**31 - 1)))
+    scale = draw(st.sampled_from([0.1, 1.0, 5.0]))
+    logits = torch.randn(rows, vocab, generator=gen) * scale
+    params = draw(st.lists(params_st, min_size=rows, max_size=rows))
+    seeds = draw(st.lists(st.integers(0, 2**31 - 1), min_size=rows, max_size=rows))
+    counters = draw(st.lists(st.integers(0, 10_000), min_size=rows, max_size=rows))
+    return logits, params, seeds, counters
+
+
+def run(logits, params, seeds, counters, bitmask=None) -> list[int]:
+    return sample(logits, SamplingBatch.build(params, seeds, counters), bitmask).tolist()
+
+
+@FAST
+@given(batches(), st.randoms(use_true_random=False))
+def test_row_result_is_independent_of_batch_composition(case, rnd):
+    logits, params, seeds, counters = case
+    together = run(logits, params, seeds, counters)
+    alone = [run(logits[i:i + 1], [params[i]], [seeds[i]], [counters[i]])[0] for i in range(len(params))]
+    assert together == alone
+    order = list(range(len(params)))
+    rnd.shuffle(order)
+    shuffled = run(logits[order], [params[i] for i in order], [seeds[i] for i in order],
+                   [counters[i] for i in order])
+    assert shuffled == [together[i] for i in order]
+
+
+@FAST
+@given(batches())
+def test_sampling_is_reproducible(case):
+    assert run(*case) == run(*case)
+
+
+def test_seeds_and_counters_change_the_draw():
+    logits = torch.zeros(1, 1000)   # uniform: every draw is pure noise
+    hot = SamplingParams(temperature=1.0)
+    by_seed = {run(logits, [hot], [s], [0])[0] for s in range(50)}
+    by_counter = {run(logits, [hot], [7], [c])[0] for c in range(50)}
+    assert len(by_seed) > 40 and len(by_counter) > 40
+
+
+def _expected(logits: np.ndarray, temperature: float, top_k: int, top_p: float) -> np.ndarray:
+    """Reference distribution in float64: temperature, then top-k, then the nucleus."""
+    z = logits / temperature
+    if top_k:
+        z = np.where(z >= np.sort(z)[::-1][min(top_k, len(z)) - 1], z, -np.inf)
+    p = np.exp(z - z.max())
+    p /= p.sum()
+    if top_p < 1:
+        order = np.argsort(-p, kind="stable")
+        before = np.cumsum(p[order]) - p[order]
+        keep = np.zeros_like(p, dtype=bool)
+        keep[order[before < top_p]] = True
+        p = np.where(keep, p, 0)
+        p /= p.sum()
+    return p
+
+
+@pytest.mark.parametrize("temperature,top_k,top_p", [(1.0, 0, 1.0), (0.5, 0, 1.0), (1.0, 3, 1.0), (1.0, 0, 0.7),
+                                                     (1.5, 4, 0.9)])
+def test_empirical_distribution_matches_softmax(temperature, top_k, top_p):
+    base = np.array([1.0, 0.5, 0.0, -0.3, -1.0, 0.2], dtype=np.float32)
+    n = 20_000                      # one row per counter: the counter is what varies between draws
+    params = [SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p)] * n
+    tokens = run(torch.from_numpy(base).expand(n, -1), params, [1234] * n, range(n))
+    freq = np.bincount(tokens, minlength=len(base)) / n
+    expected = _expected(base.astype(np.float64), temperature, top_k, top_p)
+    assert np.abs(freq - expected).max() < 0.015        # ~4 sigma at n = 20k
+    assert (freq[expected == 0] == 0).all()
+
+
+@FAST
+@given(batches())
+def test_filters_never_pick_excluded_tokens(case):
+    logits, params, seeds, counters = case
+    for row, (p, token) in enumerate(zip(params, run(logits, params, seeds, counters))):
+        z = logits[row].double().numpy()
+        if p.greedy:
+            assert z[token] == z.max()
+            continue
+        z = z / p.temperature
+        if p.top_k:
+            assert z[token] >= np.sort(z)[::-1][min(p.top_k, len(z)) - 1]
+        if p.top_p < 1:
+            probs = _expected(logits[row].double().numpy(), p.temperature, p.top_k, 1.0)
+            mass_before = probs[probs > probs[token]].sum()
+            assert mass_before < p.top_p + 1e-5
+
+
+@st.composite
+def masked_batches(draw):
+    logits, params, seeds, counters = draw(batches())
+    rows, vocab = logits.shape
+    allowed = np.array(draw(st.lists(st.lists(st.booleans(), min_size=vocab, max_size=vocab),
+                                     min_size=rows, max_size=rows)))
+    allowed[np.arange(rows), draw(st.lists(st.integers(0, vocab - 1), min_size=rows, max_size=rows))] = True
+    return logits, params, seeds, counters, allowed
+
+
+def pack_bitmask(allowed: np.ndarray) -> torch.Tensor:
+    rows, vocab = allowed.shape
+    bits = np.zeros((rows, bitmask_words(vocab) * 32), dtype=bool)
+    bits[:, :vocab] = allowed
+    words = np.packbits(bits, axis=-1, bitorder="little").view("<u4")   # bit j of word w = token 32w+j
+    return torch.from_numpy(words.view(np.int32))
+
+
+@FAST
+@given(masked_batches())
+def test_masked_tokens_are_never_chosen(case):
+    logits, params, seeds, counters, allowed = case
+    tokens = run(logits, params, seeds, counters, pack_bitmask(allowed))
+    for row, (p, token) in enumerate(zip(params, tokens)):
+        assert allowed[row, token]
+        if p.greedy:
+            assert logits[row, token] == logits[row][torch.from_numpy(allowed[row])].max()
+
+
+def test_apply_bitmask_layout():
+    logits = torch.zeros(1, 70)
+    allowed = np.zeros((1, 70), dtype=bool)
+    allowed[0, [0, 31, 32, 69]] = True          # bit 31 makes the first word negative
+    out = apply_bitmask(logits, pack_bitmask(allowed))
+    assert torch.isfinite(out[0]).nonzero().flatten().tolist() == [0, 31, 32, 69]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("batch_size", [1, 256])
+def test_sample_never_syncs_the_host(batch_size):
+    vocab = 151_936
+    logits = torch.randn(batch_size, vocab, device="cuda", dtype=torch.bfloat16)
+    mixed = [SamplingParams(temperature=0.7, top_k=20, top_p=0.9), SamplingParams(),
+             SamplingParams(temperature=1.0, top_k=50), SamplingParams(temperature=0.5, top_p=0.8)]
+    params = [mixed[i % len(mixed)] for i in range(batch_size)]
+    batch = SamplingBatch.build(params, range(batch_size), range(batch_size), device="cuda")
+    bitmask = torch.full((batch_size, bitmask_words(vocab)), -1, dtype=torch.int32, device="cuda")
+    expected = sample(logits, batch, bitmask)             # warm-up fills the per-device caches
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        out = sample(logits, batch, bitmask)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert torch.equal(out, expected)
+    cpu = sample(logits.cpu(), SamplingBatch.build(params, range(batch_size), range(batch_size)))
+    greedy = torch.tensor([p.greedy for p in params])
+    assert torch.equal(out.cpu()[greedy], cpu[greedy])
