@@ -29,6 +29,7 @@ class Sequence:
     token_ids: list[int]
     params: SamplingParams
     constraint: Any = None               # engine.constraints Constraint, or None for plain text
+    seed: int = 0                        # per-request sampling seed (31-bit)
     seq_id: int = field(default_factory=lambda: next(_ids))
     status: SequenceStatus = SequenceStatus.WAITING
     num_prompt_tokens: int = 0

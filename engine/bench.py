@@ -1,0 +1,118 @@
+"""Run a workload through the engine and summarise it: the core of `bubblelab run` and run-and-profile."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import torch
+
+from engine.llm_engine import LLMEngine
+from engine.workload import Request, WorkloadSpec, make_requests
+from profiling.timeline import Timeline
+
+
+@dataclass
+class RunResult:
+    summary: dict
+    outputs: dict[str, list[int]]
+    finish_reasons: dict[str, str | None]
+    timeline: Timeline
+    requests: list[Request] = field(default_factory=list)
+
+
+def drive(engine: LLMEngine, requests: list[Request], streams: int,
+          progress: Callable[[int], None] | None = None) -> tuple[dict[str, list[int]], dict[str, str | None]]:
+    """Closed loop with `streams` requests in flight (or timed arrivals), until every request has finished."""
+    pending = list(requests)
+    outputs: dict[str, list[int]] = {}
+    reasons: dict[str, str | None] = {}
+    active = 0
+    start = time.perf_counter()
+    while pending or engine.has_unfinished():
+        now = time.perf_counter() - start
+        while pending and active < streams and pending[0].arrival_s <= now:
+            r = pending.pop(0)
+            engine.add_request(r.request_id, r.prompt_ids, r.params)
+            active += 1
+        if not engine.has_unfinished():
+            time.sleep(max(0.0, min(0.001, pending[0].arrival_s - now)))   # idle until the next arrival
+            continue
+        for out in engine.step():
+            if out.finished:
+                outputs[out.request_id] = out.token_ids
+                reasons[out.request_id] = out.finish_reason
+                engine.seqs.pop(out.request_id, None)
+                active -= 1
+                if progress is not None:
+                    progress(1)
+    return outputs, reasons
+
+
+def run_workload(engine: LLMEngine, spec: WorkloadSpec, *, warmup: bool = True, profile: bool = False,
+                 progress: Callable[[int], None] | None = None) -> RunResult:
+    """Warm up, then run `spec` with the in-process timeline on (and the CUDA profiler range when profiling)."""
+    requests = make_requests(spec, engine.loaded.config.vocab_size)
+    timeline = engine.timeline if engine.timeline is not None else Timeline()
+    engine.timeline = engine.phases.timeline = timeline
+    if warmup:   # lazy initialisation, allocator growth, first graph replays: keep them out of the figures
+        timeline.enabled = False
+        warm = WorkloadSpec(streams=spec.streams, requests=spec.streams, output_len_mean=8,
+                            output_len_dist="fixed", prompt_len=spec.prompt_len, seed=spec.seed + 7919)
+        drive(engine, [_renamed(r, "warm-") for r in make_requests(warm, engine.loaded.config.vocab_size)],
+              spec.streams)
+    timeline.clear()
+    timeline.enabled = True
+    timeline.depth = engine.config.depth
+    engine.streams.synchronize()
+    if profile and engine.streams.is_cuda:
+        torch.cuda.profiler.start()
+    t0 = time.perf_counter()
+    outputs, reasons = drive(engine, requests, spec.streams, progress)
+    engine.streams.synchronize()
+    wall = time.perf_counter() - t0
+    if profile and engine.streams.is_cuda:
+        torch.cuda.profiler.stop()
+    summary = summarize(engine, spec, timeline, outputs, wall)
+    return RunResult(summary, outputs, reasons, timeline, requests)
+
+
+def _renamed(r: Request, prefix: str) -> Request:
+    return Request(prefix + r.request_id, r.prompt_ids, r.params, r.arrival_s)
+
+
+def summarize(engine: LLMEngine, spec: WorkloadSpec, timeline: Timeline, outputs: dict[str, list[int]],
+              wall: float) -> dict:
+    """Throughput, step period (median and spread), prefill vs decode time, measured L."""
+    gen = sum(len(v) for v in outputs.values())
+    dev = timeline.device_frame()
+    steps = timeline.steps_frame()
+    fwd = dev[dev.phase == "forward"].merge(steps, on="step").sort_values("start_ns")
+    starts = fwd.start_ns.to_numpy()
+    periods = np.diff(starts) / 1e6
+    kinds = fwd.kind.to_numpy()[:-1]
+    decode_periods = periods[kinds == "decode"] if len(periods) else periods
+    q = (np.percentile(decode_periods, [10, 50, 90]) if len(decode_periods) else [float("nan")] * 3)
+    c = engine.config
+    return {
+        "model": engine.loaded.name, "source": engine.loaded.source, "device": _device_name(engine),
+        "dtype": c.dtype, "depth": c.depth, "streams": spec.streams, "requests": spec.requests,
+        "output_len_mean": spec.output_len_mean, "prompt_len": spec.prompt_len,
+        "constraint": spec.constraint, "constrained_share": spec.constrained_share,
+        "cuda_graphs": bool(engine.runner.graphs[0]), "attention_backend": engine.loaded.model_backend_name
+        if hasattr(engine.loaded, "model_backend_name") else c.attention_backend,
+        "generated_tokens": int(gen), "mean_generated_len": gen / max(1, len(outputs)),
+        "wall_s": wall, "tokens_per_s": gen / wall if wall > 0 else float("nan"),
+        "decode_steps": int((kinds == "decode").sum()), "prefill_steps": int((fwd.kind == "prefill").sum()),
+        "step_ms_p10": float(q[0]), "step_ms_median": float(q[1]), "step_ms_p90": float(q[2]),
+        "prefill_s": float(periods[kinds == "prefill"].sum() / 1e3) if len(periods) else 0.0,
+        "decode_s": float(decode_periods.sum() / 1e3) if len(decode_periods) else 0.0,
+        "preemptions": engine.scheduler.num_preemptions,
+    }
+
+
+def _device_name(engine: LLMEngine) -> str:
+    if engine.streams.is_cuda:
+        return torch.cuda.get_device_name(engine.streams.device)
+    return "cpu"

@@ -1,0 +1,191 @@
+"""LLMEngine: the serving loop. One tick = launch step t+1, commit step t, finalize (sample) step t+1.
+
+`depth` (1 or 2) is the only difference between blocking and pipelined decoding: the Pipeline allows at
+most `depth` steps in flight, and the same three phases run in the same code. At depth 1 a tick becomes
+launch t, finalize t, commit t, because the step to commit is the one just launched.
+"""
+from __future__ import annotations
+
+import time
+import zlib
+from dataclasses import dataclass
+
+import torch
+
+from engine.block_manager import BlockManager
+from engine.config import EngineConfig
+from engine.errors import RequestError
+from engine.loader import LoadedModel, load_model
+from engine.model_runner import ModelRunner
+from engine.pipeline import Pipeline, Step
+from engine.sampling_params import SamplingParams
+from engine.scheduler import Scheduler
+from engine.sequence import Sequence, SequenceStatus
+from engine.streams import Streams
+from profiling.phases import Phases
+from profiling.timeline import StepInfo, Timeline
+
+
+@dataclass
+class RequestOutput:
+    request_id: str
+    new_token_ids: list[int]
+    token_ids: list[int]          # every generated token so far
+    finished: bool
+    finish_reason: str | None
+
+
+class LLMEngine:
+    def __init__(self, config: EngineConfig, loaded: LoadedModel | None = None, *,
+                 timeline: Timeline | None = None, nvtx: bool = False):
+        self.config = config
+        self.loaded = loaded or load_model(config.model, dtype=config.dtype, device=config.device,
+                                           seed=config.seed, attention_backend=config.attention_backend)
+        self.tokenizer = self.loaded.tokenizer
+        self.streams = Streams(torch.device(config.device), timing=timeline is not None)
+        self.runner = ModelRunner(config, self.loaded, self.streams)
+        self.blocks = BlockManager(self.runner.num_blocks, config.block_size)
+        self.scheduler = Scheduler(config, self.blocks)
+        self.pipeline = Pipeline(config.depth, debug=bool(config.extra.get("debug", False)))
+        self.timeline = timeline
+        self.phases = Phases(nvtx_enabled=nvtx, timeline=timeline)
+        self.eos_token_ids = set(self.loaded.config.eos_token_ids)
+        if self.tokenizer is not None and self.tokenizer.eos_token_id is not None:
+            self.eos_token_ids.add(self.tokenizer.eos_token_id)
+        self.seqs: dict[str, Sequence] = {}
+
+    # -- requests ------------------------------------------------------------------------------------
+    def add_request(self, request_id: str, prompt: str | list[int], params: SamplingParams) -> None:
+        """Validate and queue one request. A bad request raises RequestError; the others keep running."""
+        if request_id in self.seqs and self.seqs[request_id].status is not SequenceStatus.FINISHED:
+            raise RequestError(f"request id {request_id!r} is already running")
+        ids = self._tokenize(prompt)
+        if not ids:
+            raise RequestError(f"request {request_id!r}: empty prompt")
+        if len(ids) >= self.config.max_model_len:
+            raise RequestError(f"request {request_id!r}: prompt of {len(ids)} tokens does not fit "
+                               f"max_model_len={self.config.max_model_len}")
+        if max(ids) >= self.loaded.config.vocab_size or min(ids) < 0:
+            raise RequestError(f"request {request_id!r}: token id out of the vocabulary")
+        constraint = self._make_constraint(request_id, params)
+        seed = params.seed if params.seed is not None else zlib.crc32(request_id.encode())
+        seq = Sequence(request_id, list(ids), params, constraint=constraint, seed=seed & 0x7FFFFFFF,
+                       arrival_ns=time.perf_counter_ns())
+        self.seqs[request_id] = seq
+        self.scheduler.add(seq)
+
+    def _tokenize(self, prompt: str | list[int]) -> list[int]:
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise RequestError("this model has no tokenizer (a random-weight preset): pass token ids")
+            return self.tokenizer.encode(prompt) if prompt else []
+        return list(prompt)
+
+    def _make_constraint(self, request_id: str, params: SamplingParams):
+        if params.constraint is None:
+            return None
+        from engine.constraints import make_constraint
+        try:
+            return make_constraint(params.constraint, vocab_size=self.loaded.config.vocab_size,
+                                   eos_token_ids=sorted(self.eos_token_ids), tokenizer=self.tokenizer,
+                                   args=params.constraint_args, max_tokens=params.max_tokens)
+        except RequestError as e:
+            raise RequestError(f"request {request_id!r}: {e}") from None
+
+    def abort(self, request_id: str) -> None:
+        seq = self.seqs.get(request_id)
+        if seq is None or seq.finalized or seq.status is SequenceStatus.FINISHED:
+            return
+        seq.finalized, seq.finish_reason = True, "abort"
+        if seq.status is SequenceStatus.WAITING:
+            self.scheduler.remove_waiting(seq)
+        elif seq.inflight_refs == 0:
+            self.scheduler.release(seq)
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_work() or bool(self.pipeline.in_flight)
+
+    # -- the loop ------------------------------------------------------------------------------------
+    def step(self) -> list[RequestOutput]:
+        """One tick: launch the next step if a slot is free, sample what may be sampled, commit the oldest."""
+        launched = False
+        if self.pipeline.can_launch():
+            step_id = self.pipeline.next_step_id
+            with self.phases.range("plan", step_id):
+                plan = self.scheduler.plan()
+            if plan is not None:
+                self._launch(plan.kind, plan.seqs)
+                launched = True
+        self._finalize_ready()
+        outputs: list[RequestOutput] = []
+        if self.pipeline.in_flight and (self.pipeline.full or not launched):
+            outputs = self._commit(self.pipeline.oldest())
+            self._finalize_ready()
+        elif not launched and self.scheduler.has_work():
+            raise RuntimeError("scheduler stalled: work waiting but nothing can be launched")
+        return outputs
+
+    def _launch(self, kind: str, seqs: list[Sequence]) -> Step:
+        step = self.pipeline.launch(kind, seqs)
+        with self.phases.range("launch", step.step_id):
+            self.phases.step_meta(StepInfo(step.step_id, kind, len(seqs),
+                                           sum(s.num_tokens for s in seqs) if kind == "prefill" else len(seqs)),
+                                  self.config.depth)
+            self.runner.launch(step, self.blocks, self.phases)
+        return step
+
+    def _finalize_ready(self) -> None:
+        for step in self.pipeline.ready_to_sample():
+            with self.phases.range("finalize", step.step_id):
+                self.pipeline.mark_sampled(step)
+                self.runner.finalize(step, self.phases)
+
+    def _commit(self, step: Step) -> list[RequestOutput]:
+        outputs = []
+        with self.phases.range("commit", step.step_id):
+            with self.phases.range("wait", step.step_id):
+                ids = self.runner.wait(step)
+            now = time.perf_counter_ns()
+            for seq, token in zip(step.seqs, ids):
+                if seq.finalized:
+                    continue                   # a zombie: finished at an earlier commit, skip this one
+                seq.token_ids.append(token)
+                if seq.num_generated == 1:
+                    seq.first_token_ns = now
+                reason = self._finish_reason(seq, token)
+                if seq.constraint is not None and reason != "stop":
+                    seq.constraint.advance(token)
+                if reason is not None:
+                    seq.finalized, seq.finish_reason, seq.finish_ns = True, reason, now
+                outputs.append(RequestOutput(seq.request_id, [token], seq.output_ids, reason is not None, reason))
+            self.pipeline.retire(step)           # the slot's host buffer has been read: it may be reused
+            for seq in step.seqs:
+                if seq.inflight_refs == 0 and (seq.finalized or seq.preempted) and seq.row is not None:
+                    self.scheduler.release(seq)
+        if self.timeline is not None:
+            (f0, f1), (s0, s1) = self.runner.device_times(step)
+            self.timeline.add_device("forward", step.step_id, f0, f1)
+            self.timeline.add_device("sampling", step.step_id, s0, s1)
+        return outputs
+
+    def _finish_reason(self, seq: Sequence, token: int) -> str | None:
+        p = seq.params
+        if token in p.stop_token_ids:
+            return "stop"
+        if token in self.eos_token_ids and (not p.ignore_eos or seq.constraint is not None):
+            return "stop"
+        if seq.num_generated >= p.max_tokens or seq.num_tokens >= self.config.max_model_len:
+            return "length"
+        return None
+
+    # -- housekeeping --------------------------------------------------------------------------------
+    def check_idle(self) -> None:
+        """After a run: every page free, every inflight_refs zero, both slots free."""
+        self.pipeline.check_drained()
+        self.blocks.check_all_free()
+        assert all(s.inflight_refs == 0 for s in self.seqs.values()), "inflight_refs left non-zero"
+        assert len(self.scheduler.free_rows) == self.config.max_num_seqs, "batch rows leaked"
+
+    def close(self) -> None:
+        self.runner.close()
+        self.streams.close()
