@@ -1,0 +1,142 @@
+"""The prediction table: the post's model applied to measured runs (and to the post's own numbers).
+
+Inputs are the contract's frames (docs/phases.md): `runs` (one row per run) and `steps` (the per-step table
+of every run). Runs that differ only in depth form a pair; repeats of a configuration pool together.
+Speedups are in percent, like the post (+7.6 means depth 2 delivers 7.6% more tokens per second).
+
+Per pair:
+- blocking_ms / pipelined_ms: median period of the steady state (decode steps at the run's usual batch).
+- predicted_pct: the post's model on those two periods, z from the measured step-cost curve.
+- d1_predicted_pct: the same, with T_pipe predicted from the depth-1 table alone (max(GPU, host)).
+- wall_predicted_pct: the whole-run model (costmodel.wholerun) from the depth-1 step sequence.
+- observed_pct: measured throughput ratio, generated_tokens / wall_s.
+- *_lo / *_hi: 95% bootstrap intervals (steps resampled; repeats resampled for observed when there are
+  at least two a side).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from costmodel import bootstrap as bs
+from costmodel.blog import BLOG_STEP_PARTS, BLOG_TABLE
+from costmodel.model import VLLM_BUCKETS, StepCost, speedup, speedup_bounds, zombie_tax
+from costmodel.wholerun import predict_whole_run, step_gpu_ms, step_host_ms
+
+CONFIG_KEYS = ("model", "preset", "device", "streams", "requests", "output_len_mean")
+
+
+def pct(ratio):
+    """Speedup ratio to percent gained (1.076 -> 7.6); scalars stay scalars."""
+    out = (np.asarray(ratio, dtype=float) - 1.0) * 100.0
+    return float(out) if out.ndim == 0 else out
+
+
+def steady_state(steps: pd.DataFrame, trim: float = 0.05) -> pd.DataFrame:
+    """Decode steps at the run's most common batch size, minus the first and last `trim` of them."""
+    decode = steps[(steps["kind"] == "decode") & steps["period_ms"].notna()].sort_values("step")
+    if decode.empty:
+        return decode
+    usual = decode["batch_size"].mode().max()
+    at_batch = decode[decode["batch_size"] == usual]
+    cut = int(len(at_batch) * trim)
+    return at_batch.iloc[cut:len(at_batch) - cut] if len(at_batch) > 2 * cut else at_batch
+
+
+def predict_blog() -> pd.DataFrame:
+    """The post's table re-predicted by this model, with its z bounds and the post's own prediction."""
+    rows = []
+    for r in BLOG_TABLE.itertuples():
+        parts = BLOG_STEP_PARTS[BLOG_STEP_PARTS["gpu"] == r.gpu]
+        cost = StepCost.from_points(parts["streams"], parts["forward_ms"] + parts["sampling_ms"])
+        z = zombie_tax(r.L, r.streams, cost)
+        lo, hi = speedup_bounds(r.blocking_ms, r.pipelined_ms, r.L)
+        predicted = pct(speedup(r.blocking_ms, r.pipelined_ms, z))
+        rows.append(dict(label=f"{r.gpu} · {r.streams} stream{'s' if r.streams > 1 else ''}", device=r.gpu,
+                         streams=r.streams, blocking_ms=r.blocking_ms, pipelined_ms=r.pipelined_ms, L=r.L, z=z,
+                         predicted_pct=predicted, predicted_lo=pct(lo), predicted_hi=pct(hi),
+                         published_pct=r.predicted_pct, observed_pct=r.observed_pct,
+                         error_pts=r.observed_pct - predicted))
+    return pd.DataFrame(rows)
+
+
+def _config_label(row: pd.Series) -> str:
+    streams = int(row["streams"])
+    return f"{row.get('preset') or row.get('model')} · {row['device']} · {streams} stream{'s' if streams > 1 else ''}"
+
+
+def pair_runs(runs: pd.DataFrame) -> list[tuple[pd.DataFrame, pd.DataFrame]]:
+    """(depth-1 runs, depth-2 runs) per configuration that has both."""
+    keys = [k for k in CONFIG_KEYS if k in runs]
+    pairs = []
+    for _, group in runs.groupby(keys, dropna=False, sort=True):
+        d1, d2 = group[group["depth"] == 1], group[group["depth"] == 2]
+        if len(d1) and len(d2):
+            pairs.append((d1, d2))
+    return pairs
+
+
+def _observed(d1: pd.DataFrame, d2: pd.DataFrame, s1: pd.DataFrame, s2: pd.DataFrame,
+              n_boot: int, rng: np.random.Generator) -> tuple[float, float, float]:
+    tp1 = (d1["generated_tokens"] / d1["wall_s"]).to_numpy(float)
+    tp2 = (d2["generated_tokens"] / d2["wall_s"]).to_numpy(float)
+    observed = tp2.mean() / tp1.mean()
+    if len(tp1) >= 2 and len(tp2) >= 2:
+        boots = bs.resample_means(tp2, n_boot, rng) / bs.resample_means(tp1, n_boot, rng)
+    else:  # one run a side: carry the steps' spread (mean period ratio) over to the wall-clock ratio
+        b1, b2 = bs.resample_means(s1["period_ms"], n_boot, rng), bs.resample_means(s2["period_ms"], n_boot, rng)
+        point = s1["period_ms"].mean() / s2["period_ms"].mean()
+        boots = observed * (b1 / b2) / point
+    lo, hi = bs.interval(boots)
+    return pct(observed), pct(lo), pct(hi)
+
+
+def predict_pair(d1: pd.DataFrame, d2: pd.DataFrame, steps: pd.DataFrame, *,
+                 buckets: tuple[int, ...] | None = VLLM_BUCKETS, n_boot: int = 1000, seed: int = 0) -> dict:
+    """One row of the prediction table for a configuration's depth-1 and depth-2 runs."""
+    rng = np.random.default_rng(seed)
+    steps1 = steps[steps["run_id"].isin(d1["run_id"])]
+    steps2 = steps[steps["run_id"].isin(d2["run_id"])]
+    s1 = pd.concat([steady_state(g) for _, g in steps1.groupby("run_id")])
+    s2 = pd.concat([steady_state(g) for _, g in steps2.groupby("run_id")])
+    if s1.empty or s2.empty:
+        raise ValueError(f"no steady-state decode steps for runs {list(d1.run_id) + list(d2.run_id)}")
+
+    streams = int(d1["streams"].iloc[0])
+    L = float(d1["mean_generated_len"].mean())
+    cost = StepCost.from_steps(pd.concat([steps1, steps2]), buckets)
+    z = zombie_tax(L, streams, cost)
+
+    t_block, t_pipe = float(s1["period_ms"].median()), float(s2["period_ms"].median())
+    boot_block = bs.resample_medians(s1["period_ms"], n_boot, rng)
+    boot_pipe = bs.resample_medians(s2["period_ms"], n_boot, rng)
+    predicted_lo, predicted_hi = bs.interval(pct(speedup(boot_block, boot_pipe, z)))
+
+    # Depth 1 alone: T_pipe = max(GPU work, host critical path), step by step.
+    gpu, host = step_gpu_ms(s1), step_host_ms(s1)
+    pipe_hat = np.maximum(gpu, host)
+    t_pipe_hat = float(pipe_hat.median())
+    boot_hat = speedup(boot_block, bs.resample_medians(pipe_hat, n_boot, rng), z)
+    d1_lo, d1_hi = bs.interval(pct(boot_hat))
+
+    whole = [predict_whole_run(steps1[steps1["run_id"] == r.run_id], r.wall_s, cost) for r in d1.itertuples()]
+    observed, observed_lo, observed_hi = _observed(d1, d2, s1, s2, n_boot, rng)
+    predicted = pct(speedup(t_block, t_pipe, z))
+    first = d1.iloc[0]
+    return dict(
+        label=_config_label(first), device=first["device"], preset=first.get("preset"), streams=streams,
+        blocking_ms=t_block, pipelined_ms=t_pipe, L=L, z=z,
+        predicted_pct=predicted, predicted_lo=predicted_lo, predicted_hi=predicted_hi,
+        gpu_ms=float(gpu.median()), host_ms=float(host.median()), d1_pipelined_ms=t_pipe_hat,
+        d1_predicted_pct=pct(speedup(t_block, t_pipe_hat, z)), d1_predicted_lo=d1_lo, d1_predicted_hi=d1_hi,
+        wall_predicted_pct=pct(np.mean([w.speedup for w in whole])),
+        observed_pct=observed, observed_lo=observed_lo, observed_hi=observed_hi,
+        error_pts=observed - predicted,
+        runs_block=",".join(map(str, d1["run_id"])), runs_pipe=",".join(map(str, d2["run_id"])),
+    )
+
+
+def predict_runs(runs: pd.DataFrame, steps: pd.DataFrame, **kw) -> pd.DataFrame:
+    """The prediction table for every configuration measured at both depths."""
+    rows = [predict_pair(d1, d2, steps, **kw) for d1, d2 in pair_runs(runs)]
+    return pd.DataFrame(rows)

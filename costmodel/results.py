@@ -1,0 +1,94 @@
+"""The run directory's `results.json`: everything the report and `predict` read, in one JSON file.
+
+Layout of a run directory (written by run-and-profile, read by `bubblelab report DIR`):
+
+    DIR/results.json      tables + provenance (this module)
+    DIR/*.nsys-rep, *.sqlite   traces, referenced from runs.trace_path (optional, not read here)
+    DIR/report.html       written by costmodel.report.report_run_dir
+
+results.json holds {"schema_version": 1, "runs": [...], "steps": [...], "attribution": [...], "gaps": [...],
+"timeline": [...], "provenance": {...}}, each table a list of records:
+
+- runs: the "Run metadata" columns of docs/phases.md, one record per run.
+- steps: the per-step table of docs/phases.md, all runs together (run_id tells them apart).
+- attribution: run_id, phase, bubble_ms: GPU idle time (summed over the run) during which `phase` was
+  the innermost host range running ("other" when none was).
+- gaps: run_id, step, gap_ms: one record per GPU idle gap.
+- timeline (optional): run_id, lane ("host" | "gpu"), phase, step, start_ns, end_ns: the raw ranges of
+  profiling.timeline.Timeline (host_frame / device_frame), for the lane chart.
+- provenance: free-form JSON object; the report shows keys such as commands, versions, machine, traces.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from engine.errors import BubblelabError
+
+RESULTS_FILE = "results.json"
+SCHEMA_VERSION = 1
+TABLES = ("runs", "steps", "attribution", "gaps", "timeline")
+
+
+@dataclass
+class Results:
+    runs: pd.DataFrame
+    steps: pd.DataFrame
+    attribution: pd.DataFrame = field(default_factory=pd.DataFrame)
+    gaps: pd.DataFrame = field(default_factory=pd.DataFrame)
+    timeline: pd.DataFrame = field(default_factory=pd.DataFrame)
+    provenance: dict = field(default_factory=dict)
+
+
+def _records(df: pd.DataFrame | None) -> list[dict]:
+    # pandas' own JSON writer turns NaN into null and numpy scalars into plain numbers.
+    return [] if df is None or df.empty else json.loads(df.to_json(orient="records"))
+
+
+def write_results(run_dir: Path | str, runs_df: pd.DataFrame, steps_df: pd.DataFrame,
+                  attribution_df: pd.DataFrame | None = None, gaps_df: pd.DataFrame | None = None,
+                  provenance: dict | None = None, timeline_df: pd.DataFrame | None = None) -> Path:
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    doc = {"schema_version": SCHEMA_VERSION}
+    for name, df in zip(TABLES, (runs_df, steps_df, attribution_df, gaps_df, timeline_df)):
+        doc[name] = _records(df)
+    doc["provenance"] = provenance or {}
+    path = run_dir / RESULTS_FILE
+    path.write_text(json.dumps(doc, indent=1, default=str))
+    return path
+
+
+def read_results(run_dir: Path | str) -> Results:
+    path = Path(run_dir) / RESULTS_FILE
+    if not path.is_file():
+        raise BubblelabError(f"no {RESULTS_FILE} in {run_dir} (run `bubblelab run-and-profile` first)")
+    try:
+        doc = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise BubblelabError(f"{path} is not valid JSON: {e}") from None
+    if doc.get("schema_version") != SCHEMA_VERSION:
+        raise BubblelabError(f"{path} has schema_version {doc.get('schema_version')!r}, expected {SCHEMA_VERSION}")
+    tables = {name: pd.DataFrame.from_records(doc.get(name) or []) for name in TABLES}
+    if tables["runs"].empty or tables["steps"].empty:
+        raise BubblelabError(f"{path} has no runs or no steps")
+    return Results(**tables, provenance=doc.get("provenance") or {})
+
+
+def load_runs(source: Path | str) -> Results:
+    """Runs and steps from a run directory (results.json) or a DuckDB catalog with `runs` and `steps` tables."""
+    source = Path(source)
+    if source.is_dir():
+        return read_results(source)
+    if source.suffix in (".duckdb", ".db") and source.is_file():
+        import duckdb  # only needed for catalogs
+        with duckdb.connect(str(source), read_only=True) as con:
+            try:
+                runs, steps = con.sql("FROM runs").df(), con.sql("FROM steps").df()
+            except duckdb.CatalogException as e:
+                raise BubblelabError(f"catalog {source} lacks the runs/steps tables: {e}") from None
+        return Results(runs, steps)
+    raise BubblelabError(f"{source} is neither a run directory nor a DuckDB catalog")

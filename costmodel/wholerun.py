@@ -1,0 +1,94 @@
+"""Whole-run model: predict the pipelined run's wall clock from the blocking run's actual step sequence.
+
+The per-step ratio T_block / T_pipe describes the steady state only. A real run also has prefill steps,
+admission and an end-of-run ramp-down where the batch shrinks to nothing, and at a few ms per step those
+are a visible slice of the wall (the post's B200 32-stream row). So instead of one ratio we replay the
+depth-1 step sequence and sum predicted depth-2 periods:
+
+    wall_2 = overhead + Σ_t max(gpu_t, host_t) + Σ zombie costs
+
+- gpu_t = forward + sampling of step t, host_t = its tick's host critical path (model.host_critical_ms).
+- overhead = wall_1 − Σ_t period_t: time outside steps (start-up, tokenizer, ...), assumed the same at
+  depth 2.
+- zombies: f_t requests finish at decode step t (f_t = b_t + rows admitted before the next decode step
+  − b_next). Depth 2 learns this one step late, so each of them holds its seat for one more step:
+  * replaced by a waiting request (the loop is seat-limited): the replacement starts a step later, so
+    the run needs 1/b_t of a step more per finished request: f·g(b_t)/b_t. At one stream that is the
+    whole wasted step; at any batch it adds up to z = 1/(L + 1), not the row cost below.
+  * not replaced (the ramp-down: nothing waiting): the zombie rides in the next decode step as one more
+    row, g(b + f) − g(b), the post's "almost free" row; after the last step it costs a step of its own.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from costmodel.model import StepCost, host_critical_ms
+
+HOST_PHASES = ("plan_ms", "launch_ms", "finalize_ms", "commit_ms", "wait_ms")
+
+
+def step_gpu_ms(steps: pd.DataFrame) -> pd.Series:
+    return steps["forward_ms"].fillna(0) + steps["sampling_ms"].fillna(0)
+
+
+def step_host_ms(steps: pd.DataFrame) -> pd.Series:
+    parts = {name: steps[name].fillna(0) if name in steps else 0.0 for name in HOST_PHASES}
+    return host_critical_ms(parts["plan_ms"], parts["launch_ms"], parts["finalize_ms"],
+                            parts["commit_ms"], parts["wait_ms"]).clip(lower=0)
+
+
+def finish_events(steps: pd.DataFrame) -> pd.DataFrame:
+    """Per decode step: rows that finished there, rows admitted before the next decode step, next batch."""
+    ordered = steps.sort_values("step")
+    events, current, admitted = [], None, 0
+    for step, kind, rows in zip(ordered["step"], ordered["kind"], ordered["batch_size"]):
+        if kind == "prefill":
+            admitted += int(rows)
+            continue
+        if current is not None:
+            events.append((*current, max(0, current[1] + admitted - int(rows)), admitted, int(rows)))
+        current, admitted = (int(step), int(rows)), 0
+    if current is not None:
+        events.append((*current, current[1], admitted, 0))
+    return pd.DataFrame(events, columns=["step", "batch_size", "finished", "admitted", "next_batch"])
+
+
+def _zombie_ms(steps: pd.DataFrame, cost: StepCost):
+    for e in finish_events(steps).itertuples():
+        replaced = min(e.finished, e.admitted)
+        riding = e.finished - replaced
+        yield replaced * cost(e.batch_size) / e.batch_size
+        if riding:
+            yield cost(e.next_batch + riding) - cost(e.next_batch)
+
+
+@dataclass(frozen=True)
+class WholeRun:
+    wall_block_ms: float      # measured depth-1 wall clock
+    wall_pipe_ms: float       # predicted depth-2 wall clock
+    overhead_ms: float        # time outside the step periods (same at both depths)
+    steps_block_ms: float     # Σ measured depth-1 periods
+    steps_pipe_ms: float      # Σ predicted depth-2 periods
+    zombie_ms: float          # part of steps_pipe_ms spent on zombie rows
+
+    @property
+    def speedup(self) -> float:
+        return self.wall_block_ms / self.wall_pipe_ms
+
+
+def predict_whole_run(steps: pd.DataFrame, wall_s: float, cost: StepCost) -> WholeRun:
+    """Predict depth 2's wall clock from one depth-1 run's per-step table and wall time."""
+    steps = steps.sort_values("step")
+    gpu, host = step_gpu_ms(steps), step_host_ms(steps)
+    # The last step has no successor, so no period: it lasts its host and GPU work in series.
+    period = steps["period_ms"].fillna(gpu + host)
+    pipe = np.maximum(gpu, host)
+
+    zombie = sum(_zombie_ms(steps, cost))
+    wall_block = float(wall_s) * 1e3
+    overhead = max(0.0, wall_block - float(period.sum()))
+    steps_pipe = float(pipe.sum()) + zombie
+    return WholeRun(wall_block, overhead + steps_pipe, overhead, float(period.sum()), steps_pipe, zombie)

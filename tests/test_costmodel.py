@@ -1,0 +1,121 @@
+"""The cost model on synthetic frames shaped like the contract (docs/phases.md)."""
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, strategies as st
+
+from costmodel.model import VLLM_BUCKETS, StepCost, graph_bucket, whatif_speedup, zombie_tax
+from costmodel.predict import predict_runs, steady_state
+from costmodel.results import read_results, write_results
+from costmodel.simulate import LoopCosts, simulate_run
+from costmodel.wholerun import finish_events, predict_whole_run
+from engine.errors import BubblelabError
+
+STEP_COLUMNS = ("run_id, step, kind, depth, batch_size, forward_ms, sampling_ms, busy_ms, bubble_ms, period_ms, "
+                "plan_ms, launch_ms, commit_ms, finalize_ms, wait_ms, gpu_start_ns, gpu_end_ns").split(", ")
+
+
+@pytest.fixture(scope="module")
+def sim():
+    runs, steps, timelines = [], [], []
+    for streams in (1, 8):
+        for depth in (1, 2):
+            r = simulate_run(depth, streams=streams, requests=4 * streams, output_len=48,
+                             costs=LoopCosts(fwd_base=1.0), seed=streams)
+            runs.append(r["run"]); steps.append(r["steps"]); timelines.append(r["timeline"])
+    return pd.DataFrame(runs), pd.concat(steps, ignore_index=True), pd.concat(timelines, ignore_index=True)
+
+
+def test_graph_bucket_pads_to_vllm_sizes():
+    assert [graph_bucket(b) for b in (0, 1, 3, 5, 8, 9, 31, 33)] == [0, 1, 4, 8, 8, 16, 32, 40]
+    assert graph_bucket(5, buckets=None) == 5
+    assert graph_bucket(10_000) == 10_000  # past the largest graph: eager, unpadded
+
+
+@given(L=st.floats(2, 2000), streams=st.integers(1, 256), base=st.floats(0.1, 10), per_row=st.floats(0, 1))
+def test_zombie_tax_bounds(L, streams, base, per_row):
+    """Weights + per-row work (concave, g(0) = 0) gives 0 <= z <= 1/L; with graph buckets, a zombie that
+    fits the padding of its step's bucket is free."""
+    rows = range(1, 257)
+    eager = StepCost.from_points(rows, [base + per_row * r for r in rows], buckets=None)
+    assert 0.0 <= zombie_tax(L, streams, eager) <= 1.0 / L + 1e-12
+    padded = StepCost(eager.rows, eager.ms, VLLM_BUCKETS)
+    if streams > 1 and graph_bucket(streams - 1) == graph_bucket(streams):
+        assert zombie_tax(L, streams, padded) == 0.0
+
+
+def test_zombie_tax_limits():
+    flat = StepCost.from_points([1, 8, 32], [5.0, 5.0, 5.0])
+    linear = StepCost.from_points(range(1, 65), [0.5 * b for b in range(1, 65)], buckets=None)
+    assert zombie_tax(100, 1, flat) == pytest.approx(0.01)      # one stream: a whole wasted step
+    assert zombie_tax(100, 16, flat) == 0.0                      # memory bound: the zombie rides free
+    assert zombie_tax(100, 16, linear) == pytest.approx(0.01)   # compute bound: it costs its share
+    # Crossing a bucket boundary is the expensive case: 9 rows run the 16-row graph, 8 rows the 8-row one.
+    steep = StepCost.from_points([8, 16], [4.0, 6.0])
+    assert zombie_tax(100, 9, steep) > zombie_tax(100, 8, steep) == 0.0
+
+
+def test_whatif_peaks_where_gpu_time_equals_host_time():
+    k = np.logspace(-2, 2, 401)
+    s = whatif_speedup(k, gpu_ms=2.0, exposed_ms=0.5, z=0.0)
+    assert k[np.argmax(s)] == pytest.approx(0.25, rel=0.03)      # k * gpu == host
+    assert s.max() == pytest.approx(2.0, rel=0.01)               # host and GPU fully overlapped
+    assert s[-1] == pytest.approx(1.0, abs=0.01)                 # huge forward: nothing left to hide
+    assert whatif_speedup(1.0, 2.0, 0.5, z=0.0) == pytest.approx(1.25)
+
+
+def test_simulated_frames_follow_the_contract(sim):
+    runs, steps, _ = sim
+    assert set(STEP_COLUMNS) <= set(steps.columns)
+    d2 = steps[steps.run_id == "sim-d2-s1-1"]
+    # A finished request's zombie: depth 2 runs one extra decode step per request at one stream.
+    d1 = steps[steps.run_id == "sim-d1-s1-1"]
+    assert (d2.kind == "decode").sum() - (d1.kind == "decode").sum() == 4
+    assert steady_state(d2)["bubble_ms"].median() < 0.05 < steady_state(d1)["bubble_ms"].median()
+
+
+def test_finish_events_count_every_request(sim):
+    runs, steps, _ = sim
+    for r in runs[runs.depth == 1].itertuples():
+        events = finish_events(steps[steps.run_id == r.run_id])
+        assert events["finished"].sum() == r.requests
+        # Closed loop: every finish but the last `streams` is replaced by the client's next request.
+        assert events["admitted"].sum() == r.requests - r.streams
+
+
+def test_predictions_match_the_simulated_loop(sim):
+    runs, steps, _ = sim
+    table = predict_runs(runs, steps, n_boot=200).set_index("streams")
+    assert list(table.index) == [1, 8]
+    for streams, row in table.iterrows():
+        assert row.predicted_lo <= row.predicted_pct <= row.predicted_hi
+        assert row.observed_lo <= row.observed_pct <= row.observed_hi
+        # Depth 1 alone predicts the pipelined period: GPU-bound here, so forward + sampling.
+        assert row.d1_pipelined_ms == pytest.approx(row.pipelined_ms, rel=0.05)
+        # The whole-run model (prefill, ramp-down, zombies) tracks the wall clock to a fraction of a point...
+        assert row.wall_predicted_pct == pytest.approx(row.observed_pct, abs=0.75)
+    # ...while the steady-state ratio overshoots once prefill and ramp-down weigh on a short run.
+    assert table.loc[8, "predicted_pct"] > table.loc[8, "observed_pct"] + 2
+
+
+def test_whole_run_with_host_bound_ticks():
+    """When the host tick outlasts the forward, depth 2 is host-bound: T_pipe = host critical path."""
+    costs = LoopCosts(fwd_base=0.2, fwd_per_row=0.0, sampling=0.05, plan=0.2, launch=0.2, commit=0.2,
+                      finalize=0.1, jitter=0.0)
+    d1, d2 = (simulate_run(d, streams=4, requests=8, output_len=40, costs=costs) for d in (1, 2))
+    whole = predict_whole_run(d1["steps"], d1["run"]["wall_s"], StepCost.from_steps(d1["steps"]))
+    observed = d1["run"]["wall_s"] / d2["run"]["wall_s"]
+    assert whole.speedup == pytest.approx(observed, rel=0.03)
+    assert steady_state(d2["steps"])["period_ms"].median() == pytest.approx(0.7, rel=0.02)
+
+
+def test_results_round_trip(tmp_path, sim):
+    runs, steps, timeline = sim
+    attribution = pd.DataFrame({"run_id": ["a"], "phase": ["commit"], "bubble_ms": [1.5]})
+    write_results(tmp_path, runs, steps, attribution, None, {"command": "x"}, timeline)
+    back = read_results(tmp_path)
+    pd.testing.assert_frame_equal(back.runs, runs, check_dtype=False)
+    assert len(back.steps) == len(steps) and back.steps["period_ms"].isna().sum() == steps["period_ms"].isna().sum()
+    assert back.gaps.empty and back.provenance == {"command": "x"}
+    with pytest.raises(BubblelabError, match="no results.json"):
+        read_results(tmp_path / "missing")
