@@ -1,0 +1,30 @@
+"""The attention backend interface and the paged KV-cache write both backends share."""
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+
+from engine.attention.metadata import AttentionMetadata
+
+
+class AttentionBackend(Protocol):
+    """Attention over flat token batches: [N, heads, head_dim] in, [N, heads, head_dim] out."""
+
+    name: str
+    # Pages handed to forward() must hold a multiple of this many tokens (FA2's paged kernel needs 256).
+    block_size_multiple: int
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                k_cache: torch.Tensor | None, v_cache: torch.Tensor | None,
+                meta: AttentionMetadata, scale: float) -> torch.Tensor: ...
+
+
+def store_kv_cache(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                   slot_mapping: torch.Tensor) -> None:
+    """Write each token's K/V to its flat slot (page * block_size + offset) of the paged cache.
+
+    index_copy_ on a flat view keeps this one kernel with no host sync, so it is CUDA-graph safe.
+    """
+    k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slot_mapping, k)
+    v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slot_mapping, v)

@@ -1,0 +1,137 @@
+"""Decoder-only Llama / Qwen3 over flat token batches (Qwen3 = Llama + per-head q/k RMSNorm).
+
+Projections are fused vLLM-style (qkv_proj, gate_up_proj); load_weights maps Hugging Face names onto them.
+Every op in forward() is shape-static and sync-free, so a decode step can be captured in a CUDA graph.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from engine.attention import AttentionBackend
+from engine.attention.metadata import AttentionMetadata
+from engine.config import ModelConfig
+from engine.errors import BubblelabError
+from engine.models.layers import RMSNorm, RotaryEmbedding
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig, backend: AttentionBackend):
+        super().__init__()
+        self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        self.q_size, self.kv_size = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+        self.scale = cfg.head_dim ** -0.5
+        self.qkv_proj = nn.Linear(cfg.hidden_size, self.q_size + 2 * self.kv_size, bias=False)
+        self.o_proj = nn.Linear(self.q_size, cfg.hidden_size, bias=False)
+        self.qk_norm = cfg.qk_norm
+        if cfg.qk_norm:
+            self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
+            self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
+        self.backend = backend
+        self.k_cache: torch.Tensor | None = None  # [num_blocks, block_size, kv_heads, head_dim], bound later
+        self.v_cache: torch.Tensor | None = None
+
+    def forward(self, positions: torch.Tensor, x: torch.Tensor, meta: AttentionMetadata,
+                rotary: RotaryEmbedding) -> torch.Tensor:
+        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = q.view(-1, self.num_heads, self.head_dim)
+        k = k.view(-1, self.num_kv_heads, self.head_dim)
+        v = v.view(-1, self.num_kv_heads, self.head_dim)
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = rotary(positions, q, k)
+        o = self.backend.forward(q, k, v, self.k_cache, self.v_cache, meta, self.scale)
+        return self.o_proj(o.flatten(1))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig, backend: AttentionBackend):
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_attn = Attention(cfg, backend)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.mlp = MLP(cfg)
+
+    def forward(self, positions: torch.Tensor, x: torch.Tensor, meta: AttentionMetadata,
+                rotary: RotaryEmbedding) -> torch.Tensor:
+        x = x + self.self_attn(positions, self.input_layernorm(x), meta, rotary)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class TransformerLM(nn.Module):
+    def __init__(self, cfg: ModelConfig, attn_backend: AttentionBackend):
+        super().__init__()
+        self.config = cfg
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.rotary_emb = RotaryEmbedding(cfg.head_dim, cfg.max_position_embeddings, cfg.rope_theta,
+                                          cfg.rope_scaling)
+        self.layers = nn.ModuleList(DecoderLayer(cfg, attn_backend) for _ in range(cfg.num_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        # Tied models read the embedding matrix in compute_logits: no shared Parameter to keep tied on moves.
+        self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+        """input_ids, positions: [N] flat over all sequences of the step. Returns final hidden states [N, hidden]."""
+        x = self.embed_tokens(input_ids)
+        for layer in self.layers:
+            x = layer(positions, x, meta, self.rotary_emb)
+        return self.norm(x)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+        return F.linear(hidden, weight)
+
+    def bind_kv_cache(self, k_caches: list[torch.Tensor], v_caches: list[torch.Tensor]) -> None:
+        """Attach one paged cache per layer, each [num_blocks, block_size, kv_heads, head_dim]."""
+        if len(k_caches) != len(self.layers) or len(v_caches) != len(self.layers):
+            raise ValueError(f"need {len(self.layers)} K and V caches, got {len(k_caches)} and {len(v_caches)}")
+        for layer, k_cache, v_cache in zip(self.layers, k_caches, v_caches):
+            layer.self_attn.k_cache, layer.self_attn.v_cache = k_cache, v_cache
+
+    @torch.no_grad()
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Copy Hugging Face-named tensors in, stacking q/k/v and gate/up into the fused projections."""
+        cfg = self.config
+        q, kv, inter = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim, cfg.intermediate_size
+        # HF shard name -> (fused name, row offset, rows)
+        shards = {"q_proj": ("qkv_proj", 0, q), "k_proj": ("qkv_proj", q, kv), "v_proj": ("qkv_proj", q + kv, kv),
+                  "gate_proj": ("gate_up_proj", 0, inter), "up_proj": ("gate_up_proj", inter, inter)}
+        params = dict(self.named_parameters())
+        loaded: set[tuple[str, int]] = set()  # (parameter, row offset) pairs written
+        for hf_name, tensor in weights:
+            name = hf_name.removeprefix("model.")
+            if name.endswith("rotary_emb.inv_freq"):
+                continue
+            if name == "lm_head.weight" and cfg.tie_word_embeddings:
+                continue  # some tied checkpoints store the shared matrix twice
+            target, offset, rows = name, 0, None
+            for shard, (fused, shard_offset, shard_rows) in shards.items():
+                if f".{shard}." in name:
+                    target, offset, rows = name.replace(shard, fused), shard_offset, shard_rows
+                    break
+            if target not in params:
+                raise BubblelabError(f"checkpoint tensor {hf_name!r} has no place in a {cfg.architecture} model")
+            dest = params[target] if rows is None else params[target].narrow(0, offset, rows)
+            if dest.shape != tensor.shape:
+                raise BubblelabError(f"checkpoint tensor {hf_name!r} has shape {tuple(tensor.shape)}, "
+                                     f"expected {tuple(dest.shape)}")
+            dest.copy_(tensor)
+            loaded.add((target, offset))
+        for name in params:
+            offsets = {off for fused, off, _ in shards.values() if f".{fused}." in name} or {0}
+            if any((name, off) not in loaded for off in offsets):
+                raise BubblelabError(f"checkpoint lacks weights for {name!r}")
