@@ -1,0 +1,60 @@
+"""The DuckDB catalog that holds ingested runs, and the connection helpers around it.
+
+DuckDB's `sqlite` extension cannot be downloaded here; the `duckdb-extension-sqlite` wheel ships it, and DuckDB
+only loads an extension file named after the extension, so we copy it once to `sqlite_scanner.duckdb_extension`.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import duckdb
+
+from engine.errors import BubblelabError
+from profiling.queries import read_sql
+
+RUN_COLUMNS = ("run_id", "model", "preset", "depth", "streams", "output_len_mean", "mean_generated_len",
+               "requests", "device", "driver", "torch", "nsys_version", "schema_version", "command",
+               "started_at", "wall_s", "generated_tokens", "decode_steps", "source", "trace_path")
+
+
+def connect(catalog: Path | str | None = None) -> duckdb.DuckDBPyConnection:
+    """Open (creating if needed) a catalog; None or ':memory:' gives a throwaway in-memory one."""
+    path = ":memory:" if catalog in (None, ":memory:") else str(catalog)
+    if path != ":memory:":
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        con = duckdb.connect(path)
+    except duckdb.Error as e:
+        raise BubblelabError(f"cannot open catalog {path}: {str(e).splitlines()[0]}") from None
+    con.execute(read_sql("catalog_schema"))
+    return con
+
+
+def load_sqlite_extension(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute(f"LOAD {sql_string(str(_sqlite_extension_path()))}")
+
+
+def sql_string(text: str) -> str:
+    """A quoted SQL string literal (ATTACH and LOAD take no parameters)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _sqlite_extension_path() -> Path:
+    spec = importlib.util.find_spec("duckdb_extension_sqlite")
+    if spec is None or not spec.submodule_search_locations:
+        raise BubblelabError("the duckdb-extension-sqlite package is missing (pip install duckdb-extension-sqlite)")
+    shipped = Path(next(iter(spec.submodule_search_locations))) / "extensions" / f"v{duckdb.__version__}" \
+        / "sqlite.duckdb_extension"
+    if not shipped.is_file():
+        raise BubblelabError(f"duckdb-extension-sqlite has no build for duckdb {duckdb.__version__}")
+    target = Path(tempfile.gettempdir()) / f"bubblelab-duckdb-{duckdb.__version__}" / "sqlite_scanner.duckdb_extension"
+    if not target.is_file() or target.stat().st_size != shipped.stat().st_size:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_suffix(f".{os.getpid()}.tmp")  # atomic rename: parallel test workers race here
+        shutil.copyfile(shipped, partial)
+        os.replace(partial, target)
+    return target

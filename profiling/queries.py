@@ -1,0 +1,36 @@
+"""Loads the .sql files of profiling/sql/ and runs them with named parameters.
+
+Each file answers one question. A query may read earlier answers by name: pass them as `relations`
+(DataFrames), e.g. the attribution query reads the `per_step` table of the steps it should cover.
+"""
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+
+SQL_DIR = Path(__file__).parent / "sql"
+
+
+@cache
+def read_sql(name: str) -> str:
+    return (SQL_DIR / f"{name}.sql").read_text()
+
+
+def run(con: duckdb.DuckDBPyConnection, name: str, params: dict | None = None,
+        **relations: pd.DataFrame) -> pd.DataFrame:
+    """Run profiling/sql/<name>.sql; `$param` placeholders come from `params`."""
+    for rel_name, frame in relations.items():
+        con.register(rel_name, frame)
+    try:
+        return con.execute(read_sql(name), params or {}).df()
+    finally:
+        for rel_name in relations:
+            con.unregister(rel_name)
+
+
+def execute(con: duckdb.DuckDBPyConnection, name: str, params: dict | None = None) -> None:
+    """Run a statement file for its effect (ingestion steps)."""
+    con.execute(read_sql(name), params or {})

@@ -1,0 +1,59 @@
+-- The catalog: one row per run in `runs`, and per run the few trace facts the analysis reads.
+-- Times are integer nanoseconds on the trace's own clock (nsys session time, or perf_counter_ns for
+-- in-process timelines); `tid`/`pid` are nsys globalTid/globalPid (0 for timelines).
+
+CREATE TABLE IF NOT EXISTS runs (
+    run_id             VARCHAR PRIMARY KEY,
+    content_hash       VARCHAR NOT NULL UNIQUE,   -- sha256 of the trace: re-ingesting is a no-op
+    model              VARCHAR,
+    preset             VARCHAR,
+    depth              INTEGER,
+    streams            INTEGER,
+    output_len_mean    DOUBLE,
+    mean_generated_len DOUBLE,                    -- measured L
+    requests           INTEGER,
+    device             VARCHAR,                   -- GPU name or 'cpu'
+    driver             VARCHAR,
+    torch              VARCHAR,
+    nsys_version       VARCHAR,
+    schema_version     VARCHAR,
+    command            VARCHAR,
+    started_at         TIMESTAMP,
+    wall_s             DOUBLE,
+    generated_tokens   BIGINT,
+    decode_steps       INTEGER,
+    source             VARCHAR NOT NULL,          -- 'nsys' | 'timeline'
+    trace_path         VARCHAR
+);
+
+-- META_DATA_EXPORT and TARGET_INFO_* facts, kept as name/value pairs.
+CREATE TABLE IF NOT EXISTS trace_meta (run_id VARCHAR, name VARCHAR, value VARCHAR);
+
+-- Host ranges of our NVTX domain; `step` is the range's payload.
+CREATE TABLE IF NOT EXISTS host_ranges (
+    run_id VARCHAR, range_id BIGINT, tid BIGINT, start BIGINT, "end" BIGINT, name VARCHAR, step BIGINT);
+
+-- Time segments of a host thread labelled with the innermost range open there (derived at ingest).
+CREATE TABLE IF NOT EXISTS host_segments (
+    run_id VARCHAR, tid BIGINT, start BIGINT, "end" BIGINT, phase VARCHAR, step BIGINT);
+
+-- From the `step_meta` marks: what each step was.
+CREATE TABLE IF NOT EXISTS step_info (
+    run_id VARCHAR, step BIGINT, kind VARCHAR, batch_size INTEGER, tokens INTEGER, depth INTEGER);
+
+-- CUDA runtime/driver API calls, each with the innermost host range it ran in.
+CREATE TABLE IF NOT EXISTS api_calls (
+    run_id VARCHAR, tid BIGINT, pid BIGINT, start BIGINT, "end" BIGINT, correlation_id BIGINT,
+    name VARCHAR, phase VARCHAR, step BIGINT);
+
+-- Kernels, memcpys and memsets (op = 'kernel' | 'memcpy' | 'memset'; 'device' for timeline intervals),
+-- with the step and phase of the host range that launched them.
+CREATE TABLE IF NOT EXISTS gpu_ops (
+    run_id VARCHAR, op VARCHAR, start BIGINT, "end" BIGINT, stream_id BIGINT, pid BIGINT,
+    correlation_id BIGINT, name VARCHAR, bytes BIGINT, copy_kind INTEGER, src_kind INTEGER,
+    dst_kind INTEGER, phase VARCHAR, step BIGINT);
+
+-- CUPTI synchronization records (host blocked until the GPU reached a point).
+CREATE TABLE IF NOT EXISTS syncs (
+    run_id VARCHAR, start BIGINT, "end" BIGINT, pid BIGINT, correlation_id BIGINT, sync_type INTEGER,
+    stream_id BIGINT);

@@ -1,0 +1,24 @@
+-- Steady-state steps of a per-step table (relation `per_step`, one or more runs).
+-- Rule: a step is steady when
+--   1. it is a decode step whose next step is a decode step too (its period is decode to decode),
+--   2. its batch size is the run's modal decode batch size (ties: the larger), which drops the ramp-up
+--      while requests are admitted and the end-of-run ramp-down as they finish,
+--   3. and it is not among the first $warmup steps that pass 1 and 2 (allocator, caches, clocks settle).
+WITH ordered AS (
+    SELECT *, lead(kind) OVER (PARTITION BY run_id ORDER BY step) AS next_kind
+    FROM per_step
+),
+modal AS (
+    SELECT run_id, arg_max(batch_size, n * 100000 + batch_size) AS batch_size
+    FROM (SELECT run_id, batch_size, count(*) AS n FROM per_step WHERE kind = 'decode' GROUP BY ALL)
+    GROUP BY run_id
+),
+candidates AS (
+    SELECT o.*, row_number() OVER (PARTITION BY o.run_id ORDER BY o.step) AS nth
+    FROM ordered o JOIN modal m ON m.run_id = o.run_id AND m.batch_size = o.batch_size
+    WHERE o.kind = 'decode' AND o.next_kind = 'decode' AND o.period_ms IS NOT NULL
+)
+SELECT * EXCLUDE (next_kind, nth)
+FROM candidates
+WHERE nth > $warmup
+ORDER BY run_id, step
