@@ -1,0 +1,142 @@
+"""Ingestion on the real H200 probe export (schema 3.20.3) and refusal of every kind of bad input."""
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+from profiling_trace_builder import TraceBuilder, blocking_trace
+
+from engine.errors import BubblelabError
+from profiling import analysis, queries
+from profiling.catalog import connect
+from profiling.ingest import ingest
+
+PROBE = Path(__file__).parents[1] / "traces" / "nsys-h200-probe.sqlite"
+TABLES = ("runs", "trace_meta", "host_ranges", "host_segments", "step_info", "api_calls", "gpu_ops", "syncs")
+
+
+def counts(con) -> dict[str, int]:
+    return {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in TABLES}
+
+
+def test_probe_ingests_with_its_metadata(tmp_path):
+    con = connect(tmp_path / "c.duckdb")
+    run = ingest(PROBE, None, {"model": "bf16 matmul probe", "streams": 1}, domain="probe", con=con)
+    assert counts(con) == {"runs": 1, "trace_meta": 29, "host_ranges": 200, "host_segments": 350,
+                           "step_info": 0, "api_calls": 1495, "gpu_ops": 252, "syncs": 0}
+    row = analysis.runs(con).iloc[0]
+    assert (row.run_id, row.model, row.device, row.driver) == (run, "bf16 matmul probe", "NVIDIA H200", "580.159.04")
+    assert (row.nsys_version, row.schema_version, row.source) == ("2025.3.2.0", "3.20.3", "nsys")
+    assert str(row.started_at).startswith("2026-11-21 10:34:14")
+    # every kernel, copy and memset was launched under a probe range, except the two set-up kernels
+    ops = con.execute("SELECT op, phase, count(*) FROM gpu_ops GROUP BY ALL ORDER BY ALL").fetchall()
+    assert ops == [("kernel", "forward", 50), ("kernel", "sample", 50), ("kernel", None, 2),
+                   ("memcpy", "commit", 50), ("memcpy", "sample", 50), ("memset", "forward", 50)]
+
+
+def test_reingest_is_idempotent_across_sessions(tmp_path):
+    path = tmp_path / "c.duckdb"
+    con = connect(path)
+    first = ingest(PROBE, None, {}, domain="probe", con=con)
+    before = counts(con)
+    con.close()
+    con = connect(path)
+    assert ingest(PROBE, None, {"model": "other"}, domain="probe", con=con) == first
+    assert counts(con) == before
+
+
+def test_interrupted_ingest_leaves_no_half_run(tmp_path, monkeypatch):
+    con = connect(tmp_path / "c.duckdb")
+    real = queries.execute
+
+    def interrupted(c, name, params=None):
+        if name == "ingest_kernels":        # ranges, segments and API calls are in by now
+            raise KeyboardInterrupt
+        return real(c, name, params)
+
+    monkeypatch.setattr(queries, "execute", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        ingest(PROBE, None, {}, domain="probe", con=con)
+    assert set(counts(con).values()) == {0}
+    monkeypatch.setattr(queries, "execute", real)
+    ingest(PROBE, None, {}, domain="probe", con=con)
+    assert counts(con)["gpu_ops"] == 252
+
+
+def test_lazily_missing_tables_mean_no_events(tmp_path):
+    trace = blocking_trace(tmp_path / "b.sqlite")
+    db = sqlite3.connect(trace)
+    db.execute("DROP TABLE CUPTI_ACTIVITY_KIND_SYNCHRONIZATION")
+    db.commit()
+    db.close()
+    con = connect(None)
+    run = ingest(trace, None, {}, con=con)
+    assert counts(con)["syncs"] == 0
+    assert analysis.per_step(con, run).bubble_ms[:5].tolist() == pytest.approx([0.43, 0.425, 0.43, 0.43, 0.43])
+    # without sync records the blocking calls are still found by name
+    assert analysis.sync_inventory(con, run).query("event == 'sync'").shape[0] == 7
+
+
+def one_step(b: TraceBuilder) -> TraceBuilder:
+    b.range("launch", 0, 10, 100)
+    b.range("forward", 0, 20, 90)
+    return b
+
+
+def test_graph_mode_capture_is_refused(tmp_path):
+    b = one_step(TraceBuilder())
+    b.graph_replay(30, 40, 400)
+    with pytest.raises(BubblelabError, match=r"traced as whole graphs.*--cuda-graph-trace=node"):
+        ingest(b.write(tmp_path / "graph.sqlite"), None, {}, con=connect(None))
+
+    b = one_step(TraceBuilder())
+    b.call("cudaGraphLaunch_v10000", 30, 32)
+    b.kernel("gemm", 40, 50, 60)                   # an eager kernel, but the replay's kernels are missing
+    with pytest.raises(BubblelabError, match=r"1 CUDA graph launches but no graph-node kernels"):
+        ingest(b.write(tmp_path / "nonodes.sqlite"), None, {}, con=connect(None))
+
+
+def test_node_traced_graphs_are_accepted(tmp_path):
+    b = one_step(TraceBuilder())
+    b.call("cudaGraphLaunch_v10000", 30, 32)
+    b.kernel("gemm", 40, 50, 60, graph_node=7)
+    con = connect(None)
+    run = ingest(b.write(tmp_path / "nodes.sqlite"), None, {}, con=con)
+    assert analysis.per_step(con, run).forward_ms.tolist() == pytest.approx([0.01])
+
+
+def _refused(trace: Path, match: str, **kwargs) -> str:
+    with pytest.raises(BubblelabError, match=match) as info:
+        ingest(trace, None, kwargs.pop("meta", {}), con=connect(None), **kwargs)
+    message = str(info.value)
+    assert "\n" not in message and str(trace) in message
+    return message
+
+
+def test_bad_inputs_are_one_line_errors(tmp_path):
+    text = tmp_path / "notes.sqlite"
+    text.write_text("this is not a database\n" * 10)
+    _refused(text, "not an SQLite file")
+
+    cut = tmp_path / "cut.sqlite"
+    cut.write_bytes(PROBE.read_bytes()[:200_000])
+    _refused(cut, r"truncated SQLite file \(200000 of 393216 bytes\)")
+
+    plain = tmp_path / "plain.sqlite"
+    db = sqlite3.connect(plain)
+    db.execute("CREATE TABLE t (x)")
+    db.commit()
+    db.close()
+    _refused(plain, "not an Nsight Systems export")
+
+    future = one_step(TraceBuilder(schema_version="4.0.1")).write(tmp_path / "future.sqlite")
+    _refused(future, r"unsupported nsys export schema 4\.0\.1 \(bubblelab reads schema 3\.x\)")
+
+    _refused(PROBE, "no NVTX ranges of domain 'bubblelab'")
+    _refused(tmp_path / "missing.sqlite", "no such trace file")
+
+
+def test_unknown_metadata_is_refused():
+    with pytest.raises(BubblelabError, match="unknown run metadata streamz"):
+        ingest(PROBE, None, {"streamz": 8}, domain="probe", con=connect(None))

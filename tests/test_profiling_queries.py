@@ -1,0 +1,156 @@
+"""Every profiling query against synthetic nsys exports whose answers were computed by hand
+(layouts in tests/profiling_trace_builder.py: blocking_trace at depth 1, pipelined_trace at depth 2)."""
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from profiling_trace_builder import blocking_trace, pipelined_trace
+
+from profiling import analysis
+from profiling.catalog import connect
+from profiling.ingest import ingest
+
+STEP_COLUMNS = ["run_id", "step", "kind", "depth", "batch_size", "forward_ms", "sampling_ms", "busy_ms",
+                "bubble_ms", "period_ms", "plan_ms", "launch_ms", "commit_ms", "finalize_ms", "wait_ms",
+                "gpu_start_ns", "gpu_end_ns"]
+
+
+@pytest.fixture(scope="module")
+def catalog(tmp_path_factory):
+    root = tmp_path_factory.mktemp("traces")
+    con = connect(root / "catalog.duckdb")
+    blocking = ingest(blocking_trace(root / "blocking.sqlite"), None, {"streams": 4}, con=con)
+    pipelined = ingest(pipelined_trace(root / "pipelined.sqlite"), None, {"streams": 2}, con=con)
+    return con, blocking, pipelined
+
+
+def test_per_step_blocking(catalog):
+    con, run, _ = catalog
+    df = analysis.per_step(con, run)
+    assert list(df.columns) == STEP_COLUMNS
+    assert list(df.step) == [0, 1, 2, 3, 4, 5]
+    assert list(df.kind) == ["prefill"] + ["decode"] * 5
+    assert list(df.batch_size) == [4, 4, 4, 4, 4, 3]
+    assert set(df.depth) == {1}
+    # forward = A (300 us) + B (200 us); sampling = argmax (50 us) and its DtoH copy (10 us)
+    assert df.forward_ms.tolist() == pytest.approx([0.5] * 6)
+    assert df.sampling_ms.tolist() == pytest.approx([0.06] * 6)
+    # period 1 ms; busy = A,B,argmax,DtoH (560 us) + the next step's HtoD (10 us), + the pageable copy in step 1
+    assert df.period_ms[:5].tolist() == pytest.approx([1.0] * 5)
+    assert df.busy_ms[:5].tolist() == pytest.approx([0.57, 0.575, 0.57, 0.57, 0.57])
+    assert df.bubble_ms[:5].tolist() == pytest.approx([0.43, 0.425, 0.43, 0.43, 0.43])
+    assert df.loc[5, ["period_ms", "busy_ms", "bubble_ms"]].isna().all()   # the last step has no next step
+    assert df.plan_ms.tolist() == pytest.approx([0.1] * 6)
+    assert df.launch_ms.tolist() == pytest.approx([0.2] * 6)
+    assert df.finalize_ms.tolist() == pytest.approx([0.1] * 6)
+    assert df.commit_ms.tolist() == pytest.approx([0.5] * 6)
+    assert df.wait_ms.tolist() == pytest.approx([0.36] * 6)
+    assert df.gpu_start_ns.tolist() == [10_200_000 + 1_000_000 * k for k in range(6)]
+    assert df.gpu_end_ns.tolist() == [10_760_000, 11_805_000, 12_760_000, 13_760_000, 14_760_000, 15_760_000]
+
+
+def test_per_step_pipelined(catalog):
+    con, _, run = catalog
+    df = analysis.per_step(con, run)
+    assert set(df.depth) == {2} and set(df.kind) == {"decode"}
+    # forward = memset [108,110) on the copy stream, overlapping nothing of A [110,310) B [310,460)
+    assert df.forward_ms.tolist() == pytest.approx([0.352] * 5)
+    assert df.sampling_ms.tolist() == pytest.approx([0.03] * 5)
+    # the period starts inside the HtoD copy [100,110): only its part after gpu_start counts as busy
+    assert df.period_ms[:4].tolist() == pytest.approx([0.4] * 4)
+    assert df.busy_ms[:4].tolist() == pytest.approx([0.39] * 4)
+    assert df.bubble_ms[:4].tolist() == pytest.approx([0.01] * 4)
+    assert df.commit_ms.tolist() == pytest.approx([0.15] * 5)   # committed one tick later, same payload
+    assert df.wait_ms.tolist() == pytest.approx([0.045] * 5)
+    assert df.gpu_start_ns.tolist() == [20_108_000 + 400_000 * k for k in range(5)]
+
+
+def test_steady_state_rule(catalog):
+    con, blocking, pipelined = catalog
+    both = pd.concat([analysis.per_step(con, blocking), analysis.per_step(con, pipelined)])
+    steady = analysis.steady_state(both, warmup=1)
+    # blocking: prefill 0 and ramp-down 5 (bs 3) are out, 4 stays (next is decode), first candidate (1) skipped
+    assert steady[steady.run_id == blocking].step.tolist() == [2, 3, 4]
+    assert steady[steady.run_id == pipelined].step.tolist() == [1, 2, 3]
+    assert list(steady.columns) == STEP_COLUMNS
+    assert analysis.steady_state(both, warmup=0).step.tolist() == [1, 2, 3, 4, 0, 1, 2, 3]
+
+
+def test_idle_gaps_and_histogram(catalog):
+    con, run, _ = catalog
+    steps = analysis.steady_state(analysis.per_step(con, run), warmup=1)
+    gaps = analysis.idle_gaps(con, run, steps)
+    assert gaps.step.tolist() == [2, 2, 3, 3, 4, 4]
+    assert gaps.idle_us.tolist() == [380.0, 50.0] * 3
+    assert gaps.began_in.tolist() == ["wait", "forward"] * 3
+    assert gaps.idle_us.sum() / 1e3 == pytest.approx(steps.bubble_ms.sum())
+    hist = analysis.idle_histogram(con, run, steps).set_index("lo_us")
+    assert hist.gaps.sum() == 6
+    assert hist.loc[50, "gaps"] == 3 and hist.loc[200, "gaps"] == 3
+    assert hist.loc[200, "idle_ms"] == pytest.approx(1.14)
+
+
+def test_bubble_attribution_blocking(catalog):
+    con, run, _ = catalog
+    steps = analysis.steady_state(analysis.per_step(con, run), warmup=1)
+    table = analysis.attribution(con, run, steps).set_index("phase")
+    # each 430 us bubble: wait 10, commit 130, between ticks 100, next plan 100, launch 20, copy_h2d 20, forward 50
+    expected = {"commit": 0.39, "outside any phase": 0.30, "plan": 0.30, "forward": 0.15, "copy_h2d": 0.06,
+                "launch": 0.06, "wait": 0.03}
+    assert table.idle_ms.to_dict() == pytest.approx(expected)
+    assert table.idle_ms.sum() == pytest.approx(steps.bubble_ms.sum())
+    assert table.began_ms.to_dict() == pytest.approx({**{p: 0.0 for p in expected}, "wait": 1.14, "forward": 0.15})
+    assert table.idle_share.sum() == pytest.approx(1.0)
+
+
+def test_bubble_attribution_step_one_and_pipelined(catalog):
+    con, blocking, pipelined = catalog
+    one = analysis.per_step(con, blocking).query("step == 1")
+    table = analysis.attribution(con, blocking, one).set_index("phase")
+    assert table.idle_ms.to_dict() == pytest.approx({"commit": 0.125, "outside any phase": 0.1, "plan": 0.1,
+                                                     "forward": 0.05, "copy_h2d": 0.02, "launch": 0.02,
+                                                     "wait": 0.01})
+    assert analysis.attribution(con, pipelined).empty          # default warm-up (5) leaves no steady steps
+    steps = analysis.steady_state(analysis.per_step(con, pipelined), warmup=1)
+    table = analysis.attribution(con, pipelined, steps)
+    assert table.phase.tolist() == ["forward"] and table.idle_ms.tolist() == pytest.approx([0.03])
+
+
+def test_sync_inventory(catalog):
+    con, blocking, pipelined = catalog
+    inv = analysis.sync_inventory(con, blocking)
+    assert len(inv) == 14                                   # 6 waits, 6 sampled-id copies, 1 bug sync, 1 .item()
+    flagged = inv[inv.flagged]
+    assert flagged[["event", "phase", "step"]].values.tolist() == [["copy", "commit", 1], ["sync", "mask", 2]]
+    assert flagged.detail.tolist() == ["DtoH pageable 64 B", "stream sync"]
+    assert "pageable" in flagged.reason.iloc[0] and "outside copy_d2h" in flagged.reason.iloc[0]
+    waits = inv[(inv.event == "sync") & ~inv.flagged]
+    assert waits.phase.unique().tolist() == ["wait"] and waits.detail.unique().tolist() == ["event sync"]
+    assert waits.host_us.tolist() == pytest.approx([345.0] * 6)
+    assert not analysis.sync_inventory(con, pipelined).flagged.any()
+
+
+def test_kernel_summary(catalog):
+    con, run, _ = catalog
+    table = analysis.kernel_summary(con, run)
+    row = table[(table.name == "gemm_a") & (table.phase == "forward")].iloc[0]
+    assert (row.calls, row.total_ms, row.mean_us) == (5, pytest.approx(1.5), pytest.approx(300.0))
+    assert table[table.name == "argmax"].calls.tolist() == [6]
+    assert table.share.sum() == pytest.approx(1.0)
+
+
+def test_summarize(catalog):
+    con, _, run = catalog
+    summary = analysis.summarize(analysis.steady_state(analysis.per_step(con, run), warmup=1))
+    assert summary["steps"] == 3
+    assert summary["period_ms"] == {"median": 0.4, "p10": 0.4, "p90": 0.4}
+    assert summary["bubble_ms"]["median"] == pytest.approx(0.01)
+    assert summary["bubble_share"] == pytest.approx(0.025)
+
+
+def test_runs_table(catalog):
+    con, blocking, _ = catalog
+    row = analysis.runs(con).set_index("run_id").loc[blocking]
+    assert (row.depth, row.streams, row.decode_steps, row.source) == (1, 4, 5, "nsys")
+    assert (row.device, row.driver, row.nsys_version, row.schema_version) == \
+        ("Fake GPU", "580.159.04", "2025.3.2.0", "3.20.3")
