@@ -3,18 +3,15 @@
 Everything a step needs lives here at a fixed address (CUDA graphs replay over these buffers): the packed
 per-step metadata (host staging buffer + device copy, uploaded in ONE non-blocking copy), the logits, the
 sampled ids and their host landing buffer, the constrained-decoding bitmask, and the events that order them.
-A slot is reacquired only after the commit that read its host buffers (pipeline invariant I6); in debug mode
-the host buffer is poisoned after each commit and checked before reuse, which catches any violation.
+A slot is reacquired only after the commit that read its host buffers (pipeline invariant I6). Each copy
+lands the step id after the sampled ids (a tag); commit checks it, so a host buffer overwritten by a later
+step before its commit is caught, never silently read.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import torch
-
-POISON = -7  # never a token id
-
 
 @dataclass(frozen=True)
 class Field:
@@ -83,8 +80,9 @@ class DecodeSlot:
         self.block_tables_d = self.meta.d["block_tables"].view(R, max_blocks)
         self.words = (vocab_size + 31) // 32
         self.logits = torch.zeros(R, vocab_size, dtype=logits_dtype, device=device)
-        self.sampled = torch.zeros(R, dtype=torch.int64, device=device)
-        self.sampled_host = torch.full((R,), POISON, dtype=torch.int64, pin_memory=pin)
+        # Sampled ids of the step's rows, then one extra entry: the step id tag.
+        self.sampled = torch.zeros(R + 1, dtype=torch.int64, device=device)
+        self.sampled_host = torch.full((R + 1,), -1, dtype=torch.int64, pin_memory=pin)
         self.mask_host = torch.zeros(R, self.words, dtype=torch.int32, pin_memory=pin)
         self.mask_dev = torch.zeros(R, self.words, dtype=torch.int32, device=device)
         self.mask_np = self.mask_host.numpy()
@@ -97,15 +95,10 @@ class DecodeSlot:
         self.ev_mask_ready = streams.event()
         self.ev_copied = streams.event()     # sampled ids have landed in sampled_host
 
-    def check_poisoned(self) -> None:
-        """Debug, at reuse: the previous step's results were consumed by its commit (which poisons them)."""
-        assert bool(np.all(self.sampled_host.numpy() == POISON)), \
-            f"slot {self.index}: reused before the commit that reads its host buffer (I6)"
-
-    def check_landed(self, n: int) -> None:
-        """Debug, at commit: the copy really landed (no poison left) before the host reads it."""
-        assert not bool(np.any(self.sampled_host.numpy()[:n] == POISON)), \
-            f"slot {self.index}: commit read the host buffer before its copy landed"
-
-    def poison(self) -> None:
-        self.sampled_host.fill_(POISON)
+    def read_sampled(self, n: int, step_id: int) -> list[int]:
+        """The n sampled ids of `step_id`, after its copy landed; refuses a buffer another step overwrote (I6)."""
+        values = self.sampled_host[:n + 1].tolist()
+        if values[n] != step_id:
+            raise AssertionError(f"I6: slot {self.index} host buffer holds step {values[n]}, "
+                                 f"not step {step_id}: overwritten before its commit")
+        return values[:n]

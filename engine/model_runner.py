@@ -35,7 +35,6 @@ class ModelRunner:
         self.model_config = loaded.config
         self.device = torch.device(config.device)
         self.streams = streams
-        self.debug = bool(config.extra.get("debug", False))
         mc = self.model_config
         self.block_size = config.block_size
         self.max_rows = config.max_num_seqs
@@ -54,7 +53,6 @@ class ModelRunner:
                       for i in range(NUM_SLOTS)]
         for slot in self.slots:
             slot.block_tables_h[:] = self.num_blocks      # every unused entry points at the scratch page
-            slot.poison()
         self.graphs: list[dict[int, torch.cuda.CUDAGraph]] = [{} for _ in self.slots]
         self.buckets = graph_buckets(self.max_rows)
         if self.device.type == "cuda" and not config.enforce_eager:
@@ -122,19 +120,19 @@ class ModelRunner:
         hidden = self.model(d["p_input_ids"][:n_tokens], d["p_positions"][:n_tokens], meta)
         slot.logits[:n_seqs].copy_(self.model.compute_logits(hidden[d["p_last_index"][:n_seqs]]))
 
-    def _sample_body(self, slot: DecodeSlot, n: int, flags: tuple[bool, bool, bool], masked: bool) -> None:
+    def _sample_body(self, slot: DecodeSlot, n: int, flags: tuple[bool, bool, bool], masked: bool,
+                     step_id: int) -> None:
         d = slot.meta.d
         batch = SamplingBatch(d["temperature"][:n], d["top_k"][:n], d["top_p"][:n], d["seed"][:n],
                               d["counter"][:n], *flags)
         ids = sample(slot.logits[:n], batch, slot.mask_dev[:n] if masked else None)
         slot.sampled[:n].copy_(ids)
+        slot.sampled[n].fill_(step_id)                    # the tag commit checks (I6)
         self.pending.index_copy_(0, d["rows"][:n], ids)   # the next forward reads its input from here
 
     # -- the three phases ----------------------------------------------------------------------------
     def launch(self, step: Step, blocks: BlockManager, phases) -> None:
         slot = self.slots[step.slot]
-        if self.debug:
-            slot.check_poisoned()
         seqs, n = step.seqs, len(step.seqs)
         h = slot.meta.np
         h["rows"][:n] = [s.row for s in seqs]
@@ -210,22 +208,17 @@ class ModelRunner:
         with phases.range("sampling", step.step_id):
             compute.record(slot.ev_sample_start)
             flags = step.info["flags"]
-            compute.submit(lambda: self._sample_body(slot, n, flags, masked))
+            compute.submit(lambda: self._sample_body(slot, n, flags, masked, step.step_id))
             compute.record(slot.ev_done)
         with phases.range("copy_d2h", step.step_id):
             copy.wait(slot.ev_done)     # anchored to exactly this step's outputs, nothing queued behind them
-            copy.submit(lambda: slot.sampled_host[:n].copy_(slot.sampled[:n], non_blocking=True))
+            copy.submit(lambda: slot.sampled_host[:n + 1].copy_(slot.sampled[:n + 1], non_blocking=True))
             copy.record(slot.ev_copied)
 
     def wait(self, step: Step) -> list[int]:
         slot, n = self.slots[step.slot], len(step.seqs)
         slot.ev_copied.synchronize()
-        if self.debug:
-            slot.check_landed(n)
-        ids = slot.sampled_host[:n].tolist()
-        if self.debug:
-            slot.poison()
-        return ids
+        return slot.read_sampled(n, step.step_id)
 
     def device_times(self, step: Step) -> tuple[tuple[int, int], tuple[int, int]]:
         """(forward start, end) and (sampling start, end) of a committed step, in host perf_counter ns."""

@@ -1,0 +1,60 @@
+"""Drive an engine through a scripted workload: arrivals at given ticks, aborts at given ticks."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from engine.config import EngineConfig
+from engine.llm_engine import LLMEngine
+from engine.sampling_params import SamplingParams
+
+
+@dataclass
+class Req:
+    rid: str
+    prompt: list[int]
+    params: SamplingParams
+    arrive_tick: int = 0
+    abort_tick: int | None = None
+
+
+@dataclass
+class Outcome:
+    tokens: dict[str, list[int]] = field(default_factory=dict)
+    reasons: dict[str, str | None] = field(default_factory=dict)
+    preemptions: int = 0
+    ticks: int = 0
+
+
+def make_engine(loaded, **options) -> LLMEngine:
+    defaults = dict(model="test", max_num_seqs=8, max_model_len=128, block_size=4, num_kv_blocks=128,
+                    extra={"debug": True})
+    defaults.update(options)
+    return LLMEngine(EngineConfig(**defaults), loaded)
+
+
+def run_script(engine: LLMEngine, reqs: list[Req], max_ticks: int = 20000) -> Outcome:
+    out = Outcome()
+    pending = sorted(reqs, key=lambda r: r.arrive_tick)
+    tick = 0
+    while pending or engine.has_unfinished():
+        while pending and pending[0].arrive_tick <= tick:
+            r = pending.pop(0)
+            engine.add_request(r.rid, r.prompt, r.params)
+        for r in reqs:
+            if r.abort_tick == tick:
+                engine.abort(r.rid)
+        if engine.has_unfinished():
+            for o in engine.step():
+                if o.finished:
+                    out.tokens[o.request_id] = o.token_ids
+                    out.reasons[o.request_id] = o.finish_reason
+        tick += 1
+        assert tick < max_ticks, "engine made no progress"
+    for r in reqs:   # aborted requests keep what they had committed
+        seq = engine.seqs[r.rid]
+        out.tokens.setdefault(r.rid, seq.output_ids)
+        out.reasons.setdefault(r.rid, seq.finish_reason)
+    out.preemptions = engine.scheduler.num_preemptions
+    out.ticks = tick
+    engine.check_idle()
+    return out
