@@ -9,6 +9,8 @@ Two properties the pipelined loop relies on:
 """
 from __future__ import annotations
 
+import os
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -103,7 +105,8 @@ def sample(logits: torch.Tensor, batch: SamplingBatch, bitmask: torch.Tensor | N
         floor = _top_k_floor(logits.topk(width, dim=-1).values, batch.top_k)
         logits = logits.masked_fill(logits < floor, float("-inf"))
 
-    sampled = (logits + gumbel_noise(batch.seed, batch.counter, logits.shape[-1])).argmax(dim=-1)
+    columns = column_keys(logits.shape[-1], logits.device)
+    sampled = _sampled_ids(logits, row_keys(batch.seed, batch.counter), columns)
     return torch.where(is_sampled, sampled, greedy)
 
 
@@ -126,7 +129,7 @@ def _top_p_floor(sorted_desc: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor
     cumsum's rounding depends on which kernel runs, and that depends on the batch shape.
     """
     probs = sorted_desc.softmax(dim=-1)
-    fixed = (probs.double() * _TOP_P_ONE).long()
+    fixed = (probs * _TOP_P_ONE).long()     # float32 * 2^40 truncates to int64 exactly
     mass_before = fixed.cumsum(dim=-1) - fixed
     limit = (top_p.double() * _TOP_P_ONE).long().unsqueeze(-1)
     n_keep = (mass_before < limit).sum(dim=-1, keepdim=True)   # >= 1: the top token has nothing before it
@@ -135,30 +138,68 @@ def _top_p_floor(sorted_desc: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor
 
 
 _column_keys: dict[tuple[int, torch.device], torch.Tensor] = {}
+_compiled_noisy_argmax = None   # built on first CUDA use
 
 
-def gumbel_noise(seed: torch.Tensor, counter: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    """[B, V] float32 Gumbel(0, 1) noise, a pure function of (seed[i], counter[i], token id).
+def row_keys(seed: torch.Tensor, counter: torch.Tensor) -> torch.Tensor:
+    """[B] int64 32-bit key per row: a pure function of (seed, counter)."""
+    return _mix32(_mix32(seed.long()) ^ ((counter.long() * _GOLDEN) & _M32))
 
-    A per-row key (from seed, counter) is xored into a cached per-token key, then mixed once more; the
-    top 23 bits make a uniform in (0, 1) that float32 holds exactly, so the noise is finite.
-    """
-    device = seed.device
-    columns = _column_keys.get((vocab_size, device))
-    if columns is None:
+
+def column_keys(vocab_size: int, device: torch.device) -> torch.Tensor:
+    """[V] int64 32-bit key per token id, computed once per (V, device)."""
+    keys = _column_keys.get((vocab_size, device))
+    if keys is None:
         ids = torch.arange(vocab_size, dtype=torch.int64, device=device)
-        columns = _column_keys[(vocab_size, device)] = _mix32_((ids * _GOLDEN) & _M32)
-    row_key = _mix32_(_mix32_(seed.to(torch.int64, copy=True)) ^ ((counter.long() * _GOLDEN) & _M32))
-    bits = _mix32_(row_key.unsqueeze(-1) ^ columns) >> 9
-    uniform = bits.float().add_(0.5).mul_(1.0 / (1 << 23))
-    return uniform.log_().neg_().log_().neg_()
+        keys = _column_keys[(vocab_size, device)] = _mix32((ids * _GOLDEN) & _M32)
+    return keys
 
 
-def _mix32_(x: torch.Tensor) -> torch.Tensor:
-    """Mixes, in place, int64 values in [0, 2^32) with a bijective 32-bit hash; returns x."""
-    x ^= x >> 16
-    x.mul_(_MUL1).bitwise_and_(_M32)
-    x ^= x >> 15
-    x.mul_(_MUL2).bitwise_and_(_M32)
-    x ^= x >> 15
-    return x
+def gumbel_noise(row_key: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
+    """[B, V] float32 Gumbel(0, 1) noise from hash(row key xor token key).
+
+    The top 23 bits of the hash make a uniform in (0, 1) that float32 holds exactly, so the noise is finite.
+    """
+    bits = _mix32(row_key.unsqueeze(-1) ^ columns) >> 9
+    uniform = (bits.float() + 0.5) * (1.0 / (1 << 23))
+    return -torch.log(-torch.log(uniform))
+
+
+def noisy_argmax(logits: torch.Tensor, row_key: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
+    """Gumbel-max: argmax(logits + noise) draws from softmax(logits)."""
+    return (logits + gumbel_noise(row_key, columns)).argmax(dim=-1)
+
+
+def _sampled_ids(logits: torch.Tensor, row_key: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
+    """noisy_argmax; on CUDA compiled into one fused kernel instead of ~20 passes over [B, V] int64. Its math is
+    elementwise plus an exact argmax, so rows stay batch-invariant."""
+    global _compiled_noisy_argmax
+    if logits.device.type != "cuda" or os.environ.get("BUBBLELAB_EAGER_SAMPLER"):
+        return noisy_argmax(logits, row_key, columns)
+    if _compiled_noisy_argmax is None:
+        _compiled_noisy_argmax = torch.compile(noisy_argmax, dynamic=True, fullgraph=True)
+    try:
+        return _compiled_noisy_argmax(logits, row_key, columns)
+    except Exception as e:                  # a compiler problem must not take the engine down: go on eager
+        if _compiled_noisy_argmax is noisy_argmax:
+            raise
+        warnings.warn(f"torch.compile of the sampler failed, sampling eagerly: {str(e).splitlines()[0]}")
+        _compiled_noisy_argmax = noisy_argmax
+        return noisy_argmax(logits, row_key, columns)
+
+
+def warmup(vocab_size: int, device: torch.device | str) -> None:
+    """Compiles the sampled path before timing starts (a batch of 1 compiles separately from larger ones)."""
+    for rows in (1, 2):
+        logits = torch.zeros(rows, vocab_size, device=device)
+        sample(logits, SamplingBatch.build([SamplingParams(temperature=1.0)] * rows, range(rows), range(rows),
+                                          device))
+
+
+def _mix32(x: torch.Tensor) -> torch.Tensor:
+    """A bijective 32-bit integer hash (lowbias32 shape) on int64 tensors holding values in [0, 2^32)."""
+    x = x ^ (x >> 16)
+    x = (x * _MUL1) & _M32
+    x = x ^ (x >> 15)
+    x = (x * _MUL2) & _M32
+    return x ^ (x >> 15)

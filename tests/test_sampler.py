@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.sampler import SamplingBatch, apply_bitmask, bitmask_words, sample
+from engine.sampler import SamplingBatch, apply_bitmask, bitmask_words, sample, warmup
 from engine.sampling_params import SamplingParams
 
 FAST = settings(max_examples=60, deadline=None)
@@ -34,8 +34,8 @@ def batches(draw, max_rows: int = 8):
     return logits, params, seeds, counters
 
 
-def run(logits, params, seeds, counters, bitmask=None) -> list[int]:
-    return sample(logits, SamplingBatch.build(params, seeds, counters), bitmask).tolist()
+def run(logits, params, seeds, counters, bitmask=None, device: str = "cpu") -> list[int]:
+    return sample(logits, SamplingBatch.build(params, seeds, counters, device), bitmask).tolist()
 
 
 @FAST
@@ -151,18 +151,28 @@ def test_apply_bitmask_layout():
     assert torch.isfinite(out[0]).nonzero().flatten().tolist() == [0, 31, 32, 69]
 
 
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+QWEN_VOCAB = 151_936
+MIXED = [SamplingParams(temperature=0.7, top_k=20, top_p=0.9), SamplingParams(),
+         SamplingParams(temperature=1.0, top_k=50), SamplingParams(temperature=0.5, top_p=0.8),
+         SamplingParams(temperature=1.0)]
+
+
+def gpu_case(rows: int):
+    logits = torch.randn(rows, QWEN_VOCAB, device="cuda", generator=torch.Generator("cuda").manual_seed(rows)) * 3
+    return logits, [MIXED[i % len(MIXED)] for i in range(rows)], list(range(rows)), [7 * i for i in range(rows)]
+
+
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@needs_cuda
 @pytest.mark.parametrize("batch_size", [1, 256])
 def test_sample_never_syncs_the_host(batch_size):
-    vocab = 151_936
-    logits = torch.randn(batch_size, vocab, device="cuda", dtype=torch.bfloat16)
-    mixed = [SamplingParams(temperature=0.7, top_k=20, top_p=0.9), SamplingParams(),
-             SamplingParams(temperature=1.0, top_k=50), SamplingParams(temperature=0.5, top_p=0.8)]
-    params = [mixed[i % len(mixed)] for i in range(batch_size)]
-    batch = SamplingBatch.build(params, range(batch_size), range(batch_size), device="cuda")
-    bitmask = torch.full((batch_size, bitmask_words(vocab)), -1, dtype=torch.int32, device="cuda")
-    expected = sample(logits, batch, bitmask)             # warm-up fills the per-device caches
+    logits, params, seeds, counters = gpu_case(batch_size)
+    batch = SamplingBatch.build(params, seeds, counters, device="cuda")
+    bitmask = torch.full((batch_size, bitmask_words(QWEN_VOCAB)), -1, dtype=torch.int32, device="cuda")
+    bitmask[:, 0] = 0x0F0F0F0F
+    warmup(QWEN_VOCAB, "cuda")                              # torch.compile and the per-device caches
+    expected = sample(logits, batch, bitmask)
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
@@ -170,6 +180,27 @@ def test_sample_never_syncs_the_host(batch_size):
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert torch.equal(out, expected)
-    cpu = sample(logits.cpu(), SamplingBatch.build(params, range(batch_size), range(batch_size)))
-    greedy = torch.tensor([p.greedy for p in params])
-    assert torch.equal(out.cpu()[greedy], cpu[greedy])
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_gpu_rows_are_batch_invariant():
+    logits, params, seeds, counters = gpu_case(256)
+    together = run(logits, params, seeds, counters, device="cuda")
+    for i in range(0, 256, 17):
+        assert run(logits[i:i + 1], [params[i]], [seeds[i]], [counters[i]], device="cuda") == [together[i]], i
+    order = list(range(255, -1, -1))
+    shuffled = run(logits[order], [params[i] for i in order], [seeds[i] for i in order],
+                   [counters[i] for i in order], device="cuda")
+    assert shuffled == [together[i] for i in order]
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_gpu_distribution_matches_softmax():
+    base = np.array([1.0, 0.5, 0.0, -0.3, -1.0, 0.2], dtype=np.float32)
+    n = 20_000
+    params = [SamplingParams(temperature=1.0, top_p=0.9)] * n
+    tokens = run(torch.from_numpy(base).cuda().expand(n, -1), params, [99] * n, range(n), device="cuda")
+    freq = np.bincount(tokens, minlength=len(base)) / n
+    assert np.abs(freq - _expected(base.astype(np.float64), 1.0, 0, 0.9)).max() < 0.015

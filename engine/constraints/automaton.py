@@ -6,6 +6,7 @@ a request's whole decode state is one int and fill_bitmask is a numpy row copy. 
 """
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -82,7 +83,7 @@ class TokenTable:
             frontier = nxt_frontier
         return dist
 
-    def _budget_rows(self, words: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    def _budget_rows(self, words: int) -> tuple[list[list[int]], list[np.ndarray]]:
         """Per state: ascending budgets at which more tokens become allowed, and the cumulative mask rows."""
         costs, masks = [], []
         for s, edges in enumerate(self.next_state):
@@ -94,14 +95,14 @@ class TokenTable:
             rows = np.zeros((len(levels), words), dtype=np.uint32)
             for i, level in enumerate(levels):
                 set_bits(rows[i], [t for t, c in cost_of.items() if c <= level])
-            costs.append(np.array(levels))
+            costs.append(levels)
             masks.append(rows.view(np.int32))
         return costs, masks
 
     def fill_bitmask(self, out: np.ndarray, state: int, remaining: int) -> None:
         """Allows the tokens after which a complete output still fits in `remaining` tokens (this one included).
         If none fits (the budget was already too small), allows the cheapest ones."""
-        level = max(int(np.searchsorted(self.costs[state], remaining, side="right")) - 1, 0)
+        level = max(bisect.bisect_right(self.costs[state], remaining) - 1, 0)
         out[:] = self.masks[state][level]
 
     def advance(self, state: int, token_id: int) -> int:
