@@ -157,3 +157,54 @@ def test_flash_backend_agrees_with_torch_backend():
     ref = torch_backend.forward(q, k, v, k_cache, v_cache, meta, dim ** -0.5)
     out = flash.forward(q, k, v, k_cache, v_cache, meta, dim ** -0.5)
     torch.testing.assert_close(out, ref, atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("backend", ["torch", "flash-attn"])
+@torch.inference_mode()
+def test_decode_step_has_no_host_sync_and_replays_in_a_cuda_graph(backend):
+    if backend == "flash-attn" and not _flash_available():
+        pytest.skip("flash-attn not installed")
+    block_size = 256 if backend == "flash-attn" else 16
+    model = load_model("tiny-qwen3", dtype="bf16", device="cuda", attention_backend=backend).model
+    cfg = model.config
+    rows, num_blocks, blocks_per_row = 4, 16, 2
+    shape = (num_blocks, block_size, cfg.num_kv_heads, cfg.head_dim)
+    model.bind_kv_cache([torch.randn(shape, device="cuda", dtype=torch.bfloat16) for _ in range(cfg.num_layers)],
+                        [torch.randn(shape, device="cuda", dtype=torch.bfloat16) for _ in range(cfg.num_layers)])
+    # Static input buffers, as the engine keeps them for graph replay.
+    block_tables = _pages(num_blocks, rows, blocks_per_row).cuda()
+    context_lens = torch.tensor([3, block_size + 1, 7, 2 * block_size], device="cuda", dtype=torch.int32)
+    positions = context_lens.long() - 1
+    slot_mapping = (block_tables.gather(1, (positions // block_size)[:, None]).squeeze(1).long() * block_size
+                    + positions % block_size)
+    input_ids = torch.randint(0, cfg.vocab_size, (rows,), device="cuda")
+    meta = AttentionMetadata(is_prefill=False, slot_mapping=slot_mapping, context_lens=context_lens,
+                             block_tables=block_tables)
+
+    def step() -> torch.Tensor:
+        return model.compute_logits(model(input_ids, positions, meta))
+
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")  # any host sync inside the decode forward raises
+    try:
+        eager = step()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()  # warm-up outside capture (kernel selection, workspace allocation)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = step()
+    graph.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(captured, eager)
+
+    input_ids.copy_(torch.randint(0, cfg.vocab_size, (rows,), device="cuda"))  # new inputs, same buffers
+    graph.replay()
+    torch.testing.assert_close(captured, step())
