@@ -1,12 +1,14 @@
 """Our TransformerLM against transformers' reference implementations, and paged decode against no cache."""
 from __future__ import annotations
 
+import gguf
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
 from engine.attention import AttentionMetadata, select_backend
 from engine.errors import BubblelabError
+from engine.gguf_loader import gguf_checkpoint
 from engine.loader import embedded_model_path, load_model
 from engine.tokenizer import chat_prompt_ids
 
@@ -66,6 +68,36 @@ def test_embedded_gguf_matches_transformers_gguf_loading():
                torch.tensor(loaded.tokenizer.encode("The quick brown fox jumps over the lazy dog"))]
     ours = flat_prompt_logits(loaded.model, prompts)
     for prompt, logits in zip(prompts, ours):
+        assert max_rel_err(logits, hf(prompt[None]).logits[0]) < 1e-4
+
+
+@torch.inference_mode()
+def test_qwen3_gguf_conversion_matches_transformers(tmp_path, monkeypatch):
+    """A Qwen3 GGUF written with gguf's own HF->GGUF tensor names converts back to the same model."""
+    monkeypatch.setenv("BUBBLELAB_CACHE", str(tmp_path / "cache"))
+    torch.manual_seed(0)
+    hf = Qwen3ForCausalLM(TINY_QWEN3).eval()
+    for p in hf.parameters():
+        p.add_(torch.randn_like(p) * 0.05)
+    c, path = TINY_QWEN3, tmp_path / "tiny-qwen3.gguf"
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN3, c.num_hidden_layers)
+    writer = gguf.GGUFWriter(str(path), "qwen3")
+    for add, value in [(writer.add_block_count, c.num_hidden_layers), (writer.add_context_length, 256),
+                       (writer.add_embedding_length, c.hidden_size), (writer.add_head_count, c.num_attention_heads),
+                       (writer.add_feed_forward_length, c.intermediate_size), (writer.add_key_length, c.head_dim),
+                       (writer.add_head_count_kv, c.num_key_value_heads), (writer.add_rope_freq_base, 1e6),
+                       (writer.add_layer_norm_rms_eps, c.rms_norm_eps), (writer.add_vocab_size, c.vocab_size)]:
+        add(value)
+    for name, tensor in hf.state_dict().items():
+        writer.add_tensor(names.get_name(name, try_suffixes=(".weight",)), tensor.numpy())
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+    loaded = load_model(str(gguf_checkpoint(path)), attention_backend="torch")
+    prompts = [torch.randint(0, c.vocab_size, (n,)) for n in PROMPT_LENS]
+    for prompt, logits in zip(prompts, flat_prompt_logits(loaded.model, prompts)):
         assert max_rel_err(logits, hf(prompt[None]).logits[0]) < 1e-4
 
 
