@@ -1,6 +1,89 @@
-"""CLI commands for costmodel/ (placeholder until that part lands)."""
+"""CLI commands for costmodel/: `predict` (the post's table, for the post or for our runs) and `report`."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
 import typer
+from rich.console import Console
+from rich.table import Table
+
+from engine.errors import BubblelabError
+
+
+def _pct(v: float, lo: float | None = None, hi: float | None = None) -> str:
+    if v is None or math.isnan(v):
+        return "–"
+    text = f"{v:+.1f}%"
+    if lo is not None and not math.isnan(lo):
+        text += f" [dim][{lo:.1f}, {hi:.1f}][/dim]"
+    return text
+
+
+def prediction_table(table: pd.DataFrame, blog: bool) -> Table:
+    title = "The post's table, re-predicted" if blog else "Predicted vs observed speedup, depth 2 over depth 1"
+    out = Table(title=title, title_justify="left", header_style="bold")
+    out.add_column("configuration")
+    for name in ("blocking ms", "pipelined ms", "L", "z", "predicted [95%]" if not blog else "predicted [z: 1/L..0]"):
+        out.add_column(name, justify="right", no_wrap=True)
+    extra = ["post's prediction"] if blog else ["from depth 1", "whole run"]
+    for name in (*extra, "observed", "error"):
+        out.add_column(name, justify="right", no_wrap=True)
+    for r in table.itertuples():
+        cells = [r.label, f"{r.blocking_ms:.2f}", f"{r.pipelined_ms:.2f}", f"{r.L:.0f}", f"{100 * r.z:.2f}%",
+                 _pct(r.predicted_pct, r.predicted_lo, r.predicted_hi)]
+        if blog:
+            cells.append(_pct(r.published_pct))
+        else:
+            cells += [_pct(r.d1_predicted_pct, r.d1_predicted_lo, r.d1_predicted_hi), _pct(r.wall_predicted_pct)]
+        cells += [_pct(r.observed_pct, getattr(r, "observed_lo", None), getattr(r, "observed_hi", None)),
+                  f"{r.error_pts:+.1f} pts"]
+        out.add_row(*cells)
+    return out
 
 
 def register(app: typer.Typer) -> None:
-    pass
+    @app.command()
+    def predict(
+        blog: bool = typer.Option(False, "--blog", help="Use the Photon post's published inputs."),
+        catalog: Path | None = typer.Option(None, "--catalog", help="A run directory (results.json) or a DuckDB catalog."),
+        as_json: bool = typer.Option(False, "--json", help="Print the table as JSON records."),
+        n_boot: int = typer.Option(1000, help="Bootstrap resamples for the intervals."),
+    ) -> None:
+        """The post's prediction table: blocking and pipelined ms, L, predicted, observed, interval, error."""
+        from costmodel.predict import predict_blog, predict_runs
+        from costmodel.results import load_runs
+
+        if blog == (catalog is not None):
+            raise BubblelabError("give exactly one of --blog or --catalog PATH")
+        if blog:
+            table = predict_blog()
+        else:
+            results = load_runs(catalog)
+            table = predict_runs(results.runs, results.steps, n_boot=n_boot)
+            if table.empty:
+                raise BubblelabError(f"{catalog} has no configuration measured at both depth 1 and depth 2")
+        if as_json:
+            typer.echo(table.to_json(orient="records", indent=1))
+        else:
+            console = Console()
+            if not console.is_terminal:  # piped or captured: don't squeeze the table into 80 columns
+                console = Console(width=200)
+            console.print(prediction_table(table, blog))
+
+    @app.command()
+    def report(
+        run_dir: Path = typer.Argument(..., help="Run directory holding results.json."),
+        demo: bool = typer.Option(False, "--demo", help="First fill RUN_DIR with a simulated run (no GPU needed)."),
+        n_boot: int = typer.Option(1000, help="Bootstrap resamples for the intervals."),
+    ) -> None:
+        """Write RUN_DIR/report.html: one self-contained page of tables and figures."""
+        from costmodel.report import report_run_dir
+
+        if demo:
+            from costmodel.simulate import write_demo_run_dir
+            write_demo_run_dir(run_dir, streams=(1, 8, 32))
+        elif not run_dir.is_dir():
+            raise BubblelabError(f"{run_dir} is not a directory")
+        typer.echo(report_run_dir(run_dir, n_boot=n_boot))

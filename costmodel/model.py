@@ -122,14 +122,15 @@ def whatif_speedup(k, gpu_ms: float, exposed_ms: float, z: float, host_ms: float
                    residual_ms: float = 0.0):
     """Speedup when the GPU work of a step gets k times longer (k < 1: a faster GPU or a smaller model).
 
-    The blocking period runs host and GPU in series: T_block(k) = k·gpu + exposed, where exposed =
-    T_block − gpu is the bubble the host leaves. Pipelined: T_pipe(k) = max(k·gpu + residual, host), with
-    host the tick's critical path (defaults to the exposed time) and residual the idle that depth 2 keeps.
-    The host side does not scale with k: bookkeeping is GPU-speed independent. z is scale-free (a ratio
-    of step costs), so it stays put.
+    The blocking period runs host and GPU in series: T_block(k) = max(k·gpu + exposed, host), where
+    exposed = T_block − gpu is the bubble the host leaves (some host work, e.g. finalize, already overlaps
+    the forward at depth 1, and no loop ticks faster than its host). Pipelined: T_pipe(k) =
+    max(k·gpu + residual, host), with host the tick's critical path (defaults to the exposed time) and
+    residual the idle that depth 2 keeps. Bookkeeping is GPU-speed independent, so the host side does not
+    scale with k; z is a ratio of step costs, so it stays put.
     """
     k = np.asarray(k, dtype=float)
     host = exposed_ms if host_ms is None else host_ms
-    t_block = k * gpu_ms + exposed_ms
+    t_block = np.maximum(k * gpu_ms + exposed_ms, host)
     t_pipe = np.maximum(k * gpu_ms + residual_ms, host)
     return t_block / t_pipe * (1.0 - z)

@@ -51,9 +51,11 @@ def predict_blog() -> pd.DataFrame:
         cost = StepCost.from_points(parts["streams"], parts["forward_ms"] + parts["sampling_ms"])
         z = zombie_tax(r.L, r.streams, cost)
         lo, hi = speedup_bounds(r.blocking_ms, r.pipelined_ms, r.L)
+        gpu = float(parts.loc[parts["streams"] == r.streams, ["forward_ms", "sampling_ms"]].sum(axis=1).iloc[0])
         predicted = pct(speedup(r.blocking_ms, r.pipelined_ms, z))
         rows.append(dict(label=f"{r.gpu} · {r.streams} stream{'s' if r.streams > 1 else ''}", device=r.gpu,
                          streams=r.streams, blocking_ms=r.blocking_ms, pipelined_ms=r.pipelined_ms, L=r.L, z=z,
+                         gpu_ms=gpu, host_ms=r.blocking_ms - gpu,
                          predicted_pct=predicted, predicted_lo=pct(lo), predicted_hi=pct(hi),
                          published_pct=r.predicted_pct, observed_pct=r.observed_pct,
                          error_pts=r.observed_pct - predicted))

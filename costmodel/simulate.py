@@ -169,3 +169,55 @@ def _tables(run_id, depth, streams, requests, output_len, lengths, loop, steps) 
                generated_tokens=int(np.sum(lengths)), decode_steps=int((table.kind == "decode").sum()),
                source="timeline", trace_path="")
     return {"run": run, "steps": table, "timeline": timeline}
+
+
+def idle_gaps(timeline: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(gaps, attribution) of one run's timeline, shaped like results.json's tables.
+
+    A gap is the idle time between consecutive GPU ranges; each is charged to the host phases that overlap
+    it (wait, nested in commit, counts as itself), the rest to "other".
+    """
+    run_id = timeline["run_id"].iloc[0]
+    gpu = timeline[timeline["lane"] == "gpu"].sort_values("start_ns")
+    host = timeline[timeline["lane"] == "host"]
+    waits = host[host["phase"] == "wait"]
+    starts, ends = gpu["start_ns"].to_numpy()[1:], np.maximum.accumulate(gpu["end_ns"].to_numpy())[:-1]
+    gaps, charged = [], {}
+    for step, g0, g1 in zip(gpu["step"].to_numpy()[1:], ends, starts):
+        if g1 <= g0:
+            continue
+        gaps.append((run_id, int(step), (g1 - g0) / MS))
+        covered = 0
+        for phase, s, e in zip(host["phase"], host["start_ns"], host["end_ns"]):
+            overlap = max(0, min(e, g1) - max(s, g0))
+            if overlap and phase == "commit":  # its nested wait is charged on its own
+                overlap -= sum(max(0, min(we, e, g1) - max(ws, s, g0))
+                               for ws, we in zip(waits["start_ns"], waits["end_ns"]))
+            if overlap > 0:
+                charged[phase] = charged.get(phase, 0) + overlap
+                covered += overlap
+        charged["other"] = charged.get("other", 0) + max(0, (g1 - g0) - covered)
+    gaps_df = pd.DataFrame(gaps, columns=["run_id", "step", "gap_ms"])
+    attribution = pd.DataFrame([(run_id, p, ns / MS) for p, ns in charged.items() if ns > 0],
+                               columns=["run_id", "phase", "bubble_ms"])
+    return gaps_df, attribution
+
+
+def write_demo_run_dir(run_dir, streams=(1, 8), requests_per_stream: int = 4, output_len: int = 48,
+                       costs: LoopCosts | None = None, seed: int = 0):
+    """A run directory of simulated depth-1 / depth-2 pairs: what the report looks like without a GPU."""
+    from costmodel.results import write_results
+
+    runs, steps, timelines, gaps, attribution = [], [], [], [], []
+    for s in streams:
+        for depth in (1, 2):
+            r = simulate_run(depth, streams=s, requests=requests_per_stream * s, output_len=output_len,
+                             costs=costs, seed=seed + s)
+            g, a = idle_gaps(r["timeline"])
+            runs.append(r["run"]); steps.append(r["steps"]); timelines.append(r["timeline"])
+            gaps.append(g); attribution.append(a)
+    provenance = {"command": f"write_demo_run_dir(streams={tuple(streams)})",
+                  "note": "simulated loop (costmodel.simulate), not a measurement"}
+    return write_results(run_dir, pd.DataFrame(runs), pd.concat(steps, ignore_index=True),
+                         pd.concat(attribution, ignore_index=True), pd.concat(gaps, ignore_index=True),
+                         provenance, pd.concat(timelines, ignore_index=True))

@@ -1,0 +1,212 @@
+"""The report's figures, each a function of frames returning an inline SVG string.
+
+Text is rendered as paths (matplotlib's default svg.fonttype), so trace-derived strings such as phase or
+kernel names never reach the page as markup.
+"""
+from __future__ import annotations
+
+import io
+import itertools
+import re
+
+import matplotlib
+
+matplotlib.use("Agg")  # headless: no display on the machines that build reports
+import matplotlib.pyplot as plt
+from matplotlib import ticker
+import numpy as np
+import pandas as pd
+
+from costmodel.model import whatif_speedup
+from costmodel.predict import steady_state
+
+MS = 1e6
+GPU_COLORS = {"forward": "#3b6fb6", "prefill": "#1f4e8c", "sampling": "#3aa17e"}
+HOST_COLORS = {"plan": "#d1495b", "launch": "#edae49", "finalize": "#8e6cbf", "commit": "#7c6a55",
+               "wait": "#d9d4cc"}
+DEPTH_COLORS = {1: "#d1495b", 2: "#3b6fb6"}
+OTHER = "#9aa1a9"
+_figure_ids = (f"fig{i}" for i in itertools.count())
+
+plt.rcParams.update({
+    "font.family": "DejaVu Sans", "font.size": 9, "axes.spines.top": False, "axes.spines.right": False,
+    "axes.edgecolor": "#5b6470", "axes.labelcolor": "#2b3138", "xtick.color": "#5b6470",
+    "ytick.color": "#5b6470", "axes.titleweight": "bold", "axes.titlesize": 10, "legend.frameon": False,
+    "svg.fonttype": "path",
+})
+
+
+def to_svg(fig) -> str:
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight")
+    plt.close(fig)
+    svg = buf.getvalue()
+    # Inlined into HTML: drop the XML prolog, DOCTYPE and matplotlib's comments (they echo label text),
+    # and give the ids a per-figure prefix: several inline SVGs share one id space.
+    svg = re.sub(r"<!--.*?-->", "", svg[svg.index("<svg"):], flags=re.S)
+    return re.sub(r'(\bid="|href="#|url\(#)', rf"\g<1>{next(_figure_ids)}-", svg)
+
+
+def _window(steps: pd.DataFrame, n_steps: int) -> tuple[int, int]:
+    """n_steps consecutive steady-state steps (no prefill in between), as near the run's middle as possible."""
+    ids = steady_state(steps)["step"].to_numpy()
+    if len(ids) <= n_steps:
+        ids = steps["step"].sort_values().to_numpy()
+    starts = [i for i in range(len(ids) - n_steps) if ids[i + n_steps] - ids[i] == n_steps]
+    middle = (len(ids) - n_steps) // 2
+    i = min(starts, key=lambda i: abs(i - middle)) if starts else max(0, middle)
+    return int(ids[i]), int(ids[min(i + n_steps, len(ids) - 1)])
+
+
+def lane_chart(runs: list[tuple[str, pd.DataFrame, pd.DataFrame]], n_steps: int = 10) -> str:
+    """GPU busy vs host phases over ~n_steps steady-state steps, one panel per run, same time scale.
+
+    runs: (title, per-step table, timeline ranges of that run; may be empty).
+    """
+    fig, axes = plt.subplots(len(runs), 1, figsize=(10, 1.55 * len(runs) + 0.5), squeeze=False)
+    spans, used = [], {}
+    for ax, (title, steps, timeline) in zip(axes[:, 0], runs):
+        first, last = _window(steps, n_steps)
+        window = steps[(steps["step"] >= first) & (steps["step"] <= last)].sort_values("step")
+        t0 = window["gpu_start_ns"].iloc[0]
+        t1 = window["gpu_start_ns"].iloc[-1]
+        spans.append((t1 - t0) / MS)
+        if timeline is not None and len(timeline):
+            ranges = timeline[(timeline["end_ns"] > t0) & (timeline["start_ns"] < t1)]
+        else:  # no raw ranges: the GPU lane from the per-step table alone
+            w = window.iloc[:-1]
+            fwd_end = w["gpu_start_ns"] + w["forward_ms"] * MS
+            ranges = pd.concat([
+                pd.DataFrame({"lane": "gpu", "phase": "forward", "start_ns": w["gpu_start_ns"], "end_ns": fwd_end}),
+                pd.DataFrame({"lane": "gpu", "phase": "sampling", "start_ns": fwd_end,
+                              "end_ns": fwd_end + w["sampling_ms"] * MS})])
+        for lane, y, colors in (("gpu", 1, GPU_COLORS), ("host", 0, HOST_COLORS)):
+            # Parents first, so nested ranges (wait inside commit) are drawn on top.
+            lane_ranges = ranges[ranges["lane"] == lane].sort_values("start_ns")
+            for phase, group in sorted(lane_ranges.groupby("phase"), key=lambda kv: kv[0] == "wait"):
+                if lane == "host" and phase not in colors:
+                    continue  # nested detail (copy_h2d, mask, ...): the lane shows the tick's phases
+                color = colors.get(phase, OTHER)
+                bars = [((s - t0) / MS, (e - s) / MS) for s, e in zip(group["start_ns"], group["end_ns"])]
+                ax.broken_barh(bars, (y - 0.38, 0.76), facecolors=color, edgecolor="white", linewidth=0.4)
+                used.setdefault(phase, color)
+        ax.set_yticks([0, 1], ["host", "GPU"])
+        ax.set_ylim(-0.6, 1.6)
+        ax.set_title(title, loc="left")
+        ax.spines["left"].set_visible(False)
+        ax.tick_params(axis="y", length=0)
+    for ax in axes[:, 0]:
+        ax.set_xlim(0, max(spans))
+    axes[-1, 0].set_xlabel(f"time (ms) over {n_steps} steady-state steps")
+    legend = sorted(used, key=lambda p: list({**GPU_COLORS, **HOST_COLORS}).index(p)
+                    if p in GPU_COLORS or p in HOST_COLORS else 99)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=used[p]) for p in legend]
+    fig.legend(handles, legend, ncol=len(legend), loc="upper center", bbox_to_anchor=(0.5, 1.02))
+    fig.tight_layout(rect=(0, 0, 1, 0.93))
+    return to_svg(fig)
+
+
+def gap_histogram(gaps_by_run: list[tuple[str, int, np.ndarray]]) -> str:
+    """Idle gaps (ms) of each run on a log x axis: depth 1 filled, depth 2 outlined, one hue per configuration."""
+    fig, ax = plt.subplots(figsize=(5.6, 3.4))
+    positive = [g[g > 0] for _, _, g in gaps_by_run]
+    values = np.concatenate([g for g in positive if len(g)] or [np.array([1e-3, 1.0])])
+    lo = max(values.min(), 1e-4) / 2
+    hi = max(values.max() * 2, lo * 20)
+    bins = np.logspace(np.log10(lo), np.log10(hi), 40)
+    configs = list(dict.fromkeys(label.rsplit(" · depth", 1)[0] for label, _, _ in gaps_by_run))
+    cmap = plt.get_cmap("viridis")
+    for (label, depth, _), gaps in zip(gaps_by_run, positive):
+        color = cmap(configs.index(label.rsplit(" · depth", 1)[0]) / max(1, len(configs) - 1) * 0.85)
+        if not len(gaps):
+            ax.plot([], [], color=color, lw=1.5, ls=":", label=f"{label}: no idle gaps")
+        elif depth == 1:
+            ax.hist(gaps, bins=bins, histtype="stepfilled", alpha=0.35, color=color, label=f"{label} (n={len(gaps)})")
+        else:
+            ax.hist(gaps, bins=bins, histtype="step", lw=1.6, color=color, label=f"{label} (n={len(gaps)})")
+    ax.set_xscale("log")
+    ax.xaxis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_major_formatter(ticker.FormatStrFormatter("%g"))
+    ax.xaxis.set_minor_formatter(ticker.NullFormatter())
+    ax.set_xlabel("GPU idle gap (ms)")
+    ax.set_ylabel("gaps")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=1)
+    return to_svg(fig)
+
+
+def attribution_bars(attribution: pd.DataFrame) -> str:
+    """Bubble per step, split by the host phase that was running while the GPU sat idle (one bar per run)."""
+    table = attribution.pivot_table(index="label", columns="phase", values="ms_per_step", aggfunc="sum").fillna(0)
+    order = [p for p in HOST_COLORS if p in table] + sorted(p for p in table if p not in HOST_COLORS)
+    table = table[order]
+    fig, ax = plt.subplots(figsize=(5.6, 0.42 * len(table) + 1.2))
+    left = np.zeros(len(table))
+    for phase in order:
+        ax.barh(table.index, table[phase], left=left, color=HOST_COLORS.get(phase, OTHER), label=phase,
+                edgecolor="white", linewidth=0.5)
+        left += table[phase].to_numpy()
+    ax.set_xlabel("GPU idle per step (ms), by the host phase running meanwhile")
+    ax.invert_yaxis()
+    ax.legend(ncol=min(len(order), 4), loc="upper center", bbox_to_anchor=(0.5, -0.12 - 0.9 / (len(table) + 2)),
+              fontsize=8)
+    return to_svg(fig)
+
+
+def predicted_vs_observed(table: pd.DataFrame, blog: pd.DataFrame | None = None) -> str:
+    """Predicted against observed speedup (%), with bootstrap intervals; the post's rows for reference."""
+    fig, ax = plt.subplots(figsize=(5.2, 4.6))
+    series = [("post's model, steady state", "predicted_pct", "predicted_lo", "predicted_hi", "o", "#3b6fb6"),
+              ("from depth 1 alone", "d1_predicted_pct", "d1_predicted_lo", "d1_predicted_hi", "s", "#8e6cbf"),
+              ("whole-run model", "wall_predicted_pct", None, None, "D", "#3aa17e")]
+    points = []
+    if blog is not None and len(blog):
+        ax.scatter(blog["predicted_pct"], blog["observed_pct"], marker="x", color=OTHER, label="Photon post")
+        points += [blog["predicted_pct"], blog["observed_pct"]]
+    for label, col, lo, hi, marker, color in series:
+        if col not in table or table[col].isna().all():
+            continue
+        xerr = None
+        if lo and lo in table:
+            xerr = np.vstack([table[col] - table[lo], table[hi] - table[col]]).clip(min=0)
+        yerr = np.vstack([table["observed_pct"] - table["observed_lo"],
+                          table["observed_hi"] - table["observed_pct"]]).clip(min=0)
+        ax.errorbar(table[col], table["observed_pct"], xerr=xerr, yerr=yerr, fmt=marker, color=color,
+                    ms=6, capsize=2, label=label)
+        points += [table[col], table["observed_pct"]]
+    allv = pd.concat(points) if points else pd.Series([0.0, 1.0])
+    lo, hi = float(allv.min()), float(allv.max())
+    pad = 0.1 * (hi - lo) + 1
+    ax.plot([lo - pad, hi + pad], [lo - pad, hi + pad], color="#5b6470", lw=0.8, ls="--", zorder=0)
+    ax.set_xlim(lo - pad, hi + pad)
+    ax.set_ylim(lo - pad, hi + pad)
+    ax.set_xlabel("predicted speedup (%)")
+    ax.set_ylabel("observed speedup (%)")
+    ax.legend(fontsize=8, loc="upper left")
+    return to_svg(fig)
+
+
+def whatif_curves(table: pd.DataFrame, ks: np.ndarray | None = None) -> str:
+    """Predicted speedup as the GPU's step work scales by k, one curve per configuration.
+
+    The x axis is the forward + sampling time the step would take, so each measured configuration sits on
+    its curve at k = 1: filled, its measured steady-state speedup; hollow, its observed wall-clock speedup.
+    """
+    ks = np.logspace(-1.5, 1.5, 200) if ks is None else ks
+    fig, ax = plt.subplots(figsize=(8.4, 3.9))
+    cmap = plt.get_cmap("viridis")
+    for i, r in enumerate(table.itertuples()):
+        color = cmap(i / max(1, len(table) - 1) * 0.85)
+        exposed = r.blocking_ms - r.gpu_ms
+        curve = whatif_speedup(ks, r.gpu_ms, exposed, r.z, host_ms=r.host_ms,
+                               residual_ms=max(0.0, r.pipelined_ms - r.gpu_ms))
+        ax.plot(ks * r.gpu_ms, (curve - 1) * 100, color=color, lw=1.6, label=r.label)
+        measured = (r.blocking_ms / r.pipelined_ms * (1 - r.z) - 1) * 100
+        ax.plot([r.gpu_ms], [measured], "o", color=color, mec="white", ms=7)
+        ax.plot([r.gpu_ms], [r.observed_pct], "o", mfc="none", mec=color, ms=7, mew=1.4)
+    ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(ticker.FormatStrFormatter("%g"))
+    ax.set_xlabel("GPU work per step, forward + sampling (ms)")
+    ax.set_ylabel("predicted speedup (%)")
+    ax.axhline(0, color="#5b6470", lw=0.6)
+    ax.legend(fontsize=7.5)
+    return to_svg(fig)

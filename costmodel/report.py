@@ -1,0 +1,141 @@
+"""One self-contained HTML report per run directory (layout: costmodel/results.py).
+
+`report_run_dir(DIR)` reads DIR/results.json, predicts, draws the figures as inline SVG and renders
+templates/report.html.j2 with autoescaping on, so every trace-derived string (phase and kernel names, run
+ids, commands, paths) reaches the page escaped. The page loads nothing from outside.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import platform
+from pathlib import Path
+
+import jinja2
+import numpy as np
+import pandas as pd
+from markupsafe import Markup
+
+from costmodel import figures
+from costmodel.predict import predict_blog, predict_runs, steady_state
+from costmodel.results import Results, read_results
+
+REPORT_FILE = "report.html"
+TEMPLATES = Path(__file__).parent / "templates"
+
+
+def _env() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters["num"] = lambda v, nd=2: "–" if v is None or pd.isna(v) else f"{v:,.{nd}f}"
+    env.filters["signed"] = lambda v, nd=1: "–" if v is None or pd.isna(v) else f"{v:+.{nd}f}%"
+    env.filters["tojson_pretty"] = lambda v: v if isinstance(v, str) else json.dumps(v, indent=1, default=str)
+    return env
+
+
+def run_label(run: pd.Series | dict, depth: bool = True) -> str:
+    streams = int(run["streams"])
+    label = f"{run.get('preset') or run.get('model')} · {run['device']} · {streams} stream{'s' if streams > 1 else ''}"
+    return f"{label} · depth {int(run['depth'])}" if depth else label
+
+
+def step_summary(results: Results) -> pd.DataFrame:
+    """The post's first table, per run: steady-state medians of forward, sampling, period and bubble."""
+    rows = []
+    for run in results.runs.to_dict("records"):
+        steady = steady_state(results.steps[results.steps["run_id"] == run["run_id"]])
+        if steady.empty:
+            continue
+        rows.append(dict(run_id=run["run_id"], label=run_label(run), depth=int(run["depth"]),
+                         batch=int(steady["batch_size"].iloc[0]), steps=len(steady),
+                         **{c: float(steady[c].median()) for c in
+                            ("forward_ms", "sampling_ms", "period_ms", "bubble_ms", "busy_ms")}))
+    return pd.DataFrame(rows)
+
+
+def _timelines(results: Results) -> list[dict]:
+    """One lane chart per configuration: its first depth-1 run over its first depth-2 run."""
+    by_config: dict[str, dict[int, dict]] = {}
+    for run in results.runs.to_dict("records"):
+        by_config.setdefault(run_label(run, depth=False), {}).setdefault(int(run["depth"]), run)
+    charts = []
+    for title, by_depth in by_config.items():
+        panels = []
+        for depth, run in sorted(by_depth.items()):
+            steps = results.steps[results.steps["run_id"] == run["run_id"]]
+            ranges = results.timeline[results.timeline["run_id"] == run["run_id"]] if len(results.timeline) else None
+            if len(steps) >= 2:
+                panels.append((f"depth {depth} ({'blocking' if depth == 1 else 'pipelined'})", steps, ranges))
+        if panels:
+            has_host = any(r is not None and len(r) for _, _, r in panels)
+            charts.append(dict(title=title, svg=Markup(figures.lane_chart(panels)), has_host=has_host))
+    return charts
+
+
+def _gaps(results: Results) -> list[tuple[str, int, np.ndarray]]:
+    if len(results.gaps):
+        source = results.gaps
+    else:  # without a gap table: each step's idle time
+        source = results.steps.rename(columns={"bubble_ms": "gap_ms"})
+    gaps = {run_id: g["gap_ms"].dropna().to_numpy(float) for run_id, g in source.groupby("run_id")}
+    return [(run_label(run), int(run["depth"]), gaps.get(run["run_id"], np.array([])))
+            for run in results.runs.to_dict("records")]
+
+
+def _attribution(results: Results) -> pd.DataFrame:
+    if results.attribution.empty:
+        return results.attribution
+    runs = results.runs.set_index("run_id")
+    steps_per_run = results.steps.groupby("run_id").size()
+    a = results.attribution[results.attribution["run_id"].isin(runs.index)]
+    # Runs with no idle time at all still get their (empty) bar.
+    idle_free = [r for r in runs.index if r not in set(a["run_id"])]
+    a = pd.concat([a, pd.DataFrame({"run_id": idle_free, "phase": "other", "bubble_ms": 0.0})], ignore_index=True)
+    a["label"] = [run_label(runs.loc[r].to_dict()) for r in a["run_id"]]
+    a["ms_per_step"] = a["bubble_ms"] / a["run_id"].map(steps_per_run)
+    return a
+
+
+def _machine() -> dict:
+    import matplotlib
+    return {"report built": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "python": platform.python_version(), "pandas": pd.__version__, "matplotlib": matplotlib.__version__,
+            "jinja2": jinja2.__version__, "host": platform.node()}
+
+
+def render_report(results: Results, title: str, n_boot: int = 1000) -> str:
+    table = predict_runs(results.runs, results.steps, n_boot=n_boot)
+    blog = predict_blog()
+    attribution = _attribution(results)
+    summary = step_summary(results)
+    headline = table.sort_values("observed_pct", ascending=False).head(3) if len(table) else table
+    context = dict(
+        title=title,
+        runs=results.runs.to_dict("records"),
+        devices=sorted(set(map(str, results.runs.get("device", [])))),
+        predictions=table.to_dict("records"),
+        headline=headline.to_dict("records"),
+        mean_abs_error=float(table["error_pts"].abs().mean()) if len(table) else None,
+        blog=blog.to_dict("records"),
+        summary=summary.to_dict("records"),
+        fig_pred=Markup(figures.predicted_vs_observed(table, blog)) if len(table) else None,
+        fig_whatif=Markup(figures.whatif_curves(table if len(table) else blog)),
+        whatif_is_blog=not len(table),
+        timelines=_timelines(results),
+        fig_gaps=Markup(figures.gap_histogram(gaps)) if (gaps := _gaps(results)) else None,
+        gaps_from_steps=results.gaps.empty,
+        fig_attr=Markup(figures.attribution_bars(attribution)) if len(attribution) else None,
+        attribution=attribution.to_dict("records"),
+        provenance=results.provenance,
+        machine=_machine(),
+    )
+    return _env().get_template("report.html.j2").render(**context)
+
+
+def report_run_dir(run_dir: Path | str, n_boot: int = 1000) -> Path:
+    """Write DIR/report.html from DIR/results.json and return its path."""
+    run_dir = Path(run_dir)
+    results = read_results(run_dir)
+    out = run_dir / REPORT_FILE
+    out.write_text(render_report(results, title=run_dir.resolve().name, n_boot=n_boot), encoding="utf-8")
+    return out
