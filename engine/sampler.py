@@ -132,7 +132,8 @@ def _top_p_floor(sorted_desc: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor
     fixed = (probs * _TOP_P_ONE).long()     # float32 * 2^40 truncates to int64 exactly
     mass_before = fixed.cumsum(dim=-1) - fixed
     limit = (top_p.double() * _TOP_P_ONE).long().unsqueeze(-1)
-    n_keep = (mass_before < limit).sum(dim=-1, keepdim=True)   # >= 1: the top token has nothing before it
+    # >= 1 (the top token has nothing before it); the clamp only guards a row whose mask allowed nothing.
+    n_keep = (mass_before < limit).sum(dim=-1, keepdim=True).clamp_(min=1)
     floor = sorted_desc.gather(-1, n_keep - 1)
     return torch.where(top_p.unsqueeze(-1) < 1.0, floor, float("-inf"))
 

@@ -65,7 +65,7 @@ def parse_output(spec: str, token_ids: Sequence[int], *, tokenizer=None, vocab_s
 
 def _split(spec: str) -> tuple[str, str]:
     kind, _, body = spec.partition(":")
-    if kind in CONSTRAINTS and not body or kind in ("regex", "json") and body:
+    if (kind in CONSTRAINTS and not body) or (kind in ("regex", "json") and body):
         return kind, body
     raise RequestError(f"unknown constraint {spec!r}; use one of {', '.join(CONSTRAINTS)}, regex:<pattern>, "
                        "json:<schema>")

@@ -50,8 +50,10 @@ def automaton(kind: str, args: dict) -> CharAutomaton:
     min_objects, max_objects = _object_range(args)
     obj = NUMBER + [","] + NUMBER + [","] + NUMBER
     classes = obj + ([";"] + obj) * (max_objects - 1)
-    after = [(n + 1) * len(obj) + n for n in range(max_objects)]    # state after the (n+1)-th object
-    accepting = set(after[max(min_objects, 1) - 1:]) | ({0} if min_objects == 0 else set())
+    after = [(n + 1) * len(obj) + n for n in range(max_objects)]    # after[n]: the state after n + 1 objects
+    accepting = {after[n - 1] for n in range(max(min_objects, 1), max_objects + 1)}
+    if min_objects == 0:
+        accepting.add(0)
     return CharAutomaton.chain(classes, accepting)
 
 
@@ -70,9 +72,9 @@ _tokenizer_free_tables: dict = {}
 def token_table(kind: str, args: dict, *, vocab_size: int, eos_token_ids: Sequence[int], tokenizer=None) -> TokenTable:
     """The compiled table for (spec, args, vocabulary), built once and cached per tokenizer."""
     cache = _tokenizer_free_tables if tokenizer is None else _tables_by_tokenizer.setdefault(tokenizer, {})
-    fsm = automaton(kind, args)
-    key = (kind, tuple(sorted(args.items())), vocab_size, tuple(eos_token_ids))
-    if key not in cache:
+    key = (kind, repr(sorted(args.items())), vocab_size, tuple(eos_token_ids))
+    if key not in cache:                       # args are validated here, on the first request that uses them
+        fsm = automaton(kind, args)
         cache[key] = TokenTable(fsm, _candidate_vocab(fsm, cache, tokenizer, vocab_size, eos_token_ids),
                                 eos_token_ids, vocab_size)
     table = cache[key]
@@ -83,7 +85,8 @@ def token_table(kind: str, args: dict, *, vocab_size: int, eos_token_ids: Sequen
 
 def _candidate_vocab(fsm: CharAutomaton, cache: dict, tokenizer, vocab_size: int,
                      eos_token_ids: Sequence[int]) -> dict[int, str]:
-    """Token ids whose whole text is made of the automaton's characters (all others are never allowed)."""
+    """Token ids whose whole text is made of the automaton's characters (all others are never allowed).
+    Decoding tokens one at a time is exact for byte-level BPE vocabularies (SmolLM2, Qwen3, Llama 3)."""
     if tokenizer is None:
         if vocab_size <= max(TOKENIZER_FREE_VOCAB) or set(eos_token_ids) & set(TOKENIZER_FREE_VOCAB):
             raise RequestError(f"tokenizer-free constraints need ids 100..112 free for digits and separators "
@@ -91,7 +94,7 @@ def _candidate_vocab(fsm: CharAutomaton, cache: dict, tokenizer, vocab_size: int
         return TOKENIZER_FREE_VOCAB
     n = min(vocab_size, len(tokenizer))
     if ("texts", n) not in cache:   # decoding 50-150k tokens takes a fraction of a second: once per tokenizer
-        cache["texts", n] = tokenizer.batch_decode([[i] for i in range(n)])
+        cache["texts", n] = tokenizer.batch_decode([[i] for i in range(n)], clean_up_tokenization_spaces=False)
     alphabet = fsm.alphabet
     return {i: text for i, text in enumerate(cache["texts", n])
             if text and i not in eos_token_ids and set(text) <= alphabet}
