@@ -1,6 +1,75 @@
-"""CLI commands for profiling/ (placeholder until that part lands)."""
+"""`bubblelab analyze`: ingest nsys traces into a catalog and print the per-run bubble breakdown."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
 import typer
+from rich.console import Console
+from rich.table import Table
+
+console = Console()
 
 
 def register(app: typer.Typer) -> None:
-    pass
+    app.command("analyze")(analyze)
+
+
+def analyze(
+    traces: list[Path] = typer.Argument(None, help="nsys SQLite exports (none: every run already in --catalog)."),
+    catalog: Path = typer.Option(None, "--catalog", help="DuckDB catalog to add the runs to (default: in memory)."),
+    as_json: bool = typer.Option(False, "--json", help="Print medians and p10/p90 per (depth, streams) as JSON."),
+    warmup: int = typer.Option(None, help="Steady-state candidates skipped at the start of each run (default 5)."),
+    domain: str = typer.Option("bubblelab", help="NVTX domain of the engine's ranges."),
+) -> None:
+    """Per-step breakdown of each run: forward, sampling, bubble and period, and where the bubble went."""
+    from engine.errors import BubblelabError
+    from profiling import analysis
+    from profiling.catalog import connect
+    from profiling.ingest import ingest
+
+    if not traces and catalog is None:
+        raise BubblelabError("give one or more traces, or --catalog PATH")
+    con = connect(catalog)
+    run_ids = [ingest(trace, None, {}, domain=domain, con=con) for trace in traces] if traces else None
+    report = analysis.analyze(con, run_ids, analysis.WARMUP_STEPS if warmup is None else warmup)
+    if as_json:
+        print(json.dumps(report, indent=1))
+        return
+    console.print(_steps_table(report["runs"]))
+    console.print(_attribution_table(report["runs"]))
+    for run in report["runs"]:
+        if run["flagged_syncs"]:
+            console.print(f"[red]run {run['run_id'][:8]}: {run['flagged_syncs']} syncs or copies stall the "
+                          "pipeline (see profiling.analysis.sync_inventory)[/red]")
+
+
+def _median(stat: dict) -> str:
+    return "–" if stat["median"] is None else f"{stat['median']:.3f}"
+
+
+def _steps_table(runs: list[dict]) -> Table:
+    table = Table(title="Steady-state steps, median ms (--json adds p10/p90)", title_justify="left",
+                  header_style="bold")
+    for column in ("run", "depth", "streams", "steps", "forward", "sampling", "bubble", "period", "bubble%"):
+        table.add_column(column, justify="left" if column == "run" else "right", no_wrap=True)
+    for run in runs:
+        share = run["bubble_share"]
+        table.add_row(run["run_id"][:8], str(run["depth"]), str(run["streams"]), str(run["steps"]),
+                      *(_median(run[f"{c}_ms"]) for c in ("forward", "sampling", "bubble", "period")),
+                      "–" if share is None else f"{100 * share:.1f}")
+    return table
+
+
+def _attribution_table(runs: list[dict]) -> Table:
+    """Phases down, runs across: the bubble per steady step split by what the host was doing meanwhile."""
+    phases = list(dict.fromkeys(p for run in runs for p in run["attribution_ms_per_step"]))
+    table = Table(title="Bubble ms per steady step, by the host phase running while the GPU was idle",
+                  title_justify="left", header_style="bold")
+    table.add_column("host phase", no_wrap=True)
+    for run in runs:
+        table.add_column(f"{run['run_id'][:8]} d{run['depth']}", justify="right", no_wrap=True)
+    for phase in phases:
+        table.add_row(phase, *(f"{run['attribution_ms_per_step'][phase]:.3f}"
+                               if phase in run["attribution_ms_per_step"] else "–" for run in runs))
+    return table

@@ -23,11 +23,11 @@ SUMMARY_COLUMNS = ("forward_ms", "sampling_ms", "bubble_ms", "period_ms", "busy_
 
 
 def per_step(catalog: Catalog, run_id: str) -> pd.DataFrame:
-    """The per-step table of docs/phases.md for one run."""
+    """The per-step table of docs/phases.md for one run (computed by sql/per_step.sql at ingest)."""
     con = _open(catalog)
     if not con.execute("SELECT 1 FROM runs WHERE run_id = ?", [run_id]).fetchone():
         raise BubblelabError(f"no run {run_id} in the catalog")
-    return queries.run(con, "per_step", {"run_id": run_id})
+    return con.execute("SELECT * FROM steps WHERE run_id = ? ORDER BY step", [run_id]).df()
 
 
 def per_step_from_timeline(timeline: Timeline, run_id: str, depth: int) -> pd.DataFrame:
@@ -83,6 +83,47 @@ def summarize(df: pd.DataFrame) -> dict:
     period = df["period_ms"].sum()
     summary["bubble_share"] = _float(df["bubble_ms"].sum() / period) if period else None
     return summary
+
+
+def analyze(catalog: Catalog, run_ids: list[str] | None = None, warmup: int = WARMUP_STEPS) -> dict:
+    """Steady-state summary, attribution and flagged syncs per run, and pooled per (depth, streams).
+
+    A run without `streams` metadata gets its steady-state batch size (the streams of a closed loop).
+    """
+    con = _open(catalog)
+    meta = runs(con)
+    run_ids = meta.run_id.tolist() if run_ids is None else run_ids
+    per_run, steady_steps, idle = [], [], []
+    for run_id in run_ids:
+        run = meta.set_index("run_id").loc[run_id]
+        steady = steady_state(per_step(con, run_id), warmup)
+        streams = run.streams if pd.notna(run.streams) else (steady.batch_size.mode().max() if len(steady) else None)
+        table = attribution(con, run_id, steady).assign(run_id=run_id)
+        per_run.append({"run_id": run_id, "model": run.model, "device": run.device, "source": run.source,
+                        "depth": _int(run.depth), "streams": _int(streams), **summarize(steady),
+                        "attribution_ms_per_step": _per_step_ms(table, len(steady)),
+                        "flagged_syncs": int(sync_inventory(con, run_id).flagged.sum())})
+        steady_steps.append(steady.assign(streams=_int(streams)))
+        idle.append(table)
+    groups = []
+    steps_all = pd.concat(steady_steps) if steady_steps else pd.DataFrame()
+    idle_all = pd.concat(idle) if idle else pd.DataFrame(columns=["run_id", "phase", "idle_ms"])
+    for entry in sorted({(r["depth"], r["streams"]) for r in per_run}, key=str):
+        members = [r["run_id"] for r in per_run if (r["depth"], r["streams"]) == entry]
+        steady = steps_all[steps_all.run_id.isin(members)]
+        groups.append({"depth": entry[0], "streams": entry[1], "runs": members, **summarize(steady),
+                       "attribution_ms_per_step": _per_step_ms(idle_all[idle_all.run_id.isin(members)],
+                                                               len(steady))})
+    return {"warmup_steps": warmup, "runs": per_run, "groups": groups}
+
+
+def _per_step_ms(table: pd.DataFrame, steps: int) -> dict[str, float]:
+    totals = table.groupby("phase").idle_ms.sum().sort_values(ascending=False)
+    return {phase: round(ms / steps, 6) for phase, ms in totals.items()} if steps else {}
+
+
+def _int(x) -> int | None:
+    return None if x is None or pd.isna(x) else int(x)
 
 
 def _float(x: float) -> float | None:

@@ -34,3 +34,8 @@ def run(con: duckdb.DuckDBPyConnection, name: str, params: dict | None = None,
 def execute(con: duckdb.DuckDBPyConnection, name: str, params: dict | None = None) -> None:
     """Run a statement file for its effect (ingestion steps)."""
     con.execute(read_sql(name), params or {})
+
+
+def insert(con: duckdb.DuckDBPyConnection, table: str, name: str, params: dict | None = None) -> None:
+    """Store a query's answer: INSERT INTO <table> <profiling/sql/name.sql>."""
+    con.execute(f"INSERT INTO {table} {read_sql(name)}", params or {})

@@ -13,7 +13,8 @@ from profiling.catalog import connect
 from profiling.ingest import ingest
 
 PROBE = Path(__file__).parents[1] / "traces" / "nsys-h200-probe.sqlite"
-TABLES = ("runs", "trace_meta", "host_ranges", "host_segments", "step_info", "api_calls", "gpu_ops", "syncs")
+TABLES = ("runs", "trace_meta", "host_ranges", "host_segments", "step_info", "api_calls", "gpu_ops", "syncs",
+          "steps")
 
 
 def counts(con) -> dict[str, int]:
@@ -24,7 +25,8 @@ def test_probe_ingests_with_its_metadata(tmp_path):
     con = connect(tmp_path / "c.duckdb")
     run = ingest(PROBE, None, {"model": "bf16 matmul probe", "streams": 1}, domain="probe", con=con)
     assert counts(con) == {"runs": 1, "trace_meta": 29, "host_ranges": 200, "host_segments": 350,
-                           "step_info": 0, "api_calls": 1495, "gpu_ops": 252, "syncs": 0}
+                           "step_info": 0, "api_calls": 1495, "gpu_ops": 252, "syncs": 0,
+                           "steps": 50}   # the probe's `step` ranges carry payloads, its inner ranges none
     row = analysis.runs(con).iloc[0]
     assert (row.run_id, row.model, row.device, row.driver) == (run, "bf16 matmul probe", "NVIDIA H200", "580.159.04")
     assert (row.nsys_version, row.schema_version, row.source) == ("2025.3.2.0", "3.20.3", "nsys")

@@ -57,3 +57,10 @@ CREATE TABLE IF NOT EXISTS gpu_ops (
 CREATE TABLE IF NOT EXISTS syncs (
     run_id VARCHAR, start BIGINT, "end" BIGINT, pid BIGINT, correlation_id BIGINT, sync_type INTEGER,
     stream_id BIGINT);
+
+-- The per-step table of docs/phases.md (profiling/sql/per_step.sql), stored at ingest for every run.
+CREATE TABLE IF NOT EXISTS steps (
+    run_id VARCHAR, step BIGINT, kind VARCHAR, depth INTEGER, batch_size INTEGER,
+    forward_ms DOUBLE, sampling_ms DOUBLE, busy_ms DOUBLE, bubble_ms DOUBLE, period_ms DOUBLE,
+    plan_ms DOUBLE, launch_ms DOUBLE, commit_ms DOUBLE, finalize_ms DOUBLE, wait_ms DOUBLE,
+    gpu_start_ns BIGINT, gpu_end_ns BIGINT);

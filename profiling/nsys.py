@@ -1,0 +1,82 @@
+"""Run a command under Nsight Systems and get its SQLite export.
+
+The capture covers only what the run brackets with cudaProfilerStart/Stop (torch.cuda.profiler.start/stop
+after warm-up), traces CUDA and NVTX, and expands CUDA graphs node by node so their kernels are visible.
+Commands are argument lists handed to subprocess, never a shell, so any path or argument is safe.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+from engine.errors import BubblelabError
+
+PROFILE_OPTIONS = ("-t", "cuda,nvtx", "-s", "none", "--cpuctxsw=none", "--cuda-graph-trace=node",
+                   "--capture-range=cudaProfilerApi", "--capture-range-end=stop", "--export", "sqlite")
+
+
+def find_nsys() -> str:
+    """The nsys executable: $NSYS if set, else the one on PATH."""
+    override = os.environ.get("NSYS")
+    if override:
+        if not (Path(override).is_file() and os.access(override, os.X_OK)):
+            raise BubblelabError(f"$NSYS={override} is not an executable file")
+        return override
+    found = shutil.which("nsys")
+    if found is None:
+        raise BubblelabError("nsys (Nsight Systems) not found: put it on PATH or set $NSYS")
+    return found
+
+
+def nsys_version() -> str:
+    """E.g. '2025.3.2.474' from `nsys --version`."""
+    out = _run([find_nsys(), "--version"], timeout=60).stdout
+    match = re.search(r"\d{4}\.\d+(\.\d+)*", out)
+    if match is None:
+        raise BubblelabError(f"cannot read the nsys version from {out.strip()!r}")
+    return match.group(0)
+
+
+def export_path(out_base: Path) -> Path:
+    """Where nsys writes the SQLite export for `-o out_base` (names may contain dots)."""
+    return out_base.parent / f"{out_base.name}.sqlite"
+
+
+def profile_command(out_base: Path, argv: list[str]) -> list[str]:
+    """The full argument list that profiles `argv` and exports `<out_base>.sqlite`."""
+    return [find_nsys(), "profile", *PROFILE_OPTIONS, "-o", str(out_base), "--force-overwrite", "true", *argv]
+
+
+def run_under_nsys(out_base: Path, argv: list[str], *, timeout: float | None = None,
+                   env: dict[str, str] | None = None) -> Path:
+    """Profile `argv`; return the SQLite export. Failures are one-line BubblelabErrors."""
+    out_base = Path(out_base)
+    out_base.parent.mkdir(parents=True, exist_ok=True)
+    result = _run(profile_command(out_base, argv), timeout=timeout, env=env)
+    trace = export_path(out_base)
+    if not trace.is_file():
+        raise BubblelabError(f"nsys wrote no {trace.name}: did the run call torch.cuda.profiler.start()? "
+                             f"({_last_line(result.stderr or result.stdout)})")
+    return trace
+
+
+def _run(cmd: list[str], *, timeout: float | None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    try:
+        result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                                env=None if env is None else {**os.environ, **env})
+    except subprocess.TimeoutExpired:
+        raise BubblelabError(f"{Path(cmd[0]).name} {cmd[1]} timed out after {timeout} s") from None
+    except OSError as e:
+        raise BubblelabError(f"cannot start {cmd[0]}: {e.strerror}") from None
+    if result.returncode != 0:
+        raise BubblelabError(f"{Path(cmd[0]).name} {cmd[1]} exited with {result.returncode}: "
+                             f"{_last_line(result.stderr or result.stdout)}")
+    return result
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else "no output"

@@ -1,0 +1,79 @@
+"""The nsys driver, against a fake `nsys` script that records the argument list it was given."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.errors import BubblelabError
+from profiling import nsys
+
+FAKE_NSYS = f"""#!{sys.executable}
+import json, pathlib, sys
+args = sys.argv[1:]
+pathlib.Path(__file__).with_name("argv.json").write_text(json.dumps(args))
+if args == ["--version"]:
+    print("NVIDIA Nsight Systems version 2025.3.2.474-253236389321v0")
+elif "fail" in args:
+    print("some detail", file=sys.stderr)
+    print("Error: the application crashed", file=sys.stderr)
+    sys.exit(3)
+elif "nocapture" not in args:
+    out = args[args.index("-o") + 1]
+    pathlib.Path(out + ".sqlite").write_text("export")
+"""
+
+
+@pytest.fixture
+def fake_nsys(tmp_path, monkeypatch) -> Path:
+    bin_dir = tmp_path / "my tools 'v2'" / "bin"
+    bin_dir.mkdir(parents=True)
+    script = bin_dir / "nsys"
+    script.write_text(FAKE_NSYS)
+    script.chmod(0o755)
+    monkeypatch.delenv("NSYS", raising=False)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    return script
+
+
+def recorded(fake: Path) -> list[str]:
+    return json.loads(fake.with_name("argv.json").read_text())
+
+
+def test_profile_command_shape(fake_nsys, tmp_path):
+    cmd = nsys.profile_command(tmp_path / "out", ["python", "-m", "bubblelab._worker", "--depth", "2"])
+    assert cmd == [str(fake_nsys), "profile", "-t", "cuda,nvtx", "-s", "none", "--cpuctxsw=none",
+                   "--cuda-graph-trace=node", "--capture-range=cudaProfilerApi", "--capture-range-end=stop",
+                   "--export", "sqlite", "-o", str(tmp_path / "out"), "--force-overwrite", "true",
+                   "python", "-m", "bubblelab._worker", "--depth", "2"]
+
+
+def test_paths_with_spaces_and_quotes_reach_nsys_verbatim(fake_nsys, tmp_path):
+    out_base = tmp_path / "runs \"quoted\" dir" / "d2 s8 it's.v1"
+    argv = [sys.executable, "-m", "bubblelab._worker", "--out", str(tmp_path / "a b'c\"d"), "$HOME;rm -rf x"]
+    trace = nsys.run_under_nsys(out_base, argv)
+    assert trace == out_base.parent / "d2 s8 it's.v1.sqlite" and trace.read_text() == "export"
+    assert recorded(fake_nsys)[-len(argv):] == argv          # no shell: nothing split, expanded or run
+    assert recorded(fake_nsys)[recorded(fake_nsys).index("-o") + 1] == str(out_base)
+
+
+def test_version_and_env_override(fake_nsys, tmp_path, monkeypatch):
+    assert nsys.nsys_version() == "2025.3.2.474"
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    monkeypatch.setenv("NSYS", str(fake_nsys))
+    assert nsys.find_nsys() == str(fake_nsys)
+    monkeypatch.setenv("NSYS", str(tmp_path / "nope"))
+    with pytest.raises(BubblelabError, match=r"\$NSYS=.*nope is not an executable"):
+        nsys.find_nsys()
+
+
+def test_failures_are_one_line_errors(fake_nsys, tmp_path, monkeypatch):
+    with pytest.raises(BubblelabError, match="nsys profile exited with 3: Error: the application crashed"):
+        nsys.run_under_nsys(tmp_path / "o", ["fail"])
+    with pytest.raises(BubblelabError, match=r"wrote no o\.sqlite: did the run call torch\.cuda\.profiler"):
+        nsys.run_under_nsys(tmp_path / "o", ["nocapture"])
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(BubblelabError, match="nsys .* not found"):
+        nsys.profile_command(tmp_path / "o", ["x"])
