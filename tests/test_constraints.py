@@ -178,6 +178,16 @@ def test_regex_walks_parse(tokenizer, data):
 
 
 @xgrammar_installed
+@settings(max_examples=15, deadline=None)
+@given(budget=st.integers(2, 6), data=st.data())
+def test_regex_ends_with_eos_on_the_last_budgeted_token(tokenizer, budget, data):
+    vocab = vocab_of(tokenizer)
+    tokens = walk(make_constraint("regex:[0-9]+", **vocab), budget, vocab,
+                  lambda ids: data.draw(st.sampled_from(ids.tolist())))
+    assert parse_output("regex:[0-9]+", tokens, **vocab).isdigit()
+
+
+@xgrammar_installed
 def test_json_schema_masks_follow_the_schema(tokenizer):
     vocab = vocab_of(tokenizer)
     schema = json.dumps({"type": "object", "properties": {"x": {"type": "number"}, "label": {"type": "string"}},

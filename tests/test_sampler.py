@@ -151,7 +151,6 @@ def test_apply_bitmask_layout():
     assert torch.isfinite(out[0]).nonzero().flatten().tolist() == [0, 31, 32, 69]
 
 
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 QWEN_VOCAB = 151_936
 MIXED = [SamplingParams(temperature=0.7, top_k=20, top_p=0.9), SamplingParams(),
          SamplingParams(temperature=1.0, top_k=50), SamplingParams(temperature=0.5, top_p=0.8),
@@ -163,8 +162,7 @@ def gpu_case(rows: int):
     return logits, [MIXED[i % len(MIXED)] for i in range(rows)], list(range(rows)), [7 * i for i in range(rows)]
 
 
-@pytest.mark.gpu
-@needs_cuda
+@pytest.mark.gpu                     # tests/conftest.py skips these without CUDA
 @pytest.mark.parametrize("batch_size", [1, 256])
 def test_sample_never_syncs_the_host(batch_size):
     logits, params, seeds, counters = gpu_case(batch_size)
@@ -183,7 +181,6 @@ def test_sample_never_syncs_the_host(batch_size):
 
 
 @pytest.mark.gpu
-@needs_cuda
 def test_gpu_rows_are_batch_invariant():
     logits, params, seeds, counters = gpu_case(256)
     together = run(logits, params, seeds, counters, device="cuda")
@@ -196,7 +193,6 @@ def test_gpu_rows_are_batch_invariant():
 
 
 @pytest.mark.gpu
-@needs_cuda
 def test_gpu_distribution_matches_softmax():
     base = np.array([1.0, 0.5, 0.0, -0.3, -1.0, 0.2], dtype=np.float32)
     n = 20_000

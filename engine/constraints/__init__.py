@@ -45,7 +45,7 @@ def make_constraint(spec: str, *, vocab_size: int, eos_token_ids: Sequence[int],
         return spatial.SpatialConstraint(table)
     compiled = grammar.compile_grammar(kind, body, tokenizer=tokenizer, vocab_size=vocab_size,
                                        eos_token_ids=eos_token_ids)
-    return grammar.GrammarConstraint(compiled)
+    return grammar.GrammarConstraint(compiled, eos_token_ids)
 
 
 def parse_output(spec: str, token_ids: Sequence[int], *, tokenizer=None, vocab_size: int, eos_token_ids=(),

@@ -1,8 +1,9 @@
 """regex: and json: constraints through xgrammar, an optional dependency imported on first use.
 
 xgrammar's bitmask layout (int32 [B, ceil(V/32)], bit j of word w = token 32w+j) is ours, so its matcher
-fills our host bitmask rows directly. Unlike point/detect these are not budget-aware: a request cut by
-max_tokens can end mid-grammar.
+fills our host bitmask rows directly. Budget awareness is partial: a grammar is too general for a distance
+table, so only the last token of the budget is forced to EOS when the output is complete by then; a request
+that is still mid-grammar at max_tokens is cut there.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from engine.constraints.automaton import set_bits
 from engine.errors import RequestError
 
 _compilers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # tokenizer -> {(V, eos): compiler}
@@ -20,13 +22,18 @@ _compilers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # tokenize
 class GrammarConstraint:
     """Per-request xgrammar matcher state."""
 
-    def __init__(self, compiled_grammar):
+    def __init__(self, compiled_grammar, eos_token_ids: Sequence[int]):
         import xgrammar
 
         self.matcher = xgrammar.GrammarMatcher(compiled_grammar)
+        self.eos_token_ids = list(eos_token_ids)
 
     def fill_bitmask(self, out: np.ndarray, remaining: int) -> None:
-        self.matcher.fill_next_token_bitmask(out.reshape(1, -1))
+        if remaining == 1 and self.matcher.is_completed():   # the last token: end while the output parses
+            out[:] = 0
+            set_bits(out.view(np.uint32), self.eos_token_ids)
+        else:
+            self.matcher.fill_next_token_bitmask(out.reshape(1, -1))
 
     def advance(self, token_id: int) -> None:
         if not self.matcher.accept_token(token_id):
@@ -61,7 +68,7 @@ def compile_grammar(kind: str, body: str, *, tokenizer, vocab_size: int, eos_tok
 
 def grammar_text(compiled_grammar, token_ids: Sequence[int], tokenizer, eos_token_ids: Sequence[int]) -> str:
     """Decoded text of a complete grammar output (trailing EOS optional); ValueError if it is not one."""
-    constraint = GrammarConstraint(compiled_grammar)
+    constraint = GrammarConstraint(compiled_grammar, eos_token_ids)
     for token in token_ids:
         constraint.advance(token)
     if not constraint.is_complete():
