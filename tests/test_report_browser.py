@@ -1,0 +1,170 @@
+"""The report in a real browser: headless Chromium, driven over the DevTools protocol on a pipe.
+
+Checks that the page renders, logs no console error, raises no exception, opens no dialog (a planted
+`<script>alert(1)</script>` would) and paints a non-blank screenshot.
+"""
+import base64
+import io
+import json
+import os
+import select
+import shutil
+import subprocess
+import time
+
+import numpy as np
+import pytest
+from matplotlib import image as mpimg
+
+from costmodel.report import report_run_dir
+from costmodel.simulate import LoopCosts, write_demo_run_dir
+from tests.test_report import EVIL, plant
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install -y chromium)")
+
+
+class Browser:
+    """Chromium with --remote-debugging-pipe: JSON messages ending in NUL, commands on fd 3, replies on fd 4."""
+
+    def __init__(self, user_data_dir):
+        to_chrome_r, self._to_chrome = os.pipe()
+        self._from_chrome, from_chrome_w = os.pipe()
+        self.proc = subprocess.Popen(
+            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+             "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars",
+             f"--user-data-dir={user_data_dir}", "--remote-debugging-pipe", "about:blank"],
+            pass_fds=(3, 4), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            preexec_fn=lambda: (os.dup2(to_chrome_r, 3), os.dup2(from_chrome_w, 4)))
+        os.close(to_chrome_r)
+        os.close(from_chrome_w)
+        self._buffer, self._next_id, self.events = b"", 0, []
+
+    def _read(self, timeout: float) -> dict | None:
+        while b"\0" not in self._buffer:
+            ready, _, _ = select.select([self._from_chrome], [], [], timeout)
+            if not ready:
+                return None
+            chunk = os.read(self._from_chrome, 1 << 20)
+            if not chunk:
+                raise RuntimeError("chromium closed the DevTools pipe")
+            self._buffer += chunk
+        message, self._buffer = self._buffer.split(b"\0", 1)
+        return json.loads(message)
+
+    def send(self, method: str, params: dict | None = None, session: str | None = None, timeout: float = 30):
+        self._next_id += 1
+        msg = {"id": self._next_id, "method": method, "params": params or {}}
+        if session:
+            msg["sessionId"] = session
+        os.write(self._to_chrome, json.dumps(msg).encode() + b"\0")
+        deadline = time.monotonic() + timeout
+        while (reply := self._read(max(0.0, deadline - time.monotonic()))) is not None:
+            if reply.get("id") == self._next_id:
+                if "error" in reply:
+                    raise RuntimeError(f"{method}: {reply['error']}")
+                return reply["result"]
+            self._on_event(reply)
+        raise TimeoutError(method)
+
+    def _on_event(self, event: dict) -> None:
+        self.events.append(event)
+        if event.get("method") == "Page.javascriptDialogOpening":  # don't hang on alert()
+            self.send("Page.handleJavaScriptDialog", {"accept": True}, event.get("sessionId"))
+
+    def wait_for(self, method: str, timeout: float = 30) -> dict:
+        deadline = time.monotonic() + timeout
+        while (event := self._read(max(0.0, deadline - time.monotonic()))) is not None:
+            self._on_event(event)
+            if event.get("method") == method:
+                return event
+        raise TimeoutError(method)
+
+    def drain(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while (event := self._read(max(0.0, deadline - time.monotonic()))) is not None:
+            self._on_event(event)
+
+    def close(self) -> None:
+        try:
+            self.send("Browser.close", timeout=5)
+        except (RuntimeError, TimeoutError, OSError):
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        os.close(self._to_chrome)
+        os.close(self._from_chrome)
+
+
+def load(url: str, user_data_dir, width: int = 1280) -> dict:
+    """Open url; return its problems (console errors, exceptions, dialogs), text and a screenshot."""
+    browser = Browser(user_data_dir)
+    try:
+        target = browser.send("Target.createTarget", {"url": "about:blank"})["targetId"]
+        session = browser.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+        for domain in ("Page", "Runtime", "Log"):
+            browser.send(f"{domain}.enable", session=session)
+        browser.send("Emulation.setDeviceMetricsOverride",
+                     {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": False}, session)
+        browser.send("Page.navigate", {"url": url}, session)
+        browser.wait_for("Page.loadEventFired")
+        browser.drain(0.5)  # late console messages and CSP reports
+        text = browser.send("Runtime.evaluate", {"expression": "document.body.innerText", "returnByValue": True},
+                            session)["result"]["value"]
+        scripts = browser.send("Runtime.evaluate", {"expression": "document.scripts.length", "returnByValue": True},
+                               session)["result"]["value"]
+        shot = browser.send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True}, session)
+    finally:
+        browser.close()
+    problems = []
+    for e in browser.events:
+        m, p = e.get("method"), e.get("params", {})
+        if m == "Runtime.consoleAPICalled" and p["type"] in ("error", "assert", "warning"):
+            problems.append(("console", " ".join(str(a.get("value", a.get("description"))) for a in p["args"])))
+        elif m == "Runtime.exceptionThrown":
+            problems.append(("exception", p["exceptionDetails"].get("text")))
+        elif m == "Log.entryAdded" and p["entry"]["level"] in ("error", "warning"):
+            problems.append(("log", p["entry"]["text"]))
+        elif m == "Page.javascriptDialogOpening":
+            problems.append(("dialog", p["message"]))
+    return {"problems": problems, "text": text, "scripts": scripts, "png": base64.b64decode(shot["data"])}
+
+
+def assert_not_blank(png: bytes, path) -> None:
+    path.write_bytes(png)
+    pixels = mpimg.imread(io.BytesIO(png), format="png")[..., :3]
+    assert pixels.shape[0] > 2000 and pixels.shape[1] == 1280             # the whole long page
+    colors = np.unique((pixels[::4, ::4] * 255).astype(np.uint8).reshape(-1, 3), axis=0)
+    assert len(colors) > 200                                               # text, charts, the hero gradient
+    assert pixels.std() > 0.05
+
+
+def test_harness_sees_a_script_that_runs(tmp_path):
+    """Control: the same harness does catch a dialog and a console error when a page runs a script."""
+    page = tmp_path / "bad.html"
+    page.write_text(f"<!doctype html><p>x</p>{EVIL}<script>console.error('boom')</script>")
+    result = load(page.as_uri(), tmp_path / "profile")
+    kinds = {k for k, _ in result["problems"]}
+    assert {"dialog", "console"} <= kinds
+
+
+def test_report_renders_cleanly(tmp_path):
+    run_dir = tmp_path / "run"
+    write_demo_run_dir(run_dir, streams=(1, 8), requests_per_stream=3, output_len=32, costs=LoopCosts(fwd_base=1.0))
+    report = report_run_dir(run_dir, n_boot=100)
+    result = load(report.as_uri(), tmp_path / "profile")
+    assert result["problems"] == []
+    assert "Prediction vs measurement" in result["text"] and "Provenance" in result["text"]
+    assert_not_blank(result["png"], tmp_path / "report.png")
+
+
+def test_planted_script_is_shown_not_run(tmp_path):
+    run_dir = tmp_path / "run"
+    write_demo_run_dir(run_dir, streams=(2,), requests_per_stream=3, output_len=24)
+    report = report_run_dir(plant(run_dir), n_boot=100)
+    result = load(report.as_uri(), tmp_path / "profile")
+    assert result["problems"] == []   # no alert dialog, no CSP violation: nothing tried to run
+    assert result["scripts"] == 0
+    assert EVIL in result["text"]     # the name is there, as text
