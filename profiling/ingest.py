@@ -9,8 +9,10 @@ import hashlib
 import json
 import sqlite3
 import struct
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Iterator
 
 import duckdb
 import pandas as pd
@@ -27,7 +29,7 @@ OPTIONAL_TABLES = (("CUPTI_ACTIVITY_KIND_KERNEL", "ingest_kernels"),
                    ("CUPTI_ACTIVITY_KIND_MEMCPY", "ingest_memcpys"),
                    ("CUPTI_ACTIVITY_KIND_MEMSET", "ingest_memsets"),
                    ("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "ingest_syncs"))
-META_KEYS = frozenset(RUN_COLUMNS) - {"run_id", "source", "trace_path", "nsys_version", "schema_version"}
+META_KEYS = frozenset(RUN_COLUMNS) - {"run_id", "source", "trace_path", "schema_version"}  # given values win
 
 
 def ingest(trace: Path, catalog: Path | str | None, meta: dict | None = None, *, domain: str = DOMAIN,
@@ -37,14 +39,14 @@ def ingest(trace: Path, catalog: Path | str | None, meta: dict | None = None, *,
     facts = inspect_trace(trace, domain)
     meta = _checked_meta(meta)
     con = con or connect(catalog)
+    known = _known_run(con, facts["content_hash"])
+    if known:
+        return known
     run_id = facts["content_hash"][:16]
-    if con.execute("SELECT 1 FROM runs WHERE content_hash = ?", [facts["content_hash"]]).fetchone():
-        return run_id
     load_sqlite_extension(con)
-    con.execute(f"ATTACH {sql_string(str(trace))} AS ns (TYPE sqlite, READ_ONLY)")
     try:
-        con.begin()
-        try:
+        con.execute(f"ATTACH {sql_string(str(trace))} AS ns (TYPE sqlite, READ_ONLY)")
+        with _transaction(con):
             _insert_run(con, run_id, facts["content_hash"], {
                 **facts["run"], **meta, "source": "nsys", "trace_path": str(trace.resolve())})
             con.executemany("INSERT INTO trace_meta VALUES (?, ?, ?)",
@@ -60,14 +62,10 @@ def ingest(trace: Path, catalog: Path | str | None, meta: dict | None = None, *,
                     queries.execute(con, statement, params)
             queries.execute(con, "run_defaults", params)
             queries.insert(con, "steps", "per_step", params)
-            con.commit()
-        except BaseException:
-            con.rollback()
-            raise
     except duckdb.Error as e:
         raise BubblelabError(f"{trace}: cannot read the trace ({str(e).splitlines()[0]})") from None
     finally:
-        con.execute("DETACH ns")
+        con.execute("DETACH DATABASE IF EXISTS ns")
     return run_id
 
 
@@ -80,27 +78,26 @@ def ingest_timeline(timeline: Timeline, con: duckdb.DuckDBPyConnection, meta: di
     for frame in (host, device, steps):
         digest.update(pd.util.hash_pandas_object(frame, index=False).values.tobytes())
     content_hash = digest.hexdigest()
+    known = _known_run(con, content_hash)
+    if known:
+        return known
     run_id = run_id or content_hash[:16]
-    if con.execute("SELECT 1 FROM runs WHERE content_hash = ?", [content_hash]).fetchone():
-        return run_id
+    if con.execute("SELECT 1 FROM runs WHERE run_id = ?", [run_id]).fetchone():
+        raise BubblelabError(f"the catalog already holds a different run named {run_id}")
     depth = meta.get("depth", timeline.depth)
     host = host.assign(run_id=run_id, range_id=range(1, len(host) + 1), tid=0)
     steps = steps.assign(run_id=run_id, depth=depth)
     device = device.assign(run_id=run_id)
-    con.begin()
     try:
-        _insert_run(con, run_id, content_hash, {"device": "cpu", **meta, "depth": depth, "source": "timeline"})
         con.register("tl_host", host)
         con.register("tl_steps", steps)
         con.register("tl_device", device)
-        queries.execute(con, "ingest_timeline")
-        queries.execute(con, "host_segments", {"run_id": run_id})
-        queries.execute(con, "run_defaults", {"run_id": run_id})
-        queries.insert(con, "steps", "per_step", {"run_id": run_id})
-        con.commit()
-    except BaseException:
-        con.rollback()
-        raise
+        with _transaction(con):
+            _insert_run(con, run_id, content_hash, {"device": "cpu", **meta, "depth": depth, "source": "timeline"})
+            queries.execute(con, "ingest_timeline")
+            queries.execute(con, "host_segments", {"run_id": run_id})
+            queries.execute(con, "run_defaults", {"run_id": run_id})
+            queries.insert(con, "steps", "per_step", {"run_id": run_id})
     finally:
         for name in ("tl_host", "tl_steps", "tl_device"):
             con.unregister(name)
@@ -211,6 +208,23 @@ def _insert_run(con: duckdb.DuckDBPyConnection, run_id: str, content_hash: str, 
     columns = ", ".join(f'"{c}"' for c in RUN_COLUMNS)
     con.execute(f"INSERT INTO runs (content_hash, {columns}) VALUES (?, {', '.join('?' * len(RUN_COLUMNS))})",
                 [content_hash, *(row[c] for c in RUN_COLUMNS)])
+
+
+@contextmanager
+def _transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    """All of a run or none of it: an exception or interrupt midway rolls everything back."""
+    con.begin()
+    try:
+        yield
+    except BaseException:
+        con.rollback()
+        raise
+    con.commit()
+
+
+def _known_run(con: duckdb.DuckDBPyConnection, content_hash: str) -> str | None:
+    row = con.execute("SELECT run_id FROM runs WHERE content_hash = ?", [content_hash]).fetchone()
+    return row[0] if row else None
 
 
 def _sha256(path: Path) -> str:
