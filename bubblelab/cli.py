@@ -16,8 +16,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 
 
 def _register_all() -> None:
-    from bubblelab import commands_engine, commands_profiling, commands_costmodel
-    for module in (commands_engine, commands_profiling, commands_costmodel):
+    from bubblelab import commands_costmodel, commands_engine, commands_profiling, commands_sweep
+    for module in (commands_engine, commands_sweep, commands_profiling, commands_costmodel):
         module.register(app)
 
 

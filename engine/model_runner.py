@@ -54,6 +54,7 @@ class ModelRunner:
         for slot in self.slots:
             slot.block_tables_h[:] = self.num_blocks      # every unused entry points at the scratch page
         self.graphs: list[dict[int, torch.cuda.CUDAGraph]] = [{} for _ in self.slots]
+        self.graph_replays = 0          # decode steps that replayed a graph (proof graphs are not silently off)
         self.buckets = graph_buckets(self.max_rows)
         if self.device.type == "cuda" and not config.enforce_eager:
             self._capture_graphs()
@@ -113,10 +114,10 @@ class ModelRunner:
         hidden = self.model(self.pending[d["rows"][:b]], d["positions"][:b], meta)
         slot.logits[:b].copy_(self.model.compute_logits(hidden))
 
-    def _prefill_body(self, slot: DecodeSlot, n_tokens: int, n_seqs: int, max_seqlen: int) -> None:
-        d = slot.meta.d
+    def _prefill_body(self, slot: DecodeSlot, lens: list[int]) -> None:
+        d, n_tokens, n_seqs = slot.meta.d, sum(lens), len(lens)
         meta = AttentionMetadata(is_prefill=True, slot_mapping=d["p_slot_mapping"][:n_tokens],
-                                 cu_seqlens=d["p_cu_seqlens"][:n_seqs + 1], max_seqlen=max_seqlen)
+                                 cu_seqlens=d["p_cu_seqlens"][:n_seqs + 1], max_seqlen=max(lens), seq_lens=lens)
         hidden = self.model(d["p_input_ids"][:n_tokens], d["p_positions"][:n_tokens], meta)
         slot.logits[:n_seqs].copy_(self.model.compute_logits(hidden[d["p_last_index"][:n_seqs]]))
 
@@ -167,11 +168,12 @@ class ModelRunner:
         with phases.range(rng, step.step_id):
             if step.kind == "decode":
                 if bucket is not None:
+                    self.graph_replays += 1
                     compute.submit(self.graphs[slot.index][bucket].replay)
                 else:
                     compute.submit(lambda: self._decode_body(slot, n))
             else:
-                compute.submit(lambda: self._prefill_body(slot, total, n, max(lens)))
+                compute.submit(lambda: self._prefill_body(slot, lens))
         compute.record(slot.ev_forward_end)
 
     def _prompt_slots(self, seq, blocks: BlockManager) -> np.ndarray:

@@ -19,6 +19,7 @@ class AttentionMetadata:
     # Prefill: varlen causal attention over each sequence's own tokens (no prefix cache).
     cu_seqlens: torch.Tensor | None = None   # [B+1] int32
     max_seqlen: int = 0
+    seq_lens: list[int] | None = None         # the same lengths on the host, so no backend syncs to read them
     # Decode: one query token per row attending to its paged cache.
     context_lens: torch.Tensor | None = None  # [B] int32, includes the current token
     block_tables: torch.Tensor | None = None  # [B, max_blocks] int32
@@ -28,4 +29,5 @@ class AttentionMetadata:
         """Prefill metadata without a KV cache: what parity tests and simple scoring need."""
         cu = torch.zeros(len(seq_lens) + 1, dtype=torch.int32)
         cu[1:] = torch.cumsum(torch.tensor(seq_lens, dtype=torch.int32), 0)
-        return AttentionMetadata(is_prefill=True, cu_seqlens=cu.to(device), max_seqlen=max(seq_lens))
+        return AttentionMetadata(is_prefill=True, cu_seqlens=cu.to(device), max_seqlen=max(seq_lens),
+                                 seq_lens=list(seq_lens))

@@ -1,0 +1,163 @@
+"""run-and-profile: a sweep of (streams, depth) runs, under nsys when found, ingested, analysed and reported.
+
+Each run is one worker process (profiling.worker) so that nsys wraps exactly one engine with a capture
+range that starts after warm-up. Depth 1 and depth 2 of a configuration run back to back. Without nsys the
+same worker function runs in this process and its in-process timeline is the trace.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+
+from engine.errors import BubblelabError
+from profiling import analysis
+from profiling.catalog import connect
+from profiling.ingest import ingest, ingest_timeline
+from profiling.nsys import export_path, find_nsys, nsys_version, run_under_nsys
+from profiling.worker import result_record, run_one, timeline_from_record
+
+
+@dataclass
+class SweepSpec:
+    model: str | None = None
+    device: str = "cpu"
+    dtype: str = "fp32"
+    depths: list[int] = field(default_factory=lambda: [1, 2])
+    streams: list[int] = field(default_factory=lambda: [1, 8, 32])
+    output_len_mean: float = 110.0
+    requests_per_stream: int = 4
+    prompt_len: int = 32
+    repeats: int = 1
+    constraint: str | None = None
+    constrained_share: float = 0.0
+    max_model_len: int = 512
+    enforce_eager: bool = False
+    attention_backend: str = "auto"
+    seed: int = 0
+
+    def configs(self) -> list[tuple[str, dict]]:
+        out = []
+        for r in range(self.repeats):
+            for s in self.streams:
+                for d in self.depths:                      # depths back to back
+                    out.append((f"s{s}-d{d}-r{r}", {
+                        "engine": dict(model=self.model, device=self.device, dtype=self.dtype, depth=d,
+                                       max_num_seqs=max(s, 8), max_model_len=self.max_model_len,
+                                       enforce_eager=self.enforce_eager, attention_backend=self.attention_backend,
+                                       seed=self.seed),
+                        "workload": dict(streams=s, requests=s * self.requests_per_stream,
+                                         output_len_mean=self.output_len_mean, prompt_len=self.prompt_len,
+                                         constraint=self.constraint, constrained_share=self.constrained_share,
+                                         seed=self.seed + r)}))
+        return out
+
+
+def run_sweep(spec: SweepSpec, out_dir: Path, *, use_nsys: bool | None = None,
+              on_run: Callable[[str, dict], None] | None = None, say: Callable[[str], None] = print) -> Path:
+    """Run every configuration, fill out_dir (traces/, runs/, catalog.duckdb, results.json) and return it."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "runs").mkdir(exist_ok=True)
+    nsys = _nsys_or_none(use_nsys, say)
+    catalog = connect(out_dir / "catalog.duckdb")
+    timelines = connect(out_dir / "timeline.duckdb") if nsys else catalog
+    loaded_cache: dict = {}
+    recorded = {}
+    for tag, config in spec.configs():
+        record_path = out_dir / "runs" / f"{tag}.json"
+        config = {**config, "out_json": str(record_path), "nvtx": bool(nsys), "profile": bool(nsys)}
+        (out_dir / "runs" / f"{tag}.config.json").write_text(json.dumps(config, indent=1))
+        argv = [sys.executable, "-m", "profiling.worker", str(out_dir / "runs" / f"{tag}.config.json")]
+        started = time.strftime("%Y-%m-%d %H:%M:%S")
+        if nsys:
+            run_under_nsys(out_dir / "traces" / tag, argv)
+            record = json.loads(record_path.read_text())
+        else:
+            record = result_record(run_one(config, _cached_model(config, loaded_cache)))
+            record_path.write_text(json.dumps(record))
+        meta = _meta(record["summary"], config, argv if nsys else _inprocess_command(spec), started)
+        timeline = timeline_from_record(record)
+        run_id = ingest_timeline(timeline, timelines, meta, run_id=f"{tag}-timeline")
+        if nsys:
+            run_id = ingest(export_path(out_dir / "traces" / tag), None, {**meta, "nsys_version": nsys_version()},
+                            con=catalog)
+        recorded[run_id] = timeline
+        if on_run is not None:
+            on_run(tag, record["summary"])
+    _write_results(catalog, out_dir, spec, recorded)
+    return out_dir
+
+
+def _lane_window(timeline, steady: pd.DataFrame, run_id: str, half_width: int = 20) -> pd.DataFrame:
+    """Host ranges and device intervals of the steady steps around the run's middle, for the lane chart."""
+    ids = steady.step.sort_values().to_numpy()
+    if len(ids) == 0:
+        return pd.DataFrame()
+    mid = ids[len(ids) // 2]
+    both = pd.concat([timeline.host_frame().assign(lane="host"), timeline.device_frame().assign(lane="gpu")],
+                     ignore_index=True)
+    return both[(both.step >= mid - half_width) & (both.step <= mid + half_width)].assign(run_id=run_id)
+
+
+def _nsys_or_none(use_nsys: bool | None, say: Callable[[str], None]) -> str | None:
+    if use_nsys is False:
+        return None
+    try:
+        return find_nsys()
+    except BubblelabError as e:
+        if use_nsys:
+            raise
+        say(f"nsys not found ({e}); using the in-process timeline instead")
+        return None
+
+
+def _cached_model(config: dict, cache: dict):
+    from engine.loader import load_model
+    e = config["engine"]
+    key = (e["model"], e["device"], e["dtype"], e["seed"], e["attention_backend"])
+    if key not in cache:
+        cache[key] = load_model(e["model"], dtype=e["dtype"], device=e["device"], seed=e["seed"],
+                                attention_backend=e["attention_backend"])
+    return cache[key]
+
+
+def _inprocess_command(spec: SweepSpec) -> list[str]:
+    return ["bubblelab", *sys.argv[1:]] if sys.argv and sys.argv[0].endswith("bubblelab") else ["run_sweep", repr(spec)]
+
+
+def _meta(summary: dict, config: dict, command: list[str], started: str) -> dict:
+    return {"model": summary["model"], "preset": config["engine"]["model"], "depth": summary["depth"],
+            "streams": summary["streams"], "output_len_mean": summary["output_len_mean"],
+            "mean_generated_len": summary["mean_generated_len"], "requests": summary["requests"],
+            "device": summary["device"], "driver": summary.get("driver"), "torch": summary.get("torch"),
+            "command": " ".join(command), "started_at": started, "wall_s": summary["wall_s"],
+            "generated_tokens": summary["generated_tokens"], "decode_steps": summary["decode_steps"]}
+
+
+def _write_results(con, out_dir: Path, spec: SweepSpec, timelines: dict) -> None:
+    from costmodel.results import write_results
+    runs = analysis.runs(con)
+    steps, attribution, gaps, lanes = [], [], [], []
+    for run_id in runs.run_id:
+        per_step = analysis.per_step(con, run_id)
+        steps.append(per_step)
+        steady = analysis.steady_state(per_step)
+        lanes.append(_lane_window(timelines[run_id], steady, run_id))
+        a = analysis.attribution(con, run_id, steady)
+        attribution.append(a.assign(run_id=run_id, bubble_ms=a.idle_ms))
+        g = analysis.idle_gaps(con, run_id, steady)
+        gaps.append(g.assign(run_id=run_id, gap_ms=g.idle_us / 1e3)[["run_id", "step", "gap_ms", "began_in"]])
+    write_results(out_dir, runs, pd.concat(steps, ignore_index=True), _cat(attribution), _cat(gaps),
+                  provenance={"sweep": asdict(spec), "command": " ".join(sys.argv),
+                              "catalog": str(out_dir / "catalog.duckdb")}, timeline_df=_cat(lanes))
+
+
+def _cat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    frames = [f for f in frames if len(f)]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
