@@ -49,6 +49,7 @@ def embedded_model_path() -> Path:
 
 def load_model(spec: str | None = None, *, dtype: str = "fp32", device: str = "cpu", seed: int = 0,
                attention_backend: str = "auto") -> LoadedModel:
+    """Load `spec` (see the module docstring) in `dtype` on `device`; user mistakes raise one-line BubblelabErrors."""
     torch_dtype = parse_dtype(dtype)
     device = _check_device(device)
     backend = select_backend(attention_backend, device)
