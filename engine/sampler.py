@@ -9,7 +9,6 @@ Two properties the pipelined loop relies on:
 """
 from __future__ import annotations
 
-import os
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -139,7 +138,7 @@ def _top_p_floor(sorted_desc: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor
 
 
 _column_keys: dict[tuple[int, torch.device], torch.Tensor] = {}
-_compiled_noisy_argmax = None   # built on first CUDA use
+_compiled_noisy_argmax = None   # set by warmup() on CUDA
 
 
 def row_keys(seed: torch.Tensor, counter: torch.Tensor) -> torch.Tensor:
@@ -172,25 +171,24 @@ def noisy_argmax(logits: torch.Tensor, row_key: torch.Tensor, columns: torch.Ten
 
 
 def _sampled_ids(logits: torch.Tensor, row_key: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
-    """noisy_argmax; on CUDA compiled into one fused kernel instead of ~20 passes over [B, V] int64. Its math is
-    elementwise plus an exact argmax, so rows stay batch-invariant."""
     global _compiled_noisy_argmax
-    if logits.device.type != "cuda" or os.environ.get("BUBBLELAB_EAGER_SAMPLER"):
+    if _compiled_noisy_argmax is None or logits.device.type != "cuda":
         return noisy_argmax(logits, row_key, columns)
-    if _compiled_noisy_argmax is None:
-        _compiled_noisy_argmax = torch.compile(noisy_argmax, dynamic=True, fullgraph=True)
     try:
         return _compiled_noisy_argmax(logits, row_key, columns)
     except Exception as e:                  # a compiler problem must not take the engine down: go on eager
-        if _compiled_noisy_argmax is noisy_argmax:
-            raise
         warnings.warn(f"torch.compile of the sampler failed, sampling eagerly: {str(e).splitlines()[0]}")
-        _compiled_noisy_argmax = noisy_argmax
+        _compiled_noisy_argmax = None
         return noisy_argmax(logits, row_key, columns)
 
 
 def warmup(vocab_size: int, device: torch.device | str) -> None:
-    """Compiles the sampled path before timing starts (a batch of 1 compiles separately from larger ones)."""
+    """Call before timing starts. On CUDA, switches Gumbel-max to one torch.compile'd kernel instead of ~20
+    eager passes over [B, V] int64 (its math is elementwise plus an exact argmax, so rows stay batch-invariant)
+    and compiles it now, for a batch of 1 and for larger ones. Without warmup sampling stays eager."""
+    global _compiled_noisy_argmax
+    if torch.device(device).type == "cuda" and _compiled_noisy_argmax is None:
+        _compiled_noisy_argmax = torch.compile(noisy_argmax, dynamic=True, fullgraph=True)
     for rows in (1, 2):
         logits = torch.zeros(rows, vocab_size, device=device)
         sample(logits, SamplingBatch.build([SamplingParams(temperature=1.0)] * rows, range(rows), range(rows),
