@@ -17,7 +17,7 @@ from matplotlib import ticker
 import numpy as np
 import pandas as pd
 
-from costmodel.model import whatif_speedup
+from costmodel.model import whatif_curve
 from costmodel.predict import steady_state
 
 MS = 1e6
@@ -26,6 +26,10 @@ HOST_COLORS = {"plan": "#d1495b", "launch": "#edae49", "finalize": "#8e6cbf", "c
                "wait": "#d9d4cc"}
 DEPTH_COLORS = {1: "#d1495b", 2: "#3b6fb6"}
 OTHER = "#9aa1a9"
+# Nested host ranges and trace-specific phases in attribution tables; anything else gets a spare colour.
+EXTRA_COLORS = {"copy_h2d": "#f4d35e", "copy_d2h": "#5fa8d3", "mask": "#c17fb5", "sampling": "#3aa17e",
+                "forward": "#3b6fb6", "prefill": "#1f4e8c", "outside any phase": OTHER, "other": OTHER}
+SPARE = ("#e07a5f", "#81b29a", "#6d597a", "#b56576", "#355070", "#eaac8b")
 _figure_ids = (f"fig{i}" for i in itertools.count())
 
 plt.rcParams.update({
@@ -47,9 +51,15 @@ def to_svg(fig) -> str:
     return re.sub(r'(\bid="|href="#|url\(#)', rf"\g<1>{next(_figure_ids)}-", svg)
 
 
-def _window(steps: pd.DataFrame, n_steps: int) -> tuple[int, int]:
-    """n_steps consecutive steady-state steps (no prefill in between), as near the run's middle as possible."""
-    ids = steady_state(steps)["step"].to_numpy()
+def _window(steps: pd.DataFrame, n_steps: int, available=None) -> tuple[int, int]:
+    """n_steps consecutive steady-state steps (no prefill in between), as near the run's middle as possible.
+
+    available: step ids the raw timeline covers (it may hold only a window of the run).
+    """
+    steady = steady_state(steps)
+    if available is not None:
+        steady, steps = steady[steady["step"].isin(available)], steps[steps["step"].isin(available)]
+    ids = steady["step"].to_numpy()
     if len(ids) <= n_steps:
         ids = steps["step"].sort_values().to_numpy()
     starts = [i for i in range(len(ids) - n_steps) if ids[i + n_steps] - ids[i] == n_steps]
@@ -58,28 +68,38 @@ def _window(steps: pd.DataFrame, n_steps: int) -> tuple[int, int]:
     return int(ids[i]), int(ids[min(i + n_steps, len(ids) - 1)])
 
 
-def lane_chart(runs: list[tuple[str, pd.DataFrame, pd.DataFrame]], n_steps: int = 10) -> str:
+def _per_step_ranges(window: pd.DataFrame) -> pd.DataFrame:
+    """GPU lane rebuilt from the per-step table alone (forward then sampling from each gpu_start_ns)."""
+    w = window.iloc[:-1]
+    fwd_end = w["gpu_start_ns"] + w["forward_ms"] * MS
+    return pd.concat([
+        pd.DataFrame({"lane": "gpu", "phase": "forward", "start_ns": w["gpu_start_ns"], "end_ns": fwd_end}),
+        pd.DataFrame({"lane": "gpu", "phase": "sampling", "start_ns": fwd_end,
+                      "end_ns": fwd_end + w["sampling_ms"] * MS})])
+
+
+def lane_chart(runs: list[tuple[str, pd.DataFrame, pd.DataFrame | None]], n_steps: int = 10) -> str:
     """GPU busy vs host phases over ~n_steps steady-state steps, one panel per run, same time scale.
 
-    runs: (title, per-step table, timeline ranges of that run; may be empty).
+    runs: (title, per-step table, raw timeline ranges of that run or None). The window is placed by step
+    id and timed on the timeline's own clock, so an in-process timeline can illustrate an nsys run.
     """
     fig, axes = plt.subplots(len(runs), 1, figsize=(10, 1.55 * len(runs) + 0.5), squeeze=False)
     spans, used = [], {}
     for ax, (title, steps, timeline) in zip(axes[:, 0], runs):
-        first, last = _window(steps, n_steps)
-        window = steps[(steps["step"] >= first) & (steps["step"] <= last)].sort_values("step")
-        t0 = window["gpu_start_ns"].iloc[0]
-        t1 = window["gpu_start_ns"].iloc[-1]
+        raw = timeline is not None and len(timeline) > 0
+        if raw:
+            gpu_starts = timeline[timeline["lane"] == "gpu"].groupby("step")["start_ns"].min()
+            raw = steps["step"].isin(gpu_starts.index).sum() >= 2
+        if not raw:
+            gpu_starts = steps.set_index("step")["gpu_start_ns"]
+        first, last = _window(steps, n_steps, gpu_starts.index if raw else None)
+        t0, t1 = gpu_starts[first], gpu_starts[last]
         spans.append((t1 - t0) / MS)
-        if timeline is not None and len(timeline):
+        if raw:
             ranges = timeline[(timeline["end_ns"] > t0) & (timeline["start_ns"] < t1)]
-        else:  # no raw ranges: the GPU lane from the per-step table alone
-            w = window.iloc[:-1]
-            fwd_end = w["gpu_start_ns"] + w["forward_ms"] * MS
-            ranges = pd.concat([
-                pd.DataFrame({"lane": "gpu", "phase": "forward", "start_ns": w["gpu_start_ns"], "end_ns": fwd_end}),
-                pd.DataFrame({"lane": "gpu", "phase": "sampling", "start_ns": fwd_end,
-                              "end_ns": fwd_end + w["sampling_ms"] * MS})])
+        else:
+            ranges = _per_step_ranges(steps[(steps["step"] >= first) & (steps["step"] <= last)].sort_values("step"))
         for lane, y, colors in (("gpu", 1, GPU_COLORS), ("host", 0, HOST_COLORS)):
             # Parents first, so nested ranges (wait inside commit) are drawn on top.
             lane_ranges = ranges[ranges["lane"] == lane].sort_values("start_ns")
@@ -125,7 +145,7 @@ def gap_histogram(gaps_by_run: list[tuple[str, int, np.ndarray]]) -> str:
         else:
             ax.hist(gaps, bins=bins, histtype="step", lw=1.6, color=color, label=f"{label} (n={len(gaps)})")
     ax.set_xscale("log")
-    ax.xaxis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 5.0) if hi / lo < 300 else (1.0,)))
     ax.xaxis.set_major_formatter(ticker.FormatStrFormatter("%g"))
     ax.xaxis.set_minor_formatter(ticker.NullFormatter())
     ax.set_xlabel("GPU idle gap (ms)")
@@ -137,13 +157,17 @@ def gap_histogram(gaps_by_run: list[tuple[str, int, np.ndarray]]) -> str:
 def attribution_bars(attribution: pd.DataFrame) -> str:
     """Bubble per step, split by the host phase that was running while the GPU sat idle (one bar per run)."""
     table = attribution.pivot_table(index="label", columns="phase", values="ms_per_step", aggfunc="sum").fillna(0)
-    order = [p for p in HOST_COLORS if p in table] + sorted(p for p in table if p not in HOST_COLORS)
+    table = table.reindex(list(dict.fromkeys(attribution["label"])))  # runs in the report's order
+    known = {**HOST_COLORS, **EXTRA_COLORS}
+    order = [p for p in known if p in table] + sorted(p for p in table if p not in known)
+    spare = iter(SPARE * len(order))
+    colors = {p: known.get(p) or next(spare) for p in order}
     table = table[order]
     fig, ax = plt.subplots(figsize=(5.6, 0.42 * len(table) + 1.2))
     left = np.zeros(len(table))
     for phase in order:
-        ax.barh(table.index, table[phase], left=left, color=HOST_COLORS.get(phase, OTHER), label=phase,
-                edgecolor="white", linewidth=0.5)
+        ax.barh(table.index, table[phase], left=left, color=colors[phase], label=phase, edgecolor="white",
+                linewidth=0.5)
         left += table[phase].to_numpy()
     ax.set_xlabel("GPU idle per step (ms), by the host phase running meanwhile")
     ax.invert_yaxis()
@@ -191,15 +215,12 @@ def whatif_curves(table: pd.DataFrame, ks: np.ndarray | None = None) -> str:
     The x axis is the forward + sampling time the step would take, so each measured configuration sits on
     its curve at k = 1: filled, its measured steady-state speedup; hollow, its observed wall-clock speedup.
     """
-    ks = np.logspace(-1.5, 1.5, 200) if ks is None else ks
     fig, ax = plt.subplots(figsize=(8.4, 3.9))
     cmap = plt.get_cmap("viridis")
     for i, r in enumerate(table.itertuples()):
         color = cmap(i / max(1, len(table) - 1) * 0.85)
-        exposed = r.blocking_ms - r.gpu_ms
-        curve = whatif_speedup(ks, r.gpu_ms, exposed, r.z, host_ms=r.host_ms,
-                               residual_ms=max(0.0, r.pipelined_ms - r.gpu_ms))
-        ax.plot(ks * r.gpu_ms, (curve - 1) * 100, color=color, lw=1.6, label=r.label)
+        curve = whatif_curve(r.blocking_ms, r.pipelined_ms, r.gpu_ms, r.host_ms, r.z, ks)
+        ax.plot(curve["gpu_ms"], curve["speedup_pct"], color=color, lw=1.6, label=r.label)
         measured = (r.blocking_ms / r.pipelined_ms * (1 - r.z) - 1) * 100
         ax.plot([r.gpu_ms], [measured], "o", color=color, mec="white", ms=7)
         ax.plot([r.gpu_ms], [r.observed_pct], "o", mfc="none", mec=color, ms=7, mew=1.4)

@@ -134,3 +134,22 @@ def whatif_speedup(k, gpu_ms: float, exposed_ms: float, z: float, host_ms: float
     t_block = np.maximum(k * gpu_ms + exposed_ms, host)
     t_pipe = np.maximum(k * gpu_ms + residual_ms, host)
     return t_block / t_pipe * (1.0 - z)
+
+
+def whatif_curve(blocking_ms: float, pipelined_ms: float, gpu_ms: float, host_ms: float, z: float,
+                 ks=None) -> pd.DataFrame:
+    """whatif_speedup over k for one measured configuration, anchored so that k = 1 gives its measured
+    T_block / T_pipe × (1 − z). Columns: k, gpu_ms (k × forward + sampling), speedup_pct.
+
+    Idle that the host's phases don't explain (waking up after a sync, OS noise) counts as host time,
+    since it cannot be assumed to hide, but no more than the measured pipelined period allows.
+    """
+    ks = np.logspace(-1.5, 1.5, 200) if ks is None else np.asarray(ks, dtype=float)
+    exposed = max(0.0, blocking_ms - gpu_ms)
+    residual = max(0.0, pipelined_ms - gpu_ms)
+    host = min(max(host_ms, exposed), pipelined_ms)
+    # The curve has kinks where GPU and host time cross; sample them (and k = 1) exactly.
+    kinks = [x for x in ((host - exposed) / gpu_ms, (host - residual) / gpu_ms, 1.0) if ks[0] < x < ks[-1]]
+    k = np.unique(np.concatenate([ks, kinks]))
+    s = whatif_speedup(k, gpu_ms, exposed, z, host_ms=host, residual_ms=residual)
+    return pd.DataFrame({"k": k, "gpu_ms": k * gpu_ms, "speedup_pct": (s - 1.0) * 100.0})

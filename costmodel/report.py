@@ -83,17 +83,24 @@ def _gaps(results: Results) -> list[tuple[str, int, np.ndarray]]:
 
 
 def _attribution(results: Results) -> pd.DataFrame:
+    """Steady-state bubble per step, split in the proportions of the attribution table.
+
+    The attribution may cover any subset of a run's steps (the profiler's steady state), so it is used for
+    shares only; the size of each bar is the run's mean steady-state bubble_ms.
+    """
     if results.attribution.empty:
         return results.attribution
-    runs = results.runs.set_index("run_id")
-    steps_per_run = results.steps.groupby("run_id").size()
-    a = results.attribution[results.attribution["run_id"].isin(runs.index)]
-    # Runs with no idle time at all still get their (empty) bar.
-    idle_free = [r for r in runs.index if r not in set(a["run_id"])]
-    a = pd.concat([a, pd.DataFrame({"run_id": idle_free, "phase": "other", "bubble_ms": 0.0})], ignore_index=True)
-    a["label"] = [run_label(runs.loc[r].to_dict()) for r in a["run_id"]]
-    a["ms_per_step"] = a["bubble_ms"] / a["run_id"].map(steps_per_run)
-    return a
+    rows = []
+    for run in results.runs.to_dict("records"):
+        a = results.attribution[results.attribution["run_id"] == run["run_id"]]
+        steady = steady_state(results.steps[results.steps["run_id"] == run["run_id"]])
+        bubble = float(steady["bubble_ms"].clip(lower=0).mean()) if len(steady) else 0.0
+        total = a["bubble_ms"].sum()
+        if total <= 0:  # no idle time at all: an empty bar, still labelled
+            rows.append(dict(label=run_label(run), phase="other", ms_per_step=0.0))
+        for phase, ms in a.groupby("phase")["bubble_ms"].sum().items() if total > 0 else ():
+            rows.append(dict(label=run_label(run), phase=phase, ms_per_step=bubble * ms / total))
+    return pd.DataFrame(rows)
 
 
 def _machine() -> dict:

@@ -45,7 +45,7 @@ class Results:
 
 def _records(df: pd.DataFrame | None) -> list[dict]:
     # pandas' own JSON writer turns NaN into null and numpy scalars into plain numbers.
-    return [] if df is None or df.empty else json.loads(df.to_json(orient="records"))
+    return [] if df is None or df.empty else json.loads(df.to_json(orient="records", date_format="iso"))
 
 
 def write_results(run_dir: Path | str, runs_df: pd.DataFrame, steps_df: pd.DataFrame,

@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 from hypothesis import given, strategies as st
 
-from costmodel.model import VLLM_BUCKETS, StepCost, graph_bucket, whatif_speedup, zombie_tax
+from costmodel.model import VLLM_BUCKETS, StepCost, graph_bucket, whatif_curve, whatif_speedup, zombie_tax
 from costmodel.predict import predict_runs, steady_state
 from costmodel.results import read_results, write_results
 from costmodel.simulate import LoopCosts, simulate_run
@@ -62,6 +62,15 @@ def test_whatif_peaks_where_gpu_time_equals_host_time():
     assert s.max() == pytest.approx(2.0, rel=0.01)               # host and GPU fully overlapped
     assert s[-1] == pytest.approx(1.0, abs=0.01)                 # huge forward: nothing left to hide
     assert whatif_speedup(1.0, 2.0, 0.5, z=0.0) == pytest.approx(1.25)
+
+
+@pytest.mark.parametrize("blocking, pipelined, gpu, host", [(5.44, 5.10, 5.07, 0.37),   # the post's 3090
+                                                            (3.41, 1.44, 1.42, 0.10),   # unexplained idle
+                                                            (1.53, 1.17, 1.16, 0.45)])  # host partly hidden
+def test_whatif_curve_goes_through_the_measured_point(blocking, pipelined, gpu, host):
+    curve = whatif_curve(blocking, pipelined, gpu, host, z=0.01).set_index("k")
+    assert curve.loc[1.0, "speedup_pct"] == pytest.approx((blocking / pipelined * 0.99 - 1) * 100)
+    assert curve["speedup_pct"].iloc[-1] < curve.loc[1.0, "speedup_pct"]   # slower GPU: less to win
 
 
 def test_simulated_frames_follow_the_contract(sim):

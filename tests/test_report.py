@@ -3,7 +3,6 @@ import re
 import subprocess
 import sys
 
-import pandas as pd
 import pytest
 
 from costmodel.report import REPORT_FILE, report_run_dir
