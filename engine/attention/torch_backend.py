@@ -40,13 +40,18 @@ class TorchAttention:
     @staticmethod
     def _decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                 meta: AttentionMetadata, scale: float) -> torch.Tensor:
-        # Gather every row's pages into [B, max_blocks * block_size, kv_heads, D] and mask past its length:
-        # static shapes and no host sync, so this path can be graph-captured too.
-        rows, max_blocks = meta.block_tables.shape
+        # Gather every row's pages into [B, pages * block_size, kv_heads, D] and mask past its length:
+        # static shapes and no host sync, so on CUDA this path can be graph-captured too.
         block_size = k_cache.shape[1]
-        ks = k_cache[meta.block_tables].flatten(1, 2).transpose(1, 2)  # [B, kv_heads, L, D]
-        vs = v_cache[meta.block_tables].flatten(1, 2).transpose(1, 2)
-        pos = torch.arange(max_blocks * block_size, device=q.device)
+        block_tables = meta.block_tables
+        if q.device.type == "cpu":
+            # No graphs and no device to wait for on CPU: gather only the pages in use, not the table's full
+            # width (max_model_len), which made a CPU decode step ~10x slower.
+            pages_in_use = -(-int(meta.context_lens.max()) // block_size)
+            block_tables = block_tables[:, :max(pages_in_use, 1)]
+        ks = k_cache[block_tables].flatten(1, 2).transpose(1, 2)  # [B, kv_heads, L, D]
+        vs = v_cache[block_tables].flatten(1, 2).transpose(1, 2)
+        pos = torch.arange(ks.shape[2], device=q.device)
         # clamp: a padded row with length 0 still sees one (ignored) slot instead of producing NaN.
         mask = pos[None, :] < meta.context_lens.clamp(min=1)[:, None]  # [B, L]
         o = F.scaled_dot_product_attention(q.unsqueeze(2), ks, vs, attn_mask=mask[:, None, None, :],
