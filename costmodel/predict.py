@@ -94,8 +94,12 @@ def _observed(d1: pd.DataFrame, d2: pd.DataFrame, s1: pd.DataFrame, s2: pd.DataF
 
 
 def predict_pair(d1: pd.DataFrame, d2: pd.DataFrame, steps: pd.DataFrame, *,
-                 buckets: tuple[int, ...] | None = VLLM_BUCKETS, n_boot: int = 1000, seed: int = 0) -> dict:
-    """One row of the prediction table for a configuration's depth-1 and depth-2 runs."""
+                 buckets: tuple[int, ...] | None | str = "auto", n_boot: int = 1000, seed: int = 0) -> dict:
+    """One row of the prediction table for a configuration's depth-1 and depth-2 runs.
+
+    buckets: CUDA-graph batch sizes; "auto" = vLLM's on a GPU (the engine's agree at 1, 8 and 32
+    streams), none on the CPU, which runs eagerly.
+    """
     rng = np.random.default_rng(seed)
     steps1 = steps[steps["run_id"].isin(d1["run_id"])]
     steps2 = steps[steps["run_id"].isin(d2["run_id"])]
@@ -105,6 +109,8 @@ def predict_pair(d1: pd.DataFrame, d2: pd.DataFrame, steps: pd.DataFrame, *,
         raise ValueError(f"no steady-state decode steps for runs {list(d1.run_id) + list(d2.run_id)}")
 
     streams = int(d1["streams"].iloc[0])
+    if buckets == "auto":
+        buckets = None if str(d1["device"].iloc[0]).lower() == "cpu" else VLLM_BUCKETS
     L = float(d1["mean_generated_len"].mean())
     cost = StepCost.from_steps(pd.concat([steps1, steps2]), buckets)
     z = zombie_tax(L, streams, cost)

@@ -81,6 +81,8 @@ def read_results(run_dir: Path | str) -> Results:
 def load_runs(source: Path | str) -> Results:
     """Runs and steps from a run directory (results.json) or a DuckDB catalog with `runs` and `steps` tables."""
     source = Path(source)
+    if not source.exists():
+        raise BubblelabError(f"{source} does not exist")
     if source.is_dir():
         return read_results(source)
     if source.suffix in (".duckdb", ".db") and source.is_file():

@@ -6,7 +6,7 @@ from hypothesis import given, strategies as st
 
 from costmodel.model import VLLM_BUCKETS, StepCost, graph_bucket, whatif_curve, whatif_speedup, zombie_tax
 from costmodel.predict import predict_runs, steady_state
-from costmodel.results import read_results, write_results
+from costmodel.results import load_runs, read_results, write_results
 from costmodel.simulate import LoopCosts, simulate_run
 from costmodel.wholerun import finish_events, predict_whole_run
 from engine.errors import BubblelabError
@@ -128,3 +128,20 @@ def test_results_round_trip(tmp_path, sim):
     assert back.gaps.empty and back.provenance == {"command": "x"}
     with pytest.raises(BubblelabError, match="no results.json"):
         read_results(tmp_path / "missing")
+
+
+def test_load_runs_from_a_duckdb_catalog(tmp_path, sim):
+    import duckdb
+    runs, steps, _ = sim
+    path = tmp_path / "catalog.duckdb"
+    with duckdb.connect(str(path)) as con:
+        con.sql("CREATE TABLE runs AS FROM runs")
+        con.sql("CREATE TABLE steps AS FROM steps")
+    loaded = load_runs(path)
+    assert sorted(loaded.runs["run_id"]) == sorted(runs["run_id"]) and len(loaded.steps) == len(steps)
+    empty = tmp_path / "empty.duckdb"
+    duckdb.connect(str(empty)).close()
+    with pytest.raises(BubblelabError, match="lacks the runs/steps tables"):
+        load_runs(empty)
+    with pytest.raises(BubblelabError, match="does not exist"):
+        load_runs(tmp_path / "nope.duckdb")
