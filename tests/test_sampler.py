@@ -103,15 +103,15 @@ def test_empirical_distribution_matches_softmax(temperature, top_k, top_p):
 def test_filters_never_pick_excluded_tokens(case):
     logits, params, seeds, counters = case
     for row, (p, token) in enumerate(zip(params, run(logits, params, seeds, counters))):
-        z = logits[row].double().numpy()
         if p.greedy:
-            assert z[token] == z.max()
+            assert logits[row, token] == logits[row].max()
             continue
-        z = z / p.temperature
+        # Scale in float32 as the sampler does, so ties at the top-k floor are the sampler's ties.
+        z = (logits[row] / torch.tensor(p.temperature, dtype=torch.float32)).double().numpy()
         if p.top_k:
             assert z[token] >= np.sort(z)[::-1][min(p.top_k, len(z)) - 1]
         if p.top_p < 1:
-            probs = _expected(logits[row].double().numpy(), p.temperature, p.top_k, 1.0)
+            probs = _expected(z, 1.0, p.top_k, 1.0)
             mass_before = probs[probs > probs[token]].sum()
             assert mass_before < p.top_p + 1e-5
 
