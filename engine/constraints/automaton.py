@@ -47,7 +47,6 @@ class TokenTable:
 
     def __init__(self, automaton: CharAutomaton, vocab: Mapping[int, str], eos_token_ids: Sequence[int],
                  vocab_size: int):
-        self.automaton = automaton
         self.vocab = dict(vocab)                       # candidate token id -> its text
         self.eos_token_ids = tuple(eos_token_ids)
         n = len(automaton.transitions)

@@ -16,6 +16,8 @@ from __future__ import annotations
 import weakref
 from collections.abc import Sequence
 
+import numpy as np
+
 from engine.constraints.automaton import UNREACHABLE, CharAutomaton, TokenTable
 from engine.errors import RequestError
 
@@ -33,7 +35,7 @@ class SpatialConstraint:
         self.table = table
         self.state = 0
 
-    def fill_bitmask(self, out, remaining: int) -> None:
+    def fill_bitmask(self, out: np.ndarray, remaining: int) -> None:
         self.table.fill_bitmask(out, self.state, remaining)
 
     def advance(self, token_id: int) -> None:
@@ -44,6 +46,7 @@ class SpatialConstraint:
 
 
 def automaton(kind: str, args: dict) -> CharAutomaton:
+    """The character automaton of a point or detect output (args validated here)."""
     if kind == "point":
         _check_args(kind, args, allowed=())
         return CharAutomaton.chain(NUMBER + [","] + NUMBER, accepting={2 * len(NUMBER) + 1})
@@ -57,7 +60,7 @@ def automaton(kind: str, args: dict) -> CharAutomaton:
     return CharAutomaton.chain(classes, accepting)
 
 
-def parse_text(kind: str, text: str):
+def parse_text(kind: str, text: str) -> tuple[float, float] | list[tuple[float, ...]]:
     """point -> (x, y); detect -> [(x, y, size), ...] (text already validated by the automaton)."""
     if kind == "point":
         x, y = text.split(",")
