@@ -210,20 +210,31 @@ def predicted_vs_observed(table: pd.DataFrame, blog: pd.DataFrame | None = None)
 
 
 def whatif_curves(table: pd.DataFrame, ks: np.ndarray | None = None) -> str:
-    """Predicted speedup as the GPU's step work scales by k, one curve per configuration.
+    """Predicted speedup as the GPU's step work scales, one curve per device and stream count.
 
-    The x axis is the forward + sampling time the step would take, so each measured configuration sits on
-    its curve at k = 1: filled, its measured steady-state speedup; hollow, its observed wall-clock speedup.
+    The x axis is the forward + sampling time of a step. Host bookkeeping does not depend on the model,
+    so presets measured on one device sit on one curve (drawn from their median host and idle times,
+    anchored at the fastest preset): filled, each preset's measured steady-state speedup; hollow, its
+    observed wall-clock speedup.
     """
     fig, ax = plt.subplots(figsize=(8.4, 3.9))
     cmap = plt.get_cmap("viridis")
-    for i, r in enumerate(table.itertuples()):
-        color = cmap(i / max(1, len(table) - 1) * 0.85)
-        curve = whatif_curve(r.blocking_ms, r.pipelined_ms, r.gpu_ms, r.host_ms, r.z, ks)
-        ax.plot(curve["gpu_ms"], curve["speedup_pct"], color=color, lw=1.6, label=r.label)
-        measured = (r.blocking_ms / r.pipelined_ms * (1 - r.z) - 1) * 100
-        ax.plot([r.gpu_ms], [measured], "o", color=color, mec="white", ms=7)
-        ax.plot([r.gpu_ms], [r.observed_pct], "o", mfc="none", mec=color, ms=7, mew=1.4)
+    groups = list(table.groupby(["device", "streams"], sort=False))
+    for i, ((device, streams), g) in enumerate(groups):
+        color = cmap(i / max(1, len(groups) - 1) * 0.85)
+        gpu = float(g["gpu_ms"].min())
+        curve = whatif_curve(gpu + float((g["blocking_ms"] - g["gpu_ms"]).median()),
+                             gpu + float((g["pipelined_ms"] - g["gpu_ms"]).median()),
+                             gpu, float(g["host_ms"].median()), float(g["z"].median()), ks)
+        label = g["label"].iloc[0] if len(g) == 1 else f"{device} · {streams} stream{'s' if streams > 1 else ''}"
+        ax.plot(curve["gpu_ms"], curve["speedup_pct"], color=color, lw=1.6, label=label)
+        measured = (g["blocking_ms"] / g["pipelined_ms"] * (1 - g["z"]) - 1) * 100
+        ax.plot(g["gpu_ms"], measured, "o", color=color, mec="white", ms=7)
+        ax.plot(g["gpu_ms"], g["observed_pct"], "o", mfc="none", mec=color, ms=7, mew=1.4)
+        if len(g) > 1 and "preset" in g:
+            for x, y, name in zip(g["gpu_ms"], measured, g["preset"]):
+                ax.annotate(str(name), (x, y), textcoords="offset points", xytext=(5, 5), fontsize=7,
+                            color=color)
     ax.set_xscale("log")
     ax.xaxis.set_major_formatter(ticker.FormatStrFormatter("%g"))
     ax.set_xlabel("GPU work per step, forward + sampling (ms)")

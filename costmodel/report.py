@@ -78,8 +78,10 @@ def _gaps(results: Results) -> list[tuple[str, int, np.ndarray]]:
     else:  # without a gap table: each step's idle time
         source = results.steps.rename(columns={"bubble_ms": "gap_ms"})
     gaps = {run_id: g["gap_ms"].dropna().to_numpy(float) for run_id, g in source.groupby("run_id")}
-    return [(run_label(run), int(run["depth"]), gaps.get(run["run_id"], np.array([])))
-            for run in results.runs.to_dict("records")]
+    pooled: dict[tuple[str, int], list[np.ndarray]] = {}  # repeats of a configuration share a histogram
+    for run in results.runs.to_dict("records"):
+        pooled.setdefault((run_label(run), int(run["depth"])), []).append(gaps.get(run["run_id"], np.array([])))
+    return [(label, depth, np.concatenate(arrays)) for (label, depth), arrays in pooled.items()]
 
 
 def _attribution(results: Results) -> pd.DataFrame:
@@ -100,7 +102,10 @@ def _attribution(results: Results) -> pd.DataFrame:
             rows.append(dict(label=run_label(run), phase="other", ms_per_step=0.0))
         for phase, ms in a.groupby("phase")["bubble_ms"].sum().items() if total > 0 else ():
             rows.append(dict(label=run_label(run), phase=phase, ms_per_step=bubble * ms / total))
-    return pd.DataFrame(rows)
+    # Repeats of a configuration share a bar: the mean over its runs.
+    repeats = results.runs.apply(run_label, axis=1).value_counts()
+    table = pd.DataFrame(rows).groupby(["label", "phase"], sort=False)["ms_per_step"].sum().reset_index()
+    return table.assign(ms_per_step=table["ms_per_step"] / table["label"].map(repeats))
 
 
 def _machine() -> dict:

@@ -145,3 +145,15 @@ def test_load_runs_from_a_duckdb_catalog(tmp_path, sim):
         load_runs(empty)
     with pytest.raises(BubblelabError, match="does not exist"):
         load_runs(tmp_path / "nope.duckdb")
+
+
+def test_repeats_pool_steps_and_bootstrap_the_observed_ratio_over_runs():
+    runs, steps = [], []
+    for repeat in range(3):
+        for depth in (1, 2):
+            r = simulate_run(depth, streams=4, requests=8, output_len=32, seed=10 + repeat,
+                             run_id=f"r{repeat}-d{depth}")
+            runs.append(r["run"]); steps.append(r["steps"])
+    row = predict_runs(pd.DataFrame(runs), pd.concat(steps), n_boot=300).iloc[0]
+    assert row.runs_block == "r0-d1,r1-d1,r2-d1" and row.runs_pipe == "r0-d2,r1-d2,r2-d2"
+    assert row.observed_lo < row.observed_pct < row.observed_hi
