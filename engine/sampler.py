@@ -44,8 +44,7 @@ class SamplingBatch:
               device: torch.device | str = "cpu") -> "SamplingBatch":
         """Packs per-request params into device tensors (one small upload per field)."""
         def put(values: list, dtype: torch.dtype) -> torch.Tensor:
-            t = torch.tensor(values, dtype=dtype)
-            return t.to(device, non_blocking=True) if torch.device(device).type != "cpu" else t
+            return torch.tensor(values, dtype=dtype).to(device, non_blocking=True)
 
         top_ks = [p.top_k for p in params]
         return cls(
@@ -92,12 +91,14 @@ def sample(logits: torch.Tensor, batch: SamplingBatch, bitmask: torch.Tensor | N
     temperature = torch.where(is_sampled, batch.temperature, 1.0)
     logits = logits / temperature.unsqueeze(-1)
     if batch.any_top_p:
-        # One sort serves both filters: top-k and top-p both cut a prefix of the descending order.
+        # One sort serves both filters: top-k and top-p both keep a prefix of the descending order.
         sorted_desc = logits.sort(dim=-1, descending=True).values
-        floor = _top_p_floor(_cut_top_k(sorted_desc, batch.top_k) if batch.any_top_k else sorted_desc,
-                             batch.top_p)
         if batch.any_top_k:
-            floor = torch.maximum(floor, _top_k_floor(sorted_desc, batch.top_k))
+            k_floor = _top_k_floor(sorted_desc, batch.top_k)
+            sorted_desc = sorted_desc.masked_fill(sorted_desc < k_floor, float("-inf"))  # nucleus within top-k
+        floor = _top_p_floor(sorted_desc, batch.top_p)
+        if batch.any_top_k:
+            floor = torch.maximum(floor, k_floor)
         logits = logits.masked_fill(logits < floor, float("-inf"))
     elif batch.any_top_k:
         width = min(batch.max_top_k or logits.shape[-1], logits.shape[-1])
@@ -114,11 +115,6 @@ def _top_k_floor(sorted_desc: torch.Tensor, top_k: torch.Tensor) -> torch.Tensor
     k = top_k.long().clamp(1, sorted_desc.shape[-1]).unsqueeze(-1)
     kth = sorted_desc.gather(-1, k - 1)
     return torch.where(top_k.unsqueeze(-1) > 0, kth, float("-inf"))
-
-
-def _cut_top_k(sorted_desc: torch.Tensor, top_k: torch.Tensor) -> torch.Tensor:
-    floor = _top_k_floor(sorted_desc, top_k)
-    return sorted_desc.masked_fill(sorted_desc < floor, float("-inf"))
 
 
 def _top_p_floor(sorted_desc: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
