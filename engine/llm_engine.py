@@ -108,6 +108,7 @@ class LLMEngine:
     # -- the loop ------------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
         """One tick: launch the next step if a slot is free, sample what may be sampled, commit the oldest."""
+        self.runner.activate()
         launched = False
         if self.pipeline.can_launch():
             step_id = self.pipeline.next_step_id

@@ -79,8 +79,14 @@ class ModelRunner:
         # One extra page: the scratch page padded graph rows write into.
         self.kv = torch.zeros(2, mc.num_layers, num_blocks + 1, self.block_size, mc.num_kv_heads, mc.head_dim,
                               dtype=dtype, device=self.device)
-        self.model.bind_kv_cache(list(self.kv[0]), list(self.kv[1]))
+        self.activate()
         return num_blocks
+
+    def activate(self) -> None:
+        """Point the (possibly shared) model's attention at this runner's KV pool; graphs captured their own."""
+        if getattr(self.model, "_bound_kv", None) is not self.kv:
+            self.model.bind_kv_cache(list(self.kv[0]), list(self.kv[1]))
+            self.model._bound_kv = self.kv
 
     def _fill_decode_padding(self, slot: DecodeSlot, start: int, end: int) -> None:
         h = slot.meta.np
