@@ -22,6 +22,7 @@ from safetensors.torch import save_file
 from engine.errors import BubblelabError
 
 SUPPORTED_ARCHITECTURES = ("llama", "qwen3")
+CACHE_FORMAT = 1  # bump when the conversion changes, so stale cache entries are not reused
 
 _TOP_LEVEL = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
 _PER_LAYER = {
@@ -41,7 +42,7 @@ def cache_root() -> Path:
 
 def gguf_cache_dir(path: Path) -> Path:
     stat = path.stat()
-    return cache_root() / "gguf" / f"{path.stem}-{stat.st_size}-{stat.st_mtime_ns}"
+    return cache_root() / "gguf" / f"{path.stem}-{stat.st_size}-{stat.st_mtime_ns}-v{CACHE_FORMAT}"
 
 
 @contextmanager
@@ -117,7 +118,10 @@ def _hf_config(reader: GGUFReader, arch: str) -> dict:
     tensors = {t.name: t for t in reader.tensors}
     if "rope_freqs.weight" in tensors:
         raise BubblelabError("GGUF stores per-frequency rope factors (llama3 rope scaling), which is not supported")
-    f = lambda key, default=None: _field(reader, f"{arch}.{key}", default)  # noqa: E731
+
+    def f(key: str, default: Any = None) -> Any:  # architecture-prefixed metadata, e.g. llama.block_count
+        return _field(reader, f"{arch}.{key}", default)
+
     heads, hidden = f("attention.head_count"), f("embedding_length")
     config = {
         "model_type": arch,
