@@ -127,7 +127,7 @@ class ModelRunner:
         hidden = self.model(d["p_input_ids"][:n_tokens], d["p_positions"][:n_tokens], meta)
         slot.logits[:n_seqs].copy_(self.model.compute_logits(hidden[d["p_last_index"][:n_seqs]]))
 
-    def _sample_body(self, slot: DecodeSlot, n: int, flags: tuple[bool, bool, bool], masked: bool,
+    def _sample_body(self, slot: DecodeSlot, n: int, flags: tuple[bool, bool, bool, int], masked: bool,
                      step_id: int) -> None:
         d = slot.meta.d
         batch = SamplingBatch(d["temperature"][:n], d["top_k"][:n], d["top_p"][:n], d["seed"][:n],
@@ -195,8 +195,9 @@ class ModelRunner:
         h["top_p"][:n] = [p.top_p for p in params]
         h["seed"][:n] = [s.seed for s in seqs]
         h["counter"][:n] = [s.num_launched - 1 - s.num_prompt_tokens for s in seqs]
+        # Host-side facts the sampler branches on, so it never reads device data to decide.
         step.info["flags"] = (all(p.temperature == 0 for p in params), any(p.top_k > 0 for p in params),
-                              any(p.top_p < 1.0 for p in params))
+                              any(p.top_p < 1.0 for p in params), max(p.top_k for p in params))
 
     def finalize(self, step: Step, phases) -> None:
         slot, n = self.slots[step.slot], len(step.seqs)
