@@ -35,6 +35,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from engine.errors import BubblelabError
+
 # vLLM's default CUDA-graph capture sizes: 1, 2, 4, then every multiple of 8.
 VLLM_BUCKETS: tuple[int, ...] = (1, 2, 4, *range(8, 513, 8))
 
@@ -71,7 +73,7 @@ class StepCost:
         """From a per-step table (docs/phases.md): decode steps' forward_ms + sampling_ms by batch_size."""
         decode = steps[steps["kind"] == "decode"]
         if decode.empty:
-            raise ValueError("no decode steps to build a step-cost curve from")
+            raise BubblelabError("no decode steps to build a step-cost curve from")
         return cls.from_points(decode["batch_size"], decode["forward_ms"] + decode["sampling_ms"], buckets)
 
     def __call__(self, rows: int) -> float:

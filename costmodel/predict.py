@@ -9,7 +9,7 @@ Per pair:
 - predicted_pct: the post's model on those two periods, z from the measured step-cost curve.
 - d1_predicted_pct: the same, with T_pipe predicted from the depth-1 table alone (max(GPU, host)).
 - wall_predicted_pct: the whole-run model (costmodel.wholerun) from the depth-1 step sequence.
-- observed_pct: measured throughput ratio, generated_tokens / wall_s.
+- observed_pct: measured throughput ratio, generated_tokens / wall_s; error_pts = observed − predicted.
 - *_lo / *_hi: 95% bootstrap intervals (steps resampled; repeats resampled for observed when there are
   at least two a side).
 """
@@ -22,6 +22,7 @@ from costmodel import bootstrap as bs
 from costmodel.blog import BLOG_STEP_PARTS, BLOG_TABLE
 from costmodel.model import VLLM_BUCKETS, StepCost, speedup, speedup_bounds, zombie_tax
 from costmodel.wholerun import predict_whole_run, step_gpu_ms, step_host_ms
+from engine.errors import BubblelabError
 
 CONFIG_KEYS = ("model", "preset", "device", "streams", "requests", "output_len_mean")
 
@@ -62,9 +63,12 @@ def predict_blog() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _config_label(row: pd.Series) -> str:
-    streams = int(row["streams"])
-    return f"{row.get('preset') or row.get('model')} · {row['device']} · {streams} stream{'s' if streams > 1 else ''}"
+def run_label(run: pd.Series | dict, depth: bool = True) -> str:
+    """"preset · device · N streams[ · depth d]": how tables and figures name a run or configuration."""
+    streams = int(run["streams"])
+    name = next((v for v in (run.get("preset"), run.get("model")) if isinstance(v, str) and v), "model")
+    label = f"{name} · {run['device']} · {streams} stream{'s' if streams > 1 else ''}"
+    return f"{label} · depth {int(run['depth'])}" if depth else label
 
 
 def pair_runs(runs: pd.DataFrame) -> list[tuple[pd.DataFrame, pd.DataFrame]]:
@@ -106,7 +110,7 @@ def predict_pair(d1: pd.DataFrame, d2: pd.DataFrame, steps: pd.DataFrame, *,
     s1 = pd.concat([steady_state(g) for _, g in steps1.groupby("run_id")])
     s2 = pd.concat([steady_state(g) for _, g in steps2.groupby("run_id")])
     if s1.empty or s2.empty:
-        raise ValueError(f"no steady-state decode steps for runs {list(d1.run_id) + list(d2.run_id)}")
+        raise BubblelabError(f"no steady-state decode steps in runs {', '.join(map(str, [*d1.run_id, *d2.run_id]))}")
 
     streams = int(d1["streams"].iloc[0])
     if buckets == "auto":
@@ -132,7 +136,7 @@ def predict_pair(d1: pd.DataFrame, d2: pd.DataFrame, steps: pd.DataFrame, *,
     predicted = pct(speedup(t_block, t_pipe, z))
     first = d1.iloc[0]
     return dict(
-        label=_config_label(first), device=first["device"], preset=first.get("preset"), streams=streams,
+        label=run_label(first, depth=False), device=first["device"], preset=first.get("preset"), streams=streams,
         blocking_ms=t_block, pipelined_ms=t_pipe, L=L, z=z,
         predicted_pct=predicted, predicted_lo=predicted_lo, predicted_hi=predicted_hi,
         gpu_ms=float(gpu.median()), host_ms=float(host.median()), d1_pipelined_ms=t_pipe_hat,

@@ -17,7 +17,7 @@ import pandas as pd
 from markupsafe import Markup
 
 from costmodel import figures
-from costmodel.predict import predict_blog, predict_runs, steady_state
+from costmodel.predict import predict_blog, predict_runs, run_label, steady_state
 from costmodel.results import Results, read_results
 
 REPORT_FILE = "report.html"
@@ -28,15 +28,10 @@ def _env() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters["num"] = lambda v, nd=2: "–" if v is None or pd.isna(v) else f"{v:,.{nd}f}"
+    env.filters["dash"] = lambda v: "–" if v is None or (isinstance(v, float) and pd.isna(v)) or v == "" else v
     env.filters["signed"] = lambda v, nd=1: "–" if v is None or pd.isna(v) else f"{v:+.{nd}f}%"
     env.filters["tojson_pretty"] = lambda v: v if isinstance(v, str) else json.dumps(v, indent=1, default=str)
     return env
-
-
-def run_label(run: pd.Series | dict, depth: bool = True) -> str:
-    streams = int(run["streams"])
-    label = f"{run.get('preset') or run.get('model')} · {run['device']} · {streams} stream{'s' if streams > 1 else ''}"
-    return f"{label} · depth {int(run['depth'])}" if depth else label
 
 
 def step_summary(results: Results) -> pd.DataFrame:
@@ -98,10 +93,11 @@ def _attribution(results: Results) -> pd.DataFrame:
         steady = steady_state(results.steps[results.steps["run_id"] == run["run_id"]])
         bubble = float(steady["bubble_ms"].clip(lower=0).mean()) if len(steady) else 0.0
         total = a["bubble_ms"].sum()
-        if total <= 0:  # no idle time at all: an empty bar, still labelled
+        if total > 0:
+            for phase, ms in a.groupby("phase")["bubble_ms"].sum().items():
+                rows.append(dict(label=run_label(run), phase=phase, ms_per_step=bubble * ms / total))
+        else:  # no idle time at all: an empty bar, still labelled
             rows.append(dict(label=run_label(run), phase="other", ms_per_step=0.0))
-        for phase, ms in a.groupby("phase")["bubble_ms"].sum().items() if total > 0 else ():
-            rows.append(dict(label=run_label(run), phase=phase, ms_per_step=bubble * ms / total))
     # Repeats of a configuration share a bar: the mean over its runs.
     repeats = results.runs.apply(run_label, axis=1).value_counts()
     table = pd.DataFrame(rows).groupby(["label", "phase"], sort=False)["ms_per_step"].sum().reset_index()
@@ -137,7 +133,6 @@ def render_report(results: Results, title: str, n_boot: int = 1000) -> str:
         fig_gaps=Markup(figures.gap_histogram(gaps)) if (gaps := _gaps(results)) else None,
         gaps_from_steps=results.gaps.empty,
         fig_attr=Markup(figures.attribution_bars(attribution)) if len(attribution) else None,
-        attribution=attribution.to_dict("records"),
         provenance=results.provenance,
         machine=_machine(),
     )

@@ -31,6 +31,13 @@ from engine.errors import BubblelabError
 RESULTS_FILE = "results.json"
 SCHEMA_VERSION = 1
 TABLES = ("runs", "steps", "attribution", "gaps", "timeline")
+# docs/phases.md: "Run metadata" and the per-step table.
+RUN_COLUMNS = ("run_id, model, preset, depth, streams, output_len_mean, mean_generated_len, requests, device, "
+               "driver, torch, nsys_version, schema_version, command, started_at, wall_s, generated_tokens, "
+               "decode_steps, source, trace_path").split(", ")
+STEP_COLUMNS = ("run_id, step, kind, depth, batch_size, forward_ms, sampling_ms, busy_ms, bubble_ms, period_ms, "
+                "plan_ms, launch_ms, commit_ms, finalize_ms, wait_ms, gpu_start_ns, gpu_end_ns").split(", ")
+NEEDED_RUN_COLUMNS = ("run_id", "depth", "streams", "device", "mean_generated_len", "wall_s", "generated_tokens")
 
 
 @dataclass
@@ -73,8 +80,14 @@ def read_results(run_dir: Path | str) -> Results:
     if doc.get("schema_version") != SCHEMA_VERSION:
         raise BubblelabError(f"{path} has schema_version {doc.get('schema_version')!r}, expected {SCHEMA_VERSION}")
     tables = {name: pd.DataFrame.from_records(doc.get(name) or []) for name in TABLES}
-    if tables["runs"].empty or tables["steps"].empty:
+    runs, steps = tables["runs"], tables["steps"]
+    if runs.empty or steps.empty:
         raise BubblelabError(f"{path} has no runs or no steps")
+    for name, table, needed in (("runs", runs, NEEDED_RUN_COLUMNS), ("steps", steps, STEP_COLUMNS)):
+        if missing := [c for c in needed if c not in table]:
+            raise BubblelabError(f"{path}: {name} lack the column(s) {', '.join(missing)} (see docs/phases.md)")
+    # Optional metadata may be absent; keep the contract's columns so readers need not check each one.
+    tables["runs"] = runs.reindex(columns=[*RUN_COLUMNS, *(c for c in runs if c not in RUN_COLUMNS)])
     return Results(**tables, provenance=doc.get("provenance") or {})
 
 

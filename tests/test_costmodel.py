@@ -6,13 +6,11 @@ from hypothesis import given, strategies as st
 
 from costmodel.model import VLLM_BUCKETS, StepCost, graph_bucket, whatif_curve, whatif_speedup, zombie_tax
 from costmodel.predict import predict_runs, steady_state
-from costmodel.results import load_runs, read_results, write_results
+from costmodel.results import RUN_COLUMNS, STEP_COLUMNS, load_runs, read_results, write_results
 from costmodel.simulate import LoopCosts, simulate_run
 from costmodel.wholerun import finish_events, predict_whole_run
 from engine.errors import BubblelabError
 
-STEP_COLUMNS = ("run_id, step, kind, depth, batch_size, forward_ms, sampling_ms, busy_ms, bubble_ms, period_ms, "
-                "plan_ms, launch_ms, commit_ms, finalize_ms, wait_ms, gpu_start_ns, gpu_end_ns").split(", ")
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +73,7 @@ def test_whatif_curve_goes_through_the_measured_point(blocking, pipelined, gpu, 
 
 def test_simulated_frames_follow_the_contract(sim):
     runs, steps, _ = sim
-    assert set(STEP_COLUMNS) <= set(steps.columns)
+    assert set(STEP_COLUMNS) <= set(steps.columns) and set(RUN_COLUMNS) <= set(runs.columns)
     d2 = steps[steps.run_id == "sim-d2-s1-1"]
     # A finished request's zombie: depth 2 runs one extra decode step per request at one stream.
     d1 = steps[steps.run_id == "sim-d1-s1-1"]
@@ -128,6 +126,11 @@ def test_results_round_trip(tmp_path, sim):
     assert back.gaps.empty and back.provenance == {"command": "x"}
     with pytest.raises(BubblelabError, match="no results.json"):
         read_results(tmp_path / "missing")
+    write_results(tmp_path, runs.drop(columns=["command", "wall_s"]), steps)
+    with pytest.raises(BubblelabError, match="runs lack the column.s. wall_s"):
+        read_results(tmp_path)
+    write_results(tmp_path, runs.drop(columns=["command"]), steps)
+    assert read_results(tmp_path).runs["command"].isna().all()       # optional metadata: kept as a column
 
 
 def test_load_runs_from_a_duckdb_catalog(tmp_path, sim):
