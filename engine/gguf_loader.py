@@ -10,7 +10,7 @@ import json
 import os
 import shutil
 import tempfile
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -59,6 +59,8 @@ def building(final: Path) -> Iterator[Path]:
                 raise
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+        with suppress(OSError):  # a failed conversion (bad file) leaves no empty entry behind
+            final.parent.rmdir()
 
 
 def open_gguf(path: Path) -> GGUFReader:
