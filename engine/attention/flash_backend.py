@@ -1,7 +1,8 @@
 """Attention through flash-attn 2 (CUDA only).
 
 FA2's paged KV path (flash_attn_with_kvcache with block_table) requires pages whose block_size is a
-multiple of 256 tokens; smaller pages are rejected with a clear error instead of a kernel failure.
+multiple of 256 tokens (Dao-AILab/flash-attention#828); smaller pages are rejected with a clear error instead
+of a kernel failure. Callers read `block_size_multiple` to size their pages.
 """
 from __future__ import annotations
 
