@@ -4,6 +4,7 @@ Checks that the page renders, logs no console error, raises no exception, opens 
 `<script>alert(1)</script>` would) and paints a non-blank screenshot.
 """
 import base64
+import fcntl
 import io
 import json
 import os
@@ -24,6 +25,13 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install -y chromium)")
 
 
+def _onto_3_and_4(read_fd: int, write_fd: int) -> None:
+    """In the child: the pipe ends become fds 3 and 4 (moved above 10 first, so neither clobbers the other)."""
+    high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in (read_fd, write_fd)]
+    os.dup2(high[0], 3)
+    os.dup2(high[1], 4)
+
+
 class Browser:
     """Chromium with --remote-debugging-pipe: JSON messages ending in NUL, commands on fd 3, replies on fd 4."""
 
@@ -35,7 +43,7 @@ class Browser:
              "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars",
              f"--user-data-dir={user_data_dir}", "--remote-debugging-pipe", "about:blank"],
             pass_fds=(3, 4), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            preexec_fn=lambda: (os.dup2(to_chrome_r, 3), os.dup2(from_chrome_w, 4)))
+            preexec_fn=lambda: _onto_3_and_4(to_chrome_r, from_chrome_w))
         os.close(to_chrome_r)
         os.close(from_chrome_w)
         self._buffer, self._next_id, self.events = b"", 0, []
