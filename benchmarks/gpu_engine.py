@@ -131,7 +131,7 @@ def check_preset(preset: str, streams_list: list[int], repeats: int, L: float) -
     keys = ("reserved_bytes.all.current", "segment.all.allocated", "allocated_bytes.all.peak")
     report["memory_after_warmup"] = {k: mem0.get(k) for k in keys}
     report["memory_after_runs"] = {k: mem1.get(k) for k in keys}
-    report["memory_grew"] = cuda and any(mem1[k] > mem0[k] for k in keys[:2])
+    report["memory_grew"] = bool(cuda and mem0) and any(mem1[k] > mem0[k] for k in keys[:2])
     report["graph_replays_total"] = sum(e.runner.graph_replays for e in engines.values())
     for e in engines.values():
         e.close()

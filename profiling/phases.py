@@ -31,7 +31,8 @@ class Phases:
     def range(self, name: str, step: int) -> Iterator[None]:
         nv, tl = self._nvtx, self.timeline
         if nv is not None:
-            self._domain.push_range(message=self._names.get(name, name), payload=step)
+            self._domain.push_range(self._domain.get_event_attributes(message=self._names.get(name, name),
+                                                                      payload=step))
         start = time.perf_counter_ns() if tl is not None else 0
         try:
             yield
@@ -45,6 +46,6 @@ class Phases:
         """A mark carrying the step's kind and batch size, so an nsys trace is self-describing."""
         if self._nvtx is not None:
             msg = f"kind={info.kind} bs={info.batch_size} tokens={info.tokens} depth={depth}"
-            self._domain.mark(message=msg, payload=info.step)
+            self._domain.mark(self._domain.get_event_attributes(message=msg, payload=info.step))
         if self.timeline is not None:
             self.timeline.add_step(info)
