@@ -43,17 +43,19 @@ def steady_state(df: pd.DataFrame, warmup: int = WARMUP_STEPS) -> pd.DataFrame:
 
 
 def idle_gaps(catalog: Catalog, run_id: str, steps: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Every GPU idle gap inside the given steps' periods, with the phase the host was in when it began."""
+    """Every GPU idle gap inside the given steps' periods, with the phase the host was in when it began
+    (at depth 1 that is mostly `wait`: the host learns the GPU is done only then; attribution() splits
+    the same idle time by what the host did during it)."""
     con = _open(catalog)
     steps = steady_state(per_step(con, run_id)) if steps is None else steps
     return queries.run(con, "idle_gaps", {"run_id": run_id}, per_step=steps)
 
 
 def attribution(catalog: Catalog, run_id: str, steps: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Idle time per host phase (time-weighted, and by the phase each gap began in)."""
+    """Idle time per host phase: what the engine thread was doing while the GPU sat idle (time-weighted)."""
     con = _open(catalog)
-    gaps = idle_gaps(con, run_id, steps)
-    return queries.run(con, "bubble_attribution", {"run_id": run_id}, idle_gaps=gaps)
+    steps = steady_state(per_step(con, run_id)) if steps is None else steps
+    return queries.run(con, "bubble_attribution", {"run_id": run_id}, per_step=steps)
 
 
 def idle_histogram(catalog: Catalog, run_id: str, steps: pd.DataFrame | None = None) -> pd.DataFrame:

@@ -30,6 +30,10 @@ def connect(catalog: Path | str | None = None) -> duckdb.DuckDBPyConnection:
         con = duckdb.connect(path)
     except duckdb.Error as e:
         raise BubblelabError(f"cannot open catalog {path}: {str(e).splitlines()[0]}") from None
+    # Row estimates of data inserted in the open ingest transaction are tiny, which would make DuckDB run
+    # ASOF joins as nested loops (steps x ops); the sort-merge ASOF join is linear at any size.
+    con.execute("SET asof_loop_join_threshold = 0")
+    con.execute("SET preserve_insertion_order = false")  # every query orders its answer; inserts go 2x faster
     con.execute(read_sql("catalog_schema"))
     return con
 

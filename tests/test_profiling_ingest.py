@@ -14,7 +14,7 @@ from profiling.ingest import ingest
 
 PROBE = Path(__file__).parents[1] / "traces" / "nsys-h200-probe.sqlite"
 TABLES = ("runs", "trace_meta", "host_ranges", "host_segments", "step_info", "api_calls", "gpu_ops", "syncs",
-          "steps")
+          "gpu_busy", "steps")
 
 
 def counts(con) -> dict[str, int]:
@@ -25,12 +25,16 @@ def test_probe_ingests_with_its_metadata(tmp_path):
     con = connect(tmp_path / "c.duckdb")
     run = ingest(PROBE, None, {"model": "bf16 matmul probe", "streams": 1}, domain="probe", con=con)
     assert counts(con) == {"runs": 1, "trace_meta": 29, "host_ranges": 200, "host_segments": 350,
-                           "step_info": 0, "api_calls": 1495, "gpu_ops": 252, "syncs": 0,
+                           "step_info": 0, "api_calls": 1495, "gpu_ops": 252, "syncs": 0, "gpu_busy": 252,
                            "steps": 50}   # the probe's `step` ranges carry payloads, its inner ranges none
     row = analysis.runs(con).iloc[0]
     assert (row.run_id, row.model, row.device, row.driver) == (run, "bf16 matmul probe", "NVIDIA H200", "580.159.04")
     assert (row.nsys_version, row.schema_version, row.source) == ("2025.3.2.0", "3.20.3", "nsys")
     assert str(row.started_at).startswith("2026-11-21 10:34:14")
+    # one stream, no overlap: each op is its own busy island, and the busy time is the sum of the op times
+    busy, ops = con.execute('SELECT (SELECT sum("end" - start) FROM gpu_busy), '
+                            '(SELECT sum("end" - start) FROM gpu_ops)').fetchone()
+    assert busy == ops
     # every kernel, copy and memset was launched under a probe range, except the two set-up kernels
     ops = con.execute("SELECT op, phase, count(*) FROM gpu_ops GROUP BY ALL ORDER BY ALL").fetchall()
     assert ops == [("kernel", "forward", 50), ("kernel", "sample", 50), ("kernel", None, 2),

@@ -99,8 +99,10 @@ def test_bubble_attribution_blocking(catalog):
                 "launch": 0.06, "wait": 0.03}
     assert table.idle_ms.to_dict() == pytest.approx(expected)
     assert table.idle_ms.sum() == pytest.approx(steps.bubble_ms.sum())
-    assert table.began_ms.to_dict() == pytest.approx({**{p: 0.0 for p in expected}, "wait": 1.14, "forward": 0.15})
     assert table.idle_share.sum() == pytest.approx(1.0)
+    # by the phase each gap began in instead, the depth-1 bubble all lands on `wait` (and the next forward)
+    began = analysis.idle_gaps(con, run, steps).groupby("began_in").idle_us.sum() / 1e3
+    assert began.to_dict() == pytest.approx({"wait": 1.14, "forward": 0.15})
 
 
 def test_bubble_attribution_step_one_and_pipelined(catalog):
@@ -111,6 +113,9 @@ def test_bubble_attribution_step_one_and_pipelined(catalog):
                                                      "forward": 0.05, "copy_h2d": 0.02, "launch": 0.02,
                                                      "wait": 0.01})
     assert analysis.attribution(con, pipelined).empty          # default warm-up (5) leaves no steady steps
+    everything = analysis.per_step(con, blocking)               # all steps with a period: 5 x ~430 us
+    assert analysis.attribution(con, blocking, everything).idle_ms.sum() == pytest.approx(
+        everything.bubble_ms.sum()) == pytest.approx(2.145)
     steps = analysis.steady_state(analysis.per_step(con, pipelined), warmup=1)
     table = analysis.attribution(con, pipelined, steps)
     assert table.phase.tolist() == ["forward"] and table.idle_ms.tolist() == pytest.approx([0.03])

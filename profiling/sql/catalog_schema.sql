@@ -64,3 +64,6 @@ CREATE TABLE IF NOT EXISTS steps (
     forward_ms DOUBLE, sampling_ms DOUBLE, busy_ms DOUBLE, bubble_ms DOUBLE, period_ms DOUBLE,
     plan_ms DOUBLE, launch_ms DOUBLE, commit_ms DOUBLE, finalize_ms DOUBLE, wait_ms DOUBLE,
     gpu_start_ns BIGINT, gpu_end_ns BIGINT);
+
+-- The GPU's busy islands (union of all GPU ops) with the busy time before each (derived at ingest).
+CREATE TABLE IF NOT EXISTS gpu_busy (run_id VARCHAR, start BIGINT, "end" BIGINT, busy_before BIGINT);

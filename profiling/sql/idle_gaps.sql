@@ -1,23 +1,16 @@
--- Every GPU idle gap inside the periods of the given steps (relation `per_step`), with the step whose
--- period holds it and the innermost host phase open on the engine thread when the GPU went idle.
--- A gap is the space between the end of everything launched so far and the next op's start (sweep line).
--- Gaps never straddle a period boundary: each boundary is an op start, i.e. busy.
-WITH ops AS (
-    SELECT start, "end" FROM gpu_ops WHERE run_id = $run_id
-),
-gaps AS (
-    SELECT covered AS start, start AS "end"
-    FROM (SELECT start,
-                 max("end") OVER (ORDER BY start, "end" ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS covered
-          FROM ops)
-    WHERE start > covered
+-- Every GPU idle gap inside the periods of the given steps (relation `per_step`): the space between two
+-- busy islands (gpu_busy.sql), with the step whose period holds it and the innermost host phase open on
+-- the engine thread when the GPU went idle. Gaps never straddle a period edge: each edge is an op start.
+WITH gaps AS (
+    SELECT "end" AS start, lead(start) OVER (ORDER BY start) AS "end"
+    FROM gpu_busy WHERE run_id = $run_id
 ),
 periods AS (
     SELECT step, gpu_start_ns AS start, gpu_start_ns + round(period_ms * 1e6)::BIGINT AS "end"
     FROM per_step WHERE run_id = $run_id AND period_ms IS NOT NULL
 ),
 engine_thread AS (  -- the thread that opened the most ranges
-    SELECT tid FROM host_ranges WHERE run_id = $run_id GROUP BY tid ORDER BY count(*) DESC LIMIT 1
+    SELECT tid FROM host_ranges WHERE run_id = $run_id GROUP BY tid ORDER BY count(*) DESC, tid LIMIT 1
 ),
 segments AS (
     SELECT start, "end", phase FROM host_segments WHERE run_id = $run_id AND tid = (FROM engine_thread)

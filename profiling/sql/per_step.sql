@@ -6,24 +6,12 @@
 --   busy       union of ALL GPU activity (any step, stream or kind) inside the step's period
 --   bubble     period - busy: the GPU idle inside the period
 -- Unions use the sweep "each interval adds what lies past the running max end of the earlier ones";
--- busy uses B(t) = GPU busy time before t (ASOF on that sweep), so busy = B(next start) - B(start).
+-- busy uses B(t), the GPU busy time before t (gpu_busy.sql): busy = B(next start) - B(start).
 WITH ops AS (
     SELECT start, "end", step, phase FROM gpu_ops WHERE run_id = $run_id
 ),
-sweep AS (  -- every op, in start order, with what it adds to the union of all earlier ops
-    SELECT start, "end",
-           greatest(0, "end" - greatest(start, COALESCE(covered, start))) AS added,
-           greatest("end", COALESCE(covered, "end")) AS covered_through
-    FROM (SELECT start, "end",
-                 max("end") OVER (ORDER BY start, "end" ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS covered
-          FROM ops)
-),
-busy_curve AS (  -- B(t) for t = each distinct op start: busy time up to the end of what started by t
-    SELECT start, max(covered_through) AS covered_through, max(busy_through) AS busy_through
-    FROM (SELECT start, covered_through,
-                 sum(added) OVER (ORDER BY start, "end" ROWS UNBOUNDED PRECEDING) AS busy_through
-          FROM sweep)
-    GROUP BY start
+busy AS (
+    SELECT start, "end", busy_before FROM gpu_busy WHERE run_id = $run_id
 ),
 step_ops AS (
     SELECT step, start, "end",
@@ -51,14 +39,13 @@ periods AS (
            lead(gpu_start_ns) OVER (ORDER BY step) AS next_start_ns
     FROM step_span
 ),
-busy_at AS (  -- B(t) at any t: the last op starting at or before t, minus what it covers after t
-    SELECT p.step, p.next_start_ns,
-           b.busy_through - greatest(0, b.covered_through - p.next_start_ns) AS busy_before_next
-    FROM periods p ASOF LEFT JOIN busy_curve b ON p.next_start_ns >= b.start
-),
-busy_start AS (
-    SELECT p.step, b.busy_through - greatest(0, b.covered_through - p.gpu_start_ns) AS busy_before_start
-    FROM periods p ASOF LEFT JOIN busy_curve b ON p.gpu_start_ns >= b.start
+busy_at AS (  -- B(t) at both edges of each period
+    SELECT p.step,
+           b.busy_before + least(p.gpu_start_ns, b."end") - b.start AS before_start,
+           n.busy_before + least(p.next_start_ns, n."end") - n.start AS before_next
+    FROM periods p
+    ASOF LEFT JOIN busy b ON p.gpu_start_ns >= b.start
+    ASOF LEFT JOIN busy n ON p.next_start_ns >= n.start
 ),
 host AS (  -- CPU time of the top-level phases (and the intended wait), per step
     SELECT step,
@@ -80,8 +67,8 @@ SELECT $run_id AS run_id,
        i.batch_size,
        COALESCE(f.busy_ns, 0) / 1e6 AS forward_ms,
        COALESCE(g.busy_ns, 0) / 1e6 AS sampling_ms,
-       (a.busy_before_next - b.busy_before_start) / 1e6 AS busy_ms,
-       (p.next_start_ns - p.gpu_start_ns - (a.busy_before_next - b.busy_before_start)) / 1e6 AS bubble_ms,
+       (a.before_next - a.before_start) / 1e6 AS busy_ms,
+       (p.next_start_ns - p.gpu_start_ns - (a.before_next - a.before_start)) / 1e6 AS bubble_ms,
        (p.next_start_ns - p.gpu_start_ns) / 1e6 AS period_ms,
        COALESCE(h.plan_ns, 0) / 1e6 AS plan_ms,
        COALESCE(h.launch_ns, 0) / 1e6 AS launch_ms,
@@ -97,6 +84,5 @@ LEFT JOIN part_union f ON f.step = s.step AND f.part = 'forward'
 LEFT JOIN part_union g ON g.step = s.step AND g.part = 'sampling'
 LEFT JOIN periods p ON p.step = s.step
 LEFT JOIN busy_at a ON a.step = s.step
-LEFT JOIN busy_start b ON b.step = s.step
 LEFT JOIN host h ON h.step = s.step
 ORDER BY s.step
