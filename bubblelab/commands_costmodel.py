@@ -62,6 +62,8 @@ def register(app: typer.Typer) -> None:
         else:
             results = load_runs(catalog)
             table = predict_runs(results.runs, results.steps, n_boot=n_boot)
+            for reason in table.attrs["skipped"]:
+                typer.echo(f"skipped {reason}", err=True)
             if table.empty:
                 raise BubblelabError(f"{catalog} has no configuration measured at both depth 1 and depth 2")
         if as_json:

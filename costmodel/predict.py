@@ -149,6 +149,17 @@ def predict_pair(d1: pd.DataFrame, d2: pd.DataFrame, steps: pd.DataFrame, *,
 
 
 def predict_runs(runs: pd.DataFrame, steps: pd.DataFrame, **kw) -> pd.DataFrame:
-    """The prediction table for every configuration measured at both depths."""
-    rows = [predict_pair(d1, d2, steps, **kw) for d1, d2 in pair_runs(runs)]
-    return pd.DataFrame(rows)
+    """The prediction table for every configuration measured at both depths.
+
+    A configuration that cannot be predicted (no steady decode steps) is left out and named, with the
+    reason, in table.attrs["skipped"], so one broken run does not hide the others.
+    """
+    rows, skipped = [], []
+    for d1, d2 in pair_runs(runs):
+        try:
+            rows.append(predict_pair(d1, d2, steps, **kw))
+        except BubblelabError as e:
+            skipped.append(f"{run_label(d1.iloc[0], depth=False)}: {e}")
+    table = pd.DataFrame(rows)
+    table.attrs["skipped"] = skipped
+    return table

@@ -122,6 +122,7 @@ def render_report(results: Results, title: str, n_boot: int = 1000) -> str:
         runs=results.runs.to_dict("records"),
         devices=sorted(set(map(str, results.runs.get("device", [])))),
         predictions=table.to_dict("records"),
+        skipped=table.attrs.get("skipped", []),
         headline=headline.to_dict("records"),
         mean_abs_error=float(table["error_pts"].abs().mean()) if len(table) else None,
         whole_run_error=float((table["observed_pct"] - table["wall_predicted_pct"]).abs().mean()) if len(table) else None,

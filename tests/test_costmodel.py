@@ -160,3 +160,12 @@ def test_repeats_pool_steps_and_bootstrap_the_observed_ratio_over_runs():
     row = predict_runs(pd.DataFrame(runs), pd.concat(steps), n_boot=300).iloc[0]
     assert row.runs_block == "r0-d1,r1-d1,r2-d1" and row.runs_pipe == "r0-d2,r1-d2,r2-d2"
     assert row.observed_lo < row.observed_pct < row.observed_hi
+
+
+def test_a_run_without_steady_steps_is_skipped_and_named(sim):
+    runs, steps, _ = sim
+    broken = steps[~((steps.run_id == "sim-d2-s8-8") & (steps.kind == "decode"))]
+    table = predict_runs(runs, broken, n_boot=50)
+    assert list(table["streams"]) == [1]
+    assert table.attrs["skipped"] == ["sim · simulated · 8 streams: no steady-state decode steps in runs "
+                                      "sim-d1-s8-8, sim-d2-s8-8"]

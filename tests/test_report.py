@@ -90,3 +90,12 @@ def test_cli_reports_a_missing_run_dir_in_one_line(tmp_path):
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [f"bubblelab: error: no results.json in {tmp_path} "
                                                 "(run `bubblelab run-and-profile` first)"]
+
+
+def test_report_names_a_configuration_it_cannot_predict(tmp_path, demo_dir):
+    r = read_results(demo_dir)
+    broken = r.steps[~(r.steps["run_id"].str.startswith("sim-d2-s8") & (r.steps["kind"] == "decode"))]
+    write_results(tmp_path, r.runs, broken, r.attribution, r.gaps, r.provenance, r.timeline)
+    html = report_run_dir(tmp_path, n_boot=50).read_text()
+    assert "Left out: sim · simulated · 8 streams: no steady-state decode steps" in html
+    assert "sim · simulated · 1 stream" in html
