@@ -24,11 +24,10 @@ MS = 1e6
 GPU_COLORS = {"forward": "#3b6fb6", "prefill": "#1f4e8c", "sampling": "#3aa17e"}
 HOST_COLORS = {"plan": "#d1495b", "launch": "#edae49", "finalize": "#8e6cbf", "commit": "#7c6a55",
                "wait": "#d9d4cc"}
-DEPTH_COLORS = {1: "#d1495b", 2: "#3b6fb6"}
 OTHER = "#9aa1a9"
 # Nested host ranges and trace-specific phases in attribution tables; anything else gets a spare colour.
-EXTRA_COLORS = {"copy_h2d": "#f4d35e", "copy_d2h": "#5fa8d3", "mask": "#c17fb5", "sampling": "#3aa17e",
-                "forward": "#3b6fb6", "prefill": "#1f4e8c", "outside any phase": OTHER, "other": OTHER}
+EXTRA_COLORS = {**GPU_COLORS, "copy_h2d": "#f4d35e", "copy_d2h": "#5fa8d3", "mask": "#c17fb5",
+                "outside any phase": OTHER, "other": OTHER}
 SPARE = ("#e07a5f", "#81b29a", "#6d597a", "#b56576", "#355070", "#eaac8b")
 _figure_ids = (f"fig{i}" for i in itertools.count())
 

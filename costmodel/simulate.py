@@ -144,16 +144,18 @@ def simulate_run(depth: int, streams: int = 8, requests: int = 32, output_len: i
     return _tables(run_id, depth, streams, requests, output_len, lengths, loop, steps)
 
 
+def _ms_per_step(ranges: pd.DataFrame, phase: str) -> pd.Series:
+    mine = ranges[ranges["phase"] == phase]
+    return ((mine["end_ns"] - mine["start_ns"]) / MS).groupby(mine["step"]).sum()
+
+
 def _tables(run_id, depth, streams, requests, output_len, lengths, loop, steps) -> dict:
     host = pd.DataFrame(loop.host, columns=["phase", "step", "start_ns", "end_ns"])
     device = pd.DataFrame(loop.device, columns=["phase", "step", "start_ns", "end_ns"])
     table = pd.DataFrame(steps)
-    dur = lambda f, phase: (f[f.phase == phase].assign(ms=lambda d: (d.end_ns - d.start_ns) / MS)
-                            .groupby("step")["ms"].sum())
-    for phase in ("forward", "sampling"):
-        table[f"{phase}_ms"] = table["step"].map(dur(device, phase)).fillna(0.0)
-    for phase in ("plan", "launch", "commit", "finalize", "wait"):
-        table[f"{phase}_ms"] = table["step"].map(dur(host, phase)).fillna(0.0)
+    for ranges, phases in ((device, ("forward", "sampling")), (host, ("plan", "launch", "commit", "finalize", "wait"))):
+        for phase in phases:
+            table[f"{phase}_ms"] = table["step"].map(_ms_per_step(ranges, phase)).fillna(0.0)
     table["gpu_end_ns"] = table["step"].map(device.groupby("step")["end_ns"].max())
     table["period_ms"] = (table["gpu_start_ns"].shift(-1) - table["gpu_start_ns"]) / MS
     table["busy_ms"] = table["forward_ms"] + table["sampling_ms"]
