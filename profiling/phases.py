@@ -24,15 +24,14 @@ class Phases:
             import nvtx  # only imported when profiling: the package is cheap but optional at run time
             self._nvtx = nvtx
             self._domain = nvtx.get_domain(DOMAIN)
-            # Registered strings: nsys stores each phase name once instead of once per range.
-            self._names = {name: self._domain.get_registered_string(name) for name in HOST_PHASES}
 
     @contextmanager
     def range(self, name: str, step: int) -> Iterator[None]:
         nv, tl = self._nvtx, self.timeline
         if nv is not None:
-            self._domain.push_range(self._domain.get_event_attributes(message=self._names.get(name, name),
-                                                                      payload=step))
+            # Plain strings: nsys stores each distinct one once (StringIds); registered strings break
+            # nvtx's attribute builder once a profiler is attached.
+            self._domain.push_range(self._domain.get_event_attributes(message=name, payload=step))
         start = time.perf_counter_ns() if tl is not None else 0
         try:
             yield
