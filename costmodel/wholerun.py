@@ -13,7 +13,7 @@ depth-1 step sequence and sum predicted depth-2 periods:
 - zombies: f_t requests finish at decode step t (f_t = b_t + rows admitted before the next decode step
   − b_next). Depth 2 learns this one step late, so each of them holds its seat for one more step:
   * replaced by a waiting request (the loop is seat-limited): the replacement starts a step later, so
-    the run needs 1/b_t of a step more per finished request: f·g(b_t)/b_t. At one stream that is the
+    the run needs 1/b_t of a step more per finished request: f·T_pipe,t/b_t. At one stream that is the
     whole wasted step; at any batch it adds up to z = 1/(L + 1), not the row cost below.
   * not replaced (the ramp-down: nothing waiting): the zombie rides in the next decode step as one more
     row, g(b + f) − g(b), the post's "almost free" row; after the last step it costs a step of its own.
@@ -56,11 +56,12 @@ def finish_events(steps: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(events, columns=["step", "batch_size", "finished", "admitted", "next_batch"])
 
 
-def _zombie_ms(steps: pd.DataFrame, cost: StepCost):
+def _zombie_ms(steps: pd.DataFrame, pipe: pd.Series, cost: StepCost):
+    """Per finish event, what its zombies cost the pipelined run (pipe: predicted period by step)."""
     for e in finish_events(steps).itertuples():
         replaced = min(e.finished, e.admitted)
         riding = e.finished - replaced
-        yield replaced * cost(e.batch_size) / e.batch_size
+        yield replaced * pipe[e.step] / e.batch_size
         if riding:
             yield cost(e.next_batch + riding) - cost(e.next_batch)
 
@@ -85,9 +86,9 @@ def predict_whole_run(steps: pd.DataFrame, wall_s: float, cost: StepCost) -> Who
     gpu, host = step_gpu_ms(steps), step_host_ms(steps)
     # The last step has no successor, so no period: it lasts its host and GPU work in series.
     period = steps["period_ms"].fillna(gpu + host)
-    pipe = np.maximum(gpu, host)
+    pipe = pd.Series(np.maximum(gpu, host).to_numpy(), index=steps["step"].to_numpy())
 
-    zombie = sum(_zombie_ms(steps, cost))
+    zombie = sum(_zombie_ms(steps, pipe, cost))
     wall_block = float(wall_s) * 1e3
     overhead = max(0.0, wall_block - float(period.sum()))
     steps_pipe = float(pipe.sum()) + zombie

@@ -169,3 +169,17 @@ def test_a_run_without_steady_steps_is_skipped_and_named(sim):
     assert list(table["streams"]) == [1]
     assert table.attrs["skipped"] == ["sim · simulated · 8 streams: no steady-state decode steps in runs "
                                       "sim-d1-s8-8, sim-d2-s8-8"]
+
+
+@pytest.mark.parametrize("costs", [
+    LoopCosts(fwd_base=0.2, fwd_per_row=0.001, plan=0.2, launch=0.2, commit=0.2, finalize=0.1),  # host-bound
+    LoopCosts(fwd_base=0.6, fwd_per_row=0.005),                                                   # balanced
+    LoopCosts(fwd_base=0.2, fwd_per_row=0.1, buckets=None),                                       # compute-bound
+], ids=["host-bound", "balanced", "compute-bound"])
+@pytest.mark.parametrize("streams", [1, 32])
+def test_whole_run_model_tracks_the_wall_clock_in_every_regime(costs, streams):
+    d1, d2 = (simulate_run(d, streams=streams, requests=4 * streams, output_len=64, costs=costs, seed=streams)
+              for d in (1, 2))
+    whole = predict_whole_run(d1["steps"], d1["run"]["wall_s"], StepCost.from_steps(d1["steps"], costs.buckets))
+    observed = d1["run"]["wall_s"] / d2["run"]["wall_s"]
+    assert (whole.speedup - 1) * 100 == pytest.approx((observed - 1) * 100, abs=1.0)
