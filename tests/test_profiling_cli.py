@@ -19,7 +19,8 @@ def bubblelab(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def traces(tmp_path_factory) -> list[Path]:
-    root = tmp_path_factory.mktemp("cli traces")
+    root = tmp_path_factory.mktemp("cli") / "odd dir ?#'q'"   # the trace path is quoted into SQL and a URI
+    root.mkdir()
     return [blocking_trace(root / "depth 1.sqlite"), pipelined_trace(root / "depth 2.sqlite")]
 
 
