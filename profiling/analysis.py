@@ -88,40 +88,36 @@ def summarize(df: pd.DataFrame) -> dict:
 
 
 def analyze(catalog: Catalog, run_ids: list[str] | None = None, warmup: int = WARMUP_STEPS) -> dict:
-    """Steady-state summary, attribution and flagged syncs per run, and pooled per (depth, streams).
+    """Steady-state summary and bubble attribution per run, and pooled per (depth, streams).
 
     A run without `streams` metadata gets its steady-state batch size (the streams of a closed loop).
     """
     con = _open(catalog)
-    meta = runs(con)
-    run_ids = meta.run_id.tolist() if run_ids is None else run_ids
-    per_run, steady_steps, idle = [], [], []
-    for run_id in run_ids:
-        run = meta.set_index("run_id").loc[run_id]
-        steady = steady_state(per_step(con, run_id), warmup)
-        streams = run.streams if pd.notna(run.streams) else (steady.batch_size.mode().max() if len(steady) else None)
-        table = attribution(con, run_id, steady).assign(run_id=run_id)
+    meta = runs(con).set_index("run_id")
+    per_run, steady, idle = [], {}, {}
+    for run_id in meta.index.tolist() if run_ids is None else run_ids:
+        run = meta.loc[run_id]
+        steady[run_id] = steady_state(per_step(con, run_id), warmup)
+        idle[run_id] = attribution(con, run_id, steady[run_id])
+        streams = run.streams if pd.notna(run.streams) else steady[run_id].batch_size.mode().max()
         per_run.append({"run_id": run_id, "model": run.model, "device": run.device, "source": run.source,
-                        "depth": _int(run.depth), "streams": _int(streams), **summarize(steady),
-                        "attribution_ms_per_step": _per_step_ms(table, len(steady)),
+                        "depth": _int(run.depth), "streams": _int(streams),
+                        **_digest([steady[run_id]], [idle[run_id]]),
                         "flagged_syncs": int(sync_inventory(con, run_id).flagged.sum())})
-        steady_steps.append(steady.assign(streams=_int(streams)))
-        idle.append(table)
     groups = []
-    steps_all = pd.concat(steady_steps) if steady_steps else pd.DataFrame()
-    idle_all = pd.concat(idle) if idle else pd.DataFrame(columns=["run_id", "phase", "idle_ms"])
-    for entry in sorted({(r["depth"], r["streams"]) for r in per_run}, key=str):
-        members = [r["run_id"] for r in per_run if (r["depth"], r["streams"]) == entry]
-        steady = steps_all[steps_all.run_id.isin(members)]
-        groups.append({"depth": entry[0], "streams": entry[1], "runs": members, **summarize(steady),
-                       "attribution_ms_per_step": _per_step_ms(idle_all[idle_all.run_id.isin(members)],
-                                                               len(steady))})
+    for depth, streams in sorted({(r["depth"], r["streams"]) for r in per_run}, key=str):
+        members = [r["run_id"] for r in per_run if (r["depth"], r["streams"]) == (depth, streams)]
+        groups.append({"depth": depth, "streams": streams, "runs": members,
+                       **_digest([steady[m] for m in members], [idle[m] for m in members])})
     return {"warmup_steps": warmup, "runs": per_run, "groups": groups}
 
 
-def _per_step_ms(table: pd.DataFrame, steps: int) -> dict[str, float]:
-    totals = table.groupby("phase").idle_ms.sum().sort_values(ascending=False)
-    return {phase: round(ms / steps, 6) for phase, ms in totals.items()} if steps else {}
+def _digest(steady: list[pd.DataFrame], idle: list[pd.DataFrame]) -> dict:
+    """summarize() of the pooled steady steps, plus their idle time per host phase, per step."""
+    steps = pd.concat(steady)
+    totals = pd.concat(idle).groupby("phase").idle_ms.sum().sort_values(ascending=False)
+    per_step_ms = {phase: round(ms / len(steps), 6) for phase, ms in totals.items()} if len(steps) else {}
+    return {**summarize(steps), "attribution_ms_per_step": per_step_ms}
 
 
 def _int(x) -> int | None:
