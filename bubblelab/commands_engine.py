@@ -91,19 +91,25 @@ def print_summary(s: dict) -> None:
 
 
 def demo(question: str = typer.Option("What is the capital of France?", help="The chat question."),
-         max_tokens: int = typer.Option(48, help="Tokens to generate.")) -> None:
-    """Answer a chat question with the embedded SmolLM2-135M-Instruct and print tokens/s."""
+         streams: str = typer.Option("1,4", help="Streams of the profiled sweep (CPU-sized)."),
+         output_len_mean: float = typer.Option(32.0, help="Mean generated length of the sweep."),
+         out: Path = typer.Option(None, help="Run directory (default reports/demo-<timestamp>/).")) -> None:
+    """The main job on the embedded SmolLM2-135M-Instruct: answer a chat question, then profile depth 1 vs 2."""
     import time
 
+    from bubblelab.commands_sweep import run_and_profile
     from engine import LLM, SamplingParams
     from engine.tokenizer import chat_prompt_ids
 
     with console.status("loading the embedded SmolLM2-135M-Instruct (GGUF)"):
         llm = LLM()
-    ids = chat_prompt_ids(llm.tokenizer, question)
     t0 = time.perf_counter()
-    out = llm.generate(ids, SamplingParams(max_tokens=max_tokens))[0]
+    answer = llm.generate(chat_prompt_ids(llm.tokenizer, question), SamplingParams(max_tokens=32))[0]
     dt = time.perf_counter() - t0
-    console.print(f"[bold]Q:[/bold] {question}\n[bold]A:[/bold] {out.text.strip()}")
-    console.print(f"{len(out.token_ids)} tokens in {dt:.2f} s: {len(out.token_ids) / dt:.1f} tokens/s (CPU, depth 2)")
     llm.close()
+    console.print(f"[bold]Q:[/bold] {question}\n[bold]A:[/bold] {answer.text.strip()}")
+    console.print(f"{len(answer.token_ids)} tokens in {dt:.2f} s: {len(answer.token_ids) / dt:.1f} tokens/s\n")
+    run_and_profile(model=None, device="cpu", dtype="fp32", depths="1,2", streams=streams,
+                    output_len_mean=output_len_mean, requests_per_stream=2, prompt_len=32, repeats=1,
+                    constraint=None, max_model_len=512,
+                    out=out or Path("reports") / time.strftime("demo-%Y%m%d-%H%M%S"), nsys=None)
