@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-console = Console()
+console = Console(width=None if sys.stdout.isatty() else 120)  # piped output: no squeezed columns
 
 
 def register(app: typer.Typer) -> None:
@@ -50,15 +51,20 @@ def _median(stat: dict) -> str:
 
 def _steps_table(runs: list[dict]) -> Table:
     table = Table(title="Steady-state steps, median ms (--json adds p10/p90)", title_justify="left",
-                  header_style="bold")
-    for column in ("run", "depth", "streams", "steps", "forward", "sampling", "bubble", "period", "bubble%"):
+                  header_style="bold", caption_justify="left")
+    for column in ("run", "depth", "streams", "steps", "forward", "sampling", "bubble", "period", "bubble%",
+                   "host-late%"):
         table.add_column(column, justify="left" if column == "run" else "right", no_wrap=True)
     for run in runs:
-        share = run["bubble_share"]
         table.add_row(run["run_id"][:8], str(run["depth"]), str(run["streams"]), str(run["steps"]),
                       *(_median(run[f"{c}_ms"]) for c in ("forward", "sampling", "bubble", "period")),
-                      "–" if share is None else f"{100 * share:.1f}")
+                      _percent(run["bubble_share"]), _percent(run["host_late_share"]))
+    table.caption = "host-late%: share of the bubble in gaps that ended only when the host launched work"
     return table
+
+
+def _percent(share: float | None) -> str:
+    return "–" if share is None else f"{100 * share:.1f}"
 
 
 def _attribution_table(runs: list[dict]) -> Table:

@@ -94,30 +94,35 @@ def analyze(catalog: Catalog, run_ids: list[str] | None = None, warmup: int = WA
     """
     con = _open(catalog)
     meta = runs(con).set_index("run_id")
-    per_run, steady, idle = [], {}, {}
+    per_run, steady, idle, gaps = [], {}, {}, {}
     for run_id in meta.index.tolist() if run_ids is None else run_ids:
         run = meta.loc[run_id]
         steady[run_id] = steady_state(per_step(con, run_id), warmup)
         idle[run_id] = attribution(con, run_id, steady[run_id])
+        gaps[run_id] = idle_gaps(con, run_id, steady[run_id])
         streams = run.streams if pd.notna(run.streams) else steady[run_id].batch_size.mode().max()
         per_run.append({"run_id": run_id, "model": run.model, "device": run.device, "source": run.source,
                         "depth": _int(run.depth), "streams": _int(streams),
-                        **_digest([steady[run_id]], [idle[run_id]]),
+                        **_digest([steady[run_id]], [idle[run_id]], [gaps[run_id]]),
                         "flagged_syncs": int(sync_inventory(con, run_id).flagged.sum())})
     groups = []
     for depth, streams in sorted({(r["depth"], r["streams"]) for r in per_run}, key=str):
         members = [r["run_id"] for r in per_run if (r["depth"], r["streams"]) == (depth, streams)]
         groups.append({"depth": depth, "streams": streams, "runs": members,
-                       **_digest([steady[m] for m in members], [idle[m] for m in members])})
+                       **_digest(*([d[m] for m in members] for d in (steady, idle, gaps)))})
     return {"warmup_steps": warmup, "runs": per_run, "groups": groups}
 
 
-def _digest(steady: list[pd.DataFrame], idle: list[pd.DataFrame]) -> dict:
-    """summarize() of the pooled steady steps, plus their idle time per host phase, per step."""
-    steps = pd.concat(steady)
+def _digest(steady: list[pd.DataFrame], idle: list[pd.DataFrame], gaps: list[pd.DataFrame]) -> dict:
+    """summarize() of the pooled steady steps, their idle time per host phase per step, and the share of it
+    in gaps the host ended late (launched the next work only after the GPU had gone idle)."""
+    steps, gaps = pd.concat(steady), pd.concat(gaps)
     totals = pd.concat(idle).groupby("phase").idle_ms.sum().sort_values(ascending=False)
     per_step_ms = {phase: round(ms / len(steps), 6) for phase, ms in totals.items()} if len(steps) else {}
-    return {**summarize(steps), "attribution_ms_per_step": per_step_ms}
+    known = gaps[gaps.launch_lag_us.notna()]
+    late = known.idle_us[known.launch_lag_us > 0].sum() / known.idle_us.sum() if len(known) else None
+    return {**summarize(steps), "attribution_ms_per_step": per_step_ms,
+            "host_late_share": None if late is None else _float(late)}
 
 
 def _int(x) -> int | None:

@@ -77,3 +77,4 @@ def test_sql_matches_brute_force(tl):
     gaps = analysis.idle_gaps(con, run, with_period)
     assert gaps.idle_us.sum() * 1e3 == pytest.approx(sum(idle_by_phase.values()))
     assert gaps.began_in.tolist() == [innermost(tl, t) for t in gaps.start_ns]
+    assert gaps.launch_lag_us.isna().all()                    # a timeline records no launch calls

@@ -83,6 +83,8 @@ def test_idle_gaps_and_histogram(catalog):
     assert gaps.step.tolist() == [2, 2, 3, 3, 4, 4]
     assert gaps.idle_us.tolist() == [380.0, 50.0] * 3
     assert gaps.began_in.tolist() == ["wait", "forward"] * 3
+    # the next HtoD copy was launched 355 us after the GPU went idle, the next forward kernel 10 us after
+    assert gaps.launch_lag_us.tolist() == [355.0, 10.0] * 3
     assert gaps.idle_us.sum() / 1e3 == pytest.approx(steps.bubble_ms.sum())
     hist = analysis.idle_histogram(con, run, steps).set_index("lo_us")
     assert hist.gaps.sum() == 6
@@ -119,6 +121,8 @@ def test_bubble_attribution_step_one_and_pipelined(catalog):
     steps = analysis.steady_state(analysis.per_step(con, pipelined), warmup=1)
     table = analysis.attribution(con, pipelined, steps)
     assert table.phase.tolist() == ["forward"] and table.idle_ms.tolist() == pytest.approx([0.03])
+    # pipelined, the work ending each gap had been queued 32 us before: not a host-bound bubble
+    assert analysis.idle_gaps(con, pipelined, steps).launch_lag_us.tolist() == [-32.0] * 3
 
 
 def test_sync_inventory(catalog):

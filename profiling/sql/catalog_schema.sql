@@ -47,11 +47,11 @@ CREATE TABLE IF NOT EXISTS api_calls (
     name VARCHAR, phase VARCHAR, step BIGINT);
 
 -- Kernels, memcpys and memsets (op = 'kernel' | 'memcpy' | 'memset'; 'device' for timeline intervals),
--- with the step and phase of the host range that launched them.
+-- with the host time of the CUDA call that launched them and that call's step and phase.
 CREATE TABLE IF NOT EXISTS gpu_ops (
     run_id VARCHAR, op VARCHAR, start BIGINT, "end" BIGINT, stream_id BIGINT, pid BIGINT,
     correlation_id BIGINT, name VARCHAR, bytes BIGINT, copy_kind INTEGER, src_kind INTEGER,
-    dst_kind INTEGER, phase VARCHAR, step BIGINT);
+    dst_kind INTEGER, launched_at BIGINT, phase VARCHAR, step BIGINT);
 
 -- CUPTI synchronization records (host blocked until the GPU reached a point).
 CREATE TABLE IF NOT EXISTS syncs (

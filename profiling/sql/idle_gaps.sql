@@ -1,6 +1,10 @@
 -- Every GPU idle gap inside the periods of the given steps (relation `per_step`): the space between two
--- busy islands (gpu_busy.sql), with the step whose period holds it and the innermost host phase open on
--- the engine thread when the GPU went idle. Gaps never straddle a period edge: each edge is an op start.
+-- busy islands (gpu_busy.sql), with the step whose period holds it, the innermost host phase open on the
+-- engine thread when the GPU went idle, and launch_lag_us: when the host issued the op that ended the gap,
+-- relative to the gap's start. Positive: the host had not even launched the next work when the GPU ran dry
+-- (a CPU-bound bubble). Negative: the work was queued and waited on something else (an event, another
+-- stream). NULL for timelines, which record no launches. Gaps never straddle a period edge: each edge is
+-- an op start.
 WITH gaps AS (
     SELECT "end" AS start, lead(start) OVER (ORDER BY start) AS "end"
     FROM gpu_busy WHERE run_id = $run_id
@@ -15,13 +19,18 @@ engine_thread AS (  -- the thread that opened the most ranges
 segments AS (
     SELECT start, "end", phase FROM host_segments WHERE run_id = $run_id AND tid = (FROM engine_thread)
 ),
+first_launch AS (  -- the op(s) starting at each instant: when was the earliest of them launched?
+    SELECT start, min(launched_at) AS launched_at FROM gpu_ops WHERE run_id = $run_id GROUP BY start
+),
 gaps_in_steps AS (
     SELECT p.step, g.start, g."end"
     FROM gaps g ASOF JOIN periods p ON g.start >= p.start
     WHERE g."end" <= p."end"
 )
 SELECT g.step, g.start AS start_ns, g."end" AS end_ns, (g."end" - g.start) / 1e3 AS idle_us,
-       CASE WHEN g.start < s."end" THEN s.phase ELSE 'outside any phase' END AS began_in
+       CASE WHEN g.start < s."end" THEN s.phase ELSE 'outside any phase' END AS began_in,
+       (l.launched_at - g.start) / 1e3 AS launch_lag_us
 FROM gaps_in_steps g
+LEFT JOIN first_launch l ON l.start = g."end"
 ASOF LEFT JOIN segments s ON g.start >= s.start
 ORDER BY g.start

@@ -16,7 +16,7 @@ blocking_calls AS (
     FROM calls c LEFT JOIN sync_records r USING (pid, correlation_id)
     WHERE r.sync_type IS NOT NULL
        OR regexp_matches(c.name, '^cu(da)?(Device|Ctx|Stream|Event)Synchronize')
-       OR regexp_matches(c.name, '^cu(da)?Memcpy(2D|3D|DtoH|HtoD|DtoD|AtoH|HtoA)?(_v\d+|_v2)?$')
+       OR regexp_matches(c.name, '^cu(da)?Memcpy(2D|3D|DtoH|HtoD|DtoD|AtoH|HtoA)?(_v\d+)?$')
 ),
 copies AS (
     SELECT o.start, o."end", o.name AS copy, o.bytes, o.src_kind = 0 OR o.dst_kind = 0 AS pageable,
