@@ -59,7 +59,14 @@ def attribution(catalog: Catalog, run_id: str, steps: pd.DataFrame | None = None
 
 
 def idle_histogram(catalog: Catalog, run_id: str, steps: pd.DataFrame | None = None) -> pd.DataFrame:
-    return queries.run(duckdb.connect(), "idle_histogram", idle_gaps=idle_gaps(catalog, run_id, steps))
+    """Idle gaps of the given steps by length bucket (the gaps themselves stay inside DuckDB)."""
+    con = _open(catalog)
+    con.register("per_step", steady_state(per_step(con, run_id)) if steps is None else steps)
+    try:
+        gaps = queries.relation(con, "idle_gaps", {"run_id": run_id})
+        return queries.run(con, "idle_histogram", idle_gaps=gaps)
+    finally:
+        con.unregister("per_step")
 
 
 def sync_inventory(catalog: Catalog, run_id: str) -> pd.DataFrame:

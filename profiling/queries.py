@@ -1,7 +1,8 @@
 """Loads the .sql files of profiling/sql/ and runs them with named parameters.
 
 Each file answers one question. A query may read earlier answers by name: pass them as `relations`
-(DataFrames), e.g. the attribution query reads the `per_step` table of the steps it should cover.
+(DataFrames, or lazy DuckDB relations from `relation()` that never leave DuckDB), e.g. the attribution
+query reads the `per_step` table of the steps it should cover.
 """
 from __future__ import annotations
 
@@ -19,8 +20,11 @@ def read_sql(name: str) -> str:
     return (SQL_DIR / f"{name}.sql").read_text()
 
 
+Relation = pd.DataFrame | duckdb.DuckDBPyRelation
+
+
 def run(con: duckdb.DuckDBPyConnection, name: str, params: dict | None = None,
-        **relations: pd.DataFrame) -> pd.DataFrame:
+        **relations: Relation) -> pd.DataFrame:
     """Run profiling/sql/<name>.sql; `$param` placeholders come from `params`."""
     for rel_name, frame in relations.items():
         con.register(rel_name, frame)
@@ -29,6 +33,11 @@ def run(con: duckdb.DuckDBPyConnection, name: str, params: dict | None = None,
     finally:
         for rel_name in relations:
             con.unregister(rel_name)
+
+
+def relation(con: duckdb.DuckDBPyConnection, name: str, params: dict | None = None) -> duckdb.DuckDBPyRelation:
+    """The query as a lazy relation, to feed another query without a round trip through pandas."""
+    return con.sql(read_sql(name), params=params or {})
 
 
 def execute(con: duckdb.DuckDBPyConnection, name: str, params: dict | None = None) -> None:
