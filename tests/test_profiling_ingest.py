@@ -146,3 +146,38 @@ def test_bad_inputs_are_one_line_errors(tmp_path):
 def test_unknown_metadata_is_refused():
     with pytest.raises(BubblelabError, match="unknown run metadata streamz"):
         ingest(PROBE, None, {"streamz": 8}, domain="probe", con=connect(None))
+
+
+def test_killed_ingest_leaves_no_half_run(tmp_path):
+    """SIGKILL the ingesting process inside its transaction: the catalog comes back without the run."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    catalog, marker = tmp_path / "c.duckdb", tmp_path / "in-transaction"
+    script = f"""
+import sys, time
+sys.path[:0] = ['.', 'tests']
+from profiling import queries
+from profiling.ingest import ingest
+real = queries.execute
+def slow(con, name, params=None):
+    real(con, name, params)
+    if name == "ingest_kernels":          # ranges, segments, calls and kernels are written, not committed
+        open({str(marker)!r}, "w").close()
+        time.sleep(60)
+queries.execute = slow
+ingest({str(PROBE)!r}, {str(catalog)!r}, {{}}, domain="probe")
+"""
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=Path(__file__).parents[1])
+    deadline = time.monotonic() + 60
+    while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert marker.exists(), "the ingest never reached its transaction"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    con = connect(catalog)
+    assert set(counts(con).values()) == {0}
+    ingest(PROBE, None, {}, domain="probe", con=con)   # and the catalog is still usable
+    assert counts(con)["gpu_ops"] == 252
