@@ -5,8 +5,11 @@ adds nothing. Everything a run adds happens in one transaction: an interrupted i
 """
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
+import shutil
+import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -31,39 +34,40 @@ META_KEYS = frozenset(RUN_COLUMNS) - {"run_id", "source", "trace_path", "schema_
 
 def ingest(trace: Path, catalog: Path | str | None, meta: dict | None = None, *, domain: str = DOMAIN,
            con: duckdb.DuckDBPyConnection | None = None) -> str:
-    """Add an nsys SQLite export to the catalog; returns its run_id (the same one on re-ingest)."""
+    """Add an nsys SQLite export (or a gzip of one) to the catalog; returns its run_id (the same on re-ingest)."""
     trace = Path(trace)
-    facts = inspect_trace(trace, domain)
     meta = _checked_meta(meta)
-    con = con or connect(catalog)
-    known = _known_run(con, facts.content_hash)
-    if known:
-        return known
-    run_id = facts.content_hash[:16]
-    load_sqlite_extension(con)
-    try:
-        con.execute(f"ATTACH {sql_string(str(trace))} AS ns (TYPE sqlite, READ_ONLY)")
-        with _transaction(con):
-            _insert_run(con, run_id, facts.content_hash, {
-                **facts.run, **meta, "source": "nsys", "trace_path": str(trace.resolve())})
-            con.executemany("INSERT INTO trace_meta VALUES (?, ?, ?)",
-                            [(run_id, k, v) for k, v in facts.export_meta.items()])
-            params = {"run_id": run_id}
-            queries.execute(con, "ingest_host_ranges", {**params, "domain": domain})
-            queries.execute(con, "ingest_step_info", {**params, "domain": domain})
-            queries.execute(con, "host_segments", params)
-            if "CUPTI_ACTIVITY_KIND_RUNTIME" in facts.tables:
-                queries.execute(con, "ingest_api_calls", params)
-            for table, statement in OPTIONAL_TABLES:
-                if table in facts.tables:
-                    queries.execute(con, statement, params)
-            queries.execute(con, "gpu_busy", params)
-            queries.execute(con, "run_defaults", params)
-            queries.insert(con, "steps", "per_step", params)
-    except duckdb.Error as e:
-        raise BubblelabError(f"{trace}: cannot read the trace ({str(e).splitlines()[0]})") from None
-    finally:
-        con.execute("DETACH DATABASE IF EXISTS ns")
+    with _plain_sqlite(trace) as plain:
+        facts = inspect_trace(plain, domain)
+        con = con or connect(catalog)
+        known = _known_run(con, facts.content_hash)
+        if known:
+            return known
+        run_id = facts.content_hash[:16]
+        load_sqlite_extension(con)
+        try:
+            con.execute(f"ATTACH {sql_string(str(plain))} AS ns (TYPE sqlite, READ_ONLY)")
+            with _transaction(con):
+                _insert_run(con, run_id, facts.content_hash, {
+                    **facts.run, **meta, "source": "nsys", "trace_path": str(trace.resolve())})
+                con.executemany("INSERT INTO trace_meta VALUES (?, ?, ?)",
+                                [(run_id, k, v) for k, v in facts.export_meta.items()])
+                params = {"run_id": run_id}
+                queries.execute(con, "ingest_host_ranges", {**params, "domain": domain})
+                queries.execute(con, "ingest_step_info", {**params, "domain": domain})
+                queries.execute(con, "host_segments", params)
+                if "CUPTI_ACTIVITY_KIND_RUNTIME" in facts.tables:
+                    queries.execute(con, "ingest_api_calls", params)
+                for table, statement in OPTIONAL_TABLES:
+                    if table in facts.tables:
+                        queries.execute(con, statement, params)
+                queries.execute(con, "gpu_busy", params)
+                queries.execute(con, "run_defaults", params)
+                queries.insert(con, "steps", "per_step", params)
+        except duckdb.Error as e:
+            raise BubblelabError(f"{trace}: cannot read the trace ({str(e).splitlines()[0]})") from None
+        finally:
+            con.execute("DETACH DATABASE IF EXISTS ns")
     return run_id
 
 
@@ -118,6 +122,26 @@ def _insert_run(con: duckdb.DuckDBPyConnection, run_id: str, content_hash: str, 
     columns = ", ".join(f'"{c}"' for c in RUN_COLUMNS)
     con.execute(f"INSERT INTO runs (content_hash, {columns}) VALUES (?, {', '.join('?' * len(RUN_COLUMNS))})",
                 [content_hash, *(row[c] for c in RUN_COLUMNS)])
+
+
+@contextmanager
+def _plain_sqlite(trace: Path) -> Iterator[Path]:
+    """The trace itself, or for a gzipped one (as committed) a decompressed temporary copy, since SQLite needs
+    random access. Errors name the file the user gave."""
+    if trace.suffix != ".gz":
+        yield trace
+        return
+    with tempfile.TemporaryDirectory(prefix="bubblelab-") as tmp:
+        plain = Path(tmp) / trace.stem
+        try:
+            with gzip.open(trace) as src, plain.open("wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+        except (OSError, EOFError) as e:
+            raise BubblelabError(f"{trace}: cannot decompress ({e})") from None
+        try:
+            yield plain
+        except BubblelabError as e:
+            raise BubblelabError(str(e).replace(str(plain), str(trace))) from None
 
 
 @contextmanager

@@ -181,3 +181,20 @@ ingest({str(PROBE)!r}, {str(catalog)!r}, {{}}, domain="probe")
     assert set(counts(con).values()) == {0}
     ingest(PROBE, None, {}, domain="probe", con=con)   # and the catalog is still usable
     assert counts(con)["gpu_ops"] == 252
+
+
+def test_gzipped_trace_is_the_same_run(tmp_path):
+    import gzip
+    packed = tmp_path / "probe copy.sqlite.gz"
+    packed.write_bytes(gzip.compress(PROBE.read_bytes()))
+    con = connect(None)
+    run = ingest(packed, None, {}, domain="probe", con=con)
+    assert ingest(PROBE, None, {}, domain="probe", con=con) == run      # keyed by the decompressed content
+    assert analysis.runs(con).trace_path.tolist() == [str(packed)]
+    assert counts(con)["gpu_ops"] == 252
+    with pytest.raises(BubblelabError, match=r"probe copy\.sqlite\.gz: no NVTX ranges of domain 'bubblelab'"):
+        ingest(packed, None, {}, con=connect(None))
+    broken = tmp_path / "broken.sqlite.gz"
+    broken.write_bytes(gzip.compress(PROBE.read_bytes())[:5000])
+    with pytest.raises(BubblelabError, match=r"broken\.sqlite\.gz: cannot decompress"):
+        ingest(broken, None, {}, con=connect(None))
