@@ -8,10 +8,11 @@ WITH ordered AS (
     SELECT *, lead(kind) OVER (PARTITION BY run_id ORDER BY step) AS next_kind
     FROM per_step
 ),
-modal AS (
-    SELECT run_id, arg_max(batch_size, n * 100000 + batch_size) AS batch_size
-    FROM (SELECT run_id, batch_size, count(*) AS n FROM per_step WHERE kind = 'decode' GROUP BY ALL)
-    GROUP BY run_id
+modal AS (  -- the run's most common decode batch size, the larger on a tie
+    SELECT run_id, batch_size
+    FROM per_step WHERE kind = 'decode'
+    GROUP BY run_id, batch_size
+    QUALIFY row_number() OVER (PARTITION BY run_id ORDER BY count(*) DESC, batch_size DESC) = 1
 ),
 candidates AS (
     SELECT o.*, row_number() OVER (PARTITION BY o.run_id ORDER BY o.step) AS nth
