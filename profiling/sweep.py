@@ -21,7 +21,8 @@ from profiling import analysis
 from profiling.catalog import connect
 from profiling.ingest import ingest, ingest_timeline
 from profiling.nsys import export_path, find_nsys, nsys_version, run_under_nsys
-from profiling.worker import result_record, run_one, timeline_from_record
+from profiling.timeline import Timeline
+from profiling.worker import result_record, timeline_from_record
 
 
 @dataclass
@@ -79,7 +80,7 @@ def run_sweep(spec: SweepSpec, out_dir: Path, *, use_nsys: bool | None = None,
             run_under_nsys(out_dir / "traces" / tag, argv)
             record = json.loads(record_path.read_text())
         else:
-            record = result_record(run_one(config, _cached_model(config, loaded_cache)))
+            record = result_record(_run_in_process(config, loaded_cache))
             record_path.write_text(json.dumps(record))
         meta = _meta(record["summary"], config, argv if nsys else _inprocess_command(spec), started)
         timeline = timeline_from_record(record)
@@ -117,14 +118,25 @@ def _nsys_or_none(use_nsys: bool | None, say: Callable[[str], None]) -> str | No
         return None
 
 
-def _cached_model(config: dict, cache: dict):
+def _run_in_process(config: dict, cache: dict):
+    """One model per spec and one engine per engine config for the whole sweep: loading and graph capture
+    happen once, and every run still starts with its own warm-up and a fresh timeline."""
+    from engine.bench import run_workload
+    from engine.config import EngineConfig
+    from engine.llm_engine import LLMEngine
     from engine.loader import load_model
+    from engine.workload import WorkloadSpec
     e = config["engine"]
-    key = (e["model"], e["device"], e["dtype"], e["seed"], e["attention_backend"])
-    if key not in cache:
-        cache[key] = load_model(e["model"], dtype=e["dtype"], device=e["device"], seed=e["seed"],
-                                attention_backend=e["attention_backend"])
-    return cache[key]
+    model_key = (e["model"], e["device"], e["dtype"], e["seed"], e["attention_backend"])
+    if model_key not in cache:
+        cache[model_key] = load_model(e["model"], dtype=e["dtype"], device=e["device"], seed=e["seed"],
+                                      attention_backend=e["attention_backend"])
+    engine_key = json.dumps(e, sort_keys=True)
+    if engine_key not in cache:
+        cache[engine_key] = LLMEngine(EngineConfig(**e), cache[model_key], timeline=Timeline())
+    engine = cache[engine_key]
+    engine.timeline = engine.phases.timeline = Timeline()
+    return run_workload(engine, WorkloadSpec(**config["workload"]))
 
 
 def _inprocess_command(spec: SweepSpec) -> list[str]:
