@@ -16,6 +16,7 @@ import duckdb
 from engine.errors import BubblelabError
 from profiling.queries import read_sql
 
+CATALOG_VERSION = 2  # bump when a table of sql/catalog_schema.sql changes
 RUN_COLUMNS = ("run_id", "model", "preset", "depth", "streams", "output_len_mean", "mean_generated_len",
                "requests", "device", "driver", "torch", "nsys_version", "schema_version", "command",
                "started_at", "wall_s", "generated_tokens", "decode_steps", "source", "trace_path")
@@ -35,7 +36,20 @@ def connect(catalog: Path | str | None = None) -> duckdb.DuckDBPyConnection:
     con.execute("SET asof_loop_join_threshold = 0")
     con.execute("SET preserve_insertion_order = false")  # every query orders its answer; inserts go 2x faster
     con.execute(read_sql("catalog_schema"))
+    _check_version(con, path)
     return con
+
+
+def _check_version(con: duckdb.DuckDBPyConnection, path: str) -> None:
+    found = con.execute("SELECT max(version) FROM catalog_info").fetchone()[0]
+    if found is None and con.execute("SELECT count(*) FROM runs").fetchone()[0]:
+        found = 1  # runs but no version: written before catalogs carried one
+    if found is None:
+        con.execute("INSERT INTO catalog_info VALUES (?)", [CATALOG_VERSION])
+    elif found != CATALOG_VERSION:
+        con.close()
+        raise BubblelabError(f"catalog {path} has layout {found}, this bubblelab writes layout {CATALOG_VERSION}: "
+                             "ingest the traces into a new catalog")
 
 
 def load_sqlite_extension(con: duckdb.DuckDBPyConnection) -> None:

@@ -198,3 +198,17 @@ def test_gzipped_trace_is_the_same_run(tmp_path):
     broken.write_bytes(gzip.compress(PROBE.read_bytes())[:5000])
     with pytest.raises(BubblelabError, match=r"broken\.sqlite\.gz: cannot decompress"):
         ingest(broken, None, {}, con=connect(None))
+
+
+def test_catalog_of_another_layout_is_refused(tmp_path):
+    from profiling.catalog import CATALOG_VERSION
+    path = tmp_path / "old.duckdb"
+    connect(path).execute("UPDATE catalog_info SET version = ?", [CATALOG_VERSION - 1]).close()
+    with pytest.raises(BubblelabError, match=f"has layout {CATALOG_VERSION - 1}, this bubblelab writes layout"):
+        connect(path)
+    unversioned = tmp_path / "unversioned.duckdb"            # from before catalogs carried a version
+    con = connect(unversioned)
+    ingest(PROBE, None, {}, domain="probe", con=con)
+    con.execute("DELETE FROM catalog_info").close()
+    with pytest.raises(BubblelabError, match="has layout 1"):
+        connect(unversioned)

@@ -2,6 +2,9 @@
 -- Times are integer nanoseconds on the trace's own clock (nsys session time, or perf_counter_ns for
 -- in-process timelines); `tid`/`pid` are nsys globalTid/globalPid (0 for timelines).
 
+-- Which layout of these tables the catalog holds (profiling.catalog.CATALOG_VERSION).
+CREATE TABLE IF NOT EXISTS catalog_info (version INTEGER NOT NULL);
+
 CREATE TABLE IF NOT EXISTS runs (
     run_id             VARCHAR PRIMARY KEY,
     content_hash       VARCHAR NOT NULL UNIQUE,   -- sha256 of the trace: re-ingesting is a no-op
