@@ -70,9 +70,8 @@ def scale_up(source: Path, target: Path, kernels: int) -> int:
     tables = {name for (name,) in con.execute(
         "SELECT table_name FROM duckdb_tables() WHERE database_name = 'src'").fetchall()}
     events = [t for t in EVENT_TABLES if t in tables]
-    first, last = con.execute(" UNION ALL ".join(
-        f'SELECT min(start), max(COALESCE("end", start)) FROM src."{t}"' for t in events).join(
-        ["SELECT min(a), max(b) FROM (", ") AS spans(a, b)"])).fetchone()
+    spans = " UNION ALL ".join(f'SELECT min(start), max(COALESCE("end", start)) FROM src."{t}"' for t in events)
+    first, last = con.execute(f"SELECT min(a), max(b) FROM ({spans}) AS spans(a, b)").fetchone()
     max_corr = con.execute("SELECT max(correlationId) FROM src.CUPTI_ACTIVITY_KIND_RUNTIME").fetchone()[0]
     max_step = con.execute("SELECT max(int64Value) FROM src.NVTX_EVENTS").fetchone()[0] or 0
     per_copy = con.execute("SELECT count(*) FROM src.CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
