@@ -42,6 +42,8 @@ def run(
     max_num_seqs: int = typer.Option(None, help="Batch rows (default: max(streams, 8))."),
     max_model_len: int = typer.Option(1024, help="Longest sequence the KV cache must hold."),
     enforce_eager: bool = typer.Option(False, help="Disable CUDA graphs."),
+    compile: bool = typer.Option(None, "--compile/--no-compile",
+                                 help="torch.compile the fused elementwise ops (default: on for CUDA, off for CPU)."),
     attention_backend: str = typer.Option("auto", help="auto, torch or flash-attn."),
     json_path: Path = typer.Option(None, "--json", help="Write every request's token ids and the summary here."),
 ) -> None:
@@ -58,7 +60,8 @@ def run(
                         constraint=c, constrained_share=share, temperature=temperature, seed=seed)
     config = EngineConfig(model=model, device=device, dtype=dtype or ("bf16" if device.startswith("cuda") else "fp32"),
                           depth=depth, max_num_seqs=max_num_seqs or max(streams, 8), max_model_len=max_model_len,
-                          enforce_eager=enforce_eager, attention_backend=attention_backend, seed=seed)
+                          enforce_eager=enforce_eager, compile=compile, attention_backend=attention_backend,
+                          seed=seed)
     with console.status(f"loading {model or 'the embedded SmolLM2-135M-Instruct'} on {device}"):
         engine = LLMEngine(config)
     with _progress() as bar:

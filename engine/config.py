@@ -104,6 +104,7 @@ class EngineConfig:
     num_kv_blocks: int | None = None   # explicit pool size (tests use it to force preemption)
     attention_backend: str = "auto"    # auto | torch | flash-attn
     enforce_eager: bool = False        # True: no CUDA graphs
+    compile: bool | None = None        # torch.compile the fused elementwise ops; None: on for CUDA, off for CPU
     seed: int = 0                      # weights of random presets
     extra: dict = field(default_factory=dict)
 

@@ -32,6 +32,7 @@ class ModelRunner:
     def __init__(self, config: EngineConfig, loaded: LoadedModel, streams: Streams):
         self.config = config
         self.model = loaded.model
+        self.model.set_compile(config.compile)   # compiled lazily: the graph warm-up below triggers it
         self.model_config = loaded.config
         self.device = torch.device(config.device)
         self.streams = streams

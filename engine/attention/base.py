@@ -15,6 +15,10 @@ class AttentionBackend(Protocol):
     # Pages handed to forward() must hold a multiple of this many tokens (FA2's paged kernel needs 256).
     block_size_multiple: int
 
+    def prepare(self, meta: AttentionMetadata, k_cache: torch.Tensor | None, dtype: torch.dtype
+                ) -> AttentionMetadata:
+        """The step's metadata plus what every layer would otherwise rebuild; called once per forward."""
+
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 k_cache: torch.Tensor | None, v_cache: torch.Tensor | None,
                 meta: AttentionMetadata, scale: float) -> torch.Tensor: ...

@@ -20,6 +20,10 @@ class FlashAttention:
     name = "flash-attn"
     block_size_multiple = FA2_BLOCK_SIZE_MULTIPLE
 
+    def prepare(self, meta: AttentionMetadata, k_cache: torch.Tensor | None, dtype: torch.dtype
+                ) -> AttentionMetadata:
+        return meta  # flash-attn reads context_lens and block_tables directly
+
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 k_cache: torch.Tensor | None, v_cache: torch.Tensor | None,
                 meta: AttentionMetadata, scale: float) -> torch.Tensor:

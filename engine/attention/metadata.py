@@ -23,6 +23,8 @@ class AttentionMetadata:
     # Decode: one query token per row attending to its paged cache.
     context_lens: torch.Tensor | None = None  # [B] int32, includes the current token
     block_tables: torch.Tensor | None = None  # [B, max_blocks] int32
+    # Set by the backend's prepare(), once per step: the torch backend's additive decode mask [B, 1, 1, L].
+    attn_bias: torch.Tensor | None = None
 
     @staticmethod
     def for_prompts(seq_lens: list[int], device: torch.device | str = "cpu") -> "AttentionMetadata":

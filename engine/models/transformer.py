@@ -1,7 +1,9 @@
 """Decoder-only Llama / Qwen3 over flat token batches (Qwen3 = Llama + per-head q/k RMSNorm).
 
 Projections are fused vLLM-style (qkv_proj, gate_up_proj); load_weights maps Hugging Face names onto them.
-Every op in forward() is shape-static and sync-free, so a decode step can be captured in a CUDA graph.
+Every op in forward() is shape-static and sync-free, so a decode step can be captured in a CUDA graph. The
+residual stream is vLLM's: each RMSNorm also does the pending residual add, so with set_compile(True) a layer
+is its five GEMMs, the attention kernels and three fused elementwise kernels.
 """
 from __future__ import annotations
 
@@ -15,10 +17,10 @@ from engine.attention import AttentionBackend
 from engine.attention.metadata import AttentionMetadata
 from engine.config import ModelConfig
 from engine.errors import BubblelabError
-from engine.models.layers import RMSNorm, RotaryEmbedding
+from engine.models.layers import Fusable, RMSNorm, RotaryEmbedding, SiluAndMul, fused
 
 
-class Attention(nn.Module):
+class Attention(Fusable):
     def __init__(self, cfg: ModelConfig, backend: AttentionBackend):
         super().__init__()
         self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
@@ -36,15 +38,22 @@ class Attention(nn.Module):
 
     def forward(self, positions: torch.Tensor, x: torch.Tensor, meta: AttentionMetadata,
                 rotary: RotaryEmbedding) -> torch.Tensor:
-        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q, k, v = self.split_heads(positions, self.qkv_proj(x), rotary)
+        o = self.backend.forward(q, k, v, self.k_cache, self.v_cache, meta, self.scale)
+        return self.o_proj(o.flatten(1))
+
+    @fused
+    def split_heads(self, positions: torch.Tensor, qkv: torch.Tensor, rotary: RotaryEmbedding
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """qkv [N, q+2kv] -> q, k, v [N, heads, head_dim], with Qwen3's per-head q/k RMSNorm and RoPE applied."""
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q = q.view(-1, self.num_heads, self.head_dim)
         k = k.view(-1, self.num_kv_heads, self.head_dim)
         v = v.view(-1, self.num_kv_heads, self.head_dim)
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = rotary(positions, q, k)
-        o = self.backend.forward(q, k, v, self.k_cache, self.v_cache, meta, self.scale)
-        return self.o_proj(o.flatten(1))
+        return q, k, v
 
 
 class MLP(nn.Module):
@@ -52,10 +61,10 @@ class MLP(nn.Module):
         super().__init__()
         self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+        self.act = SiluAndMul()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+        return self.down_proj(self.act(self.gate_up_proj(x)))
 
 
 class DecoderLayer(nn.Module):
@@ -66,16 +75,28 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, positions: torch.Tensor, x: torch.Tensor, meta: AttentionMetadata,
-                rotary: RotaryEmbedding) -> torch.Tensor:
-        x = x + self.self_attn(positions, self.input_layernorm(x), meta, rotary)
-        return x + self.mlp(self.post_attention_layernorm(x))
+    def forward(self, positions: torch.Tensor, x: torch.Tensor, residual: torch.Tensor | None,
+                meta: AttentionMetadata, rotary: RotaryEmbedding) -> tuple[torch.Tensor, torch.Tensor]:
+        """Returns (mlp output, residual stream): their sum is the layer's output, added by the next norm."""
+        if residual is None:
+            x, residual = self.input_layernorm(x), x
+        else:
+            x, residual = self.input_layernorm(x, residual)
+        x = self.self_attn(positions, x, meta, rotary)
+        x, residual = self.post_attention_layernorm(x, residual)
+        return self.mlp(x), residual
+
+
+def _triton_available() -> bool:
+    from torch.utils._triton import has_triton
+    return has_triton()
 
 
 class TransformerLM(nn.Module):
     def __init__(self, cfg: ModelConfig, attn_backend: AttentionBackend):
         super().__init__()
         self.config = cfg
+        self.attn_backend = attn_backend
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.rotary_emb = RotaryEmbedding(cfg.head_dim, cfg.max_position_embeddings, cfg.rope_theta,
                                           cfg.rope_scaling)
@@ -86,10 +107,24 @@ class TransformerLM(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         """input_ids, positions: [N] flat over all sequences of the step. Returns final hidden states [N, hidden]."""
-        x = self.embed_tokens(input_ids)
+        meta = self.attn_backend.prepare(meta, self.layers[0].self_attn.k_cache, self.embed_tokens.weight.dtype)
+        x, residual = self.embed_tokens(input_ids), None
         for layer in self.layers:
-            x = layer(positions, x, meta, self.rotary_emb)
-        return self.norm(x)
+            x, residual = layer(positions, x, residual, meta, self.rotary_emb)
+        return self.norm(x, residual)[0]
+
+    def set_compile(self, enabled: bool | None) -> None:
+        """Run the fused elementwise ops (add+RMSNorm, q/k norm+RoPE, SiLU*mul) torch.compile'd or eagerly.
+
+        None: compiled on CUDA when Triton is there, eager on CPU (Inductor's C++ build is slow and CPU steps
+        are not launch-bound). Compilation happens lazily, at the first call of each op (the engine's warm-up
+        before CUDA-graph capture); Inductor's on-disk cache makes later processes fast.
+        """
+        if enabled is None:
+            enabled = self.embed_tokens.weight.is_cuda and _triton_available()
+        for module in self.modules():
+            if isinstance(module, Fusable):
+                module.compiled = enabled
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
