@@ -3,8 +3,8 @@
 -- Sweep line, no interval join: walk range starts (+1) and ends (-1) in time order; the running sum is
 -- the nesting depth, and the innermost range after any edge is the latest range opened at that depth.
 INSERT INTO host_segments
-WITH ranges AS (
-    SELECT range_id, tid, start, "end", name, step FROM host_ranges WHERE run_id = $run_id
+WITH ranges AS (  -- an empty range covers no time, and its end-before-start edges would unbalance the sweep
+    SELECT range_id, tid, start, "end", name, step FROM host_ranges WHERE run_id = $run_id AND "end" > start
 ),
 edges AS (
     -- at equal times, ends go before starts, inner ends before outer ends, outer starts before inner ones
