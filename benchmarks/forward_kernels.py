@@ -1,0 +1,189 @@
+"""Decode-step time and kernels per step, eager vs torch.compile'd fused ops, against the weight-bandwidth floor.
+
+For each preset (seeded random weights, bf16 on CUDA) and each mode, a ModelRunner captures its decode graphs
+as the engine does; then, per batch size, the slot's metadata is filled with rows of `--context` tokens and the
+bucket's graph is replayed: median step time over CUDA events, kernels per step from torch.profiler (graph
+replay and, as a cross-check, the same body run eagerly). The floor is weight bytes / device-to-device copy
+bandwidth (a decode step must read every weight once). On CPU (dry run) there are no graphs: the body runs
+directly and "ops" counts top-level aten ops instead of kernels.
+
+    python benchmarks/forward_kernels.py                       # H200/H100: qwen3-0.6b, qwen3-4b; batch 1, 8, 32
+    python benchmarks/forward_kernels.py --device cpu --presets tiny-llama
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from engine.config import EngineConfig
+from engine.loader import load_model
+from engine.model_runner import ModelRunner
+from engine.streams import Streams
+
+NOT_KERNELS = ("memcpy", "memset")  # copies show up as device activity too; count only kernels
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--presets", default="qwen3-0.6b,qwen3-4b")
+    ap.add_argument("--batches", default="1,8,32")
+    ap.add_argument("--context", type=int, default=512, help="tokens per row, the current one included")
+    ap.add_argument("--max-model-len", type=int, default=1024, help="block-table width the torch backend gathers")
+    ap.add_argument("--attention-backend", default="torch")
+    ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--out", type=Path, default=None, help="also write the JSON summary here")
+    args = ap.parse_args()
+    batches = [int(b) for b in args.batches.split(",")]
+    if args.context > args.max_model_len:
+        ap.error("--context must not exceed --max-model-len")
+
+    t0 = time.perf_counter()
+    bandwidth = copy_bandwidth(args.device)
+    summary = {"device": _device_name(args.device), "torch": torch.__version__, "context": args.context,
+               "max_model_len": args.max_model_len, "attention_backend": args.attention_backend,
+               "copy_bandwidth_gbs": round(bandwidth / 1e9, 1) if bandwidth else None, "presets": {}}
+    for preset in args.presets.split(","):
+        summary["presets"][preset] = {}
+        for mode in ("eager", "compiled"):
+            try:
+                result = bench_preset(preset, mode == "compiled", batches, bandwidth, args)
+            except Exception as exc:  # one failing mode must not lose the others' numbers
+                traceback.print_exc()
+                result = {"error": f"{type(exc).__name__}: {exc}"}
+            summary["presets"][preset][mode] = result
+            print(f"{preset} {mode}: {json.dumps(result)}", file=sys.stderr, flush=True)
+            gc.collect()
+            if args.device == "cuda":
+                torch.cuda.empty_cache()
+        _add_speedups(summary["presets"][preset])
+    summary["wall_s"] = round(time.perf_counter() - t0, 1)
+    text = json.dumps(summary, indent=2)
+    print(text)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n")
+
+
+def bench_preset(preset: str, compiled: bool, batches: list[int], bandwidth: float, args) -> dict:
+    cuda = args.device == "cuda"
+    loaded = load_model(preset, dtype="bf16" if cuda else "fp32", device=args.device,
+                        attention_backend=args.attention_backend)
+    cfg = EngineConfig(model=preset, device=args.device, dtype="bf16" if cuda else "fp32",
+                       max_num_seqs=max(batches), max_model_len=args.max_model_len,
+                       num_kv_blocks=max(batches) * -(-args.max_model_len // 16), compile=compiled,
+                       attention_backend=args.attention_backend)
+    streams = Streams(torch.device(args.device), timing=False)
+    t0 = time.perf_counter()
+    runner = ModelRunner(cfg, loaded, streams)   # on CUDA: compiles (if enabled) and captures every bucket
+    result = {"startup_s": round(time.perf_counter() - t0, 1), "num_layers": loaded.config.num_layers,
+              "weight_bytes": sum(p.numel() * p.element_size() for p in loaded.model.parameters())}
+    if cuda:
+        result["floor_ms"] = round(result["weight_bytes"] / bandwidth * 1e3, 3)
+    for b in batches:
+        slot = runner.slots[0]
+        fill_decode_rows(runner, slot, b, args.context)
+        step = runner.graphs[0][b].replay if cuda else (lambda: runner._decode_body(slot, b))
+        row = {"step_ms": round(time_steps(step, args.iters, cuda), 3)}
+        row.update(count_kernels(step, cuda, "graph") if cuda else count_kernels(step, cuda, "body"))
+        if cuda:
+            row.update(count_kernels(lambda: runner._decode_body(slot, b), cuda, "body"))
+        row["per_layer"] = round(row.get("kernels_graph", row.get("kernels_body", row.get("ops_body", 0)))
+                                 / loaded.config.num_layers, 1)
+        result[f"batch_{b}"] = row
+    runner.close()
+    return result
+
+
+def fill_decode_rows(runner: ModelRunner, slot, b: int, context: int) -> None:
+    """b rows of `context` tokens on distinct pages; the current token's K/V goes to its last slot."""
+    h, bs = slot.meta.np, runner.block_size
+    pages = -(-context // bs)
+    h["rows"][:b] = range(b)
+    h["positions"][:b] = context - 1
+    h["context_lens"][:b] = context
+    for r in range(b):
+        table = [r * runner.max_blocks + p for p in range(pages)]
+        slot.block_tables_h[r, :pages] = table
+        h["slot_mapping"][r] = table[-1] * bs + (context - 1) % bs
+    slot.meta.upload(slot.decode_nbytes)
+    runner.streams.synchronize()
+
+
+def time_steps(step, iters: int, cuda: bool) -> float:
+    """Median milliseconds per step."""
+    for _ in range(3):
+        step()
+    if not cuda:
+        times = []
+        for _ in range(iters):
+            t = time.perf_counter()
+            step()
+            times.append((time.perf_counter() - t) * 1e3)
+        return statistics.median(times)
+    torch.cuda.synchronize()
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
+    for start, end in events:
+        start.record()
+        step()
+        end.record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in events)
+
+
+def count_kernels(step, cuda: bool, label: str) -> dict:
+    """Kernels one step launches (CUDA), or its top-level aten ops (CPU: a proxy, views included)."""
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as prof:
+        step()
+        if cuda:
+            torch.cuda.synchronize()
+    events = prof.events()
+    if cuda:
+        kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA
+                   and not any(w in e.name.lower() for w in NOT_KERNELS)]
+        return {f"kernels_{label}": len(kernels)}
+    ops = [e for e in events if e.name.startswith("aten::")
+           and (e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::"))]
+    return {f"ops_{label}": len(ops)}
+
+
+def copy_bandwidth(device: str, nbytes: int = 1 << 30) -> float | None:
+    """Device-to-device copy bandwidth in bytes/s (read + write), the ceiling a weight-streaming step can reach."""
+    if device != "cuda":
+        return None
+    src = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    for _ in range(3):
+        dst.copy_(src)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(10):
+        dst.copy_(src)
+    end.record()
+    torch.cuda.synchronize()
+    return 2 * nbytes * 10 / (start.elapsed_time(end) / 1e3)
+
+
+def _add_speedups(modes: dict) -> None:
+    eager, compiled = modes.get("eager", {}), modes.get("compiled", {})
+    for key, row in compiled.items():
+        if key.startswith("batch_") and "step_ms" in eager.get(key, {}):
+            row["speedup"] = round(eager[key]["step_ms"] / row["step_ms"], 2)
+
+
+def _device_name(device: str) -> str:
+    return torch.cuda.get_device_name() if device == "cuda" else "cpu"
+
+
+if __name__ == "__main__":
+    main()
