@@ -6,9 +6,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from profiling_trace_builder import DTOH, HTOD, MAIN, TraceBuilder, us
+
 from profiling import analysis
 from profiling.catalog import connect
-from profiling.ingest import ingest_timeline
+from profiling.ingest import ingest, ingest_timeline
 from profiling.timeline import StepInfo, Timeline
 
 PHASES = ("plan", "launch", "finalize", "commit")
@@ -78,3 +80,61 @@ def test_sql_matches_brute_force(tl):
     assert gaps.idle_us.sum() * 1e3 == pytest.approx(sum(idle_by_phase.values()))
     assert gaps.began_in.tolist() == [innermost(tl, t) for t in gaps.start_ns]
     assert gaps.launch_lag_us.isna().all()                    # a timeline records no launch calls
+
+
+def union_length(intervals: list[tuple[int, int]], lo: int, hi: int) -> int:
+    """Length of the union of intervals, clipped to [lo, hi)."""
+    total, reach = 0, lo
+    for start, end in sorted(intervals):
+        start, end = max(start, reach), min(end, hi)
+        if end > start:
+            total, reach = total + end - start, end
+    return total
+
+
+@st.composite
+def traces(draw) -> tuple[TraceBuilder, list]:
+    """Nested ranges on two threads; CUDA calls inside or between them launch kernels/copies anywhere."""
+    b, launched, clock = TraceBuilder(), [], 100
+    for step in range(draw(st.integers(2, 4))):
+        b.mark(step, f"kind=decode bs=1 tokens=1 depth=1", clock)
+        for name in PHASES:
+            start = clock
+            for child in CHILDREN.get(name, ()):
+                if draw(st.booleans()):
+                    b.range(child, step, clock + 1, clock + 5)
+                    clock += 6
+            clock += 8
+            b.range(name, step, start, clock)
+            clock += draw(st.integers(0, 3))
+        for _ in range(draw(st.integers(1, 6))):
+            at = draw(st.integers(100, clock))
+            gpu = draw(st.integers(max(0, at - 30), at + 40))
+            end = gpu + draw(st.integers(1, 12))
+            if draw(st.booleans()):
+                b.kernel("k", at, gpu, end)
+            else:
+                b.memcpy(at, gpu, end, draw(st.sampled_from([HTOD, DTOH])))
+            launched.append((at, gpu, end))
+        b.range("plan", step, clock, clock + 2, tid=MAIN + 1)      # another thread's ranges never interfere
+    return b, launched
+
+
+@settings(max_examples=30, deadline=None)
+@given(traces())
+def test_nsys_path_matches_brute_force(tmp_path_factory, trace):
+    b, launched = trace
+    ranges = [(e["start"], e["end"], n, e["int64Value"]) for e in b.rows["NVTX_EVENTS"] if e["eventType"] == 59
+              and e["globalTid"] == MAIN for n, i in b.strings.items() if i == e["textId"]]
+    con = connect(None)
+    run = ingest(b.write(tmp_path_factory.mktemp("t") / "t.sqlite"), None, {}, con=con)
+    ops = con.execute('SELECT launched_at, start, "end", phase, step FROM gpu_ops ORDER BY ALL').fetchall()
+    assert sorted((us(a), us(g), us(e)) for a, g, e in launched) == [op[:3] for op in ops]
+    for at, _, _, phase, step in ops:       # the innermost range open when the launching call started
+        open_ranges = [(s, -e, n, k) for s, e, n, k in ranges if s <= at < e]
+        assert (phase, step) == (max(open_ranges)[2:] if open_ranges else (None, None))
+    steps = analysis.per_step(con, run)
+    busy = [(g, e) for _, g, e, _, _ in ops]
+    for row in steps[steps.period_ms.notna()].itertuples():
+        lo, hi = row.gpu_start_ns, row.gpu_start_ns + round(row.period_ms * 1e6)
+        assert round(row.busy_ms * 1e6) == union_length(busy, lo, hi)
