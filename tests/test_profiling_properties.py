@@ -135,6 +135,6 @@ def test_nsys_path_matches_brute_force(tmp_path_factory, trace):
         assert (phase, step) == (max(open_ranges)[2:] if open_ranges else (None, None))
     steps = analysis.per_step(con, run)
     busy = [(g, e) for _, g, e, _, _ in ops]
-    for row in steps[steps.period_ms.notna()].itertuples():
+    for row in steps[steps.period_ms > 0].itertuples():   # random ops may start steps out of order
         lo, hi = row.gpu_start_ns, row.gpu_start_ns + round(row.period_ms * 1e6)
         assert round(row.busy_ms * 1e6) == union_length(busy, lo, hi)
