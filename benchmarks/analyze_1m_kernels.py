@@ -122,9 +122,9 @@ def main() -> None:
         sizes = {t: con.execute(f"SELECT count(*) FROM big.{t}").fetchone()[0]
                  for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS")}
         con.close()
-        print(f"scaled {source.name} x{copies} in {time.perf_counter() - t0:.1f} s: {sizes['CUPTI_ACTIVITY_KIND_KERNEL']:,} "
-              f"kernels, {sizes['CUPTI_ACTIVITY_KIND_RUNTIME']:,} CUDA calls, {sizes['NVTX_EVENTS']:,} NVTX events, "
-              f"{(tmp / 'big.sqlite').stat().st_size / 2**20:.0f} MiB")
+        print(f"scaled {source.name} x{copies} in {time.perf_counter() - t0:.1f} s: "
+              f"{sizes['CUPTI_ACTIVITY_KIND_KERNEL']:,} kernels, {sizes['CUPTI_ACTIVITY_KIND_RUNTIME']:,} CUDA calls, "
+              f"{sizes['NVTX_EVENTS']:,} NVTX events, {(tmp / 'big.sqlite').stat().st_size / 2**20:.0f} MiB")
         results: dict[str, float] = {}
         catalog = connect(tmp / "catalog.duckdb")
         run = timed("ingest", lambda: ingest(tmp / "big.sqlite", None, {}, con=catalog), results)

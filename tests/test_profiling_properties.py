@@ -97,7 +97,7 @@ def traces(draw) -> tuple[TraceBuilder, list]:
     """Nested ranges on two threads; CUDA calls inside or between them launch kernels/copies anywhere."""
     b, launched, clock = TraceBuilder(), [], 100
     for step in range(draw(st.integers(2, 4))):
-        b.mark(step, f"kind=decode bs=1 tokens=1 depth=1", clock)
+        b.mark(step, "kind=decode bs=1 tokens=1 depth=1", clock)
         for name in PHASES:
             start = clock
             for child in CHILDREN.get(name, ()):

@@ -26,7 +26,7 @@ def same_run_twice(tmp_path) -> tuple[pd.DataFrame, pd.DataFrame]:
         for name, start, end in HOST:
             b.range(name, k, t + start, t + end)
             tl.add_host(name, k, us(t + start), us(t + end))
-        b.mark(k, f"kind=decode bs=3 tokens=3 depth=1", t + 40)
+        b.mark(k, "kind=decode bs=3 tokens=3 depth=1", t + 40)
         tl.add_step(StepInfo(step=k, kind="decode", batch_size=3, tokens=3))
         for name, start, end in DEVICE:   # one kernel per device interval, launched inside its range
             launched_at = t + dict((h[0], h[1]) for h in HOST)[name] + 1
