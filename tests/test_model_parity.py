@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
-from engine.attention import AttentionMetadata, select_backend
+from engine.attention import AttentionMetadata, select_backend, store_kv_cache
 from engine.errors import BubblelabError
 from engine.gguf_loader import gguf_checkpoint
 from engine.loader import embedded_model_path, load_model
@@ -186,6 +186,7 @@ def test_flash_backend_agrees_with_torch_backend():
     meta = AttentionMetadata(is_prefill=False, slot_mapping=slots, context_lens=context_lens,
                              block_tables=block_tables)
     q, k, v = (torch.randn(len(lens), h, dim, device="cuda", dtype=dtype) for h in (heads, kv_heads, kv_heads))
+    store_kv_cache(k, v, k_cache, v_cache, slots)  # the model's job, before either backend runs
     ref = torch_backend.forward(q, k, v, k_cache, v_cache, meta, dim ** -0.5)
     out = flash.forward(q, k, v, k_cache, v_cache, meta, dim ** -0.5)
     torch.testing.assert_close(out, ref, atol=2e-2, rtol=2e-2)

@@ -9,7 +9,10 @@ from engine.attention.metadata import AttentionMetadata
 
 
 class AttentionBackend(Protocol):
-    """Attention over flat token batches: [N, heads, head_dim] in, [N, heads, head_dim] out."""
+    """Attention over flat token batches: [N, heads, head_dim] in, [N, heads, head_dim] out.
+
+    The model has already written the step's K/V into the paged cache (store_kv_cache) when forward runs.
+    """
 
     name: str
     # Pages handed to forward() must hold a multiple of this many tokens (FA2's paged kernel needs 256).
@@ -28,7 +31,15 @@ def store_kv_cache(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_ca
                    slot_mapping: torch.Tensor) -> None:
     """Write each token's K/V to its flat slot (page * block_size + offset) of the paged cache.
 
-    index_copy_ on a flat view keeps this one kernel with no host sync, so it is CUDA-graph safe.
+    No host sync, so it is CUDA-graph safe. Eager: index_copy_ on a flat view, one kernel per cache. Under
+    torch.compile the same view form makes Inductor copy the whole cache, while index_put_ on (page, offset)
+    becomes an in-place store it fuses with the kernel that produces k.
     """
-    k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slot_mapping, k)
-    v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slot_mapping, v)
+    if torch.compiler.is_compiling():
+        block_size = k_cache.shape[1]
+        page, offset = slot_mapping // block_size, slot_mapping % block_size
+        k_cache[page, offset] = k
+        v_cache[page, offset] = v
+    else:
+        k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slot_mapping, k)
+        v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slot_mapping, v)

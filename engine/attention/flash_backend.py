@@ -9,7 +9,6 @@ from __future__ import annotations
 import torch
 from flash_attn import flash_attn_varlen_func, flash_attn_with_kvcache
 
-from engine.attention.base import store_kv_cache
 from engine.attention.metadata import AttentionMetadata
 from engine.errors import BubblelabError
 
@@ -27,12 +26,9 @@ class FlashAttention:
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 k_cache: torch.Tensor | None, v_cache: torch.Tensor | None,
                 meta: AttentionMetadata, scale: float) -> torch.Tensor:
-        if k_cache is not None:
-            if k_cache.shape[1] % FA2_BLOCK_SIZE_MULTIPLE:
-                raise BubblelabError(f"flash-attn paged KV needs block_size % {FA2_BLOCK_SIZE_MULTIPLE} == 0, "
-                                     f"got {k_cache.shape[1]}; use a larger block size or the torch backend")
-            if meta.slot_mapping is not None:
-                store_kv_cache(k, v, k_cache, v_cache, meta.slot_mapping)
+        if k_cache is not None and k_cache.shape[1] % FA2_BLOCK_SIZE_MULTIPLE:
+            raise BubblelabError(f"flash-attn paged KV needs block_size % {FA2_BLOCK_SIZE_MULTIPLE} == 0, "
+                                 f"got {k_cache.shape[1]}; use a larger block size or the torch backend")
         if meta.is_prefill:
             return flash_attn_varlen_func(q, k, v, cu_seqlens_q=meta.cu_seqlens, cu_seqlens_k=meta.cu_seqlens,
                                           max_seqlen_q=meta.max_seqlen, max_seqlen_k=meta.max_seqlen,

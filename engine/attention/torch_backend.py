@@ -6,7 +6,6 @@ import dataclasses
 import torch
 import torch.nn.functional as F
 
-from engine.attention.base import store_kv_cache
 from engine.attention.metadata import AttentionMetadata
 
 
@@ -34,8 +33,6 @@ class TorchAttention:
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 k_cache: torch.Tensor | None, v_cache: torch.Tensor | None,
                 meta: AttentionMetadata, scale: float) -> torch.Tensor:
-        if k_cache is not None and meta.slot_mapping is not None:
-            store_kv_cache(k, v, k_cache, v_cache, meta.slot_mapping)
         if meta.is_prefill:
             return self._prefill(q, k, v, meta, scale)
         if k_cache is None:

@@ -2,8 +2,9 @@
 
 Projections are fused vLLM-style (qkv_proj, gate_up_proj); load_weights maps Hugging Face names onto them.
 Every op in forward() is shape-static and sync-free, so a decode step can be captured in a CUDA graph. The
-residual stream is vLLM's: each RMSNorm also does the pending residual add, so with set_compile(True) a layer
-is its five GEMMs, the attention kernels and three fused elementwise kernels.
+residual stream is vLLM's: each RMSNorm also does the pending residual add; with set_compile(True) a layer is
+its four GEMMs, the attention kernels and fused elementwise kernels (add+RMSNorm twice, q/k norm+RoPE+KV
+store, SiLU*mul).
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.attention import AttentionBackend
+from engine.attention import AttentionBackend, store_kv_cache
 from engine.attention.metadata import AttentionMetadata
 from engine.config import ModelConfig
 from engine.errors import BubblelabError
@@ -38,14 +39,15 @@ class Attention(Fusable):
 
     def forward(self, positions: torch.Tensor, x: torch.Tensor, meta: AttentionMetadata,
                 rotary: RotaryEmbedding) -> torch.Tensor:
-        q, k, v = self.split_heads(positions, self.qkv_proj(x), rotary)
+        q, k, v = self.qkv_to_cache(positions, self.qkv_proj(x), meta.slot_mapping, rotary)
         o = self.backend.forward(q, k, v, self.k_cache, self.v_cache, meta, self.scale)
         return self.o_proj(o.flatten(1))
 
     @fused
-    def split_heads(self, positions: torch.Tensor, qkv: torch.Tensor, rotary: RotaryEmbedding
-                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """qkv [N, q+2kv] -> q, k, v [N, heads, head_dim], with Qwen3's per-head q/k RMSNorm and RoPE applied."""
+    def qkv_to_cache(self, positions: torch.Tensor, qkv: torch.Tensor, slot_mapping: torch.Tensor | None,
+                     rotary: RotaryEmbedding) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """qkv [N, q+2kv] -> q, k, v [N, heads, head_dim] with Qwen3's q/k RMSNorm and RoPE applied, k and v
+        also written to the paged cache (slot_mapping None: no cache, as in reference runs)."""
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q = q.view(-1, self.num_heads, self.head_dim)
         k = k.view(-1, self.num_kv_heads, self.head_dim)
@@ -53,6 +55,8 @@ class Attention(Fusable):
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = rotary(positions, q, k)
+        if self.k_cache is not None and slot_mapping is not None:
+            store_kv_cache(k, v, self.k_cache, self.v_cache, slot_mapping)
         return q, k, v
 
 
