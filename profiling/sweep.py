@@ -44,13 +44,15 @@ class SweepSpec:
     seed: int = 0
 
     def configs(self) -> list[tuple[str, dict]]:
+        # One batch-row budget for the whole sweep: one engine (one graph capture) per depth, same graph buckets.
+        rows = max(8, *self.streams)
         out = []
         for r in range(self.repeats):
             for s in self.streams:
                 for d in self.depths:                      # depths back to back
                     out.append((f"s{s}-d{d}-r{r}", {
                         "engine": dict(model=self.model, device=self.device, dtype=self.dtype, depth=d,
-                                       max_num_seqs=max(s, 8), max_model_len=self.max_model_len,
+                                       max_num_seqs=rows, max_model_len=self.max_model_len,
                                        enforce_eager=self.enforce_eager, attention_backend=self.attention_backend,
                                        seed=self.seed),
                         "workload": dict(streams=s, requests=s * self.requests_per_stream,
