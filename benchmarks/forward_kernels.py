@@ -85,7 +85,8 @@ def bench_preset(preset: str, compiled: bool, batches: list[int], bandwidth: flo
     streams = Streams(torch.device(args.device), timing=False)
     t0 = time.perf_counter()
     runner = ModelRunner(cfg, loaded, streams)   # on CUDA: compiles (if enabled) and captures every bucket
-    result = {"startup_s": round(time.perf_counter() - t0, 1), "num_layers": loaded.config.num_layers,
+    result = {"compiled": loaded.model.compile_enabled, "startup_s": round(time.perf_counter() - t0, 1),
+              "num_layers": loaded.config.num_layers,
               "weight_bytes": sum(p.numel() * p.element_size() for p in loaded.model.parameters())}
     if cuda:
         result["floor_ms"] = round(result["weight_bytes"] / bandwidth * 1e3, 3)

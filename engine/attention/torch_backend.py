@@ -27,7 +27,7 @@ class TorchAttention:
         pos = torch.arange(block_tables.shape[1] * block_size, device=block_tables.device)
         # clamp: a padded row with length 0 still sees one (ignored) slot instead of producing NaN.
         visible = pos[None, :] < meta.context_lens.clamp(min=1)[:, None]  # [B, L]
-        bias = torch.zeros(visible.shape, dtype=dtype, device=visible.device).masked_fill_(~visible, -torch.inf)
+        bias = torch.full(visible.shape, -torch.inf, dtype=dtype, device=visible.device).masked_fill_(visible, 0.0)
         return dataclasses.replace(meta, block_tables=block_tables, attn_bias=bias[:, None, None, :])
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

@@ -8,6 +8,8 @@ store, SiLU*mul).
 """
 from __future__ import annotations
 
+import os
+import shutil
 from typing import Iterable
 
 import torch
@@ -91,9 +93,10 @@ class DecoderLayer(nn.Module):
         return self.mlp(x), residual
 
 
-def _triton_available() -> bool:
+def _triton_usable() -> bool:
+    """Inductor's CUDA kernels are Triton, and Triton builds its launcher with a C compiler at first use."""
     from torch.utils._triton import has_triton
-    return has_triton()
+    return has_triton() and any(shutil.which(cc) for cc in (os.environ.get("CC"), "gcc", "clang") if cc)
 
 
 class TransformerLM(nn.Module):
@@ -118,17 +121,25 @@ class TransformerLM(nn.Module):
         return self.norm(x, residual)[0]
 
     def set_compile(self, enabled: bool | None) -> None:
-        """Run the fused elementwise ops (add+RMSNorm, q/k norm+RoPE, SiLU*mul) torch.compile'd or eagerly.
+        """Run the fused ops (add+RMSNorm, q/k norm+RoPE+KV store, SiLU*mul) torch.compile'd or eagerly.
 
-        None: compiled on CUDA when Triton is there, eager on CPU (Inductor's C++ build is slow and CPU steps
-        are not launch-bound). Compilation happens lazily, at the first call of each op (the engine's warm-up
-        before CUDA-graph capture); Inductor's on-disk cache makes later processes fast.
+        None: compiled on CUDA when Triton can build kernels, eager on CPU (Inductor's C++ build is slow and
+        CPU steps are not launch-bound). Compilation happens lazily at the first call of each op (the engine's
+        warm-up before CUDA-graph capture); Inductor's on-disk cache makes later processes start fast.
         """
+        cuda = self.embed_tokens.weight.is_cuda
         if enabled is None:
-            enabled = self.embed_tokens.weight.is_cuda and _triton_available()
+            enabled = cuda and _triton_usable()
+        elif enabled and cuda and not _triton_usable():
+            raise BubblelabError("compile on CUDA needs Triton and a C compiler (gcc, clang or $CC); "
+                                 "use --no-compile")
         for module in self.modules():
             if isinstance(module, Fusable):
                 module.compiled = enabled
+
+    @property
+    def compile_enabled(self) -> bool:
+        return self.norm.compiled
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
