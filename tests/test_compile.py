@@ -75,3 +75,49 @@ def test_engine_with_compile_generates_the_eager_tokens(loaded):
         engine.close()
     loaded.model.set_compile(False)
     assert tokens[True] == tokens[False] and len(tokens[True]) == len(reqs)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@torch.inference_mode()
+def test_compiled_decode_is_sync_free_and_replays_in_a_cuda_graph():
+    model = load_model("tiny-qwen3", dtype="bf16", device="cuda", attention_backend="torch").model
+    cfg = model.config
+    rows, block_size, num_blocks = 4, 16, 16
+    shape = (2, cfg.num_layers, num_blocks, block_size, cfg.num_kv_heads, cfg.head_dim)
+    kv = torch.randn(shape, device="cuda", dtype=torch.bfloat16)  # one pool, as ModelRunner allocates it
+    model.bind_kv_cache(list(kv[0]), list(kv[1]))
+    block_tables = torch.randperm(num_blocks, device="cuda")[:rows * 2].view(rows, 2).to(torch.int32)
+    context_lens = torch.tensor([3, block_size + 1, 7, 2 * block_size], device="cuda", dtype=torch.int32)
+    positions = context_lens.long() - 1
+    slot_mapping = (block_tables.gather(1, (positions // block_size)[:, None]).squeeze(1).long() * block_size
+                    + positions % block_size)
+    input_ids = torch.randint(0, cfg.vocab_size, (rows,), device="cuda")
+    meta = AttentionMetadata(is_prefill=False, slot_mapping=slot_mapping, context_lens=context_lens,
+                             block_tables=block_tables)
+
+    def step() -> torch.Tensor:
+        return model.compute_logits(model(input_ids, positions, meta))
+
+    kv_before = kv.clone()
+    eager = step()
+    kv_eager = kv.clone()
+    kv.copy_(kv_before)
+    model.set_compile(True)
+    step()  # compiles (and autotunes) outside the checks below
+    kv.copy_(kv_before)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        compiled = step()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.testing.assert_close(compiled, eager, atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(kv, kv_eager, atol=2e-2, rtol=2e-2)  # K/V written in place, nowhere else
+
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = step()
+    input_ids.copy_(torch.randint(0, cfg.vocab_size, (rows,), device="cuda"))  # new inputs, same buffers
+    graph.replay()
+    torch.testing.assert_close(captured, step())
