@@ -36,7 +36,10 @@ def prediction_table(table: pd.DataFrame, blog: bool) -> Table:
         if blog:
             cells.append(_pct(r.published_pct))
         else:
-            cells += [_pct(r.d1_predicted_pct, r.d1_predicted_lo, r.d1_predicted_hi), _pct(r.wall_predicted_pct)]
+            whole = _pct(r.wall_predicted_pct)
+            if getattr(r, "wall_scope", "run") == "window":  # a trimmed trace: the model predicts its window
+                whole += f" [dim](window; measured {_pct(r.wall_observed_pct)})[/dim]"
+            cells += [_pct(r.d1_predicted_pct, r.d1_predicted_lo, r.d1_predicted_hi), whole]
         cells += [_pct(r.observed_pct, getattr(r, "observed_lo", None), getattr(r, "observed_hi", None)),
                   f"{r.error_pts:+.1f} pts"]
         out.add_row(*cells)

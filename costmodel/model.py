@@ -59,7 +59,7 @@ class StepCost:
     """g(b): GPU time (ms) of one decode step of b rows, interpolated between measured bucket sizes."""
 
     rows: tuple[int, ...]        # padded (bucket) row counts that were measured, ascending
-    ms: tuple[float, ...]        # median forward + sampling time at each
+    ms: tuple[float, ...]        # median GPU time of a step (step_gpu_ms) at each
     buckets: tuple[int, ...] | None = VLLM_BUCKETS
 
     @classmethod
@@ -70,11 +70,11 @@ class StepCost:
 
     @classmethod
     def from_steps(cls, steps: pd.DataFrame, buckets: tuple[int, ...] | None = VLLM_BUCKETS) -> "StepCost":
-        """From a per-step table (docs/phases.md): decode steps' forward_ms + sampling_ms by batch_size."""
+        """From a per-step table (docs/phases.md): decode steps' GPU span (step_gpu_ms) by batch_size."""
         decode = steps[steps["kind"] == "decode"]
         if decode.empty:
             raise BubblelabError("no decode steps to build a step-cost curve from")
-        return cls.from_points(decode["batch_size"], decode["forward_ms"] + decode["sampling_ms"], buckets)
+        return cls.from_points(decode["batch_size"], step_gpu_ms(decode), buckets)
 
     def __call__(self, rows: int) -> float:
         if rows <= 0:
@@ -105,14 +105,32 @@ def speedup_bounds(t_block_ms: float, t_pipe_ms: float, L: float) -> tuple[float
     return speedup(t_block_ms, t_pipe_ms, 1.0 / L), speedup(t_block_ms, t_pipe_ms, 0.0)
 
 
-def host_critical_ms(plan_ms, launch_ms, finalize_ms, commit_ms, wait_ms):
-    """Host time per tick that pipelining cannot hide: every phase except the wait on the GPU.
+def step_gpu_ms(steps: pd.DataFrame) -> pd.Series:
+    """GPU time of each step that no host overlap can hide: forward + sampling as SPANS, first op to last.
 
-    At depth 2 the tick still runs plan + launch + commit + finalize one after the other on one thread;
-    only `wait` (blocking on the copy of a step the GPU is already done with, or nearly) overlaps GPU work.
-    Works on scalars and on pandas Series alike.
+    Not the union of the kernels: the gaps between the kernels of one step (a qwen3-0.6b decode replays
+    2,057 of them in one CUDA graph, ~1 ms of gaps under nsys) are the GPU's own, and depth 2 keeps them
+    (README.md, "From depth 1 alone"). The per-step table's forward_ms/sampling_ms are spans since it gained
+    kernel_gap_ms; an older table (kernel unions) falls back to the step's span gpu_start..gpu_end.
     """
-    return plan_ms + launch_ms + finalize_ms + commit_ms - wait_ms
+    spans = steps["forward_ms"].fillna(0) + steps["sampling_ms"].fillna(0)
+    if "kernel_gap_ms" in steps or "gpu_end_ns" not in steps:
+        return spans
+    span = (steps["gpu_end_ns"].astype("Float64") - steps["gpu_start_ns"].astype("Float64")) / 1e6
+    return span.astype(float).fillna(spans)
+
+
+def host_tick_ms(steps: pd.DataFrame) -> pd.Series:
+    """Host time per tick that pipelining cannot hide, from a depth-1 table: period - wait.
+
+    At depth 1 the engine thread goes round its loop once per step period, blocked only in `wait`; the rest
+    (plan, launch, finalize, commit's bookkeeping, and the unnamed loop code between phases) is work that
+    depth 2 still does once per tick on the same thread. The last step has no period: the sum of its phases.
+    """
+    def col(name: str) -> pd.Series:
+        return steps[name].fillna(0) if name in steps else pd.Series(0.0, index=steps.index)
+    phases = col("plan_ms") + col("launch_ms") + col("finalize_ms") + col("commit_ms") - col("wait_ms")
+    return (steps["period_ms"] - col("wait_ms")).fillna(phases).clip(lower=0)
 
 
 def pipelined_period(gpu_ms, host_ms):

@@ -5,10 +5,14 @@ of every run). Runs that differ only in depth form a pair; repeats of a configur
 Speedups are in percent, like the post (+7.6 means depth 2 delivers 7.6% more tokens per second).
 
 Per pair:
-- blocking_ms / pipelined_ms: median period of the steady state (decode steps at the run's usual batch).
+- blocking_ms / pipelined_ms: median period of the steady state (profiling.analysis.steady_state, the
+  rule `bubblelab analyze` and the report use too).
 - predicted_pct: the post's model on those two periods, z from the measured step-cost curve.
-- d1_predicted_pct: the same, with T_pipe predicted from the depth-1 table alone (max(GPU, host)).
-- wall_predicted_pct: the whole-run model (costmodel.wholerun) from the depth-1 step sequence.
+- d1_predicted_pct: the same, with T_pipe predicted from the depth-1 table alone, step by step:
+  max(GPU span of the step, host time of its tick) (costmodel.model.step_gpu_ms / host_tick_ms).
+- wall_predicted_pct: the whole-run model (costmodel.wholerun) from the depth-1 step sequence. When a
+  trace holds only a window of its run (fewer decode steps than the run's `decode_steps`), it predicts
+  the window, and wall_observed_pct is the window's measured token rate ratio; otherwise both are walls.
 - observed_pct: measured throughput ratio, generated_tokens / wall_s; error_pts = observed − predicted.
 - *_lo / *_hi: 95% bootstrap intervals (steps resampled; repeats resampled for observed when there are
   at least two a side).
@@ -20,9 +24,10 @@ import pandas as pd
 
 from costmodel import bootstrap as bs
 from costmodel.blog import BLOG_STEP_PARTS, BLOG_TABLE
-from costmodel.model import VLLM_BUCKETS, StepCost, speedup, speedup_bounds, zombie_tax
-from costmodel.wholerun import predict_whole_run, step_gpu_ms, step_host_ms
+from costmodel.model import VLLM_BUCKETS, StepCost, host_tick_ms, speedup, speedup_bounds, step_gpu_ms, zombie_tax
+from costmodel.wholerun import finish_events, predict_whole_run
 from engine.errors import BubblelabError
+from profiling.analysis import steady_state  # the project's one steady-state rule (profiling/sql/steady_state.sql)
 
 CONFIG_KEYS = ("model", "preset", "device", "streams", "requests", "output_len_mean")
 
@@ -31,17 +36,6 @@ def pct(ratio):
     """Speedup ratio to percent gained (1.076 -> 7.6); scalars stay scalars."""
     out = (np.asarray(ratio, dtype=float) - 1.0) * 100.0
     return float(out) if out.ndim == 0 else out
-
-
-def steady_state(steps: pd.DataFrame, trim: float = 0.05) -> pd.DataFrame:
-    """Decode steps at the run's most common batch size, minus the first and last `trim` of them."""
-    decode = steps[(steps["kind"] == "decode") & steps["period_ms"].notna()].sort_values("step")
-    if decode.empty:
-        return decode
-    usual = decode["batch_size"].mode().max()
-    at_batch = decode[decode["batch_size"] == usual]
-    cut = int(len(at_batch) * trim)
-    return at_batch.iloc[cut:len(at_batch) - cut] if len(at_batch) > 2 * cut else at_batch
 
 
 def predict_blog() -> pd.DataFrame:
@@ -69,6 +63,23 @@ def run_label(run: pd.Series | dict, depth: bool = True) -> str:
     name = next((v for v in (run.get("preset"), run.get("model")) if isinstance(v, str) and v), "model")
     label = f"{name} · {run['device']} · {streams} stream{'s' if streams > 1 else ''}"
     return f"{label} · depth {int(run['depth'])}" if depth else label
+
+
+def is_window(steps: pd.DataFrame, run) -> bool:
+    """Does a run's per-step table hold only part of the run (a trimmed trace)?"""
+    total = getattr(run, "decode_steps", None)
+    return total is not None and pd.notna(total) and int((steps["kind"] == "decode").sum()) < int(total)
+
+
+def token_rate(steps: pd.DataFrame) -> float:
+    """Tokens per ms over the steps of a (windowed) table: every row of a step samples a token, except a
+    zombie's, and each row that leaves the batch rode its last step as a zombie (at depth 2; none at 1)."""
+    timed = steps[steps["period_ms"].notna()]
+    rows = 0.0
+    for _, run in timed.groupby("run_id"):
+        zombies = finish_events(run, window=True)["finished"].sum() if (run["depth"] == 2).all() else 0
+        rows += float(run["batch_size"].sum()) - zombies
+    return rows / float(timed["period_ms"].sum())
 
 
 def pair_runs(runs: pd.DataFrame) -> list[tuple[pd.DataFrame, pd.DataFrame]]:
@@ -107,8 +118,7 @@ def predict_pair(d1: pd.DataFrame, d2: pd.DataFrame, steps: pd.DataFrame, *,
     rng = np.random.default_rng(seed)
     steps1 = steps[steps["run_id"].isin(d1["run_id"])]
     steps2 = steps[steps["run_id"].isin(d2["run_id"])]
-    s1 = pd.concat([steady_state(g) for _, g in steps1.groupby("run_id")])
-    s2 = pd.concat([steady_state(g) for _, g in steps2.groupby("run_id")])
+    s1, s2 = steady_state(steps1), steady_state(steps2)
     if s1.empty or s2.empty:
         raise BubblelabError(f"no steady-state decode steps in runs {', '.join(map(str, [*d1.run_id, *d2.run_id]))}")
 
@@ -124,14 +134,16 @@ def predict_pair(d1: pd.DataFrame, d2: pd.DataFrame, steps: pd.DataFrame, *,
     boot_pipe = bs.resample_medians(s2["period_ms"], n_boot, rng)
     predicted_lo, predicted_hi = bs.interval(pct(speedup(boot_block, boot_pipe, z)))
 
-    # Depth 1 alone: T_pipe = max(GPU work, host critical path), step by step.
-    gpu, host = step_gpu_ms(s1), step_host_ms(s1)
+    # Depth 1 alone: T_pipe = max(GPU span, host tick), step by step (README.md, "From depth 1 alone").
+    gpu, host = step_gpu_ms(s1), host_tick_ms(s1)
     pipe_hat = np.maximum(gpu, host)
     t_pipe_hat = float(pipe_hat.median())
     boot_hat = speedup(boot_block, bs.resample_medians(pipe_hat, n_boot, rng), z)
     d1_lo, d1_hi = bs.interval(pct(boot_hat))
 
-    whole = [predict_whole_run(steps1[steps1["run_id"] == r.run_id], r.wall_s, cost) for r in d1.itertuples()]
+    windows = [is_window(steps[steps["run_id"] == r.run_id], r) for r in (*d1.itertuples(), *d2.itertuples())]
+    window = any(windows)
+    whole = [predict_whole_run(steps1[steps1["run_id"] == r.run_id], r.wall_s, cost, window) for r in d1.itertuples()]
     observed, observed_lo, observed_hi = _observed(d1, d2, s1, s2, n_boot, rng)
     predicted = pct(speedup(t_block, t_pipe, z))
     first = d1.iloc[0]
@@ -141,7 +153,8 @@ def predict_pair(d1: pd.DataFrame, d2: pd.DataFrame, steps: pd.DataFrame, *,
         predicted_pct=predicted, predicted_lo=predicted_lo, predicted_hi=predicted_hi,
         gpu_ms=float(gpu.median()), host_ms=float(host.median()), d1_pipelined_ms=t_pipe_hat,
         d1_predicted_pct=pct(speedup(t_block, t_pipe_hat, z)), d1_predicted_lo=d1_lo, d1_predicted_hi=d1_hi,
-        wall_predicted_pct=pct(np.mean([w.speedup for w in whole])),
+        wall_predicted_pct=pct(np.mean([w.speedup for w in whole])), wall_scope="window" if window else "run",
+        wall_observed_pct=pct(token_rate(steps2) / token_rate(steps1)) if window else observed,
         observed_pct=observed, observed_lo=observed_lo, observed_hi=observed_hi,
         error_pts=observed - predicted,
         runs_block=",".join(map(str, d1["run_id"])), runs_pipe=",".join(map(str, d2["run_id"])),

@@ -17,7 +17,8 @@ import pandas as pd
 from markupsafe import Markup
 
 from costmodel import figures
-from costmodel.predict import predict_blog, predict_runs, run_label, steady_state
+from costmodel.predict import predict_blog, predict_runs, run_label
+from profiling.analysis import steady_state
 from costmodel.results import Results, read_results
 
 REPORT_FILE = "report.html"
@@ -35,7 +36,7 @@ def _env() -> jinja2.Environment:
 
 
 def step_summary(results: Results) -> pd.DataFrame:
-    """The post's first table, per run: steady-state medians of forward, sampling, period and bubble."""
+    """The post's first table, per run: steady-state medians of forward, sampling, kernel gaps, period, bubble."""
     rows = []
     for run in results.runs.to_dict("records"):
         steady = steady_state(results.steps[results.steps["run_id"] == run["run_id"]])
@@ -43,6 +44,7 @@ def step_summary(results: Results) -> pd.DataFrame:
             continue
         rows.append(dict(run_id=run["run_id"], label=run_label(run), depth=int(run["depth"]),
                          batch=int(steady["batch_size"].iloc[0]), steps=len(steady),
+                         kernel_gap_ms=float(steady["kernel_gap_ms"].median()) if "kernel_gap_ms" in steady else None,
                          **{c: float(steady[c].median()) for c in
                             ("forward_ms", "sampling_ms", "period_ms", "bubble_ms", "busy_ms")}))
     return pd.DataFrame(rows)
@@ -125,7 +127,7 @@ def render_report(results: Results, title: str, n_boot: int = 1000) -> str:
         skipped=table.attrs.get("skipped", []),
         headline=headline.to_dict("records"),
         mean_abs_error=float(table["error_pts"].abs().mean()) if len(table) else None,
-        whole_run_error=float((table["observed_pct"] - table["wall_predicted_pct"]).abs().mean()) if len(table) else None,
+        whole_run_error=float((table["wall_observed_pct"] - table["wall_predicted_pct"]).abs().mean()) if len(table) else None,
         blog=blog.to_dict("records"),
         summary=summary.to_dict("records"),
         fig_pred=Markup(figures.predicted_vs_observed(table, blog)) if len(table) else None,

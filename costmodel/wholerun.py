@@ -7,7 +7,7 @@ depth-1 step sequence and sum predicted depth-2 periods:
 
     wall_2 = overhead + Σ_t max(gpu_t, host_t) + Σ zombie costs
 
-- gpu_t = forward + sampling of step t, host_t = its tick's host critical path (model.host_critical_ms).
+- gpu_t = the GPU span of step t (model.step_gpu_ms), host_t = its tick's host time (model.host_tick_ms).
 - overhead = wall_1 − Σ_t period_t: time outside steps (start-up, tokenizer, ...), assumed the same at
   depth 2.
 - zombies: f_t requests finish at decode step t (f_t = b_t + rows admitted before the next decode step
@@ -25,23 +25,14 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from costmodel.model import StepCost, host_critical_ms
-
-HOST_PHASES = ("plan_ms", "launch_ms", "finalize_ms", "commit_ms", "wait_ms")
+from costmodel.model import StepCost, host_tick_ms, step_gpu_ms
 
 
-def step_gpu_ms(steps: pd.DataFrame) -> pd.Series:
-    return steps["forward_ms"].fillna(0) + steps["sampling_ms"].fillna(0)
+def finish_events(steps: pd.DataFrame, window: bool = False) -> pd.DataFrame:
+    """Per decode step: rows that finished there, rows admitted before the next decode step, next batch.
 
-
-def step_host_ms(steps: pd.DataFrame) -> pd.Series:
-    parts = {name: steps[name].fillna(0) if name in steps else 0.0 for name in HOST_PHASES}
-    return host_critical_ms(parts["plan_ms"], parts["launch_ms"], parts["finalize_ms"],
-                            parts["commit_ms"], parts["wait_ms"]).clip(lower=0)
-
-
-def finish_events(steps: pd.DataFrame) -> pd.DataFrame:
-    """Per decode step: rows that finished there, rows admitted before the next decode step, next batch."""
+    window: the table is a window of a longer run, so its last decode step is not where everyone finished.
+    """
     ordered = steps.sort_values("step")
     events, current, admitted = [], None, 0
     for step, kind, rows in zip(ordered["step"], ordered["kind"], ordered["batch_size"]):
@@ -51,14 +42,14 @@ def finish_events(steps: pd.DataFrame) -> pd.DataFrame:
         if current is not None:
             events.append((*current, max(0, current[1] + admitted - int(rows)), admitted, int(rows)))
         current, admitted = (int(step), int(rows)), 0
-    if current is not None:
+    if current is not None and not window:
         events.append((*current, current[1], admitted, 0))
     return pd.DataFrame(events, columns=["step", "batch_size", "finished", "admitted", "next_batch"])
 
 
-def _zombie_ms(steps: pd.DataFrame, pipe: pd.Series, cost: StepCost):
+def _zombie_ms(steps: pd.DataFrame, pipe: pd.Series, cost: StepCost, window: bool):
     """Per finish event, what its zombies cost the pipelined run (pipe: predicted period by step)."""
-    for e in finish_events(steps).itertuples():
+    for e in finish_events(steps, window).itertuples():
         replaced = min(e.finished, e.admitted)
         riding = e.finished - replaced
         yield replaced * pipe[e.step] / e.batch_size
@@ -74,22 +65,29 @@ class WholeRun:
     steps_block_ms: float     # Σ measured depth-1 periods
     steps_pipe_ms: float      # Σ predicted depth-2 periods
     zombie_ms: float          # part of steps_pipe_ms spent on zombie rows
+    window: bool = False      # the table was a window of the run: walls are the window's steps only
 
     @property
     def speedup(self) -> float:
         return self.wall_block_ms / self.wall_pipe_ms
 
 
-def predict_whole_run(steps: pd.DataFrame, wall_s: float, cost: StepCost) -> WholeRun:
-    """Predict depth 2's wall clock from one depth-1 run's per-step table and wall time."""
+def predict_whole_run(steps: pd.DataFrame, wall_s: float, cost: StepCost, window: bool = False) -> WholeRun:
+    """Predict depth 2's wall clock from one depth-1 run's per-step table and wall time.
+
+    window: the table holds only some of the run's steps (a trimmed trace). The run's wall clock then says
+    nothing about them, so the model predicts the window itself: its steps' periods, no overhead.
+    """
     steps = steps.sort_values("step")
-    gpu, host = step_gpu_ms(steps), step_host_ms(steps)
+    if window:  # a window's last step has no period; the run went on past it
+        steps = steps[steps["period_ms"].notna()]
+    gpu, host = step_gpu_ms(steps), host_tick_ms(steps)
     # The last step has no successor, so no period: it lasts its host and GPU work in series.
     period = steps["period_ms"].fillna(gpu + host)
     pipe = pd.Series(np.maximum(gpu, host).to_numpy(), index=steps["step"].to_numpy())
 
-    zombie = sum(_zombie_ms(steps, pipe, cost))
-    wall_block = float(wall_s) * 1e3
+    zombie = sum(_zombie_ms(steps, pipe, cost, window))
+    wall_block = float(period.sum()) if window else float(wall_s) * 1e3
     overhead = max(0.0, wall_block - float(period.sum()))
     steps_pipe = float(pipe.sum()) + zombie
-    return WholeRun(wall_block, overhead + steps_pipe, overhead, float(period.sum()), steps_pipe, zombie)
+    return WholeRun(wall_block, overhead + steps_pipe, overhead, float(period.sum()), steps_pipe, zombie, window)
