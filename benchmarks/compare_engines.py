@@ -174,8 +174,7 @@ def hf_generate(model, cfg: ModelConfig, prompts: torch.Tensor, new_tokens: int,
                               eos_token_id=eos or None, pad_token_id=eos[0] if eos else 0)
     _sync(prompts.device)
     t0 = time.perf_counter()
-    with torch.inference_mode():
-        out = model.generate(prompts, attention_mask=torch.ones_like(prompts), generation_config=config)
+    out = model.generate(prompts, attention_mask=torch.ones_like(prompts), generation_config=config)   # no_grad inside
     _sync(prompts.device)
     return out, time.perf_counter() - t0
 
