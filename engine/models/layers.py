@@ -39,13 +39,7 @@ def _compile(method: Callable) -> Callable:
     # dynamic=True: one graph for every token count (Dynamo still gives size 1 its own), so decode buckets and
     # prefill lengths do not recompile. emulate_precision_casts: round intermediates to the tensor dtype like
     # eager does, so bf16 results match the eager model (and transformers) instead of being "more precise".
-    compiled = torch.compile(method, dynamic=True, options={"emulate_precision_casts": True})
-
-    def call(*args):
-        # specialize_float: constants such as eps are baked into the kernel, not passed as scalar tensors.
-        with torch._dynamo.config.patch(specialize_float=True):
-            return compiled(*args)
-    return call
+    return torch.compile(method, dynamic=True, options={"emulate_precision_casts": True})
 
 
 class RMSNorm(Fusable):
@@ -60,9 +54,10 @@ class RMSNorm(Fusable):
         """norm(x); with a residual, vLLM's fused form: (norm(x + residual), x + residual)."""
         if residual is not None:
             x = residual = x + residual
-        # Normalise in fp32 and scale after casting back, exactly as transformers does.
-        h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        # Normalise in fp32 and scale after casting back, exactly as transformers does. F.rms_norm rather than
+        # the spelled-out formula: under dynamic=True a float eps read in the formula becomes a per-call tensor
+        # input, while an op argument is baked into the kernel.
+        h = F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps)
         out = self.weight * h.to(x.dtype)
         return out if residual is None else (out, residual)
 
