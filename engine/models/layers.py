@@ -1,9 +1,9 @@
 """Building blocks shared by the Llama and Qwen3 families: RMSNorm, SiLU-and-mul, rotary position embedding.
 
-The elementwise chains are plain PyTorch. A Fusable module's @fused method runs through torch.compile once
-its `compiled` flag is set (TransformerLM.set_compile): Inductor then emits one kernel for a whole chain (the
-fp32 RMSNorm alone is 7 eager kernels), which is what a decode step is made of; inside a CUDA graph each
-launch still costs ~2.5 us.
+The elementwise chains are plain PyTorch. A Fusable module's @fused methods run through torch.compile once
+its `compiled` flag is set (TransformerLM.set_compile); Inductor then emits one kernel per chain where eager
+PyTorch launches one per op (~7 for the fp32 RMSNorm). That is what decode time is made of: inside a CUDA
+graph each launch still costs ~2.5 us.
 """
 from __future__ import annotations
 
