@@ -3,7 +3,7 @@
 Per preset (bf16, seeded random weights) and stream count, with repeats: decode tokens/s, step period,
 forward time and GPU busy share in steady-state decode, end-to-end tokens/s and wall time; plus the floor
 (weight bytes / device copy bandwidth) and forward time over it at batch 1. Engines:
-  bubblelab-d1, bubblelab-d2  engine.bench.run_workload, closed loop of 4 x streams requests (L uniform on
+  bubblelab-d1, bubblelab-d2  engine.bench.run_workload, closed loop of 2 x streams requests (L uniform on
                               [L/2, 3L/2]); per-step numbers from the engine's CUDA events, steady state only
   hf-static, hf-static-compiled
                               transformers' own Qwen3ForCausalLM holding our weights (engine.export), greedy
@@ -56,6 +56,7 @@ class Sweep:
     presets: list[str]
     streams: list[int]
     repeats: int              # bubblelab runs per (depth, streams)
+    requests_per_stream: int  # bubblelab requests per run = this x streams (2: ~2L steps at full batch)
     hf_repeats: int           # generate pairs (t(1), t(N)) per (variant, streams): HF is slow, its spread small
     L: float                  # mean output length
     prompt_len: int
@@ -93,8 +94,8 @@ def bench_bubblelab(loaded: LoadedModel, preset: str, sweep: Sweep, clock: Clock
     try:
         for repeat in range(sweep.repeats):
             for streams in sweep.streams:
-                spec = WorkloadSpec(streams=streams, output_len_mean=sweep.L, prompt_len=sweep.prompt_len,
-                                    seed=repeat)
+                spec = WorkloadSpec(streams=streams, requests=sweep.requests_per_stream * streams,
+                                    output_len_mean=sweep.L, prompt_len=sweep.prompt_len, seed=repeat)
                 for depth, engine in engines.items():
                     row = {"engine": f"bubblelab-d{depth}", "preset": preset, "streams": streams, "repeat": repeat,
                            **bubblelab_metrics(run_workload(engine, spec), depth)}
@@ -147,7 +148,8 @@ def hf_runs(model, cfg: ModelConfig, name: str, compiled: bool, preset: str, str
     new_tokens = round(sweep.L)
     spec = WorkloadSpec(streams=streams, requests=streams, prompt_len=sweep.prompt_len)
     prompts = torch.tensor([r.prompt_ids for r in make_requests(spec, cfg.vocab_size)], device=sweep.device)
-    _, warm_s = hf_generate(model, cfg, prompts, new_tokens, compiled)   # compiles (and records graphs)
+    # Compiled: the full length, as the static cache's length is part of the compiled graph; eager: just warm.
+    _, warm_s = hf_generate(model, cfg, prompts, new_tokens if compiled else min(new_tokens, 8), compiled)
     clock.log(f"{preset} {name} streams={streams}: warm-up generate {warm_s:.1f} s")
     rows = []
     for repeat in range(sweep.hf_repeats):
@@ -232,6 +234,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--repeats", type=int, default=3, help="bubblelab repeats (HF runs min(2, this))")
     ap.add_argument("--L", type=float, default=110.0, help="mean output length")
     ap.add_argument("--prompt-len", type=int, default=32)
+    ap.add_argument("--requests-per-stream", type=int, default=2, help="bubblelab requests per run / streams")
     ap.add_argument("--out", type=Path, required=True, help="directory for the JSON, markdown and PNG")
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     ap.add_argument("--skip-hf-compile", action="store_true", help="no torch.compile'd HF variant (saves minutes)")
@@ -239,7 +242,8 @@ def main(argv: list[str] | None = None) -> dict:
                     help="start no compiled-HF batch size after this many seconds (each compiles ~1 min)")
     a = ap.parse_args(argv)
     sweep = Sweep(presets=a.presets.split(","), streams=sorted(int(s) for s in a.streams.split(",")),
-                  repeats=a.repeats, hf_repeats=min(2, a.repeats), L=a.L, prompt_len=a.prompt_len,
+                  repeats=a.repeats, requests_per_stream=a.requests_per_stream, hf_repeats=min(2, a.repeats),
+                  L=a.L, prompt_len=a.prompt_len,
                   device=a.device, hf_compile=not a.skip_hf_compile)
     a.out.mkdir(parents=True, exist_ok=True)
     clock = Clock()

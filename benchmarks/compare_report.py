@@ -16,7 +16,8 @@ def write_markdown(result: dict, path: Path) -> str:
              "",
              f"{sweep['dtype']}, seeded random weights; {sweep['prompt_len']}-token prompts, mean output length "
              f"{sweep['L']:g}; torch {result['torch']}, transformers {result['transformers']}. "
-             f"Median over repeats, (min-max) spread. bubblelab: closed loop of 4 x streams requests, per-step "
+             f"Median over repeats, (min-max) spread. bubblelab: closed loop of "
+             f"{sweep['requests_per_stream']} x streams requests, per-step "
              f"numbers in steady-state decode; HF: one static batch of `streams` rows, step = decode time / "
              f"decode steps.",
              "",
