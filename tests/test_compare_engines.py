@@ -67,9 +67,11 @@ def test_cpu_dry_run_writes_every_output(tmp_path):
     summary = {(r["engine"], r["streams"]): r for r in result["summary"]}
     assert set(summary) == {(e, s) for e in ("bubblelab-d1", "bubblelab-d2", "hf-static") for s in (1, 2)}
     for (engine, streams), row in summary.items():
-        assert row["decode_tokens_per_s"] > 0 and row["wall_s"] > 0
+        assert row["wall_s"] > 0
         if engine.startswith("bubblelab"):
-            assert 0 < row["gpu_busy"] <= 1 and row["forward_ms"] <= row["step_ms"]
+            assert row["decode_tokens_per_s"] > 0 and 0 < row["gpu_busy"] <= 1
+            assert row["forward_ms"] <= row["step_ms"]
+        # HF's step is t(N) - t(1) over N - 1 steps: ~1 ms apart here, so its sign is at the mercy of CPU noise
     hf_runs = [r for r in result["runs"] if r["engine"] == "hf-static"]
     assert all(r["generated_tokens"] == 8 * r["streams"] for r in hf_runs)   # min_new_tokens = max_new_tokens
     not_run = {n["engine"]: n["reason"] for n in result["not_run"]}
