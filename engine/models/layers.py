@@ -48,18 +48,24 @@ class RMSNorm(Fusable):
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
 
-    @fused
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None
                 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """norm(x); with a residual, vLLM's fused form: (norm(x + residual), x + residual)."""
-        if residual is not None:
-            x = residual = x + residual
+        return self.norm(x) if residual is None else self.add_norm(x, residual)
+
+    # Two compiled methods, not one with a branch: Dynamo's recompile limit counts graphs per function.
+    @fused
+    def norm(self, x: torch.Tensor) -> torch.Tensor:
         # Normalise in fp32 and scale after casting back, exactly as transformers does. F.rms_norm rather than
         # the spelled-out formula: under dynamic=True a float eps read in the formula becomes a per-call tensor
         # input, while an op argument is baked into the kernel.
         h = F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps)
-        out = self.weight * h.to(x.dtype)
-        return out if residual is None else (out, residual)
+        return self.weight * h.to(x.dtype)
+
+    @fused
+    def add_norm(self, x: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = x + residual
+        return self.norm(x), x
 
 
 class SiluAndMul(Fusable):
