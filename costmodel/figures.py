@@ -126,7 +126,9 @@ def lane_chart(runs: list[tuple[str, pd.DataFrame, pd.DataFrame | None]], n_step
 
 
 def gap_histogram(gaps_by_run: list[tuple[str, int, np.ndarray]]) -> str:
-    """Idle gaps (ms) of each run on a log x axis: depth 1 filled, depth 2 outlined, one hue per configuration."""
+    """Idle time by gap length (log x axis): each bar is the idle ms in gaps of that length, so thousands of
+    sub-microsecond kernel gaps and one bubble per step show on one scale. Depth 1 filled, depth 2 outlined,
+    one hue per configuration."""
     fig, ax = plt.subplots(figsize=(5.6, 3.4))
     positive = [g[g > 0] for _, _, g in gaps_by_run]
     values = np.concatenate([g for g in positive if len(g)] or [np.array([1e-3, 1.0])])
@@ -140,15 +142,17 @@ def gap_histogram(gaps_by_run: list[tuple[str, int, np.ndarray]]) -> str:
         if not len(gaps):
             ax.plot([], [], color=color, lw=1.5, ls=":", label=f"{label}: no idle gaps")
         elif depth == 1:
-            ax.hist(gaps, bins=bins, histtype="stepfilled", alpha=0.35, color=color, label=f"{label} (n={len(gaps)})")
+            ax.hist(gaps, bins=bins, weights=gaps, histtype="stepfilled", alpha=0.35, color=color,
+                    label=f"{label} ({len(gaps):,} gaps)")
         else:
-            ax.hist(gaps, bins=bins, histtype="step", lw=1.6, color=color, label=f"{label} (n={len(gaps)})")
+            ax.hist(gaps, bins=bins, weights=gaps, histtype="step", lw=1.6, color=color,
+                    label=f"{label} ({len(gaps):,} gaps)")
     ax.set_xscale("log")
     ax.xaxis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 5.0) if hi / lo < 300 else (1.0,)))
     ax.xaxis.set_major_formatter(ticker.FormatStrFormatter("%g"))
     ax.xaxis.set_minor_formatter(ticker.NullFormatter())
     ax.set_xlabel("GPU idle gap (ms)")
-    ax.set_ylabel("gaps")
+    ax.set_ylabel("idle time in such gaps (ms)")
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=1)
     return to_svg(fig)
 
@@ -240,4 +244,23 @@ def whatif_curves(table: pd.DataFrame, ks: np.ndarray | None = None) -> str:
     ax.set_ylabel("predicted speedup (%)")
     ax.axhline(0, color="#5b6470", lw=0.6)
     ax.legend(fontsize=7.5)
+    return to_svg(fig)
+
+
+def period_breakdown(summary: pd.DataFrame) -> str:
+    """Where each run's steady-state period goes (compare.step_summary): kernels running, gaps between a
+    step's own kernels (depth 2 keeps them), and the bubble (period - forward - sampling: what it hides)."""
+    gaps = summary["kernel_gap_ms"].fillna(0) if "kernel_gap_ms" in summary else 0.0
+    parts = {"kernels": summary["gpu_ms"] - gaps, "kernel gaps": gaps,
+             "bubble": (summary["period_ms"] - summary["gpu_ms"]).clip(lower=0)}
+    colors = {"kernels": GPU_COLORS["forward"], "kernel gaps": "#9fc0e8", "bubble": HOST_COLORS["plan"]}
+    fig, ax = plt.subplots(figsize=(6.4, 0.42 * len(summary) + 1.2))
+    left = np.zeros(len(summary))
+    for name, ms in parts.items():
+        ms = np.broadcast_to(np.asarray(ms, dtype=float), left.shape)
+        ax.barh(summary["label"], ms, left=left, color=colors[name], label=name, edgecolor="white", linewidth=0.5)
+        left += ms
+    ax.set_xlabel("steady-state period per step (ms, medians)")
+    ax.invert_yaxis()
+    ax.legend(ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.12 - 0.9 / (len(summary) + 2)), fontsize=8)
     return to_svg(fig)

@@ -17,6 +17,7 @@ import pandas as pd
 from markupsafe import Markup
 
 from costmodel import figures
+from costmodel.compare import step_summary
 from costmodel.predict import predict_blog, predict_runs, run_label
 from profiling.analysis import steady_state
 from costmodel.results import Results, read_results
@@ -35,22 +36,7 @@ def _env() -> jinja2.Environment:
     return env
 
 
-def step_summary(results: Results) -> pd.DataFrame:
-    """The post's first table, per run: steady-state medians of forward, sampling, kernel gaps, period, bubble."""
-    rows = []
-    for run in results.runs.to_dict("records"):
-        steady = steady_state(results.steps[results.steps["run_id"] == run["run_id"]])
-        if steady.empty:
-            continue
-        rows.append(dict(run_id=run["run_id"], label=run_label(run), depth=int(run["depth"]),
-                         batch=int(steady["batch_size"].iloc[0]), steps=len(steady),
-                         kernel_gap_ms=float(steady["kernel_gap_ms"].median()) if "kernel_gap_ms" in steady else None,
-                         **{c: float(steady[c].median()) for c in
-                            ("forward_ms", "sampling_ms", "period_ms", "bubble_ms", "busy_ms")}))
-    return pd.DataFrame(rows)
-
-
-def _timelines(results: Results) -> list[dict]:
+def timeline_charts(results: Results) -> list[dict]:
     """One lane chart per configuration: its first depth-1 run over its first depth-2 run."""
     by_config: dict[str, dict[int, dict]] = {}
     for run in results.runs.to_dict("records"):
@@ -69,7 +55,8 @@ def _timelines(results: Results) -> list[dict]:
     return charts
 
 
-def _gaps(results: Results) -> list[tuple[str, int, np.ndarray]]:
+def gap_samples(results: Results) -> list[tuple[str, int, np.ndarray]]:
+    """(run label, depth, idle gaps in ms) per configuration and depth, for figures.gap_histogram."""
     if len(results.gaps):
         source = results.gaps
     else:  # without a gap table: each step's idle time
@@ -81,7 +68,7 @@ def _gaps(results: Results) -> list[tuple[str, int, np.ndarray]]:
     return [(label, depth, np.concatenate(arrays)) for (label, depth), arrays in pooled.items()]
 
 
-def _attribution(results: Results) -> pd.DataFrame:
+def attribution_per_step(results: Results) -> pd.DataFrame:
     """Steady-state bubble per step, split in the proportions of the attribution table.
 
     The attribution may cover any subset of a run's steps (the profiler's steady state), so it is used for
@@ -116,7 +103,7 @@ def _machine() -> dict:
 def render_report(results: Results, title: str, n_boot: int = 1000) -> str:
     table = predict_runs(results.runs, results.steps, n_boot=n_boot)
     blog = predict_blog()
-    attribution = _attribution(results)
+    attribution = attribution_per_step(results)
     summary = step_summary(results)
     headline = table.sort_values("observed_pct", ascending=False).head(3) if len(table) else table
     context = dict(
@@ -133,8 +120,8 @@ def render_report(results: Results, title: str, n_boot: int = 1000) -> str:
         fig_pred=Markup(figures.predicted_vs_observed(table, blog)) if len(table) else None,
         fig_whatif=Markup(figures.whatif_curves(table if len(table) else blog)),
         whatif_is_blog=not len(table),
-        timelines=_timelines(results),
-        fig_gaps=Markup(figures.gap_histogram(gaps)) if (gaps := _gaps(results)) else None,
+        timelines=timeline_charts(results),
+        fig_gaps=Markup(figures.gap_histogram(gaps)) if (gaps := gap_samples(results)) else None,
         gaps_from_steps=results.gaps.empty,
         fig_attr=Markup(figures.attribution_bars(attribution)) if len(attribution) else None,
         provenance=results.provenance,

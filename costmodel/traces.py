@@ -22,12 +22,14 @@ TRACES_DIR = Path(__file__).resolve().parent.parent / "traces"
 LANE_SQL = Path(__file__).parent / "sql" / "lane_ranges.sql"
 GAP_STEPS = 50       # idle gaps of this many steady steps per run: a forward leaves ~2,000 kernel gaps a step
 LANE_STEPS = 12      # steps of raw host/GPU ranges kept per run for the lane chart
+LANE_MIN_GAP_NS = 20_000   # GPU idle shorter than this is drawn as busy (a pixel of the chart is ~100 us)
 
 
 def load_traces(names: list[str] | None = None, traces_dir: Path | str = TRACES_DIR,
-                catalog: Path | str | None = None) -> Results:
+                catalog: Path | str | duckdb.DuckDBPyConnection | None = None) -> Results:
     """Ingest the indexed traces (all of index.json by default) and collect runs, steps, attribution, gaps
-    and a lane window per run. catalog: a DuckDB file to keep (re-ingesting a trace adds nothing)."""
+    and a lane window per run. catalog: a DuckDB file to keep (re-ingesting a trace adds nothing), or an
+    open catalog connection to ask profiling.analysis more questions afterwards; default in memory."""
     traces_dir = Path(traces_dir)
     index_path = traces_dir / "index.json"
     if not index_path.is_file():
@@ -35,7 +37,7 @@ def load_traces(names: list[str] | None = None, traces_dir: Path | str = TRACES_
     index = json.loads(index_path.read_text())
     if unknown := sorted(set(names or ()) - set(index)):
         raise BubblelabError(f"not in {index_path}: {', '.join(unknown)}")
-    con = connect(catalog)
+    con = catalog if isinstance(catalog, duckdb.DuckDBPyConnection) else connect(catalog)
     run_ids = [ingest(traces_dir / name, None, {k: v for k, v in index[name].items() if k in META_KEYS}, con=con)
                for name in names or index]
     runs = analysis.runs(con)
@@ -57,7 +59,8 @@ def lane_ranges(con: duckdb.DuckDBPyConnection, run_id: str, steps: pd.DataFrame
     """Host ranges and per-step GPU spans of the given steps (columns of results.json's `timeline`)."""
     if steps.empty:
         return pd.DataFrame()
-    params = {"run_id": run_id, "first": int(steps["step"].min()), "last": int(steps["step"].max())}
+    params = {"run_id": run_id, "first": int(steps["step"].min()), "last": int(steps["step"].max()),
+              "min_gap_ns": LANE_MIN_GAP_NS}
     return con.execute(LANE_SQL.read_text(), params).df().assign(run_id=run_id)
 
 
