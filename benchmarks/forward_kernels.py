@@ -13,6 +13,8 @@ directly and "ops" counts top-level aten ops instead of kernels.
 from __future__ import annotations
 
 import argparse
+import collections
+import functools
 import gc
 import json
 import statistics
@@ -26,10 +28,11 @@ from torch.profiler import ProfilerActivity, profile
 
 from engine.config import EngineConfig
 from engine.loader import load_model
-from engine.model_runner import ModelRunner
+from engine.model_runner import ModelRunner, graph_buckets
 from engine.streams import Streams
 
 NOT_KERNELS = ("memcpy", "memset")  # copies show up as device activity too; count only kernels
+BLOCK_SIZE = 16
 
 
 def main() -> None:
@@ -46,6 +49,8 @@ def main() -> None:
     batches = [int(b) for b in args.batches.split(",")]
     if args.context > args.max_model_len:
         ap.error("--context must not exceed --max-model-len")
+    if any(b not in graph_buckets(max(batches)) for b in batches):
+        ap.error(f"batch sizes must be graph buckets: {graph_buckets(max(batches))}")
 
     t0 = time.perf_counter()
     bandwidth = copy_bandwidth(args.device)
@@ -74,32 +79,34 @@ def main() -> None:
         args.out.write_text(text + "\n")
 
 
-def bench_preset(preset: str, compiled: bool, batches: list[int], bandwidth: float, args) -> dict:
+def bench_preset(preset: str, compiled: bool, batches: list[int], bandwidth: float | None, args) -> dict:
     cuda = args.device == "cuda"
-    loaded = load_model(preset, dtype="bf16" if cuda else "fp32", device=args.device,
-                        attention_backend=args.attention_backend)
-    cfg = EngineConfig(model=preset, device=args.device, dtype="bf16" if cuda else "fp32",
-                       max_num_seqs=max(batches), max_model_len=args.max_model_len,
-                       num_kv_blocks=max(batches) * -(-args.max_model_len // 16), compile=compiled,
+    dtype = "bf16" if cuda else "fp32"
+    loaded = load_model(preset, dtype=dtype, device=args.device, attention_backend=args.attention_backend)
+    cfg = EngineConfig(model=preset, device=args.device, dtype=dtype, max_num_seqs=max(batches),
+                       max_model_len=args.max_model_len, block_size=BLOCK_SIZE,
+                       num_kv_blocks=max(batches) * -(-args.max_model_len // BLOCK_SIZE), compile=compiled,
                        attention_backend=args.attention_backend)
-    streams = Streams(torch.device(args.device), timing=False)
     t0 = time.perf_counter()
-    runner = ModelRunner(cfg, loaded, streams)   # on CUDA: compiles (if enabled) and captures every bucket
+    runner = ModelRunner(cfg, loaded, Streams(torch.device(args.device), timing=False))  # CUDA: compiles, captures
+    num_layers = loaded.config.num_layers
     result = {"compiled": loaded.model.compile_enabled, "startup_s": round(time.perf_counter() - t0, 1),
-              "num_layers": loaded.config.num_layers,
+              "num_layers": num_layers,
               "weight_bytes": sum(p.numel() * p.element_size() for p in loaded.model.parameters())}
-    if cuda:
+    if bandwidth:
         result["floor_ms"] = round(result["weight_bytes"] / bandwidth * 1e3, 3)
+    slot = runner.slots[0]
     for b in batches:
-        slot = runner.slots[0]
         fill_decode_rows(runner, slot, b, args.context)
-        step = runner.graphs[0][b].replay if cuda else (lambda: runner._decode_body(slot, b))
-        row = {"step_ms": round(time_steps(step, args.iters, cuda), 3)}
-        row.update(count_kernels(step, cuda, "graph") if cuda else count_kernels(step, cuda, "body"))
-        if cuda:
-            row.update(count_kernels(lambda: runner._decode_body(slot, b), cuda, "body"))
-        row["per_layer"] = round(row.get("kernels_graph", row.get("kernels_body", row.get("ops_body", 0)))
-                                 / loaded.config.num_layers, 1)
+        body = functools.partial(runner._decode_body, slot, b)
+        step = runner.graphs[0][b].replay if cuda else body
+        kernels = count_kernels(step, cuda)
+        row = {"step_ms": round(time_steps(step, args.iters, cuda), 3), "kernels": sum(kernels.values()),
+               "per_layer": round(sum(kernels.values()) / num_layers, 1)}
+        if cuda:  # the same body launched eagerly: a cross-check of the graph count
+            row["kernels_eager_body"] = sum(count_kernels(body, cuda).values())
+        if b == batches[0]:
+            row["top_kernels"] = dict(kernels.most_common(12))
         result[f"batch_{b}"] = row
     runner.close()
     return result
@@ -141,21 +148,19 @@ def time_steps(step, iters: int, cuda: bool) -> float:
     return statistics.median(s.elapsed_time(e) for s, e in events)
 
 
-def count_kernels(step, cuda: bool, label: str) -> dict:
-    """Kernels one step launches (CUDA), or its top-level aten ops (CPU: a proxy, views included)."""
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    with profile(activities=activities) as prof:
+def count_kernels(step, cuda: bool) -> collections.Counter:
+    """Kernels one step launches by name (CUDA), or its top-level aten ops (CPU: a proxy, views included)."""
+    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
         step()
         if cuda:
             torch.cuda.synchronize()
-    events = prof.events()
     if cuda:
-        kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA
-                   and not any(w in e.name.lower() for w in NOT_KERNELS)]
-        return {f"kernels_{label}": len(kernels)}
-    ops = [e for e in events if e.name.startswith("aten::")
-           and (e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::"))]
-    return {f"ops_{label}": len(ops)}
+        names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+                 and not any(w in e.name.lower() for w in NOT_KERNELS)]
+    else:
+        names = [e.name for e in prof.events() if e.name.startswith("aten::")
+                 and (e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::"))]
+    return collections.Counter(name[:80] for name in names)
 
 
 def copy_bandwidth(device: str, nbytes: int = 1 << 30) -> float | None:
