@@ -9,7 +9,8 @@ forward time and GPU busy share in steady-state decode, end-to-end tokens/s and 
                               transformers' own Qwen3ForCausalLM holding our weights (engine.export), greedy
                               `generate` with a static cache on one static batch of `streams` prompts, every
                               row decoding exactly round(L) tokens; "compiled" is generate's own torch.compile
-                              path (reduce-overhead: CUDA graphs). Step = (t(N) - t(1)) / (N - 1).
+                              path (reduce-overhead: CUDA graphs). Step periods from CUDA events at each
+                              step's logits; (t(N) - t(1)) / (N - 1) kept as step_ms_wall.
   nano-vllm                   detected only: reported as "not run: <reason>" when it or flash-attn is missing
 Writes compare_engines.json, compare_engines.md and compare_engines.png to --out; see benchmarks/README.md.
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib
+import itertools
 import json
 import sys
 import time
@@ -35,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))   # run as a script: benchmarks/ siblings by package name
 
 import transformers  # noqa: E402
-from transformers import GenerationConfig  # noqa: E402
+from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList  # noqa: E402
 
 from benchmarks.compare_report import plot, write_markdown  # noqa: E402
 from benchmarks.forward_kernels import copy_bandwidth  # noqa: E402
@@ -45,7 +47,7 @@ from engine.export import hf_causal_lm  # noqa: E402
 from engine.llm_engine import LLMEngine  # noqa: E402
 from engine.loader import LoadedModel, load_model  # noqa: E402
 from engine.workload import WorkloadSpec, make_requests  # noqa: E402
-from profiling.analysis import per_step_from_timeline, steady_state  # noqa: E402
+from profiling.analysis import WARMUP_STEPS, per_step_from_timeline, steady_state  # noqa: E402
 from profiling.timeline import Timeline  # noqa: E402
 
 METRICS = ("decode_tokens_per_s", "step_ms", "forward_ms", "gpu_busy", "prefill_ms", "e2e_tokens_per_s", "wall_s")
@@ -149,36 +151,74 @@ def hf_runs(model, cfg: ModelConfig, name: str, compiled: bool, preset: str, str
     spec = WorkloadSpec(streams=streams, requests=streams, prompt_len=sweep.prompt_len)
     prompts = torch.tensor([r.prompt_ids for r in make_requests(spec, cfg.vocab_size)], device=sweep.device)
     # Compiled: the full length, as the static cache's length is part of the compiled graph; eager: just warm.
-    _, warm_s = hf_generate(model, cfg, prompts, new_tokens if compiled else min(new_tokens, 8), compiled)
-    clock.log(f"{preset} {name} streams={streams}: warm-up generate {warm_s:.1f} s")
+    warm = hf_generate(model, cfg, prompts, new_tokens if compiled else min(new_tokens, 8), compiled)
+    clock.log(f"{preset} {name} streams={streams}: warm-up generate {warm.seconds:.1f} s")
     rows = []
     for repeat in range(sweep.hf_repeats):
-        _, prefill_s = hf_generate(model, cfg, prompts, 1, compiled)
-        out, total_s = hf_generate(model, cfg, prompts, new_tokens, compiled)
-        step_s = (total_s - prefill_s) / (new_tokens - 1)
-        generated = (out.shape[1] - prompts.shape[1]) * streams
+        prefill_only = hf_generate(model, cfg, prompts, 1, compiled)
+        run = hf_generate(model, cfg, prompts, new_tokens, compiled)
+        decode = run.marks_ms[1:]                         # after the prefill: one period per decode step
+        steady = decode[WARMUP_STEPS:] or decode          # as bubblelab's steady state, the first steps skipped
+        generated = (run.ids.shape[1] - prompts.shape[1]) * streams
         row = {"engine": name, "preset": preset, "streams": streams, "repeat": repeat,
-               "decode_tokens_per_s": streams / step_s, "step_ms": 1e3 * step_s, "forward_ms": None,
-               "gpu_busy": None, "prefill_ms": 1e3 * prefill_s, "e2e_tokens_per_s": generated / total_s,
-               "wall_s": total_s, "generated_tokens": generated, "mean_output_len": generated / streams,
-               "warmup_s": warm_s}
+               "decode_tokens_per_s": 1e3 * streams * len(steady) / sum(steady),
+               "step_ms": float(np.median(steady)), "forward_ms": None, "gpu_busy": None,
+               "prefill_ms": run.marks_ms[0], "e2e_tokens_per_s": generated / run.seconds, "wall_s": run.seconds,
+               # the brief's estimate: per-call set-up (cache allocation, graph re-recording) lands in the steps
+               "step_ms_wall": 1e3 * (run.seconds - prefill_only.seconds) / (new_tokens - 1),
+               "generated_tokens": generated, "mean_output_len": generated / streams, "warmup_s": warm.seconds}
         rows.append(row)
         clock.log(_progress(row))
     return rows
 
 
-def hf_generate(model, cfg: ModelConfig, prompts: torch.Tensor, new_tokens: int, compiled: bool
-                ) -> tuple[torch.Tensor, float]:
-    """Greedy, static cache, exactly `new_tokens` per row (EOS masked until then). Returns (ids, seconds)."""
+@dataclass
+class Generated:
+    ids: torch.Tensor
+    seconds: float            # host wall time of the generate call
+    marks_ms: list[float]     # device time from the call's start to the first logits, then between logits
+
+
+class StepMarks(LogitsProcessor):
+    """Marks each step's logits on the device stream (CUDA events; the host clock on CPU, where every op runs
+    before the host moves on), so per-step periods exclude generate's per-call set-up."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.marks: list = []
+        self.mark()
+
+    def mark(self) -> None:
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            self.marks.append(event)
+        else:
+            self.marks.append(time.perf_counter())
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        self.mark()
+        return scores
+
+    def intervals_ms(self) -> list[float]:
+        if self.cuda:
+            return [a.elapsed_time(b) for a, b in itertools.pairwise(self.marks)]
+        return [1e3 * (b - a) for a, b in itertools.pairwise(self.marks)]
+
+
+def hf_generate(model, cfg: ModelConfig, prompts: torch.Tensor, new_tokens: int, compiled: bool) -> Generated:
+    """Greedy, static cache, exactly `new_tokens` per row (EOS masked until then)."""
     eos = list(cfg.eos_token_ids)
     config = GenerationConfig(do_sample=False, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
                               cache_implementation="static", disable_compile=not compiled,
                               eos_token_id=eos or None, pad_token_id=eos[0] if eos else 0)
     _sync(prompts.device)
     t0 = time.perf_counter()
-    out = model.generate(prompts, attention_mask=torch.ones_like(prompts), generation_config=config)   # no_grad inside
+    marks = StepMarks(prompts.device)
+    ids = model.generate(prompts, attention_mask=torch.ones_like(prompts), generation_config=config,
+                         logits_processor=LogitsProcessorList([marks]))   # no_grad inside
     _sync(prompts.device)
-    return out, time.perf_counter() - t0
+    return Generated(ids, time.perf_counter() - t0, marks.intervals_ms())
 
 
 # -- nano-vllm, the floor ----------------------------------------------------------------------------------

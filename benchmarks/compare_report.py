@@ -8,6 +8,8 @@ import matplotlib
 matplotlib.use("Agg")   # headless: the device machine has no display
 import matplotlib.pyplot as plt  # noqa: E402
 
+from profiling.analysis import WARMUP_STEPS  # noqa: E402
+
 
 def write_markdown(result: dict, path: Path) -> str:
     """The comparison table, the floor table and what did not run; written to `path` and returned."""
@@ -18,8 +20,8 @@ def write_markdown(result: dict, path: Path) -> str:
              f"{sweep['L']:g}; torch {result['torch']}, transformers {result['transformers']}. "
              f"Median over repeats, (min-max) spread. bubblelab: closed loop of "
              f"{sweep['requests_per_stream']} x streams requests, per-step "
-             f"numbers in steady-state decode; HF: one static batch of `streams` rows, step = decode time / "
-             f"decode steps.",
+             f"numbers in steady-state decode; HF: one static batch of `streams` rows, step periods from CUDA "
+             f"events at each step's logits (first {WARMUP_STEPS} decode steps skipped).",
              "",
              "| preset | streams | engine | decode tok/s | step ms | forward ms | GPU busy | prefill ms "
              "| e2e tok/s | wall s |",

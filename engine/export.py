@@ -67,4 +67,6 @@ def hf_causal_lm(loaded: LoadedModel) -> PreTrainedModel:
     if unexpected or set(missing) - tied:
         raise BubblelabError(f"export does not match transformers' {raw['architectures'][0]}: "
                              f"missing {sorted(set(missing) - tied)}, unexpected {sorted(unexpected)}")
+    if tied:   # share the matrix whether or not this transformers version tied it at construction
+        hf.get_output_embeddings().weight = hf.get_input_embeddings().weight
     return hf.eval().requires_grad_(False)
