@@ -5,7 +5,8 @@ as the engine does; then, per batch size, the slot's metadata is filled with row
 bucket's graph is replayed: median step time over CUDA events, kernels per step from torch.profiler (graph
 replay and, as a cross-check, the same body run eagerly). The floor is weight bytes / device-to-device copy
 bandwidth (a decode step must read every weight once). On CPU (dry run) there are no graphs: the body runs
-directly and "ops" counts top-level aten ops instead of kernels.
+directly and "kernels" counts top-level aten ops, views included. The torch backend gathers the block table's
+full width (--max-model-len) every step, so large batches also measure that traffic.
 
     python benchmarks/forward_kernels.py                       # H200/H100: qwen3-0.6b, qwen3-4b; batch 1, 8, 32
     python benchmarks/forward_kernels.py --device cpu --presets tiny-llama
