@@ -52,14 +52,15 @@ def _median(stat: dict) -> str:
 def _steps_table(runs: list[dict]) -> Table:
     table = Table(title="Steady-state steps, median ms (--json adds p10/p90)", title_justify="left",
                   header_style="bold", caption_justify="left")
-    for column in ("run", "depth", "streams", "steps", "forward", "sampling", "bubble", "period", "bubble%",
-                   "host-late%"):
+    for column in ("run", "depth", "streams", "steps", "forward", "sampling", "bubble", "kernel gap", "period",
+                   "bubble%", "host-late%"):
         table.add_column(column, justify="left" if column == "run" else "right", no_wrap=True)
     for run in runs:
         table.add_row(run["run_id"][:8], str(run["depth"]), str(run["streams"]), str(run["steps"]),
-                      *(_median(run[f"{c}_ms"]) for c in ("forward", "sampling", "bubble", "period")),
+                      *(_median(run[f"{c}_ms"]) for c in ("forward", "sampling", "bubble", "kernel_gap", "period")),
                       _percent(run["bubble_share"]), _percent(run["host_late_share"]))
-    table.caption = "host-late%: share of the bubble in gaps that ended only when the host launched work"
+    table.caption = ("forward, sampling: GPU spans; bubble: period outside them; kernel gap: idle inside them\n"
+                     "host-late%: share of the bubble in gaps that ended only when the host launched work")
     return table
 
 
@@ -68,14 +69,20 @@ def _percent(share: float | None) -> str:
 
 
 def _attribution_table(runs: list[dict]) -> Table:
-    """Phases down, runs across: the bubble per steady step split by what the host was doing meanwhile."""
-    phases = list(dict.fromkeys(p for run in runs for p in run["attribution_ms_per_step"]))
-    table = Table(title="Bubble ms per steady step, by the host phase running while the GPU was idle",
+    """Top-level parts down, runs across: the bubble per steady step by the part of the loop the host was in
+    when each idle interval began, and time-weighted by what it was doing meanwhile."""
+    rules = (("top_level", "began"), ("top_level_by_time", "by time"))
+    parts = list(dict.fromkeys(p for run in runs for key, _ in rules for p in run["attribution_ms_per_step"][key]))
+    table = Table(title="Bubble ms per steady step, by the part of the loop the host was in",
                   title_justify="left", header_style="bold")
-    table.add_column("host phase", no_wrap=True)
+    table.add_column("host part", no_wrap=True)
     for run in runs:
-        table.add_column(f"{run['run_id'][:8]} d{run['depth']}", justify="right", no_wrap=True)
-    for phase in phases:
-        table.add_row(phase, *(f"{run['attribution_ms_per_step'][phase]:.3f}"
-                               if phase in run["attribution_ms_per_step"] else "–" for run in runs))
+        for _, label in rules:
+            table.add_column(f"{run['run_id'][:4]} d{run['depth']} {label}", justify="right", no_wrap=True)
+    for part in parts:
+        table.add_row(part, *(_ms(run["attribution_ms_per_step"][key].get(part)) for run in runs for key, _ in rules))
     return table
+
+
+def _ms(ms: float | None) -> str:
+    return "–" if ms is None else f"{ms:.3f}"

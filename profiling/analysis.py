@@ -1,8 +1,8 @@
 """Answers about ingested runs: the per-step table, steady state, bubble attribution, syncs, idle gaps, kernels.
 
 Each function runs one query of profiling/sql/ against a catalog (a path, or an open connection for
-in-memory catalogs). Attribution and idle-gap answers cover the steps you pass (default: steady state), so
-their totals equal the sum of those steps' bubble_ms.
+in-memory catalogs). Attribution and idle-gap answers cover the steps you pass (default: steady state): the
+attributions add up to those steps' bubble_ms, the idle gaps to their period - busy.
 """
 from __future__ import annotations
 
@@ -19,7 +19,11 @@ from profiling.timeline import Timeline
 
 Catalog = Path | str | duckdb.DuckDBPyConnection
 WARMUP_STEPS = 5          # steady-state rule 3: steady candidates skipped at the start of a run
-SUMMARY_COLUMNS = ("forward_ms", "sampling_ms", "bubble_ms", "period_ms", "busy_ms")
+SUMMARY_COLUMNS = ("forward_ms", "sampling_ms", "bubble_ms", "kernel_gap_ms", "period_ms", "busy_ms")
+# Nested phases roll up into the loop's top-level parts (docs/phases.md); plan and commit have no children
+# but `wait`, and time outside any phase stays itself.
+TOP_LEVEL = {"wait": "commit", "copy_h2d": "launch", "forward": "launch", "prefill": "launch",
+             "mask": "finalize", "sampling": "finalize", "copy_d2h": "finalize"}
 
 
 def per_step(catalog: Catalog, run_id: str) -> pd.DataFrame:
@@ -43,19 +47,48 @@ def steady_state(df: pd.DataFrame, warmup: int = WARMUP_STEPS) -> pd.DataFrame:
 
 
 def idle_gaps(catalog: Catalog, run_id: str, steps: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Every GPU idle gap inside the given steps' periods, with the phase the host was in when it began
-    (at depth 1 that is mostly `wait`: the host learns the GPU is done only then; attribution() splits
-    the same idle time by what the host did during it)."""
+    """Every GPU idle gap (all streams idle) inside the given steps' periods: `within` a forward or sampling
+    span (a launch gap between kernels) or between them (bubble), the phase the host was in when it began, and
+    whether the host launched the work ending it only after the GPU went idle (launch_lag_us > 0)."""
     con = _open(catalog)
     steps = steady_state(per_step(con, run_id)) if steps is None else steps
     return queries.run(con, "idle_gaps", {"run_id": run_id}, per_step=steps)
 
 
-def attribution(catalog: Catalog, run_id: str, steps: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Idle time per host phase: what the engine thread was doing while the GPU sat idle (time-weighted)."""
+def bubble_intervals(catalog: Catalog, run_id: str, steps: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The bubble of the given steps as intervals: each period minus the step's forward and sampling spans."""
     con = _open(catalog)
     steps = steady_state(per_step(con, run_id)) if steps is None else steps
-    return queries.run(con, "bubble_attribution", {"run_id": run_id}, per_step=steps)
+    return queries.run(con, "bubble_intervals", {"run_id": run_id}, per_step=steps)
+
+
+def attribution(catalog: Catalog, run_id: str, steps: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Bubble per host phase: each idle interval goes to the innermost phase open when it began (the issue's
+    rule); adds up to the steps' bubble_ms. Columns run_id, phase, top_level, bubble_ms, bubble_share."""
+    return _attribute("bubble_attribution", catalog, run_id, steps)
+
+
+def attribution_by_time(catalog: Catalog, run_id: str, steps: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The same bubble split time-weighted: what the host was doing during each instant of it."""
+    return _attribute("bubble_attribution_by_time", catalog, run_id, steps)
+
+
+def _attribute(query: str, catalog: Catalog, run_id: str, steps: pd.DataFrame | None) -> pd.DataFrame:
+    con = _open(catalog)
+    steps = steady_state(per_step(con, run_id)) if steps is None else steps
+    con.register("per_step", steps)
+    try:
+        intervals = queries.relation(con, "bubble_intervals", {"run_id": run_id})
+        table = queries.run(con, query, {"run_id": run_id}, bubble_intervals=intervals)
+    finally:
+        con.unregister("per_step")
+    table.insert(2, "top_level", table.phase.map(lambda phase: TOP_LEVEL.get(phase, phase)))
+    return table
+
+
+def rollup(table: pd.DataFrame) -> pd.Series:
+    """An attribution table's bubble_ms per top-level part of the loop (plan, launch, finalize, commit)."""
+    return table.groupby("top_level").bubble_ms.sum().sort_values(ascending=False)
 
 
 def idle_histogram(catalog: Catalog, run_id: str, steps: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -101,34 +134,41 @@ def analyze(catalog: Catalog, run_ids: list[str] | None = None, warmup: int = WA
     """
     con = _open(catalog)
     meta = runs(con).set_index("run_id")
-    per_run, steady, idle, gaps = [], {}, {}, {}
+    per_run, parts = [], {}
     for run_id in meta.index.tolist() if run_ids is None else run_ids:
         run = meta.loc[run_id]
-        steady[run_id] = steady_state(per_step(con, run_id), warmup)
-        idle[run_id] = attribution(con, run_id, steady[run_id])
-        gaps[run_id] = idle_gaps(con, run_id, steady[run_id])
-        streams = run.streams if pd.notna(run.streams) else steady[run_id].batch_size.mode().max()
+        steady = steady_state(per_step(con, run_id), warmup)
+        parts[run_id] = (steady, attribution(con, run_id, steady), attribution_by_time(con, run_id, steady),
+                         idle_gaps(con, run_id, steady))
+        streams = run.streams if pd.notna(run.streams) else steady.batch_size.mode().max()
         per_run.append({"run_id": run_id, "model": run.model, "device": run.device, "source": run.source,
-                        "depth": _int(run.depth), "streams": _int(streams),
-                        **_digest([steady[run_id]], [idle[run_id]], [gaps[run_id]]),
+                        "depth": _int(run.depth), "streams": _int(streams), **_digest([parts[run_id]]),
                         "flagged_syncs": int(sync_inventory(con, run_id).flagged.sum())})
     groups = []
     for depth, streams in sorted({(r["depth"], r["streams"]) for r in per_run}, key=str):
         members = [r["run_id"] for r in per_run if (r["depth"], r["streams"]) == (depth, streams)]
         groups.append({"depth": depth, "streams": streams, "runs": members,
-                       **_digest(*([d[m] for m in members] for d in (steady, idle, gaps)))})
+                       **_digest([parts[m] for m in members])})
     return {"warmup_steps": warmup, "runs": per_run, "groups": groups}
 
 
-def _digest(steady: list[pd.DataFrame], idle: list[pd.DataFrame], gaps: list[pd.DataFrame]) -> dict:
-    """summarize() of the pooled steady steps, their idle time per host phase per step, and the share of it
-    in gaps the host ended late (launched the next work only after the GPU had gone idle)."""
-    steps, gaps = pd.concat(steady), pd.concat(gaps)
-    totals = pd.concat(idle).groupby("phase").idle_ms.sum().sort_values(ascending=False)
-    per_step_ms = {phase: round(ms / len(steps), 6) for phase, ms in totals.items()} if len(steps) else {}
-    known = gaps[gaps.launch_lag_us.notna()]
-    late = known.idle_us[known.launch_lag_us > 0].sum() / known.idle_us.sum() if len(known) else None
-    return {**summarize(steps), "attribution_ms_per_step": per_step_ms,
+def _digest(parts: list[tuple[pd.DataFrame, ...]]) -> dict:
+    """summarize() of the pooled steady steps; their bubble per step by phase (began-in rule) and by top-level
+    part (began-in, and time-weighted); the share of the bubble in gaps the host ended late (it launched the
+    next work only after the GPU had gone idle)."""
+    steady, began, by_time, gaps = (pd.concat(frames) for frames in zip(*parts))
+    n = len(steady)
+
+    def per_step_ms(totals: pd.Series) -> dict:
+        return {key: round(ms / n, 6) for key, ms in totals.items()} if n else {}
+
+    bubble_gaps = gaps[gaps.within.isna() & gaps.launch_lag_us.notna()]
+    late = bubble_gaps.idle_us[bubble_gaps.launch_lag_us > 0].sum() / bubble_gaps.idle_us.sum() \
+        if bubble_gaps.idle_us.sum() else None
+    return {**summarize(steady),
+            "attribution_ms_per_step": {
+                "phase": per_step_ms(began.groupby("phase").bubble_ms.sum().sort_values(ascending=False)),
+                "top_level": per_step_ms(rollup(began)), "top_level_by_time": per_step_ms(rollup(by_time))},
             "host_late_share": None if late is None else _float(late)}
 
 

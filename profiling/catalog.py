@@ -16,7 +16,7 @@ import duckdb
 from engine.errors import BubblelabError
 from profiling.queries import read_sql
 
-CATALOG_VERSION = 2  # bump when a table of sql/catalog_schema.sql changes
+CATALOG_VERSION = 3  # bump when a table of sql/catalog_schema.sql changes
 RUN_COLUMNS = ("run_id", "model", "preset", "depth", "streams", "output_len_mean", "mean_generated_len",
                "requests", "device", "driver", "torch", "nsys_version", "schema_version", "command",
                "started_at", "wall_s", "generated_tokens", "decode_steps", "source", "trace_path")

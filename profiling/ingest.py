@@ -62,6 +62,7 @@ def ingest(trace: Path, catalog: Path | str | None, meta: dict | None = None, *,
                     if table in facts.tables:
                         queries.execute(con, statement, params)
                 queries.execute(con, "gpu_busy", params)
+                queries.execute(con, "step_spans", params)
                 queries.execute(con, "run_defaults", params)
                 queries.insert(con, "steps", "per_step", params)
         except duckdb.Error as e:
@@ -99,6 +100,7 @@ def ingest_timeline(timeline: Timeline, con: duckdb.DuckDBPyConnection, meta: di
             queries.execute(con, "ingest_timeline")
             queries.execute(con, "host_segments", {"run_id": run_id})
             queries.execute(con, "gpu_busy", {"run_id": run_id})
+            queries.execute(con, "step_spans", {"run_id": run_id})
             queries.execute(con, "run_defaults", {"run_id": run_id})
             queries.insert(con, "steps", "per_step", {"run_id": run_id})
     finally:

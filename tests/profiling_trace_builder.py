@@ -156,9 +156,12 @@ def blocking_trace(path: Path) -> Path:
     Per step k, times relative to T = 10000 + 1000 k (us):
       host  plan [0,100) | launch [100,300) > copy_h2d [110,130), forward [150,290)
             finalize [300,400) > sampling [310,340), copy_d2h [350,370) | commit [400,900) > wait [410,770)
-      GPU   HtoD [140,150) | A [200,500) B [500,700) | S [700,750) | DtoH pinned [750,760) on the copy stream
+            | cudaEventQuery at 950, outside any phase (polls never block)
+      GPU   HtoD [140,150) | A [200,500) B [510,700) (a 10 us launch gap) | S [700,750)
+            | DtoH pinned [750,760) on the copy stream, after a cudaStreamWaitEvent in copy_d2h
     Extras: step 2 has a `mask` [301,309) in finalize holding a cudaStreamSynchronize (the bug the post found);
-    step 1 does a pageable DtoH copy in commit at 800, on the GPU [800,805).
+    step 1 does a pageable DtoH copy in commit at 800, on the GPU [800,805); after the loop, at 16500, a
+    cudaDeviceSynchronize outside every range (teardown: listed, not flagged).
     """
     b = TraceBuilder()
     for k in range(6):
@@ -171,7 +174,7 @@ def blocking_trace(path: Path) -> Path:
         b.memcpy(t + 115, t + 140, t + 150, HTOD, stream=COMPUTE)
         b.range(kind if kind == "prefill" else "forward", k, t + 150, t + 290)
         b.kernel("gemm_a", t + 160, t + 200, t + 500)
-        b.kernel("gemm_b", t + 200, t + 500, t + 700)
+        b.kernel("gemm_b", t + 200, t + 510, t + 700)
         b.range("finalize", k, t + 300, t + 400)
         if k == 2:
             b.range("mask", k, t + 301, t + 309)
@@ -179,12 +182,15 @@ def blocking_trace(path: Path) -> Path:
         b.range("sampling", k, t + 310, t + 340)
         b.kernel("argmax", t + 320, t + 700, t + 750)
         b.range("copy_d2h", k, t + 350, t + 370)
+        b.sync("cudaStreamWaitEvent_v3020", t + 351, t + 353, sync_type=2)
         b.memcpy(t + 355, t + 750, t + 760, DTOH)
         b.range("commit", k, t + 400, t + 900)
         b.range("wait", k, t + 410, t + 770)
         b.sync("cudaEventSynchronize_v3020", t + 420, t + 765, sync_type=1)
         if k == 1:
             b.memcpy(t + 800, t + 800, t + 805, DTOH, host_kind=PAGEABLE, stream=COMPUTE)
+        b.sync("cudaEventQuery_v3020", t + 950, t + 952, sync_type=1)
+    b.sync("cudaDeviceSynchronize_v3020", 16500, 16600, sync_type=4)
     return b.write(path)
 
 

@@ -33,12 +33,15 @@ def test_analyze_json_groups_by_depth_and_streams(traces, tmp_path):
     assert set(groups) == {(1, 4), (2, 2)}           # streams: the steady batch size, no metadata given
     blocking, pipelined = groups[(1, 4)], groups[(2, 2)]
     assert blocking["steps"] == 3 and blocking["period_ms"] == {"median": 1.0, "p10": 1.0, "p90": 1.0}
-    assert blocking["bubble_ms"]["median"] == pytest.approx(0.43)
-    assert blocking["attribution_ms_per_step"] == pytest.approx(
-        {"commit": 0.13, "plan": 0.1, "outside any phase": 0.1, "forward": 0.05, "copy_h2d": 0.02,
-         "launch": 0.02, "wait": 0.01})
+    assert blocking["bubble_ms"]["median"] == pytest.approx(0.45)
+    assert blocking["kernel_gap_ms"]["median"] == pytest.approx(0.01)
+    attribution = blocking["attribution_ms_per_step"]
+    assert attribution["phase"] == pytest.approx({"wait": 0.45})           # every interval began in `wait`
+    assert attribution["top_level"] == pytest.approx({"commit": 0.45})
+    assert attribution["top_level_by_time"] == pytest.approx(
+        {"commit": 0.15, "plan": 0.1, "outside any phase": 0.1, "launch": 0.1})
     assert pipelined["forward_ms"]["median"] == pytest.approx(0.352)
-    assert pipelined["attribution_ms_per_step"] == pytest.approx({"forward": 0.01})
+    assert pipelined["attribution_ms_per_step"]["top_level"] == pytest.approx({"launch": 0.028})
     assert [r["flagged_syncs"] for r in report["runs"]] == [2, 0]
     # depth 1: every gap ended when the host finally launched; depth 2: the next work was already queued
     assert (blocking["host_late_share"], pipelined["host_late_share"]) == (1.0, 0.0)
@@ -50,8 +53,8 @@ def test_analyze_json_groups_by_depth_and_streams(traces, tmp_path):
 def test_analyze_prints_tables(traces):
     result = bubblelab("analyze", *map(str, traces), "--warmup", "1")
     assert result.returncode == 0, result.stderr
-    assert "Steady-state steps" in result.stdout and "0.430" in result.stdout and "43.0" in result.stdout
-    assert "outside any phase" in result.stdout
+    assert "Steady-state steps" in result.stdout and "0.450" in result.stdout and "45.0" in result.stdout
+    assert "outside any phase" in result.stdout and "kernel gap" in result.stdout
     assert "2 syncs or copies stall the pipeline" in result.stdout
 
 

@@ -2,6 +2,8 @@
 small integer clock, where every nanosecond can simply be enumerated."""
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -55,29 +57,39 @@ def test_sql_matches_brute_force(tl):
     run = ingest_timeline(tl, con, {"depth": tl.depth}, run_id="r")
     steps = analysis.per_step(con, run)
     busy = {t for _, _, start, end in tl.device for t in range(start, end)}
-    starts = {step: min(s for phase, k, s, _ in tl.device if k == step and phase == "forward")
-              for step in tl.steps}
-    idle_by_phase: dict[str, int] = {}
+    spans = {(k, p): (s, e) for p, k, s, e in tl.device}              # one interval per step and part here
+    starts = {step: spans[step, "forward"][0] for step in tl.steps}
+    began: dict[str, int] = {}          # each bubble interval to the phase open when it began
+    by_time: dict[str, int] = {}        # each bubble instant to the phase open then
+    gpu_idle = 0
     for row in steps.itertuples():
         assert row.gpu_start_ns == starts[row.step]
-        assert row.forward_ms * 1e6 == pytest.approx(sum(e - s for p, k, s, e in tl.device
-                                                         if k == row.step and p == "forward"))
+        for part in ("forward", "sampling"):
+            s, e = spans[row.step, part]
+            assert getattr(row, f"{part}_ms") * 1e6 == pytest.approx(e - s)
+        assert row.kernel_gap_ms == 0                                  # a timeline records spans only
         if row.step + 1 not in starts:
-            assert row.period_ms != row.period_ms                 # NaN: no next step
+            assert row.period_ms != row.period_ms                     # NaN: no next step
             continue
         window = range(starts[row.step], starts[row.step + 1])
+        in_spans = {t for p in ("forward", "sampling") for t in range(*spans[row.step, p])}
         assert row.period_ms * 1e6 == pytest.approx(len(window))
         assert row.busy_ms * 1e6 == pytest.approx(sum(t in busy for t in window))
-        assert row.bubble_ms * 1e6 == pytest.approx(sum(t not in busy for t in window))
+        assert row.bubble_ms * 1e6 == pytest.approx(sum(t not in in_spans for t in window))
+        gpu_idle += sum(t not in busy for t in window)
         for t in window:
-            if t not in busy:
+            if t not in in_spans:
                 phase = innermost(tl, t)
-                idle_by_phase[phase] = idle_by_phase.get(phase, 0) + 1
+                by_time[phase] = by_time.get(phase, 0) + 1
+                if t == window.start or t - 1 in in_spans:
+                    opened = phase
+                began[opened] = began.get(opened, 0) + 1
     with_period = steps[steps.period_ms.notna()]
-    table = analysis.attribution(con, run, with_period)
-    assert dict(zip(table.phase, table.idle_ms * 1e6)) == pytest.approx(idle_by_phase)
+    for attribute, expected in ((analysis.attribution, began), (analysis.attribution_by_time, by_time)):
+        table = attribute(con, run, with_period)
+        assert dict(zip(table.phase, table.bubble_ms * 1e6)) == pytest.approx(expected)
     gaps = analysis.idle_gaps(con, run, with_period)
-    assert gaps.idle_us.sum() * 1e3 == pytest.approx(sum(idle_by_phase.values()))
+    assert gaps.idle_us.sum() * 1e3 == pytest.approx(gpu_idle)
     assert gaps.began_in.tolist() == [innermost(tl, t) for t in gaps.start_ns]
     assert gaps.launch_lag_us.isna().all()                    # a timeline records no launch calls
 
@@ -128,13 +140,26 @@ def test_nsys_path_matches_brute_force(tmp_path_factory, trace):
               and e["globalTid"] == MAIN for n, i in b.strings.items() if i == e["textId"]]
     con = connect(None)
     run = ingest(b.write(tmp_path_factory.mktemp("t") / "t.sqlite"), None, {}, con=con)
-    ops = con.execute('SELECT launched_at, start, "end", phase, step FROM gpu_ops ORDER BY ALL').fetchall()
+    ops = con.execute('SELECT launched_at, start, "end", phase, step, stream_id FROM gpu_ops ORDER BY ALL').fetchall()
     assert sorted((us(a), us(g), us(e)) for a, g, e in launched) == [op[:3] for op in ops]
-    for at, _, _, phase, step in ops:       # the innermost range open when the launching call started
+    for at, _, _, phase, step, _ in ops:    # the innermost range open when the launching call started
         open_ranges = [(s, -e, n, k) for s, e, n, k in ranges if s <= at < e]
         assert (phase, step) == (max(open_ranges)[2:] if open_ranges else (None, None))
     steps = analysis.per_step(con, run)
-    busy = [(g, e) for _, g, e, _, _ in ops]
+    # spans: forward ops on any stream; sampling ops on the compute stream (where most forward ops ran)
+    streams = Counter(stream for *_, phase, _, stream in ops if phase == "forward").most_common()
+    compute = streams[0][0] if len(streams) == 1 or streams and streams[0][1] > streams[1][1] else None
+    for row in steps.itertuples():
+        parts = {"forward": [(g, e) for _, g, e, p, k, _ in ops if k == row.step and p == "forward"],
+                 "sampling": [(g, e) for _, g, e, p, k, s in ops if k == row.step and p in ("sampling", "mask")
+                              and s == compute]}
+        span = {p: max(e for _, e in iv) - min(g for g, _ in iv) if iv else 0 for p, iv in parts.items()}
+        assert round(row.forward_ms * 1e6) == span["forward"]
+        if compute is not None:                 # a tie leaves the compute stream to DuckDB's choice
+            assert round(row.sampling_ms * 1e6) == span["sampling"]
+            gap = sum(span[p] - union_length(iv, 0, 10**9) for p, iv in parts.items())
+            assert round(row.kernel_gap_ms * 1e6) == gap
+    busy = [(g, e) for _, g, e, *_ in ops]
     for row in steps[steps.period_ms > 0].itertuples():   # random ops may start steps out of order
         lo, hi = row.gpu_start_ns, row.gpu_start_ns + round(row.period_ms * 1e6)
         assert round(row.busy_ms * 1e6) == union_length(busy, lo, hi)

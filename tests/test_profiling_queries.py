@@ -11,7 +11,7 @@ from profiling.catalog import connect
 from profiling.ingest import ingest
 
 STEP_COLUMNS = ["run_id", "step", "kind", "depth", "batch_size", "forward_ms", "sampling_ms", "busy_ms",
-                "bubble_ms", "period_ms", "plan_ms", "launch_ms", "commit_ms", "finalize_ms", "wait_ms",
+                "bubble_ms", "kernel_gap_ms", "period_ms", "plan_ms", "launch_ms", "commit_ms", "finalize_ms", "wait_ms",
                 "gpu_start_ns", "gpu_end_ns"]
 
 
@@ -32,13 +32,17 @@ def test_per_step_blocking(catalog):
     assert list(df.kind) == ["prefill"] + ["decode"] * 5
     assert list(df.batch_size) == [4, 4, 4, 4, 4, 3]
     assert set(df.depth) == {1}
-    # forward = A (300 us) + B (200 us); sampling = argmax (50 us) and its DtoH copy (10 us)
+    # forward = the span of A and B [200,700); sampling = the argmax [700,750), not its DtoH copy (copy stream)
     assert df.forward_ms.tolist() == pytest.approx([0.5] * 6)
-    assert df.sampling_ms.tolist() == pytest.approx([0.06] * 6)
-    # period 1 ms; busy = A,B,argmax,DtoH (560 us) + the next step's HtoD (10 us), + the pageable copy in step 1
+    assert df.sampling_ms.tolist() == pytest.approx([0.05] * 6)
+    assert df.kernel_gap_ms.tolist() == pytest.approx([0.01] * 6)           # B starts 10 us after A ends
+    # period 1 ms; busy = A,B (490 us), argmax, DtoH, the next step's HtoD (+ the pageable copy in step 1)
     assert df.period_ms[:5].tolist() == pytest.approx([1.0] * 5)
-    assert df.busy_ms[:5].tolist() == pytest.approx([0.57, 0.575, 0.57, 0.57, 0.57])
-    assert df.bubble_ms[:5].tolist() == pytest.approx([0.43, 0.425, 0.43, 0.43, 0.43])
+    assert df.busy_ms[:5].tolist() == pytest.approx([0.56, 0.565, 0.56, 0.56, 0.56])
+    assert df.bubble_ms[:5].tolist() == pytest.approx([0.45] * 5)          # period - forward - sampling
+    # period - busy = bubble + kernel_gap - other (the copies: DtoH, next HtoD, step 1's pageable copy)
+    other = df.bubble_ms + df.kernel_gap_ms - (df.period_ms - df.busy_ms)
+    assert other[:5].tolist() == pytest.approx([0.02, 0.025, 0.02, 0.02, 0.02])
     assert df.loc[5, ["period_ms", "busy_ms", "bubble_ms"]].isna().all()   # the last step has no next step
     assert df.plan_ms.tolist() == pytest.approx([0.1] * 6)
     assert df.launch_ms.tolist() == pytest.approx([0.2] * 6)
@@ -53,13 +57,15 @@ def test_per_step_pipelined(catalog):
     con, _, run = catalog
     df = analysis.per_step(con, run)
     assert set(df.depth) == {2} and set(df.kind) == {"decode"}
-    # forward = memset [108,110) on the copy stream, overlapping nothing of A [110,310) B [310,460)
+    # forward = span of the memset [108,110) on the copy stream and A [110,310) B [310,460); sampling: argmax
     assert df.forward_ms.tolist() == pytest.approx([0.352] * 5)
-    assert df.sampling_ms.tolist() == pytest.approx([0.03] * 5)
+    assert df.sampling_ms.tolist() == pytest.approx([0.02] * 5)
+    assert df.kernel_gap_ms.tolist() == pytest.approx([0.0] * 5)
     # the period starts inside the HtoD copy [100,110): only its part after gpu_start counts as busy
     assert df.period_ms[:4].tolist() == pytest.approx([0.4] * 4)
     assert df.busy_ms[:4].tolist() == pytest.approx([0.39] * 4)
-    assert df.bubble_ms[:4].tolist() == pytest.approx([0.01] * 4)
+    # the compute stream idles [480,508): the DtoH copy on the copy stream and the next HtoD do not fill it
+    assert df.bubble_ms[:4].tolist() == pytest.approx([0.028] * 4)
     assert df.commit_ms.tolist() == pytest.approx([0.15] * 5)   # committed one tick later, same payload
     assert df.wait_ms.tolist() == pytest.approx([0.045] * 5)
     assert df.gpu_start_ns.tolist() == [20_108_000 + 400_000 * k for k in range(5)]
@@ -73,69 +79,94 @@ def test_steady_state_rule(catalog):
     assert steady[steady.run_id == blocking].step.tolist() == [2, 3, 4]
     assert steady[steady.run_id == pipelined].step.tolist() == [1, 2, 3]
     assert list(steady.columns) == STEP_COLUMNS
-    assert analysis.steady_state(both, warmup=0).step.tolist() == [1, 2, 3, 4, 0, 1, 2, 3]
+    by_run = analysis.steady_state(both, warmup=0).groupby("run_id").step.apply(list).to_dict()
+    assert by_run == {blocking: [1, 2, 3, 4], pipelined: [0, 1, 2, 3]}
 
 
 def test_idle_gaps_and_histogram(catalog):
     con, run, _ = catalog
     steps = analysis.steady_state(analysis.per_step(con, run), warmup=1)
     gaps = analysis.idle_gaps(con, run, steps)
-    assert gaps.step.tolist() == [2, 2, 3, 3, 4, 4]
-    assert gaps.idle_us.tolist() == [380.0, 50.0] * 3
-    assert gaps.began_in.tolist() == ["wait", "forward"] * 3
-    # the next HtoD copy was launched 355 us after the GPU went idle, the next forward kernel 10 us after
-    assert gaps.launch_lag_us.tolist() == [355.0, 10.0] * 3
-    assert gaps.idle_us.sum() / 1e3 == pytest.approx(steps.bubble_ms.sum())
+    assert gaps.step.tolist() == [2, 2, 2, 3, 3, 3, 4, 4, 4]
+    assert gaps.idle_us.tolist() == [10.0, 380.0, 50.0] * 3
+    assert gaps.within.fillna("-").tolist() == ["forward", "-", "-"] * 3  # A-B launch gap, then the bubble
+    assert gaps.began_in.tolist() == ["wait", "wait", "forward"] * 3
+    # B was queued 300 us before A ended; the next HtoD copy was launched 355 us after the GPU went idle,
+    # the next forward kernel 10 us after
+    assert gaps.launch_lag_us.tolist() == [-300.0, 355.0, 10.0] * 3
+    assert gaps.idle_us.sum() / 1e3 == pytest.approx((steps.period_ms - steps.busy_ms).sum())
     hist = analysis.idle_histogram(con, run, steps).set_index("lo_us")
-    assert hist.gaps.sum() == 6
-    assert hist.loc[50, "gaps"] == 3 and hist.loc[200, "gaps"] == 3
+    assert hist.gaps.sum() == 9 and hist.kernel_gaps.sum() == 3
+    assert hist.loc[10, ["gaps", "kernel_gaps"]].tolist() == [3, 3]
+    assert hist.loc[50, "gaps"] == 3 and hist.loc[200, "gaps"] == 3 and hist.loc[50, "kernel_gaps"] == 0
     assert hist.loc[200, "idle_ms"] == pytest.approx(1.14)
+
+
+def test_bubble_intervals(catalog):
+    con, run, _ = catalog
+    steps = analysis.per_step(con, run).query("step in (1, 2)")
+    intervals = analysis.bubble_intervals(con, run, steps)
+    # each period minus its spans: from the end of sampling (750) to the next forward (1200)
+    assert intervals.values.tolist() == [[1, 11_750_000, 12_200_000], [2, 12_750_000, 13_200_000]]
 
 
 def test_bubble_attribution_blocking(catalog):
     con, run, _ = catalog
     steps = analysis.steady_state(analysis.per_step(con, run), warmup=1)
-    table = analysis.attribution(con, run, steps).set_index("phase")
-    # each 430 us bubble: wait 10, commit 130, between ticks 100, next plan 100, launch 20, copy_h2d 20, forward 50
-    expected = {"commit": 0.39, "outside any phase": 0.30, "plan": 0.30, "forward": 0.15, "copy_h2d": 0.06,
-                "launch": 0.06, "wait": 0.03}
-    assert table.idle_ms.to_dict() == pytest.approx(expected)
-    assert table.idle_ms.sum() == pytest.approx(steps.bubble_ms.sum())
-    assert table.idle_share.sum() == pytest.approx(1.0)
-    # by the phase each gap began in instead, the depth-1 bubble all lands on `wait` (and the next forward)
-    began = analysis.idle_gaps(con, run, steps).groupby("began_in").idle_us.sum() / 1e3
-    assert began.to_dict() == pytest.approx({"wait": 1.14, "forward": 0.15})
+    began = analysis.attribution(con, run, steps)
+    # every bubble interval [750,1200) begins while the host waits for the step's copy
+    assert began[["run_id", "phase", "top_level"]].values.tolist() == [[run, "wait", "commit"]]
+    assert began.bubble_ms.tolist() == pytest.approx([1.35]) and began.bubble_share.tolist() == [1.0]
+    # time-weighted, the same 450 us: wait 20, commit 130, between ticks 100, next plan 100, launch 30,
+    # copy_h2d 20, forward 50
+    table = analysis.attribution_by_time(con, run, steps).set_index("phase")
+    expected = {"commit": 0.39, "outside any phase": 0.30, "plan": 0.30, "forward": 0.15, "launch": 0.09,
+                "copy_h2d": 0.06, "wait": 0.06}
+    assert table.bubble_ms.to_dict() == pytest.approx(expected)
+    assert table.bubble_ms.sum() == pytest.approx(steps.bubble_ms.sum())
+    assert table.bubble_share.sum() == pytest.approx(1.0)
+    assert analysis.rollup(table.reset_index()).to_dict() == pytest.approx(
+        {"commit": 0.45, "outside any phase": 0.30, "plan": 0.30, "launch": 0.30})
 
 
 def test_bubble_attribution_step_one_and_pipelined(catalog):
     con, blocking, pipelined = catalog
     one = analysis.per_step(con, blocking).query("step == 1")
-    table = analysis.attribution(con, blocking, one).set_index("phase")
-    assert table.idle_ms.to_dict() == pytest.approx({"commit": 0.125, "outside any phase": 0.1, "plan": 0.1,
-                                                     "forward": 0.05, "copy_h2d": 0.02, "launch": 0.02,
-                                                     "wait": 0.01})
+    table = analysis.attribution_by_time(con, blocking, one).set_index("phase")
+    assert table.bubble_ms.to_dict() == pytest.approx({"commit": 0.13, "outside any phase": 0.1, "plan": 0.1,
+                                                       "forward": 0.05, "launch": 0.03, "copy_h2d": 0.02,
+                                                       "wait": 0.02})
     assert analysis.attribution(con, pipelined).empty          # default warm-up (5) leaves no steady steps
-    everything = analysis.per_step(con, blocking)               # all steps with a period: 5 x ~430 us
-    assert analysis.attribution(con, blocking, everything).idle_ms.sum() == pytest.approx(
-        everything.bubble_ms.sum()) == pytest.approx(2.145)
+    everything = analysis.per_step(con, blocking)               # all steps with a period: 5 x 450 us
+    for attribute in (analysis.attribution, analysis.attribution_by_time):
+        assert attribute(con, blocking, everything).bubble_ms.sum() == pytest.approx(
+            everything.bubble_ms.sum()) == pytest.approx(2.25)
     steps = analysis.steady_state(analysis.per_step(con, pipelined), warmup=1)
-    table = analysis.attribution(con, pipelined, steps)
-    assert table.phase.tolist() == ["forward"] and table.idle_ms.tolist() == pytest.approx([0.03])
-    # pipelined, the work ending each gap had been queued 32 us before: not a host-bound bubble
+    # pipelined, the compute stream idles [480,508) while the host is inside the next step's `forward`
+    for attribute in (analysis.attribution, analysis.attribution_by_time):
+        table = attribute(con, pipelined, steps)
+        assert table[["phase", "top_level"]].values.tolist() == [["forward", "launch"]]
+        assert table.bubble_ms.tolist() == pytest.approx([0.084])
+    # the work ending each GPU-idle gap [490,500) had been queued 32 us before: not a host-bound bubble
     assert analysis.idle_gaps(con, pipelined, steps).launch_lag_us.tolist() == [-32.0] * 3
 
 
 def test_sync_inventory(catalog):
     con, blocking, pipelined = catalog
     inv = analysis.sync_inventory(con, blocking)
-    assert len(inv) == 14                                   # 6 waits, 6 sampled-id copies, 1 bug sync, 1 .item()
+    # 6 waits, 6 sampled-id copies, 1 bug sync, 1 .item(), 1 teardown sync; no polls, no stream-wait-events
+    assert len(inv) == 15
+    assert not inv.api.str.contains("EventQuery|StreamWaitEvent").any()
     flagged = inv[inv.flagged]
     assert flagged[["event", "phase", "step"]].values.tolist() == [["copy", "commit", 1], ["sync", "mask", 2]]
     assert flagged.detail.tolist() == ["DtoH pageable 64 B", "stream sync"]
     assert "pageable" in flagged.reason.iloc[0] and "outside copy_d2h" in flagged.reason.iloc[0]
-    waits = inv[(inv.event == "sync") & ~inv.flagged]
-    assert waits.phase.unique().tolist() == ["wait"] and waits.detail.unique().tolist() == ["event sync"]
+    waits = inv[(inv.event == "sync") & (inv.phase == "wait")]
+    assert not waits.flagged.any() and waits.detail.unique().tolist() == ["event sync"]
     assert waits.host_us.tolist() == pytest.approx([345.0] * 6)
+    teardown = inv.iloc[-1]                                 # after the loop: listed, not a stall
+    assert (teardown.api, teardown.detail, teardown.phase, teardown.flagged) == \
+        ("cudaDeviceSynchronize_v3020", "context sync", "outside any phase", False)
     assert not analysis.sync_inventory(con, pipelined).flagged.any()
 
 
@@ -153,8 +184,9 @@ def test_summarize(catalog):
     summary = analysis.summarize(analysis.steady_state(analysis.per_step(con, run), warmup=1))
     assert summary["steps"] == 3
     assert summary["period_ms"] == {"median": 0.4, "p10": 0.4, "p90": 0.4}
-    assert summary["bubble_ms"]["median"] == pytest.approx(0.01)
-    assert summary["bubble_share"] == pytest.approx(0.025)
+    assert summary["bubble_ms"]["median"] == pytest.approx(0.028)
+    assert summary["kernel_gap_ms"] == {"median": 0.0, "p10": 0.0, "p90": 0.0}
+    assert summary["bubble_share"] == pytest.approx(0.07)
 
 
 def test_runs_table(catalog):

@@ -64,9 +64,14 @@ CREATE TABLE IF NOT EXISTS syncs (
 -- The per-step table of docs/phases.md (profiling/sql/per_step.sql), stored at ingest for every run.
 CREATE TABLE IF NOT EXISTS steps (
     run_id VARCHAR, step BIGINT, kind VARCHAR, depth INTEGER, batch_size INTEGER,
-    forward_ms DOUBLE, sampling_ms DOUBLE, busy_ms DOUBLE, bubble_ms DOUBLE, period_ms DOUBLE,
+    forward_ms DOUBLE, sampling_ms DOUBLE, busy_ms DOUBLE, bubble_ms DOUBLE, kernel_gap_ms DOUBLE, period_ms DOUBLE,
     plan_ms DOUBLE, launch_ms DOUBLE, commit_ms DOUBLE, finalize_ms DOUBLE, wait_ms DOUBLE,
     gpu_start_ns BIGINT, gpu_end_ns BIGINT);
+
+-- Each step's forward and sampling spans on the GPU, with the busy time (union of the ops) inside each
+-- (profiling/sql/step_spans.sql, derived at ingest); part = 'forward' | 'sampling'.
+CREATE TABLE IF NOT EXISTS step_spans (
+    run_id VARCHAR, step BIGINT, part VARCHAR, start BIGINT, "end" BIGINT, busy_ns BIGINT);
 
 -- The GPU's busy islands (union of all GPU ops) with the busy time before each (derived at ingest).
 CREATE TABLE IF NOT EXISTS gpu_busy (run_id VARCHAR, start BIGINT, "end" BIGINT, busy_before BIGINT);

@@ -1,6 +1,8 @@
 -- Every GPU idle gap inside the periods of the given steps (relation `per_step`): the space between two
--- busy islands (gpu_busy.sql), with the step whose period holds it, the innermost host phase open on the
--- engine thread when the GPU went idle, and launch_lag_us: when the host issued the op that ended the gap,
+-- busy islands (gpu_busy.sql, all streams), with the step whose period holds it, `within` = 'forward' or
+-- 'sampling' when it lies inside that span of the step (a launch gap between kernels, counted in
+-- kernel_gap_ms) and NULL when it lies between the spans (part of the bubble), the innermost host phase open on
+-- the engine thread when the GPU went idle, and launch_lag_us: when the host issued the op that ended the gap,
 -- relative to the gap's start. Positive: the host had not even launched the next work when the GPU ran dry
 -- (a CPU-bound bubble). Negative: the work was queued and waited on something else (an event, another
 -- stream). NULL for timelines, which record no launches. Gaps never straddle a period edge: each edge is
@@ -12,6 +14,9 @@ WITH gaps AS (
 periods AS (
     SELECT step, gpu_start_ns AS start, gpu_start_ns + round(period_ms * 1e6)::BIGINT AS "end"
     FROM per_step WHERE run_id = $run_id AND period_ms IS NOT NULL
+),
+spans AS (
+    SELECT step, part, start, "end" FROM step_spans WHERE run_id = $run_id
 ),
 engine_thread AS (  -- the thread that opened the most ranges
     SELECT tid FROM host_ranges WHERE run_id = $run_id GROUP BY tid ORDER BY count(*) DESC, tid LIMIT 1
@@ -26,11 +31,17 @@ gaps_in_steps AS (
     SELECT p.step, g.start, g."end"
     FROM gaps g ASOF JOIN periods p ON g.start >= p.start
     WHERE g."end" <= p."end"
+),
+placed AS (  -- at most two spans per step: an equality join, then the containment test
+    SELECT g.*, min(sp.part) AS within
+    FROM gaps_in_steps g
+    LEFT JOIN spans sp ON sp.step = g.step AND g.start >= sp.start AND g."end" <= sp."end"
+    GROUP BY ALL
 )
-SELECT g.step, g.start AS start_ns, g."end" AS end_ns, (g."end" - g.start) / 1e3 AS idle_us,
+SELECT g.step, g.start AS start_ns, g."end" AS end_ns, (g."end" - g.start) / 1e3 AS idle_us, g.within,
        CASE WHEN g.start < s."end" THEN s.phase ELSE 'outside any phase' END AS began_in,
        (l.launched_at - g.start) / 1e3 AS launch_lag_us
-FROM gaps_in_steps g
+FROM placed g
 LEFT JOIN first_launch l ON l.start = g."end"
 ASOF LEFT JOIN segments s ON g.start >= s.start
 ORDER BY g.start
