@@ -15,7 +15,7 @@ forward time and GPU busy share in steady-state decode, end-to-end tokens/s and 
 Writes compare_engines.json, compare_engines.md and compare_engines.png to --out; see benchmarks/README.md.
 
     python benchmarks/compare_engines.py --out $OUT                          # H200: ~5-8 minutes
-    python benchmarks/compare_engines.py --device cpu --presets tiny-qwen3 --streams 1,4 --repeats 1 --L 16 --out /tmp/cmp
+    python benchmarks/compare_engines.py --device cpu --presets tiny-qwen3 --streams 1,4 --repeats 1 --L 16 --out cmp
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))   # run as a script: benchmarks/ siblings by package name
 
 import transformers  # noqa: E402
-from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList  # noqa: E402
+from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, PreTrainedModel  # noqa: E402
 
 from benchmarks.compare_report import plot, write_markdown  # noqa: E402
 from benchmarks.forward_kernels import copy_bandwidth  # noqa: E402
@@ -125,7 +125,7 @@ def bubblelab_metrics(result, depth: int) -> dict:
 
 
 # -- Hugging Face transformers -----------------------------------------------------------------------------
-def bench_hf(model, cfg: ModelConfig, name: str, preset: str, sweep: Sweep, clock: Clock,
+def bench_hf(model: PreTrainedModel, cfg: ModelConfig, name: str, preset: str, sweep: Sweep, clock: Clock,
              deadline_s: float = float("inf")) -> tuple[list[dict], list[dict]]:
     """Rows and failures of one variant (a failure is data: the error is recorded and the sweep goes on).
     A batch size is started only before `deadline_s` since the start (compiling one takes a minute)."""
@@ -145,8 +145,8 @@ def bench_hf(model, cfg: ModelConfig, name: str, preset: str, sweep: Sweep, cloc
     return rows, []
 
 
-def hf_runs(model, cfg: ModelConfig, name: str, compiled: bool, preset: str, streams: int, sweep: Sweep,
-            clock: Clock) -> list[dict]:
+def hf_runs(model: PreTrainedModel, cfg: ModelConfig, name: str, compiled: bool, preset: str, streams: int,
+            sweep: Sweep, clock: Clock) -> list[dict]:
     new_tokens = round(sweep.L)
     spec = WorkloadSpec(streams=streams, requests=streams, prompt_len=sweep.prompt_len)
     prompts = torch.tensor([r.prompt_ids for r in make_requests(spec, cfg.vocab_size)], device=sweep.device)
@@ -206,7 +206,8 @@ class StepMarks(LogitsProcessor):
         return [1e3 * (b - a) for a, b in itertools.pairwise(self.marks)]
 
 
-def hf_generate(model, cfg: ModelConfig, prompts: torch.Tensor, new_tokens: int, compiled: bool) -> Generated:
+def hf_generate(model: PreTrainedModel, cfg: ModelConfig, prompts: torch.Tensor, new_tokens: int,
+                compiled: bool) -> Generated:
     """Greedy, static cache, exactly `new_tokens` per row (EOS masked until then)."""
     eos = list(cfg.eos_token_ids)
     config = GenerationConfig(do_sample=False, max_new_tokens=new_tokens, min_new_tokens=new_tokens,

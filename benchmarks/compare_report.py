@@ -56,9 +56,11 @@ def plot(result: dict, path: Path) -> None:
             err = [[v - r["decode_tokens_per_s_min"] for v, r in zip(y, mine)],
                    [r["decode_tokens_per_s_max"] - v for v, r in zip(y, mine)]]
             ax.errorbar([r["streams"] for r in mine], y, yerr=err, marker="o", capsize=3, label=engine)
-        ax.set(xscale="log", yscale="log", title=preset, xlabel="concurrent streams",
-               ylabel="decode tokens/s (steady state)")
-        ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        ax.set(yscale="log", title=preset, xlabel="concurrent streams", ylabel="decode tokens/s (steady state)")
+        ax.set_xscale("log", base=2)
+        streams = sorted({r["streams"] for r in rows})
+        ax.set_xticks(streams, [str(s) for s in streams])
+        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize="small")
     fig.suptitle(f"Decode throughput on {result['device']}")
