@@ -180,26 +180,34 @@ def attribution_bars(attribution: pd.DataFrame) -> str:
 
 
 def predicted_vs_observed(table: pd.DataFrame, blog: pd.DataFrame | None = None) -> str:
-    """Predicted against observed speedup (%), with bootstrap intervals; the post's rows for reference."""
+    """Predicted against observed speedup (%), with bootstrap intervals; the post's rows for reference.
+
+    The whole-run model is plotted against what it predicts: the wall clock, or for a trace trimmed to a
+    window of its run the window's measured token rate (wall_observed_pct).
+    """
     fig, ax = plt.subplots(figsize=(5.2, 4.6))
-    series = [("post's model, steady state", "predicted_pct", "predicted_lo", "predicted_hi", "o", "#3b6fb6"),
-              ("from depth 1 alone", "d1_predicted_pct", "d1_predicted_lo", "d1_predicted_hi", "s", "#8e6cbf"),
-              ("whole-run model", "wall_predicted_pct", None, None, "D", "#3aa17e")]
+    series = [("post's model, steady state", "predicted_pct", "predicted_lo", "predicted_hi", "observed_pct", "o",
+               "#3b6fb6"),
+              ("from depth 1 alone", "d1_predicted_pct", "d1_predicted_lo", "d1_predicted_hi", "observed_pct", "s",
+               "#8e6cbf"),
+              ("whole-run model", "wall_predicted_pct", None, None, "wall_observed_pct", "D", "#3aa17e")]
     points = []
     if blog is not None and len(blog):
         ax.scatter(blog["predicted_pct"], blog["observed_pct"], marker="x", color=OTHER, label="Photon post")
         points += [blog["predicted_pct"], blog["observed_pct"]]
-    for label, col, lo, hi, marker, color in series:
+    for label, col, lo, hi, observed, marker, color in series:
         if col not in table or table[col].isna().all():
             continue
-        xerr = None
+        observed = observed if observed in table else "observed_pct"
+        xerr = yerr = None
         if lo and lo in table:
             xerr = np.vstack([table[col] - table[lo], table[hi] - table[col]]).clip(min=0)
-        yerr = np.vstack([table["observed_pct"] - table["observed_lo"],
-                          table["observed_hi"] - table["observed_pct"]]).clip(min=0)
-        ax.errorbar(table[col], table["observed_pct"], xerr=xerr, yerr=yerr, fmt=marker, color=color,
+        if observed == "observed_pct":
+            yerr = np.vstack([table["observed_pct"] - table["observed_lo"],
+                              table["observed_hi"] - table["observed_pct"]]).clip(min=0)
+        ax.errorbar(table[col], table[observed], xerr=xerr, yerr=yerr, fmt=marker, color=color,
                     ms=6, capsize=2, label=label)
-        points += [table[col], table["observed_pct"]]
+        points += [table[col], table[observed]]
     allv = pd.concat(points) if points else pd.Series([0.0, 1.0])
     lo, hi = float(allv.min()), float(allv.max())
     pad = 0.1 * (hi - lo) + 1

@@ -114,7 +114,8 @@ def render_report(results: Results, title: str, n_boot: int = 1000) -> str:
         skipped=table.attrs.get("skipped", []),
         headline=headline.to_dict("records"),
         mean_abs_error=float(table["error_pts"].abs().mean()) if len(table) else None,
-        whole_run_error=float((table["wall_observed_pct"] - table["wall_predicted_pct"]).abs().mean()) if len(table) else None,
+        whole_run_error=float((table["wall_observed_pct"] - table["wall_predicted_pct"]).abs().mean())
+        if len(table) else None,
         blog=blog.to_dict("records"),
         summary=summary.to_dict("records"),
         fig_pred=Markup(figures.predicted_vs_observed(table, blog)) if len(table) else None,
