@@ -47,8 +47,9 @@ def load_traces(names: list[str] | None = None, traces_dir: Path | str = TRACES_
         per_step = analysis.per_step(con, run_id)
         steady = analysis.steady_state(per_step)
         steps.append(per_step)
-        attribution.append(_attribution(analysis.attribution(con, run_id, steady), run_id))
-        gaps.append(_gaps(analysis.idle_gaps(con, run_id, _middle(steady, GAP_STEPS)), run_id))
+        attribution.append(analysis.attribution(con, run_id, steady)[["run_id", "phase", "bubble_ms"]])
+        g = analysis.idle_gaps(con, run_id, _middle(steady, GAP_STEPS))
+        gaps.append(pd.DataFrame({"run_id": run_id, "step": g["step"], "gap_ms": g["idle_us"] / 1e3}))
         lanes.append(lane_ranges(con, run_id, _middle(steady, LANE_STEPS)))
     return Results(runs, pd.concat(steps, ignore_index=True), pd.concat(attribution, ignore_index=True),
                    pd.concat(gaps, ignore_index=True), pd.concat(lanes, ignore_index=True),
@@ -56,23 +57,12 @@ def load_traces(names: list[str] | None = None, traces_dir: Path | str = TRACES_
 
 
 def lane_ranges(con: duckdb.DuckDBPyConnection, run_id: str, steps: pd.DataFrame) -> pd.DataFrame:
-    """Host ranges and per-step GPU spans of the given steps (columns of results.json's `timeline`)."""
+X
     if steps.empty:
         return pd.DataFrame()
     params = {"run_id": run_id, "first": int(steps["step"].min()), "last": int(steps["step"].max()),
               "min_gap_ns": LANE_MIN_GAP_NS}
     return con.execute(LANE_SQL.read_text(), params).df().assign(run_id=run_id)
-
-
-def _attribution(table: pd.DataFrame, run_id: str) -> pd.DataFrame:
-    # results.json names the idle time bubble_ms; older profiling answers call it idle_ms.
-    table = table.rename(columns={"idle_ms": "bubble_ms"})
-    return table.assign(run_id=run_id)[["run_id", "phase", "bubble_ms"]]
-
-
-def _gaps(table: pd.DataFrame, run_id: str) -> pd.DataFrame:
-    gap_ms = table["gap_ms"] if "gap_ms" in table else table["idle_us"] / 1e3
-    return pd.DataFrame({"run_id": run_id, "step": table["step"], "gap_ms": gap_ms})
 
 
 def _middle(steps: pd.DataFrame, n: int) -> pd.DataFrame:
