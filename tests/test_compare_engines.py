@@ -31,7 +31,8 @@ def test_exported_model_matches_ours(preset):
     ours = torch.stack([loaded.model.compute_logits(loaded.model(p, torch.arange(len(p)),
                                                                  AttentionMetadata.for_prompts([len(p)])))
                         for p in prompts])
-    assert (ours - ref).abs().max() / ref.abs().max() < 1e-4
+    assert ref.abs().max() > 0.5   # logits of order 1, so the absolute bound is a tight one
+    assert (ours - ref).abs().max() < 1e-4
 
 
 @torch.inference_mode()
