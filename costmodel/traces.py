@@ -57,7 +57,7 @@ def load_traces(names: list[str] | None = None, traces_dir: Path | str = TRACES_
 
 
 def lane_ranges(con: duckdb.DuckDBPyConnection, run_id: str, steps: pd.DataFrame) -> pd.DataFrame:
-X
+    """Host ranges and GPU islands of the given steps (sql/lane_ranges.sql), as results.json's `timeline`."""
     if steps.empty:
         return pd.DataFrame()
     params = {"run_id": run_id, "first": int(steps["step"].min()), "last": int(steps["step"].max()),
