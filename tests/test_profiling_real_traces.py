@@ -223,3 +223,27 @@ def test_brute_force_agrees(catalog, name, tmp_path):
         assert {c: round(row[c] * 1e6) for c in expected["row"]} == expected["row"]
         table = analysis.attribution(con, runs[name], steps.loc[[step]].reset_index())
         assert {r.phase: round(r.bubble_ms * 1e6) for r in table.itertuples()} == expected["began"]
+
+
+def test_analyze_report(catalog):
+    """`bubblelab analyze --json`: per (depth, streams) the pinned medians, and the top-level attribution
+    per steady step adding up to the mean bubble."""
+    con, runs = catalog
+    report = analysis.analyze(con, [runs[name] for name in NAMES])
+    groups = {(g["depth"], g["streams"]): g for g in report["groups"]}
+    assert sorted(groups) == [(1, 1), (1, 32), (2, 1), (2, 32)]
+    for name in NAMES:
+        streams, depth = (int(part[1:]) for part in name.removesuffix(".sqlite.gz").split("-")[-2:])
+        group, e = groups[depth, streams], EXPECTED[name]
+        assert group["runs"] == [e["run_id"]]
+        assert {c: group[c]["median"] for c in MEDIAN_COLUMNS} == pytest.approx(e["medians"], abs=1e-6)
+        assert all(group[c]["p10"] <= group[c]["median"] <= group[c]["p90"] for c in MEDIAN_COLUMNS)
+        attribution = group["attribution_ms_per_step"]
+        bubble_per_step = sum(e["began"].values()) / group["steps"]
+        for view in ("phase", "top_level", "top_level_by_time"):
+            assert sum(attribution[view].values()) == pytest.approx(bubble_per_step, abs=1e-5)
+        assert attribution["top_level"] == pytest.approx({"commit": bubble_per_step}, abs=1e-6)
+    assert [r["flagged_syncs"] for r in report["runs"]] == [0] * 4
+    # depth 1 leaves the GPU waiting on the host; depth 2 had queued the next work before the GPU ran dry
+    assert [groups[1, s]["host_late_share"] > 0.99 for s in (1, 32)] == [True, True]
+    assert [groups[2, s]["host_late_share"] for s in (1, 32)] == [0.0, 0.0]
