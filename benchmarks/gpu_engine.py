@@ -76,6 +76,7 @@ def check_preset(preset: str, streams_list: list[int], repeats: int, L: float) -
     eng = engine_for(loaded, preset, 2)
     graph_out = greedy_tokens(eng)
     report["graph_replays"] = eng.runner.graph_replays
+    report["compiled"] = bool(getattr(loaded.model, "compile_enabled", False))
     report["graph_buckets"] = sorted(eng.runner.graphs[0])
     eng.close()
     eager = engine_for(loaded, preset, 2, eager=True)
