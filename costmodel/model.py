@@ -134,7 +134,8 @@ def host_tick_ms(steps: pd.DataFrame) -> pd.Series:
 
 
 def pipelined_period(gpu_ms, host_ms):
-    """T_pipe predicted from its parts: the slower of the GPU's forward + sampling and the host's tick."""
+    """T_pipe predicted from its parts: the slower of the GPU's work (step_gpu_ms) and the host's tick
+    (host_tick_ms). Pipelining overlaps the two; it shortens neither."""
     return np.maximum(gpu_ms, host_ms)
 
 

@@ -24,7 +24,8 @@ import pandas as pd
 
 from costmodel import bootstrap as bs
 from costmodel.blog import BLOG_STEP_PARTS, BLOG_TABLE
-from costmodel.model import VLLM_BUCKETS, StepCost, host_tick_ms, speedup, speedup_bounds, step_gpu_ms, zombie_tax
+from costmodel.model import (VLLM_BUCKETS, StepCost, host_tick_ms, pipelined_period, speedup, speedup_bounds,
+                             step_gpu_ms, zombie_tax)
 from costmodel.wholerun import finish_events, predict_whole_run
 from engine.errors import BubblelabError
 from profiling.analysis import steady_state  # the project's one steady-state rule (profiling/sql/steady_state.sql)
@@ -136,7 +137,7 @@ def predict_pair(d1: pd.DataFrame, d2: pd.DataFrame, steps: pd.DataFrame, *,
 
     # Depth 1 alone: T_pipe = max(GPU span, host tick), step by step (README.md, "From depth 1 alone").
     gpu, host = step_gpu_ms(s1), host_tick_ms(s1)
-    pipe_hat = np.maximum(gpu, host)
+    pipe_hat = pipelined_period(gpu, host)
     t_pipe_hat = float(pipe_hat.median())
     boot_hat = speedup(boot_block, bs.resample_medians(pipe_hat, n_boot, rng), z)
     d1_lo, d1_hi = bs.interval(pct(boot_hat))

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from costmodel.model import StepCost, host_tick_ms, step_gpu_ms
+from costmodel.model import StepCost, host_tick_ms, pipelined_period, step_gpu_ms
 
 
 def finish_events(steps: pd.DataFrame, window: bool = False) -> pd.DataFrame:
@@ -84,7 +84,7 @@ def predict_whole_run(steps: pd.DataFrame, wall_s: float, cost: StepCost, window
     gpu, host = step_gpu_ms(steps), host_tick_ms(steps)
     # The last step has no successor, so no period: it lasts its host and GPU work in series.
     period = steps["period_ms"].fillna(gpu + host)
-    pipe = pd.Series(np.maximum(gpu, host).to_numpy(), index=steps["step"].to_numpy())
+    pipe = pd.Series(pipelined_period(gpu, host).to_numpy(), index=steps["step"].to_numpy())
 
     zombie = sum(_zombie_ms(steps, pipe, cost, window))
     wall_block = float(period.sum()) if window else float(wall_s) * 1e3
