@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 import pandas as pd
 
 from costmodel.model import StepCost, host_tick_ms, pipelined_period, step_gpu_ms
