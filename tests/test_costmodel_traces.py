@@ -69,3 +69,11 @@ def test_step_gpu_ms_uses_spans():
 def test_unknown_trace_names_are_refused():
     with pytest.raises(BubblelabError, match="not in .*index.json: nope.sqlite"):
         load_traces(["nope.sqlite"])
+
+
+def test_report_of_the_committed_traces(traces):
+    from costmodel.report import render_report
+    results, _ = traces
+    html = render_report(results, "committed traces", n_boot=100)
+    assert "window of the run: measured" in html and "kernel gaps ms" in html
+    assert len(html) < 1_000_000        # GPU lanes drawn as islands, not 2,000 kernels a step
