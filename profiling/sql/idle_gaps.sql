@@ -15,8 +15,12 @@ periods AS (
     SELECT step, gpu_start_ns AS start, gpu_start_ns + round(period_ms * 1e6)::BIGINT AS "end"
     FROM per_step WHERE run_id = $run_id AND period_ms IS NOT NULL
 ),
-spans AS (
-    SELECT step, part, start, "end" FROM step_spans WHERE run_id = $run_id
+spans AS (  -- one row per step: both spans side by side
+    SELECT step,
+           min(start) FILTER (part = 'forward') AS f0, max("end") FILTER (part = 'forward') AS f1,
+           min(start) FILTER (part = 'sampling') AS s0, max("end") FILTER (part = 'sampling') AS s1
+    FROM step_spans WHERE run_id = $run_id
+    GROUP BY step
 ),
 engine_thread AS (  -- the thread that opened the most ranges
     SELECT tid FROM host_ranges WHERE run_id = $run_id GROUP BY tid ORDER BY count(*) DESC, tid LIMIT 1
@@ -31,17 +35,14 @@ gaps_in_steps AS (
     SELECT p.step, g.start, g."end"
     FROM gaps g ASOF JOIN periods p ON g.start >= p.start
     WHERE g."end" <= p."end"
-),
-placed AS (  -- at most two spans per step: an equality join, then the containment test
-    SELECT g.*, min(sp.part) AS within
-    FROM gaps_in_steps g
-    LEFT JOIN spans sp ON sp.step = g.step AND g.start >= sp.start AND g."end" <= sp."end"
-    GROUP BY ALL
 )
-SELECT g.step, g.start AS start_ns, g."end" AS end_ns, (g."end" - g.start) / 1e3 AS idle_us, g.within,
+SELECT g.step, g.start AS start_ns, g."end" AS end_ns, (g."end" - g.start) / 1e3 AS idle_us,
+       CASE WHEN g.start >= x.f0 AND g."end" <= x.f1 THEN 'forward'
+            WHEN g.start >= x.s0 AND g."end" <= x.s1 THEN 'sampling' END AS within,
        CASE WHEN g.start < s."end" THEN s.phase ELSE 'outside any phase' END AS began_in,
        (l.launched_at - g.start) / 1e3 AS launch_lag_us
-FROM placed g
+FROM gaps_in_steps g
+LEFT JOIN spans x USING (step)
 LEFT JOIN first_launch l ON l.start = g."end"
 ASOF LEFT JOIN segments s ON g.start >= s.start
 ORDER BY g.start
