@@ -18,8 +18,9 @@ DEVICE = [("forward", 100, 260), ("sampling", 260, 290)]
 TICK = 350
 
 
-def same_run_twice(tmp_path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """One blocking run of 4 decode steps written both as an nsys export and as a Timeline."""
+def same_run_twice(tmp_path, launch_gap: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """One blocking run of 4 decode steps written both as an nsys export and as a Timeline. With a launch gap,
+    nsys sees the forward as two kernels `launch_gap` us apart; the timeline (CUDA events) only its span."""
     b, tl = TraceBuilder(), Timeline(depth=1)
     for k in range(4):
         t = 5000 + TICK * k
@@ -30,7 +31,10 @@ def same_run_twice(tmp_path) -> tuple[pd.DataFrame, pd.DataFrame]:
         tl.add_step(StepInfo(step=k, kind="decode", batch_size=3, tokens=3))
         for name, start, end in DEVICE:   # one kernel per device interval, launched inside its range
             launched_at = t + dict((h[0], h[1]) for h in HOST)[name] + 1
-            b.kernel(name, launched_at, t + start, t + end, stream=COMPUTE)
+            cut = (start + end) // 2 if name == "forward" and launch_gap else end
+            b.kernel(name, launched_at, t + start, t + cut, stream=COMPUTE)
+            if cut < end:
+                b.kernel(name, launched_at + 1, t + cut + launch_gap, t + end, stream=COMPUTE)
             tl.add_device(name, k, us(t + start), us(t + end))
     con = connect(None)
     nsys_run = ingest(b.write(tmp_path / "run.sqlite"), None, {}, con=con)
@@ -48,6 +52,16 @@ def test_timeline_matches_nsys(tmp_path):
     assert from_timeline.bubble_ms[:3].tolist() == pytest.approx([0.16] * 3)
     assert from_timeline.period_ms[:3].tolist() == pytest.approx([0.35] * 3)
     assert from_timeline.wait_ms.tolist() == pytest.approx([0.125] * 4)
+
+
+def test_launch_gaps_are_kernel_gap_not_bubble(tmp_path):
+    """Spans make both paths agree on forward, sampling, bubble and period; only nsys sees the gaps inside."""
+    from_nsys, from_timeline = same_run_twice(tmp_path, launch_gap=10)
+    same = ["step", "kind", "forward_ms", "sampling_ms", "bubble_ms", "period_ms", "wait_ms", "gpu_start_ns"]
+    pd.testing.assert_frame_equal(from_timeline[same], from_nsys[same])
+    assert from_nsys.kernel_gap_ms.tolist() == pytest.approx([0.01] * 4)
+    assert from_timeline.kernel_gap_ms.tolist() == [0.0] * 4
+    assert (from_timeline.busy_ms - from_nsys.busy_ms)[:3].tolist() == pytest.approx([0.01] * 3)
 
 
 def test_phases_feed_the_timeline():
