@@ -164,7 +164,7 @@ def _write_results(con, out_dir: Path, spec: SweepSpec, timelines: dict) -> None
         steady = analysis.steady_state(per_step)
         lanes.append(_lane_window(timelines[run_id], steady, run_id))
         a = analysis.attribution(con, run_id, steady)
-        attribution.append(a.assign(run_id=run_id, bubble_ms=a.idle_ms))
+        attribution.append(a)
         # Gaps of a window of steady steps only: a forward of ~1,000 kernels leaves ~1,000 gaps per step.
         g = analysis.idle_gaps(con, run_id, _middle(steady, 50))
         gaps.append(g.assign(run_id=run_id, gap_ms=g.idle_us / 1e3)[["run_id", "step", "gap_ms", "began_in"]])
