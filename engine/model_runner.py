@@ -9,6 +9,8 @@ It turns a launched Step into device work in three calls that mirror the post:
 """
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import torch
 
@@ -103,9 +105,14 @@ class ModelRunner:
             self._fill_decode_padding(slot, 0, self.max_rows)
             slot.meta.upload(slot.decode_nbytes)
         torch.cuda.synchronize()
+        # Warm every bucket up before capturing any: lazy inits, autotuning and torch.compile's recompiles
+        # (static first shape, then dynamic) all settle, so every graph captures the same final kernels.
+        for b in reversed(self.buckets):
+            for slot in self.slots:
+                self._decode_body(slot, b)
+        torch.cuda.synchronize()
         for b in reversed(self.buckets):       # largest first, so smaller graphs reuse its pool memory
             for slot in self.slots:
-                self._decode_body(slot, b)     # warm-up outside capture (lazy inits, autotuning)
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph, pool=pool):
                     self._decode_body(slot, b)
@@ -181,6 +188,9 @@ class ModelRunner:
                     compute.submit(lambda: self._decode_body(slot, n))
             else:
                 compute.submit(lambda: self._prefill_body(slot, lens))
+        # The GPU cannot start this forward before the host has enqueued it: on an idle stream the start event
+        # fires at once, so device_times() takes the later of the two (else launch latency counts as forward).
+        step.info["enqueued_ns"] = time.perf_counter_ns()
         compute.record(slot.ev_forward_end)
 
     def _prompt_slots(self, seq, blocks: BlockManager) -> np.ndarray:
@@ -233,7 +243,8 @@ class ModelRunner:
     def device_times(self, step: Step) -> tuple[tuple[int, int], tuple[int, int]]:
         """(forward start, end) and (sampling start, end) of a committed step, in host perf_counter ns."""
         s = self.slots[step.slot]
-        return ((s.ev_forward_start.time_ns(), s.ev_forward_end.time_ns()),
+        start = max(s.ev_forward_start.time_ns(), step.info.get("enqueued_ns", 0))
+        return ((start, s.ev_forward_end.time_ns()),
                 (s.ev_sample_start.time_ns(), s.ev_done.time_ns()))
 
     def close(self) -> None:
