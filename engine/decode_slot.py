@@ -89,6 +89,7 @@ class DecodeSlot:
         # Events: forward start/end and sampling start/end on the compute stream, mask upload and result copy
         # on the copy stream. Re-recorded every time the slot is reused.
         self.ev_forward_start = streams.event()
+        self.ev_graph_start = streams.event(external=True)   # recorded by the decode graph's first node
         self.ev_forward_end = streams.event()
         self.ev_sample_start = streams.event()
         self.ev_done = streams.event()       # this step's outputs (sampled ids, pending tokens) are written

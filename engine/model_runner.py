@@ -9,8 +9,6 @@ It turns a launched Step into device work in three calls that mirror the post:
 """
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import torch
 
@@ -115,6 +113,8 @@ class ModelRunner:
             for slot in self.slots:
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph, pool=pool):
+                    # A timestamp from inside the graph: when the replay's work really starts on the GPU.
+                    slot.ev_graph_start.event.record()
                     self._decode_body(slot, b)
                 pool = graph.pool() if pool is None else pool
                 self.graphs[slot.index][b] = graph
@@ -188,9 +188,7 @@ class ModelRunner:
                     compute.submit(lambda: self._decode_body(slot, n))
             else:
                 compute.submit(lambda: self._prefill_body(slot, lens))
-        # The GPU cannot start this forward before the host has enqueued it: on an idle stream the start event
-        # fires at once, so device_times() takes the later of the two (else launch latency counts as forward).
-        step.info["enqueued_ns"] = time.perf_counter_ns()
+        step.info["graph"] = step.kind == "decode" and bucket is not None
         compute.record(slot.ev_forward_end)
 
     def _prompt_slots(self, seq, blocks: BlockManager) -> np.ndarray:
@@ -243,7 +241,9 @@ class ModelRunner:
     def device_times(self, step: Step) -> tuple[tuple[int, int], tuple[int, int]]:
         """(forward start, end) and (sampling start, end) of a committed step, in host perf_counter ns."""
         s = self.slots[step.slot]
-        start = max(s.ev_forward_start.time_ns(), step.info.get("enqueued_ns", 0))
+        # On an idle stream ev_forward_start fires at once, before the host has even launched the graph; the
+        # graph's own first node says when its work started (so launch latency is bubble, not forward).
+        start = (s.ev_graph_start if step.info.get("graph") else s.ev_forward_start).time_ns()
         return ((start, s.ev_forward_end.time_ns()),
                 (s.ev_sample_start.time_ns(), s.ev_done.time_ns()))
 

@@ -82,8 +82,9 @@ class _Fire:
 
 
 class CudaEvent:
-    def __init__(self, clock: "CudaClock", timing: bool):
-        self.event = torch.cuda.Event(enable_timing=timing)
+    def __init__(self, clock: "CudaClock", timing: bool, external: bool = False):
+        # external: recorded inside a CUDA graph it becomes a graph node, re-recorded by every replay.
+        self.event = torch.cuda.Event(enable_timing=timing, external=external)
         self._clock = clock
 
     def synchronize(self) -> None:
@@ -139,8 +140,8 @@ class Streams:
             self.compute = CpuStream("compute")
             self.copy = CpuStream("copy")
 
-    def event(self):
-        return CudaEvent(self.clock, self.timing) if self.is_cuda else CpuEvent()
+    def event(self, external: bool = False):
+        return CudaEvent(self.clock, self.timing, external) if self.is_cuda else CpuEvent()
 
     def synchronize(self) -> None:
         if self.is_cuda:
