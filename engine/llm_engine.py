@@ -42,7 +42,8 @@ class LLMEngine:
         self.loaded = loaded or load_model(config.model, dtype=config.dtype, device=config.device,
                                            seed=config.seed, attention_backend=config.attention_backend)
         self.tokenizer = self.loaded.tokenizer
-        self.streams = Streams(torch.device(config.device), timing=timeline is not None)
+        # Timing events always: a timeline may be attached later (run_workload does), and they cost next to nothing.
+        self.streams = Streams(torch.device(config.device), timing=True)
         self.runner = ModelRunner(config, self.loaded, self.streams)
         self.blocks = BlockManager(self.runner.num_blocks, config.block_size)
         self.scheduler = Scheduler(config, self.blocks)
