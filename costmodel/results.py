@@ -20,6 +20,7 @@ results.json holds {"schema_version": 1, "runs": [...], "steps": [...], "attribu
 """
 from __future__ import annotations
 
+import gzip
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,14 +70,21 @@ def write_results(run_dir: Path | str, runs_df: pd.DataFrame, steps_df: pd.DataF
     return path
 
 
+def results_path(run_dir: Path | str) -> Path | None:
+    """DIR/results.json, or DIR/results.json.gz (how committed measurements are kept small); None if neither."""
+    plain = Path(run_dir) / RESULTS_FILE
+    return next((p for p in (plain, plain.with_name(RESULTS_FILE + ".gz")) if p.is_file()), None)
+
+
 def read_results(run_dir: Path | str) -> Results:
-    path = Path(run_dir) / RESULTS_FILE
-    if not path.is_file():
+    path = results_path(run_dir)
+    if path is None:
         raise BubblelabError(f"no {RESULTS_FILE} in {run_dir} (run `bubblelab run-and-profile` first)")
     try:
-        doc = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise BubblelabError(f"{path} is not valid JSON: {e}") from None
+        text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+        doc = json.loads(text)
+    except (json.JSONDecodeError, OSError, EOFError) as e:
+        raise BubblelabError(f"{path} is not valid (gzipped) JSON: {e}") from None
     if doc.get("schema_version") != SCHEMA_VERSION:
         raise BubblelabError(f"{path} has schema_version {doc.get('schema_version')!r}, expected {SCHEMA_VERSION}")
     tables = {name: pd.DataFrame.from_records(doc.get(name) or []) for name in TABLES}

@@ -5,9 +5,18 @@ admission and an end-of-run ramp-down where the batch shrinks to nothing, and at
 are a visible slice of the wall (the post's B200 32-stream row). So instead of one ratio we replay the
 depth-1 step sequence and sum predicted depth-2 periods:
 
-    wall_2 = overhead + Σ_t max(gpu_t, host_t) + Σ zombie costs
+    wall_2 = overhead + host_1 + Σ_t max(own_t, host_t+1) + Σ zombie costs
 
-- gpu_t = the GPU span of step t (model.step_gpu_ms), host_t = its tick's host time (model.host_tick_ms).
+- host_t = the host work of tick t (model.host_tick_ms: period − wait at depth 1): plan, launch, finalize
+  and commit's bookkeeping. At depth 2, tick t+1 runs while the GPU executes step t, so step t's period
+  is the slower of the two. This pairs each step with the NEXT tick, not its own: a host-bound prefill
+  (eager, ~35 ms of Python launching kernels one by one) launched as step t+1 hides the whole GPU work of
+  decode step t under it, which the same-step pairing max(gpu_t, host_t) cannot see.
+- own_t = the GPU work of step t that its own launch does not pace (own_gpu_ms). A graph replay is
+  enqueued at once and runs on its own: own = its span (model.step_gpu_ms). An eager prefill's kernels
+  start while its launch is still issuing them, so its span stretches over the launch; that part is
+  already inside host_t and must not be counted again on the GPU side.
+- host_1: the first tick has nothing to overlap.
 - overhead = wall_1 − Σ_t period_t: time outside steps (start-up, tokenizer, ...), assumed the same at
   depth 2.
 - zombies: f_t requests finish at decode step t (f_t = b_t + rows admitted before the next decode step
@@ -25,6 +34,28 @@ from dataclasses import dataclass
 import pandas as pd
 
 from costmodel.model import StepCost, host_tick_ms, pipelined_period, step_gpu_ms
+
+
+def own_gpu_ms(steps: pd.DataFrame) -> pd.Series:
+    """GPU time of each step that runs after its own launch returned, from a depth-1 table.
+
+    At depth 1 a tick runs plan, launch, finalize, then waits; the GPU span of the step ends inside that
+    wait. What of the span the host neither spent in finalize nor waited through ran under the launch:
+    the kernels the launch itself paced (a whole eager prefill, ~37 µs of a graph replay). That part is
+    host time (it sits inside host_tick_ms) and the GPU cannot run it any sooner at depth 2.
+    """
+    gpu = step_gpu_ms(steps)
+    paced = (gpu - steps["finalize_ms"].fillna(0) - steps["wait_ms"].fillna(0)).clip(lower=0)
+    return gpu - paced.clip(upper=steps["launch_ms"].fillna(0))
+
+
+def pipelined_periods(steps: pd.DataFrame) -> pd.Series:
+    """Predicted depth-2 period of each step of a depth-1 table (sorted by step): max(own_t, host_t+1).
+
+    The first tick's host work, which nothing overlaps, is not in it (add host_tick_ms of the first step).
+    """
+    host_next = host_tick_ms(steps).shift(-1).fillna(0)
+    return pd.Series(pipelined_period(own_gpu_ms(steps), host_next).to_numpy(), index=steps["step"].to_numpy())
 
 
 def finish_events(steps: pd.DataFrame, window: bool = False) -> pd.DataFrame:
@@ -47,7 +78,11 @@ def finish_events(steps: pd.DataFrame, window: bool = False) -> pd.DataFrame:
 
 
 def _zombie_ms(steps: pd.DataFrame, pipe: pd.Series, cost: StepCost, window: bool):
-    """Per finish event, what its zombies cost the pipelined run (pipe: predicted period by step)."""
+    """Per finish event, what its zombies cost the pipelined run.
+
+    pipe: by step, the period of one more decode step like it, max(own_t, host_t). Not the step's own
+    predicted period: the tick after a finish is often a prefill's, and the zombie step hides under it.
+    """
     for e in finish_events(steps, window).itertuples():
         replaced = min(e.finished, e.admitted)
         riding = e.finished - replaced
@@ -83,10 +118,11 @@ def predict_whole_run(steps: pd.DataFrame, wall_s: float, cost: StepCost, window
     gpu, host = step_gpu_ms(steps), host_tick_ms(steps)
     # The last step has no successor, so no period: it lasts its host and GPU work in series.
     period = steps["period_ms"].fillna(gpu + host)
-    pipe = pd.Series(pipelined_period(gpu, host).to_numpy(), index=steps["step"].to_numpy())
+    pipe = pipelined_periods(steps)
+    repeat = pd.Series(pipelined_period(own_gpu_ms(steps), host).to_numpy(), index=pipe.index)
 
-    zombie = sum(_zombie_ms(steps, pipe, cost, window))
+    zombie = sum(_zombie_ms(steps, repeat, cost, window))
     wall_block = float(period.sum()) if window else float(wall_s) * 1e3
     overhead = max(0.0, wall_block - float(period.sum()))
-    steps_pipe = float(pipe.sum()) + zombie
+    steps_pipe = float(host.iloc[0]) + float(pipe.sum()) + zombie
     return WholeRun(wall_block, overhead + steps_pipe, overhead, float(period.sum()), steps_pipe, zombie, window)
