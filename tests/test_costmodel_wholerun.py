@@ -1,0 +1,90 @@
+"""The whole-run model on hand-built depth-1 step sequences: every number below is worked out by hand."""
+import gzip
+
+import pandas as pd
+import pytest
+
+from costmodel.model import StepCost
+from costmodel.results import read_results, write_results
+from engine.errors import BubblelabError
+from costmodel.wholerun import own_gpu_ms, pipelined_periods, predict_whole_run
+
+PLAN, FINALIZE, COMMIT = 0.05, 0.10, 0.05   # host bookkeeping of every tick (ms); commit's part outside wait
+
+
+def d1_step(step: int, kind: str, rows: int, launch: float, gpu: float, paced: bool = False) -> dict:
+    """One depth-1 step. A graph replay starts on the GPU when its launch returns; a paced (eager) step's
+    kernels run while its launch issues them, so its span covers the launch and ends FINALIZE later."""
+    wait = max(0.0, gpu - FINALIZE) if not paced else 0.01
+    span = launch + FINALIZE + wait if paced else gpu
+    return dict(run_id="r", step=step, kind=kind, depth=1, batch_size=rows, forward_ms=span, sampling_ms=0.0,
+                plan_ms=PLAN, launch_ms=launch, finalize_ms=FINALIZE, commit_ms=COMMIT + wait, wait_ms=wait,
+                period_ms=PLAN + launch + FINALIZE + COMMIT + wait, busy_ms=span, bubble_ms=0.0,
+                gpu_start_ns=None, gpu_end_ns=None)
+
+
+def frame(rows: list[dict]) -> pd.DataFrame:
+    steps = pd.DataFrame(rows)
+    steps.loc[steps.index[-1], "period_ms"] = None   # the last step has no successor
+    return steps
+
+
+DECODE = dict(kind="decode", rows=4, launch=0.2, gpu=5.0)
+HOST = PLAN + 0.2 + FINALIZE + COMMIT                       # a decode tick's host work: 0.4 ms
+PREFILL_LAUNCH = 30.0                                        # eager prefill: Python launching kernels
+
+
+def test_graph_replays_run_at_their_gpu_time():
+    steps = frame([d1_step(i, **DECODE) for i in range(10)])
+    assert own_gpu_ms(steps).tolist() == pytest.approx([5.0] * 10)
+    # max(own_t, host_t+1) = 5.0 each; the last step has no next tick.
+    assert pipelined_periods(steps).tolist() == pytest.approx([5.0] * 10)
+    whole = predict_whole_run(steps, wall_s=1.0, cost=StepCost.from_steps(steps))
+    # The first tick overlaps nothing; the 4 rows finishing at the end each ride one row of a zombie step.
+    assert whole.steps_pipe_ms - whole.zombie_ms == pytest.approx(HOST + 10 * 5.0)
+    assert whole.zombie_ms == pytest.approx(5.0)
+    assert whole.overhead_ms == pytest.approx(1e3 - (9 * (5.0 + HOST - FINALIZE) + 5.0 + HOST))
+
+
+def test_host_bound_prefill_hides_the_decode_step_before_it():
+    """decode, PREFILL (paced by its 30 ms launch), decode: at depth 2 the prefill's launch runs while the
+    first decode is on the GPU, so that decode costs nothing extra; at depth 1 it was fully exposed."""
+    steps = frame([d1_step(0, **DECODE), d1_step(1, "prefill", 1, PREFILL_LAUNCH, gpu=2.0, paced=True),
+                   d1_step(2, **DECODE)])
+    own = own_gpu_ms(steps)
+    assert own[1] == pytest.approx(FINALIZE + 0.01)            # the rest of its span ran under its launch
+    prefill_tick = PLAN + PREFILL_LAUNCH + FINALIZE + COMMIT
+    assert pipelined_periods(steps).tolist() == pytest.approx([prefill_tick, HOST, 5.0])
+
+    period = steps["period_ms"].fillna(5.0 + HOST)
+    whole = predict_whole_run(steps, wall_s=float(period.sum()) / 1e3, cost=StepCost.from_steps(steps))
+    # The decode before the prefill (5.0 GPU + 0.4 host at depth 1) vanishes under the prefill's tick.
+    assert whole.steps_pipe_ms - whole.zombie_ms == pytest.approx(HOST + prefill_tick + HOST + 5.0)
+    # Saved: nearly the whole 5.3 ms decode step (less the prefill's own last 0.4 ms host tick after it).
+    assert period.sum() - (whole.steps_pipe_ms - whole.zombie_ms) == pytest.approx(period[0], abs=HOST)
+    # Pairing each step with its OWN tick, max(gpu_t, host_t), counts the paced span twice and predicts a loss.
+    same_tick = float((steps["forward_ms"].clip(lower=0).combine(period - steps["wait_ms"], max)).sum())
+    assert same_tick > whole.wall_pipe_ms + 25.0
+
+
+def test_a_zombie_before_a_prefill_costs_one_decode_step_not_the_prefill():
+    """One stream: request A decodes steps 0-2 and finishes; B is prefilled (step 3) and decodes step 4.
+    Depth 2 launches a zombie decode for A before it learns of the finish: one more decode step."""
+    steps = frame([*(d1_step(i, **{**DECODE, "rows": 1}) for i in range(3)),
+                   d1_step(3, "prefill", 1, PREFILL_LAUNCH, gpu=2.0, paced=True), d1_step(4, **{**DECODE, "rows": 1})])
+    whole = predict_whole_run(steps, wall_s=1.0, cost=StepCost.from_steps(steps))
+    # Finish events: A at step 2 (replaced by B, a seat: one step max(own, host) = 5.0 ms), B at the end (a row).
+    assert whole.zombie_ms == pytest.approx(5.0 + 5.0)
+
+
+def test_results_json_gz_is_read(tmp_path):
+    steps = frame([d1_step(i, **DECODE) for i in range(3)])
+    runs = pd.DataFrame([dict(run_id="r", depth=1, streams=4, device="cpu", mean_generated_len=3.0, wall_s=0.1,
+                              generated_tokens=12)])
+    path = write_results(tmp_path, runs, steps)
+    path.with_name("results.json.gz").write_bytes(gzip.compress(path.read_bytes()))
+    path.unlink()
+    assert read_results(tmp_path).steps["step"].tolist() == [0, 1, 2]
+    (tmp_path / "results.json.gz").write_bytes(b"not gzip")
+    with pytest.raises(BubblelabError, match="not valid"):
+        read_results(tmp_path)
