@@ -49,11 +49,41 @@ def own_gpu_ms(steps: pd.DataFrame) -> pd.Series:
     return gpu - paced.clip(upper=steps["launch_ms"].fillna(0))
 
 
-def pipelined_periods(steps: pd.DataFrame) -> pd.Series:
-    """Predicted depth-2 period of each step of a depth-1 table (sorted by step): max(own_t, host_t+1).
+def depth2_order(steps: pd.DataFrame) -> pd.DataFrame:
+    """The depth-1 step sequence in the order depth 2 runs it: each admission two ticks after its finishes.
 
-    The first tick's host work, which nothing overlaps, is not in it (add host_tick_ms of the first step).
+    The rows that finish at decode step m are known when m commits. At depth 1 that is in tick m, so the
+    prefill that admits their replacements is step m+1. At depth 2, tick m+1 launches the next step before
+    it commits m, so that prefill can be planned in tick m+2 at the earliest. Depth 1's decode, prefill,
+    decode, prefill thus runs as decode, decode, prefill, prefill: admissions bunch up, and a prefill's
+    launch may have only another host-bound prefill to hide, not a decode's GPU work. Prefills before the
+    first decode (the initial admission) wait for no finish and stay put.
     """
+    ordered = steps.sort_values("step")
+    decodes, admissions, cause = [], {}, None   # admissions: decode index -> the prefills that follow it
+    for i, kind in zip(ordered.index, ordered["kind"]):
+        if kind == "decode":
+            decodes.append(i)
+            cause = i
+        else:
+            admissions.setdefault(cause, []).append(i)
+    order = list(admissions.pop(None, []))
+    ready: list[tuple[int, list]] = []            # (tick it can be planned in, prefills), in order
+    for d in decodes:
+        while ready and ready[0][0] <= len(order):
+            order.extend(ready.pop(0)[1])
+        order.append(d)
+        if d in admissions:
+            ready.append((len(order) + 1, admissions[d]))
+    for _, prefills in ready:
+        order.extend(prefills)
+    return ordered.loc[order]
+
+
+def pipelined_periods(steps: pd.DataFrame) -> pd.Series:
+    """Predicted depth-2 period of each step of a depth-1 table: max(own_t, host_t+1), in depth 2's order
+    (depth2_order). The first tick's host work, which nothing overlaps, is not in it (add it)."""
+    steps = depth2_order(steps)
     host_next = host_tick_ms(steps).shift(-1).fillna(0)
     return pd.Series(pipelined_period(own_gpu_ms(steps), host_next).to_numpy(), index=steps["step"].to_numpy())
 

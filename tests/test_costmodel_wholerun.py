@@ -7,7 +7,7 @@ import pytest
 from costmodel.model import StepCost
 from costmodel.results import read_results, write_results
 from engine.errors import BubblelabError
-from costmodel.wholerun import own_gpu_ms, pipelined_periods, predict_whole_run
+from costmodel.wholerun import depth2_order, own_gpu_ms, pipelined_periods, predict_whole_run
 
 PLAN, FINALIZE, COMMIT = 0.05, 0.10, 0.05   # host bookkeeping of every tick (ms); commit's part outside wait
 
@@ -46,23 +46,34 @@ def test_graph_replays_run_at_their_gpu_time():
     assert whole.overhead_ms == pytest.approx(1e3 - (9 * (5.0 + HOST - FINALIZE) + 5.0 + HOST))
 
 
+def test_depth_two_admits_one_decode_step_later():
+    """Finishes at decode m are committed in tick m+1 at depth 2, so their prefill moves past the next
+    decode: depth 1's decode, prefill, decode, prefill runs as decode, decode, prefill, prefill."""
+    kinds = ["prefill", "decode", "prefill", "decode", "prefill", "decode", "decode"]
+    steps = frame([d1_step(i, **(DECODE if k == "decode" else dict(kind=k, rows=1, launch=PREFILL_LAUNCH, gpu=2.0,
+                                                                     paced=True))) for i, k in enumerate(kinds)])
+    assert depth2_order(steps)["step"].tolist() == [0, 1, 3, 2, 4, 5, 6]
+
+
 def test_host_bound_prefill_hides_the_decode_step_before_it():
-    """decode, PREFILL (paced by its 30 ms launch), decode: at depth 2 the prefill's launch runs while the
-    first decode is on the GPU, so that decode costs nothing extra; at depth 1 it was fully exposed."""
+    """Depth 1: decode 0, PREFILL 1 (paced by its 30 ms launch), decode 2, decode 3. Depth 2 runs decode 0,
+    decode 2, prefill 1, decode 3, and prefill 1's launch runs while decode 2 is on the GPU: decode 2 costs
+    nothing extra; at depth 1 the prefill's launch was fully exposed."""
     steps = frame([d1_step(0, **DECODE), d1_step(1, "prefill", 1, PREFILL_LAUNCH, gpu=2.0, paced=True),
-                   d1_step(2, **DECODE)])
+                   d1_step(2, **DECODE), d1_step(3, **DECODE)])
     own = own_gpu_ms(steps)
     assert own[1] == pytest.approx(FINALIZE + 0.01)            # the rest of its span ran under its launch
     prefill_tick = PLAN + PREFILL_LAUNCH + FINALIZE + COMMIT
-    assert pipelined_periods(steps).tolist() == pytest.approx([prefill_tick, HOST, 5.0])
+    pipe = pipelined_periods(steps)
+    assert pipe.index.tolist() == [0, 2, 1, 3]
+    assert pipe.tolist() == pytest.approx([5.0, prefill_tick, HOST, 5.0])
 
     period = steps["period_ms"].fillna(5.0 + HOST)
     whole = predict_whole_run(steps, wall_s=float(period.sum()) / 1e3, cost=StepCost.from_steps(steps))
-    # The decode before the prefill (5.0 GPU + 0.4 host at depth 1) vanishes under the prefill's tick.
-    assert whole.steps_pipe_ms - whole.zombie_ms == pytest.approx(HOST + prefill_tick + HOST + 5.0)
-    # Saved: nearly the whole 5.3 ms decode step (less the prefill's own last 0.4 ms host tick after it).
+    assert whole.steps_pipe_ms - whole.zombie_ms == pytest.approx(HOST + 5.0 + prefill_tick + HOST + 5.0)
+    # Saved: nearly a whole 5.3 ms decode period (less the prefill's own 0.4 ms host tick after it).
     assert period.sum() - (whole.steps_pipe_ms - whole.zombie_ms) == pytest.approx(period[0], abs=HOST)
-    # Pairing each step with its OWN tick, max(gpu_t, host_t), leaves the decode exposed before the prefill.
+    # Pairing each step with its OWN tick, max(gpu_t, host_t), leaves every decode exposed to the prefill.
     same_tick = float(steps["forward_ms"].combine(period - steps["wait_ms"], max).sum())
     assert same_tick - (whole.steps_pipe_ms - whole.zombie_ms) > 4.0
 
