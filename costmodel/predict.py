@@ -10,7 +10,8 @@ Per pair:
 - predicted_pct: the post's model on those two periods, z from the measured step-cost curve.
 - d1_predicted_pct: the same, with T_pipe predicted from the depth-1 table alone, step by step:
   max(GPU span of the step, host time of its tick) (costmodel.model.step_gpu_ms / host_tick_ms).
-- wall_predicted_pct: the whole-run model (costmodel.wholerun) from the depth-1 step sequence. When a
+- wall_predicted_pct: the whole-run model (costmodel.wholerun) from the depth-1 step sequence, the mean
+  over the depth-1 repeats (wall_predicted_min / _max: the spread over them). When a
   trace holds only a window of its run (fewer decode steps than the run's `decode_steps`), it predicts
   the window, and wall_observed_pct is the window's measured token rate ratio; otherwise both are walls.
 - observed_pct: measured throughput ratio, generated_tokens / wall_s; error_pts = observed − predicted.
@@ -155,6 +156,7 @@ def predict_pair(d1: pd.DataFrame, d2: pd.DataFrame, steps: pd.DataFrame, *,
         gpu_ms=float(gpu.median()), host_ms=float(host.median()), d1_pipelined_ms=t_pipe_hat,
         d1_predicted_pct=pct(speedup(t_block, t_pipe_hat, z)), d1_predicted_lo=d1_lo, d1_predicted_hi=d1_hi,
         wall_predicted_pct=pct(np.mean([w.speedup for w in whole])), wall_scope="window" if window else "run",
+        wall_predicted_min=pct(min(w.speedup for w in whole)), wall_predicted_max=pct(max(w.speedup for w in whole)),
         wall_observed_pct=pct(token_rate(steps2) / token_rate(steps1)) if window else observed,
         observed_pct=observed, observed_lo=observed_lo, observed_hi=observed_hi,
         error_pts=observed - predicted,

@@ -115,3 +115,25 @@ def load_runs(source: Path | str) -> Results:
                 raise BubblelabError(f"catalog {source} lacks the runs/steps tables: {e}") from None
         return Results(runs, steps)
     raise BubblelabError(f"{source} is neither a run directory nor a DuckDB catalog")
+
+
+def merge_results(named: dict[str, Results]) -> Results:
+    """Several run directories as one Results (one report for a whole sweep).
+
+    Each name becomes its runs' `preset` (so configurations of different directories never pair up, e.g.
+    qwen3-0.6b with and without a grammar) and prefixes their run ids, which repeat across directories.
+    """
+    merged = {name: [] for name in TABLES}
+    for source, results in named.items():
+        for name in TABLES:
+            table = getattr(results, name)
+            if table.empty:
+                continue
+            table = table.copy()
+            if "run_id" in table:
+                table["run_id"] = source + "/" + table["run_id"].astype(str)
+            if name == "runs":
+                table["preset"] = source
+            merged[name].append(table)
+    tables = {name: pd.concat(parts, ignore_index=True) if parts else pd.DataFrame() for name, parts in merged.items()}
+    return Results(**tables, provenance={"sources": {source: r.provenance for source, r in named.items()}})
