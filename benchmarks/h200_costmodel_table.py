@@ -27,9 +27,11 @@ SWEEP = Path("docs/measurements/h200-sweep")
 TARGET_PTS = 1.0   # the accuracy the model is held to, in points of speedup
 
 
-def prefill_steps(results, run_ids) -> float:
+def prefills(results, run_ids) -> tuple[float, float]:
+    """Prefill steps per run, and their mean host launch time (ms): the host-bound part of the wall."""
     steps = results.steps[results.steps["run_id"].isin(run_ids)]
-    return float((steps["kind"] == "prefill").sum()) / len(run_ids)
+    prefill = steps[steps["kind"] == "prefill"]
+    return len(prefill) / len(run_ids), float(prefill["launch_ms"].mean())
 
 
 def sweep_table(sweep: Path, n_boot: int) -> tuple[pd.DataFrame, dict]:
@@ -39,8 +41,9 @@ def sweep_table(sweep: Path, n_boot: int) -> tuple[pd.DataFrame, dict]:
         table = predict_runs(results.runs, results.steps, n_boot=n_boot)
         for r in table.itertuples():
             blocking, pipelined = r.runs_block.split(","), r.runs_pipe.split(",")
-            rows.append(dict(name=run_dir.name, **r._asdict(),
-                             prefills_d1=prefill_steps(results, blocking), prefills_d2=prefill_steps(results, pipelined)))
+            (n1, launch1), (n2, launch2) = prefills(results, blocking), prefills(results, pipelined)
+            rows.append(dict(name=run_dir.name, **r._asdict(), prefills_d1=n1, prefills_d2=n2,
+                             prefill_launch_d1=launch1, prefill_launch_d2=launch2))
     table = pd.DataFrame(rows).drop(columns="Index")
     table["step_error_pts"] = table["observed_pct"] - table["predicted_pct"]
     table["wall_error_pts"] = table["observed_pct"] - table["wall_predicted_pct"]
@@ -49,7 +52,8 @@ def sweep_table(sweep: Path, n_boot: int) -> tuple[pd.DataFrame, dict]:
 
 def markdown(table: pd.DataFrame) -> str:
     head = ("| run · streams | blocking ms | pipelined ms | L | predicted per-step [95%] | predicted whole-run "
-            "[repeats] | observed [95%] | error per-step | error whole-run | prefill steps d1 / d2 |")
+            "[repeats] | observed [95%] | error per-step | error whole-run | prefills per run d1 / d2 "
+            "| prefill launch ms d1 / d2 |")
     lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
     for r in table.itertuples():
         miss = "" if abs(r.wall_error_pts) <= TARGET_PTS else " ✗"
@@ -58,7 +62,8 @@ def markdown(table: pd.DataFrame) -> str:
             f"| {r.predicted_pct:+.1f}% [{r.predicted_lo:.1f}, {r.predicted_hi:.1f}] "
             f"| {r.wall_predicted_pct:+.1f}% [{r.wall_predicted_min:.1f}, {r.wall_predicted_max:.1f}] "
             f"| {r.observed_pct:+.1f}% [{r.observed_lo:.1f}, {r.observed_hi:.1f}] "
-            f"| {r.step_error_pts:+.1f} | {r.wall_error_pts:+.1f}{miss} | {r.prefills_d1:.0f} / {r.prefills_d2:.0f} |")
+            f"| {r.step_error_pts:+.1f} | {r.wall_error_pts:+.1f}{miss} | {r.prefills_d1:.0f} / {r.prefills_d2:.0f} "
+            f"| {r.prefill_launch_d1:.1f} / {r.prefill_launch_d2:.1f} |")
     return "\n".join(lines)
 
 

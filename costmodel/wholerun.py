@@ -37,16 +37,19 @@ from costmodel.model import StepCost, host_tick_ms, pipelined_period, step_gpu_m
 
 
 def own_gpu_ms(steps: pd.DataFrame) -> pd.Series:
-    """GPU time of each step that runs after its own launch returned, from a depth-1 table.
+    """GPU time of each step that its own launch does not pace, from a depth-1 table.
 
-    At depth 1 a tick runs plan, launch, finalize, then waits; the GPU span of the step ends inside that
-    wait. What of the span the host neither spent in finalize nor waited through ran under the launch:
-    the kernels the launch itself paced (a whole eager prefill, ~37 µs of a graph replay). That part is
-    host time (it sits inside host_tick_ms) and the GPU cannot run it any sooner at depth 2.
+    At depth 1 a tick runs plan, launch, finalize, then waits; the step's GPU span ends inside that wait.
+    The part of the span the host spent neither in finalize nor waiting ran under the launch. For an eager
+    step (the prefill: Python issuing kernels one by one) that is most of the span, and it is the host's
+    pace, not the GPU's: it sits inside host_tick_ms already and depth 2 cannot run it sooner. A graph
+    replay is issued whole; its first kernels merely start before cudaGraphLaunch returns (~30 µs), and
+    all of its span is GPU work. So a step counts as paced when most of its span ran under its launch.
     """
     gpu = step_gpu_ms(steps)
-    paced = (gpu - steps["finalize_ms"].fillna(0) - steps["wait_ms"].fillna(0)).clip(lower=0)
-    return gpu - paced.clip(upper=steps["launch_ms"].fillna(0))
+    under_launch = (gpu - steps["finalize_ms"].fillna(0) - steps["wait_ms"].fillna(0)).clip(lower=0)
+    under_launch = under_launch.clip(upper=steps["launch_ms"].fillna(0))
+    return gpu.where(under_launch <= gpu / 2, gpu - under_launch)
 
 
 def depth2_order(steps: pd.DataFrame) -> pd.DataFrame:
