@@ -2,7 +2,7 @@
 
 Layout of a run directory (written by run-and-profile, read by `bubblelab report DIR`):
 
-    DIR/results.json      tables + provenance (this module)
+    DIR/results.json      tables + provenance (this module); DIR/results.json.gz is read as well
     DIR/*.nsys-rep, *.sqlite   traces, referenced from runs.trace_path (optional, not read here)
     DIR/report.html       written by costmodel.report.report_run_dir
 
