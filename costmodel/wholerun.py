@@ -152,7 +152,7 @@ def predict_whole_run(steps: pd.DataFrame, wall_s: float, cost: StepCost, window
     # The last step has no successor, so no period: it lasts its host and GPU work in series.
     period = steps["period_ms"].fillna(gpu + host)
     pipe = pipelined_periods(steps)
-    repeat = pd.Series(pipelined_period(own_gpu_ms(steps), host).to_numpy(), index=pipe.index)
+    repeat = pd.Series(pipelined_period(own_gpu_ms(steps), host).to_numpy(), index=steps["step"].to_numpy())
 
     zombie = sum(_zombie_ms(steps, repeat, cost, window))
     wall_block = float(period.sum()) if window else float(wall_s) * 1e3
