@@ -90,6 +90,18 @@ def test_a_zombie_before_a_prefill_costs_one_decode_step_not_the_prefill():
     assert whole.zombie_ms == pytest.approx(5.0 + 5.0)
 
 
+def test_zombie_costs_follow_the_step_not_its_depth_two_position():
+    """One stream: A ends at decode 0, B (prefill 1) at decode 2, C (prefill 3) at
+    decode 4. Depth 2 reorders to 0, 2, 1, 3, 4; each replaced finish still costs one decode step."""
+    prefill = dict(kind="prefill", rows=1, launch=PREFILL_LAUNCH, gpu=2.0, paced=True)
+    one = {**DECODE, "rows": 1}
+    steps = frame([d1_step(0, **one), d1_step(1, **prefill), d1_step(2, **one), d1_step(3, **prefill),
+                   d1_step(4, **one)])
+    assert depth2_order(steps)["step"].tolist() == [0, 2, 1, 3, 4]
+    whole = predict_whole_run(steps, wall_s=1.0, cost=StepCost.from_steps(steps))
+    assert whole.zombie_ms == pytest.approx(3 * 5.0)   # A and B replaced: a step each; C rides alone: g(1)
+
+
 def test_results_json_gz_is_read(tmp_path):
     steps = frame([d1_step(i, **DECODE) for i in range(3)])
     runs = pd.DataFrame([dict(run_id="r", depth=1, streams=4, device="cpu", mean_generated_len=3.0, wall_s=0.1,
