@@ -7,7 +7,6 @@ same worker function runs in this process and its in-process timeline is the tra
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field

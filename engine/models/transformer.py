@@ -169,9 +169,9 @@ class TransformerLM(nn.Module):
             if name == "lm_head.weight" and cfg.tie_word_embeddings:
                 continue  # some tied checkpoints store the shared matrix twice
             target, offset, rows = name, 0, None
-            for shard, (fused, shard_offset, shard_rows) in shards.items():
+            for shard, (fused_name, shard_offset, shard_rows) in shards.items():
                 if f".{shard}." in name:
-                    target, offset, rows = name.replace(shard, fused), shard_offset, shard_rows
+                    target, offset, rows = name.replace(shard, fused_name), shard_offset, shard_rows
                     break
             if target not in params:
                 raise BubblelabError(f"checkpoint tensor {hf_name!r} has no place in a {cfg.architecture} model")
