@@ -71,12 +71,12 @@ def check_preset(preset: str, streams_list: list[int], repeats: int, L: float) -
     loaded = load_model(preset, dtype="bf16" if DEVICE == "cuda" else "fp32", device=DEVICE, seed=0)
     cuda = DEVICE == "cuda"
     report: dict = {"preset": preset, "gpu": torch.cuda.get_device_name() if cuda else "cpu", "torch": torch.__version__,
-                    "load_s": time.perf_counter() - t0, "attention_backend": getattr(loaded.model, "backend_name", None)}
+                    "load_s": time.perf_counter() - t0, "attention_backend": loaded.model.attn_backend.name}
     # 1. graphs replay, graph == eager, depth 1 == depth 2
     eng = engine_for(loaded, preset, 2)
     graph_out = greedy_tokens(eng)
     report["graph_replays"] = eng.runner.graph_replays
-    report["compiled"] = bool(getattr(loaded.model, "compile_enabled", False))
+    report["compiled"] = loaded.model.compile_enabled
     report["graph_buckets"] = sorted(eng.runner.graphs[0])
     eng.close()
     eager = engine_for(loaded, preset, 2, eager=True)

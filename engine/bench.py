@@ -100,8 +100,8 @@ def summarize(engine: LLMEngine, spec: WorkloadSpec, timeline: Timeline, outputs
         "dtype": c.dtype, "depth": c.depth, "streams": spec.streams, "requests": spec.requests,
         "output_len_mean": spec.output_len_mean, "prompt_len": spec.prompt_len,
         "constraint": spec.constraint, "constrained_share": spec.constrained_share,
-        "cuda_graphs": bool(engine.runner.graphs[0]), "compiled": bool(getattr(engine.loaded.model, "compile_enabled", False)), "attention_backend": engine.loaded.model_backend_name
-        if hasattr(engine.loaded, "model_backend_name") else c.attention_backend,
+        "cuda_graphs": bool(engine.runner.graphs[0]), "compiled": engine.loaded.model.compile_enabled,
+        "attention_backend": engine.loaded.model.attn_backend.name,
         "generated_tokens": int(gen), "mean_generated_len": gen / max(1, len(outputs)),
         "wall_s": wall, "tokens_per_s": gen / wall if wall > 0 else float("nan"),
         "decode_steps": int((kinds == "decode").sum()), "prefill_steps": int((fwd.kind == "prefill").sum()),

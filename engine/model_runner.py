@@ -48,8 +48,7 @@ class ModelRunner:
         pin = self.device.type == "cuda"
         self.slots = [DecodeSlot(i, max_rows=self.max_rows, max_tokens=config.max_num_batched_tokens,
                                  max_blocks=self.max_blocks, vocab_size=mc.vocab_size,
-                                 logits_dtype=self.model.lm_head_dtype if hasattr(self.model, "lm_head_dtype")
-                                 else next(self.model.parameters()).dtype,
+                                 logits_dtype=next(self.model.parameters()).dtype,
                                  device=self.device, streams=streams, pin=pin)
                       for i in range(NUM_SLOTS)]
         for slot in self.slots:
