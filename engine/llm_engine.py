@@ -6,7 +6,6 @@ launch t, finalize t, commit t, because the step to commit is the one just launc
 """
 from __future__ import annotations
 
-import time
 import zlib
 from dataclasses import dataclass
 
@@ -70,8 +69,7 @@ class LLMEngine:
             raise RequestError(f"request {request_id!r}: token id out of the vocabulary")
         constraint = self._make_constraint(request_id, params)
         seed = params.seed if params.seed is not None else zlib.crc32(request_id.encode())
-        seq = Sequence(request_id, list(ids), params, constraint=constraint, seed=seed & 0x7FFFFFFF,
-                       arrival_ns=time.perf_counter_ns())
+        seq = Sequence(request_id, list(ids), params, constraint=constraint, seed=seed & 0x7FFFFFFF)
         self.seqs[request_id] = seq
         self.scheduler.add(seq)
 
@@ -147,18 +145,15 @@ class LLMEngine:
         with self.phases.range("commit", step.step_id):
             with self.phases.range("wait", step.step_id):
                 ids = self.runner.wait(step)
-            now = time.perf_counter_ns()
             for seq, token in zip(step.seqs, ids):
                 if seq.finalized:
                     continue                   # a zombie: finished at an earlier commit, skip this one
                 seq.token_ids.append(token)
-                if seq.num_generated == 1:
-                    seq.first_token_ns = now
                 reason = self._finish_reason(seq, token)
                 if seq.constraint is not None and reason != "stop":
                     seq.constraint.advance(token)
                 if reason is not None:
-                    seq.finalized, seq.finish_reason, seq.finish_ns = True, reason, now
+                    seq.finalized, seq.finish_reason = True, reason
                 outputs.append(RequestOutput(seq.request_id, [token], seq.output_ids, reason is not None, reason))
             self.pipeline.retire(step)           # the slot's host buffer has been read: it may be reused
             for seq in step.seqs:

@@ -41,9 +41,6 @@ class Sequence:
     inflight_refs: int = 0               # launched-but-uncommitted steps that contain this sequence (0..2)
     preempted: bool = False              # leaving the batch to be recomputed once inflight_refs reaches 0
     finish_reason: str | None = None
-    arrival_ns: int = 0
-    first_token_ns: int = 0
-    finish_ns: int = 0
 
     def __post_init__(self) -> None:
         self.num_prompt_tokens = len(self.token_ids)
