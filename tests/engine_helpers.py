@@ -3,6 +3,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import torch
+
+from engine.attention.metadata import AttentionMetadata
 from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
 from engine.sampling_params import SamplingParams
@@ -58,3 +61,18 @@ def run_script(engine: LLMEngine, reqs: list[Req], max_ticks: int = 20000) -> Ou
     out.ticks = tick
     engine.check_idle()
     return out
+
+
+def paged_decode_inputs(block_tables: torch.Tensor, block_size: int, vocab_size: int
+                        ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:
+    """One decode row per block-table row, at lengths that end mid-page and on a page boundary (static buffers,
+    as the engine keeps them for graph replay): (input_ids, positions, meta)."""
+    device = block_tables.device
+    context_lens = torch.tensor([3, block_size + 1, 7, 2 * block_size], device=device, dtype=torch.int32)
+    positions = context_lens.long() - 1
+    slot_mapping = (block_tables.gather(1, (positions // block_size)[:, None]).squeeze(1).long() * block_size
+                    + positions % block_size)
+    input_ids = torch.randint(0, vocab_size, (len(context_lens),), device=device)
+    meta = AttentionMetadata(is_prefill=False, slot_mapping=slot_mapping, context_lens=context_lens,
+                             block_tables=block_tables)
+    return input_ids, positions, meta

@@ -7,7 +7,7 @@ import torch
 from engine.attention import AttentionMetadata
 from engine.loader import load_model
 from engine.sampling_params import SamplingParams
-from tests.engine_helpers import Req, make_engine, run_script
+from tests.engine_helpers import Req, make_engine, paged_decode_inputs, run_script
 
 PROMPT_LENS = [5, 17, 11]
 BLOCK_SIZE, NUM_BLOCKS, BLOCKS_PER_ROW = 4, 32, 8
@@ -88,13 +88,7 @@ def test_compiled_decode_is_sync_free_and_replays_in_a_cuda_graph():
     kv = torch.randn(shape, device="cuda", dtype=torch.bfloat16)  # one pool, as ModelRunner allocates it
     model.bind_kv_cache(list(kv[0]), list(kv[1]))
     block_tables = torch.randperm(num_blocks, device="cuda")[:rows * 2].view(rows, 2).to(torch.int32)
-    context_lens = torch.tensor([3, block_size + 1, 7, 2 * block_size], device="cuda", dtype=torch.int32)
-    positions = context_lens.long() - 1
-    slot_mapping = (block_tables.gather(1, (positions // block_size)[:, None]).squeeze(1).long() * block_size
-                    + positions % block_size)
-    input_ids = torch.randint(0, cfg.vocab_size, (rows,), device="cuda")
-    meta = AttentionMetadata(is_prefill=False, slot_mapping=slot_mapping, context_lens=context_lens,
-                             block_tables=block_tables)
+    input_ids, positions, meta = paged_decode_inputs(block_tables, block_size, cfg.vocab_size)
 
     def step() -> torch.Tensor:
         return model.compute_logits(model(input_ids, positions, meta))

@@ -11,6 +11,7 @@ from engine.errors import BubblelabError
 from engine.gguf_loader import gguf_checkpoint
 from engine.loader import embedded_model_path, load_model
 from engine.tokenizer import chat_prompt_ids
+from tests.engine_helpers import paged_decode_inputs
 
 PROMPT_LENS = [5, 17, 11]
 
@@ -208,13 +209,7 @@ def test_decode_step_has_no_host_sync_and_replays_in_a_cuda_graph(backend):
                         [torch.randn(shape, device="cuda", dtype=torch.bfloat16) for _ in range(cfg.num_layers)])
     # Static input buffers, as the engine keeps them for graph replay.
     block_tables = _pages(num_blocks, rows, blocks_per_row).cuda()
-    context_lens = torch.tensor([3, block_size + 1, 7, 2 * block_size], device="cuda", dtype=torch.int32)
-    positions = context_lens.long() - 1
-    slot_mapping = (block_tables.gather(1, (positions // block_size)[:, None]).squeeze(1).long() * block_size
-                    + positions % block_size)
-    input_ids = torch.randint(0, cfg.vocab_size, (rows,), device="cuda")
-    meta = AttentionMetadata(is_prefill=False, slot_mapping=slot_mapping, context_lens=context_lens,
-                             block_tables=block_tables)
+    input_ids, positions, meta = paged_decode_inputs(block_tables, block_size, cfg.vocab_size)
 
     def step() -> torch.Tensor:
         return model.compute_logits(model(input_ids, positions, meta))
