@@ -4,7 +4,7 @@ Everything a step needs lives here at a fixed address (CUDA graphs replay over t
 per-step metadata (host staging buffer + device copy, uploaded in ONE non-blocking copy), the logits, the
 sampled ids and their host landing buffer, the constrained-decoding bitmask, and the events that order them.
 A slot is reacquired only after the commit that read its host buffers (pipeline invariant I6). Each copy
-lands the step id after the sampled ids (a tag); commit checks it, so a host buffer overwritten by a later
+lands the step id ahead of the sampled ids (a tag); commit checks it, so a host buffer overwritten by a later
 step before its commit is caught, never silently read.
 """
 from __future__ import annotations
@@ -68,19 +68,21 @@ class DecodeSlot:
             Field("top_p", torch.float32, R),
             Field("seed", torch.int32, R),
             Field("counter", torch.int32, R),
+            Field("step_id", torch.int64, 1),       # the tag sampling writes ahead of the ids (I6)
             Field("p_input_ids", torch.int64, T),   # prefill only from here on
             Field("p_positions", torch.int64, T),
             Field("p_slot_mapping", torch.int64, T),
             Field("p_cu_seqlens", torch.int32, R + 1),
             Field("p_last_index", torch.int64, R),
         ], device, pin)
-        self.decode_nbytes = self.meta.end_of("counter")
+        self.decode_nbytes = self.meta.end_of("step_id")
         self.max_blocks = max_blocks
         self.block_tables_h = self.meta.np["block_tables"].reshape(R, max_blocks)
         self.block_tables_d = self.meta.d["block_tables"].view(R, max_blocks)
         self.words = (vocab_size + 31) // 32
         self.logits = torch.zeros(R, vocab_size, dtype=logits_dtype, device=device)
-        # Sampled ids of the step's rows, then one extra entry: the step id tag.
+        # The step id tag, then the sampled ids of the step's rows (a sampling graph writes a whole bucket of
+        # rows; the tag comes first so padded rows never overwrite it).
         self.sampled = torch.zeros(R + 1, dtype=torch.int64, device=device)
         self.sampled_host = torch.full((R + 1,), -1, dtype=torch.int64, pin_memory=pin)
         self.mask_host = torch.zeros(R, self.words, dtype=torch.int32, pin_memory=pin)
@@ -92,6 +94,8 @@ class DecodeSlot:
         self.ev_graph_start = streams.event(external=True)   # recorded by the decode graph's first node
         self.ev_forward_end = streams.event()
         self.ev_sample_start = streams.event()
+        self.ev_graph_sample_start = streams.event(external=True)  # first and last nodes of a sampling graph
+        self.ev_graph_sample_end = streams.event(external=True)
         self.ev_done = streams.event()       # this step's outputs (sampled ids, pending tokens) are written
         self.ev_mask_ready = streams.event()
         self.ev_copied = streams.event()     # sampled ids have landed in sampled_host
@@ -99,7 +103,7 @@ class DecodeSlot:
     def read_sampled(self, n: int, step_id: int) -> list[int]:
         """The n sampled ids of `step_id`, after its copy landed; refuses a buffer another step overwrote (I6)."""
         values = self.sampled_host[:n + 1].tolist()
-        if values[n] != step_id:
-            raise AssertionError(f"I6: slot {self.index} host buffer holds step {values[n]}, "
+        if values[0] != step_id:
+            raise AssertionError(f"I6: slot {self.index} host buffer holds step {values[0]}, "
                                  f"not step {step_id}: overwritten before its commit")
-        return values[:n]
+        return values[1:]

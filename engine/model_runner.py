@@ -3,8 +3,9 @@
 It turns a launched Step into device work in three calls that mirror the post:
   launch(step)    fill the slot's metadata on the host, one non-blocking upload, enqueue the forward;
   finalize(step)  fill constrained masks from committed state, upload them on the copy stream, enqueue
-                  sampling (sampled ids also scattered into the pending-token buffer the next forward reads),
-                  then enqueue the device-to-host copy of the ids on the copy stream;
+                  sampling (sampled ids also scattered into the pending-token buffer the next forward reads;
+                  a captured graph per bucket and variant, like the forward), then enqueue the device-to-host
+                  copy of the ids on the copy stream;
   wait(step)      the host blocks on that copy (the only intended synchronisation) and reads the ids.
 """
 from __future__ import annotations
@@ -19,8 +20,19 @@ from engine.decode_slot import DecodeSlot
 from engine.errors import BubblelabError
 from engine.loader import LoadedModel
 from engine.pipeline import NUM_SLOTS, Step
+from engine import sampler
 from engine.sampler import SamplingBatch, sample
 from engine.streams import Streams
+
+
+# Sampling variants with captured graphs, as (all_greedy, masked): greedy or temperature-only rows, with or without
+# a constrained-decoding mask. Batches with top-k / top-p sample eagerly (their sort width is a batch parameter).
+SAMPLING_GRAPH_VARIANTS = [(True, False), (True, True), (False, False), (False, True)]
+
+
+def sampling_variant(flags: tuple[bool, bool, bool, int], masked: bool) -> tuple[bool, bool] | None:
+    all_greedy, any_top_k, any_top_p, _ = flags
+    return None if any_top_k or any_top_p else (all_greedy, masked)
 
 
 def graph_buckets(max_rows: int) -> list[int]:
@@ -54,7 +66,10 @@ class ModelRunner:
         for slot in self.slots:
             slot.block_tables_h[:] = self.num_blocks      # every unused entry points at the scratch page
         self.graphs: list[dict[int, torch.cuda.CUDAGraph]] = [{} for _ in self.slots]
+        # Per slot: (bucket, all_greedy, masked) -> graph that samples a whole bucket of rows.
+        self.sample_graphs: list[dict[tuple[int, bool, bool], torch.cuda.CUDAGraph]] = [{} for _ in self.slots]
         self.graph_replays = 0          # decode steps that replayed a graph (proof graphs are not silently off)
+        self.sample_graph_replays = 0   # the same for sampling
         self.buckets = graph_buckets(self.max_rows)
         if self.device.type == "cuda" and not config.enforce_eager:
             self._capture_graphs()
@@ -101,12 +116,16 @@ class ModelRunner:
         for slot in self.slots:
             self._fill_decode_padding(slot, 0, self.max_rows)
             slot.meta.upload(slot.decode_nbytes)
+        if self.config.compile:
+            sampler.warmup(self.model_config.vocab_size, self.device)   # Gumbel-max as one compiled kernel
         torch.cuda.synchronize()
         # Warm every bucket up before capturing any: lazy inits, autotuning and torch.compile's recompiles
         # (static first shape, then dynamic) all settle, so every graph captures the same final kernels.
         for b in reversed(self.buckets):
             for slot in self.slots:
                 self._decode_body(slot, b)
+                for all_greedy, masked in SAMPLING_GRAPH_VARIANTS:
+                    self._sample_body(slot, b, (all_greedy, False, False, 0), masked)
         torch.cuda.synchronize()
         for b in reversed(self.buckets):       # largest first, so smaller graphs reuse its pool memory
             for slot in self.slots:
@@ -117,6 +136,15 @@ class ModelRunner:
                     self._decode_body(slot, b)
                 pool = graph.pool() if pool is None else pool
                 self.graphs[slot.index][b] = graph
+                for all_greedy, masked in SAMPLING_GRAPH_VARIANTS:
+                    graph = torch.cuda.CUDAGraph()
+                    with torch.cuda.graph(graph, pool=pool):
+                        # Timestamps from inside the graph, as for the forward: an event recorded around a
+                        # ~20 us kernel sequence on the stream adds ~1.5 us at each edge.
+                        slot.ev_graph_sample_start.event.record()
+                        self._sample_body(slot, b, (all_greedy, False, False, 0), masked)
+                        slot.ev_graph_sample_end.event.record()
+                    self.sample_graphs[slot.index][(b, all_greedy, masked)] = graph
         torch.cuda.synchronize()
 
     # -- device work (enqueued on the compute stream) ------------------------------------------------
@@ -134,14 +162,14 @@ class ModelRunner:
         hidden = self.model(d["p_input_ids"][:n_tokens], d["p_positions"][:n_tokens], meta)
         slot.logits[:n_seqs].copy_(self.model.compute_logits(hidden[d["p_last_index"][:n_seqs]]))
 
-    def _sample_body(self, slot: DecodeSlot, n: int, flags: tuple[bool, bool, bool, int], masked: bool,
-                     step_id: int) -> None:
+    def _sample_body(self, slot: DecodeSlot, n: int, flags: tuple[bool, bool, bool, int], masked: bool) -> None:
+        """Samples rows [0, n); everything it reads is on the device, so a graph can capture it per bucket."""
         d = slot.meta.d
         batch = SamplingBatch(d["temperature"][:n], d["top_k"][:n], d["top_p"][:n], d["seed"][:n],
                               d["counter"][:n], *flags)
         ids = sample(slot.logits[:n], batch, slot.mask_dev[:n] if masked else None)
-        slot.sampled[:n].copy_(ids)
-        slot.sampled[n].fill_(step_id)                    # the tag commit checks (I6)
+        slot.sampled[:1].copy_(d["step_id"])              # the tag commit checks (I6)
+        slot.sampled[1:n + 1].copy_(ids)
         self.pending.index_copy_(0, d["rows"][:n], ids)   # the next forward reads its input from here
 
     # -- the three phases ----------------------------------------------------------------------------
@@ -150,6 +178,7 @@ class ModelRunner:
         seqs, n = step.seqs, len(step.seqs)
         h = slot.meta.np
         h["rows"][:n] = [s.row for s in seqs]
+        h["rows"][n:] = self.pad_row     # rows a bucket-sized graph samples past the batch land in the pad row
         self._fill_sampling(slot, step)
         if step.kind == "decode":
             sampled_pos = [s.num_launched - 1 for s in seqs]
@@ -203,6 +232,7 @@ class ModelRunner:
         h["top_p"][:n] = [p.top_p for p in params]
         h["seed"][:n] = [s.seed for s in seqs]
         h["counter"][:n] = [s.num_launched - 1 - s.num_prompt_tokens for s in seqs]
+        h["step_id"][0] = step.step_id
         # Host-side facts the sampler branches on, so it never reads device data to decide.
         step.info["flags"] = (all(p.temperature == 0 for p in params), any(p.top_k > 0 for p in params),
                               any(p.top_p < 1.0 for p in params), max(p.top_k for p in params))
@@ -222,10 +252,17 @@ class ModelRunner:
                 copy.submit(lambda: slot.mask_dev[:n].copy_(slot.mask_host[:n], non_blocking=True))
                 copy.record(slot.ev_mask_ready)
                 compute.wait(slot.ev_mask_ready)
+        flags, graphs = step.info["flags"], self.sample_graphs[slot.index]
+        variant = sampling_variant(flags, masked)
+        bucket = next((b for b in self.buckets if b >= n), None) if graphs and variant else None
+        step.info["sample_graph"] = bucket is not None
         with phases.range("sampling", step.step_id):
-            compute.record(slot.ev_sample_start)
-            flags = step.info["flags"]
-            compute.submit(lambda: self._sample_body(slot, n, flags, masked, step.step_id))
+            if bucket is not None:
+                self.sample_graph_replays += 1
+                compute.submit(graphs[(bucket, *variant)].replay)
+            else:
+                compute.record(slot.ev_sample_start)
+                compute.submit(lambda: self._sample_body(slot, n, flags, masked))
             compute.record(slot.ev_done)
         with phases.range("copy_d2h", step.step_id):
             copy.wait(slot.ev_done)     # anchored to exactly this step's outputs, nothing queued behind them
@@ -243,8 +280,9 @@ class ModelRunner:
         # On an idle stream ev_forward_start fires at once, before the host has even launched the graph; the
         # graph's own first node says when its work started (so launch latency is bubble, not forward).
         start = (s.ev_graph_start if step.info.get("graph") else s.ev_forward_start).time_ns()
-        return ((start, s.ev_forward_end.time_ns()),
-                (s.ev_sample_start.time_ns(), s.ev_done.time_ns()))
+        sampling = ((s.ev_graph_sample_start, s.ev_graph_sample_end) if step.info.get("sample_graph")
+                    else (s.ev_sample_start, s.ev_done))
+        return (start, s.ev_forward_end.time_ns()), (sampling[0].time_ns(), sampling[1].time_ns())
 
     def close(self) -> None:
         self.streams.synchronize()

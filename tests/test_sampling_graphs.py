@@ -1,0 +1,56 @@
+"""Sampling replayed from per-bucket CUDA graphs gives the tokens eager sampling gives (GPU only)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine.constraints import parse_output
+from engine.loader import load_model
+from engine.model_runner import sampling_variant
+from engine.sampling_params import SamplingParams
+from tests.engine_helpers import Req, make_engine, run_script
+
+
+def test_sampling_variants_with_graphs():
+    greedy, sampled, top_k, top_p = ((True, False, False, 0), (False, False, False, 0), (False, True, False, 5),
+                                     (False, False, True, 0))
+    assert sampling_variant(greedy, False) == (True, False)
+    assert sampling_variant(sampled, True) == (False, True)
+    assert sampling_variant(top_k, False) is None and sampling_variant(top_p, True) is None  # sampled eagerly
+
+
+def _requests(vocab_size: int) -> list[Req]:
+    g = torch.Generator().manual_seed(3)
+    kinds = [dict(), dict(temperature=0.8, seed=11), dict(temperature=1.0, seed=5, constraint="detect"),
+             dict(temperature=0.0, constraint="point"), dict(temperature=1.0, top_k=20, seed=2)]
+    reqs = []
+    for i in range(10):   # 10 rows: buckets 1..16 see padded rows
+        prompt = torch.randint(3, vocab_size, (int(torch.randint(3, 20, (1,), generator=g)),), generator=g)
+        params = SamplingParams(max_tokens=12 + i, ignore_eos=True, **kinds[i % len(kinds)])
+        reqs.append(Req(f"r{i}", prompt.tolist(), params, arrive_tick=i // 3))
+    return reqs
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("depth", [1, 2])
+def test_graph_sampling_matches_eager(depth):
+    loaded = load_model("tiny-llama", dtype="bf16", device="cuda", attention_backend="torch", seed=7)
+    cfg = loaded.config
+    reqs = _requests(cfg.vocab_size)
+    outcomes, captured, replays = {}, {}, {}
+    for eager in (True, False):
+        engine = make_engine(loaded, device="cuda", depth=depth, enforce_eager=eager, block_size=16,
+                             num_kv_blocks=64, max_num_seqs=16)
+        outcomes[eager] = run_script(engine, reqs)
+        captured[eager] = sum(len(g) for g in engine.runner.sample_graphs)
+        replays[eager] = engine.runner.sample_graph_replays
+        engine.close()
+    assert captured[True] == replays[True] == 0
+    assert captured[False] == 2 * len(engine.runner.buckets) * 4      # slots x buckets x variants
+    assert replays[False] > 0                 # top-k rows fall back to eager sampling, the others replay
+    assert outcomes[False].tokens == outcomes[True].tokens
+    for r in reqs:
+        if r.params.constraint is not None:
+            parse_output(r.params.constraint, outcomes[False].tokens[r.rid], vocab_size=cfg.vocab_size,
+                         eos_token_ids=cfg.eos_token_ids)
