@@ -39,6 +39,7 @@ def run_and_profile(
     repeats: int = typer.Option(1, help="Repeats of the whole sweep."),
     constraint: str = typer.Option(None, help="point or detect: constrain every request."),
     max_model_len: int = typer.Option(512, help="Longest sequence."),
+    attention_backend: str = typer.Option("auto", help="auto, torch, flash-attn or triton."),
     out: Path = typer.Option(None, help="Run directory (default reports/<timestamp>/)."),
     nsys: bool = typer.Option(None, "--nsys/--no-nsys", help="Force or forbid nsys (default: use it when found)."),
 ) -> None:
@@ -53,7 +54,8 @@ def run_and_profile(
                      depths=_ints(depths, "depths"), streams=_ints(streams, "streams"),
                      output_len_mean=output_len_mean, requests_per_stream=requests_per_stream,
                      prompt_len=prompt_len, repeats=repeats, constraint=constraint,
-                     constrained_share=1.0 if constraint else 0.0, max_model_len=max_model_len)
+                     constrained_share=1.0 if constraint else 0.0, max_model_len=max_model_len,
+                     attention_backend=attention_backend)
     out = out or Path("reports") / time.strftime("%Y%m%d-%H%M%S")
     configs = spec.configs()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
