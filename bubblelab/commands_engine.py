@@ -44,7 +44,7 @@ def run(
     enforce_eager: bool = typer.Option(False, help="Disable CUDA graphs."),
     compile: bool = typer.Option(None, "--compile/--no-compile",
                                  help="torch.compile the fused elementwise ops (default: on for CUDA, off for CPU)."),
-    attention_backend: str = typer.Option("auto", help="auto, torch or flash-attn."),
+    attention_backend: str = typer.Option("auto", help="auto, torch, flash-attn or triton."),
     json_path: Path = typer.Option(None, "--json", help="Write every request's token ids and the summary here."),
 ) -> None:
     """Run a workload through the engine and print throughput, step time and prefill vs decode time."""

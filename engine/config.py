@@ -102,7 +102,7 @@ class EngineConfig:
     kv_cache_bytes: int = 256 << 20    # CPU pool budget
     gpu_memory_utilization: float = 0.85
     num_kv_blocks: int | None = None   # explicit pool size (tests use it to force preemption)
-    attention_backend: str = "auto"    # auto | torch | flash-attn
+    attention_backend: str = "auto"    # auto | torch | flash-attn | triton
     enforce_eager: bool = False        # True: no CUDA graphs
     compile: bool | None = None        # torch.compile the fused elementwise ops; None: on for CUDA, off for CPU
     seed: int = 0                      # weights of random presets
@@ -112,9 +112,9 @@ class EngineConfig:
         if self.depth not in (1, 2):
             raise BubblelabError(f"depth must be 1 (blocking) or 2 (pipelined), got {self.depth}")
         parse_dtype(self.dtype)
-        if self.attention_backend not in ("auto", "torch", "flash-attn"):
+        if self.attention_backend not in ("auto", "torch", "flash-attn", "triton"):
             raise BubblelabError(f"unknown attention backend {self.attention_backend!r}; "
-                                 "choose auto, torch or flash-attn")
+                                 "choose auto, torch, flash-attn or triton")
 
     def with_(self, **kw) -> "EngineConfig":
         return replace(self, **kw)

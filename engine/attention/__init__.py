@@ -1,5 +1,9 @@
-"""Attention backends: `select_backend(name, device)` picks flash-attn on CUDA when it imports, else torch."""
+"""Attention backends: `select_backend(name, device)` picks flash-attn on CUDA when it imports, else the Triton
+paged decode kernel on CUDA when Triton is usable, else torch."""
 from __future__ import annotations
+
+import os
+import shutil
 
 import torch
 
@@ -18,11 +22,27 @@ def _flash_attn_importable() -> bool:
     return True
 
 
+def _triton_problem() -> str | None:
+    """Why the Triton backend cannot run here, or None. Triton builds its launcher with a C compiler at first use."""
+    try:
+        import triton  # noqa: F401
+    except ImportError as exc:
+        return f"`import triton` fails ({exc})"
+    if not any(shutil.which(cc) for cc in (os.environ.get("CC"), "gcc", "clang") if cc):
+        return "Triton needs a C compiler (gcc, clang or $CC) to build its kernel launcher"
+    return None
+
+
 def select_backend(name: str, device: torch.device | str) -> AttentionBackend:
-    """"auto" = flash-attn when it imports and the device is CUDA, else torch."""
+    """"auto" on CUDA = flash-attn when it imports, else triton when usable, else torch; torch off CUDA."""
     is_cuda = torch.device(device).type == "cuda"
     if name == "auto":
-        name = "flash-attn" if is_cuda and _flash_attn_importable() else "torch"
+        if is_cuda and _flash_attn_importable():
+            name = "flash-attn"
+        elif is_cuda and _triton_problem() is None:
+            name = "triton"
+        else:
+            name = "torch"
     if name == "torch":
         from engine.attention.torch_backend import TorchAttention
         return TorchAttention()
@@ -34,4 +54,14 @@ def select_backend(name: str, device: torch.device | str) -> AttentionBackend:
                                  "install flash-attn or use --attention-backend torch")
         from engine.attention.flash_backend import FlashAttention
         return FlashAttention()
-    raise BubblelabError(f"unknown attention backend {name!r}; choose auto, torch or flash-attn")
+    if name == "triton":
+        # Off CUDA only the Triton interpreter (TRITON_INTERPRET=1) could run it: far too slow for an engine.
+        if not is_cuda:
+            raise BubblelabError(f"attention backend triton needs a CUDA device, got {device}")
+        problem = _triton_problem()
+        if problem:
+            raise BubblelabError(f"attention backend triton requested but {problem}; "
+                                 "fix that or use --attention-backend torch")
+        from engine.attention.triton_backend import TritonAttention
+        return TritonAttention()
+    raise BubblelabError(f"unknown attention backend {name!r}; choose auto, torch, flash-attn or triton")
