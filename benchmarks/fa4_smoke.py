@@ -1,0 +1,423 @@
+"""One GPU call that says whether flash-attn-4 (CuTe DSL) works here, for the engine and for nano-vllm.
+
+Run after benchmarks/unstage_flash_attn.sh has extracted the staged tree and its env.sh is sourced:
+
+    source .device/remote-setup.sh && bash benchmarks/unstage_flash_attn.sh && source /tmp/fa4site/env.sh \
+        && python benchmarks/fa4_smoke.py --out $OUT
+
+Stages (each in its own try/except, one line each, full traceback in the JSON; JSON rewritten after every
+stage so a timeout still leaves the finished ones in --out):
+  env            versions (torch, CUDA, driver, cutlass-dsl, FA4, quack, tvm-ffi, cuda-bindings, ...)
+  import         cutlass, cutlass.cute, flash_attn (the FA2-API shim, on by default), flash_attn.cute
+  prefill        varlen causal, qwen3-like (32 q heads, 8 kv heads, D=128, bf16) vs SDPA; compile + timing
+  decode_p{N}    paged decode via page_table for page sizes N (128 = the SM90 TMA path), vs SDPA; timing
+  decode_pad-1   page_table padded with -1 and unused pages full of NaN (what nano-vllm hands over)
+  decode_len0    rows with seqused_k = 0 (padded CUDA-graph rows) must come out finite
+  decode_graph   CUDA-graph capture of the decode call, replayed with new lengths and tables
+  default_cuda   prefill with torch.set_default_device("cuda") (how nano-vllm runs its warm-up)
+  shim           flash_attn.flash_attn_varlen_func (plain and paged prefix-cache form), flash_attn_with_kvcache
+  engine_backend benchmarks/flash_backend_fa4.FlashAttention4 against engine.attention's TorchAttention
+  nanovllm       nano-vllm generate on seeded random qwen3-0.6b weights through the shim (--skip-nanovllm)
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import importlib.metadata as md
+import json
+import math
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIM = ROOT / "benchmarks" / "flash_attn_shim"
+H, HKV, D = 32, 8, 128
+DTYPE = torch.bfloat16
+TOL = 3e-2   # bf16 outputs up to ~4 (1-token rows copy v): rounding alone reaches ~1e-2; a masking bug is O(0.1)
+
+
+class Report:
+    def __init__(self, out: Path | None, budget_s: float) -> None:
+        self.out, self.deadline, self.t0 = out, time.monotonic() + budget_s, time.monotonic()
+        self.stages: dict[str, dict] = {}
+
+    @contextlib.contextmanager
+    def stage(self, name: str):
+        rec: dict = {"ok": False}
+        self.stages[name] = rec
+        t = time.perf_counter()
+        if time.monotonic() > self.deadline:
+            rec["skipped"] = "past --budget-s"
+            print(f"[skip] {name}: past the time budget", flush=True)
+            self.save()
+            yield None
+            return
+        try:
+            yield rec
+            rec["ok"] = rec.get("ok_override", True)
+        except Exception as exc:  # noqa: BLE001 - every failure is a finding, reported and not raised
+            rec["error"] = f"{type(exc).__name__}: {exc}".strip()
+            rec["traceback"] = traceback.format_exc()
+        rec.pop("ok_override", None)
+        rec["seconds"] = round(time.perf_counter() - t, 2)
+        detail = rec.get("summary", "") if rec["ok"] else rec.get("error", "").splitlines()[0][:300]
+        print(f"[{'ok' if rec['ok'] else 'FAIL'}] {name} ({rec['seconds']} s): {detail}", flush=True)
+        if not rec["ok"]:
+            print(rec["traceback"][-3000:], flush=True)
+        self.save()
+
+    def save(self) -> None:
+        if self.out:
+            self.out.mkdir(parents=True, exist_ok=True)
+            (self.out / "fa4_smoke.json").write_text(json.dumps(self.stages, indent=1, default=str))
+
+
+def cuda_time_ms(fn, reps: int = 20) -> float:
+    """Median of per-call CUDA-event times after one untimed call."""
+    fn()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return sorted(times)[len(times) // 2]
+
+
+def ref_attn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+    """[Sq, H, D] x [Sk, Hkv, D] causal, aligned bottom-right (as FA), in fp32."""
+    sq, sk = q.shape[0], k.shape[0]
+    mask = torch.ones(sq, sk, dtype=torch.bool, device=q.device).tril(diagonal=sk - sq)
+    o = F.scaled_dot_product_attention(*(x.float().transpose(0, 1) for x in (q, k, v)), attn_mask=mask,
+                                       scale=scale, enable_gqa=True)
+    return o.transpose(0, 1)
+
+
+def max_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((out.float() - ref.float()).abs().max())
+
+
+def check(rec: dict, err: float, what: str) -> None:
+    rec[f"max_abs_err_{what}"] = err
+    if not math.isfinite(err) or err > TOL:
+        raise AssertionError(f"{what}: max abs error {err:.3g} > {TOL} (or not finite)")
+
+
+def make_paged(lens: list[int], page: int, pad: int, nan_unused: bool, gen: torch.Generator):
+    """K/V cache [pages, page, HKV, D] holding each sequence's keys on shuffled pages; table [B, max_pages]."""
+    need = [-(-n // page) for n in lens]
+    total = sum(need) + 4   # spare pages that nobody uses
+    perm = torch.randperm(total, generator=gen).tolist()
+    width = max(max(need), 1) + 2
+    table = torch.full((len(lens), width), pad, dtype=torch.int32)
+    k_cache = torch.randn(total, page, HKV, D, generator=gen).to(DTYPE)
+    v_cache = torch.randn(total, page, HKV, D, generator=gen).to(DTYPE)
+    used = set()
+    start = 0
+    for b, n in enumerate(need):
+        table[b, :n] = torch.tensor(perm[start:start + n], dtype=torch.int32)
+        used.update(perm[start:start + n])
+        start += n
+    if nan_unused:   # FA4 promises unused pages may hold anything, NaN included
+        for p in set(range(total)) - used:
+            k_cache[p] = float("nan")
+            v_cache[p] = float("nan")
+    return k_cache.cuda(), v_cache.cuda(), table.cuda()
+
+
+def gather_ref(q: torch.Tensor, k_cache, v_cache, table, lens: list[int], scale: float) -> torch.Tensor:
+    out = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    page = k_cache.shape[1]
+    for b, n in enumerate(lens):
+        if n == 0:
+            continue
+        pages = table[b, :-(-n // page)].long()
+        kb, vb = (c[pages].flatten(0, 1)[:n] for c in (k_cache, v_cache))
+        out[b] = ref_attn(q[b], kb, vb, scale)
+    return out
+
+
+def stage_env(rep: Report) -> None:
+    with rep.stage("env") as rec:
+        if rec is None:
+            return
+        rec["python"] = sys.version.split()[0]
+        rec["torch"], rec["torch_cuda"] = torch.__version__, torch.version.cuda
+        rec["PYTHONPATH"] = os.environ.get("PYTHONPATH", "")
+        wanted = ("flash", "cutlass", "quack", "tvm", "cuda", "nvidia", "einops", "xxhash", "nano", "triton",
+                  "transformers", "safetensors")
+        rec["dists"] = {d.metadata["Name"]: d.version for d in md.distributions()
+                        if d.metadata["Name"] and any(w in d.metadata["Name"].lower() for w in wanted)}
+        with contextlib.suppress(Exception):
+            from cuda.bindings import driver
+            rec["driver_cuda"] = driver.cuDriverGetVersion()[1]
+        rec["device"] = torch.cuda.get_device_name()   # last: without a GPU the versions above still land
+        rec["capability"] = torch.cuda.get_device_capability()
+        rec["summary"] = (f"{rec['device']} sm_{''.join(map(str, rec['capability']))}, torch {torch.__version__} "
+                          f"(CUDA {torch.version.cuda}), driver {rec.get('driver_cuda')}, "
+                          f"FA4 {rec['dists'].get('flash-attn-4')}, "
+                          f"cutlass-dsl {rec['dists'].get('nvidia-cutlass-dsl-libs-core')}")
+
+
+def stage_import(rep: Report) -> object | None:
+    fa4 = None
+    with rep.stage("import") as rec:
+        if rec is None:
+            return None
+        for name in ("cutlass", "cutlass.cute", "flash_attn", "flash_attn.cute"):
+            t = time.perf_counter()
+            mod = importlib.import_module(name)
+            rec[name] = {"file": str(getattr(mod, "__file__", None) or list(getattr(mod, "__path__", []))),
+                         "s": round(time.perf_counter() - t, 2)}
+        import cutlass
+        rec["cutlass_version"] = getattr(cutlass, "__version__", None)
+        fa4 = importlib.import_module("flash_attn.cute").flash_attn_varlen_func
+        rec["summary"] = f"flash_attn.cute from {rec['flash_attn.cute']['file']}"
+    return fa4
+
+
+def stage_prefill(rep: Report, fa4, name: str = "prefill", default_cuda: bool = False) -> None:
+    with rep.stage(name) as rec:
+        if rec is None:
+            return
+        gen = torch.Generator().manual_seed(0)
+        lens = [1, 7, 128, 333, 1024, 2048]
+        cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), dtype=torch.int32).cuda()
+        q, k, v = (torch.randn(sum(lens), h, D, generator=gen).to(DTYPE).cuda() for h in (H, HKV, HKV))
+        scale = D ** -0.5
+        ctx = torch.device("cuda") if default_cuda else contextlib.nullcontext()
+
+        def run():
+            with ctx:
+                return fa4(q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=max(lens),
+                           max_seqlen_k=max(lens), softmax_scale=scale, causal=True)[0]
+        t = time.perf_counter()
+        out = run()
+        torch.cuda.synchronize()
+        rec["first_call_s"] = round(time.perf_counter() - t, 2)
+        ref = torch.cat([ref_attn(q[a:b], k[a:b], v[a:b], scale) for a, b in zip(cu[:-1].tolist(), cu[1:].tolist())])
+        check(rec, max_err(out, ref), "vs_sdpa")
+        rec["ms"] = cuda_time_ms(run)
+        flops = sum(4 * n * (n + 1) / 2 * D * H for n in lens)
+        rec["tflops"] = round(flops / rec["ms"] / 1e9, 1)
+        rec["summary"] = (f"tokens {sum(lens)}: err {rec['max_abs_err_vs_sdpa']:.2g}, first call "
+                          f"{rec['first_call_s']} s, {rec['ms']:.3f} ms ({rec['tflops']} TFLOP/s)")
+
+
+def stage_decode(rep: Report, fa4, page: int, name: str, pad: int = 0, nan_unused: bool = False,
+                 zero_rows: bool = False, batch: int = 64) -> None:
+    with rep.stage(name) as rec:
+        if rec is None:
+            return
+        gen = torch.Generator().manual_seed(page)
+        lens = torch.randint(1, 2049, (batch,), generator=gen).tolist()
+        if zero_rows:
+            lens[-4:] = [0, 0, 0, 0]
+        k_cache, v_cache, table = make_paged(lens, page, pad, nan_unused, gen)
+        q = torch.randn(batch, 1, H, D, generator=gen).to(DTYPE).cuda()
+        seqused = torch.tensor(lens, dtype=torch.int32).cuda()
+        scale = D ** -0.5
+
+        def run():
+            return fa4(q, k_cache, v_cache, seqused_k=seqused, page_table=table, softmax_scale=scale, causal=True)[0]
+        t = time.perf_counter()
+        out = run()
+        torch.cuda.synchronize()
+        rec["first_call_s"] = round(time.perf_counter() - t, 2)
+        check(rec, max_err(out, gather_ref(q, k_cache, v_cache, table, lens, scale)), "vs_sdpa")
+        rec["ms"] = cuda_time_ms(run)
+        kv_bytes = sum(lens) * HKV * D * 2 * 2
+        rec["GBps"] = round(kv_bytes / rec["ms"] / 1e6, 1)
+        rec["summary"] = (f"B={batch} page={page} pad={pad}: err {rec['max_abs_err_vs_sdpa']:.2g}, first call "
+                          f"{rec['first_call_s']} s, {rec['ms']:.3f} ms ({rec['GBps']} GB/s of KV)")
+
+
+def stage_decode_graph(rep: Report, fa4, page: int = 128, batch: int = 64) -> None:
+    with rep.stage("decode_graph") as rec:
+        if rec is None:
+            return
+        gen = torch.Generator().manual_seed(7)
+        lens = torch.randint(1, 2049, (batch,), generator=gen).tolist()
+        k_cache, v_cache, table = make_paged(lens, page, 0, False, gen)
+        q = torch.randn(batch, 1, H, D, generator=gen).to(DTYPE).cuda()
+        seqused = torch.tensor(lens, dtype=torch.int32).cuda()
+        scale = D ** -0.5
+        static_table = table.clone()
+        out = fa4(q, k_cache, v_cache, seqused_k=seqused, page_table=static_table, softmax_scale=scale,
+                  causal=True)[0]   # warm-up / compile outside capture
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = fa4(q, k_cache, v_cache, seqused_k=seqused, page_table=static_table, softmax_scale=scale,
+                      causal=True)[0]
+        # Replay with other lengths (shorter, so the same pages suffice) and a permuted table.
+        new_lens = [max(1, n // 2) for n in lens]
+        perm = torch.randperm(batch, generator=gen)
+        seqused.copy_(torch.tensor(new_lens, dtype=torch.int32)[perm])
+        static_table.copy_(table[perm.cuda()])
+        q.copy_(torch.randn(batch, 1, H, D, generator=gen).to(DTYPE))
+        graph.replay()
+        torch.cuda.synchronize()
+        ref = gather_ref(q, k_cache, v_cache, static_table, seqused.tolist(), scale)
+        check(rec, max_err(out, ref), "replay_vs_sdpa")
+        rec["replay_ms"] = cuda_time_ms(graph.replay)
+        rec["summary"] = f"captured, replay err {rec['max_abs_err_replay_vs_sdpa']:.2g}, {rec['replay_ms']:.3f} ms"
+
+
+def stage_shim(rep: Report) -> None:
+    with rep.stage("shim") as rec:
+        if rec is None:
+            return
+        shim = importlib.import_module("flash_attn")
+        if not hasattr(shim, "flash_attn_with_kvcache"):
+            raise RuntimeError(f"`flash_attn` is not the shim ({shim}); run without --no-shim")
+        rec["backend"] = shim.backend()
+        gen = torch.Generator().manual_seed(3)
+        scale, page = D ** -0.5, 256   # nano-vllm's kvcache_block_size must be a multiple of 256
+        lens = [5, 300, 777]
+        cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), dtype=torch.int32).cuda()
+        q, k, v = (torch.randn(sum(lens), h, D, generator=gen).to(DTYPE).cuda() for h in (H, HKV, HKV))
+        out = shim.flash_attn_varlen_func(q, k, v, max_seqlen_q=max(lens), cu_seqlens_q=cu, max_seqlen_k=max(lens),
+                                          cu_seqlens_k=cu, softmax_scale=scale, causal=True)
+        ref = torch.cat([ref_attn(q[a:b], k[a:b], v[a:b], scale) for a, b in zip(cu[:-1].tolist(), cu[1:].tolist())])
+        check(rec, max_err(out, ref), "varlen")
+        # Prefix cache: keys of the whole sequence are paged, queries are only the uncached suffix.
+        klens, qlens = [600, 300, 1000], [88, 300, 1]
+        k_cache, v_cache, table = make_paged(klens, page, -1, True, gen)
+        cu_q = torch.tensor([0] + list(torch.tensor(qlens).cumsum(0)), dtype=torch.int32).cuda()
+        cu_k = torch.tensor([0] + list(torch.tensor(klens).cumsum(0)), dtype=torch.int32).cuda()
+        qs = torch.randn(sum(qlens), H, D, generator=gen).to(DTYPE).cuda()
+        out = shim.flash_attn_varlen_func(qs, k_cache, v_cache, max_seqlen_q=max(qlens), cu_seqlens_q=cu_q,
+                                          max_seqlen_k=max(klens), cu_seqlens_k=cu_k, softmax_scale=scale,
+                                          causal=True, block_table=table)
+        refs = []
+        for b, (nq, nk) in enumerate(zip(qlens, klens)):
+            pages = table[b, :-(-nk // page)].long()
+            kb, vb = (c[pages].flatten(0, 1)[:nk] for c in (k_cache, v_cache))
+            refs.append(ref_attn(qs[cu_q[b]:cu_q[b + 1]], kb, vb, scale))
+        check(rec, max_err(out, torch.cat(refs)), "prefix_cache")
+        qd = torch.randn(len(klens), 1, H, D, generator=gen).to(DTYPE).cuda()
+        seqlens = torch.tensor(klens, dtype=torch.int32).cuda()
+        out = shim.flash_attn_with_kvcache(qd, k_cache, v_cache, cache_seqlens=seqlens, block_table=table,
+                                           softmax_scale=scale, causal=True)
+        check(rec, max_err(out, gather_ref(qd, k_cache, v_cache, table, klens, scale)), "kvcache")
+        rec["summary"] = f"backend {rec['backend']}: varlen, prefix-cache varlen and kvcache (page 256) match SDPA"
+
+
+def stage_engine_backend(rep: Report, page: int = 128) -> None:
+    with rep.stage("engine_backend") as rec:
+        if rec is None:
+            return
+        sys.path.insert(0, str(ROOT))
+        from benchmarks.flash_backend_fa4 import FlashAttention4
+        from engine.attention.metadata import AttentionMetadata
+        from engine.attention.torch_backend import TorchAttention
+        gen = torch.Generator().manual_seed(11)
+        fa, ta, scale = FlashAttention4(), TorchAttention(), D ** -0.5
+        lens = [3, 200, 513]
+        meta = AttentionMetadata.for_prompts(lens, "cuda")
+        q, k, v = (torch.randn(sum(lens), h, D, generator=gen).to(DTYPE).cuda() for h in (H, HKV, HKV))
+        check(rec, max_err(fa.forward(q, k, v, None, None, meta, scale), ta.forward(q, k, v, None, None, meta, scale)),
+              "prefill")
+        ctx = [1, 129, 1500, 2048]
+        k_cache, v_cache, table = make_paged(ctx, page, 0, False, gen)
+        dmeta = AttentionMetadata(is_prefill=False, context_lens=torch.tensor(ctx, dtype=torch.int32).cuda(),
+                                  block_tables=table)
+        qd = torch.randn(len(ctx), H, D, generator=gen).to(DTYPE).cuda()
+        got = fa.forward(qd, None, None, k_cache, v_cache, fa.prepare(dmeta, k_cache, DTYPE), scale)
+        want = ta.forward(qd, None, None, k_cache, v_cache, ta.prepare(dmeta, k_cache, DTYPE), scale)
+        check(rec, max_err(got, want), "decode")
+        rec["summary"] = f"FlashAttention4 == TorchAttention (prefill, decode page {page})"
+
+
+def stage_nanovllm(rep: Report, model_dir: Path) -> None:
+    with rep.stage("nanovllm") as rec:
+        if rec is None:
+            return
+        sys.path.insert(0, str(ROOT))
+        from types import SimpleNamespace
+        from safetensors.torch import save_file
+        from engine.export import to_hf
+        from engine.loader import load_model
+        if not (model_dir / "config.json").exists():   # seeded random qwen3-0.6b in HF layout
+            loaded = load_model("qwen3-0.6b", dtype="bf16", device="cuda", seed=0)
+            raw, state = to_hf(loaded)
+            model_dir.mkdir(parents=True, exist_ok=True)
+            # a copy gives every split view its own storage (safetensors refuses shared ones)
+            save_file({n: t.detach().to("cpu", copy=True).contiguous() for n, t in state.items()},
+                      str(model_dir / "model.safetensors"))
+            (model_dir / "config.json").write_text(json.dumps(raw))
+            del loaded, state
+            torch.cuda.empty_cache()
+        import nanovllm.models.qwen3 as nq
+        from nanovllm import LLM, SamplingParams
+        orig_get_rope = nq.get_rope
+
+        def get_rope(*args, rope_scaling=None, **kw):   # transformers 5 reports rope_parameters here
+            if isinstance(rope_scaling, dict) and rope_scaling.get("rope_type", "default") == "default":
+                rope_scaling = None
+            return orig_get_rope(*args, rope_scaling=rope_scaling, **kw)
+        nq.get_rope = get_rope
+        t = time.perf_counter()
+        llm = LLM(str(model_dir), tokenizer=SimpleNamespace(eos_token_id=-1, decode=lambda ids: ""),
+                  enforce_eager=False, max_model_len=1024,
+                  max_num_batched_tokens=4096, max_num_seqs=32, gpu_memory_utilization=0.6)
+        rec["init_s"] = round(time.perf_counter() - t, 1)
+        gen = torch.Generator().manual_seed(5)
+        prompts = [torch.randint(0, 1000, (32,), generator=gen).tolist() for _ in range(32)]
+        params = SamplingParams(temperature=1.0, max_tokens=128, ignore_eos=True)
+        llm.generate(prompts[:2], params, use_tqdm=False)   # warm-up
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        outs = llm.generate(prompts, params, use_tqdm=False)
+        torch.cuda.synchronize()
+        wall = time.perf_counter() - t
+        n_tok = sum(len(o["token_ids"]) for o in outs)
+        rec.update(wall_s=round(wall, 2), tokens=n_tok, e2e_tok_s=round(n_tok / wall, 1))
+        rec["summary"] = (f"32 x 128 tokens in {wall:.2f} s ({rec['e2e_tok_s']} tok/s e2e, init "
+                          f"{rec['init_s']} s incl. compile + graphs)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--budget-s", type=float, default=480, help="skip stages that would start after this")
+    ap.add_argument("--no-shim", action="store_true", help="import flash-attn-4 without the FA2-API shim")
+    ap.add_argument("--skip-nanovllm", action="store_true")
+    ap.add_argument("--pages", default="128,256,16", help="decode page sizes to try")
+    ap.add_argument("--model-dir", type=Path, default=Path("/tmp/nanovllm-qwen3-0.6b"))
+    args = ap.parse_args()
+    if not args.no_shim:
+        sys.path.insert(0, str(SHIM))   # a regular `flash_attn` whose __path__ also reaches flash_attn/cute
+    rep = Report(args.out, args.budget_s)
+    stage_env(rep)
+    fa4 = stage_import(rep)
+    if fa4 is not None:
+        stage_prefill(rep, fa4)
+        for page in (int(p) for p in args.pages.split(",")):
+            stage_decode(rep, fa4, page, f"decode_p{page}")
+        stage_decode(rep, fa4, 128, "decode_pad-1", pad=-1, nan_unused=True)
+        stage_decode(rep, fa4, 128, "decode_len0", zero_rows=True)
+        stage_decode_graph(rep, fa4)
+        stage_prefill(rep, fa4, "default_cuda", default_cuda=True)
+        stage_engine_backend(rep)
+    if not args.no_shim:
+        stage_shim(rep)
+        if not args.skip_nanovllm:
+            stage_nanovllm(rep, args.model_dir)
+    ok = [n for n, r in rep.stages.items() if r.get("ok")]
+    print(f"fa4_smoke: {len(ok)}/{len(rep.stages)} stages ok in {time.monotonic() - rep.t0:.0f} s; "
+          f"failed: {[n for n in rep.stages if n not in ok]}", flush=True)
+    rep.save()
+
+
+if __name__ == "__main__":
+    main()
