@@ -88,14 +88,13 @@ class DecodeSlot:
         self.mask_host = torch.zeros(R, self.words, dtype=torch.int32, pin_memory=pin)
         self.mask_dev = torch.zeros(R, self.words, dtype=torch.int32, device=device)
         self.mask_np = self.mask_host.numpy()
-        # Events: forward start/end and sampling start/end on the compute stream, mask upload and result copy
+        # Events: forward start/end and sampling end on the compute stream, mask upload and result copy
         # on the copy stream. Re-recorded every time the slot is reused.
         self.ev_forward_start = streams.event()
         self.ev_graph_start = streams.event(external=True)   # recorded by the decode graph's first node
+        self.ev_graph_end = streams.event(external=True)     # and by its last
         self.ev_forward_end = streams.event()
-        self.ev_sample_start = streams.event()
-        self.ev_graph_sample_start = streams.event(external=True)  # first and last nodes of a sampling graph
-        self.ev_graph_sample_end = streams.event(external=True)
+        self.ev_graph_sample_end = streams.event(external=True)   # the last node of a sampling graph
         self.ev_done = streams.event()       # this step's outputs (sampled ids, pending tokens) are written
         self.ev_mask_ready = streams.event()
         self.ev_copied = streams.event()     # sampled ids have landed in sampled_host

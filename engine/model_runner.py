@@ -10,6 +10,8 @@ It turns a launched Step into device work in three calls that mirror the post:
 """
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import torch
 
@@ -134,16 +136,14 @@ class ModelRunner:
                     # A timestamp from inside the graph: when the replay's work really starts on the GPU.
                     slot.ev_graph_start.event.record()
                     self._decode_body(slot, b)
+                    slot.ev_graph_end.event.record()
                 pool = graph.pool() if pool is None else pool
                 self.graphs[slot.index][b] = graph
                 for all_greedy, masked in SAMPLING_GRAPH_VARIANTS:
                     graph = torch.cuda.CUDAGraph()
                     with torch.cuda.graph(graph, pool=pool):
-                        # Timestamps from inside the graph, as for the forward: an event recorded around a
-                        # ~20 us kernel sequence on the stream adds ~1.5 us at each edge.
-                        slot.ev_graph_sample_start.event.record()
                         self._sample_body(slot, b, (all_greedy, False, False, 0), masked)
-                        slot.ev_graph_sample_end.event.record()
+                        slot.ev_graph_sample_end.event.record()   # the last node: when the work ended
                     self.sample_graphs[slot.index][(b, all_greedy, masked)] = graph
         torch.cuda.synchronize()
 
@@ -257,11 +257,11 @@ class ModelRunner:
         bucket = next((b for b in self.buckets if b >= n), None) if graphs and variant else None
         step.info["sample_graph"] = bucket is not None
         with phases.range("sampling", step.step_id):
+            step.info["sampling_launched_ns"] = time.perf_counter_ns()
             if bucket is not None:
                 self.sample_graph_replays += 1
                 compute.submit(graphs[(bucket, *variant)].replay)
             else:
-                compute.record(slot.ev_sample_start)
                 compute.submit(lambda: self._sample_body(slot, n, flags, masked))
             compute.record(slot.ev_done)
         with phases.range("copy_d2h", step.step_id):
@@ -279,10 +279,16 @@ class ModelRunner:
         s = self.slots[step.slot]
         # On an idle stream ev_forward_start fires at once, before the host has even launched the graph; the
         # graph's own first node says when its work started (so launch latency is bubble, not forward).
-        start = (s.ev_graph_start if step.info.get("graph") else s.ev_forward_start).time_ns()
-        sampling = ((s.ev_graph_sample_start, s.ev_graph_sample_end) if step.info.get("sample_graph")
-                    else (s.ev_sample_start, s.ev_done))
-        return (start, s.ev_forward_end.time_ns()), (sampling[0].time_ns(), sampling[1].time_ns())
+        graph = step.info.get("graph")
+        start = (s.ev_graph_start if graph else s.ev_forward_start).time_ns()
+        forward_end = (s.ev_graph_end if graph else s.ev_forward_end).time_ns()
+        # Sampling starts when the GPU could start it: when the forward ended, or when the host launched it if
+        # that was later. Getting it going on the GPU (graph launch, the event between the two) is sampling's
+        # cost, not bubble; nsys spans read the same way (step_spans.sql). Events bracketing ~20 us of kernels
+        # would instead add ~1-3 us of their own.
+        sampling_start = max(forward_end, step.info["sampling_launched_ns"])
+        end = (s.ev_graph_sample_end if step.info.get("sample_graph") else s.ev_done).time_ns()
+        return (start, forward_end), (sampling_start, end)
 
     def close(self) -> None:
         self.streams.synchronize()

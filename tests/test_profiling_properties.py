@@ -2,7 +2,6 @@
 small integer clock, where every nanosecond can simply be enumerated."""
 from __future__ import annotations
 
-from collections import Counter
 
 import pytest
 from hypothesis import given, settings
@@ -146,19 +145,22 @@ def test_nsys_path_matches_brute_force(tmp_path_factory, trace):
         open_ranges = [(s, -e, n, k) for s, e, n, k in ranges if s <= at < e]
         assert (phase, step) == (max(open_ranges)[2:] if open_ranges else (None, None))
     steps = analysis.per_step(con, run)
-    # spans: forward ops on any stream; sampling ops on the compute stream (where most forward ops ran)
-    streams = Counter(stream for *_, phase, _, stream in ops if phase == "forward").most_common()
-    compute = streams[0][0] if len(streams) == 1 or streams and streams[0][1] > streams[1][1] else None
+    # spans: forward ops from first start to last end; sampling ops (any stream) from when the GPU could start
+    # them (the forward's end, or their first launch call if later; never after their first op) to last end
     for row in steps.itertuples():
-        parts = {"forward": [(g, e) for _, g, e, p, k, _ in ops if k == row.step and p == "forward"],
-                 "sampling": [(g, e) for _, g, e, p, k, s in ops if k == row.step and p in ("sampling", "mask")
-                              and s == compute]}
-        span = {p: max(e for _, e in iv) - min(g for g, _ in iv) if iv else 0 for p, iv in parts.items()}
+        forward = [(g, e) for _, g, e, p, k, _ in ops if k == row.step and p == "forward"]
+        sampling = [(a, g, e) for a, g, e, p, k, _ in ops if k == row.step and p == "sampling"]
+        span = {"forward": max(e for _, e in forward) - min(g for g, _ in forward) if forward else 0,
+                "sampling": 0}
+        if sampling:
+            first = min(g for _, g, _ in sampling)
+            ready = max(max(e for _, e in forward) if forward else first, min(a for a, _, _ in sampling))
+            span["sampling"] = max(e for *_, e in sampling) - min(first, ready)
         assert round(row.forward_ms * 1e6) == span["forward"]
-        if compute is not None:                 # a tie leaves the compute stream to DuckDB's choice
-            assert round(row.sampling_ms * 1e6) == span["sampling"]
-            gap = sum(span[p] - union_length(iv, 0, 10**9) for p, iv in parts.items())
-            assert round(row.kernel_gap_ms * 1e6) == gap
+        assert round(row.sampling_ms * 1e6) == span["sampling"]
+        gap = span["forward"] + span["sampling"] - union_length(forward, 0, 10**9) \
+            - union_length([(g, e) for _, g, e in sampling], 0, 10**9)
+        assert round(row.kernel_gap_ms * 1e6) == gap
     busy = [(g, e) for _, g, e, *_ in ops]
     for row in steps[steps.period_ms > 0].itertuples():   # random ops may start steps out of order
         lo, hi = row.gpu_start_ns, row.gpu_start_ns + round(row.period_ms * 1e6)

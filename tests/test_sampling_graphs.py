@@ -26,7 +26,7 @@ def _requests(vocab_size: int) -> list[Req]:
     reqs = []
     for i in range(10):   # 10 rows: buckets 1..16 see padded rows
         prompt = torch.randint(3, vocab_size, (int(torch.randint(3, 20, (1,), generator=g)),), generator=g)
-        params = SamplingParams(max_tokens=12 + i, ignore_eos=True, **kinds[i % len(kinds)])
+        params = SamplingParams(max_tokens=20 + i, ignore_eos=True, **kinds[i % len(kinds)])
         reqs.append(Req(f"r{i}", prompt.tolist(), params, arrive_tick=i // 3))
     return reqs
 
@@ -35,22 +35,23 @@ def _requests(vocab_size: int) -> list[Req]:
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("depth", [1, 2])
 def test_graph_sampling_matches_eager(depth):
+    """Same decode graphs in both engines, so only sampling differs (near-tie greedy tokens of random weights
+    would make a graph-vs-eager forward comparison flaky); sampling is batch-invariant, so equality is exact."""
     loaded = load_model("tiny-llama", dtype="bf16", device="cuda", attention_backend="torch", seed=7)
     cfg = loaded.config
     reqs = _requests(cfg.vocab_size)
-    outcomes, captured, replays = {}, {}, {}
-    for eager in (True, False):
-        engine = make_engine(loaded, device="cuda", depth=depth, enforce_eager=eager, block_size=16,
-                             num_kv_blocks=64, max_num_seqs=16)
-        outcomes[eager] = run_script(engine, reqs)
-        captured[eager] = sum(len(g) for g in engine.runner.sample_graphs)
-        replays[eager] = engine.runner.sample_graph_replays
+    outcomes, replays = {}, {}
+    for graphs in (False, True):
+        engine = make_engine(loaded, device="cuda", depth=depth, block_size=16, num_kv_blocks=64, max_num_seqs=16)
+        assert sum(len(g) for g in engine.runner.sample_graphs) == 2 * len(engine.runner.buckets) * 4
+        if not graphs:
+            engine.runner.sample_graphs = [{} for _ in engine.runner.slots]   # every step samples eagerly
+        outcomes[graphs] = run_script(engine, reqs)
+        replays[graphs] = engine.runner.sample_graph_replays
         engine.close()
-    assert captured[True] == replays[True] == 0
-    assert captured[False] == 2 * len(engine.runner.buckets) * 4      # slots x buckets x variants
-    assert replays[False] > 0                 # top-k rows fall back to eager sampling, the others replay
-    assert outcomes[False].tokens == outcomes[True].tokens
+    assert replays[False] == 0 and replays[True] > 0   # top-k steps fall back to eager sampling, the rest replay
+    assert outcomes[True].tokens == outcomes[False].tokens
     for r in reqs:
         if r.params.constraint is not None:
-            parse_output(r.params.constraint, outcomes[False].tokens[r.rid], vocab_size=cfg.vocab_size,
+            parse_output(r.params.constraint, outcomes[True].tokens[r.rid], vocab_size=cfg.vocab_size,
                          eos_token_ids=cfg.eos_token_ids)

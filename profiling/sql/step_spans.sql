@@ -1,30 +1,42 @@
 -- Where on the GPU did each step's forward and sampling run? One row per step and part:
 --   forward   ops launched under the step's `forward`/`prefill` ranges (any stream)
---   sampling  ops launched under its `sampling`/`mask` ranges on the compute stream (the stream most forward
---             ops ran on). The sampled-ids copy of `copy_d2h` runs on the copy stream, overlapped with the next
---             forward, and the mask upload rides the copy stream too: neither is sampling time.
---   start/end the span: first op start, last op end (what CUDA events around the part would measure)
---   busy_ns   union length of the part's ops; span - busy_ns is the launch gaps between its kernels
+--   sampling  ops launched under its `sampling` range. The mask upload (`mask` range) and the sampled-ids copy
+--             (`copy_d2h`) ride the copy stream, overlapped with other work: neither is sampling time. (Stream
+--             ids cannot tell them apart: a graph's kernels may run on the driver's internal streams.)
+--   start/end forward: first op start, last op end. Sampling starts when the GPU could start it: at the
+--             forward's end, or at the host's launch call if that came later (never after its first op).
+--             The GPU-side cost of getting it going (graph launch, the event between the parts) is then
+--             sampling's, not bubble: the host is not what the GPU waits for there. The in-process timeline
+--             reads sampling the same way (ModelRunner.device_times).
+--   busy_ns   union length of the part's ops; span - busy_ns is the launch gaps between (and, for sampling,
+--             before) its ops
 -- Union: each op adds what lies past the running max end of the ops started before it.
 INSERT INTO step_spans
-WITH ops AS (
-    SELECT step, start, "end", stream_id,
-           CASE WHEN phase IN ('forward', 'prefill') THEN 'forward'
-                WHEN phase IN ('sampling', 'mask') THEN 'sampling' END AS part
-    FROM gpu_ops WHERE run_id = $run_id AND step IS NOT NULL
-),
-compute_stream AS (  -- NULL for timelines, whose device intervals carry no stream
-    SELECT mode(stream_id) AS stream_id FROM ops WHERE part = 'forward'
-),
-part_ops AS (
+WITH part_ops AS (
     SELECT step, part, start, "end",
            max("end") OVER (PARTITION BY step, part ORDER BY start, "end"
                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS reach
-    FROM ops
-    WHERE part = 'forward'
-       OR part = 'sampling' AND stream_id IS NOT DISTINCT FROM (SELECT stream_id FROM compute_stream)
+    FROM (SELECT step, start, "end",
+                 CASE WHEN phase IN ('forward', 'prefill') THEN 'forward'
+                      WHEN phase = 'sampling' THEN 'sampling' END AS part
+          FROM gpu_ops WHERE run_id = $run_id AND step IS NOT NULL)
+    WHERE part IS NOT NULL
+),
+parts AS (
+    SELECT step, part, min(start) AS first_start, max("end") AS last_end,
+           sum(greatest(0, "end" - greatest(start, COALESCE(reach, start)))) AS busy_ns
+    FROM part_ops GROUP BY step, part
+),
+sampling_launch AS (  -- host time of the first launch call under the step's sampling range
+    SELECT step, min(launched_at) AS launched_at
+    FROM gpu_ops WHERE run_id = $run_id AND step IS NOT NULL AND phase = 'sampling' GROUP BY step
 )
-SELECT $run_id, step, part, min(start), max("end"),
-       sum(greatest(0, "end" - greatest(start, COALESCE(reach, start))))
-FROM part_ops
-GROUP BY step, part
+SELECT $run_id, p.step, p.part,
+       CASE WHEN p.part = 'sampling'
+            THEN least(p.first_start, greatest(COALESCE(f.last_end, p.first_start),
+                                               COALESCE(l.launched_at, p.first_start)))
+            ELSE p.first_start END,
+       p.last_end, p.busy_ns
+FROM parts p
+LEFT JOIN parts f ON f.step = p.step AND f.part = 'forward'
+LEFT JOIN sampling_launch l ON l.step = p.step

@@ -1,0 +1,57 @@
+"""Rewrite the EXPECTED table of tests/test_profiling_real_traces.py for the traces in traces/ (run after
+replacing the committed traces, then review the diff): the values the queries give today.
+
+    python tests/pin_real_traces.py
+"""
+from __future__ import annotations
+
+import pprint
+from pathlib import Path
+
+from profiling import analysis
+from profiling.catalog import connect
+from profiling.ingest import ingest
+
+TRACES = Path(__file__).parents[1] / "traces"
+MEDIAN_COLUMNS = ("forward_ms", "sampling_ms", "bubble_ms", "kernel_gap_ms", "period_ms", "busy_ms")
+
+
+def expected(con, run: str) -> dict:
+    steps = analysis.per_step(con, run)
+    steady = analysis.steady_state(steps)
+    first, last = int(steady.step.min()), int(steady.step.max())
+    left_out = sorted(set(range(first, last + 1)) - set(steady.step.tolist()))
+    pinned = int(steady.step.iloc[len(steady) // 2])
+    row = steps.set_index("step").loc[pinned]
+    began = analysis.attribution(con, run, steady)
+    by_time = analysis.rollup(analysis.attribution_by_time(con, run, steady))
+    syncs = analysis.sync_inventory(con, run).groupby(["event", "detail", "phase"]).size()
+    hist = analysis.idle_histogram(con, run, steady)
+    kernels = analysis.kernel_summary(con, run).head(3)
+    r6 = lambda x: round(float(x), 6)  # noqa: E731
+    return dict(
+        run_id=run, steps=(len(steps), int(steps.step.min()), int(steps.step.max())), steady=(first, last, left_out),
+        medians={c: r6(steady[c].median()) for c in MEDIAN_COLUMNS},
+        row=(pinned, {c: round(row[c] * 1e6) for c in MEDIAN_COLUMNS}),
+        began={p: r6(b) for p, b in zip(began.phase, began.bubble_ms)},
+        by_time={p: r6(b) for p, b in by_time.to_dict().items()},
+        syncs={" ".join(k): int(n) for k, n in syncs.items()},
+        hist=[tuple(int(v) for v in r) for r in hist[hist.gaps > 0][["lo_us", "gaps", "kernel_gaps"]].values.tolist()],
+        kernels=[(r.name, r.phase, int(r.calls), r6(r.total_ms)) for r in kernels.itertuples()],
+        host_late_share=r6(analysis.analyze(con, [run])["groups"][0]["host_late_share"]))
+
+
+def main() -> None:
+    con = connect(None)
+    table = "EXPECTED = {\n"
+    for path in sorted(TRACES.glob("*.sqlite.gz")):
+        values = pprint.pformat(expected(con, ingest(path, None, {}, con=con)), width=110, sort_dicts=False)
+        table += f"    {path.name!r}: " + "\n    ".join(values.splitlines()) + ",\n"
+    test = Path(__file__).parent / "test_profiling_real_traces.py"
+    text = test.read_text()
+    start, end = text.index("EXPECTED = {\n"), text.index("\n}\nNAMES = ")
+    test.write_text(text[:start] + table + text[end + 1:])
+
+
+if __name__ == "__main__":
+    main()
