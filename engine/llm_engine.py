@@ -7,7 +7,7 @@ launch t, finalize t, commit t, because the step to commit is the one just launc
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -29,9 +29,15 @@ from profiling.timeline import StepInfo, Timeline
 class RequestOutput:
     request_id: str
     new_token_ids: list[int]
-    token_ids: list[int]          # every generated token so far
+    seq: Sequence = field(repr=False)
     finished: bool
     finish_reason: str | None
+
+    @property
+    def token_ids(self) -> list[int]:
+        """Every generated token so far, copied when read: building it at every commit cost O(length) host
+        time per row per step, inside the very bookkeeping the bubble measures."""
+        return self.seq.output_ids
 
 
 class LLMEngine:
@@ -154,7 +160,7 @@ class LLMEngine:
                     seq.constraint.advance(token)
                 if reason is not None:
                     seq.finalized, seq.finish_reason = True, reason
-                outputs.append(RequestOutput(seq.request_id, [token], seq.output_ids, reason is not None, reason))
+                outputs.append(RequestOutput(seq.request_id, [token], seq, reason is not None, reason))
             self.pipeline.retire(step)           # the slot's host buffer has been read: it may be reused
             for seq in step.seqs:
                 if seq.inflight_refs == 0 and (seq.finalized or seq.preempted) and seq.row is not None:
