@@ -5,7 +5,7 @@ context): at depth 2 two steps are in flight, each with its own metadata in its 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -25,6 +25,21 @@ class AttentionMetadata:
     block_tables: torch.Tensor | None = None  # [B, max_blocks] int32
     # Set by the backend's prepare(), once per step: the torch backend's additive decode mask [B, 1, 1, L].
     attn_bias: torch.Tensor | None = None
+    # Per-step values a prefill backend derives once and every layer reuses (see padded_index).
+    step_cache: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def padded_index(self) -> torch.Tensor:
+        """[N] int64: where each flat prefill token sits in a [B * max_seqlen] padded layout (b * max + pos).
+
+        Built from cu_seqlens on its own device with host-known sizes (no sync), once per step.
+        """
+        index = self.step_cache.get("padded_index")
+        if index is None:
+            cu, total = self.cu_seqlens, sum(self.seq_lens)
+            starts = torch.arange(len(self.seq_lens), device=cu.device) * self.max_seqlen - cu[:-1]
+            index = torch.arange(total, device=cu.device) + starts.repeat_interleave(cu.diff(), output_size=total)
+            self.step_cache["padded_index"] = index
+        return index
 
     @staticmethod
     def for_prompts(seq_lens: list[int], device: torch.device | str = "cpu") -> "AttentionMetadata":

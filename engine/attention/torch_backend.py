@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.attention.metadata import AttentionMetadata
+from engine.attention.prefill import prefill_attention
 
 
 class TorchAttention:
@@ -44,16 +45,8 @@ class TorchAttention:
     @staticmethod
     def _prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                  meta: AttentionMetadata, scale: float) -> torch.Tensor:
-        # Host-side lengths: reading cu_seqlens back would stall the host behind the GPU in every prefill launch.
-        out = torch.empty_like(q)
-        start = 0
-        for length in meta.seq_lens:
-            end = start + length
-            qs, ks, vs = (x[start:end].transpose(0, 1) for x in (q, k, v))  # [heads, len, D]
-            o = F.scaled_dot_product_attention(qs, ks, vs, is_causal=True, scale=scale, enable_gqa=True)
-            out[start:end] = o.transpose(0, 1)
-            start = end
-        return out
+        # One kernel call for all the step's sequences (flash varlen on CUDA); see engine/attention/prefill.py.
+        return prefill_attention(q, k, v, meta, scale)
 
     @staticmethod
     def _decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
