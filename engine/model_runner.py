@@ -10,6 +10,7 @@ It turns a launched Step into device work in three calls that mirror the post:
 """
 from __future__ import annotations
 
+import itertools
 import time
 
 import numpy as np
@@ -195,11 +196,17 @@ class ModelRunner:
             nbytes, rng = slot.decode_nbytes, "forward"
         else:
             lens = [s.num_tokens for s in seqs]
-            total = sum(lens)
-            h["p_input_ids"][:total] = [t for s in seqs for t in s.token_ids]
-            h["p_positions"][:total] = np.concatenate([np.arange(L) for L in lens])
-            h["p_slot_mapping"][:total] = np.concatenate([self._prompt_slots(s, blocks) for s in seqs])
             cu = np.cumsum([0, *lens])
+            total = int(cu[-1])
+            # Vectorised over the whole batch: per-sequence numpy calls cost ~5 us each, 0.6 ms at 128 prompts.
+            h["p_input_ids"][:total] = np.fromiter(itertools.chain.from_iterable(s.token_ids for s in seqs),
+                                                   np.int64, total)
+            pos = np.arange(total) - np.repeat(cu[:-1], lens)
+            h["p_positions"][:total] = pos
+            tables = np.fromiter(itertools.chain.from_iterable(s.block_table for s in seqs), np.int64)
+            first_page = np.repeat(np.cumsum([0, *(len(s.block_table) for s in seqs[:-1])]), lens)
+            h["p_slot_mapping"][:total] = (tables[first_page + pos // self.block_size] * self.block_size
+                                           + pos % self.block_size)
             h["p_cu_seqlens"][:n + 1] = cu
             h["p_last_index"][:n] = cu[1:] - 1
             nbytes, rng = slot.meta.nbytes, "prefill"
@@ -218,11 +225,6 @@ class ModelRunner:
                 compute.submit(lambda: self._prefill_body(slot, lens))
         step.info["graph"] = step.kind == "decode" and bucket is not None
         compute.record(slot.ev_forward_end)
-
-    def _prompt_slots(self, seq, blocks: BlockManager) -> np.ndarray:
-        pos = np.arange(seq.num_tokens)
-        table = np.asarray(seq.block_table, dtype=np.int64)
-        return table[pos // self.block_size] * self.block_size + pos % self.block_size
 
     def _fill_sampling(self, slot: DecodeSlot, step: Step) -> None:
         h, seqs, n = slot.meta.np, step.seqs, len(step.seqs)
