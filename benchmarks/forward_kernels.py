@@ -102,12 +102,16 @@ def bench_preset(preset: str, compiled: bool, batches: list[int], bandwidth: flo
         body = functools.partial(runner._decode_body, slot, b)
         step = runner.graphs[0][b].replay if cuda else body
         kernels = count_kernels(step, cuda)
+        kernel_us = getattr(count_kernels, "last_us", collections.Counter())
         row = {"step_ms": round(time_steps(step, args.iters, cuda), 3), "kernels": sum(kernels.values()),
                "per_layer": round(sum(kernels.values()) / num_layers, 1)}
         if cuda:  # the same body launched eagerly: a cross-check of the graph count
             row["kernels_eager_body"] = sum(count_kernels(body, cuda).values())
         if b == batches[0]:
             row["top_kernels"] = dict(kernels.most_common(12))
+            if kernel_us:  # where the step's time goes: kernel time by name, and its sum against the step
+                row["kernel_ms"] = round(sum(kernel_us.values()) / 1e3, 3)
+                row["top_kernel_us"] = {k: round(v, 1) for k, v in kernel_us.most_common(12)}
         result[f"batch_{b}"] = row
     runner.close()
     return result
@@ -156,8 +160,12 @@ def count_kernels(step, cuda: bool) -> collections.Counter:
         if cuda:
             torch.cuda.synchronize()
     if cuda:
-        names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
-                 and not any(w in e.name.lower() for w in NOT_KERNELS)]
+        kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+                   and not any(w in e.name.lower() for w in NOT_KERNELS)]
+        names = [e.name for e in kernels]
+        count_kernels.last_us = collections.Counter()   # device time per kernel name of this step
+        for e in kernels:
+            count_kernels.last_us[e.name[:80]] += e.time_range.elapsed_us()
     else:
         names = [e.name for e in prof.events() if e.name.startswith("aten::")
                  and (e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::"))]
