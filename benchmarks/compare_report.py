@@ -23,16 +23,18 @@ def write_markdown(result: dict, path: Path) -> str:
              f"numbers in steady-state decode; HF: one static batch of `streams` rows, step periods from CUDA "
              f"events at each step's logits (first {WARMUP_STEPS} decode steps skipped).",
              "",
-             "| preset | streams | engine | decode tok/s | step ms | forward ms | GPU busy | prefill ms "
-             "| e2e tok/s | wall s |",
-             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "| preset | streams | engine | attention | decode tok/s | step ms | forward ms | GPU busy "
+             "| prefill ms | e2e tok/s | wall s |",
+             "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in result["summary"]:
-        lines.append(f"| {r['preset']} | {r['streams']} | {r['engine']} | {_spread(r, 'decode_tokens_per_s', 0)} | "
+        lines.append(f"| {r['preset']} | {r['streams']} | {r['engine']} | {r.get('attention') or '-'} | "
+                     f"{_spread(r, 'decode_tokens_per_s', 0)} | "
                      f"{_spread(r, 'step_ms', 3)} | {_num(r['forward_ms'], 3)} | {_pct(r['gpu_busy'])} | "
                      f"{_num(r['prefill_ms'], 1)} | {_num(r['e2e_tokens_per_s'], 0)} | {_num(r['wall_s'], 2)} |")
     lines += ["", f"Floor: weight bytes / device copy bandwidth "
                   f"({_num(result['copy_bandwidth_gbs'], 0)} GB/s, read + write, measured in this run); "
-                  "achieved time at batch 1 over it (forward for bubblelab, whole step for HF).", "",
+                  "achieved time at batch 1 over it (forward for every bubblelab engine and attention backend, "
+                  "whole step for HF and nano-vllm).", "",
               "| preset | weight GB | floor ms | achieved / floor |", "|---|---:|---:|---|"]
     for preset, f in result["floor"].items():
         ratios = ", ".join(f"{k.removesuffix('_over_floor')} {v:.2f}x" for k, v in f.items() if k.endswith("_floor"))

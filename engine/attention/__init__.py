@@ -15,11 +15,9 @@ __all__ = ["AttentionBackend", "AttentionMetadata", "select_backend", "store_kv_
 
 
 def _flash_attn_importable() -> bool:
-    try:
-        import flash_attn  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    """flash-attn-4 (`flash_attn.cute`) or a real FA2 imports; benchmarks/flash_attn_shim alone does not count."""
+    from engine.attention.flash_backend import available_impl
+    return available_impl() is not None
 
 
 def _triton_problem() -> str | None:
@@ -50,8 +48,9 @@ def select_backend(name: str, device: torch.device | str) -> AttentionBackend:
         if not is_cuda:
             raise BubblelabError(f"attention backend flash-attn needs a CUDA device, got {device}")
         if not _flash_attn_importable():
-            raise BubblelabError("attention backend flash-attn requested but `import flash_attn` fails; "
-                                 "install flash-attn or use --attention-backend torch")
+            raise BubblelabError("attention backend flash-attn requested but neither flash-attn-4 "
+                                 "(`flash_attn.cute`) nor flash-attn 2 imports; install one or use "
+                                 "--attention-backend triton/torch")
         from engine.attention.flash_backend import FlashAttention
         return FlashAttention()
     if name == "triton":

@@ -1,23 +1,114 @@
-"""Attention through flash-attn 2 (CUDA only).
+"""Attention through flash-attn (CUDA only): flash-attn-4 (`flash_attn.cute`, CuTe DSL) when it imports, else FA2.
 
-FA2's paged KV path (flash_attn_with_kvcache with block_table) requires pages whose block_size is a
-multiple of 256 tokens (Dao-AILab/flash-attention#828); smaller pages are rejected with a clear error instead
-of a kernel failure. Callers read `block_size_multiple` to size their pages.
+FA4 (4.0.0b36 + nvidia-cutlass-dsl 4.8.1; see benchmarks/README.md, "flash-attn-4 on the GPU machine"):
+  - SM90/SM100, bf16 or fp16, head_dim a multiple of 8 up to 256 (SM90), GQA with heads % kv_heads == 0,
+    int32 cu_seqlens / context_lens / block_tables (the engine's metadata already is).
+  - Pages of any size (block_size_multiple = 1). block_size == the kernel's key tile (128 at head_dim 128 on
+    SM90) loads whole pages by TMA, the fast path; other sizes use a cp.async gather. The TMA path reads the
+    unused tail rows of a sequence's last page: they must be finite (the engine's cache starts zeroed).
+  - The first call per shape family compiles (CuTe DSL JIT, seconds; cached on disk): the engine's warm-up
+    runs every bucket before CUDA-graph capture, so capture sees compiled kernels. No host syncs: the grid is
+    sized from host-known max_seqlen / shapes.
+FA2: the paged KV path (flash_attn_with_kvcache with block_table) needs block_size % 256 == 0
+  (Dao-AILab/flash-attention#828); smaller pages are rejected with a clear error instead of a kernel failure.
+
+benchmarks/flash_attn_shim is also a package named `flash_attn` (the FA2 API on top of FA4, for nano-vllm). It
+is never taken for FA2: the engine recognises it (`is_shim`) and calls FA4 directly, or refuses if FA4 is
+missing (the shim's SDPA fallback syncs with the host and cannot be captured).
 """
 from __future__ import annotations
 
+import importlib
+from types import ModuleType
+from typing import Callable
+
 import torch
-from flash_attn import flash_attn_varlen_func, flash_attn_with_kvcache
 
 from engine.attention.metadata import AttentionMetadata
 from engine.errors import BubblelabError
 
 FA2_BLOCK_SIZE_MULTIPLE = 256
+FA4_BLOCK_SIZE_MULTIPLE = 1
+FA4_DTYPES = (torch.bfloat16, torch.float16)
+FA4_MAX_HEAD_DIM = 256
+
+
+def is_shim(module: ModuleType) -> bool:
+    """True for benchmarks/flash_attn_shim (or any FA2-API stand-in that marks itself), never a real FA2."""
+    return bool(getattr(module, "__bubblelab_shim__", False)) or "fa4shim" in str(getattr(module, "__version__", ""))
+
+
+def fa4_entry() -> Callable | None:
+    """flash_attn.cute.flash_attn_varlen_func, or None when FA4 does not import (any error: a broken CUDA
+    library or a missing cutlass-dsl is as good as absent)."""
+    try:
+        return importlib.import_module("flash_attn.cute").flash_attn_varlen_func
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def fa2_entries() -> tuple[Callable, Callable] | None:
+    """(flash_attn_varlen_func, flash_attn_with_kvcache) of a real FA2 (not the shim, not FA4's namespace
+    portion alone), or None."""
+    try:
+        module = importlib.import_module("flash_attn")
+        if is_shim(module):
+            return None
+        return module.flash_attn_varlen_func, module.flash_attn_with_kvcache
+    except Exception:  # noqa: BLE001 - ImportError, AttributeError (namespace package), CUDA library errors
+        return None
+
+
+def available_impl() -> str | None:
+    """"fa4", "fa2" or None: what FlashAttention() would use here."""
+    if fa4_entry() is not None:
+        return "fa4"
+    if fa2_entries() is not None:
+        return "fa2"
+    return None
+
+
+def fa4_prefill_kwargs(meta: AttentionMetadata, scale: float) -> dict:
+    """Keyword arguments of FA4's varlen causal prefill (host-side max_seqlen: FA4 sizes its grid from it)."""
+    return dict(cu_seqlens_q=meta.cu_seqlens, cu_seqlens_k=meta.cu_seqlens, max_seqlen_q=meta.max_seqlen,
+                max_seqlen_k=meta.max_seqlen, softmax_scale=scale, causal=True)
+
+
+def fa4_decode_kwargs(meta: AttentionMetadata, scale: float) -> dict:
+    """Keyword arguments of FA4's paged decode: one query token per row as a batched [B, 1, H, D] query; the
+    current token's K/V are already in the cache, so context_lens (which counts it) is each row's key length."""
+    return dict(seqused_k=meta.context_lens, page_table=meta.block_tables, softmax_scale=scale, causal=True)
+
+
+def check_fa4_shapes(q: torch.Tensor, kv_heads: int) -> None:
+    """BubblelabError for what FA4 cannot run (host-known shapes and dtypes only: no sync, capture-safe)."""
+    heads, head_dim = q.shape[-2], q.shape[-1]
+    if q.dtype not in FA4_DTYPES:
+        raise BubblelabError(f"flash-attn-4 needs bf16 or fp16, got {q.dtype}; use --dtype bf16 or the torch "
+                             "backend")
+    if head_dim % 8 or head_dim > FA4_MAX_HEAD_DIM:
+        raise BubblelabError(f"flash-attn-4 needs head_dim a multiple of 8 up to {FA4_MAX_HEAD_DIM}, got "
+                             f"{head_dim}; use the triton or torch backend")
+    if heads % kv_heads:
+        raise BubblelabError(f"flash-attn-4 needs heads % kv_heads == 0, got {heads} and {kv_heads}")
 
 
 class FlashAttention:
+    """`impl` None: FA4 when it imports, else FA2; "fa4" / "fa2" force one (BubblelabError if missing)."""
     name = "flash-attn"
-    block_size_multiple = FA2_BLOCK_SIZE_MULTIPLE
+
+    def __init__(self, impl: str | None = None) -> None:
+        if impl not in (None, "fa4", "fa2"):
+            raise BubblelabError(f"unknown flash-attn implementation {impl!r}; choose fa4 or fa2")
+        self._fa4 = fa4_entry() if impl in (None, "fa4") else None
+        self._fa2 = fa2_entries() if self._fa4 is None and impl in (None, "fa2") else None
+        if self._fa4 is not None:
+            self.impl, self.block_size_multiple = "fa4", FA4_BLOCK_SIZE_MULTIPLE
+        elif self._fa2 is not None:
+            self.impl, self.block_size_multiple = "fa2", FA2_BLOCK_SIZE_MULTIPLE
+        else:
+            raise BubblelabError("attention backend flash-attn: neither flash-attn-4 (`flash_attn.cute`) nor "
+                                 "flash-attn 2 imports; install one or use --attention-backend triton/torch")
 
     def prepare(self, meta: AttentionMetadata, k_cache: torch.Tensor | None, dtype: torch.dtype
                 ) -> AttentionMetadata:
@@ -26,16 +117,33 @@ class FlashAttention:
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 k_cache: torch.Tensor | None, v_cache: torch.Tensor | None,
                 meta: AttentionMetadata, scale: float) -> torch.Tensor:
-        if k_cache is not None and k_cache.shape[1] % FA2_BLOCK_SIZE_MULTIPLE:
-            raise BubblelabError(f"flash-attn paged KV needs block_size % {FA2_BLOCK_SIZE_MULTIPLE} == 0, "
-                                 f"got {k_cache.shape[1]}; use a larger block size or the torch backend")
+        if self._fa4 is not None:
+            return self._forward_fa4(q, k, v, k_cache, v_cache, meta, scale)
+        return self._forward_fa2(q, k, v, k_cache, v_cache, meta, scale)
+
+    def _forward_fa4(self, q, k, v, k_cache, v_cache, meta, scale) -> torch.Tensor:
         if meta.is_prefill:
-            return flash_attn_varlen_func(q, k, v, cu_seqlens_q=meta.cu_seqlens, cu_seqlens_k=meta.cu_seqlens,
-                                          max_seqlen_q=meta.max_seqlen, max_seqlen_k=meta.max_seqlen,
-                                          softmax_scale=scale, causal=True)
+            check_fa4_shapes(q, k.shape[-2])
+            out, _ = self._fa4(q, k, v, **fa4_prefill_kwargs(meta, scale))
+            return out
+        if k_cache is None or v_cache is None:
+            raise ValueError("decode attention needs a bound KV cache")
+        check_fa4_shapes(q, k_cache.shape[-2])
+        out, _ = self._fa4(q.unsqueeze(1), k_cache, v_cache, **fa4_decode_kwargs(meta, scale))
+        return out.squeeze(1)
+
+    def _forward_fa2(self, q, k, v, k_cache, v_cache, meta, scale) -> torch.Tensor:
+        varlen, with_kvcache = self._fa2
+        if k_cache is not None and k_cache.shape[1] % FA2_BLOCK_SIZE_MULTIPLE:
+            raise BubblelabError(f"flash-attn 2 paged KV needs block_size % {FA2_BLOCK_SIZE_MULTIPLE} == 0, "
+                                 f"got {k_cache.shape[1]}; use a larger block size or the triton/torch backend")
+        if meta.is_prefill:
+            return varlen(q, k, v, cu_seqlens_q=meta.cu_seqlens, cu_seqlens_k=meta.cu_seqlens,
+                          max_seqlen_q=meta.max_seqlen, max_seqlen_k=meta.max_seqlen,
+                          softmax_scale=scale, causal=True)
         if k_cache is None:
             raise ValueError("decode attention needs a bound KV cache")
         # K/V of the current token are already in the cache, so context_lens (which counts it) is the length.
-        o = flash_attn_with_kvcache(q.unsqueeze(1), k_cache, v_cache, cache_seqlens=meta.context_lens,
-                                    block_table=meta.block_tables, softmax_scale=scale, causal=True)
+        o = with_kvcache(q.unsqueeze(1), k_cache, v_cache, cache_seqlens=meta.context_lens,
+                         block_table=meta.block_tables, softmax_scale=scale, causal=True)
         return o.squeeze(1)
