@@ -219,6 +219,7 @@ class ModelRunner:
                 if bucket is not None:
                     self.graph_replays += 1
                     compute.submit(self.graphs[slot.index][bucket].replay)
+                    step.info["forward_launched_ns"] = time.perf_counter_ns()
                 else:
                     compute.submit(lambda: self._decode_body(slot, n))
             else:
@@ -280,9 +281,12 @@ class ModelRunner:
         """(forward start, end) and (sampling start, end) of a committed step, in host perf_counter ns."""
         s = self.slots[step.slot]
         # On an idle stream ev_forward_start fires at once, before the host has even launched the graph; the
-        # graph's own first node says when its work started (so launch latency is bubble, not forward).
+        # graph's own first node says when its work started (so launch latency is bubble, not forward). That
+        # node can run while the host is still inside the launch call (under nsys's node tracing a call takes
+        # ~0.3 ms and the kernels start only as it returns), so the forward starts no earlier than the return.
         graph = step.info.get("graph")
-        start = (s.ev_graph_start if graph else s.ev_forward_start).time_ns()
+        start = (max(s.ev_graph_start.time_ns(), step.info["forward_launched_ns"]) if graph
+                 else s.ev_forward_start.time_ns())
         forward_end = (s.ev_graph_end if graph else s.ev_forward_end).time_ns()
         # Sampling starts when the GPU could start it: when the forward ended, or when the host launched it if
         # that was later. Getting it going on the GPU (graph launch, the event between the two) is sampling's
