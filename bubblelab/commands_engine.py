@@ -114,5 +114,5 @@ def demo(question: str = typer.Option("What is the capital of France?", help="Th
     console.print(f"{len(answer.token_ids)} tokens in {dt:.2f} s: {len(answer.token_ids) / dt:.1f} tokens/s\n")
     run_and_profile(model=None, device="cpu", dtype="fp32", depths="1,2", streams=streams,
                     output_len_mean=output_len_mean, requests_per_stream=2, prompt_len=32, repeats=1,
-                    constraint=None, max_model_len=512,
+                    constraint=None, max_model_len=512, attention_backend="auto",
                     out=out or Path("reports") / time.strftime("demo-%Y%m%d-%H%M%S"), nsys=None)
