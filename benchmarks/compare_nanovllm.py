@@ -56,6 +56,19 @@ def nano_vllm_status() -> str | None:
     return None
 
 
+def patch_nanovllm_rope() -> None:
+    """nano-vllm's cached get_rope asserts rope_scaling is None; transformers 5 reports the default rope
+    parameters there as a dict (unhashable too): map that dict back to None."""
+    import nanovllm.models.qwen3 as nq
+    orig_get_rope = nq.get_rope
+
+    def get_rope(*args, rope_scaling=None, **kw):
+        if isinstance(rope_scaling, dict) and rope_scaling.get("rope_type", "default") == "default":
+            rope_scaling = None
+        return orig_get_rope(*args, rope_scaling=rope_scaling, **kw)
+    nq.get_rope = get_rope
+
+
 def write_hf_checkpoint(loaded: LoadedModel, directory: Path) -> Path:
     """config.json + model.safetensors of our seeded random weights (engine.export.to_hf), for nano-vllm."""
     from safetensors.torch import save_file
@@ -131,15 +144,8 @@ def nano_worker(job: dict) -> None:
         with rows_file.open("a") as f:
             f.write(json.dumps(obj) + "\n")
     try:
-        import nanovllm.models.qwen3 as nq
         from nanovllm import LLM, SamplingParams
-        orig_get_rope = nq.get_rope
-
-        def get_rope(*args, rope_scaling=None, **kw):   # transformers 5 reports rope_parameters here
-            if isinstance(rope_scaling, dict) and rope_scaling.get("rope_type", "default") == "default":
-                rope_scaling = None
-            return orig_get_rope(*args, rope_scaling=rope_scaling, **kw)
-        nq.get_rope = get_rope
+        patch_nanovllm_rope()
         streams_list, L, prompt_len = job["streams"], round(job["L"]), job["prompt_len"]
         max_seqs = max(streams_list)
         max_model_len = prompt_len + L + 16

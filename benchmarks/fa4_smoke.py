@@ -344,28 +344,15 @@ def stage_nanovllm(rep: Report, model_dir: Path) -> None:
             return
         sys.path.insert(0, str(ROOT))
         from types import SimpleNamespace
-        from safetensors.torch import save_file
-        from engine.export import to_hf
+        from benchmarks.compare_nanovllm import patch_nanovllm_rope, write_hf_checkpoint
         from engine.loader import load_model
         if not (model_dir / "config.json").exists():   # seeded random qwen3-0.6b in HF layout
             loaded = load_model("qwen3-0.6b", dtype="bf16", device="cuda", seed=0)
-            raw, state = to_hf(loaded)
-            model_dir.mkdir(parents=True, exist_ok=True)
-            # a copy gives every split view its own storage (safetensors refuses shared ones)
-            save_file({n: t.detach().to("cpu", copy=True).contiguous() for n, t in state.items()},
-                      str(model_dir / "model.safetensors"))
-            (model_dir / "config.json").write_text(json.dumps(raw))
-            del loaded, state
+            write_hf_checkpoint(loaded, model_dir)
+            del loaded
             torch.cuda.empty_cache()
-        import nanovllm.models.qwen3 as nq
         from nanovllm import LLM, SamplingParams
-        orig_get_rope = nq.get_rope
-
-        def get_rope(*args, rope_scaling=None, **kw):   # transformers 5 reports rope_parameters here
-            if isinstance(rope_scaling, dict) and rope_scaling.get("rope_type", "default") == "default":
-                rope_scaling = None
-            return orig_get_rope(*args, rope_scaling=rope_scaling, **kw)
-        nq.get_rope = get_rope
+        patch_nanovllm_rope()
         t = time.perf_counter()
         llm = LLM(str(model_dir), tokenizer=SimpleNamespace(eos_token_id=-1, decode=lambda ids: ""),
                   enforce_eager=False, max_model_len=1024,
