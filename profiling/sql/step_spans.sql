@@ -13,10 +13,10 @@
 -- Union: each op adds what lies past the running max end of the ops started before it.
 INSERT INTO step_spans
 WITH part_ops AS (
-    SELECT step, part, start, "end",
+    SELECT step, part, start, "end", launched_at,
            max("end") OVER (PARTITION BY step, part ORDER BY start, "end"
                             ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS reach
-    FROM (SELECT step, start, "end",
+    FROM (SELECT step, start, "end", launched_at,
                  CASE WHEN phase IN ('forward', 'prefill') THEN 'forward'
                       WHEN phase = 'sampling' THEN 'sampling' END AS part
           FROM gpu_ops WHERE run_id = $run_id AND step IS NOT NULL)
@@ -24,19 +24,15 @@ WITH part_ops AS (
 ),
 parts AS (
     SELECT step, part, min(start) AS first_start, max("end") AS last_end,
+           min(launched_at) AS launched_at,   -- host time of the part's first launch call
            sum(greatest(0, "end" - greatest(start, COALESCE(reach, start)))) AS busy_ns
     FROM part_ops GROUP BY step, part
-),
-sampling_launch AS (  -- host time of the first launch call under the step's sampling range
-    SELECT step, min(launched_at) AS launched_at
-    FROM gpu_ops WHERE run_id = $run_id AND step IS NOT NULL AND phase = 'sampling' GROUP BY step
 )
 SELECT $run_id, p.step, p.part,
        CASE WHEN p.part = 'sampling'
             THEN least(p.first_start, greatest(COALESCE(f.last_end, p.first_start),
-                                               COALESCE(l.launched_at, p.first_start)))
+                                               COALESCE(p.launched_at, p.first_start)))
             ELSE p.first_start END,
        p.last_end, p.busy_ns
 FROM parts p
 LEFT JOIN parts f ON f.step = p.step AND f.part = 'forward'
-LEFT JOIN sampling_launch l ON l.step = p.step
