@@ -119,7 +119,7 @@ class ModelRunner:
         for slot in self.slots:
             self._fill_decode_padding(slot, 0, self.max_rows)
             slot.meta.upload(slot.decode_nbytes)
-        if self.config.compile:
+        if self.model.compile_enabled:   # config.compile None means on for CUDA: read the model's resolved flag
             sampler.warmup(self.model_config.vocab_size, self.device)   # Gumbel-max as one compiled kernel
         torch.cuda.synchronize()
         # Warm every bucket up before capturing any: lazy inits, autotuning and torch.compile's recompiles
