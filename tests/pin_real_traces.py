@@ -8,12 +8,11 @@ from __future__ import annotations
 import pprint
 from pathlib import Path
 
+from test_profiling_real_traces import MEDIAN_COLUMNS, TRACES   # the table's own columns and traces
+
 from profiling import analysis
 from profiling.catalog import connect
 from profiling.ingest import ingest
-
-TRACES = Path(__file__).parents[1] / "traces"
-MEDIAN_COLUMNS = ("forward_ms", "sampling_ms", "bubble_ms", "kernel_gap_ms", "period_ms", "busy_ms")
 
 
 def expected(con, run: str) -> dict:
