@@ -20,9 +20,9 @@ import duckdb
 ROOT = Path(__file__).parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from profiling import analysis  # noqa: E402
-from profiling.catalog import connect, load_sqlite_extension, sql_string  # noqa: E402
-from profiling.ingest import ingest  # noqa: E402
+from bubblelab.profiling import analysis  # noqa: E402
+from bubblelab.profiling.catalog import connect, load_sqlite_extension, sql_string  # noqa: E402
+from bubblelab.profiling.ingest import ingest  # noqa: E402
 
 EVENT_TABLES = ("NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_KERNEL",
                 "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION")

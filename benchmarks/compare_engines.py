@@ -3,7 +3,7 @@
 Per preset (bf16, seeded random weights) and stream count, with repeats: decode tokens/s, step period,
 forward time and GPU busy share in steady-state decode, end-to-end tokens/s and wall time; plus the floor
 (weight bytes / device copy bandwidth) and forward time over it at batch 1. Engines:
-  bubblelab-d1, bubblelab-d2  engine.bench.run_workload, closed loop of 2 x streams requests (L uniform on
+  bubblelab-d1, bubblelab-d2  engine.driver.run_workload, closed loop of 2 x streams requests (L uniform on
                               [L/2, 3L/2]); per-step numbers from the engine's CUDA events, steady state only;
                               one pair per --bubblelab-backends entry: the first is "bubblelab-dN", the others
                               "bubblelab-dN[<backend>]" (the `attention` column says which kernel ran)
@@ -47,15 +47,15 @@ from benchmarks.compare_hf import bench_hf, hf_generate  # noqa: E402,F401 (hf_g
 from benchmarks.compare_nanovllm import bench_nano_vllm, nano_vllm_status  # noqa: E402
 from benchmarks.compare_report import plot, write_markdown  # noqa: E402
 from benchmarks.forward_kernels import copy_bandwidth  # noqa: E402
-from engine.attention import select_backend  # noqa: E402
-from engine.bench import run_workload  # noqa: E402
-from engine.config import EngineConfig  # noqa: E402
-from engine.export import hf_causal_lm  # noqa: E402
-from engine.llm_engine import LLMEngine  # noqa: E402
-from engine.loader import LoadedModel, load_model  # noqa: E402
-from engine.workload import WorkloadSpec  # noqa: E402
-from profiling.analysis import per_step_from_timeline, steady_state  # noqa: E402
-from profiling.timeline import Timeline  # noqa: E402
+from bubblelab.engine.attention import select_backend  # noqa: E402
+from bubblelab.engine.driver import run_workload  # noqa: E402
+from bubblelab.engine.config import EngineConfig  # noqa: E402
+from bubblelab.engine.export import hf_causal_lm  # noqa: E402
+from bubblelab.engine.llm_engine import LLMEngine  # noqa: E402
+from bubblelab.engine.loader import LoadedModel, load_model  # noqa: E402
+from bubblelab.engine.workload import WorkloadSpec  # noqa: E402
+from bubblelab.profiling.analysis import per_step_from_timeline, steady_state  # noqa: E402
+from bubblelab.engine.timeline import Timeline  # noqa: E402
 
 
 

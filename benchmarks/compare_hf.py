@@ -12,9 +12,9 @@ import torch
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, PreTrainedModel
 
 from benchmarks.compare_common import Clock, Sweep, not_run, progress, sync
-from engine.config import ModelConfig
-from engine.workload import WorkloadSpec, make_requests
-from profiling.analysis import WARMUP_STEPS
+from bubblelab.engine.config import ModelConfig
+from bubblelab.engine.workload import WorkloadSpec, make_requests
+from bubblelab.profiling.analysis import WARMUP_STEPS
 
 
 def bench_hf(model: PreTrainedModel, cfg: ModelConfig, name: str, preset: str, sweep: Sweep, clock: Clock,

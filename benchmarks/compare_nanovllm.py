@@ -25,9 +25,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))   # run as a script (the child): benchmarks/ siblings by package name
 
 from benchmarks.compare_common import Clock, Sweep, first_line, last_error_line, not_run, progress, sync  # noqa: E402
-from engine.attention.flash_backend import is_shim  # noqa: E402
-from engine.export import to_hf  # noqa: E402
-from engine.loader import LoadedModel  # noqa: E402
+from bubblelab.engine.attention.flash_backend import is_shim  # noqa: E402
+from bubblelab.engine.export import to_hf  # noqa: E402
+from bubblelab.engine.loader import LoadedModel  # noqa: E402
 
 SHIM = ROOT / "benchmarks" / "flash_attn_shim"   # `flash_attn` with the FA2 API over flash-attn-4, for nano-vllm
 

@@ -9,8 +9,8 @@ import json
 import sys
 from pathlib import Path
 
-from profiling import analysis
-from profiling.catalog import connect
+from bubblelab.profiling import analysis
+from bubblelab.profiling.catalog import connect
 
 
 def compare(run_dir: Path) -> list[dict]:

@@ -8,7 +8,7 @@ import matplotlib
 matplotlib.use("Agg")   # headless: the device machine has no display
 import matplotlib.pyplot as plt  # noqa: E402
 
-from profiling.analysis import WARMUP_STEPS  # noqa: E402
+from bubblelab.profiling.analysis import WARMUP_STEPS  # noqa: E402
 
 
 def write_markdown(result: dict, path: Path) -> str:

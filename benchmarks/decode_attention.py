@@ -24,13 +24,13 @@ from pathlib import Path
 
 import torch
 
-from engine.attention.metadata import AttentionMetadata
-from engine.attention.torch_backend import TorchAttention
-from engine.attention.triton_backend import TritonAttention
-from engine.config import PRESETS, EngineConfig
-from engine.loader import load_model
-from engine.model_runner import ModelRunner
-from engine.streams import Streams
+from bubblelab.engine.attention.metadata import AttentionMetadata
+from bubblelab.engine.attention.torch_backend import TorchAttention
+from bubblelab.engine.attention.triton_backend import TritonAttention
+from bubblelab.engine.config import PRESETS, EngineConfig
+from bubblelab.engine.loader import load_model
+from bubblelab.engine.model_runner import ModelRunner
+from bubblelab.engine.streams import Streams
 from forward_kernels import copy_bandwidth, fill_decode_rows, time_steps
 
 BLOCK_SIZE = 16

@@ -318,8 +318,8 @@ def stage_engine_backend(rep: Report, page: int = 128) -> None:
             return
         sys.path.insert(0, str(ROOT))
         from benchmarks.flash_backend_fa4 import FlashAttention4
-        from engine.attention.metadata import AttentionMetadata
-        from engine.attention.torch_backend import TorchAttention
+        from bubblelab.engine.attention.metadata import AttentionMetadata
+        from bubblelab.engine.attention.torch_backend import TorchAttention
         gen = torch.Generator().manual_seed(11)
         fa, ta, scale = FlashAttention4(), TorchAttention(), D ** -0.5
         lens = [3, 200, 513]
@@ -345,7 +345,7 @@ def stage_nanovllm(rep: Report, model_dir: Path) -> None:
         sys.path.insert(0, str(ROOT))
         from types import SimpleNamespace
         from benchmarks.compare_nanovllm import patch_nanovllm_rope, write_hf_checkpoint
-        from engine.loader import load_model
+        from bubblelab.engine.loader import load_model
         if not (model_dir / "config.json").exists():   # seeded random qwen3-0.6b in HF layout
             loaded = load_model("qwen3-0.6b", dtype="bf16", device="cuda", seed=0)
             write_hf_checkpoint(loaded, model_dir)

@@ -2,7 +2,7 @@
 (engine/attention/flash_backend.py, FlashAttention(impl="fa4")); this is only an alias, no logic of its own."""
 from __future__ import annotations
 
-from engine.attention.flash_backend import FlashAttention
+from bubblelab.engine.attention.flash_backend import FlashAttention
 
 
 def FlashAttention4() -> FlashAttention:   # noqa: N802 - the name fa4_smoke imports

@@ -27,10 +27,10 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from engine.config import EngineConfig
-from engine.loader import load_model
-from engine.model_runner import ModelRunner, graph_buckets
-from engine.streams import Streams
+from bubblelab.engine.config import EngineConfig
+from bubblelab.engine.loader import load_model
+from bubblelab.engine.model_runner import ModelRunner, graph_buckets
+from bubblelab.engine.streams import Streams
 
 NOT_KERNELS = ("memcpy", "memset")  # copies show up as device activity too; count only kernels
 BLOCK_SIZE = 16

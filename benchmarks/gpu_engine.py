@@ -18,14 +18,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from engine.bench import run_workload
-from engine.config import EngineConfig
-from engine.llm_engine import LLMEngine
-from engine.loader import load_model
-from engine.sampling_params import SamplingParams
-from engine.workload import WorkloadSpec
-from profiling.analysis import per_step_from_timeline, steady_state
-from profiling.timeline import Timeline
+from bubblelab.engine.driver import run_workload
+from bubblelab.engine.config import EngineConfig
+from bubblelab.engine.llm_engine import LLMEngine
+from bubblelab.engine.loader import load_model
+from bubblelab.engine.sampling_params import SamplingParams
+from bubblelab.engine.workload import WorkloadSpec
+from bubblelab.profiling.analysis import per_step_from_timeline, steady_state
+from bubblelab.engine.timeline import Timeline
 
 
 DEVICE = "cuda"

@@ -16,9 +16,9 @@ from pathlib import Path
 import matplotlib
 import pandas as pd
 
-from costmodel.predict import predict_runs
-from costmodel.report import render_report
-from costmodel.results import merge_results, read_results
+from bubblelab.costmodel.predict import predict_runs
+from bubblelab.report.report import render_report
+from bubblelab.runs.rundir import merge_results, read_results
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)

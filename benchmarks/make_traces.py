@@ -14,9 +14,9 @@ import json
 import shutil
 from pathlib import Path
 
-from profiling import analysis
-from profiling.catalog import connect
-from profiling.trim import trim
+from bubblelab.profiling import analysis
+from bubblelab.profiling.catalog import connect
+from bubblelab.profiling.trim import trim
 
 
 def main() -> None:

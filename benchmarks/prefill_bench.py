@@ -29,9 +29,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))   # run as a script from the repo root
 
-from engine.attention import prefill  # noqa: E402
-from engine.attention.metadata import AttentionMetadata  # noqa: E402
-from engine.loader import load_model  # noqa: E402
+from bubblelab.engine.attention import prefill  # noqa: E402
+from bubblelab.engine.attention.metadata import AttentionMetadata  # noqa: E402
+from bubblelab.engine.loader import load_model  # noqa: E402
 
 BLOCK_SIZE = 16
 # (name, prefill impl, compiled fused ops)

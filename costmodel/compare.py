@@ -7,20 +7,19 @@ from __future__ import annotations
 
 import pandas as pd
 
-from costmodel.model import host_tick_ms, step_gpu_ms
-from costmodel.predict import CONFIG_KEYS, pct, run_label
-from costmodel.results import Results
-from profiling.analysis import steady_state
+from bubblelab.costmodel.model import host_tick_ms, step_gpu_ms
+from bubblelab.costmodel.predict import CONFIG_KEYS, pct, run_label
+from bubblelab.profiling.analysis import steady_state
 
 STEP_PARTS = ("forward_ms", "sampling_ms", "kernel_gap_ms", "bubble_ms", "period_ms", "busy_ms")
 
 
-def step_summary(results: Results) -> pd.DataFrame:
+def step_summary(runs: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     """Per run: steady-state medians of forward and sampling (spans), the kernel gaps inside them, bubble,
     period and busy time, the host tick (period - wait) and tokens per second over the run."""
     rows = []
-    for run in results.runs.to_dict("records"):
-        steady = steady_state(results.steps[results.steps["run_id"] == run["run_id"]])
+    for run in runs.to_dict("records"):
+        steady = steady_state(steps[steps["run_id"] == run["run_id"]])
         if steady.empty:
             continue
         medians = {c: float(steady[c].median()) if c in steady else None for c in STEP_PARTS}
@@ -33,10 +32,10 @@ def step_summary(results: Results) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def depth_comparison(results: Results) -> pd.DataFrame:
+def depth_comparison(runs: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     """Per configuration measured at both depths: each median at depth 1 and 2 (columns `<name>_d1`,
     `<name>_d2`), the steady-state period ratio and the observed tokens/s ratio, in percent."""
-    summary = step_summary(results)
+    summary = step_summary(runs, steps)
     if summary.empty:
         return summary
     keys = [k for k in ("config", *CONFIG_KEYS) if k in summary]

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from engine.errors import BubblelabError
+from bubblelab.errors import BubblelabError
 
 # vLLM's default CUDA-graph capture sizes: 1, 2, 4, then every multiple of 8.
 VLLM_BUCKETS: tuple[int, ...] = (1, 2, 4, *range(8, 513, 8))

@@ -23,13 +23,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from costmodel import bootstrap as bs
-from costmodel.blog import BLOG_STEP_PARTS, BLOG_TABLE
-from costmodel.model import (VLLM_BUCKETS, StepCost, host_tick_ms, pipelined_period, speedup, speedup_bounds,
+from bubblelab.costmodel import bootstrap as bs
+from bubblelab.costmodel.blog import BLOG_STEP_PARTS, BLOG_TABLE
+from bubblelab.costmodel.model import (VLLM_BUCKETS, StepCost, host_tick_ms, pipelined_period, speedup, speedup_bounds,
                              step_gpu_ms, zombie_tax)
-from costmodel.wholerun import finish_events, predict_whole_run
-from engine.errors import BubblelabError
-from profiling.analysis import steady_state  # the project's one steady-state rule (profiling/sql/steady_state.sql)
+from bubblelab.costmodel.wholerun import finish_events, predict_whole_run
+from bubblelab.errors import BubblelabError
+from bubblelab.profiling.analysis import steady_state  # the project's one steady-state rule (profiling/sql/steady_state.sql)
 
 CONFIG_KEYS = ("model", "preset", "device", "streams", "requests", "output_len_mean")
 

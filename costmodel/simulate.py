@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from costmodel.model import VLLM_BUCKETS, graph_bucket
+from bubblelab.costmodel.model import VLLM_BUCKETS, graph_bucket
 
 MS = 1_000_000  # ns per ms
 
@@ -203,23 +203,3 @@ def idle_gaps(timeline: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     attribution = pd.DataFrame([(run_id, p, ns / MS) for p, ns in charged.items() if ns > 0],
                                columns=["run_id", "phase", "bubble_ms"])
     return gaps_df, attribution
-
-
-def write_demo_run_dir(run_dir, streams=(1, 8), requests_per_stream: int = 4, output_len: int = 48,
-                       costs: LoopCosts | None = None, seed: int = 0):
-    """A run directory of simulated depth-1 / depth-2 pairs: what the report looks like without a GPU."""
-    from costmodel.results import write_results
-
-    runs, steps, timelines, gaps, attribution = [], [], [], [], []
-    for s in streams:
-        for depth in (1, 2):
-            r = simulate_run(depth, streams=s, requests=requests_per_stream * s, output_len=output_len,
-                             costs=costs, seed=seed + s)
-            g, a = idle_gaps(r["timeline"])
-            runs.append(r["run"]); steps.append(r["steps"]); timelines.append(r["timeline"])
-            gaps.append(g); attribution.append(a)
-    provenance = {"command": f"write_demo_run_dir(streams={tuple(streams)})",
-                  "note": "simulated loop (costmodel.simulate), not a measurement"}
-    return write_results(run_dir, pd.DataFrame(runs), pd.concat(steps, ignore_index=True),
-                         pd.concat(attribution, ignore_index=True), pd.concat(gaps, ignore_index=True),
-                         provenance, pd.concat(timelines, ignore_index=True))

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from costmodel.model import StepCost, host_tick_ms, pipelined_period, step_gpu_ms
+from bubblelab.costmodel.model import StepCost, host_tick_ms, pipelined_period, step_gpu_ms
 
 
 def own_gpu_ms(steps: pd.DataFrame) -> pd.Series:

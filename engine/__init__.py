@@ -1,13 +1,13 @@
 """bubblelab's inference engine: paged KV cache, continuous batching, CUDA graphs, pipelined decoding."""
-from engine.config import EngineConfig
-from engine.sampling_params import SamplingParams
+from bubblelab.engine.config import EngineConfig
+from bubblelab.engine.sampling_params import SamplingParams
 
 __all__ = ["LLM", "SamplingParams", "EngineConfig"]
 
 
 def __getattr__(name: str):
-    # Lazy: importing engine.config or engine.errors must not pull in torch models and tokenizers.
+    # Lazy: importing engine.config or bubblelab.errors must not pull in torch models and tokenizers.
     if name == "LLM":
-        from engine.llm import LLM
+        from bubblelab.engine.llm import LLM
         return LLM
     raise AttributeError(name)

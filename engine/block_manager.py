@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from engine.sequence import Sequence
+from bubblelab.engine.sequence import Sequence
 
 
 class BlockManager:

@@ -6,7 +6,7 @@ from typing import Literal
 
 import torch
 
-from engine.errors import BubblelabError
+from bubblelab.errors import BubblelabError
 
 DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 

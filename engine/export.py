@@ -8,9 +8,9 @@ from __future__ import annotations
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedModel
 
-from engine.config import ModelConfig
-from engine.errors import BubblelabError
-from engine.loader import LoadedModel
+from bubblelab.engine.config import ModelConfig
+from bubblelab.errors import BubblelabError
+from bubblelab.engine.loader import LoadedModel
 
 HF_CLASSES = {"llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM"}
 

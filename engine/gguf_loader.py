@@ -19,7 +19,7 @@ import torch
 from gguf import GGUFReader, dequantize
 from safetensors.torch import save_file
 
-from engine.errors import BubblelabError
+from bubblelab.errors import BubblelabError
 
 SUPPORTED_ARCHITECTURES = ("llama", "qwen3")
 CACHE_FORMAT = 1  # bump when the conversion changes, so stale cache entries are not reused

@@ -4,9 +4,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence as Seq
 
-from engine.config import EngineConfig
-from engine.llm_engine import LLMEngine
-from engine.sampling_params import SamplingParams
+from bubblelab.engine.config import EngineConfig
+from bubblelab.engine.llm_engine import LLMEngine
+from bubblelab.engine.sampling_params import SamplingParams
 
 
 @dataclass

@@ -11,18 +11,18 @@ from dataclasses import dataclass, field
 
 import torch
 
-from engine.block_manager import BlockManager
-from engine.config import EngineConfig
-from engine.errors import RequestError
-from engine.loader import LoadedModel, load_model
-from engine.model_runner import ModelRunner
-from engine.pipeline import Pipeline, Step
-from engine.sampling_params import SamplingParams
-from engine.scheduler import Scheduler
-from engine.sequence import Sequence, SequenceStatus
-from engine.streams import Streams
-from profiling.phases import Phases
-from profiling.timeline import StepInfo, Timeline
+from bubblelab.engine.block_manager import BlockManager
+from bubblelab.engine.config import EngineConfig
+from bubblelab.errors import RequestError
+from bubblelab.engine.loader import LoadedModel, load_model
+from bubblelab.engine.model_runner import ModelRunner
+from bubblelab.engine.pipeline import Pipeline, Step
+from bubblelab.engine.sampling_params import SamplingParams
+from bubblelab.engine.scheduler import Scheduler
+from bubblelab.engine.sequence import Sequence, SequenceStatus
+from bubblelab.engine.streams import Streams
+from bubblelab.engine.phases import Phases
+from bubblelab.engine.timeline import StepInfo, Timeline
 
 
 @dataclass
@@ -89,7 +89,7 @@ class LLMEngine:
     def _make_constraint(self, request_id: str, params: SamplingParams):
         if params.constraint is None:
             return None
-        from engine.constraints import make_constraint
+        from bubblelab.engine.constraints import make_constraint
         try:
             return make_constraint(params.constraint, vocab_size=self.loaded.config.vocab_size,
                                    eos_token_ids=sorted(self.eos_token_ids), tokenizer=self.tokenizer,

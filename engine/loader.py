@@ -16,12 +16,12 @@ import torch
 from safetensors import safe_open
 from transformers import PreTrainedTokenizerFast
 
-from engine.attention import AttentionBackend, select_backend
-from engine.config import PRESETS, ModelConfig, parse_dtype
-from engine.errors import BubblelabError
-from engine.gguf_loader import gguf_checkpoint
-from engine.models import TransformerLM
-from engine.tokenizer import load_gguf_tokenizer
+from bubblelab.engine.attention import AttentionBackend, select_backend
+from bubblelab.engine.config import PRESETS, ModelConfig, parse_dtype
+from bubblelab.errors import BubblelabError
+from bubblelab.engine.gguf_loader import gguf_checkpoint
+from bubblelab.engine.models import TransformerLM
+from bubblelab.engine.tokenizer import load_gguf_tokenizer
 
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SUPPORTED_ARCHITECTURES = ("llama", "qwen3")

@@ -16,16 +16,16 @@ import time
 import numpy as np
 import torch
 
-from engine.attention.metadata import AttentionMetadata
-from engine.block_manager import BlockManager
-from engine.config import EngineConfig
-from engine.decode_slot import DecodeSlot
-from engine.errors import BubblelabError
-from engine.loader import LoadedModel
-from engine.pipeline import NUM_SLOTS, Step
-from engine import sampler
-from engine.sampler import SamplingBatch, sample
-from engine.streams import Streams
+from bubblelab.engine.attention.metadata import AttentionMetadata
+from bubblelab.engine.block_manager import BlockManager
+from bubblelab.engine.config import EngineConfig
+from bubblelab.engine.decode_slot import DecodeSlot
+from bubblelab.errors import BubblelabError
+from bubblelab.engine.loader import LoadedModel
+from bubblelab.engine.pipeline import NUM_SLOTS, Step
+from bubblelab.engine import sampler
+from bubblelab.engine.sampler import SamplingBatch, sample
+from bubblelab.engine.streams import Streams
 
 
 # Sampling variants with captured graphs, as (all_greedy, masked): greedy or temperature-only rows, with or without

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from engine.sequence import Sequence
+from bubblelab.engine.sequence import Sequence
 
 NUM_SLOTS = 2  # ping-pong
 

@@ -5,8 +5,8 @@ from collections.abc import Collection
 
 import torch
 
-from engine.attention.metadata import AttentionMetadata
-from engine.loader import LoadedModel
+from bubblelab.engine.attention.metadata import AttentionMetadata
+from bubblelab.engine.loader import LoadedModel
 
 
 @torch.inference_mode()

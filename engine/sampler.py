@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.sampling_params import SamplingParams
+from bubblelab.engine.sampling_params import SamplingParams
 
 _M32 = 0xFFFFFFFF
 # Multipliers of a lowbias32-style integer hash (Wellons' hash-prospector). Both are below 2^31, so with

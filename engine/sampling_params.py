@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from engine.errors import RequestError
+from bubblelab.errors import RequestError
 
 
 @dataclass

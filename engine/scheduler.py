@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from engine.block_manager import BlockManager
-from engine.config import EngineConfig
-from engine.sequence import Sequence, SequenceStatus
+from bubblelab.engine.block_manager import BlockManager
+from bubblelab.engine.config import EngineConfig
+from bubblelab.engine.sequence import Sequence, SequenceStatus
 
 
 @dataclass

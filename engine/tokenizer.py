@@ -5,8 +5,8 @@ from pathlib import Path
 
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from engine.errors import BubblelabError
-from engine.gguf_loader import building, gguf_cache_dir
+from bubblelab.errors import BubblelabError
+from bubblelab.engine.gguf_loader import building, gguf_cache_dir
 
 
 def load_gguf_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:

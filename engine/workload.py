@@ -5,8 +5,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.errors import BubblelabError
-from engine.sampling_params import SamplingParams
+from bubblelab.errors import BubblelabError
+from bubblelab.engine.sampling_params import SamplingParams
 
 DISTRIBUTIONS = ("uniform", "exponential", "fixed")
 

@@ -11,11 +11,11 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 
-from engine.errors import BubblelabError
-from profiling import queries
-from profiling.catalog import connect
-from profiling.ingest import ingest_timeline
-from profiling.timeline import Timeline
+from bubblelab.errors import BubblelabError
+from bubblelab.profiling import queries
+from bubblelab.profiling.catalog import connect
+from bubblelab.profiling.ingest import ingest_timeline
+from bubblelab.engine.timeline import Timeline
 
 Catalog = Path | str | duckdb.DuckDBPyConnection
 WARMUP_STEPS = 5          # steady-state rule 3: steady candidates skipped at the start of a run
@@ -84,6 +84,23 @@ def _attribute(query: str, catalog: Catalog, run_id: str, steps: pd.DataFrame | 
         con.unregister("per_step")
     table.insert(2, "top_level", table.phase.map(lambda phase: TOP_LEVEL.get(phase, phase)))
     return table
+
+
+def lane_ranges(catalog: Catalog, run_id: str, steps: pd.DataFrame, min_gap_ns: int = 20_000) -> pd.DataFrame:
+    """Host ranges and GPU islands of the given steps (sql/lane_ranges.sql), for the lane chart. GPU idle
+    shorter than min_gap_ns is drawn as busy: a pixel of a chart tens of milliseconds wide is ~100 us."""
+    if steps.empty:
+        return pd.DataFrame()
+    params = {"run_id": run_id, "first": int(steps["step"].min()), "last": int(steps["step"].max()),
+              "min_gap_ns": min_gap_ns}
+    return queries.run(_open(catalog), "lane_ranges", params).assign(run_id=run_id)
+
+
+def middle(steps: pd.DataFrame, n: int) -> pd.DataFrame:
+    """n consecutive rows from the middle of a (steady-state) per-step table."""
+    steps = steps.sort_values("step")
+    start = max(0, len(steps) // 2 - n // 2)
+    return steps.iloc[start:start + n]
 
 
 def rollup(table: pd.DataFrame) -> pd.Series:

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import duckdb
 
-from engine.errors import BubblelabError
-from profiling.queries import read_sql
+from bubblelab.errors import BubblelabError
+from bubblelab.profiling.queries import read_sql
 
 CATALOG_VERSION = 3  # bump when a table of sql/catalog_schema.sql changes
 RUN_COLUMNS = ("run_id", "model", "preset", "depth", "streams", "output_len_mean", "mean_generated_len",

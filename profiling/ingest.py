@@ -17,12 +17,12 @@ from typing import Iterator
 import duckdb
 import pandas as pd
 
-from engine.errors import BubblelabError
-from profiling import queries
-from profiling.catalog import RUN_COLUMNS, connect, load_sqlite_extension, sql_string
-from profiling.phases import DOMAIN
-from profiling.timeline import Timeline
-from profiling.trace_check import inspect_trace
+from bubblelab.errors import BubblelabError
+from bubblelab.profiling import queries
+from bubblelab.profiling.catalog import RUN_COLUMNS, connect, load_sqlite_extension, sql_string
+from bubblelab.engine.phases import DOMAIN
+from bubblelab.engine.timeline import Timeline
+from bubblelab.profiling.trace_check import inspect_trace
 
 # (nsys table, ingestion statement); tables are created lazily, so a missing one means "no such events".
 OPTIONAL_TABLES = (("CUPTI_ACTIVITY_KIND_KERNEL", "ingest_kernels"),

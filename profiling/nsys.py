@@ -12,7 +12,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from engine.errors import BubblelabError
+from bubblelab.errors import BubblelabError
 
 PROFILE_OPTIONS = ("-t", "cuda,nvtx", "-s", "none", "--cpuctxsw=none", "--cuda-graph-trace=node",
                    "--capture-range=cudaProfilerApi", "--capture-range-end=stop", "--export", "sqlite")

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from engine.errors import BubblelabError
-from profiling.phases import DOMAIN
+from bubblelab.errors import BubblelabError
+from bubblelab.engine.phases import DOMAIN
 
 SUPPORTED_SCHEMA_MAJOR = "3"  # nsys 2021-2025 exports; the probe trace is 3.20.3
 

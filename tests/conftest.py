@@ -21,11 +21,11 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def tiny_llama():
-    from engine.loader import load_model
+    from bubblelab.engine.loader import load_model
     return load_model("tiny-llama", seed=1)
 
 
 @pytest.fixture(scope="session")
 def tiny_qwen3():
-    from engine.loader import load_model
+    from bubblelab.engine.loader import load_model
     return load_model("tiny-qwen3", seed=2)

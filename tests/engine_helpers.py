@@ -5,10 +5,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from engine.attention.metadata import AttentionMetadata
-from engine.config import EngineConfig
-from engine.llm_engine import LLMEngine
-from engine.sampling_params import SamplingParams
+from bubblelab.engine.attention.metadata import AttentionMetadata
+from bubblelab.engine.config import EngineConfig
+from bubblelab.engine.llm_engine import LLMEngine
+from bubblelab.engine.sampling_params import SamplingParams
 
 
 @dataclass

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from test_profiling_real_traces import MEDIAN_COLUMNS, TRACES   # the table's own columns and traces
 
-from profiling import analysis
-from profiling.catalog import connect
-from profiling.ingest import ingest
+from bubblelab.profiling import analysis
+from bubblelab.profiling.catalog import connect
+from bubblelab.profiling.ingest import ingest
 
 
 def expected(con, run: str) -> dict:

@@ -70,7 +70,7 @@ class TraceBuilder:
         return self.strings[value]
 
     def range(self, name: str, step: int | None, start: float, end: float, tid: int = MAIN) -> None:
-        """A push/pop range of our domain; names are registered strings, as profiling.phases does."""
+        """A push/pop range of our domain; names are registered strings, as engine.phases does."""
         self.rows["NVTX_EVENTS"].append(dict(start=us(start), end=us(end), eventType=59, globalTid=tid,
                                              textId=self.string(name), domainId=1, int64Value=step))
 

@@ -9,10 +9,10 @@ import pytest
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from engine.attention import AttentionMetadata
-from engine.export import hf_causal_lm, to_hf
-from engine.loader import hf_model_config, load_model
-from engine.reference import greedy_reference
+from bubblelab.engine.attention import AttentionMetadata
+from bubblelab.engine.export import hf_causal_lm, to_hf
+from bubblelab.engine.loader import hf_model_config, load_model
+from bubblelab.engine.reference import greedy_reference
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks import compare_engines  # noqa: E402
@@ -169,8 +169,8 @@ def test_nano_vllm_child_process_plumbing(tmp_path, monkeypatch, tiny_qwen3, fai
 
 # -- the flash-attn backend's pure-Python parts (no flash-attn import) ---------------------------------------
 def test_flash_backend_picks_fa4_then_fa2(monkeypatch):
-    from engine.attention import flash_backend as fb
-    from engine.errors import BubblelabError
+    from bubblelab.engine.attention import flash_backend as fb
+    from bubblelab.errors import BubblelabError
     calls = []
 
     def fake_fa4(q, k, v, **kw):
@@ -209,7 +209,7 @@ def test_flash_backend_picks_fa4_then_fa2(monkeypatch):
 def test_flash_attn_shim_is_never_taken_for_fa2():
     """benchmarks/flash_attn_shim is a `flash_attn` with the FA2 API: the engine must recognise it."""
     import importlib.util
-    from engine.attention import flash_backend as fb
+    from bubblelab.engine.attention import flash_backend as fb
     path = Path(__file__).resolve().parents[1] / "benchmarks" / "flash_attn_shim" / "flash_attn" / "__init__.py"
     spec = importlib.util.spec_from_file_location("bubblelab_test_shim", path, submodule_search_locations=[])
     shim = importlib.util.module_from_spec(spec)

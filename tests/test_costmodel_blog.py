@@ -1,9 +1,9 @@
 """The cost model against the Photon post's own table ("Now put real numbers in it")."""
 import pytest
 
-from costmodel.blog import blog_table
-from costmodel.model import speedup, speedup_bounds
-from costmodel.predict import pct, predict_blog
+from bubblelab.costmodel.blog import blog_table
+from bubblelab.costmodel.model import speedup, speedup_bounds
+from bubblelab.costmodel.predict import pct, predict_blog
 
 
 def test_one_stream_reproduces_the_posts_prediction():

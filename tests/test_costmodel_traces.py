@@ -2,11 +2,11 @@
 import pandas as pd
 import pytest
 
-from costmodel.model import host_tick_ms, step_gpu_ms
-from costmodel.predict import predict_runs
-from costmodel.traces import load_traces
-from engine.errors import BubblelabError
-from profiling.analysis import steady_state
+from bubblelab.costmodel.model import host_tick_ms, step_gpu_ms
+from bubblelab.costmodel.predict import predict_runs
+from bubblelab.runs.traces import load_traces
+from bubblelab.errors import BubblelabError
+from bubblelab.profiling.analysis import steady_state
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +90,7 @@ def test_unknown_trace_names_are_refused():
 
 
 def test_report_of_the_committed_traces(traces):
-    from costmodel.report import render_report
+    from bubblelab.report.report import render_report
     results, _ = traces
     html = render_report(results, "committed traces", n_boot=100)
     assert "window of the run: measured" in html and "kernel gaps ms" in html

@@ -5,11 +5,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from costmodel.model import StepCost
-from costmodel.predict import pair_runs, predict_runs
-from costmodel.results import merge_results, read_results, write_results
-from engine.errors import BubblelabError
-from costmodel.wholerun import depth2_order, own_gpu_ms, pipelined_periods, predict_whole_run
+from bubblelab.costmodel.model import StepCost
+from bubblelab.costmodel.predict import pair_runs, predict_runs
+from bubblelab.runs.rundir import merge_results, read_results, write_results
+from bubblelab.errors import BubblelabError
+from bubblelab.costmodel.wholerun import depth2_order, own_gpu_ms, pipelined_periods, predict_whole_run
 
 PLAN, FINALIZE, COMMIT = 0.05, 0.10, 0.05   # host bookkeeping of every tick (ms); commit's part outside wait
 

@@ -6,10 +6,10 @@ import random
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from engine.constraints import parse_output
-from engine.errors import RequestError
-from engine.reference import greedy_reference
-from engine.sampling_params import SamplingParams
+from bubblelab.engine.constraints import parse_output
+from bubblelab.errors import RequestError
+from bubblelab.engine.reference import greedy_reference
+from bubblelab.engine.sampling_params import SamplingParams
 from tests.engine_helpers import Req, make_engine, run_script
 
 

@@ -11,12 +11,12 @@ import torch
 from safetensors.torch import save_file
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from engine.attention import AttentionMetadata
-from engine.errors import BubblelabError
-from engine.gguf_loader import gguf_cache_dir
-from engine.loader import embedded_model_path, load_model
-from engine.reference import greedy_reference
-from engine.tokenizer import chat_prompt_ids
+from bubblelab.engine.attention import AttentionMetadata
+from bubblelab.errors import BubblelabError
+from bubblelab.engine.gguf_loader import gguf_cache_dir
+from bubblelab.engine.loader import embedded_model_path, load_model
+from bubblelab.engine.reference import greedy_reference
+from bubblelab.engine.tokenizer import chat_prompt_ids
 
 
 @pytest.fixture(scope="module")

@@ -6,11 +6,11 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
-from engine.attention import AttentionMetadata, select_backend, store_kv_cache
-from engine.errors import BubblelabError
-from engine.gguf_loader import gguf_checkpoint
-from engine.loader import embedded_model_path, load_model
-from engine.tokenizer import chat_prompt_ids
+from bubblelab.engine.attention import AttentionMetadata, select_backend, store_kv_cache
+from bubblelab.errors import BubblelabError
+from bubblelab.engine.gguf_loader import gguf_checkpoint
+from bubblelab.engine.loader import embedded_model_path, load_model
+from bubblelab.engine.tokenizer import chat_prompt_ids
 from tests.engine_helpers import paged_decode_inputs
 
 PROMPT_LENS = [5, 17, 11]

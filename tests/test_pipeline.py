@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from engine.pipeline import Pipeline
-from engine.sampling_params import SamplingParams
-from profiling.timeline import Timeline
+from bubblelab.engine.pipeline import Pipeline
+from bubblelab.engine.sampling_params import SamplingParams
+from bubblelab.engine.timeline import Timeline
 from tests.engine_helpers import Req, make_engine, run_script
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.attention import prefill
-from engine.attention.metadata import AttentionMetadata
-from engine.loader import load_model
+from bubblelab.engine.attention import prefill
+from bubblelab.engine.attention.metadata import AttentionMetadata
+from bubblelab.engine.loader import load_model
 
 MIXED = [5, 1, 17, 11, 1, 32]        # lengths 1 included; padded work ratio > 1.5: the loop on CPU
 ALIKE = [16, 16, 15, 16, 1]         # ratio < 1.5: one padded call on CPU

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from profiling import analysis
-from profiling.catalog import connect
-from profiling.ingest import ingest
+from bubblelab.profiling import analysis
+from bubblelab.profiling.catalog import connect
+from bubblelab.profiling.ingest import ingest
 
 TRACES = sorted((Path(__file__).parents[1] / "traces").glob("*.sqlite.gz"))
 

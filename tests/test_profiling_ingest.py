@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from profiling_trace_builder import TraceBuilder, blocking_trace
 
-from engine.errors import BubblelabError
-from profiling import analysis, queries
-from profiling.catalog import connect
-from profiling.ingest import ingest
+from bubblelab.errors import BubblelabError
+from bubblelab.profiling import analysis, queries
+from bubblelab.profiling.catalog import connect
+from bubblelab.profiling.ingest import ingest
 
 PROBE = Path(__file__).parents[1] / "traces" / "nsys-h200-probe.sqlite"
 TABLES = ("runs", "trace_meta", "host_ranges", "host_segments", "step_info", "api_calls", "gpu_ops", "syncs",
@@ -160,8 +160,8 @@ def test_killed_ingest_leaves_no_half_run(tmp_path):
     script = f"""
 import sys, time
 sys.path[:0] = ['.', 'tests']
-from profiling import queries
-from profiling.ingest import ingest
+from bubblelab.profiling import queries
+from bubblelab.profiling.ingest import ingest
 real = queries.execute
 def slow(con, name, params=None):
     real(con, name, params)
@@ -202,7 +202,7 @@ def test_gzipped_trace_is_the_same_run(tmp_path):
 
 
 def test_catalog_of_another_layout_is_refused(tmp_path):
-    from profiling.catalog import CATALOG_VERSION
+    from bubblelab.profiling.catalog import CATALOG_VERSION
     path = tmp_path / "old.duckdb"
     connect(path).execute("UPDATE catalog_info SET version = ?", [CATALOG_VERSION - 1]).close()
     with pytest.raises(BubblelabError, match=f"has layout {CATALOG_VERSION - 1}, this bubblelab writes layout"):

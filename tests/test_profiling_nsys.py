@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.errors import BubblelabError
-from profiling import nsys
+from bubblelab.errors import BubblelabError
+from bubblelab.profiling import nsys
 
 FAKE_NSYS = f"""#!{sys.executable}
 import json, pathlib, sys

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import time
 
-from profiling.phases import Phases
-from profiling.timeline import Timeline
+from bubblelab.engine.phases import Phases
+from bubblelab.engine.timeline import Timeline
 
 RANGES = 20_000
 

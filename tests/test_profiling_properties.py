@@ -9,10 +9,10 @@ from hypothesis import strategies as st
 
 from profiling_trace_builder import DTOH, HTOD, MAIN, TraceBuilder, us
 
-from profiling import analysis
-from profiling.catalog import connect
-from profiling.ingest import ingest, ingest_timeline
-from profiling.timeline import StepInfo, Timeline
+from bubblelab.profiling import analysis
+from bubblelab.profiling.catalog import connect
+from bubblelab.profiling.ingest import ingest, ingest_timeline
+from bubblelab.engine.timeline import StepInfo, Timeline
 
 PHASES = ("plan", "launch", "finalize", "commit")
 CHILDREN = {"launch": ("copy_h2d", "forward"), "finalize": ("mask", "sampling"), "commit": ("wait",)}

@@ -6,9 +6,9 @@ import pandas as pd
 import pytest
 from profiling_trace_builder import blocking_trace, pipelined_trace
 
-from profiling import analysis
-from profiling.catalog import connect
-from profiling.ingest import ingest
+from bubblelab.profiling import analysis
+from bubblelab.profiling.catalog import connect
+from bubblelab.profiling.ingest import ingest
 
 STEP_COLUMNS = ["run_id", "step", "kind", "depth", "batch_size", "forward_ms", "sampling_ms", "busy_ms",
                 "bubble_ms", "kernel_gap_ms", "period_ms", "plan_ms", "launch_ms", "commit_ms", "finalize_ms", "wait_ms",

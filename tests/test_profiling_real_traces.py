@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from profiling import analysis
-from profiling.catalog import connect
-from profiling.ingest import ingest
+from bubblelab.profiling import analysis
+from bubblelab.profiling.catalog import connect
+from bubblelab.profiling.ingest import ingest
 
 TRACES = Path(__file__).parents[1] / "traces"
 MEDIAN_COLUMNS = ("forward_ms", "sampling_ms", "bubble_ms", "kernel_gap_ms", "period_ms", "busy_ms")

@@ -5,11 +5,11 @@ import pandas as pd
 import pytest
 from profiling_trace_builder import COMPUTE, TraceBuilder, us
 
-from profiling import analysis
-from profiling.catalog import connect
-from profiling.ingest import ingest
-from profiling.phases import Phases
-from profiling.timeline import StepInfo, Timeline
+from bubblelab.profiling import analysis
+from bubblelab.profiling.catalog import connect
+from bubblelab.profiling.ingest import ingest
+from bubblelab.engine.phases import Phases
+from bubblelab.engine.timeline import StepInfo, Timeline
 
 # (phase, start, end) in us relative to the tick; device work: (phase, start, end)
 HOST = [("plan", 0, 40), ("launch", 40, 120), ("forward", 60, 110), ("finalize", 120, 170),

@@ -5,9 +5,10 @@ import sys
 
 import pytest
 
-from costmodel.report import REPORT_FILE, report_run_dir
-from costmodel.results import read_results, write_results
-from costmodel.simulate import LoopCosts, write_demo_run_dir
+from bubblelab.report.report import REPORT_FILE, report_run_dir
+from bubblelab.runs.rundir import read_results, write_results
+from bubblelab.costmodel.simulate import LoopCosts
+from bubblelab.runs.demo import write_demo_run_dir
 
 EVIL = "<script>alert(1)</script>"
 SECTIONS = ("prediction", "step", "timeline", "gaps", "attribution", "whatif", "post", "provenance")

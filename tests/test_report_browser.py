@@ -17,8 +17,9 @@ import numpy as np
 import pytest
 from matplotlib import image as mpimg
 
-from costmodel.report import report_run_dir
-from costmodel.simulate import LoopCosts, write_demo_run_dir
+from bubblelab.report.report import report_run_dir
+from bubblelab.costmodel.simulate import LoopCosts
+from bubblelab.runs.demo import write_demo_run_dir
 from tests.test_report import EVIL, plant
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

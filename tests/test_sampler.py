@@ -7,10 +7,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine import sampler
-from engine.sampler import (SamplingBatch, apply_bitmask, bitmask_words, column_keys, noisy_argmax, row_keys, sample,
+from bubblelab.engine import sampler
+from bubblelab.engine.sampler import (SamplingBatch, apply_bitmask, bitmask_words, column_keys, noisy_argmax, row_keys, sample,
                             warmup)
-from engine.sampling_params import SamplingParams
+from bubblelab.engine.sampling_params import SamplingParams
 
 FAST = settings(max_examples=60, deadline=None)
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.constraints import parse_output
-from engine.loader import load_model
-from engine.model_runner import sampling_variant
-from engine.sampling_params import SamplingParams
+from bubblelab.engine.constraints import parse_output
+from bubblelab.engine.loader import load_model
+from bubblelab.engine.model_runner import sampling_variant
+from bubblelab.engine.sampling_params import SamplingParams
 from tests.engine_helpers import Req, make_engine, run_script
 
 

@@ -75,7 +75,7 @@ def reference(q, k_cache, v_cache, tables, lens, scale) -> torch.Tensor:
 
 
 def run_cpu_case(group: int, head_dim: int, block_size: int, dtype: str, num_splits: int | None) -> dict:
-    from engine.attention.triton_decode import paged_decode_attention
+    from bubblelab.engine.attention.triton_decode import paged_decode_attention
     torch.manual_seed(0)
     # Lengths: 1, exactly one and two pages, mid-page, and a few tiles (the kernel's tile is 64 tokens).
     lens = [1, block_size, 2 * block_size, block_size + 5, 150]
@@ -112,8 +112,8 @@ def test_interpreted_kernel_matches_dense_reference(cpu_results, case):
 
 
 def test_select_backend_triton():
-    from engine.attention import select_backend
-    from engine.errors import BubblelabError
+    from bubblelab.engine.attention import select_backend
+    from bubblelab.errors import BubblelabError
     with pytest.raises(BubblelabError, match="triton needs a CUDA device"):
         select_backend("triton", "cpu")
     assert select_backend("auto", "cpu").name == "torch"
@@ -123,7 +123,7 @@ def test_select_backend_triton():
 
 def test_default_split_count():
     pytest.importorskip("triton")
-    from engine.attention.triton_decode import MAX_SPLITS, default_num_splits
+    from bubblelab.engine.attention.triton_decode import MAX_SPLITS, default_num_splits
     cuda = torch.device("cuda")
     assert default_num_splits(1, 1, 1, 16, torch.device("cpu")) == 1          # one 64-token tile: nothing to split
     assert 1 <= default_num_splits(1, 8, 128, 16, torch.device("cpu")) <= MAX_SPLITS
@@ -137,7 +137,7 @@ def test_default_split_count():
 @pytest.mark.parametrize("batch", [1, 32, 128])
 @torch.inference_mode()
 def test_gpu_kernel_matches_reference_and_replays_in_a_graph(batch):
-    from engine.attention.triton_decode import paged_decode_attention
+    from bubblelab.engine.attention.triton_decode import paged_decode_attention
     group, kv_heads, dim, block_size = 4, 8, 128, 16                      # qwen3-4b: 32 heads, 8 KV heads
     g = torch.Generator().manual_seed(batch)
     # Batch 1: one long row. Otherwise fixed edge lengths, random ones, and a padded row last.
@@ -173,8 +173,8 @@ def test_gpu_kernel_matches_reference_and_replays_in_a_graph(batch):
 @pytest.mark.gpu
 @pytest.mark.parametrize("preset", ["tiny-qwen3", "smollm2-135m"])
 def test_gpu_engine_with_triton_backend_matches_torch_backend(preset):
-    from engine.loader import load_model
-    from engine.sampling_params import SamplingParams
+    from bubblelab.engine.loader import load_model
+    from bubblelab.engine.sampling_params import SamplingParams
     from tests.engine_helpers import Req, make_engine, run_script
     reqs = [Req(f"r{i}", list(range(3 + 7 * i, 3 + 7 * i + 5 + 9 * i)), SamplingParams(max_tokens=40, ignore_eos=True))
             for i in range(6)]

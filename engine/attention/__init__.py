@@ -7,16 +7,16 @@ import shutil
 
 import torch
 
-from engine.attention.base import AttentionBackend, store_kv_cache
-from engine.attention.metadata import AttentionMetadata
-from engine.errors import BubblelabError
+from bubblelab.engine.attention.base import AttentionBackend, store_kv_cache
+from bubblelab.engine.attention.metadata import AttentionMetadata
+from bubblelab.errors import BubblelabError
 
 __all__ = ["AttentionBackend", "AttentionMetadata", "select_backend", "store_kv_cache"]
 
 
 def _flash_attn_importable() -> bool:
     """flash-attn-4 (`flash_attn.cute`) or a real FA2 imports; benchmarks/flash_attn_shim alone does not count."""
-    from engine.attention.flash_backend import available_impl
+    from bubblelab.engine.attention.flash_backend import available_impl
     return available_impl() is not None
 
 
@@ -42,7 +42,7 @@ def select_backend(name: str, device: torch.device | str) -> AttentionBackend:
         else:
             name = "torch"
     if name == "torch":
-        from engine.attention.torch_backend import TorchAttention
+        from bubblelab.engine.attention.torch_backend import TorchAttention
         return TorchAttention()
     if name == "flash-attn":
         if not is_cuda:
@@ -51,7 +51,7 @@ def select_backend(name: str, device: torch.device | str) -> AttentionBackend:
             raise BubblelabError("attention backend flash-attn requested but neither flash-attn-4 "
                                  "(`flash_attn.cute`) nor flash-attn 2 imports; install one or use "
                                  "--attention-backend triton/torch")
-        from engine.attention.flash_backend import FlashAttention
+        from bubblelab.engine.attention.flash_backend import FlashAttention
         return FlashAttention()
     if name == "triton":
         # Off CUDA only the Triton interpreter (TRITON_INTERPRET=1) could run it: far too slow for an engine.
@@ -61,6 +61,6 @@ def select_backend(name: str, device: torch.device | str) -> AttentionBackend:
         if problem:
             raise BubblelabError(f"attention backend triton requested but {problem}; "
                                  "fix that or use --attention-backend torch")
-        from engine.attention.triton_backend import TritonAttention
+        from bubblelab.engine.attention.triton_backend import TritonAttention
         return TritonAttention()
     raise BubblelabError(f"unknown attention backend {name!r}; choose auto, torch, flash-attn or triton")

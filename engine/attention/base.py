@@ -5,7 +5,7 @@ from typing import Protocol
 
 import torch
 
-from engine.attention.metadata import AttentionMetadata
+from bubblelab.engine.attention.metadata import AttentionMetadata
 
 
 class AttentionBackend(Protocol):

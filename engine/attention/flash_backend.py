@@ -24,8 +24,8 @@ from typing import Callable
 
 import torch
 
-from engine.attention.metadata import AttentionMetadata
-from engine.errors import BubblelabError
+from bubblelab.engine.attention.metadata import AttentionMetadata
+from bubblelab.errors import BubblelabError
 
 FA2_BLOCK_SIZE_MULTIPLE = 256
 FA4_BLOCK_SIZE_MULTIPLE = 1

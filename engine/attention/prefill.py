@@ -21,7 +21,7 @@ import os
 import torch
 import torch.nn.functional as F
 
-from engine.attention.metadata import AttentionMetadata
+from bubblelab.engine.attention.metadata import AttentionMetadata
 
 log = logging.getLogger(__name__)
 

@@ -6,8 +6,8 @@ import dataclasses
 import torch
 import torch.nn.functional as F
 
-from engine.attention.metadata import AttentionMetadata
-from engine.attention.prefill import prefill_attention
+from bubblelab.engine.attention.metadata import AttentionMetadata
+from bubblelab.engine.attention.prefill import prefill_attention
 
 
 class TorchAttention:

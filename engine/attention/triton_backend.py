@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import torch
 
-from engine.attention.metadata import AttentionMetadata
-from engine.attention.torch_backend import TorchAttention
-from engine.attention.triton_decode import paged_decode_attention
+from bubblelab.engine.attention.metadata import AttentionMetadata
+from bubblelab.engine.attention.torch_backend import TorchAttention
+from bubblelab.engine.attention.triton_decode import paged_decode_attention
 
 
 class TritonAttention:

@@ -13,8 +13,8 @@ from typing import Protocol
 
 import numpy as np
 
-from engine.constraints import grammar, spatial
-from engine.errors import RequestError
+from bubblelab.engine.constraints import grammar, spatial
+from bubblelab.errors import RequestError
 
 CONSTRAINTS = ("point", "detect")       # the names the CLI offers
 

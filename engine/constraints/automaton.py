@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.sampler import bitmask_words
+from bubblelab.engine.sampler import bitmask_words
 
 UNREACHABLE = np.iinfo(np.int32).max
 

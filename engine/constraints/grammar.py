@@ -13,8 +13,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from engine.constraints.automaton import set_bits
-from engine.errors import RequestError
+from bubblelab.engine.constraints.automaton import set_bits
+from bubblelab.errors import RequestError
 
 _compilers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # tokenizer -> {(V, eos): compiler}
 

@@ -18,8 +18,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from engine.constraints.automaton import UNREACHABLE, CharAutomaton, TokenTable
-from engine.errors import RequestError
+from bubblelab.engine.constraints.automaton import UNREACHABLE, CharAutomaton, TokenTable
+from bubblelab.errors import RequestError
 
 DIGITS = "0123456789"
 NUMBER = ["0", ".", DIGITS, DIGITS, DIGITS]

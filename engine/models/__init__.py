@@ -1,4 +1,4 @@
 """Decoder-only model families (Llama, Qwen3) in plain PyTorch."""
-from engine.models.transformer import TransformerLM
+from bubblelab.engine.models.transformer import TransformerLM
 
 __all__ = ["TransformerLM"]

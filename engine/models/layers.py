@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.errors import BubblelabError
+from bubblelab.errors import BubblelabError
 
 
 class Fusable(nn.Module):

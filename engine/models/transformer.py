@@ -16,11 +16,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.attention import AttentionBackend, store_kv_cache
-from engine.attention.metadata import AttentionMetadata
-from engine.config import ModelConfig
-from engine.errors import BubblelabError
-from engine.models.layers import Fusable, RMSNorm, RotaryEmbedding, SiluAndMul, fused
+from bubblelab.engine.attention import AttentionBackend, store_kv_cache
+from bubblelab.engine.attention.metadata import AttentionMetadata
+from bubblelab.engine.config import ModelConfig
+from bubblelab.errors import BubblelabError
+from bubblelab.engine.models.layers import Fusable, RMSNorm, RotaryEmbedding, SiluAndMul, fused
 
 
 class Attention(Fusable):

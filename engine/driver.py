@@ -8,9 +8,9 @@ from typing import Callable
 import numpy as np
 import torch
 
-from engine.llm_engine import LLMEngine
-from engine.workload import Request, WorkloadSpec, make_requests
-from profiling.timeline import Timeline
+from bubblelab.engine.llm_engine import LLMEngine
+from bubblelab.engine.workload import Request, WorkloadSpec, make_requests
+from bubblelab.engine.timeline import Timeline
 
 
 @dataclass

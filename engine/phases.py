@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from contextlib import nullcontext
 
-from profiling.timeline import StepInfo, Timeline
+from bubblelab.engine.timeline import StepInfo, Timeline
 
 DOMAIN = "bubblelab"
 HOST_PHASES = ("plan", "launch", "copy_h2d", "forward", "prefill", "finalize", "mask", "sampling",

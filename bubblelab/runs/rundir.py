@@ -4,7 +4,7 @@ Layout of a run directory (written by run-and-profile, read by `bubblelab report
 
     DIR/results.json      tables + provenance (this module); DIR/results.json.gz is read as well
     DIR/*.nsys-rep, *.sqlite   traces, referenced from runs.trace_path (optional, not read here)
-    DIR/report.html       written by costmodel.report.report_run_dir
+    DIR/report.html       written by bubblelab.report.report.report_run_dir
 
 results.json holds {"schema_version": 1, "runs": [...], "steps": [...], "attribution": [...], "gaps": [...],
 "timeline": [...], "provenance": {...}}, each table a list of records:
@@ -15,7 +15,7 @@ results.json holds {"schema_version": 1, "runs": [...], "steps": [...], "attribu
   the innermost host range running ("other" when none was).
 - gaps: run_id, step, gap_ms: one record per GPU idle gap.
 - timeline (optional): run_id, lane ("host" | "gpu"), phase, step, start_ns, end_ns: the raw ranges of
-  profiling.timeline.Timeline (host_frame / device_frame), for the lane chart.
+  engine.timeline.Timeline (host_frame / device_frame), for the lane chart.
 - provenance: free-form JSON object; the report shows keys such as commands, versions, machine, traces.
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from engine.errors import BubblelabError
+from bubblelab.errors import BubblelabError
 
 RESULTS_FILE = "results.json"
 SCHEMA_VERSION = 1

@@ -24,10 +24,10 @@ def analyze(
     domain: str = typer.Option("bubblelab", help="NVTX domain of the engine's ranges."),
 ) -> None:
     """Per-step breakdown of each run: forward, sampling, bubble and period, and where the bubble went."""
-    from engine.errors import BubblelabError
-    from profiling import analysis
-    from profiling.catalog import connect
-    from profiling.ingest import ingest
+    from bubblelab.errors import BubblelabError
+    from bubblelab.profiling import analysis
+    from bubblelab.profiling.catalog import connect
+    from bubblelab.profiling.ingest import ingest
 
     if not traces and catalog is None:
         raise BubblelabError("give one or more traces, or --catalog PATH")

@@ -8,7 +8,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from engine.errors import BubblelabError
+from bubblelab.errors import BubblelabError
 
 console = Console()
 
@@ -44,11 +44,11 @@ def run_and_profile(
     nsys: bool = typer.Option(None, "--nsys/--no-nsys", help="Force or forbid nsys (default: use it when found)."),
 ) -> None:
     """Profile depth 1 vs depth 2 over a sweep, ingest into DuckDB, analyse, and write an HTML report."""
-    from costmodel.predict import predict_runs
-    from costmodel.report import report_run_dir
-    from costmodel.results import read_results
-    from bubblelab.commands_costmodel import prediction_table
-    from profiling.sweep import SweepSpec, run_sweep
+    from bubblelab.costmodel.predict import predict_runs
+    from bubblelab.report.report import report_run_dir
+    from bubblelab.runs.rundir import read_results
+    from bubblelab.cli.predict import prediction_table
+    from bubblelab.runs.sweep import SweepSpec, run_sweep
 
     spec = SweepSpec(model=model, device=device, dtype=dtype or ("bf16" if device.startswith("cuda") else "fp32"),
                      depths=_ints(depths, "depths"), streams=_ints(streams, "streams"),

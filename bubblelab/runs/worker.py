@@ -1,4 +1,4 @@
-"""One measured run, in its own process so Nsight Systems can wrap it: `python -m profiling.worker CONFIG.json`.
+"""One measured run, in its own process so Nsight Systems can wrap it: `python -m bubblelab.runs.worker CONFIG.json`.
 
 The config names the engine options, the workload and where to write the result: a JSON with the run's
 summary and its in-process timeline (host ranges, device intervals, step infos).
@@ -12,12 +12,12 @@ from pathlib import Path
 
 import torch
 
-from engine.bench import RunResult, run_workload
-from engine.config import EngineConfig
-from engine.llm_engine import LLMEngine
-from engine.loader import LoadedModel
-from engine.workload import WorkloadSpec
-from profiling.timeline import StepInfo, Timeline
+from bubblelab.engine.driver import RunResult, run_workload
+from bubblelab.engine.config import EngineConfig
+from bubblelab.engine.llm_engine import LLMEngine
+from bubblelab.engine.loader import LoadedModel
+from bubblelab.engine.workload import WorkloadSpec
+from bubblelab.engine.timeline import StepInfo, Timeline
 
 
 def run_one(config: dict, loaded: LoadedModel | None = None) -> RunResult:

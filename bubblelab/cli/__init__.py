@@ -9,15 +9,15 @@ import sys
 
 import typer
 
-from engine.errors import BubblelabError
+from bubblelab.errors import BubblelabError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Measure the GPU bubble of an LLM engine and what pipelined decoding wins back.")
 
 
 def _register_all() -> None:
-    from bubblelab import commands_costmodel, commands_engine, commands_profiling, commands_sweep
-    for module in (commands_engine, commands_sweep, commands_profiling, commands_costmodel):
+    from bubblelab.cli import analyze, predict, run, sweep
+    for module in (run, sweep, analyze, predict):
         module.register(app)
 
 

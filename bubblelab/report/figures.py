@@ -17,8 +17,8 @@ from matplotlib import ticker
 import numpy as np
 import pandas as pd
 
-from costmodel.model import whatif_curve
-from profiling.analysis import steady_state
+from bubblelab.costmodel.model import whatif_curve
+from bubblelab.profiling.analysis import steady_state
 
 MS = 1e6
 GPU_COLORS = {"forward": "#3b6fb6", "prefill": "#1f4e8c", "sampling": "#3aa17e"}

@@ -1,6 +1,6 @@
 """run-and-profile: a sweep of (streams, depth) runs, under nsys when found, ingested, analysed and reported.
 
-Each run is one worker process (profiling.worker) so that nsys wraps exactly one engine with a capture
+Each run is one worker process (bubblelab.runs.worker) so that nsys wraps exactly one engine with a capture
 range that starts after warm-up. Depth 1 and depth 2 of a configuration run back to back. Without nsys the
 same worker function runs in this process and its in-process timeline is the trace.
 """
@@ -13,15 +13,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-import pandas as pd
-
-from engine.errors import BubblelabError
-from profiling import analysis
-from profiling.catalog import connect
-from profiling.ingest import ingest, ingest_timeline
-from profiling.nsys import export_path, find_nsys, nsys_version, run_under_nsys
-from profiling.timeline import Timeline
-from profiling.worker import result_record, timeline_from_record
+from bubblelab.errors import BubblelabError
+from bubblelab.profiling.catalog import connect
+from bubblelab.profiling.ingest import ingest, ingest_timeline
+from bubblelab.profiling.nsys import export_path, find_nsys, nsys_version, run_under_nsys
+from bubblelab.engine.timeline import Timeline
+from bubblelab.runs.rundir import write_results
+from bubblelab.runs.tables import collect
+from bubblelab.runs.worker import result_record, timeline_from_record
 
 
 @dataclass
@@ -70,12 +69,12 @@ def run_sweep(spec: SweepSpec, out_dir: Path, *, use_nsys: bool | None = None,
     catalog = connect(out_dir / "catalog.duckdb")
     timelines = connect(out_dir / "timeline.duckdb") if nsys else catalog
     loaded_cache: dict = {}
-    recorded = {}
+    run_ids = []
     for tag, config in spec.configs():
         record_path = out_dir / "runs" / f"{tag}.json"
         config = {**config, "out_json": str(record_path), "nvtx": bool(nsys), "profile": bool(nsys)}
         (out_dir / "runs" / f"{tag}.config.json").write_text(json.dumps(config, indent=1))
-        argv = [sys.executable, "-m", "profiling.worker", str(out_dir / "runs" / f"{tag}.config.json")]
+        argv = [sys.executable, "-m", "bubblelab.runs.worker", str(out_dir / "runs" / f"{tag}.config.json")]
         started = time.strftime("%Y-%m-%d %H:%M:%S")
         if nsys:
             run_under_nsys(out_dir / "traces" / tag, argv)
@@ -89,22 +88,14 @@ def run_sweep(spec: SweepSpec, out_dir: Path, *, use_nsys: bool | None = None,
         if nsys:
             run_id = ingest(export_path(out_dir / "traces" / tag), None, {**meta, "nsys_version": nsys_version()},
                             con=catalog)
-        recorded[run_id] = timeline
+        run_ids.append(run_id)
         if on_run is not None:
             on_run(tag, record["summary"])
-    _write_results(catalog, out_dir, spec, recorded)
+    results = collect(catalog, run_ids, provenance={"sweep": asdict(spec), "command": " ".join(sys.argv),
+                                                   "catalog": str(out_dir / "catalog.duckdb")})
+    write_results(out_dir, results.runs, results.steps, results.attribution, results.gaps, results.provenance,
+                  results.timeline)
     return out_dir
-
-
-def _lane_window(timeline, steady: pd.DataFrame, run_id: str, half_width: int = 20) -> pd.DataFrame:
-    """Host ranges and device intervals of the steady steps around the run's middle, for the lane chart."""
-    ids = steady.step.sort_values().to_numpy()
-    if len(ids) == 0:
-        return pd.DataFrame()
-    mid = ids[len(ids) // 2]
-    both = pd.concat([timeline.host_frame().assign(lane="host"), timeline.device_frame().assign(lane="gpu")],
-                     ignore_index=True)
-    return both[(both.step >= mid - half_width) & (both.step <= mid + half_width)].assign(run_id=run_id)
 
 
 def _nsys_or_none(use_nsys: bool | None, say: Callable[[str], None]) -> str | None:
@@ -122,11 +113,11 @@ def _nsys_or_none(use_nsys: bool | None, say: Callable[[str], None]) -> str | No
 def _run_in_process(config: dict, cache: dict):
     """One model per spec and one engine per engine config for the whole sweep: loading and graph capture
     happen once, and every run still starts with its own warm-up and a fresh timeline."""
-    from engine.bench import run_workload
-    from engine.config import EngineConfig
-    from engine.llm_engine import LLMEngine
-    from engine.loader import load_model
-    from engine.workload import WorkloadSpec
+    from bubblelab.engine.driver import run_workload
+    from bubblelab.engine.config import EngineConfig
+    from bubblelab.engine.llm_engine import LLMEngine
+    from bubblelab.engine.loader import load_model
+    from bubblelab.engine.workload import WorkloadSpec
     e = config["engine"]
     model_key = (e["model"], e["device"], e["dtype"], e["seed"], e["attention_backend"])
     if model_key not in cache:
@@ -151,33 +142,3 @@ def _meta(summary: dict, config: dict, command: list[str], started: str) -> dict
             "device": summary["device"], "driver": summary.get("driver"), "torch": summary.get("torch"),
             "command": " ".join(command), "started_at": started, "wall_s": summary["wall_s"],
             "generated_tokens": summary["generated_tokens"], "decode_steps": summary["decode_steps"]}
-
-
-def _write_results(con, out_dir: Path, spec: SweepSpec, timelines: dict) -> None:
-    from costmodel.results import write_results
-    runs = analysis.runs(con)
-    steps, attribution, gaps, lanes = [], [], [], []
-    for run_id in runs.run_id:
-        per_step = analysis.per_step(con, run_id)
-        steps.append(per_step)
-        steady = analysis.steady_state(per_step)
-        lanes.append(_lane_window(timelines[run_id], steady, run_id))
-        a = analysis.attribution(con, run_id, steady)
-        attribution.append(a)
-        # Gaps of a window of steady steps only: a forward of ~1,000 kernels leaves ~1,000 gaps per step.
-        g = analysis.idle_gaps(con, run_id, _middle(steady, 50))
-        gaps.append(g.assign(run_id=run_id, gap_ms=g.idle_us / 1e3)[["run_id", "step", "gap_ms", "began_in"]])
-    write_results(out_dir, runs, pd.concat(steps, ignore_index=True), _cat(attribution), _cat(gaps),
-                  provenance={"sweep": asdict(spec), "command": " ".join(sys.argv),
-                              "catalog": str(out_dir / "catalog.duckdb")}, timeline_df=_cat(lanes))
-
-
-def _middle(steps: pd.DataFrame, n: int) -> pd.DataFrame:
-    steps = steps.sort_values("step")
-    start = max(0, len(steps) // 2 - n // 2)
-    return steps.iloc[start:start + n]
-
-
-def _cat(frames: list[pd.DataFrame]) -> pd.DataFrame:
-    frames = [f for f in frames if len(f)]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from engine.errors import BubblelabError
+from bubblelab.errors import BubblelabError
 
 
 def _pct(v: float, lo: float | None = None, hi: float | None = None) -> str:
@@ -55,8 +55,8 @@ def register(app: typer.Typer) -> None:
         n_boot: int = typer.Option(1000, help="Bootstrap resamples for the intervals."),
     ) -> None:
         """The post's prediction table: blocking and pipelined ms, L, predicted, observed, interval, error."""
-        from costmodel.predict import predict_blog, predict_runs
-        from costmodel.results import load_runs
+        from bubblelab.costmodel.predict import predict_blog, predict_runs
+        from bubblelab.runs.rundir import load_runs
 
         if blog == (catalog is not None):
             raise BubblelabError("give exactly one of --blog or --catalog PATH")
@@ -84,10 +84,10 @@ def register(app: typer.Typer) -> None:
         n_boot: int = typer.Option(1000, help="Bootstrap resamples for the intervals."),
     ) -> None:
         """Write RUN_DIR/report.html: one self-contained page of tables and figures."""
-        from costmodel.report import report_run_dir
+        from bubblelab.report.report import report_run_dir
 
         if demo:
-            from costmodel.simulate import write_demo_run_dir
+            from bubblelab.runs.demo import write_demo_run_dir
             write_demo_run_dir(run_dir, streams=(1, 8, 32))
         elif not run_dir.is_dir():
             raise BubblelabError(f"{run_dir} is not a directory")

@@ -48,10 +48,10 @@ def run(
     json_path: Path = typer.Option(None, "--json", help="Write every request's token ids and the summary here."),
 ) -> None:
     """Run a workload through the engine and print throughput, step time and prefill vs decode time."""
-    from engine.bench import run_workload
-    from engine.config import EngineConfig
-    from engine.llm_engine import LLMEngine
-    from engine.workload import WorkloadSpec
+    from bubblelab.engine.driver import run_workload
+    from bubblelab.engine.config import EngineConfig
+    from bubblelab.engine.llm_engine import LLMEngine
+    from bubblelab.engine.workload import WorkloadSpec
 
     c = None if constraint is ConstraintChoice.none else constraint.value
     share = constrained_share if constrained_share is not None else (1.0 if c else 0.0)
@@ -100,9 +100,9 @@ def demo(question: str = typer.Option("What is the capital of France?", help="Th
     """The main job on the embedded SmolLM2-135M-Instruct: answer a chat question, then profile depth 1 vs 2."""
     import time
 
-    from bubblelab.commands_sweep import run_and_profile
-    from engine import LLM, SamplingParams
-    from engine.tokenizer import chat_prompt_ids
+    from bubblelab.cli.sweep import run_and_profile
+    from bubblelab.engine import LLM, SamplingParams
+    from bubblelab.engine.tokenizer import chat_prompt_ids
 
     with console.status("loading the embedded SmolLM2-135M-Instruct (GGUF)"):
         llm = LLM()

@@ -16,11 +16,11 @@ import numpy as np
 import pandas as pd
 from markupsafe import Markup
 
-from costmodel import figures
-from costmodel.compare import step_summary
-from costmodel.predict import predict_blog, predict_runs, run_label
-from profiling.analysis import steady_state
-from costmodel.results import Results, read_results
+from bubblelab.report import figures
+from bubblelab.costmodel.compare import step_summary
+from bubblelab.costmodel.predict import predict_blog, predict_runs, run_label
+from bubblelab.profiling.analysis import steady_state
+from bubblelab.runs.rundir import Results, read_results
 
 REPORT_FILE = "report.html"
 TEMPLATES = Path(__file__).parent / "templates"
@@ -104,7 +104,7 @@ def render_report(results: Results, title: str, n_boot: int = 1000) -> str:
     table = predict_runs(results.runs, results.steps, n_boot=n_boot)
     blog = predict_blog()
     attribution = attribution_per_step(results)
-    summary = step_summary(results)
+    summary = step_summary(results.runs, results.steps)
     headline = table.sort_values("observed_pct", ascending=False).head(3) if len(table) else table
     context = dict(
         title=title,

@@ -1,0 +1,1 @@
+"""The HTML report of one or more run directories: figures, tables, template."""

@@ -1,0 +1,38 @@
+"""The one place a run directory's tables are assembled from a catalog: runs, steps, attribution, gaps, lanes.
+
+run-and-profile (after its runs) and the committed traces (for the notebooks) both build their `Results`
+here, from profiling's public answers, so the report, `bubblelab analyze` and the notebooks agree on every
+number.
+"""
+from __future__ import annotations
+
+import duckdb
+import pandas as pd
+
+from bubblelab.profiling import analysis
+from bubblelab.runs.rundir import Results
+
+GAP_STEPS = 50   # idle gaps of this many steady steps per run: a forward leaves ~1,000-2,000 kernel gaps a step
+LANE_STEPS = 12  # steps of host ranges and GPU islands kept per run for the lane chart
+
+
+def collect(con: duckdb.DuckDBPyConnection, run_ids: list[str], provenance: dict | None = None) -> Results:
+    """The tables of the given runs of an open catalog, in the order given."""
+    runs = analysis.runs(con)
+    runs = runs.set_index("run_id").loc[run_ids].reset_index()
+    steps, attribution, gaps, lanes = [], [], [], []
+    for run_id in run_ids:
+        per_step = analysis.per_step(con, run_id)
+        steady = analysis.steady_state(per_step)
+        steps.append(per_step)
+        attribution.append(analysis.attribution(con, run_id, steady))
+        g = analysis.idle_gaps(con, run_id, analysis.middle(steady, GAP_STEPS))
+        gaps.append(pd.DataFrame({"run_id": run_id, "step": g["step"], "gap_ms": g["idle_us"] / 1e3,
+                                  "began_in": g["began_in"]}))
+        lanes.append(analysis.lane_ranges(con, run_id, analysis.middle(steady, LANE_STEPS)))
+    return Results(runs, _cat(steps), _cat(attribution), _cat(gaps), _cat(lanes), provenance=provenance or {})
+
+
+def _cat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    frames = [f for f in frames if len(f)]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
