@@ -7,6 +7,7 @@ ingestion and every query on it. Usage:
 
     .venv/bin/python benchmarks/analyze_1m_kernels.py [--source TRACE] [--kernels 1000000]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,17 +25,29 @@ from bubblelab.profiling import analysis  # noqa: E402
 from bubblelab.profiling.catalog import connect, load_sqlite_extension, sql_string  # noqa: E402
 from bubblelab.profiling.ingest import ingest  # noqa: E402
 
-EVENT_TABLES = ("NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_KERNEL",
-                "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION")
-COPIED_ONCE = ("META_DATA_EXPORT", "StringIds", "TARGET_INFO_GPU", "TARGET_INFO_SESSION_START_TIME",
-               "TARGET_INFO_SYSTEM_ENV")
+EVENT_TABLES = (
+    "NVTX_EVENTS",
+    "CUPTI_ACTIVITY_KIND_RUNTIME",
+    "CUPTI_ACTIVITY_KIND_KERNEL",
+    "CUPTI_ACTIVITY_KIND_MEMCPY",
+    "CUPTI_ACTIVITY_KIND_MEMSET",
+    "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
+)
+COPIED_ONCE = (
+    "META_DATA_EXPORT",
+    "StringIds",
+    "TARGET_INFO_GPU",
+    "TARGET_INFO_SESSION_START_TIME",
+    "TARGET_INFO_SYSTEM_ENV",
+)
 
 
 def engine_shaped_seed(path: Path, steps: int = 8, kernels_per_forward: int = 400) -> Path:
     """A depth-2 run: per step plan, launch > copy_h2d, forward (400 kernels), commit > wait, finalize."""
     from profiling_trace_builder import COPY, DTOH, HTOD, TraceBuilder
+
     b = TraceBuilder()
-    tick = 4.0 * kernels_per_forward + 100              # us: 4 us kernels, the GPU always a bit behind
+    tick = 4.0 * kernels_per_forward + 100  # us: 4 us kernels, the GPU always a bit behind
     for k in range(steps + 1):
         t = 1000 + tick * k
         if k < steps:
@@ -45,7 +58,9 @@ def engine_shaped_seed(path: Path, steps: int = 8, kernels_per_forward: int = 40
             b.memcpy(t + 24, t + 60, t + 62, HTOD)
             b.range("forward", k, t + 30, t + 30 + 3 * kernels_per_forward + 10)
             for i in range(kernels_per_forward):
-                b.kernel(f"layer_kernel_{i % 12}", t + 32 + 3 * i, t + 62 + 4 * i, t + 62 + 4 * i + 3.6)
+                b.kernel(
+                    f"layer_kernel_{i % 12}", t + 32 + 3 * i, t + 62 + 4 * i, t + 62 + 4 * i + 3.6
+                )
         if k > 0:
             base = t + 3 * kernels_per_forward + 60
             b.range("commit", k - 1, base, base + 30)
@@ -55,9 +70,20 @@ def engine_shaped_seed(path: Path, steps: int = 8, kernels_per_forward: int = 40
             base = t + 3 * kernels_per_forward + 95
             b.range("finalize", k, base, base + 4)
             b.range("sampling", k, base, base + 2)
-            b.kernel("argmax", base + 1, t + 62 + 4 * kernels_per_forward, t + 64 + 4 * kernels_per_forward)
+            b.kernel(
+                "argmax",
+                base + 1,
+                t + 62 + 4 * kernels_per_forward,
+                t + 64 + 4 * kernels_per_forward,
+            )
             b.range("copy_d2h", k, base + 2, base + 4)
-            b.memcpy(base + 3, t + 64 + 4 * kernels_per_forward, t + 65 + 4 * kernels_per_forward, DTOH, stream=COPY)
+            b.memcpy(
+                base + 3,
+                t + 64 + 4 * kernels_per_forward,
+                t + 65 + 4 * kernels_per_forward,
+                DTOH,
+                stream=COPY,
+            )
     return b.write(path)
 
 
@@ -67,29 +93,54 @@ def scale_up(source: Path, target: Path, kernels: int) -> int:
     load_sqlite_extension(con)
     con.execute(f"ATTACH {sql_string(str(source))} AS src (TYPE sqlite, READ_ONLY)")
     con.execute(f"ATTACH {sql_string(str(target))} AS dst (TYPE sqlite)")
-    tables = {name for (name,) in con.execute(
-        "SELECT table_name FROM duckdb_tables() WHERE database_name = 'src'").fetchall()}
+    tables = {
+        name
+        for (name,) in con.execute(
+            "SELECT table_name FROM duckdb_tables() WHERE database_name = 'src'"
+        ).fetchall()
+    }
     events = [t for t in EVENT_TABLES if t in tables]
-    spans = " UNION ALL ".join(f'SELECT min(start), max(COALESCE("end", start)) FROM src."{t}"' for t in events)
+    spans = " UNION ALL ".join(
+        f'SELECT min(start), max(COALESCE("end", start)) FROM src."{t}"' for t in events
+    )
     first, last = con.execute(f"SELECT min(a), max(b) FROM ({spans}) AS spans(a, b)").fetchone()
-    max_corr = con.execute("SELECT max(correlationId) FROM src.CUPTI_ACTIVITY_KIND_RUNTIME").fetchone()[0]
+    max_corr = con.execute(
+        "SELECT max(correlationId) FROM src.CUPTI_ACTIVITY_KIND_RUNTIME"
+    ).fetchone()[0]
     max_step = con.execute("SELECT max(int64Value) FROM src.NVTX_EVENTS").fetchone()[0] or 0
     per_copy = con.execute("SELECT count(*) FROM src.CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
     copies = -(-kernels // per_copy)
-    span, corr, steps = last - first + 1000, max_corr + 1, max_step + 1    # integers, inlined below
-    shifts = {"start": f"start + i * {span}", "end": f'"end" + i * {span}',
-              "correlationId": f"correlationId + i * {corr}", "int64Value": f"int64Value + i * {steps}"}
+    span, corr, steps = last - first + 1000, max_corr + 1, max_step + 1  # integers, inlined below
+    shifts = {
+        "start": f"start + i * {span}",
+        "end": f'"end" + i * {span}',
+        "correlationId": f"correlationId + i * {corr}",
+        "int64Value": f"int64Value + i * {steps}",
+    }
     for table in sorted(tables & {*events, *COPIED_ONCE}):
-        columns = [c for (c,) in con.execute(
-            "SELECT column_name FROM duckdb_columns() WHERE database_name = 'src' AND table_name = ? "
-            "ORDER BY column_index", [table]).fetchall()]
+        columns = [
+            c
+            for (c,) in con.execute(
+                "SELECT column_name FROM duckdb_columns() WHERE database_name = 'src' AND table_name = ? "
+                "ORDER BY column_index",
+                [table],
+            ).fetchall()
+        ]
         if table in COPIED_ONCE:
-            con.execute(f'CREATE TABLE dst."{table}" AS SELECT {", ".join(map(_quote, columns))} FROM src."{table}"')
+            con.execute(
+                f'CREATE TABLE dst."{table}" AS SELECT {", ".join(map(_quote, columns))} FROM src."{table}"'
+            )
             continue
-        select = ", ".join(f"{shifts[c]} AS {_quote(c)}" if c in shifts else _quote(c) for c in columns)
-        once = "WHERE i = 0 OR eventType <> 75" if table == "NVTX_EVENTS" else ""   # one domain creation
-        con.execute(f'CREATE TABLE dst."{table}" AS SELECT {select} FROM src."{table}", range({copies}) r(i) '
-                    f"{once} ORDER BY start")
+        select = ", ".join(
+            f"{shifts[c]} AS {_quote(c)}" if c in shifts else _quote(c) for c in columns
+        )
+        once = (
+            "WHERE i = 0 OR eventType <> 75" if table == "NVTX_EVENTS" else ""
+        )  # one domain creation
+        con.execute(
+            f'CREATE TABLE dst."{table}" AS SELECT {select} FROM src."{table}", range({copies}) r(i) '
+            f"{once} ORDER BY start"
+        )
     con.close()
     return copies
 
@@ -108,7 +159,9 @@ def timed(label: str, fn, results: dict):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--source", type=Path, help="an nsys SQLite export of the engine (default: synthetic)")
+    parser.add_argument(
+        "--source", type=Path, help="an nsys SQLite export of the engine (default: synthetic)"
+    )
     parser.add_argument("--kernels", type=int, default=1_000_000)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -119,12 +172,16 @@ def main() -> None:
         con = duckdb.connect()
         load_sqlite_extension(con)
         con.execute(f"ATTACH {sql_string(str(tmp / 'big.sqlite'))} AS big (TYPE sqlite, READ_ONLY)")
-        sizes = {t: con.execute(f"SELECT count(*) FROM big.{t}").fetchone()[0]
-                 for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS")}
+        sizes = {
+            t: con.execute(f"SELECT count(*) FROM big.{t}").fetchone()[0]
+            for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS")
+        }
         con.close()
-        print(f"scaled {source.name} x{copies} in {time.perf_counter() - t0:.1f} s: "
-              f"{sizes['CUPTI_ACTIVITY_KIND_KERNEL']:,} kernels, {sizes['CUPTI_ACTIVITY_KIND_RUNTIME']:,} CUDA calls, "
-              f"{sizes['NVTX_EVENTS']:,} NVTX events, {(tmp / 'big.sqlite').stat().st_size / 2**20:.0f} MiB")
+        print(
+            f"scaled {source.name} x{copies} in {time.perf_counter() - t0:.1f} s: "
+            f"{sizes['CUPTI_ACTIVITY_KIND_KERNEL']:,} kernels, {sizes['CUPTI_ACTIVITY_KIND_RUNTIME']:,} CUDA calls, "
+            f"{sizes['NVTX_EVENTS']:,} NVTX events, {(tmp / 'big.sqlite').stat().st_size / 2**20:.0f} MiB"
+        )
         results: dict[str, float] = {}
         catalog = connect(tmp / "catalog.duckdb")
         run = timed("ingest", lambda: ingest(tmp / "big.sqlite", None, {}, con=catalog), results)
@@ -134,7 +191,9 @@ def main() -> None:
         timed("idle_histogram", lambda: analysis.idle_histogram(catalog, run, steady), results)
         timed("sync_inventory", lambda: analysis.sync_inventory(catalog, run), results)
         timed("kernel_summary", lambda: analysis.kernel_summary(catalog, run), results)
-        print(f"  {'total':<16} {sum(results.values()):6.2f} s  ({len(steps):,} steps, {len(steady):,} steady)")
+        print(
+            f"  {'total':<16} {sum(results.values()):6.2f} s  ({len(steps):,} steps, {len(steady):,} steady)"
+        )
 
 
 if __name__ == "__main__":

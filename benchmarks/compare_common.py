@@ -1,4 +1,5 @@
 """What the compare_engines harness's parts share: the sweep, the progress clock, small helpers."""
+
 from __future__ import annotations
 
 import gc
@@ -7,23 +8,37 @@ from dataclasses import dataclass
 
 import torch
 
-METRICS = ("decode_tokens_per_s", "step_ms", "forward_ms", "gpu_busy", "prefill_ms", "e2e_tokens_per_s", "wall_s")
+METRICS = (
+    "decode_tokens_per_s",
+    "step_ms",
+    "forward_ms",
+    "gpu_busy",
+    "prefill_ms",
+    "e2e_tokens_per_s",
+    "wall_s",
+)
 
 
 @dataclass
 class Sweep:
     presets: list[str]
     streams: list[int]
-    repeats: int              # bubblelab runs per (depth, streams)
-    requests_per_stream: int  # bubblelab requests per run = this x streams (2: ~2L steps at full batch)
-    hf_repeats: int           # generate pairs (t(1), t(N)) per (variant, streams): HF is slow, its spread small
-    L: float                  # mean output length
+    repeats: int  # bubblelab runs per (depth, streams)
+    requests_per_stream: (
+        int  # bubblelab requests per run = this x streams (2: ~2L steps at full batch)
+    )
+    hf_repeats: (
+        int  # generate pairs (t(1), t(N)) per (variant, streams): HF is slow, its spread small
+    )
+    L: float  # mean output length
     prompt_len: int
     device: str
     hf_compile: bool
-    backends: tuple[str, ...] = ("triton",)   # bubblelab attention backends; the first is the default
-    block_size: int = 16                       # bubblelab KV page size (raised to a backend's block_size_multiple)
-    deadline_s: float = float("inf")           # no new unit of work starts after this many seconds
+    backends: tuple[str, ...] = (
+        "triton",
+    )  # bubblelab attention backends; the first is the default
+    block_size: int = 16  # bubblelab KV page size (raised to a backend's block_size_multiple)
+    deadline_s: float = float("inf")  # no new unit of work starts after this many seconds
 
     @property
     def dtype(self) -> str:
@@ -56,7 +71,12 @@ def last_error_line(text: str) -> str:
     """The last line that looks like an exception (`Name: message`) of a child's output, else its last line."""
     lines = [ln for ln in text.strip().splitlines() if ln.strip()]
     for ln in reversed(lines):
-        if ln and not ln.startswith((" ", "\t")) and ":" in ln and ln.split(":")[0].replace(".", "").isidentifier():
+        if (
+            ln
+            and not ln.startswith((" ", "\t"))
+            and ":" in ln
+            and ln.split(":")[0].replace(".", "").isidentifier()
+        ):
             return ln[:300]
     return lines[-1][:300] if lines else "(no output)"
 
@@ -77,6 +97,9 @@ def progress(row: dict) -> str:
 
     def num(key: str, fmt: str) -> str:
         return "-" if row.get(key) is None else format(row[key], fmt)
-    return (f"{row['preset']} {row['engine']} streams={row['streams']} repeat={row['repeat']}: "
-            f"{num('decode_tokens_per_s', '.0f')} decode tok/s, step {num('step_ms', '.3f')} ms{busy}, "
-            f"{num('e2e_tokens_per_s', '.0f')} e2e tok/s")
+
+    return (
+        f"{row['preset']} {row['engine']} streams={row['streams']} repeat={row['repeat']}: "
+        f"{num('decode_tokens_per_s', '.0f')} decode tok/s, step {num('step_ms', '.3f')} ms{busy}, "
+        f"{num('e2e_tokens_per_s', '.0f')} e2e tok/s"
+    )

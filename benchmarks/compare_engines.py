@@ -24,6 +24,7 @@ Writes compare_engines.json, compare_engines.md and compare_engines.png to --out
     python benchmarks/compare_engines.py --out $OUT                          # H200: ~5-8 minutes
     python benchmarks/compare_engines.py --device cpu --presets tiny-qwen3 --streams 1,4 --repeats 1 --L 16 --out cmp
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,32 +38,40 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))   # run as a script: benchmarks/ siblings by package name
+sys.path.insert(0, str(ROOT))  # run as a script: benchmarks/ siblings by package name
 
 import transformers  # noqa: E402
 
-from benchmarks.compare_common import (METRICS, Clock, Sweep, first_line, free_memory, not_run,  # noqa: E402
-                                       progress)
+from benchmarks.compare_common import (
+    METRICS,
+    Clock,
+    Sweep,
+    first_line,
+    free_memory,
+    not_run,  # noqa: E402
+    progress,
+)
 from benchmarks.compare_hf import bench_hf, hf_generate  # noqa: E402,F401 (hf_generate: the tests reach it here)
 from benchmarks.compare_nanovllm import bench_nano_vllm, nano_vllm_status  # noqa: E402
 from benchmarks.compare_report import plot, write_markdown  # noqa: E402
 from benchmarks.forward_kernels import copy_bandwidth  # noqa: E402
 from bubblelab.engine.attention import select_backend  # noqa: E402
-from bubblelab.engine.driver import run_workload  # noqa: E402
 from bubblelab.engine.config import EngineConfig  # noqa: E402
+from bubblelab.engine.driver import run_workload  # noqa: E402
 from bubblelab.engine.export import hf_causal_lm  # noqa: E402
 from bubblelab.engine.llm_engine import LLMEngine  # noqa: E402
 from bubblelab.engine.loader import LoadedModel, load_model  # noqa: E402
+from bubblelab.engine.timeline import Timeline  # noqa: E402
 from bubblelab.engine.workload import WorkloadSpec  # noqa: E402
 from bubblelab.profiling.analysis import per_step_from_timeline, steady_state  # noqa: E402
-from bubblelab.engine.timeline import Timeline  # noqa: E402
-
 
 
 # -- bubblelab -------------------------------------------------------------------------------------------
 def engine_label(depth: int, backend: str, sweep: Sweep) -> str:
     """bubblelab-dN for the default (first) backend, bubblelab-dN[<backend>] for the others."""
-    return f"bubblelab-d{depth}" if backend == sweep.backends[0] else f"bubblelab-d{depth}[{backend}]"
+    return (
+        f"bubblelab-d{depth}" if backend == sweep.backends[0] else f"bubblelab-d{depth}[{backend}]"
+    )
 
 
 def use_backend(loaded: LoadedModel, name: str, device: str):
@@ -75,8 +84,9 @@ def use_backend(loaded: LoadedModel, name: str, device: str):
     return backend
 
 
-def bench_bubblelab(loaded: LoadedModel, preset: str, sweep: Sweep, clock: Clock, backend: str,
-                    rows: list[dict]) -> None:
+def bench_bubblelab(
+    loaded: LoadedModel, preset: str, sweep: Sweep, clock: Clock, backend: str, rows: list[dict]
+) -> None:
     """Depth 1 and 2 back to back per repeat and stream count, one engine per depth for the whole sweep, with
     attention backend `backend`. Rows are appended to `rows` as they come, so a failure keeps the finished ones.
     Raises on failure (the caller records it); stops early (returns) past sweep.deadline_s."""
@@ -85,46 +95,75 @@ def bench_bubblelab(loaded: LoadedModel, preset: str, sweep: Sweep, clock: Clock
     block_size = sweep.block_size
     if block_size % impl.block_size_multiple:
         block_size = impl.block_size_multiple * -(-block_size // impl.block_size_multiple)
-    max_model_len = sweep.prompt_len + int(np.ceil(1.5 * sweep.L)) + 1   # the longest request: no wasted width
+    max_model_len = (
+        sweep.prompt_len + int(np.ceil(1.5 * sweep.L)) + 1
+    )  # the longest request: no wasted width
     engines: dict[int, LLMEngine] = {}
     try:
         for depth in (1, 2):
-            engines[depth] = LLMEngine(EngineConfig(model=preset, device=sweep.device, dtype=sweep.dtype, depth=depth,
-                                                    max_num_seqs=max(sweep.streams), max_model_len=max_model_len,
-                                                    block_size=block_size, attention_backend=backend),
-                                       loaded, timeline=Timeline())
-        clock.log(f"{preset}: bubblelab engines ready, attention {attention}, block size {block_size} "
-                  f"(graphs captured: {bool(engines[2].runner.graphs[0])})")
+            engines[depth] = LLMEngine(
+                EngineConfig(
+                    model=preset,
+                    device=sweep.device,
+                    dtype=sweep.dtype,
+                    depth=depth,
+                    max_num_seqs=max(sweep.streams),
+                    max_model_len=max_model_len,
+                    block_size=block_size,
+                    attention_backend=backend,
+                ),
+                loaded,
+                timeline=Timeline(),
+            )
+        clock.log(
+            f"{preset}: bubblelab engines ready, attention {attention}, block size {block_size} "
+            f"(graphs captured: {bool(engines[2].runner.graphs[0])})"
+        )
         for repeat in range(sweep.repeats):
             for streams in sweep.streams:
                 if clock.elapsed() > sweep.deadline_s:
-                    raise TimeoutError(f"stopped before repeat {repeat} streams={streams}: past the "
-                                       f"{sweep.deadline_s:.0f} s deadline (--deadline-s)")
-                spec = WorkloadSpec(streams=streams, requests=sweep.requests_per_stream * streams,
-                                    output_len_mean=sweep.L, prompt_len=sweep.prompt_len, seed=repeat)
+                    raise TimeoutError(
+                        f"stopped before repeat {repeat} streams={streams}: past the "
+                        f"{sweep.deadline_s:.0f} s deadline (--deadline-s)"
+                    )
+                spec = WorkloadSpec(
+                    streams=streams,
+                    requests=sweep.requests_per_stream * streams,
+                    output_len_mean=sweep.L,
+                    prompt_len=sweep.prompt_len,
+                    seed=repeat,
+                )
                 for depth, engine in engines.items():
-                    row = {"engine": engine_label(depth, backend, sweep), "attention": attention, "preset": preset,
-                           "streams": streams, "repeat": repeat,
-                           **bubblelab_metrics(run_workload(engine, spec), depth)}
+                    row = {
+                        "engine": engine_label(depth, backend, sweep),
+                        "attention": attention,
+                        "preset": preset,
+                        "streams": streams,
+                        "repeat": repeat,
+                        **bubblelab_metrics(run_workload(engine, spec), depth),
+                    }
                     rows.append(row)
                     clock.log(progress(row))
     finally:
         for engine in engines.values():
             try:
                 engine.close()
-            except Exception as exc:   # noqa: BLE001 - a failed close must not hide the real error
-                clock.log(f"{preset} {backend}: engine close failed: {type(exc).__name__}: {first_line(exc)}")
+            except Exception as exc:  # noqa: BLE001 - a failed close must not hide the real error
+                clock.log(
+                    f"{preset} {backend}: engine close failed: {type(exc).__name__}: {first_line(exc)}"
+                )
         engines.clear()
         free_memory(sweep.device)
 
 
-def run_bubblelab(loaded: LoadedModel, preset: str, sweep: Sweep, clock: Clock, backend: str,
-                  result: dict) -> None:
+def run_bubblelab(
+    loaded: LoadedModel, preset: str, sweep: Sweep, clock: Clock, backend: str, result: dict
+) -> None:
     """bench_bubblelab with any failure (build, compile, capture, run, deadline) recorded in not_run."""
     rows: list[dict] = []
     try:
         bench_bubblelab(loaded, preset, sweep, clock, backend, rows)
-    except Exception as exc:   # noqa: BLE001 - a backend that cannot run is a result, not a crash
+    except Exception as exc:  # noqa: BLE001 - a backend that cannot run is a result, not a crash
         if not isinstance(exc, TimeoutError):
             traceback.print_exc()
         reason = f"{type(exc).__name__}: {first_line(exc)}"
@@ -143,11 +182,18 @@ def bubblelab_metrics(result, depth: int) -> dict:
     s = result.summary
     return {
         "decode_tokens_per_s": 1e3 * steady.batch_size.sum() / period if period else float("nan"),
-        "step_ms": float(steady.period_ms.median()), "forward_ms": float(steady.forward_ms.median()),
-        "gpu_busy": float((steady.forward_ms + steady.sampling_ms).sum() / period) if period else float("nan"),
-        "prefill_ms": None, "e2e_tokens_per_s": s["tokens_per_s"], "wall_s": s["wall_s"],
-        "generated_tokens": s["generated_tokens"], "mean_output_len": s["mean_generated_len"],
-        "steady_steps": len(steady), "steady_batch": int(steady.batch_size.median()) if len(steady) else None,
+        "step_ms": float(steady.period_ms.median()),
+        "forward_ms": float(steady.forward_ms.median()),
+        "gpu_busy": float((steady.forward_ms + steady.sampling_ms).sum() / period)
+        if period
+        else float("nan"),
+        "prefill_ms": None,
+        "e2e_tokens_per_s": s["tokens_per_s"],
+        "wall_s": s["wall_s"],
+        "generated_tokens": s["generated_tokens"],
+        "mean_output_len": s["mean_generated_len"],
+        "steady_steps": len(steady),
+        "steady_batch": int(steady.batch_size.median()) if len(steady) else None,
     }
 
 
@@ -166,7 +212,9 @@ def floor_ratios(floors: dict, summary: list[dict]) -> None:
             continue
         key = "forward_ms" if row["forward_ms"] is not None else "step_ms"
         if row[key] is not None:
-            floors[row["preset"]][f"{row['engine']}_{key.removesuffix('_ms')}_over_floor"] = row[key] / f
+            floors[row["preset"]][f"{row['engine']}_{key.removesuffix('_ms')}_over_floor"] = (
+                row[key] / f
+            )
 
 
 # -- summary -------------------------------------------------------------------------------------------
@@ -175,96 +223,176 @@ def summarise(rows: list[dict]) -> list[dict]:
     keys = sorted({(r["preset"], r["streams"], r["engine"]) for r in rows})
     out = []
     for preset, streams, engine in keys:
-        group = [r for r in rows if (r["preset"], r["streams"], r["engine"]) == (preset, streams, engine)]
-        row = {"preset": preset, "streams": streams, "engine": engine, "repeats": len(group),
-               "attention": next((r["attention"] for r in group if r.get("attention")), None)}
+        group = [
+            r for r in rows if (r["preset"], r["streams"], r["engine"]) == (preset, streams, engine)
+        ]
+        row = {
+            "preset": preset,
+            "streams": streams,
+            "engine": engine,
+            "repeats": len(group),
+            "attention": next((r["attention"] for r in group if r.get("attention")), None),
+        }
         for m in METRICS:
             values = [r[m] for r in group if r[m] is not None and np.isfinite(r[m])]
             row[m] = float(np.median(values)) if values else None
-            row[f"{m}_min"], row[f"{m}_max"] = (min(values), max(values)) if values else (None, None)
+            row[f"{m}_min"], row[f"{m}_max"] = (
+                (min(values), max(values)) if values else (None, None)
+            )
         out.append(row)
     return out
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--presets", default="qwen3-0.6b,qwen3-4b")
     ap.add_argument("--streams", default="1,8,32,128")
-    ap.add_argument("--repeats", type=int, default=3, help="bubblelab repeats (HF runs min(2, this))")
+    ap.add_argument(
+        "--repeats", type=int, default=3, help="bubblelab repeats (HF runs min(2, this))"
+    )
     ap.add_argument("--L", type=float, default=110.0, help="mean output length")
     ap.add_argument("--prompt-len", type=int, default=32)
-    ap.add_argument("--requests-per-stream", type=int, default=2, help="bubblelab requests per run / streams")
-    ap.add_argument("--out", type=Path, required=True, help="directory for the JSON, markdown and PNG")
+    ap.add_argument(
+        "--requests-per-stream", type=int, default=2, help="bubblelab requests per run / streams"
+    )
+    ap.add_argument(
+        "--out", type=Path, required=True, help="directory for the JSON, markdown and PNG"
+    )
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
-    ap.add_argument("--bubblelab-backends", default=None,
-                    help="comma-separated attention backends for bubblelab rows, the first being the default "
-                         "(unsuffixed) one; default triton on CUDA, torch on CPU (e.g. triton,flash-attn,torch)")
-    ap.add_argument("--block-size", type=int, default=16,
-                    help="bubblelab KV page size (rounded up to a backend's multiple: 256 for flash-attn 2)")
-    ap.add_argument("--skip-nanovllm", action="store_true", help="do not run nano-vllm even when it imports")
-    ap.add_argument("--skip-hf-compile", action="store_true", help="no torch.compile'd HF variant (saves minutes)")
-    ap.add_argument("--budget-s", type=float, default=390.0,
-                    help="start no optional work after this many seconds: extra bubblelab backends, nano-vllm, "
-                         "compiled-HF batch sizes (each compiles ~1 min)")
-    ap.add_argument("--deadline-s", type=float, default=480.0,
-                    help="start nothing new after this many seconds (bubblelab runs, nano-vllm stream counts)")
+    ap.add_argument(
+        "--bubblelab-backends",
+        default=None,
+        help="comma-separated attention backends for bubblelab rows, the first being the default "
+        "(unsuffixed) one; default triton on CUDA, torch on CPU (e.g. triton,flash-attn,torch)",
+    )
+    ap.add_argument(
+        "--block-size",
+        type=int,
+        default=16,
+        help="bubblelab KV page size (rounded up to a backend's multiple: 256 for flash-attn 2)",
+    )
+    ap.add_argument(
+        "--skip-nanovllm", action="store_true", help="do not run nano-vllm even when it imports"
+    )
+    ap.add_argument(
+        "--skip-hf-compile",
+        action="store_true",
+        help="no torch.compile'd HF variant (saves minutes)",
+    )
+    ap.add_argument(
+        "--budget-s",
+        type=float,
+        default=390.0,
+        help="start no optional work after this many seconds: extra bubblelab backends, nano-vllm, "
+        "compiled-HF batch sizes (each compiles ~1 min)",
+    )
+    ap.add_argument(
+        "--deadline-s",
+        type=float,
+        default=480.0,
+        help="start nothing new after this many seconds (bubblelab runs, nano-vllm stream counts)",
+    )
     a = ap.parse_args(argv)
-    backends = tuple(dict.fromkeys(b.strip() for b in (a.bubblelab_backends or
-                                                      ("triton" if a.device == "cuda" else "torch")).split(",")
-                                   if b.strip()))
-    sweep = Sweep(presets=a.presets.split(","), streams=sorted(int(s) for s in a.streams.split(",")),
-                  repeats=a.repeats, requests_per_stream=a.requests_per_stream, hf_repeats=min(2, a.repeats),
-                  L=a.L, prompt_len=a.prompt_len, device=a.device, hf_compile=not a.skip_hf_compile,
-                  backends=backends, block_size=a.block_size, deadline_s=a.deadline_s)
+    backends = tuple(
+        dict.fromkeys(
+            b.strip()
+            for b in (a.bubblelab_backends or ("triton" if a.device == "cuda" else "torch")).split(
+                ","
+            )
+            if b.strip()
+        )
+    )
+    sweep = Sweep(
+        presets=a.presets.split(","),
+        streams=sorted(int(s) for s in a.streams.split(",")),
+        repeats=a.repeats,
+        requests_per_stream=a.requests_per_stream,
+        hf_repeats=min(2, a.repeats),
+        L=a.L,
+        prompt_len=a.prompt_len,
+        device=a.device,
+        hf_compile=not a.skip_hf_compile,
+        backends=backends,
+        block_size=a.block_size,
+        deadline_s=a.deadline_s,
+    )
     a.out.mkdir(parents=True, exist_ok=True)
     clock = Clock()
     bandwidth = copy_bandwidth(sweep.device)
     nano_status = "not run: skipped (--skip-nanovllm)" if a.skip_nanovllm else nano_vllm_status()
     if nano_status is None and sweep.device != "cuda":
         nano_status = "not run: nano-vllm needs CUDA"
-    result = {"device": torch.cuda.get_device_name() if sweep.device == "cuda" else "cpu",
-              "torch": torch.__version__, "transformers": transformers.__version__,
-              "sweep": {**asdict(sweep), "dtype": sweep.dtype},
-              "copy_bandwidth_gbs": bandwidth / 1e9 if bandwidth else None,
-              "not_run": [] if nano_status is None else [not_run("nano-vllm", None, nano_status)],
-              "floor": {}, "runs": []}
-    clock.log(f"{result['device']}, copy bandwidth {result['copy_bandwidth_gbs'] or 0:.0f} GB/s; bubblelab "
-              f"backends {','.join(backends)}; nano-vllm {nano_status or 'will run'}")
+    result = {
+        "device": torch.cuda.get_device_name() if sweep.device == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "sweep": {**asdict(sweep), "dtype": sweep.dtype},
+        "copy_bandwidth_gbs": bandwidth / 1e9 if bandwidth else None,
+        "not_run": [] if nano_status is None else [not_run("nano-vllm", None, nano_status)],
+        "floor": {},
+        "runs": [],
+    }
+    clock.log(
+        f"{result['device']}, copy bandwidth {result['copy_bandwidth_gbs'] or 0:.0f} GB/s; bubblelab "
+        f"backends {','.join(backends)}; nano-vllm {nano_status or 'will run'}"
+    )
     # Phase 1, the predictable part: each model loaded once, bubblelab (default backend) and eager HF on it.
     hf_models, loaded_models = {}, {}
     for preset in sweep.presets:
         try:
-            loaded = load_model(preset, dtype=sweep.dtype, device=sweep.device, seed=0, attention_backend="torch")
-        except Exception as exc:   # noqa: BLE001
+            loaded = load_model(
+                preset, dtype=sweep.dtype, device=sweep.device, seed=0, attention_backend="torch"
+            )
+        except Exception as exc:  # noqa: BLE001
             traceback.print_exc()
-            result["not_run"].append(not_run("all", preset, f"load failed: {type(exc).__name__}: {first_line(exc)}"))
+            result["not_run"].append(
+                not_run("all", preset, f"load failed: {type(exc).__name__}: {first_line(exc)}")
+            )
             continue
         loaded_models[preset] = loaded
         result["floor"][preset] = floor(loaded, bandwidth)
-        clock.log(f"{preset}: loaded, {result['floor'][preset]['weight_bytes'] / 1e9:.2f} GB of weights")
+        clock.log(
+            f"{preset}: loaded, {result['floor'][preset]['weight_bytes'] / 1e9:.2f} GB of weights"
+        )
         run_bubblelab(loaded, preset, sweep, clock, backends[0], result)
         _save(result, a.out, clock)
         try:
             hf_models[preset] = (hf_causal_lm(loaded), loaded.config)
-            rows, failures = bench_hf(*hf_models[preset], "hf-static", preset, sweep, clock, sweep.deadline_s)
-        except Exception as exc:   # noqa: BLE001
+            rows, failures = bench_hf(
+                *hf_models[preset], "hf-static", preset, sweep, clock, sweep.deadline_s
+            )
+        except Exception as exc:  # noqa: BLE001
             traceback.print_exc()
-            rows, failures = [], [not_run("hf-static", preset, f"{type(exc).__name__}: {first_line(exc)}")]
+            rows, failures = (
+                [],
+                [not_run("hf-static", preset, f"{type(exc).__name__}: {first_line(exc)}")],
+            )
         result["runs"] += rows
         result["not_run"] += failures
         free_memory(sweep.device)
         _save(result, a.out, clock)
     # Phase 1b, optional and within --budget-s: flash-attn's rows, nano-vllm, then the other extra backends.
     extra = list(backends[1:])
-    stages = [b for b in extra if b == "flash-attn"] + ["nano-vllm"] + [b for b in extra if b != "flash-attn"]
+    stages = (
+        [b for b in extra if b == "flash-attn"]
+        + ["nano-vllm"]
+        + [b for b in extra if b != "flash-attn"]
+    )
     for stage in stages:
         for preset, loaded in loaded_models.items():
             if stage == "nano-vllm" and nano_status is not None:
                 break
             name = "nano-vllm" if stage == "nano-vllm" else f"bubblelab[{stage}]"
             if clock.elapsed() > a.budget_s:
-                result["not_run"].append(not_run(name, preset, f"not run: past the {a.budget_s:.0f} s time "
-                                                                "budget (--budget-s)"))
+                result["not_run"].append(
+                    not_run(
+                        name,
+                        preset,
+                        f"not run: past the {a.budget_s:.0f} s time budget (--budget-s)",
+                    )
+                )
                 continue
             if stage == "nano-vllm":
                 bench_nano_vllm(loaded, preset, sweep, clock, result, a.out / "nanovllm-work")
@@ -277,11 +405,22 @@ def main(argv: list[str] | None = None) -> dict:
     # Phase 2: generate's compile path, minutes of compiling, last and within the time budget.
     for preset, (model, cfg) in hf_models.items():
         if not sweep.hf_compile or sweep.device != "cuda":
-            why = "skipped (--skip-hf-compile)" if not sweep.hf_compile else "generate compiles only on CUDA"
+            why = (
+                "skipped (--skip-hf-compile)"
+                if not sweep.hf_compile
+                else "generate compiles only on CUDA"
+            )
             result["not_run"].append(not_run("hf-static-compiled", preset, f"not run: {why}"))
             continue
-        rows, failures = bench_hf(model, cfg, "hf-static-compiled", preset, sweep, clock,
-                                  min(a.budget_s, sweep.deadline_s))
+        rows, failures = bench_hf(
+            model,
+            cfg,
+            "hf-static-compiled",
+            preset,
+            sweep,
+            clock,
+            min(a.budget_s, sweep.deadline_s),
+        )
         result["runs"] += rows
         result["not_run"] += failures
         _save(result, a.out, clock)
@@ -306,7 +445,7 @@ def _save(result: dict, out: Path, clock: Clock, plot_too: bool = False) -> str:
         if plot_too:
             plot(result, out / "compare_engines.png")
         return markdown
-    except Exception as exc:   # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001
         traceback.print_exc()
         clock.log(f"writing the outputs failed: {type(exc).__name__}: {first_line(exc)}")
         return ""

@@ -1,5 +1,6 @@
 """compare_engines, part 2: Hugging Face transformers `generate` (static cache, eager or torch.compile'd) on our
 weights, with a CUDA event at each step's logits."""
+
 from __future__ import annotations
 
 import itertools
@@ -17,48 +18,90 @@ from bubblelab.engine.workload import WorkloadSpec, make_requests
 from bubblelab.profiling.analysis import WARMUP_STEPS
 
 
-def bench_hf(model: PreTrainedModel, cfg: ModelConfig, name: str, preset: str, sweep: Sweep, clock: Clock,
-             deadline_s: float = float("inf")) -> tuple[list[dict], list[dict]]:
+def bench_hf(
+    model: PreTrainedModel,
+    cfg: ModelConfig,
+    name: str,
+    preset: str,
+    sweep: Sweep,
+    clock: Clock,
+    deadline_s: float = float("inf"),
+) -> tuple[list[dict], list[dict]]:
     """Rows and failures of one variant (a failure is data: the error is recorded and the sweep goes on).
     A batch size is started only before `deadline_s` since the start (compiling one takes a minute)."""
     compiled = name == "hf-static-compiled"
     rows: list[dict] = []
     for streams in sweep.streams:
         if clock.elapsed() > deadline_s:
-            return rows, [not_run(name, preset, f"not run from {streams} streams on: past the {deadline_s:.0f} s "
-                                                 "time budget (--budget-s)")]
+            return rows, [
+                not_run(
+                    name,
+                    preset,
+                    f"not run from {streams} streams on: past the {deadline_s:.0f} s "
+                    "time budget (--budget-s)",
+                )
+            ]
         try:
             rows += hf_runs(model, cfg, name, compiled, preset, streams, sweep, clock)
-        except Exception as exc:   # a compile failure is a result, not a crash
+        except Exception as exc:  # a compile failure is a result, not a crash
             traceback.print_exc()
             first_line = str(exc).splitlines()[0] if str(exc) else ""
             torch._dynamo.reset()
-            return rows, [not_run(name, preset, f"failed at {streams} streams: {type(exc).__name__}: {first_line}")]
+            return rows, [
+                not_run(
+                    name, preset, f"failed at {streams} streams: {type(exc).__name__}: {first_line}"
+                )
+            ]
     return rows, []
 
 
-def hf_runs(model: PreTrainedModel, cfg: ModelConfig, name: str, compiled: bool, preset: str, streams: int,
-            sweep: Sweep, clock: Clock) -> list[dict]:
+def hf_runs(
+    model: PreTrainedModel,
+    cfg: ModelConfig,
+    name: str,
+    compiled: bool,
+    preset: str,
+    streams: int,
+    sweep: Sweep,
+    clock: Clock,
+) -> list[dict]:
     new_tokens = round(sweep.L)
     spec = WorkloadSpec(streams=streams, requests=streams, prompt_len=sweep.prompt_len)
-    prompts = torch.tensor([r.prompt_ids for r in make_requests(spec, cfg.vocab_size)], device=sweep.device)
+    prompts = torch.tensor(
+        [r.prompt_ids for r in make_requests(spec, cfg.vocab_size)], device=sweep.device
+    )
     # Compiled: the full length, as the static cache's length is part of the compiled graph; eager: just warm.
-    warm = hf_generate(model, cfg, prompts, new_tokens if compiled else min(new_tokens, 8), compiled)
+    warm = hf_generate(
+        model, cfg, prompts, new_tokens if compiled else min(new_tokens, 8), compiled
+    )
     clock.log(f"{preset} {name} streams={streams}: warm-up generate {warm.seconds:.1f} s")
     rows = []
     for repeat in range(sweep.hf_repeats):
         prefill_only = hf_generate(model, cfg, prompts, 1, compiled)
         run = hf_generate(model, cfg, prompts, new_tokens, compiled)
-        decode = run.marks_ms[1:]                         # after the prefill: one period per decode step
-        steady = decode[WARMUP_STEPS:] or decode          # as bubblelab's steady state, the first steps skipped
+        decode = run.marks_ms[1:]  # after the prefill: one period per decode step
+        steady = (
+            decode[WARMUP_STEPS:] or decode
+        )  # as bubblelab's steady state, the first steps skipped
         generated = (run.ids.shape[1] - prompts.shape[1]) * streams
-        row = {"engine": name, "preset": preset, "streams": streams, "repeat": repeat,
-               "decode_tokens_per_s": 1e3 * streams * len(steady) / sum(steady),
-               "step_ms": float(np.median(steady)), "forward_ms": None, "gpu_busy": None,
-               "prefill_ms": run.marks_ms[0], "e2e_tokens_per_s": generated / run.seconds, "wall_s": run.seconds,
-               # the brief's estimate: per-call set-up (cache allocation, graph re-recording) lands in the steps
-               "step_ms_wall": 1e3 * (run.seconds - prefill_only.seconds) / (new_tokens - 1),
-               "generated_tokens": generated, "mean_output_len": generated / streams, "warmup_s": warm.seconds}
+        row = {
+            "engine": name,
+            "preset": preset,
+            "streams": streams,
+            "repeat": repeat,
+            "decode_tokens_per_s": 1e3 * streams * len(steady) / sum(steady),
+            "step_ms": float(np.median(steady)),
+            "forward_ms": None,
+            "gpu_busy": None,
+            "prefill_ms": run.marks_ms[0],
+            "e2e_tokens_per_s": generated / run.seconds,
+            "wall_s": run.seconds,
+            # the brief's estimate: per-call set-up (cache allocation, graph re-recording) lands in the steps
+            "step_ms_wall": 1e3 * (run.seconds - prefill_only.seconds) / (new_tokens - 1),
+            "generated_tokens": generated,
+            "mean_output_len": generated / streams,
+            "warmup_s": warm.seconds,
+        }
         rows.append(row)
         clock.log(progress(row))
     return rows
@@ -67,8 +110,10 @@ def hf_runs(model: PreTrainedModel, cfg: ModelConfig, name: str, compiled: bool,
 @dataclass
 class Generated:
     ids: torch.Tensor
-    seconds: float            # host wall time of the generate call
-    marks_ms: list[float]     # device time from the call's start to the first logits, then between logits
+    seconds: float  # host wall time of the generate call
+    marks_ms: list[
+        float
+    ]  # device time from the call's start to the first logits, then between logits
 
 
 class StepMarks(LogitsProcessor):
@@ -98,17 +143,28 @@ class StepMarks(LogitsProcessor):
         return [1e3 * (b - a) for a, b in itertools.pairwise(self.marks)]
 
 
-def hf_generate(model: PreTrainedModel, cfg: ModelConfig, prompts: torch.Tensor, new_tokens: int,
-                compiled: bool) -> Generated:
+def hf_generate(
+    model: PreTrainedModel, cfg: ModelConfig, prompts: torch.Tensor, new_tokens: int, compiled: bool
+) -> Generated:
     """Greedy, static cache, exactly `new_tokens` per row (EOS masked until then)."""
     eos = list(cfg.eos_token_ids)
-    config = GenerationConfig(do_sample=False, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                              cache_implementation="static", disable_compile=not compiled,
-                              eos_token_id=eos or None, pad_token_id=eos[0] if eos else 0)
+    config = GenerationConfig(
+        do_sample=False,
+        max_new_tokens=new_tokens,
+        min_new_tokens=new_tokens,
+        cache_implementation="static",
+        disable_compile=not compiled,
+        eos_token_id=eos or None,
+        pad_token_id=eos[0] if eos else 0,
+    )
     sync(prompts.device)
     t0 = time.perf_counter()
     marks = StepMarks(prompts.device)
-    ids = model.generate(prompts, attention_mask=torch.ones_like(prompts), generation_config=config,
-                         logits_processor=LogitsProcessorList([marks]))   # no_grad inside
+    ids = model.generate(
+        prompts,
+        attention_mask=torch.ones_like(prompts),
+        generation_config=config,
+        logits_processor=LogitsProcessorList([marks]),
+    )  # no_grad inside
     sync(prompts.device)
     return Generated(ids, time.perf_counter() - t0, marks.intervals_ms())

@@ -3,6 +3,7 @@
 
     python benchmarks/compare_nsys_timeline.py RUN_DIR > comparison.json
 """
+
 from __future__ import annotations
 
 import json
@@ -19,7 +20,9 @@ def compare(run_dir: Path) -> list[dict]:
     rows = []
     for run in analysis.runs(nsys).itertuples():
         a = analysis.steady_state(analysis.per_step(nsys, run.run_id))
-        b = analysis.steady_state(analysis.per_step(timeline, t_runs.loc[(run.streams, run.depth)].run_id))
+        b = analysis.steady_state(
+            analysis.per_step(timeline, t_runs.loc[(run.streams, run.depth)].run_id)
+        )
         row = {"streams": int(run.streams), "depth": int(run.depth)}
         for col in ("forward_ms", "sampling_ms", "period_ms", "bubble_ms"):
             x, y = float(a[col].median()), float(b[col].median())

@@ -1,11 +1,12 @@
 """The markdown table and the plot of benchmarks/compare_engines.py's result."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import matplotlib
 
-matplotlib.use("Agg")   # headless: the device machine has no display
+matplotlib.use("Agg")  # headless: the device machine has no display
 import matplotlib.pyplot as plt  # noqa: E402
 
 from bubblelab.profiling.analysis import WARMUP_STEPS  # noqa: E402
@@ -14,33 +15,50 @@ from bubblelab.profiling.analysis import WARMUP_STEPS  # noqa: E402
 def write_markdown(result: dict, path: Path) -> str:
     """The comparison table, the floor table and what did not run; written to `path` and returned."""
     sweep = result["sweep"]
-    lines = [f"# Engines compared on {result['device']}",
-             "",
-             f"{sweep['dtype']}, seeded random weights; {sweep['prompt_len']}-token prompts, mean output length "
-             f"{sweep['L']:g}; torch {result['torch']}, transformers {result['transformers']}. "
-             f"Median over repeats, (min-max) spread. bubblelab: closed loop of "
-             f"{sweep['requests_per_stream']} x streams requests, per-step "
-             f"numbers in steady-state decode; HF: one static batch of `streams` rows, step periods from CUDA "
-             f"events at each step's logits (first {WARMUP_STEPS} decode steps skipped).",
-             "",
-             "| preset | streams | engine | attention | decode tok/s | step ms | forward ms | GPU busy "
-             "| prefill ms | e2e tok/s | wall s |",
-             "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"# Engines compared on {result['device']}",
+        "",
+        f"{sweep['dtype']}, seeded random weights; {sweep['prompt_len']}-token prompts, mean output length "
+        f"{sweep['L']:g}; torch {result['torch']}, transformers {result['transformers']}. "
+        f"Median over repeats, (min-max) spread. bubblelab: closed loop of "
+        f"{sweep['requests_per_stream']} x streams requests, per-step "
+        f"numbers in steady-state decode; HF: one static batch of `streams` rows, step periods from CUDA "
+        f"events at each step's logits (first {WARMUP_STEPS} decode steps skipped).",
+        "",
+        "| preset | streams | engine | attention | decode tok/s | step ms | forward ms | GPU busy "
+        "| prefill ms | e2e tok/s | wall s |",
+        "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in result["summary"]:
-        lines.append(f"| {r['preset']} | {r['streams']} | {r['engine']} | {r.get('attention') or '-'} | "
-                     f"{_spread(r, 'decode_tokens_per_s', 0)} | "
-                     f"{_spread(r, 'step_ms', 3)} | {_num(r['forward_ms'], 3)} | {_pct(r['gpu_busy'])} | "
-                     f"{_num(r['prefill_ms'], 1)} | {_num(r['e2e_tokens_per_s'], 0)} | {_num(r['wall_s'], 2)} |")
-    lines += ["", f"Floor: weight bytes / device copy bandwidth "
-                  f"({_num(result['copy_bandwidth_gbs'], 0)} GB/s, read + write, measured in this run); "
-                  "achieved time at batch 1 over it (forward for every bubblelab engine and attention backend, "
-                  "whole step for HF and nano-vllm).", "",
-              "| preset | weight GB | floor ms | achieved / floor |", "|---|---:|---:|---|"]
+        lines.append(
+            f"| {r['preset']} | {r['streams']} | {r['engine']} | {r.get('attention') or '-'} | "
+            f"{_spread(r, 'decode_tokens_per_s', 0)} | "
+            f"{_spread(r, 'step_ms', 3)} | {_num(r['forward_ms'], 3)} | {_pct(r['gpu_busy'])} | "
+            f"{_num(r['prefill_ms'], 1)} | {_num(r['e2e_tokens_per_s'], 0)} | {_num(r['wall_s'], 2)} |"
+        )
+    lines += [
+        "",
+        f"Floor: weight bytes / device copy bandwidth "
+        f"({_num(result['copy_bandwidth_gbs'], 0)} GB/s, read + write, measured in this run); "
+        "achieved time at batch 1 over it (forward for every bubblelab engine and attention backend, "
+        "whole step for HF and nano-vllm).",
+        "",
+        "| preset | weight GB | floor ms | achieved / floor |",
+        "|---|---:|---:|---|",
+    ]
     for preset, f in result["floor"].items():
-        ratios = ", ".join(f"{k.removesuffix('_over_floor')} {v:.2f}x" for k, v in f.items() if k.endswith("_floor"))
-        lines.append(f"| {preset} | {f['weight_bytes'] / 1e9:.2f} | {_num(f['floor_ms'], 3)} | {ratios or '-'} |")
-    lines += ["", "Not run or failed:", ""] + [f"- {n['engine']}{' (' + n['preset'] + ')' if n['preset'] else ''}: "
-                                     f"{n['reason']}" for n in result["not_run"]]
+        ratios = ", ".join(
+            f"{k.removesuffix('_over_floor')} {v:.2f}x"
+            for k, v in f.items()
+            if k.endswith("_floor")
+        )
+        lines.append(
+            f"| {preset} | {f['weight_bytes'] / 1e9:.2f} | {_num(f['floor_ms'], 3)} | {ratios or '-'} |"
+        )
+    lines += ["", "Not run or failed:", ""] + [
+        f"- {n['engine']}{' (' + n['preset'] + ')' if n['preset'] else ''}: {n['reason']}"
+        for n in result["not_run"]
+    ]
     text = "\n".join(lines) + "\n"
     path.write_text(text)
     return text
@@ -49,16 +67,31 @@ def write_markdown(result: dict, path: Path) -> str:
 def plot(result: dict, path: Path) -> None:
     """Decode tokens/s against streams, one panel per preset, one line per engine (median, min-max bars)."""
     presets = list(dict.fromkeys(r["preset"] for r in result["summary"]))
-    fig, axes = plt.subplots(1, max(1, len(presets)), figsize=(5.5 * max(1, len(presets)), 4.2), squeeze=False)
+    fig, axes = plt.subplots(
+        1, max(1, len(presets)), figsize=(5.5 * max(1, len(presets)), 4.2), squeeze=False
+    )
     for ax, preset in zip(axes[0], presets):
-        rows = [r for r in result["summary"] if r["preset"] == preset and r["decode_tokens_per_s"] is not None]
+        rows = [
+            r
+            for r in result["summary"]
+            if r["preset"] == preset and r["decode_tokens_per_s"] is not None
+        ]
         for engine in dict.fromkeys(r["engine"] for r in rows):
             mine = sorted((r for r in rows if r["engine"] == engine), key=lambda r: r["streams"])
             y = [r["decode_tokens_per_s"] for r in mine]
-            err = [[v - r["decode_tokens_per_s_min"] for v, r in zip(y, mine)],
-                   [r["decode_tokens_per_s_max"] - v for v, r in zip(y, mine)]]
-            ax.errorbar([r["streams"] for r in mine], y, yerr=err, marker="o", capsize=3, label=engine)
-        ax.set(yscale="log", title=preset, xlabel="concurrent streams", ylabel="decode tokens/s (steady state)")
+            err = [
+                [v - r["decode_tokens_per_s_min"] for v, r in zip(y, mine)],
+                [r["decode_tokens_per_s_max"] - v for v, r in zip(y, mine)],
+            ]
+            ax.errorbar(
+                [r["streams"] for r in mine], y, yerr=err, marker="o", capsize=3, label=engine
+            )
+        ax.set(
+            yscale="log",
+            title=preset,
+            xlabel="concurrent streams",
+            ylabel="decode tokens/s (steady state)",
+        )
         ax.set_xscale("log", base=2)
         streams = sorted({r["streams"] for r in rows})
         ax.set_xticks(streams, [str(s) for s in streams])
@@ -82,4 +115,6 @@ def _pct(value: float | None) -> str:
 def _spread(row: dict, key: str, digits: int) -> str:
     if row[key] is None:
         return "-"
-    return f"{row[key]:,.{digits}f} ({row[key + '_min']:,.{digits}f}-{row[key + '_max']:,.{digits}f})"
+    return (
+        f"{row[key]:,.{digits}f} ({row[key + '_min']:,.{digits}f}-{row[key + '_max']:,.{digits}f})"
+    )

@@ -12,6 +12,7 @@ compiled), a ModelRunner per backend capturing the engine's decode graphs, rows 
     TRITON_INTERPRET=1 python benchmarks/decode_attention.py --device cpu --presets tiny-qwen3 \\
         --batches 1,2 --contexts 20,40 --layers 2 --iters 2 --engine-presets ""   # CPU dry run, interpreter
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,6 +24,7 @@ import traceback
 from pathlib import Path
 
 import torch
+from forward_kernels import copy_bandwidth, fill_decode_rows, time_steps
 
 from bubblelab.engine.attention.metadata import AttentionMetadata
 from bubblelab.engine.attention.torch_backend import TorchAttention
@@ -31,22 +33,31 @@ from bubblelab.engine.config import PRESETS, EngineConfig
 from bubblelab.engine.loader import load_model
 from bubblelab.engine.model_runner import ModelRunner
 from bubblelab.engine.streams import Streams
-from forward_kernels import copy_bandwidth, fill_decode_rows, time_steps
 
 BLOCK_SIZE = 16
 BACKENDS = {"torch": TorchAttention, "triton": TritonAttention}
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--presets", default="qwen3-0.6b,qwen3-4b")
     ap.add_argument("--batches", default="1,8,32,128")
-    ap.add_argument("--contexts", default="150,1024", help="tokens per row, the current one included")
-    ap.add_argument("--max-model-len", type=int, default=2048, help="block-table width (the engine's default)")
-    ap.add_argument("--layers", type=int, default=None, help="attention calls per graph (default: the preset's)")
+    ap.add_argument(
+        "--contexts", default="150,1024", help="tokens per row, the current one included"
+    )
+    ap.add_argument(
+        "--max-model-len", type=int, default=2048, help="block-table width (the engine's default)"
+    )
+    ap.add_argument(
+        "--layers", type=int, default=None, help="attention calls per graph (default: the preset's)"
+    )
     ap.add_argument("--iters", type=int, default=30)
-    ap.add_argument("--engine-presets", default="qwen3-4b", help="whole-forward comparison; empty to skip")
+    ap.add_argument(
+        "--engine-presets", default="qwen3-4b", help="whole-forward comparison; empty to skip"
+    )
     ap.add_argument("--engine-batches", default="1")
     ap.add_argument("--out", type=Path, default=None, help="also write the JSON summary here")
     args = ap.parse_args()
@@ -56,23 +67,42 @@ def main() -> None:
 
     t0 = time.perf_counter()
     cuda = args.device == "cuda"
-    summary = {"device": torch.cuda.get_device_name() if cuda else "cpu", "torch": torch.__version__,
-               "block_size": BLOCK_SIZE, "max_model_len": args.max_model_len, "attention": [], "forward": []}
-    print(f"{'preset':<12} {'B':>4} {'ctx':>5} {'layers':>6} {'torch ms':>9} {'triton ms':>9} {'speedup':>7} "
-          f"{'max diff':>8}", file=sys.stderr)
+    summary = {
+        "device": torch.cuda.get_device_name() if cuda else "cpu",
+        "torch": torch.__version__,
+        "block_size": BLOCK_SIZE,
+        "max_model_len": args.max_model_len,
+        "attention": [],
+        "forward": [],
+    }
+    print(
+        f"{'preset':<12} {'B':>4} {'ctx':>5} {'layers':>6} {'torch ms':>9} {'triton ms':>9} {'speedup':>7} "
+        f"{'max diff':>8}",
+        file=sys.stderr,
+    )
     for preset in args.presets.split(","):
         for b in batches:
             for ctx in contexts:
                 try:
                     row = bench_attention(preset, b, ctx, args)
-                except Exception as exc:  # one failing shape (e.g. out of memory) must not lose the others
+                except (
+                    Exception
+                ) as exc:  # one failing shape (e.g. out of memory) must not lose the others
                     traceback.print_exc()
-                    row = {"preset": preset, "batch": b, "context": ctx, "error": f"{type(exc).__name__}: {exc}"}
+                    row = {
+                        "preset": preset,
+                        "batch": b,
+                        "context": ctx,
+                        "error": f"{type(exc).__name__}: {exc}",
+                    }
                 summary["attention"].append(row)
                 if "error" not in row:
-                    print(f"{preset:<12} {b:>4} {ctx:>5} {row['layers']:>6} {row['torch_ms']:>9.3f} "
-                          f"{row['triton_ms']:>9.3f} {row['speedup']:>6.2f}x {row['max_abs_diff']:>8.1e}",
-                          file=sys.stderr, flush=True)
+                    print(
+                        f"{preset:<12} {b:>4} {ctx:>5} {row['layers']:>6} {row['torch_ms']:>9.3f} "
+                        f"{row['triton_ms']:>9.3f} {row['speedup']:>6.2f}x {row['max_abs_diff']:>8.1e}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                 gc.collect()
                 if cuda:
                     torch.cuda.empty_cache()
@@ -80,10 +110,14 @@ def main() -> None:
         bandwidth = copy_bandwidth(args.device)
         for preset in args.engine_presets.split(","):
             try:
-                summary["forward"] += bench_forward(preset, _ints(args.engine_batches), contexts, bandwidth, args)
+                summary["forward"] += bench_forward(
+                    preset, _ints(args.engine_batches), contexts, bandwidth, args
+                )
             except Exception as exc:
                 traceback.print_exc()
-                summary["forward"].append({"preset": preset, "error": f"{type(exc).__name__}: {exc}"})
+                summary["forward"].append(
+                    {"preset": preset, "error": f"{type(exc).__name__}: {exc}"}
+                )
     summary["wall_s"] = round(time.perf_counter() - t0, 1)
     text = json.dumps(summary, indent=2)
     print(text)
@@ -105,13 +139,19 @@ def bench_attention(preset: str, batch: int, context: int, args) -> dict:
     pool_shape = (layers, num_blocks + 1, BLOCK_SIZE, cfg.num_kv_heads, cfg.head_dim)
     k_pool = torch.randn(pool_shape, device=args.device, dtype=dtype)
     v_pool = torch.randn(pool_shape, device=args.device, dtype=dtype)
-    tables = torch.full((batch, width), num_blocks, dtype=torch.int32)     # unused entries: the scratch page
-    tables[:, :pages] = torch.randperm(num_blocks, generator=torch.Generator().manual_seed(0)).view(batch, pages)
-    meta = AttentionMetadata(is_prefill=False, context_lens=torch.full((batch,), context, dtype=torch.int32,
-                                                                        device=args.device),
-                             block_tables=tables.to(args.device))
+    tables = torch.full(
+        (batch, width), num_blocks, dtype=torch.int32
+    )  # unused entries: the scratch page
+    tables[:, :pages] = torch.randperm(num_blocks, generator=torch.Generator().manual_seed(0)).view(
+        batch, pages
+    )
+    meta = AttentionMetadata(
+        is_prefill=False,
+        context_lens=torch.full((batch,), context, dtype=torch.int32, device=args.device),
+        block_tables=tables.to(args.device),
+    )
     q = torch.randn(batch, cfg.num_heads, cfg.head_dim, device=args.device, dtype=dtype)
-    scale = cfg.head_dim ** -0.5
+    scale = cfg.head_dim**-0.5
 
     row = {"preset": preset, "batch": batch, "context": context, "layers": layers}
     outs = {}
@@ -141,7 +181,9 @@ def bench_attention(preset: str, batch: int, context: int, args) -> dict:
     return row
 
 
-def bench_forward(preset: str, batches: list[int], contexts: list[int], bandwidth: float | None, args) -> list[dict]:
+def bench_forward(
+    preset: str, batches: list[int], contexts: list[int], bandwidth: float | None, args
+) -> list[dict]:
     """The engine's decode graph (whole forward) per backend, on one set of weights: the backends swap in place."""
     cuda = args.device == "cuda"
     dtype = "bf16" if cuda else "fp32"
@@ -151,25 +193,49 @@ def bench_forward(preset: str, batches: list[int], contexts: list[int], bandwidt
     rows = []
     for name, cls in BACKENDS.items():
         _use_backend(loaded.model, cls())
-        cfg = EngineConfig(model=preset, device=args.device, dtype=dtype, max_num_seqs=max(batches),
-                           max_model_len=args.max_model_len, block_size=BLOCK_SIZE,
-                           num_kv_blocks=max(batches) * -(-args.max_model_len // BLOCK_SIZE), attention_backend=name)
+        cfg = EngineConfig(
+            model=preset,
+            device=args.device,
+            dtype=dtype,
+            max_num_seqs=max(batches),
+            max_model_len=args.max_model_len,
+            block_size=BLOCK_SIZE,
+            num_kv_blocks=max(batches) * -(-args.max_model_len // BLOCK_SIZE),
+            attention_backend=name,
+        )
         t0 = time.perf_counter()
-        runner = ModelRunner(cfg, loaded, Streams(torch.device(args.device), timing=False))  # CUDA: captures
+        runner = ModelRunner(
+            cfg, loaded, Streams(torch.device(args.device), timing=False)
+        )  # CUDA: captures
         startup_s = time.perf_counter() - t0
         slot = runner.slots[0]
         for b in batches:
             for ctx in contexts:
                 fill_decode_rows(runner, slot, b, ctx)
-                step = runner.graphs[0][b].replay if cuda else (lambda b=b: runner._decode_body(slot, b))
+                step = (
+                    runner.graphs[0][b].replay
+                    if cuda
+                    else (lambda b=b: runner._decode_body(slot, b))
+                )
                 ms = time_steps(step, args.iters, cuda)
-                row = {"preset": preset, "backend": name, "batch": b, "context": ctx, "step_ms": round(ms, 4),
-                       "startup_s": round(startup_s, 1), "compiled": loaded.model.compile_enabled}
+                row = {
+                    "preset": preset,
+                    "backend": name,
+                    "batch": b,
+                    "context": ctx,
+                    "step_ms": round(ms, 4),
+                    "startup_s": round(startup_s, 1),
+                    "compiled": loaded.model.compile_enabled,
+                }
                 if floor_ms:
                     row.update(floor_ms=round(floor_ms, 4), x_floor=round(ms / floor_ms, 3))
                 rows.append(row)
-                print(f"forward {preset} {name:<6} B={b:<3} ctx={ctx:<5} {ms:8.3f} ms"
-                      + (f"  {ms / floor_ms:.2f}x floor" if floor_ms else ""), file=sys.stderr, flush=True)
+                print(
+                    f"forward {preset} {name:<6} B={b:<3} ctx={ctx:<5} {ms:8.3f} ms"
+                    + (f"  {ms / floor_ms:.2f}x floor" if floor_ms else ""),
+                    file=sys.stderr,
+                    flush=True,
+                )
         runner.close()
         gc.collect()
     return rows

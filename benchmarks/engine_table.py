@@ -1,7 +1,8 @@
 """Markdown table (depth 1 vs 2: period, forward, sampling, idle, tokens/s, speedup) from gpu_engine.py JSON files.
 
-    python benchmarks/engine_table.py docs/measurements/engine-*.json
+python benchmarks/engine_table.py docs/measurements/engine-*.json
 """
+
 from __future__ import annotations
 
 import json
@@ -11,8 +12,10 @@ import numpy as np
 
 
 def table(paths: list[str]) -> str:
-    lines = ["| preset | streams | depth | period ms | forward ms | sampling ms | idle ms (median, p90) | tokens/s | speedup |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| preset | streams | depth | period ms | forward ms | sampling ms | idle ms (median, p90) | tokens/s | speedup |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for path in paths:
         doc = json.load(open(path))
         runs = doc["runs"]
@@ -26,9 +29,11 @@ def table(paths: list[str]) -> str:
                 if d == 2:
                     ratios = [b / a for a, b in zip(tps[1], tps[2])]
                     speed = f"{100 * (np.median(ratios) - 1):+.1f}% ({100 * (min(ratios) - 1):+.1f}..{100 * (max(ratios) - 1):+.1f})"
-                lines.append(f"| {doc['preset']} | {s} | {d} | {med('period_ms'):.3f} | {med('forward_ms'):.3f} | "
-                             f"{med('sampling_ms'):.3f} | {med('bubble_ms'):.3f}, {med('bubble_p90_ms'):.3f} | "
-                             f"{med('tokens_per_s'):.0f} | {speed} |")
+                lines.append(
+                    f"| {doc['preset']} | {s} | {d} | {med('period_ms'):.3f} | {med('forward_ms'):.3f} | "
+                    f"{med('sampling_ms'):.3f} | {med('bubble_ms'):.3f}, {med('bubble_p90_ms'):.3f} | "
+                    f"{med('tokens_per_s'):.0f} | {speed} |"
+                )
     return "\n".join(lines)
 
 

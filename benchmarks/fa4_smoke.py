@@ -19,6 +19,7 @@ stage so a timeout still leaves the finished ones in --out):
   engine_backend benchmarks/flash_backend_fa4.FlashAttention4 against engine.attention's TorchAttention
   nanovllm       nano-vllm generate on seeded random qwen3-0.6b weights through the shim (--skip-nanovllm)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SHIM = ROOT / "benchmarks" / "flash_attn_shim"
 H, HKV, D = 32, 8, 128
 DTYPE = torch.bfloat16
-TOL = 3e-2   # bf16 outputs up to ~4 (1-token rows copy v): rounding alone reaches ~1e-2; a masking bug is O(0.1)
+TOL = 3e-2  # bf16 outputs up to ~4 (1-token rows copy v): rounding alone reaches ~1e-2; a masking bug is O(0.1)
 
 
 class Report:
@@ -68,7 +69,9 @@ class Report:
         rec.pop("ok_override", None)
         rec["seconds"] = round(time.perf_counter() - t, 2)
         detail = rec.get("summary", "") if rec["ok"] else rec.get("error", "").splitlines()[0][:300]
-        print(f"[{'ok' if rec['ok'] else 'FAIL'}] {name} ({rec['seconds']} s): {detail}", flush=True)
+        print(
+            f"[{'ok' if rec['ok'] else 'FAIL'}] {name} ({rec['seconds']} s): {detail}", flush=True
+        )
         if not rec["ok"]:
             print(rec["traceback"][-3000:], flush=True)
         self.save()
@@ -97,8 +100,12 @@ def ref_attn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) ->
     """[Sq, H, D] x [Sk, Hkv, D] causal, aligned bottom-right (as FA), in fp32."""
     sq, sk = q.shape[0], k.shape[0]
     mask = torch.ones(sq, sk, dtype=torch.bool, device=q.device).tril(diagonal=sk - sq)
-    o = F.scaled_dot_product_attention(*(x.float().transpose(0, 1) for x in (q, k, v)), attn_mask=mask,
-                                       scale=scale, enable_gqa=True)
+    o = F.scaled_dot_product_attention(
+        *(x.float().transpose(0, 1) for x in (q, k, v)),
+        attn_mask=mask,
+        scale=scale,
+        enable_gqa=True,
+    )
     return o.transpose(0, 1)
 
 
@@ -115,7 +122,7 @@ def check(rec: dict, err: float, what: str) -> None:
 def make_paged(lens: list[int], page: int, pad: int, nan_unused: bool, gen: torch.Generator):
     """K/V cache [pages, page, HKV, D] holding each sequence's keys on shuffled pages; table [B, max_pages]."""
     need = [-(-n // page) for n in lens]
-    total = sum(need) + 4   # spare pages that nobody uses
+    total = sum(need) + 4  # spare pages that nobody uses
     perm = torch.randperm(total, generator=gen).tolist()
     width = max(max(need), 1) + 2
     table = torch.full((len(lens), width), pad, dtype=torch.int32)
@@ -124,23 +131,25 @@ def make_paged(lens: list[int], page: int, pad: int, nan_unused: bool, gen: torc
     used = set()
     start = 0
     for b, n in enumerate(need):
-        table[b, :n] = torch.tensor(perm[start:start + n], dtype=torch.int32)
-        used.update(perm[start:start + n])
+        table[b, :n] = torch.tensor(perm[start : start + n], dtype=torch.int32)
+        used.update(perm[start : start + n])
         start += n
-    if nan_unused:   # FA4 promises unused pages may hold anything, NaN included
+    if nan_unused:  # FA4 promises unused pages may hold anything, NaN included
         for p in set(range(total)) - used:
             k_cache[p] = float("nan")
             v_cache[p] = float("nan")
     return k_cache.cuda(), v_cache.cuda(), table.cuda()
 
 
-def gather_ref(q: torch.Tensor, k_cache, v_cache, table, lens: list[int], scale: float) -> torch.Tensor:
+def gather_ref(
+    q: torch.Tensor, k_cache, v_cache, table, lens: list[int], scale: float
+) -> torch.Tensor:
     out = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     page = k_cache.shape[1]
     for b, n in enumerate(lens):
         if n == 0:
             continue
-        pages = table[b, :-(-n // page)].long()
+        pages = table[b, : -(-n // page)].long()
         kb, vb = (c[pages].flatten(0, 1)[:n] for c in (k_cache, v_cache))
         out[b] = ref_attn(q[b], kb, vb, scale)
     return out
@@ -153,19 +162,39 @@ def stage_env(rep: Report) -> None:
         rec["python"] = sys.version.split()[0]
         rec["torch"], rec["torch_cuda"] = torch.__version__, torch.version.cuda
         rec["PYTHONPATH"] = os.environ.get("PYTHONPATH", "")
-        wanted = ("flash", "cutlass", "quack", "tvm", "cuda", "nvidia", "einops", "xxhash", "nano", "triton",
-                  "transformers", "safetensors")
-        rec["dists"] = {d.metadata["Name"]: d.version for d in md.distributions()
-                        if d.metadata["Name"] and any(w in d.metadata["Name"].lower() for w in wanted)}
+        wanted = (
+            "flash",
+            "cutlass",
+            "quack",
+            "tvm",
+            "cuda",
+            "nvidia",
+            "einops",
+            "xxhash",
+            "nano",
+            "triton",
+            "transformers",
+            "safetensors",
+        )
+        rec["dists"] = {
+            d.metadata["Name"]: d.version
+            for d in md.distributions()
+            if d.metadata["Name"] and any(w in d.metadata["Name"].lower() for w in wanted)
+        }
         with contextlib.suppress(Exception):
             from cuda.bindings import driver
+
             rec["driver_cuda"] = driver.cuDriverGetVersion()[1]
-        rec["device"] = torch.cuda.get_device_name()   # last: without a GPU the versions above still land
+        rec["device"] = (
+            torch.cuda.get_device_name()
+        )  # last: without a GPU the versions above still land
         rec["capability"] = torch.cuda.get_device_capability()
-        rec["summary"] = (f"{rec['device']} sm_{''.join(map(str, rec['capability']))}, torch {torch.__version__} "
-                          f"(CUDA {torch.version.cuda}), driver {rec.get('driver_cuda')}, "
-                          f"FA4 {rec['dists'].get('flash-attn-4')}, "
-                          f"cutlass-dsl {rec['dists'].get('nvidia-cutlass-dsl-libs-core')}")
+        rec["summary"] = (
+            f"{rec['device']} sm_{''.join(map(str, rec['capability']))}, torch {torch.__version__} "
+            f"(CUDA {torch.version.cuda}), driver {rec.get('driver_cuda')}, "
+            f"FA4 {rec['dists'].get('flash-attn-4')}, "
+            f"cutlass-dsl {rec['dists'].get('nvidia-cutlass-dsl-libs-core')}"
+        )
 
 
 def stage_import(rep: Report) -> object | None:
@@ -176,9 +205,12 @@ def stage_import(rep: Report) -> object | None:
         for name in ("cutlass", "cutlass.cute", "flash_attn", "flash_attn.cute"):
             t = time.perf_counter()
             mod = importlib.import_module(name)
-            rec[name] = {"file": str(getattr(mod, "__file__", None) or list(getattr(mod, "__path__", []))),
-                         "s": round(time.perf_counter() - t, 2)}
+            rec[name] = {
+                "file": str(getattr(mod, "__file__", None) or list(getattr(mod, "__path__", []))),
+                "s": round(time.perf_counter() - t, 2),
+            }
         import cutlass
+
         rec["cutlass_version"] = getattr(cutlass, "__version__", None)
         fa4 = importlib.import_module("flash_attn.cute").flash_attn_varlen_func
         rec["summary"] = f"flash_attn.cute from {rec['flash_attn.cute']['file']}"
@@ -192,29 +224,56 @@ def stage_prefill(rep: Report, fa4, name: str = "prefill", default_cuda: bool = 
         gen = torch.Generator().manual_seed(0)
         lens = [1, 7, 128, 333, 1024, 2048]
         cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), dtype=torch.int32).cuda()
-        q, k, v = (torch.randn(sum(lens), h, D, generator=gen).to(DTYPE).cuda() for h in (H, HKV, HKV))
-        scale = D ** -0.5
+        q, k, v = (
+            torch.randn(sum(lens), h, D, generator=gen).to(DTYPE).cuda() for h in (H, HKV, HKV)
+        )
+        scale = D**-0.5
         ctx = torch.device("cuda") if default_cuda else contextlib.nullcontext()
 
         def run():
             with ctx:
-                return fa4(q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=max(lens),
-                           max_seqlen_k=max(lens), softmax_scale=scale, causal=True)[0]
+                return fa4(
+                    q,
+                    k,
+                    v,
+                    cu_seqlens_q=cu,
+                    cu_seqlens_k=cu,
+                    max_seqlen_q=max(lens),
+                    max_seqlen_k=max(lens),
+                    softmax_scale=scale,
+                    causal=True,
+                )[0]
+
         t = time.perf_counter()
         out = run()
         torch.cuda.synchronize()
         rec["first_call_s"] = round(time.perf_counter() - t, 2)
-        ref = torch.cat([ref_attn(q[a:b], k[a:b], v[a:b], scale) for a, b in zip(cu[:-1].tolist(), cu[1:].tolist())])
+        ref = torch.cat(
+            [
+                ref_attn(q[a:b], k[a:b], v[a:b], scale)
+                for a, b in zip(cu[:-1].tolist(), cu[1:].tolist())
+            ]
+        )
         check(rec, max_err(out, ref), "vs_sdpa")
         rec["ms"] = cuda_time_ms(run)
         flops = sum(4 * n * (n + 1) / 2 * D * H for n in lens)
         rec["tflops"] = round(flops / rec["ms"] / 1e9, 1)
-        rec["summary"] = (f"tokens {sum(lens)}: err {rec['max_abs_err_vs_sdpa']:.2g}, first call "
-                          f"{rec['first_call_s']} s, {rec['ms']:.3f} ms ({rec['tflops']} TFLOP/s)")
+        rec["summary"] = (
+            f"tokens {sum(lens)}: err {rec['max_abs_err_vs_sdpa']:.2g}, first call "
+            f"{rec['first_call_s']} s, {rec['ms']:.3f} ms ({rec['tflops']} TFLOP/s)"
+        )
 
 
-def stage_decode(rep: Report, fa4, page: int, name: str, pad: int = 0, nan_unused: bool = False,
-                 zero_rows: bool = False, batch: int = 64) -> None:
+def stage_decode(
+    rep: Report,
+    fa4,
+    page: int,
+    name: str,
+    pad: int = 0,
+    nan_unused: bool = False,
+    zero_rows: bool = False,
+    batch: int = 64,
+) -> None:
     with rep.stage(name) as rec:
         if rec is None:
             return
@@ -225,10 +284,19 @@ def stage_decode(rep: Report, fa4, page: int, name: str, pad: int = 0, nan_unuse
         k_cache, v_cache, table = make_paged(lens, page, pad, nan_unused, gen)
         q = torch.randn(batch, 1, H, D, generator=gen).to(DTYPE).cuda()
         seqused = torch.tensor(lens, dtype=torch.int32).cuda()
-        scale = D ** -0.5
+        scale = D**-0.5
 
         def run():
-            return fa4(q, k_cache, v_cache, seqused_k=seqused, page_table=table, softmax_scale=scale, causal=True)[0]
+            return fa4(
+                q,
+                k_cache,
+                v_cache,
+                seqused_k=seqused,
+                page_table=table,
+                softmax_scale=scale,
+                causal=True,
+            )[0]
+
         t = time.perf_counter()
         out = run()
         torch.cuda.synchronize()
@@ -237,8 +305,10 @@ def stage_decode(rep: Report, fa4, page: int, name: str, pad: int = 0, nan_unuse
         rec["ms"] = cuda_time_ms(run)
         kv_bytes = sum(lens) * HKV * D * 2 * 2
         rec["GBps"] = round(kv_bytes / rec["ms"] / 1e6, 1)
-        rec["summary"] = (f"B={batch} page={page} pad={pad}: err {rec['max_abs_err_vs_sdpa']:.2g}, first call "
-                          f"{rec['first_call_s']} s, {rec['ms']:.3f} ms ({rec['GBps']} GB/s of KV)")
+        rec["summary"] = (
+            f"B={batch} page={page} pad={pad}: err {rec['max_abs_err_vs_sdpa']:.2g}, first call "
+            f"{rec['first_call_s']} s, {rec['ms']:.3f} ms ({rec['GBps']} GB/s of KV)"
+        )
 
 
 def stage_decode_graph(rep: Report, fa4, page: int = 128, batch: int = 64) -> None:
@@ -250,14 +320,28 @@ def stage_decode_graph(rep: Report, fa4, page: int = 128, batch: int = 64) -> No
         k_cache, v_cache, table = make_paged(lens, page, 0, False, gen)
         q = torch.randn(batch, 1, H, D, generator=gen).to(DTYPE).cuda()
         seqused = torch.tensor(lens, dtype=torch.int32).cuda()
-        scale = D ** -0.5
+        scale = D**-0.5
         static_table = table.clone()
-        out = fa4(q, k_cache, v_cache, seqused_k=seqused, page_table=static_table, softmax_scale=scale,
-                  causal=True)[0]   # warm-up / compile outside capture
+        out = fa4(
+            q,
+            k_cache,
+            v_cache,
+            seqused_k=seqused,
+            page_table=static_table,
+            softmax_scale=scale,
+            causal=True,
+        )[0]  # warm-up / compile outside capture
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            out = fa4(q, k_cache, v_cache, seqused_k=seqused, page_table=static_table, softmax_scale=scale,
-                      causal=True)[0]
+            out = fa4(
+                q,
+                k_cache,
+                v_cache,
+                seqused_k=seqused,
+                page_table=static_table,
+                softmax_scale=scale,
+                causal=True,
+            )[0]
         # Replay with other lengths (shorter, so the same pages suffice) and a permuted table.
         new_lens = [max(1, n // 2) for n in lens]
         perm = torch.randperm(batch, generator=gen)
@@ -269,7 +353,9 @@ def stage_decode_graph(rep: Report, fa4, page: int = 128, batch: int = 64) -> No
         ref = gather_ref(q, k_cache, v_cache, static_table, seqused.tolist(), scale)
         check(rec, max_err(out, ref), "replay_vs_sdpa")
         rec["replay_ms"] = cuda_time_ms(graph.replay)
-        rec["summary"] = f"captured, replay err {rec['max_abs_err_replay_vs_sdpa']:.2g}, {rec['replay_ms']:.3f} ms"
+        rec["summary"] = (
+            f"captured, replay err {rec['max_abs_err_replay_vs_sdpa']:.2g}, {rec['replay_ms']:.3f} ms"
+        )
 
 
 def stage_shim(rep: Report) -> None:
@@ -281,13 +367,29 @@ def stage_shim(rep: Report) -> None:
             raise RuntimeError(f"`flash_attn` is not the shim ({shim}); run without --no-shim")
         rec["backend"] = shim.backend()
         gen = torch.Generator().manual_seed(3)
-        scale, page = D ** -0.5, 256   # nano-vllm's kvcache_block_size must be a multiple of 256
+        scale, page = D**-0.5, 256  # nano-vllm's kvcache_block_size must be a multiple of 256
         lens = [5, 300, 777]
         cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), dtype=torch.int32).cuda()
-        q, k, v = (torch.randn(sum(lens), h, D, generator=gen).to(DTYPE).cuda() for h in (H, HKV, HKV))
-        out = shim.flash_attn_varlen_func(q, k, v, max_seqlen_q=max(lens), cu_seqlens_q=cu, max_seqlen_k=max(lens),
-                                          cu_seqlens_k=cu, softmax_scale=scale, causal=True)
-        ref = torch.cat([ref_attn(q[a:b], k[a:b], v[a:b], scale) for a, b in zip(cu[:-1].tolist(), cu[1:].tolist())])
+        q, k, v = (
+            torch.randn(sum(lens), h, D, generator=gen).to(DTYPE).cuda() for h in (H, HKV, HKV)
+        )
+        out = shim.flash_attn_varlen_func(
+            q,
+            k,
+            v,
+            max_seqlen_q=max(lens),
+            cu_seqlens_q=cu,
+            max_seqlen_k=max(lens),
+            cu_seqlens_k=cu,
+            softmax_scale=scale,
+            causal=True,
+        )
+        ref = torch.cat(
+            [
+                ref_attn(q[a:b], k[a:b], v[a:b], scale)
+                for a, b in zip(cu[:-1].tolist(), cu[1:].tolist())
+            ]
+        )
         check(rec, max_err(out, ref), "varlen")
         # Prefix cache: keys of the whole sequence are paged, queries are only the uncached suffix.
         klens, qlens = [600, 300, 1000], [88, 300, 1]
@@ -295,21 +397,39 @@ def stage_shim(rep: Report) -> None:
         cu_q = torch.tensor([0] + list(torch.tensor(qlens).cumsum(0)), dtype=torch.int32).cuda()
         cu_k = torch.tensor([0] + list(torch.tensor(klens).cumsum(0)), dtype=torch.int32).cuda()
         qs = torch.randn(sum(qlens), H, D, generator=gen).to(DTYPE).cuda()
-        out = shim.flash_attn_varlen_func(qs, k_cache, v_cache, max_seqlen_q=max(qlens), cu_seqlens_q=cu_q,
-                                          max_seqlen_k=max(klens), cu_seqlens_k=cu_k, softmax_scale=scale,
-                                          causal=True, block_table=table)
+        out = shim.flash_attn_varlen_func(
+            qs,
+            k_cache,
+            v_cache,
+            max_seqlen_q=max(qlens),
+            cu_seqlens_q=cu_q,
+            max_seqlen_k=max(klens),
+            cu_seqlens_k=cu_k,
+            softmax_scale=scale,
+            causal=True,
+            block_table=table,
+        )
         refs = []
         for b, (nq, nk) in enumerate(zip(qlens, klens)):
-            pages = table[b, :-(-nk // page)].long()
+            pages = table[b, : -(-nk // page)].long()
             kb, vb = (c[pages].flatten(0, 1)[:nk] for c in (k_cache, v_cache))
-            refs.append(ref_attn(qs[cu_q[b]:cu_q[b + 1]], kb, vb, scale))
+            refs.append(ref_attn(qs[cu_q[b] : cu_q[b + 1]], kb, vb, scale))
         check(rec, max_err(out, torch.cat(refs)), "prefix_cache")
         qd = torch.randn(len(klens), 1, H, D, generator=gen).to(DTYPE).cuda()
         seqlens = torch.tensor(klens, dtype=torch.int32).cuda()
-        out = shim.flash_attn_with_kvcache(qd, k_cache, v_cache, cache_seqlens=seqlens, block_table=table,
-                                           softmax_scale=scale, causal=True)
+        out = shim.flash_attn_with_kvcache(
+            qd,
+            k_cache,
+            v_cache,
+            cache_seqlens=seqlens,
+            block_table=table,
+            softmax_scale=scale,
+            causal=True,
+        )
         check(rec, max_err(out, gather_ref(qd, k_cache, v_cache, table, klens, scale)), "kvcache")
-        rec["summary"] = f"backend {rec['backend']}: varlen, prefix-cache varlen and kvcache (page 256) match SDPA"
+        rec["summary"] = (
+            f"backend {rec['backend']}: varlen, prefix-cache varlen and kvcache (page 256) match SDPA"
+        )
 
 
 def stage_engine_backend(rep: Report, page: int = 128) -> None:
@@ -320,20 +440,34 @@ def stage_engine_backend(rep: Report, page: int = 128) -> None:
         from benchmarks.flash_backend_fa4 import FlashAttention4
         from bubblelab.engine.attention.metadata import AttentionMetadata
         from bubblelab.engine.attention.torch_backend import TorchAttention
+
         gen = torch.Generator().manual_seed(11)
-        fa, ta, scale = FlashAttention4(), TorchAttention(), D ** -0.5
+        fa, ta, scale = FlashAttention4(), TorchAttention(), D**-0.5
         lens = [3, 200, 513]
         meta = AttentionMetadata.for_prompts(lens, "cuda")
-        q, k, v = (torch.randn(sum(lens), h, D, generator=gen).to(DTYPE).cuda() for h in (H, HKV, HKV))
-        check(rec, max_err(fa.forward(q, k, v, None, None, meta, scale), ta.forward(q, k, v, None, None, meta, scale)),
-              "prefill")
+        q, k, v = (
+            torch.randn(sum(lens), h, D, generator=gen).to(DTYPE).cuda() for h in (H, HKV, HKV)
+        )
+        check(
+            rec,
+            max_err(
+                fa.forward(q, k, v, None, None, meta, scale),
+                ta.forward(q, k, v, None, None, meta, scale),
+            ),
+            "prefill",
+        )
         ctx = [1, 129, 1500, 2048]
         k_cache, v_cache, table = make_paged(ctx, page, 0, False, gen)
-        dmeta = AttentionMetadata(is_prefill=False, context_lens=torch.tensor(ctx, dtype=torch.int32).cuda(),
-                                  block_tables=table)
+        dmeta = AttentionMetadata(
+            is_prefill=False,
+            context_lens=torch.tensor(ctx, dtype=torch.int32).cuda(),
+            block_tables=table,
+        )
         qd = torch.randn(len(ctx), H, D, generator=gen).to(DTYPE).cuda()
         got = fa.forward(qd, None, None, k_cache, v_cache, fa.prepare(dmeta, k_cache, DTYPE), scale)
-        want = ta.forward(qd, None, None, k_cache, v_cache, ta.prepare(dmeta, k_cache, DTYPE), scale)
+        want = ta.forward(
+            qd, None, None, k_cache, v_cache, ta.prepare(dmeta, k_cache, DTYPE), scale
+        )
         check(rec, max_err(got, want), "decode")
         rec["summary"] = f"FlashAttention4 == TorchAttention (prefill, decode page {page})"
 
@@ -344,24 +478,33 @@ def stage_nanovllm(rep: Report, model_dir: Path) -> None:
             return
         sys.path.insert(0, str(ROOT))
         from types import SimpleNamespace
+
         from benchmarks.compare_nanovllm import patch_nanovllm_rope, write_hf_checkpoint
         from bubblelab.engine.loader import load_model
-        if not (model_dir / "config.json").exists():   # seeded random qwen3-0.6b in HF layout
+
+        if not (model_dir / "config.json").exists():  # seeded random qwen3-0.6b in HF layout
             loaded = load_model("qwen3-0.6b", dtype="bf16", device="cuda", seed=0)
             write_hf_checkpoint(loaded, model_dir)
             del loaded
             torch.cuda.empty_cache()
         from nanovllm import LLM, SamplingParams
+
         patch_nanovllm_rope()
         t = time.perf_counter()
-        llm = LLM(str(model_dir), tokenizer=SimpleNamespace(eos_token_id=-1, decode=lambda ids: ""),
-                  enforce_eager=False, max_model_len=1024,
-                  max_num_batched_tokens=4096, max_num_seqs=32, gpu_memory_utilization=0.6)
+        llm = LLM(
+            str(model_dir),
+            tokenizer=SimpleNamespace(eos_token_id=-1, decode=lambda ids: ""),
+            enforce_eager=False,
+            max_model_len=1024,
+            max_num_batched_tokens=4096,
+            max_num_seqs=32,
+            gpu_memory_utilization=0.6,
+        )
         rec["init_s"] = round(time.perf_counter() - t, 1)
         gen = torch.Generator().manual_seed(5)
         prompts = [torch.randint(0, 1000, (32,), generator=gen).tolist() for _ in range(32)]
         params = SamplingParams(temperature=1.0, max_tokens=128, ignore_eos=True)
-        llm.generate(prompts[:2], params, use_tqdm=False)   # warm-up
+        llm.generate(prompts[:2], params, use_tqdm=False)  # warm-up
         torch.cuda.synchronize()
         t = time.perf_counter()
         outs = llm.generate(prompts, params, use_tqdm=False)
@@ -369,21 +512,29 @@ def stage_nanovllm(rep: Report, model_dir: Path) -> None:
         wall = time.perf_counter() - t
         n_tok = sum(len(o["token_ids"]) for o in outs)
         rec.update(wall_s=round(wall, 2), tokens=n_tok, e2e_tok_s=round(n_tok / wall, 1))
-        rec["summary"] = (f"32 x 128 tokens in {wall:.2f} s ({rec['e2e_tok_s']} tok/s e2e, init "
-                          f"{rec['init_s']} s incl. compile + graphs)")
+        rec["summary"] = (
+            f"32 x 128 tokens in {wall:.2f} s ({rec['e2e_tok_s']} tok/s e2e, init "
+            f"{rec['init_s']} s incl. compile + graphs)"
+        )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, default=None)
-    ap.add_argument("--budget-s", type=float, default=480, help="skip stages that would start after this")
-    ap.add_argument("--no-shim", action="store_true", help="import flash-attn-4 without the FA2-API shim")
+    ap.add_argument(
+        "--budget-s", type=float, default=480, help="skip stages that would start after this"
+    )
+    ap.add_argument(
+        "--no-shim", action="store_true", help="import flash-attn-4 without the FA2-API shim"
+    )
     ap.add_argument("--skip-nanovllm", action="store_true")
     ap.add_argument("--pages", default="128,256,16", help="decode page sizes to try")
     ap.add_argument("--model-dir", type=Path, default=Path("/tmp/nanovllm-qwen3-0.6b"))
     args = ap.parse_args()
     if not args.no_shim:
-        sys.path.insert(0, str(SHIM))   # a regular `flash_attn` whose __path__ also reaches flash_attn/cute
+        sys.path.insert(
+            0, str(SHIM)
+        )  # a regular `flash_attn` whose __path__ also reaches flash_attn/cute
     rep = Report(args.out, args.budget_s)
     stage_env(rep)
     fa4 = stage_import(rep)
@@ -401,8 +552,11 @@ def main() -> None:
         if not args.skip_nanovllm:
             stage_nanovllm(rep, args.model_dir)
     ok = [n for n, r in rep.stages.items() if r.get("ok")]
-    print(f"fa4_smoke: {len(ok)}/{len(rep.stages)} stages ok in {time.monotonic() - rep.t0:.0f} s; "
-          f"failed: {[n for n in rep.stages if n not in ok]}", flush=True)
+    print(
+        f"fa4_smoke: {len(ok)}/{len(rep.stages)} stages ok in {time.monotonic() - rep.t0:.0f} s; "
+        f"failed: {[n for n in rep.stages if n not in ok]}",
+        flush=True,
+    )
     rep.save()
 
 

@@ -11,6 +11,7 @@ full width (--max-model-len) every step, so large batches also measure that traf
     python benchmarks/forward_kernels.py                       # H200/H100: qwen3-0.6b, qwen3-4b; batch 1, 8, 32
     python benchmarks/forward_kernels.py --device cpu --presets tiny-llama
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,12 +38,21 @@ BLOCK_SIZE = 16
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--presets", default="qwen3-0.6b,qwen3-4b")
     ap.add_argument("--batches", default="1,8,32")
-    ap.add_argument("--context", type=int, default=512, help="tokens per row, the current one included")
-    ap.add_argument("--max-model-len", type=int, default=1024, help="block-table width the torch backend gathers")
+    ap.add_argument(
+        "--context", type=int, default=512, help="tokens per row, the current one included"
+    )
+    ap.add_argument(
+        "--max-model-len",
+        type=int,
+        default=1024,
+        help="block-table width the torch backend gathers",
+    )
     ap.add_argument("--attention-backend", default="torch")
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--out", type=Path, default=None, help="also write the JSON summary here")
@@ -55,9 +65,15 @@ def main() -> None:
 
     t0 = time.perf_counter()
     bandwidth = copy_bandwidth(args.device)
-    summary = {"device": _device_name(args.device), "torch": torch.__version__, "context": args.context,
-               "max_model_len": args.max_model_len, "attention_backend": args.attention_backend,
-               "copy_bandwidth_gbs": round(bandwidth / 1e9, 1) if bandwidth else None, "presets": {}}
+    summary = {
+        "device": _device_name(args.device),
+        "torch": torch.__version__,
+        "context": args.context,
+        "max_model_len": args.max_model_len,
+        "attention_backend": args.attention_backend,
+        "copy_bandwidth_gbs": round(bandwidth / 1e9, 1) if bandwidth else None,
+        "presets": {},
+    }
     for preset in args.presets.split(","):
         summary["presets"][preset] = {}
         for mode in ("eager", "compiled"):
@@ -80,20 +96,36 @@ def main() -> None:
         args.out.write_text(text + "\n")
 
 
-def bench_preset(preset: str, compiled: bool, batches: list[int], bandwidth: float | None, args) -> dict:
+def bench_preset(
+    preset: str, compiled: bool, batches: list[int], bandwidth: float | None, args
+) -> dict:
     cuda = args.device == "cuda"
     dtype = "bf16" if cuda else "fp32"
-    loaded = load_model(preset, dtype=dtype, device=args.device, attention_backend=args.attention_backend)
-    cfg = EngineConfig(model=preset, device=args.device, dtype=dtype, max_num_seqs=max(batches),
-                       max_model_len=args.max_model_len, block_size=BLOCK_SIZE,
-                       num_kv_blocks=max(batches) * -(-args.max_model_len // BLOCK_SIZE), compile=compiled,
-                       attention_backend=args.attention_backend)
+    loaded = load_model(
+        preset, dtype=dtype, device=args.device, attention_backend=args.attention_backend
+    )
+    cfg = EngineConfig(
+        model=preset,
+        device=args.device,
+        dtype=dtype,
+        max_num_seqs=max(batches),
+        max_model_len=args.max_model_len,
+        block_size=BLOCK_SIZE,
+        num_kv_blocks=max(batches) * -(-args.max_model_len // BLOCK_SIZE),
+        compile=compiled,
+        attention_backend=args.attention_backend,
+    )
     t0 = time.perf_counter()
-    runner = ModelRunner(cfg, loaded, Streams(torch.device(args.device), timing=False))  # CUDA: compiles, captures
+    runner = ModelRunner(
+        cfg, loaded, Streams(torch.device(args.device), timing=False)
+    )  # CUDA: compiles, captures
     num_layers = loaded.config.num_layers
-    result = {"compiled": loaded.model.compile_enabled, "startup_s": round(time.perf_counter() - t0, 1),
-              "num_layers": num_layers,
-              "weight_bytes": sum(p.numel() * p.element_size() for p in loaded.model.parameters())}
+    result = {
+        "compiled": loaded.model.compile_enabled,
+        "startup_s": round(time.perf_counter() - t0, 1),
+        "num_layers": num_layers,
+        "weight_bytes": sum(p.numel() * p.element_size() for p in loaded.model.parameters()),
+    }
     if bandwidth:
         result["floor_ms"] = round(result["weight_bytes"] / bandwidth * 1e3, 3)
     slot = runner.slots[0]
@@ -103,13 +135,18 @@ def bench_preset(preset: str, compiled: bool, batches: list[int], bandwidth: flo
         step = runner.graphs[0][b].replay if cuda else body
         kernels = count_kernels(step, cuda)
         kernel_us = getattr(count_kernels, "last_us", collections.Counter())
-        row = {"step_ms": round(time_steps(step, args.iters, cuda), 3), "kernels": sum(kernels.values()),
-               "per_layer": round(sum(kernels.values()) / num_layers, 1)}
+        row = {
+            "step_ms": round(time_steps(step, args.iters, cuda), 3),
+            "kernels": sum(kernels.values()),
+            "per_layer": round(sum(kernels.values()) / num_layers, 1),
+        }
         if cuda:  # the same body launched eagerly: a cross-check of the graph count
             row["kernels_eager_body"] = sum(count_kernels(body, cuda).values())
         if b == batches[0]:
             row["top_kernels"] = dict(kernels.most_common(12))
-            if kernel_us:  # where the step's time goes: kernel time by name, and its sum against the step
+            if (
+                kernel_us
+            ):  # where the step's time goes: kernel time by name, and its sum against the step
                 row["kernel_ms"] = round(sum(kernel_us.values()) / 1e3, 3)
                 row["top_kernel_us"] = {k: round(v, 1) for k, v in kernel_us.most_common(12)}
         result[f"batch_{b}"] = row
@@ -144,7 +181,10 @@ def time_steps(step, iters: int, cuda: bool) -> float:
             times.append((time.perf_counter() - t) * 1e3)
         return statistics.median(times)
     torch.cuda.synchronize()
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
+    events = [
+        (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+        for _ in range(iters)
+    ]
     for start, end in events:
         start.record()
         step()
@@ -155,20 +195,30 @@ def time_steps(step, iters: int, cuda: bool) -> float:
 
 def count_kernels(step, cuda: bool) -> collections.Counter:
     """Kernels one step launches by name (CUDA), or its top-level aten ops (CPU: a proxy, views included)."""
-    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
+    with profile(
+        activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    ) as prof:
         step()
         if cuda:
             torch.cuda.synchronize()
     if cuda:
-        kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
-                   and not any(w in e.name.lower() for w in NOT_KERNELS)]
+        kernels = [
+            e
+            for e in prof.events()
+            if e.device_type == torch.autograd.DeviceType.CUDA
+            and not any(w in e.name.lower() for w in NOT_KERNELS)
+        ]
         names = [e.name for e in kernels]
-        count_kernels.last_us = collections.Counter()   # device time per kernel name of this step
+        count_kernels.last_us = collections.Counter()  # device time per kernel name of this step
         for e in kernels:
             count_kernels.last_us[e.name[:80]] += e.time_range.elapsed_us()
     else:
-        names = [e.name for e in prof.events() if e.name.startswith("aten::")
-                 and (e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::"))]
+        names = [
+            e.name
+            for e in prof.events()
+            if e.name.startswith("aten::")
+            and (e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::"))
+        ]
     return collections.Counter(name[:80] for name in names)
 
 

@@ -6,6 +6,7 @@ traces/index.json.
 
     python benchmarks/make_traces.py RUN_DIR OUT_DIR --steps 120
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,8 +39,14 @@ def main() -> None:
         with plain.open("rb") as src, gzip.open(f"{plain}.gz", "wb", compresslevel=9) as dst:
             shutil.copyfileobj(src, dst)
         plain.unlink()
-        index[f"{name}.sqlite.gz"] = {**{k: (str(v) if k == "started_at" else v) for k, v in run.items()
-                                         if k not in ("trace_path",)}, "steps": [first, last]}
+        index[f"{name}.sqlite.gz"] = {
+            **{
+                k: (str(v) if k == "started_at" else v)
+                for k, v in run.items()
+                if k not in ("trace_path",)
+            },
+            "steps": [first, last],
+        }
     (a.out_dir / "index.json").write_text(json.dumps(index, indent=1, default=str))
 
 

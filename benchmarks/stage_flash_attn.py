@@ -19,6 +19,7 @@ numpy, triton, transformers (+ safetensors, tqdm), and from .device/ apache-tvm-
 the nvidia-cutlass-dsl meta wheel (only a .pth, replaced by PYTHONPATH), torch-c-dlpack-ext (torch >= 2.10
 has the DLPack exchange API itself), protobuf (declared but never imported).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,21 +45,38 @@ WHEELS: dict[str, str] = {
 }
 # Paths (relative to the site tree) that nothing imports at run time.
 DROP: list[str] = [
-    "nvidia_cutlass_dsl/dsl_packages/iket",   # IKET profiler CLI (run-iket); cute.experimental uses cutlass._mlir
-    "nvidia_cutlass_dsl/cu13/lib/stubs",      # aarch64 / QNX link stubs for AOT export
+    "nvidia_cutlass_dsl/dsl_packages/iket",  # IKET profiler CLI (run-iket); cute.experimental uses cutlass._mlir
+    "nvidia_cutlass_dsl/cu13/lib/stubs",  # aarch64 / QNX link stubs for AOT export
     "nvidia_cutlass_dsl/cu13/lib/libcuda_dialect_runtime_static.a",
-    "nvidia_cutlass_dsl/cu13/include",        # AOT export headers
-    "flash_attn/cute/benchmark.py", "flash_attn/cute/benchmark_flash_attention_fp8.py",
+    "nvidia_cutlass_dsl/cu13/include",  # AOT export headers
+    "flash_attn/cute/benchmark.py",
+    "flash_attn/cute/benchmark_flash_attention_fp8.py",
 ]
-PART_BYTES = 18_000_000   # two parts + the checkout stay under one call's 64 MiB
+PART_BYTES = 18_000_000  # two parts + the checkout stay under one call's 64 MiB
 ARCHIVE = "fa4site.tar.xz"
 
 
 def download(dest: Path) -> list[Path]:
     dest.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--pre",
-           "--python-version", "3.12", "--implementation", "cp", "--abi", "cp312",
-           "--platform", "manylinux_2_28_x86_64", "-d", str(dest)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--pre",
+        "--python-version",
+        "3.12",
+        "--implementation",
+        "cp",
+        "--abi",
+        "cp312",
+        "--platform",
+        "manylinux_2_28_x86_64",
+        "-d",
+        str(dest),
+    ]
     subprocess.run(cmd + [f"{name}=={version}" for name, version in WHEELS.items()], check=True)
     wheels = []
     for name in WHEELS:
@@ -81,16 +99,36 @@ def unpack(wheels: list[Path], site: Path) -> None:
         shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
     for cache in list(site.rglob("__pycache__")):
         shutil.rmtree(cache)
-    for so in site.rglob("*.so"):   # zipfile drops the exec bit; dlopen does not need it, but keep it tidy
+    for so in site.rglob(
+        "*.so"
+    ):  # zipfile drops the exec bit; dlopen does not need it, but keep it tidy
         so.chmod(0o755)
 
 
 def pack(site: Path, archive: Path) -> None:
     """tar | xz with the x86 BCJ filter: ~8% smaller than plain -9e on the 237 MB of compiler binaries."""
-    tar = subprocess.Popen(["tar", "--sort=name", "--owner=0", "--group=0", "--numeric-owner", "-C", str(site),
-                            "-cf", "-", "."], stdout=subprocess.PIPE)
+    tar = subprocess.Popen(
+        [
+            "tar",
+            "--sort=name",
+            "--owner=0",
+            "--group=0",
+            "--numeric-owner",
+            "-C",
+            str(site),
+            "-cf",
+            "-",
+            ".",
+        ],
+        stdout=subprocess.PIPE,
+    )
     with archive.open("wb") as out:
-        subprocess.run(["xz", "--x86", "--lzma2=preset=9e", "-T1", "-c"], stdin=tar.stdout, stdout=out, check=True)
+        subprocess.run(
+            ["xz", "--x86", "--lzma2=preset=9e", "-T1", "-c"],
+            stdin=tar.stdout,
+            stdout=out,
+            check=True,
+        )
     if tar.wait():
         raise SystemExit("tar failed")
 
@@ -99,22 +137,31 @@ def split(archive: Path, parts_root: Path) -> list[Path]:
     for old in parts_root.glob(".fa4?"):
         shutil.rmtree(old)
     data = archive.read_bytes()
-    chunks = [data[i:i + PART_BYTES] for i in range(0, len(data), PART_BYTES)]
-    manifest = {"archive": ARCHIVE, "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data),
-                "parts": [f"{ARCHIVE}.{i:02d}" for i in range(len(chunks))], "wheels": WHEELS}
+    chunks = [data[i : i + PART_BYTES] for i in range(0, len(data), PART_BYTES)]
+    manifest = {
+        "archive": ARCHIVE,
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "bytes": len(data),
+        "parts": [f"{ARCHIVE}.{i:02d}" for i in range(len(chunks))],
+        "wheels": WHEELS,
+    }
     dirs = []
     for i, chunk in enumerate(chunks):
         d = parts_root / f".fa4{chr(ord('a') + i)}"
         d.mkdir()
         (d / manifest["parts"][i]).write_bytes(chunk)
-        (d / "MANIFEST.json").write_text(json.dumps(manifest, indent=1))   # every part knows the whole set
+        (d / "MANIFEST.json").write_text(
+            json.dumps(manifest, indent=1)
+        )  # every part knows the whole set
         dirs.append(d)
     return dirs
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--work", type=Path, default=Path("/tmp/fa4stage"), help="downloads and the unpacked tree")
+    ap.add_argument(
+        "--work", type=Path, default=Path("/tmp/fa4stage"), help="downloads and the unpacked tree"
+    )
     args = ap.parse_args()
     wheels = download(args.work / "wheels")
     site = args.work / "site"
@@ -127,12 +174,14 @@ def main() -> None:
     dirs = split(archive, ROOT)
     for d in dirs:
         print(f"  {d.name}/  {sum(f.stat().st_size for f in d.iterdir()) / 1e6:.1f} MB")
-    pairs = [[d.name for d in dirs[i:i + 2]] for i in range(0, len(dirs), 2)]
+    pairs = [[d.name for d in dirs[i : i + 2]] for i in range(0, len(dirs), 2)]
     print("carry plan (back to back, the machine is released after ~30 s idle):")
     for n, pair in enumerate(pairs, 1):
         print(f"  call {n}: carry {pair}: bash benchmarks/unstage_flash_attn.sh")
-    print(f"  call {len(pairs) + 1}: carry ['.device']: source .device/remote-setup.sh && bash "
-          "benchmarks/unstage_flash_attn.sh && source /tmp/fa4site/env.sh && python benchmarks/fa4_smoke.py --out $OUT")
+    print(
+        f"  call {len(pairs) + 1}: carry ['.device']: source .device/remote-setup.sh && bash "
+        "benchmarks/unstage_flash_attn.sh && source /tmp/fa4site/env.sh && python benchmarks/fa4_smoke.py --out $OUT"
+    )
 
 
 if __name__ == "__main__":

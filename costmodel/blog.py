@@ -4,6 +4,7 @@
 pipelined steady-state medians (forward, sampling, period), which gives the step cost as a function of
 batch size that the batched zombie tax needs. Percentages are the post's, in percent.
 """
+
 from __future__ import annotations
 
 import pandas as pd

@@ -1,4 +1,5 @@
 """Percentile bootstrap intervals: resample steps (or repeats) with replacement, recompute, take quantiles."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -30,4 +31,3 @@ def interval(samples: np.ndarray, percentiles: tuple[float, float] = Z95) -> tup
         return (np.nan, np.nan)
     lo, hi = np.percentile(samples, percentiles)
     return float(lo), float(hi)
-

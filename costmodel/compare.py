@@ -3,6 +3,7 @@
 Everything is a steady-state median (profiling.analysis.steady_state), so these tables agree with the
 prediction table, the report and `bubblelab analyze`.
 """
+
 from __future__ import annotations
 
 import pandas as pd
@@ -23,12 +24,23 @@ def step_summary(runs: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
         if steady.empty:
             continue
         medians = {c: float(steady[c].median()) if c in steady else None for c in STEP_PARTS}
-        rows.append(dict(run_id=run["run_id"], label=run_label(run), config=run_label(run, depth=False),
-                         preset=run.get("preset"), device=run["device"], streams=int(run["streams"]),
-                         depth=int(run["depth"]), batch=int(steady["batch_size"].iloc[0]), steps=len(steady),
-                         **medians, gpu_ms=float(step_gpu_ms(steady).median()),
-                         host_tick_ms=float(host_tick_ms(steady).median()),
-                         tokens_per_s=run["generated_tokens"] / run["wall_s"]))
+        rows.append(
+            dict(
+                run_id=run["run_id"],
+                label=run_label(run),
+                config=run_label(run, depth=False),
+                preset=run.get("preset"),
+                device=run["device"],
+                streams=int(run["streams"]),
+                depth=int(run["depth"]),
+                batch=int(steady["batch_size"].iloc[0]),
+                steps=len(steady),
+                **medians,
+                gpu_ms=float(step_gpu_ms(steady).median()),
+                host_tick_ms=float(host_tick_ms(steady).median()),
+                tokens_per_s=run["generated_tokens"] / run["wall_s"],
+            )
+        )
     return pd.DataFrame(rows)
 
 
@@ -47,5 +59,7 @@ def depth_comparison(runs: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     wide = wide.dropna(subset=[("period_ms", 1), ("period_ms", 2)])
     wide.columns = [f"{name}_d{depth}" for name, depth in wide.columns]
     table = wide.reset_index()
-    return table.assign(period_speedup_pct=pct(table["period_ms_d1"] / table["period_ms_d2"]),
-                        observed_pct=pct(table["tokens_per_s_d2"] / table["tokens_per_s_d1"]))
+    return table.assign(
+        period_speedup_pct=pct(table["period_ms_d1"] / table["period_ms_d2"]),
+        observed_pct=pct(table["tokens_per_s_d2"] / table["tokens_per_s_d1"]),
+    )

@@ -27,6 +27,7 @@ starts one step late and the run needs N/S extra steps: z = 1/(L + 1) at any bat
 model (costmodel.wholerun) charges each finish the right one of the two; the steady-state table keeps
 the post's row tax.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -58,18 +59,24 @@ def graph_bucket(rows: int, buckets: tuple[int, ...] | None = VLLM_BUCKETS) -> i
 class StepCost:
     """g(b): GPU time (ms) of one decode step of b rows, interpolated between measured bucket sizes."""
 
-    rows: tuple[int, ...]        # padded (bucket) row counts that were measured, ascending
-    ms: tuple[float, ...]        # median GPU time of a step (step_gpu_ms) at each
+    rows: tuple[int, ...]  # padded (bucket) row counts that were measured, ascending
+    ms: tuple[float, ...]  # median GPU time of a step (step_gpu_ms) at each
     buckets: tuple[int, ...] | None = VLLM_BUCKETS
 
     @classmethod
-    def from_points(cls, rows, ms, buckets: tuple[int, ...] | None = VLLM_BUCKETS) -> "StepCost":
-        frame = pd.DataFrame({"rows": [graph_bucket(int(r), buckets) for r in rows], "ms": list(ms)})
+    def from_points(cls, rows, ms, buckets: tuple[int, ...] | None = VLLM_BUCKETS) -> StepCost:
+        frame = pd.DataFrame(
+            {"rows": [graph_bucket(int(r), buckets) for r in rows], "ms": list(ms)}
+        )
         curve = frame.groupby("rows")["ms"].median().sort_index()
-        return cls(tuple(int(r) for r in curve.index), tuple(float(v) for v in curve.values), buckets)
+        return cls(
+            tuple(int(r) for r in curve.index), tuple(float(v) for v in curve.values), buckets
+        )
 
     @classmethod
-    def from_steps(cls, steps: pd.DataFrame, buckets: tuple[int, ...] | None = VLLM_BUCKETS) -> "StepCost":
+    def from_steps(
+        cls, steps: pd.DataFrame, buckets: tuple[int, ...] | None = VLLM_BUCKETS
+    ) -> StepCost:
         """From a per-step table (docs/phases.md): decode steps' GPU span (step_gpu_ms) by batch_size."""
         decode = steps[steps["kind"] == "decode"]
         if decode.empty:
@@ -127,9 +134,13 @@ def host_tick_ms(steps: pd.DataFrame) -> pd.Series:
     (plan, launch, finalize, commit's bookkeeping, and the unnamed loop code between phases) is work that
     depth 2 still does once per tick on the same thread. The last step has no period: the sum of its phases.
     """
+
     def col(name: str) -> pd.Series:
         return steps[name].fillna(0) if name in steps else pd.Series(0.0, index=steps.index)
-    phases = col("plan_ms") + col("launch_ms") + col("finalize_ms") + col("commit_ms") - col("wait_ms")
+
+    phases = (
+        col("plan_ms") + col("launch_ms") + col("finalize_ms") + col("commit_ms") - col("wait_ms")
+    )
     return (steps["period_ms"] - col("wait_ms")).fillna(phases).clip(lower=0)
 
 
@@ -139,8 +150,14 @@ def pipelined_period(gpu_ms, host_ms):
     return np.maximum(gpu_ms, host_ms)
 
 
-def whatif_speedup(k, gpu_ms: float, exposed_ms: float, z: float, host_ms: float | None = None,
-                   residual_ms: float = 0.0):
+def whatif_speedup(
+    k,
+    gpu_ms: float,
+    exposed_ms: float,
+    z: float,
+    host_ms: float | None = None,
+    residual_ms: float = 0.0,
+):
     """Speedup when the GPU work of a step gets k times longer (k < 1: a faster GPU or a smaller model).
 
     The blocking period runs host and GPU in series: T_block(k) = max(k·gpu + exposed, host), where
@@ -157,8 +174,9 @@ def whatif_speedup(k, gpu_ms: float, exposed_ms: float, z: float, host_ms: float
     return t_block / t_pipe * (1.0 - z)
 
 
-def whatif_curve(blocking_ms: float, pipelined_ms: float, gpu_ms: float, host_ms: float, z: float,
-                 ks=None) -> pd.DataFrame:
+def whatif_curve(
+    blocking_ms: float, pipelined_ms: float, gpu_ms: float, host_ms: float, z: float, ks=None
+) -> pd.DataFrame:
     """whatif_speedup over k for one measured configuration, anchored so that k = 1 gives its measured
     T_block / T_pipe × (1 − z). Columns: k, gpu_ms (k × forward + sampling), speedup_pct.
 
@@ -170,7 +188,11 @@ def whatif_curve(blocking_ms: float, pipelined_ms: float, gpu_ms: float, host_ms
     residual = max(0.0, pipelined_ms - gpu_ms)
     host = min(max(host_ms, exposed), pipelined_ms)
     # The curve has kinks where GPU and host time cross; sample them (and k = 1) exactly.
-    kinks = [x for x in ((host - exposed) / gpu_ms, (host - residual) / gpu_ms, 1.0) if ks[0] < x < ks[-1]]
+    kinks = [
+        x
+        for x in ((host - exposed) / gpu_ms, (host - residual) / gpu_ms, 1.0)
+        if ks[0] < x < ks[-1]
+    ]
     k = np.unique(np.concatenate([ks, kinks]))
     s = whatif_speedup(k, gpu_ms, exposed, z, host_ms=host, residual_ms=residual)
     return pd.DataFrame({"k": k, "gpu_ms": k * gpu_ms, "speedup_pct": (s - 1.0) * 100.0})

@@ -18,6 +18,7 @@ Per pair:
 - *_lo / *_hi: 95% bootstrap intervals (steps resampled; repeats resampled for observed when there are
   at least two a side).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -25,11 +26,21 @@ import pandas as pd
 
 from bubblelab.costmodel import bootstrap as bs
 from bubblelab.costmodel.blog import BLOG_STEP_PARTS, BLOG_TABLE
-from bubblelab.costmodel.model import (VLLM_BUCKETS, StepCost, host_tick_ms, pipelined_period, speedup, speedup_bounds,
-                             step_gpu_ms, zombie_tax)
+from bubblelab.costmodel.model import (
+    VLLM_BUCKETS,
+    StepCost,
+    host_tick_ms,
+    pipelined_period,
+    speedup,
+    speedup_bounds,
+    step_gpu_ms,
+    zombie_tax,
+)
 from bubblelab.costmodel.wholerun import finish_events, predict_whole_run
 from bubblelab.errors import BubblelabError
-from bubblelab.profiling.analysis import steady_state  # the project's one steady-state rule (profiling/sql/steady_state.sql)
+from bubblelab.profiling.analysis import (
+    steady_state,
+)  # the project's one steady-state rule (profiling/sql/steady_state.sql)
 
 CONFIG_KEYS = ("model", "preset", "device", "streams", "requests", "output_len_mean")
 
@@ -48,21 +59,40 @@ def predict_blog() -> pd.DataFrame:
         cost = StepCost.from_points(parts["streams"], parts["forward_ms"] + parts["sampling_ms"])
         z = zombie_tax(r.L, r.streams, cost)
         lo, hi = speedup_bounds(r.blocking_ms, r.pipelined_ms, r.L)
-        gpu = float(parts.loc[parts["streams"] == r.streams, ["forward_ms", "sampling_ms"]].sum(axis=1).iloc[0])
+        gpu = float(
+            parts.loc[parts["streams"] == r.streams, ["forward_ms", "sampling_ms"]]
+            .sum(axis=1)
+            .iloc[0]
+        )
         predicted = pct(speedup(r.blocking_ms, r.pipelined_ms, z))
-        rows.append(dict(label=f"{r.gpu} · {r.streams} stream{'s' if r.streams > 1 else ''}", device=r.gpu,
-                         streams=r.streams, blocking_ms=r.blocking_ms, pipelined_ms=r.pipelined_ms, L=r.L, z=z,
-                         gpu_ms=gpu, host_ms=r.blocking_ms - gpu,
-                         predicted_pct=predicted, predicted_lo=pct(lo), predicted_hi=pct(hi),
-                         published_pct=r.predicted_pct, observed_pct=r.observed_pct,
-                         error_pts=r.observed_pct - predicted))
+        rows.append(
+            dict(
+                label=f"{r.gpu} · {r.streams} stream{'s' if r.streams > 1 else ''}",
+                device=r.gpu,
+                streams=r.streams,
+                blocking_ms=r.blocking_ms,
+                pipelined_ms=r.pipelined_ms,
+                L=r.L,
+                z=z,
+                gpu_ms=gpu,
+                host_ms=r.blocking_ms - gpu,
+                predicted_pct=predicted,
+                predicted_lo=pct(lo),
+                predicted_hi=pct(hi),
+                published_pct=r.predicted_pct,
+                observed_pct=r.observed_pct,
+                error_pts=r.observed_pct - predicted,
+            )
+        )
     return pd.DataFrame(rows)
 
 
 def run_label(run: pd.Series | dict, depth: bool = True) -> str:
-    """"preset · device · N streams[ · depth d]": how tables and figures name a run or configuration."""
+    """ "preset · device · N streams[ · depth d]": how tables and figures name a run or configuration."""
     streams = int(run["streams"])
-    name = next((v for v in (run.get("preset"), run.get("model")) if isinstance(v, str) and v), "model")
+    name = next(
+        (v for v in (run.get("preset"), run.get("model")) if isinstance(v, str) and v), "model"
+    )
     label = f"{name} · {run['device']} · {streams} stream{'s' if streams > 1 else ''}"
     return f"{label} · depth {int(run['depth'])}" if depth else label
 
@@ -70,7 +100,11 @@ def run_label(run: pd.Series | dict, depth: bool = True) -> str:
 def is_window(steps: pd.DataFrame, run) -> bool:
     """Does a run's per-step table hold only part of the run (a trimmed trace)?"""
     total = getattr(run, "decode_steps", None)
-    return total is not None and pd.notna(total) and int((steps["kind"] == "decode").sum()) < int(total)
+    return (
+        total is not None
+        and pd.notna(total)
+        and int((steps["kind"] == "decode").sum()) < int(total)
+    )
 
 
 def token_rate(steps: pd.DataFrame) -> float:
@@ -79,7 +113,9 @@ def token_rate(steps: pd.DataFrame) -> float:
     timed = steps[steps["period_ms"].notna()]
     rows = 0.0
     for _, run in timed.groupby("run_id"):
-        zombies = finish_events(run, window=True)["finished"].sum() if (run["depth"] == 2).all() else 0
+        zombies = (
+            finish_events(run, window=True)["finished"].sum() if (run["depth"] == 2).all() else 0
+        )
         rows += float(run["batch_size"].sum()) - zombies
     return rows / float(timed["period_ms"].sum())
 
@@ -95,23 +131,39 @@ def pair_runs(runs: pd.DataFrame) -> list[tuple[pd.DataFrame, pd.DataFrame]]:
     return pairs
 
 
-def _observed(d1: pd.DataFrame, d2: pd.DataFrame, s1: pd.DataFrame, s2: pd.DataFrame,
-              n_boot: int, rng: np.random.Generator) -> tuple[float, float, float]:
+def _observed(
+    d1: pd.DataFrame,
+    d2: pd.DataFrame,
+    s1: pd.DataFrame,
+    s2: pd.DataFrame,
+    n_boot: int,
+    rng: np.random.Generator,
+) -> tuple[float, float, float]:
     tp1 = (d1["generated_tokens"] / d1["wall_s"]).to_numpy(float)
     tp2 = (d2["generated_tokens"] / d2["wall_s"]).to_numpy(float)
     observed = tp2.mean() / tp1.mean()
     if len(tp1) >= 2 and len(tp2) >= 2:
         boots = bs.resample_means(tp2, n_boot, rng) / bs.resample_means(tp1, n_boot, rng)
     else:  # one run a side: carry the steps' spread (mean period ratio) over to the wall-clock ratio
-        b1, b2 = bs.resample_means(s1["period_ms"], n_boot, rng), bs.resample_means(s2["period_ms"], n_boot, rng)
+        b1, b2 = (
+            bs.resample_means(s1["period_ms"], n_boot, rng),
+            bs.resample_means(s2["period_ms"], n_boot, rng),
+        )
         point = s1["period_ms"].mean() / s2["period_ms"].mean()
         boots = observed * (b1 / b2) / point
     lo, hi = bs.interval(boots)
     return pct(observed), pct(lo), pct(hi)
 
 
-def predict_pair(d1: pd.DataFrame, d2: pd.DataFrame, steps: pd.DataFrame, *,
-                 buckets: tuple[int, ...] | None | str = "auto", n_boot: int = 1000, seed: int = 0) -> dict:
+def predict_pair(
+    d1: pd.DataFrame,
+    d2: pd.DataFrame,
+    steps: pd.DataFrame,
+    *,
+    buckets: tuple[int, ...] | None | str = "auto",
+    n_boot: int = 1000,
+    seed: int = 0,
+) -> dict:
     """One row of the prediction table for a configuration's depth-1 and depth-2 runs.
 
     buckets: CUDA-graph batch sizes; "auto" = vLLM's on a GPU (the engine's agree at 1, 8 and 32
@@ -122,7 +174,9 @@ def predict_pair(d1: pd.DataFrame, d2: pd.DataFrame, steps: pd.DataFrame, *,
     steps2 = steps[steps["run_id"].isin(d2["run_id"])]
     s1, s2 = steady_state(steps1), steady_state(steps2)
     if s1.empty or s2.empty:
-        raise BubblelabError(f"no steady-state decode steps in runs {', '.join(map(str, [*d1.run_id, *d2.run_id]))}")
+        raise BubblelabError(
+            f"no steady-state decode steps in runs {', '.join(map(str, [*d1.run_id, *d2.run_id]))}"
+        )
 
     streams = int(d1["streams"].iloc[0])
     if buckets == "auto":
@@ -143,24 +197,47 @@ def predict_pair(d1: pd.DataFrame, d2: pd.DataFrame, steps: pd.DataFrame, *,
     boot_hat = speedup(boot_block, bs.resample_medians(pipe_hat, n_boot, rng), z)
     d1_lo, d1_hi = bs.interval(pct(boot_hat))
 
-    windows = [is_window(steps[steps["run_id"] == r.run_id], r) for r in (*d1.itertuples(), *d2.itertuples())]
+    windows = [
+        is_window(steps[steps["run_id"] == r.run_id], r)
+        for r in (*d1.itertuples(), *d2.itertuples())
+    ]
     window = any(windows)
-    whole = [predict_whole_run(steps1[steps1["run_id"] == r.run_id], r.wall_s, cost, window) for r in d1.itertuples()]
+    whole = [
+        predict_whole_run(steps1[steps1["run_id"] == r.run_id], r.wall_s, cost, window)
+        for r in d1.itertuples()
+    ]
     observed, observed_lo, observed_hi = _observed(d1, d2, s1, s2, n_boot, rng)
     predicted = pct(speedup(t_block, t_pipe, z))
     first = d1.iloc[0]
     return dict(
-        label=run_label(first, depth=False), device=first["device"], preset=first.get("preset"), streams=streams,
-        blocking_ms=t_block, pipelined_ms=t_pipe, L=L, z=z,
-        predicted_pct=predicted, predicted_lo=predicted_lo, predicted_hi=predicted_hi,
-        gpu_ms=float(gpu.median()), host_ms=float(host.median()), d1_pipelined_ms=t_pipe_hat,
-        d1_predicted_pct=pct(speedup(t_block, t_pipe_hat, z)), d1_predicted_lo=d1_lo, d1_predicted_hi=d1_hi,
-        wall_predicted_pct=pct(np.mean([w.speedup for w in whole])), wall_scope="window" if window else "run",
-        wall_predicted_min=pct(min(w.speedup for w in whole)), wall_predicted_max=pct(max(w.speedup for w in whole)),
+        label=run_label(first, depth=False),
+        device=first["device"],
+        preset=first.get("preset"),
+        streams=streams,
+        blocking_ms=t_block,
+        pipelined_ms=t_pipe,
+        L=L,
+        z=z,
+        predicted_pct=predicted,
+        predicted_lo=predicted_lo,
+        predicted_hi=predicted_hi,
+        gpu_ms=float(gpu.median()),
+        host_ms=float(host.median()),
+        d1_pipelined_ms=t_pipe_hat,
+        d1_predicted_pct=pct(speedup(t_block, t_pipe_hat, z)),
+        d1_predicted_lo=d1_lo,
+        d1_predicted_hi=d1_hi,
+        wall_predicted_pct=pct(np.mean([w.speedup for w in whole])),
+        wall_scope="window" if window else "run",
+        wall_predicted_min=pct(min(w.speedup for w in whole)),
+        wall_predicted_max=pct(max(w.speedup for w in whole)),
         wall_observed_pct=pct(token_rate(steps2) / token_rate(steps1)) if window else observed,
-        observed_pct=observed, observed_lo=observed_lo, observed_hi=observed_hi,
+        observed_pct=observed,
+        observed_lo=observed_lo,
+        observed_hi=observed_hi,
         error_pts=observed - predicted,
-        runs_block=",".join(map(str, d1["run_id"])), runs_pipe=",".join(map(str, d2["run_id"])),
+        runs_block=",".join(map(str, d1["run_id"])),
+        runs_pipe=",".join(map(str, d2["run_id"])),
     )
 
 

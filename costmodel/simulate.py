@@ -6,6 +6,7 @@ clients. At depth 2 the batch of step t+1 is planned before step t commits, so r
 ride along in t+1 as zombies. The output has the contract's shapes (runs, per-step table, timeline,
 attribution, gaps), so everything downstream of a real trace can be exercised without a GPU.
 """
+
 from __future__ import annotations
 
 from collections import deque
@@ -31,7 +32,7 @@ class LoopCosts:
     launch: float = 0.15
     finalize: float = 0.08
     commit: float = 0.12
-    jitter: float = 0.03          # lognormal sigma on every cost
+    jitter: float = 0.03  # lognormal sigma on every cost
     buckets: tuple[int, ...] | None = VLLM_BUCKETS
 
     def forward(self, kind: str, rows: int) -> float:
@@ -72,8 +73,15 @@ class _Loop:
         return self.gpu_free_ns
 
 
-def simulate_run(depth: int, streams: int = 8, requests: int = 32, output_len: int = 64,
-                 costs: LoopCosts | None = None, seed: int = 0, run_id: str | None = None) -> dict:
+def simulate_run(
+    depth: int,
+    streams: int = 8,
+    requests: int = 32,
+    output_len: int = 64,
+    costs: LoopCosts | None = None,
+    seed: int = 0,
+    run_id: str | None = None,
+) -> dict:
     """One run: {"run": metadata dict, "steps": per-step table, "timeline": host + gpu ranges}."""
     costs = costs or LoopCosts()
     rng = np.random.default_rng(seed)
@@ -83,7 +91,9 @@ def simulate_run(depth: int, streams: int = 8, requests: int = 32, output_len: i
     running: list[_Request] = []
     loop = _Loop(costs, np.random.default_rng(seed + 1))
     steps: list[dict] = []
-    pending: list[tuple[int, list[_Request], int]] = []   # launched, not yet committed: (step, rows, sampled_at)
+    pending: list[
+        tuple[int, list[_Request], int]
+    ] = []  # launched, not yet committed: (step, rows, sampled_at)
 
     def plan_and_launch(step: int) -> bool:
         if waiting:
@@ -114,13 +124,13 @@ def simulate_run(depth: int, streams: int = 8, requests: int = 32, output_len: i
         loop.host_ns += loop.cost_ns(costs.commit)
         loop.host.append(("commit", step, start, loop.host_ns))
         for r in rows:
-            if r.finalized:      # a zombie: its row was computed, its token is dropped
+            if r.finalized:  # a zombie: its row was computed, its token is dropped
                 continue
             r.produced += 1
             if r.produced >= r.length:
                 r.finalized = True
                 running.remove(r)
-                if todo:         # closed loop: the client sends its next request
+                if todo:  # closed loop: the client sends its next request
                     waiting.append(todo.popleft())
 
     step = 0
@@ -153,7 +163,10 @@ def _tables(run_id, depth, streams, requests, output_len, lengths, loop, steps) 
     host = pd.DataFrame(loop.host, columns=["phase", "step", "start_ns", "end_ns"])
     device = pd.DataFrame(loop.device, columns=["phase", "step", "start_ns", "end_ns"])
     table = pd.DataFrame(steps)
-    for ranges, phases in ((device, ("forward", "sampling")), (host, ("plan", "launch", "commit", "finalize", "wait"))):
+    for ranges, phases in (
+        (device, ("forward", "sampling")),
+        (host, ("plan", "launch", "commit", "finalize", "wait")),
+    ):
         for phase in phases:
             table[f"{phase}_ms"] = table["step"].map(_ms_per_step(ranges, phase)).fillna(0.0)
     table["gpu_end_ns"] = table["step"].map(device.groupby("step")["end_ns"].max())
@@ -162,14 +175,32 @@ def _tables(run_id, depth, streams, requests, output_len, lengths, loop, steps) 
     table["bubble_ms"] = table["period_ms"] - table["busy_ms"]
     table.insert(0, "run_id", run_id)
     table.insert(3, "depth", depth)
-    timeline = pd.concat([host.assign(lane="host"), device.assign(lane="gpu")]).assign(run_id=run_id)
+    timeline = pd.concat([host.assign(lane="host"), device.assign(lane="gpu")]).assign(
+        run_id=run_id
+    )
     wall_ns = max(loop.host_ns, loop.gpu_free_ns)
-    run = dict(run_id=run_id, model="simulated", preset="sim", depth=depth, streams=streams,
-               output_len_mean=output_len, mean_generated_len=float(np.mean(lengths)), requests=requests,
-               device="simulated", driver="", torch="", nsys_version="", schema_version=1,
-               command=f"simulate_run(depth={depth}, streams={streams})", started_at="", wall_s=wall_ns / 1e9,
-               generated_tokens=int(np.sum(lengths)), decode_steps=int((table.kind == "decode").sum()),
-               source="timeline", trace_path="")
+    run = dict(
+        run_id=run_id,
+        model="simulated",
+        preset="sim",
+        depth=depth,
+        streams=streams,
+        output_len_mean=output_len,
+        mean_generated_len=float(np.mean(lengths)),
+        requests=requests,
+        device="simulated",
+        driver="",
+        torch="",
+        nsys_version="",
+        schema_version=1,
+        command=f"simulate_run(depth={depth}, streams={streams})",
+        started_at="",
+        wall_s=wall_ns / 1e9,
+        generated_tokens=int(np.sum(lengths)),
+        decode_steps=int((table.kind == "decode").sum()),
+        source="timeline",
+        trace_path="",
+    )
     return {"run": run, "steps": table, "timeline": timeline}
 
 
@@ -183,7 +214,10 @@ def idle_gaps(timeline: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     gpu = timeline[timeline["lane"] == "gpu"].sort_values("start_ns")
     host = timeline[timeline["lane"] == "host"]
     waits = host[host["phase"] == "wait"]
-    starts, ends = gpu["start_ns"].to_numpy()[1:], np.maximum.accumulate(gpu["end_ns"].to_numpy())[:-1]
+    starts, ends = (
+        gpu["start_ns"].to_numpy()[1:],
+        np.maximum.accumulate(gpu["end_ns"].to_numpy())[:-1],
+    )
     gaps, charged = [], {}
     for step, g0, g1 in zip(gpu["step"].to_numpy()[1:], ends, starts):
         if g1 <= g0:
@@ -193,13 +227,17 @@ def idle_gaps(timeline: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         for phase, s, e in zip(host["phase"], host["start_ns"], host["end_ns"]):
             overlap = max(0, min(e, g1) - max(s, g0))
             if overlap and phase == "commit":  # its nested wait is charged on its own
-                overlap -= sum(max(0, min(we, e, g1) - max(ws, s, g0))
-                               for ws, we in zip(waits["start_ns"], waits["end_ns"]))
+                overlap -= sum(
+                    max(0, min(we, e, g1) - max(ws, s, g0))
+                    for ws, we in zip(waits["start_ns"], waits["end_ns"])
+                )
             if overlap > 0:
                 charged[phase] = charged.get(phase, 0) + overlap
                 covered += overlap
         charged["other"] = charged.get("other", 0) + max(0, (g1 - g0) - covered)
     gaps_df = pd.DataFrame(gaps, columns=["run_id", "step", "gap_ms"])
-    attribution = pd.DataFrame([(run_id, p, ns / MS) for p, ns in charged.items() if ns > 0],
-                               columns=["run_id", "phase", "bubble_ms"])
+    attribution = pd.DataFrame(
+        [(run_id, p, ns / MS) for p, ns in charged.items() if ns > 0],
+        columns=["run_id", "phase", "bubble_ms"],
+    )
     return gaps_df, attribution

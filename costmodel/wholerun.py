@@ -27,6 +27,7 @@ depth-1 step sequence and sum predicted depth-2 periods:
   * not replaced (the ramp-down: nothing waiting): the zombie rides in the next decode step as one more
     row, g(b + f) − g(b), the post's "almost free" row; after the last step it costs a step of its own.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -63,7 +64,11 @@ def depth2_order(steps: pd.DataFrame) -> pd.DataFrame:
     first decode (the initial admission) wait for no finish and stay put.
     """
     ordered = steps.sort_values("step")
-    decodes, admissions, cause = [], {}, None   # admissions: decode index -> the prefills that follow it
+    decodes, admissions, cause = (
+        [],
+        {},
+        None,
+    )  # admissions: decode index -> the prefills that follow it
     for i, kind in zip(ordered.index, ordered["kind"]):
         if kind == "decode":
             decodes.append(i)
@@ -71,7 +76,7 @@ def depth2_order(steps: pd.DataFrame) -> pd.DataFrame:
         else:
             admissions.setdefault(cause, []).append(i)
     order = list(admissions.pop(None, []))
-    ready: list[tuple[int, list]] = []            # (tick it can be planned in, prefills), in order
+    ready: list[tuple[int, list]] = []  # (tick it can be planned in, prefills), in order
     for d in decodes:
         while ready and ready[0][0] <= len(order):
             order.extend(ready.pop(0)[1])
@@ -88,7 +93,9 @@ def pipelined_periods(steps: pd.DataFrame) -> pd.Series:
     (depth2_order). The first tick's host work, which nothing overlaps, is not in it (add it)."""
     steps = depth2_order(steps)
     host_next = host_tick_ms(steps).shift(-1).fillna(0)
-    return pd.Series(pipelined_period(own_gpu_ms(steps), host_next).to_numpy(), index=steps["step"].to_numpy())
+    return pd.Series(
+        pipelined_period(own_gpu_ms(steps), host_next).to_numpy(), index=steps["step"].to_numpy()
+    )
 
 
 def finish_events(steps: pd.DataFrame, window: bool = False) -> pd.DataFrame:
@@ -103,11 +110,15 @@ def finish_events(steps: pd.DataFrame, window: bool = False) -> pd.DataFrame:
             admitted += int(rows)
             continue
         if current is not None:
-            events.append((*current, max(0, current[1] + admitted - int(rows)), admitted, int(rows)))
+            events.append(
+                (*current, max(0, current[1] + admitted - int(rows)), admitted, int(rows))
+            )
         current, admitted = (int(step), int(rows)), 0
     if current is not None and not window:
         events.append((*current, current[1], admitted, 0))
-    return pd.DataFrame(events, columns=["step", "batch_size", "finished", "admitted", "next_batch"])
+    return pd.DataFrame(
+        events, columns=["step", "batch_size", "finished", "admitted", "next_batch"]
+    )
 
 
 def _zombie_ms(steps: pd.DataFrame, pipe: pd.Series, cost: StepCost, window: bool):
@@ -126,20 +137,22 @@ def _zombie_ms(steps: pd.DataFrame, pipe: pd.Series, cost: StepCost, window: boo
 
 @dataclass(frozen=True)
 class WholeRun:
-    wall_block_ms: float      # measured depth-1 wall clock
-    wall_pipe_ms: float       # predicted depth-2 wall clock
-    overhead_ms: float        # time outside the step periods (same at both depths)
-    steps_block_ms: float     # Σ measured depth-1 periods
-    steps_pipe_ms: float      # Σ predicted depth-2 periods
-    zombie_ms: float          # part of steps_pipe_ms spent on zombie rows
-    window: bool = False      # the table was a window of the run: walls are the window's steps only
+    wall_block_ms: float  # measured depth-1 wall clock
+    wall_pipe_ms: float  # predicted depth-2 wall clock
+    overhead_ms: float  # time outside the step periods (same at both depths)
+    steps_block_ms: float  # Σ measured depth-1 periods
+    steps_pipe_ms: float  # Σ predicted depth-2 periods
+    zombie_ms: float  # part of steps_pipe_ms spent on zombie rows
+    window: bool = False  # the table was a window of the run: walls are the window's steps only
 
     @property
     def speedup(self) -> float:
         return self.wall_block_ms / self.wall_pipe_ms
 
 
-def predict_whole_run(steps: pd.DataFrame, wall_s: float, cost: StepCost, window: bool = False) -> WholeRun:
+def predict_whole_run(
+    steps: pd.DataFrame, wall_s: float, cost: StepCost, window: bool = False
+) -> WholeRun:
     """Predict depth 2's wall clock from one depth-1 run's per-step table and wall time.
 
     window: the table holds only some of the run's steps (a trimmed trace). The run's wall clock then says
@@ -152,10 +165,14 @@ def predict_whole_run(steps: pd.DataFrame, wall_s: float, cost: StepCost, window
     # The last step has no successor, so no period: it lasts its host and GPU work in series.
     period = steps["period_ms"].fillna(gpu + host)
     pipe = pipelined_periods(steps)
-    repeat = pd.Series(pipelined_period(own_gpu_ms(steps), host).to_numpy(), index=steps["step"].to_numpy())
+    repeat = pd.Series(
+        pipelined_period(own_gpu_ms(steps), host).to_numpy(), index=steps["step"].to_numpy()
+    )
 
     zombie = sum(_zombie_ms(steps, repeat, cost, window))
     wall_block = float(period.sum()) if window else float(wall_s) * 1e3
     overhead = max(0.0, wall_block - float(period.sum()))
     steps_pipe = float(host.iloc[0]) + float(pipe.sum()) + zombie
-    return WholeRun(wall_block, overhead + steps_pipe, overhead, float(period.sum()), steps_pipe, zombie, window)
+    return WholeRun(
+        wall_block, overhead + steps_pipe, overhead, float(period.sum()), steps_pipe, zombie, window
+    )

@@ -1,4 +1,5 @@
 """bubblelab's inference engine: paged KV cache, continuous batching, CUDA graphs, pipelined decoding."""
+
 from bubblelab.engine.config import EngineConfig
 from bubblelab.engine.sampling_params import SamplingParams
 
@@ -9,5 +10,6 @@ def __getattr__(name: str):
     # Lazy: importing engine.config or bubblelab.errors must not pull in torch models and tokenizers.
     if name == "LLM":
         from bubblelab.engine.llm import LLM
+
         return LLM
     raise AttributeError(name)

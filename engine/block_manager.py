@@ -4,6 +4,7 @@ Policy: pages grow on demand. Admission takes pages for the prompt; each decode 
 boundary takes one more. When the pool runs dry the scheduler preempts (recompute). One scratch page beyond
 the pool absorbs writes from padded CUDA-graph rows and is never handed out.
 """
+
 from __future__ import annotations
 
 from collections import deque
@@ -16,7 +17,7 @@ class BlockManager:
         assert num_blocks > 0 and block_size > 0
         self.num_blocks = num_blocks
         self.block_size = block_size
-        self.scratch_block = num_blocks          # index of the extra page in the KV tensors
+        self.scratch_block = num_blocks  # index of the extra page in the KV tensors
         self.ref_counts = [0] * num_blocks
         self.free_ids: deque[int] = deque(range(num_blocks))
 
@@ -49,7 +50,10 @@ class BlockManager:
 
     def slot(self, seq: Sequence, position: int) -> int:
         """Flat KV slot (page * block_size + offset) of a token position."""
-        return seq.block_table[position // self.block_size] * self.block_size + position % self.block_size
+        return (
+            seq.block_table[position // self.block_size] * self.block_size
+            + position % self.block_size
+        )
 
     def check_all_free(self) -> None:
         assert len(self.free_ids) == self.num_blocks and not any(self.ref_counts), "KV pages leaked"

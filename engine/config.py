@@ -1,4 +1,5 @@
 """Model shapes (ModelConfig), the named presets with published shapes, and engine options (EngineConfig)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
@@ -8,7 +9,11 @@ import torch
 
 from bubblelab.errors import BubblelabError
 
-DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+DTYPES: dict[str, torch.dtype] = {
+    "fp32": torch.float32,
+    "bf16": torch.bfloat16,
+    "fp16": torch.float16,
+}
 
 
 @dataclass(frozen=True)
@@ -44,32 +49,130 @@ class ModelConfig:
 
 
 def _llama32_scaling() -> dict:
-    return {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-            "original_max_position_embeddings": 8192}
+    return {
+        "rope_type": "llama3",
+        "factor": 32.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+    }
 
 
 # Published shapes (Hugging Face config.json of each model); weights are seeded random.
 PRESETS: dict[str, ModelConfig] = {
-    "smollm2-135m": ModelConfig("llama", 49152, 576, 1536, 30, 9, 3, 64, rope_theta=100000.0,
-                                rms_norm_eps=1e-5, max_position_embeddings=8192, eos_token_ids=(2,), bos_token_id=1),
-    "qwen3-0.6b": ModelConfig("qwen3", 151936, 1024, 3072, 28, 16, 8, 128, rope_theta=1e6,
-                              max_position_embeddings=40960, eos_token_ids=(151645, 151643)),
-    "qwen3-1.7b": ModelConfig("qwen3", 151936, 2048, 6144, 28, 16, 8, 128, rope_theta=1e6,
-                              max_position_embeddings=40960, eos_token_ids=(151645, 151643)),
-    "qwen3-4b": ModelConfig("qwen3", 151936, 2560, 9728, 36, 32, 8, 128, rope_theta=1e6,
-                            max_position_embeddings=40960, eos_token_ids=(151645, 151643)),
-    "qwen3-8b": ModelConfig("qwen3", 151936, 4096, 12288, 36, 32, 8, 128, rope_theta=1e6,
-                            tie_word_embeddings=False, max_position_embeddings=40960,
-                            eos_token_ids=(151645, 151643)),
-    "llama-3.2-1b": ModelConfig("llama", 128256, 2048, 8192, 16, 32, 8, 64, rope_theta=500000.0,
-                                rope_scaling=_llama32_scaling(), rms_norm_eps=1e-5,
-                                max_position_embeddings=131072, eos_token_ids=(128001, 128008, 128009),
-                                bos_token_id=128000),
+    "smollm2-135m": ModelConfig(
+        "llama",
+        49152,
+        576,
+        1536,
+        30,
+        9,
+        3,
+        64,
+        rope_theta=100000.0,
+        rms_norm_eps=1e-5,
+        max_position_embeddings=8192,
+        eos_token_ids=(2,),
+        bos_token_id=1,
+    ),
+    "qwen3-0.6b": ModelConfig(
+        "qwen3",
+        151936,
+        1024,
+        3072,
+        28,
+        16,
+        8,
+        128,
+        rope_theta=1e6,
+        max_position_embeddings=40960,
+        eos_token_ids=(151645, 151643),
+    ),
+    "qwen3-1.7b": ModelConfig(
+        "qwen3",
+        151936,
+        2048,
+        6144,
+        28,
+        16,
+        8,
+        128,
+        rope_theta=1e6,
+        max_position_embeddings=40960,
+        eos_token_ids=(151645, 151643),
+    ),
+    "qwen3-4b": ModelConfig(
+        "qwen3",
+        151936,
+        2560,
+        9728,
+        36,
+        32,
+        8,
+        128,
+        rope_theta=1e6,
+        max_position_embeddings=40960,
+        eos_token_ids=(151645, 151643),
+    ),
+    "qwen3-8b": ModelConfig(
+        "qwen3",
+        151936,
+        4096,
+        12288,
+        36,
+        32,
+        8,
+        128,
+        rope_theta=1e6,
+        tie_word_embeddings=False,
+        max_position_embeddings=40960,
+        eos_token_ids=(151645, 151643),
+    ),
+    "llama-3.2-1b": ModelConfig(
+        "llama",
+        128256,
+        2048,
+        8192,
+        16,
+        32,
+        8,
+        64,
+        rope_theta=500000.0,
+        rope_scaling=_llama32_scaling(),
+        rms_norm_eps=1e-5,
+        max_position_embeddings=131072,
+        eos_token_ids=(128001, 128008, 128009),
+        bos_token_id=128000,
+    ),
     # Tiny shapes for CPU tests: same code paths, milliseconds per step.
-    "tiny-llama": ModelConfig("llama", 512, 64, 128, 2, 4, 2, 16, rope_theta=10000.0, rms_norm_eps=1e-5,
-                              max_position_embeddings=1024, eos_token_ids=(2,), bos_token_id=1),
-    "tiny-qwen3": ModelConfig("qwen3", 512, 64, 128, 2, 4, 2, 16, rope_theta=1e6,
-                              max_position_embeddings=1024, eos_token_ids=(2,)),
+    "tiny-llama": ModelConfig(
+        "llama",
+        512,
+        64,
+        128,
+        2,
+        4,
+        2,
+        16,
+        rope_theta=10000.0,
+        rms_norm_eps=1e-5,
+        max_position_embeddings=1024,
+        eos_token_ids=(2,),
+        bos_token_id=1,
+    ),
+    "tiny-qwen3": ModelConfig(
+        "qwen3",
+        512,
+        64,
+        128,
+        2,
+        4,
+        2,
+        16,
+        rope_theta=1e6,
+        max_position_embeddings=1024,
+        eos_token_ids=(2,),
+    ),
 }
 
 
@@ -91,21 +194,23 @@ def parse_dtype(name: str | torch.dtype) -> torch.dtype:
 class EngineConfig:
     """Everything the engine needs besides the model. Defaults suit the CPU demo."""
 
-    model: str | None = None          # spec string: preset name, HF dir, GGUF path; None = embedded default
+    model: str | None = None  # spec string: preset name, HF dir, GGUF path; None = embedded default
     device: str = "cpu"
     dtype: str = "fp32"
-    depth: int = 2                     # pipeline depth: 1 = blocking, 2 = pipelined
+    depth: int = 2  # pipeline depth: 1 = blocking, 2 = pipelined
     max_num_seqs: int = 64
     max_num_batched_tokens: int = 8192
     max_model_len: int = 2048
-    block_size: int = 16               # tokens per KV page
-    kv_cache_bytes: int = 256 << 20    # CPU pool budget
+    block_size: int = 16  # tokens per KV page
+    kv_cache_bytes: int = 256 << 20  # CPU pool budget
     gpu_memory_utilization: float = 0.85
-    num_kv_blocks: int | None = None   # explicit pool size (tests use it to force preemption)
-    attention_backend: str = "auto"    # auto | torch | flash-attn | triton
-    enforce_eager: bool = False        # True: no CUDA graphs
-    compile: bool | None = None        # torch.compile the fused elementwise ops; None: on for CUDA, off for CPU
-    seed: int = 0                      # weights of random presets
+    num_kv_blocks: int | None = None  # explicit pool size (tests use it to force preemption)
+    attention_backend: str = "auto"  # auto | torch | flash-attn | triton
+    enforce_eager: bool = False  # True: no CUDA graphs
+    compile: bool | None = (
+        None  # torch.compile the fused elementwise ops; None: on for CUDA, off for CPU
+    )
+    seed: int = 0  # weights of random presets
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -113,8 +218,10 @@ class EngineConfig:
             raise BubblelabError(f"depth must be 1 (blocking) or 2 (pipelined), got {self.depth}")
         parse_dtype(self.dtype)
         if self.attention_backend not in ("auto", "torch", "flash-attn", "triton"):
-            raise BubblelabError(f"unknown attention backend {self.attention_backend!r}; "
-                                 "choose auto, torch, flash-attn or triton")
+            raise BubblelabError(
+                f"unknown attention backend {self.attention_backend!r}; "
+                "choose auto, torch, flash-attn or triton"
+            )
 
-    def with_(self, **kw) -> "EngineConfig":
+    def with_(self, **kw) -> EngineConfig:
         return replace(self, **kw)

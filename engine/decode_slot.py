@@ -7,11 +7,13 @@ A slot is reacquired only after the commit that read its host buffers (pipeline 
 lands the step id ahead of the sampled ids (a tag); commit checks it, so a host buffer overwritten by a later
 step before its commit is caught, never silently read.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import torch
+
 
 @dataclass(frozen=True)
 class Field:
@@ -28,7 +30,7 @@ class PackedBuffer:
         offset = 0
         for f in fields:
             size = f.dtype.itemsize
-            offset = -(-offset // 8) * 8          # 8-byte alignment keeps every typed view legal
+            offset = -(-offset // 8) * 8  # 8-byte alignment keeps every typed view legal
             self.offsets[f.name] = (offset, f)
             offset += f.numel * size
         self.nbytes = -(-offset // 8) * 8
@@ -40,7 +42,7 @@ class PackedBuffer:
 
     def _view(self, buf: torch.Tensor, name: str) -> torch.Tensor:
         offset, f = self.offsets[name]
-        return buf[offset: offset + f.numel * f.dtype.itemsize].view(f.dtype)
+        return buf[offset : offset + f.numel * f.dtype.itemsize].view(f.dtype)
 
     def end_of(self, name: str) -> int:
         offset, f = self.offsets[name]
@@ -52,29 +54,44 @@ class PackedBuffer:
 
 
 class DecodeSlot:
-    def __init__(self, index: int, *, max_rows: int, max_tokens: int, max_blocks: int, vocab_size: int,
-                 logits_dtype: torch.dtype, device: torch.device, streams, pin: bool):
+    def __init__(
+        self,
+        index: int,
+        *,
+        max_rows: int,
+        max_tokens: int,
+        max_blocks: int,
+        vocab_size: int,
+        logits_dtype: torch.dtype,
+        device: torch.device,
+        streams,
+        pin: bool,
+    ):
         self.index = index
         R, T = max_rows, max_tokens
         # Decode + sampling fields first so a decode step uploads only that prefix; prefill-only fields last.
-        self.meta = PackedBuffer([
-            Field("rows", torch.int64, R),           # batch row of each sequence (pending-token index)
-            Field("positions", torch.int64, R),
-            Field("slot_mapping", torch.int64, R),
-            Field("context_lens", torch.int32, R),
-            Field("block_tables", torch.int32, R * max_blocks),
-            Field("temperature", torch.float32, R),
-            Field("top_k", torch.int32, R),
-            Field("top_p", torch.float32, R),
-            Field("seed", torch.int32, R),
-            Field("counter", torch.int32, R),
-            Field("step_id", torch.int64, 1),       # the tag sampling writes ahead of the ids (I6)
-            Field("p_input_ids", torch.int64, T),   # prefill only from here on
-            Field("p_positions", torch.int64, T),
-            Field("p_slot_mapping", torch.int64, T),
-            Field("p_cu_seqlens", torch.int32, R + 1),
-            Field("p_last_index", torch.int64, R),
-        ], device, pin)
+        self.meta = PackedBuffer(
+            [
+                Field("rows", torch.int64, R),  # batch row of each sequence (pending-token index)
+                Field("positions", torch.int64, R),
+                Field("slot_mapping", torch.int64, R),
+                Field("context_lens", torch.int32, R),
+                Field("block_tables", torch.int32, R * max_blocks),
+                Field("temperature", torch.float32, R),
+                Field("top_k", torch.int32, R),
+                Field("top_p", torch.float32, R),
+                Field("seed", torch.int32, R),
+                Field("counter", torch.int32, R),
+                Field("step_id", torch.int64, 1),  # the tag sampling writes ahead of the ids (I6)
+                Field("p_input_ids", torch.int64, T),  # prefill only from here on
+                Field("p_positions", torch.int64, T),
+                Field("p_slot_mapping", torch.int64, T),
+                Field("p_cu_seqlens", torch.int32, R + 1),
+                Field("p_last_index", torch.int64, R),
+            ],
+            device,
+            pin,
+        )
         self.decode_nbytes = self.meta.end_of("step_id")
         self.max_blocks = max_blocks
         self.block_tables_h = self.meta.np["block_tables"].reshape(R, max_blocks)
@@ -91,18 +108,24 @@ class DecodeSlot:
         # Events: forward start/end and sampling end on the compute stream, mask upload and result copy
         # on the copy stream. Re-recorded every time the slot is reused.
         self.ev_forward_start = streams.event()
-        self.ev_graph_start = streams.event(external=True)   # recorded by the decode graph's first node
-        self.ev_graph_end = streams.event(external=True)     # and by its last
+        self.ev_graph_start = streams.event(
+            external=True
+        )  # recorded by the decode graph's first node
+        self.ev_graph_end = streams.event(external=True)  # and by its last
         self.ev_forward_end = streams.event()
-        self.ev_graph_sample_end = streams.event(external=True)   # the last node of a sampling graph
-        self.ev_done = streams.event()       # this step's outputs (sampled ids, pending tokens) are written
+        self.ev_graph_sample_end = streams.event(external=True)  # the last node of a sampling graph
+        self.ev_done = (
+            streams.event()
+        )  # this step's outputs (sampled ids, pending tokens) are written
         self.ev_mask_ready = streams.event()
-        self.ev_copied = streams.event()     # sampled ids have landed in sampled_host
+        self.ev_copied = streams.event()  # sampled ids have landed in sampled_host
 
     def read_sampled(self, n: int, step_id: int) -> list[int]:
         """The n sampled ids of `step_id`, after its copy landed; refuses a buffer another step overwrote (I6)."""
-        values = self.sampled_host[:n + 1].tolist()
+        values = self.sampled_host[: n + 1].tolist()
         if values[0] != step_id:
-            raise AssertionError(f"I6: slot {self.index} host buffer holds step {values[0]}, "
-                                 f"not step {step_id}: overwritten before its commit")
+            raise AssertionError(
+                f"I6: slot {self.index} host buffer holds step {values[0]}, "
+                f"not step {step_id}: overwritten before its commit"
+            )
         return values[1:]

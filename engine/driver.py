@@ -1,16 +1,17 @@
 """Run a workload through the engine and summarise it: the core of `bubblelab run` and run-and-profile."""
+
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 import torch
 
 from bubblelab.engine.llm_engine import LLMEngine
-from bubblelab.engine.workload import Request, WorkloadSpec, make_requests
 from bubblelab.engine.timeline import Timeline
+from bubblelab.engine.workload import Request, WorkloadSpec, make_requests
 
 
 @dataclass
@@ -22,8 +23,12 @@ class RunResult:
     requests: list[Request] = field(default_factory=list)
 
 
-def drive(engine: LLMEngine, requests: list[Request], streams: int,
-          progress: Callable[[int], None] | None = None) -> tuple[dict[str, list[int]], dict[str, str | None]]:
+def drive(
+    engine: LLMEngine,
+    requests: list[Request],
+    streams: int,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[dict[str, list[int]], dict[str, str | None]]:
     """Closed loop with `streams` requests in flight (or timed arrivals), until every request has finished."""
     pending = list(requests)
     outputs: dict[str, list[int]] = {}
@@ -37,7 +42,9 @@ def drive(engine: LLMEngine, requests: list[Request], streams: int,
             engine.add_request(r.request_id, r.prompt_ids, r.params)
             active += 1
         if not engine.has_unfinished():
-            time.sleep(max(0.0, min(0.001, pending[0].arrival_s - now)))   # idle until the next arrival
+            time.sleep(
+                max(0.0, min(0.001, pending[0].arrival_s - now))
+            )  # idle until the next arrival
             continue
         for out in engine.step():
             if out.finished:
@@ -50,18 +57,35 @@ def drive(engine: LLMEngine, requests: list[Request], streams: int,
     return outputs, reasons
 
 
-def run_workload(engine: LLMEngine, spec: WorkloadSpec, *, warmup: bool = True, profile: bool = False,
-                 progress: Callable[[int], None] | None = None) -> RunResult:
+def run_workload(
+    engine: LLMEngine,
+    spec: WorkloadSpec,
+    *,
+    warmup: bool = True,
+    profile: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> RunResult:
     """Warm up, then run `spec` with the in-process timeline on (and the CUDA profiler range when profiling)."""
     requests = make_requests(spec, engine.loaded.config.vocab_size)
     timeline = engine.timeline if engine.timeline is not None else Timeline()
     engine.timeline = engine.phases.timeline = timeline
-    if warmup:   # lazy initialisation, allocator growth, first graph replays: keep them out of the figures
+    if (
+        warmup
+    ):  # lazy initialisation, allocator growth, first graph replays: keep them out of the figures
         timeline.enabled = False
-        warm = WorkloadSpec(streams=spec.streams, requests=spec.streams, output_len_mean=8,
-                            output_len_dist="fixed", prompt_len=spec.prompt_len, seed=spec.seed + 7919)
-        drive(engine, [_renamed(r, "warm-") for r in make_requests(warm, engine.loaded.config.vocab_size)],
-              spec.streams)
+        warm = WorkloadSpec(
+            streams=spec.streams,
+            requests=spec.streams,
+            output_len_mean=8,
+            output_len_dist="fixed",
+            prompt_len=spec.prompt_len,
+            seed=spec.seed + 7919,
+        )
+        drive(
+            engine,
+            [_renamed(r, "warm-") for r in make_requests(warm, engine.loaded.config.vocab_size)],
+            spec.streams,
+        )
     timeline.clear()
     timeline.enabled = True
     timeline.depth = engine.config.depth
@@ -82,8 +106,13 @@ def _renamed(r: Request, prefix: str) -> Request:
     return Request(prefix + r.request_id, r.prompt_ids, r.params, r.arrival_s)
 
 
-def summarize(engine: LLMEngine, spec: WorkloadSpec, timeline: Timeline, outputs: dict[str, list[int]],
-              wall: float) -> dict:
+def summarize(
+    engine: LLMEngine,
+    spec: WorkloadSpec,
+    timeline: Timeline,
+    outputs: dict[str, list[int]],
+    wall: float,
+) -> dict:
     """Throughput, step period (median and spread), prefill vs decode time, measured L."""
     gen = sum(len(v) for v in outputs.values())
     dev = timeline.device_frame()
@@ -93,19 +122,32 @@ def summarize(engine: LLMEngine, spec: WorkloadSpec, timeline: Timeline, outputs
     periods = np.diff(starts) / 1e6
     kinds = fwd.kind.to_numpy()[:-1]
     decode_periods = periods[kinds == "decode"] if len(periods) else periods
-    q = (np.percentile(decode_periods, [10, 50, 90]) if len(decode_periods) else [float("nan")] * 3)
+    q = np.percentile(decode_periods, [10, 50, 90]) if len(decode_periods) else [float("nan")] * 3
     c = engine.config
     return {
-        "model": engine.loaded.name, "source": engine.loaded.source, "device": _device_name(engine),
-        "dtype": c.dtype, "depth": c.depth, "streams": spec.streams, "requests": spec.requests,
-        "output_len_mean": spec.output_len_mean, "prompt_len": spec.prompt_len,
-        "constraint": spec.constraint, "constrained_share": spec.constrained_share,
-        "cuda_graphs": bool(engine.runner.graphs[0]), "compiled": engine.loaded.model.compile_enabled,
+        "model": engine.loaded.name,
+        "source": engine.loaded.source,
+        "device": _device_name(engine),
+        "dtype": c.dtype,
+        "depth": c.depth,
+        "streams": spec.streams,
+        "requests": spec.requests,
+        "output_len_mean": spec.output_len_mean,
+        "prompt_len": spec.prompt_len,
+        "constraint": spec.constraint,
+        "constrained_share": spec.constrained_share,
+        "cuda_graphs": bool(engine.runner.graphs[0]),
+        "compiled": engine.loaded.model.compile_enabled,
         "attention_backend": engine.loaded.model.attn_backend.name,
-        "generated_tokens": int(gen), "mean_generated_len": gen / max(1, len(outputs)),
-        "wall_s": wall, "tokens_per_s": gen / wall if wall > 0 else float("nan"),
-        "decode_steps": int((kinds == "decode").sum()), "prefill_steps": int((fwd.kind == "prefill").sum()),
-        "step_ms_p10": float(q[0]), "step_ms_median": float(q[1]), "step_ms_p90": float(q[2]),
+        "generated_tokens": int(gen),
+        "mean_generated_len": gen / max(1, len(outputs)),
+        "wall_s": wall,
+        "tokens_per_s": gen / wall if wall > 0 else float("nan"),
+        "decode_steps": int((kinds == "decode").sum()),
+        "prefill_steps": int((fwd.kind == "prefill").sum()),
+        "step_ms_p10": float(q[0]),
+        "step_ms_median": float(q[1]),
+        "step_ms_p90": float(q[2]),
         "prefill_s": float(periods[kinds == "prefill"].sum() / 1e3) if len(periods) else 0.0,
         "decode_s": float(decode_periods.sum() / 1e3) if len(decode_periods) else 0.0,
         "preemptions": engine.scheduler.num_preemptions,

@@ -4,15 +4,17 @@ Parsing and dequantizing a GGUF takes seconds; the cached copy (config.json + fp
 loads in a fraction of that through the ordinary checkpoint path. The cache key is the file's name, size
 and mtime, so an edited or truncated copy never reuses another file's conversion.
 """
+
 from __future__ import annotations
 
 import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -26,10 +28,17 @@ CACHE_FORMAT = 1  # bump when the conversion changes, so stale cache entries are
 
 _TOP_LEVEL = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
 _PER_LAYER = {
-    "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
-    "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
-    "attn_output": "self_attn.o_proj", "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm",
-    "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj",
+    "attn_norm": "input_layernorm",
+    "ffn_norm": "post_attention_layernorm",
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "attn_q_norm": "self_attn.q_norm",
+    "attn_k_norm": "self_attn.k_norm",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
 }
 
 
@@ -68,7 +77,9 @@ def open_gguf(path: Path) -> GGUFReader:
         return GGUFReader(path)
     except Exception as e:  # the reader raises bare ValueErrors (bad magic, short tensor data, ...)
         detail = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise BubblelabError(f"{path} is not a valid GGUF file (corrupt or truncated?): {detail}") from None
+        raise BubblelabError(
+            f"{path} is not a valid GGUF file (corrupt or truncated?): {detail}"
+        ) from None
 
 
 def gguf_checkpoint(path: Path) -> Path:
@@ -84,7 +95,9 @@ def convert_gguf(reader: GGUFReader, out: Path) -> None:
     """Write config.json and fp32 model.safetensors (Hugging Face names) for a llama / qwen3 GGUF."""
     arch = _field(reader, "general.architecture")
     if arch not in SUPPORTED_ARCHITECTURES:
-        raise BubblelabError(f"unsupported GGUF architecture {arch!r}; supported: {', '.join(SUPPORTED_ARCHITECTURES)}")
+        raise BubblelabError(
+            f"unsupported GGUF architecture {arch!r}; supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
+        )
     config = _hf_config(reader, arch)
     tensors = {}
     for t in reader.tensors:
@@ -92,8 +105,14 @@ def convert_gguf(reader: GGUFReader, out: Path) -> None:
         name = _hf_name(t.name)
         # llama.cpp interleaves the two rotary halves of each llama q/k head; HF's (neox-style) RoPE wants halves.
         if arch == "llama" and name.endswith(("q_proj.weight", "k_proj.weight")):
-            heads = config["num_attention_heads"] if "q_proj" in name else config["num_key_value_heads"]
-            weight = weight.reshape(heads, -1, 2, *weight.shape[1:]).transpose(1, 2).reshape(weight.shape)
+            heads = (
+                config["num_attention_heads"] if "q_proj" in name else config["num_key_value_heads"]
+            )
+            weight = (
+                weight.reshape(heads, -1, 2, *weight.shape[1:])
+                .transpose(1, 2)
+                .reshape(weight.shape)
+            )
         tensors[name] = weight.contiguous()
     save_file(tensors, out / "model.safetensors", metadata={"format": "pt"})
     (out / "config.json").write_text(json.dumps(config, indent=2))
@@ -112,16 +131,22 @@ def _hf_name(gguf_name: str) -> str:
     else:
         hf = _TOP_LEVEL.get(stem)
     if hf is None:
-        raise BubblelabError(f"GGUF tensor {gguf_name!r} is not part of a llama / qwen3 model (unsupported variant)")
+        raise BubblelabError(
+            f"GGUF tensor {gguf_name!r} is not part of a llama / qwen3 model (unsupported variant)"
+        )
     return f"{hf}.{kind}"
 
 
 def _hf_config(reader: GGUFReader, arch: str) -> dict:
     tensors = {t.name: t for t in reader.tensors}
     if "rope_freqs.weight" in tensors:
-        raise BubblelabError("GGUF stores per-frequency rope factors (llama3 rope scaling), which is not supported")
+        raise BubblelabError(
+            "GGUF stores per-frequency rope factors (llama3 rope scaling), which is not supported"
+        )
 
-    def f(key: str, default: Any = None) -> Any:  # architecture-prefixed metadata, e.g. llama.block_count
+    def f(
+        key: str, default: Any = None
+    ) -> Any:  # architecture-prefixed metadata, e.g. llama.block_count
         return _field(reader, f"{arch}.{key}", default)
 
     heads, hidden = f("attention.head_count"), f("embedding_length")
@@ -146,5 +171,7 @@ def _hf_config(reader: GGUFReader, arch: str) -> dict:
     if scaling == "linear":
         config["rope_scaling"] = {"rope_type": "linear", "factor": f("rope.scaling.factor")}
     elif scaling != "none":
-        raise BubblelabError(f"unsupported rope scaling {scaling!r} in GGUF; supported: none, linear")
+        raise BubblelabError(
+            f"unsupported rope scaling {scaling!r} in GGUF; supported: none, linear"
+        )
     return config

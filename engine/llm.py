@@ -1,8 +1,10 @@
 """The offline API: `LLM(...).generate(prompts, SamplingParams(...))`."""
+
 from __future__ import annotations
 
+from collections.abc import Callable
+from collections.abc import Sequence as Seq
 from dataclasses import dataclass
-from typing import Callable, Sequence as Seq
 
 from bubblelab.engine.config import EngineConfig
 from bubblelab.engine.llm_engine import LLMEngine
@@ -25,9 +27,12 @@ class LLM:
         self.engine = LLMEngine(EngineConfig(model=model, **engine_options))
         self.tokenizer = self.engine.tokenizer
 
-    def generate(self, prompts: str | list[int] | Seq[str | list[int]],
-                 params: SamplingParams | Seq[SamplingParams] | None = None,
-                 on_step: Callable[[], None] | None = None) -> list[GenerationOutput]:
+    def generate(
+        self,
+        prompts: str | list[int] | Seq[str | list[int]],
+        params: SamplingParams | Seq[SamplingParams] | None = None,
+        on_step: Callable[[], None] | None = None,
+    ) -> list[GenerationOutput]:
         single = isinstance(prompts, str) or (bool(prompts) and isinstance(prompts[0], int))
         prompts = [prompts] if single else list(prompts)
         params = params or SamplingParams()
@@ -43,9 +48,20 @@ class LLM:
         results = []
         for rid in ids:
             seq = engine.seqs.pop(rid)
-            text = self.tokenizer.decode(seq.output_ids, skip_special_tokens=True) if self.tokenizer else None
-            results.append(GenerationOutput(rid, seq.token_ids[:seq.num_prompt_tokens], seq.output_ids, text,
-                                            seq.finish_reason))
+            text = (
+                self.tokenizer.decode(seq.output_ids, skip_special_tokens=True)
+                if self.tokenizer
+                else None
+            )
+            results.append(
+                GenerationOutput(
+                    rid,
+                    seq.token_ids[: seq.num_prompt_tokens],
+                    seq.output_ids,
+                    text,
+                    seq.finish_reason,
+                )
+            )
         return results
 
     def close(self) -> None:

@@ -4,6 +4,7 @@
 most `depth` steps in flight, and the same three phases run in the same code. At depth 1 a tick becomes
 launch t, finalize t, commit t, because the step to commit is the one just launched.
 """
+
 from __future__ import annotations
 
 import zlib
@@ -13,16 +14,16 @@ import torch
 
 from bubblelab.engine.block_manager import BlockManager
 from bubblelab.engine.config import EngineConfig
-from bubblelab.errors import RequestError
 from bubblelab.engine.loader import LoadedModel, load_model
 from bubblelab.engine.model_runner import ModelRunner
+from bubblelab.engine.phases import Phases
 from bubblelab.engine.pipeline import Pipeline, Step
 from bubblelab.engine.sampling_params import SamplingParams
 from bubblelab.engine.scheduler import Scheduler
 from bubblelab.engine.sequence import Sequence, SequenceStatus
 from bubblelab.engine.streams import Streams
-from bubblelab.engine.phases import Phases
 from bubblelab.engine.timeline import StepInfo, Timeline
+from bubblelab.errors import RequestError
 
 
 @dataclass
@@ -41,11 +42,22 @@ class RequestOutput:
 
 
 class LLMEngine:
-    def __init__(self, config: EngineConfig, loaded: LoadedModel | None = None, *,
-                 timeline: Timeline | None = None, nvtx: bool = False):
+    def __init__(
+        self,
+        config: EngineConfig,
+        loaded: LoadedModel | None = None,
+        *,
+        timeline: Timeline | None = None,
+        nvtx: bool = False,
+    ):
         self.config = config
-        self.loaded = loaded or load_model(config.model, dtype=config.dtype, device=config.device,
-                                           seed=config.seed, attention_backend=config.attention_backend)
+        self.loaded = loaded or load_model(
+            config.model,
+            dtype=config.dtype,
+            device=config.device,
+            seed=config.seed,
+            attention_backend=config.attention_backend,
+        )
         self.tokenizer = self.loaded.tokenizer
         # Timing events always: a timeline may be attached later (run_workload does), and they cost next to nothing.
         self.streams = Streams(torch.device(config.device), timing=True)
@@ -69,8 +81,10 @@ class LLMEngine:
         if not ids:
             raise RequestError(f"request {request_id!r}: empty prompt")
         if len(ids) >= self.config.max_model_len:
-            raise RequestError(f"request {request_id!r}: prompt of {len(ids)} tokens does not fit "
-                               f"max_model_len={self.config.max_model_len}")
+            raise RequestError(
+                f"request {request_id!r}: prompt of {len(ids)} tokens does not fit "
+                f"max_model_len={self.config.max_model_len}"
+            )
         if max(ids) >= self.loaded.config.vocab_size or min(ids) < 0:
             raise RequestError(f"request {request_id!r}: token id out of the vocabulary")
         constraint = self._make_constraint(request_id, params)
@@ -82,7 +96,9 @@ class LLMEngine:
     def _tokenize(self, prompt: str | list[int]) -> list[int]:
         if isinstance(prompt, str):
             if self.tokenizer is None:
-                raise RequestError("this model has no tokenizer (a random-weight preset): pass token ids")
+                raise RequestError(
+                    "this model has no tokenizer (a random-weight preset): pass token ids"
+                )
             return self.tokenizer.encode(prompt) if prompt else []
         return list(prompt)
 
@@ -90,10 +106,16 @@ class LLMEngine:
         if params.constraint is None:
             return None
         from bubblelab.engine.constraints import make_constraint
+
         try:
-            return make_constraint(params.constraint, vocab_size=self.loaded.config.vocab_size,
-                                   eos_token_ids=sorted(self.eos_token_ids), tokenizer=self.tokenizer,
-                                   args=params.constraint_args, max_tokens=params.max_tokens)
+            return make_constraint(
+                params.constraint,
+                vocab_size=self.loaded.config.vocab_size,
+                eos_token_ids=sorted(self.eos_token_ids),
+                tokenizer=self.tokenizer,
+                args=params.constraint_args,
+                max_tokens=params.max_tokens,
+            )
         except RequestError as e:
             raise RequestError(f"request {request_id!r}: {e}") from None
 
@@ -134,9 +156,15 @@ class LLMEngine:
     def _launch(self, kind: str, seqs: list[Sequence]) -> Step:
         step = self.pipeline.launch(kind, seqs)
         with self.phases.range("launch", step.step_id):
-            self.phases.step_meta(StepInfo(step.step_id, kind, len(seqs),
-                                           sum(s.num_tokens for s in seqs) if kind == "prefill" else len(seqs)),
-                                  self.config.depth)
+            self.phases.step_meta(
+                StepInfo(
+                    step.step_id,
+                    kind,
+                    len(seqs),
+                    sum(s.num_tokens for s in seqs) if kind == "prefill" else len(seqs),
+                ),
+                self.config.depth,
+            )
             self.runner.launch(step, self.blocks, self.phases)
         return step
 
@@ -153,17 +181,23 @@ class LLMEngine:
                 ids = self.runner.wait(step)
             for seq, token in zip(step.seqs, ids):
                 if seq.finalized:
-                    continue                   # a zombie: finished at an earlier commit, skip this one
+                    continue  # a zombie: finished at an earlier commit, skip this one
                 seq.token_ids.append(token)
                 reason = self._finish_reason(seq, token)
                 if seq.constraint is not None and reason != "stop":
                     seq.constraint.advance(token)
                 if reason is not None:
                     seq.finalized, seq.finish_reason = True, reason
-                outputs.append(RequestOutput(seq.request_id, [token], seq, reason is not None, reason))
-            self.pipeline.retire(step)           # the slot's host buffer has been read: it may be reused
+                outputs.append(
+                    RequestOutput(seq.request_id, [token], seq, reason is not None, reason)
+                )
+            self.pipeline.retire(step)  # the slot's host buffer has been read: it may be reused
             for seq in step.seqs:
-                if seq.inflight_refs == 0 and (seq.finalized or seq.preempted) and seq.row is not None:
+                if (
+                    seq.inflight_refs == 0
+                    and (seq.finalized or seq.preempted)
+                    and seq.row is not None
+                ):
                     self.scheduler.release(seq)
         if self.timeline is not None:
             (f0, f1), (s0, s1) = self.runner.device_times(step)

@@ -3,14 +3,15 @@
 spec None -> the embedded SmolLM2 GGUF; a *.gguf file -> GGUF; a directory with config.json + *.safetensors
 -> Hugging Face checkpoint; a name in engine.config.PRESETS -> seeded random weights of that shape.
 """
+
 from __future__ import annotations
 
 import importlib.util
 import json
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import torch
 from safetensors import safe_open
@@ -18,10 +19,10 @@ from transformers import PreTrainedTokenizerFast
 
 from bubblelab.engine.attention import AttentionBackend, select_backend
 from bubblelab.engine.config import PRESETS, ModelConfig, parse_dtype
-from bubblelab.errors import BubblelabError
 from bubblelab.engine.gguf_loader import gguf_checkpoint
 from bubblelab.engine.models import TransformerLM
 from bubblelab.engine.tokenizer import load_gguf_tokenizer
+from bubblelab.errors import BubblelabError
 
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SUPPORTED_ARCHITECTURES = ("llama", "qwen3")
@@ -47,8 +48,14 @@ def embedded_model_path() -> Path:
     return path
 
 
-def load_model(spec: str | None = None, *, dtype: str = "fp32", device: str = "cpu", seed: int = 0,
-               attention_backend: str = "auto") -> LoadedModel:
+def load_model(
+    spec: str | None = None,
+    *,
+    dtype: str = "fp32",
+    device: str = "cpu",
+    seed: int = 0,
+    attention_backend: str = "auto",
+) -> LoadedModel:
     """Load `spec` (see the module docstring) in `dtype` on `device`; user mistakes raise one-line BubblelabErrors."""
     torch_dtype = parse_dtype(dtype)
     device = _check_device(device)
@@ -57,12 +64,18 @@ def load_model(spec: str | None = None, *, dtype: str = "fp32", device: str = "c
         spec = str(embedded_model_path())
     path = Path(spec).expanduser()
     if path.is_file():
-        model = _load_checkpoint(gguf_checkpoint(path), backend, torch_dtype, device)  # validates the file first
+        model = _load_checkpoint(
+            gguf_checkpoint(path), backend, torch_dtype, device
+        )  # validates the file first
         tokenizer = load_gguf_tokenizer(path)
         return LoadedModel(model, model.config, tokenizer, path.stem, "gguf")
     if path.is_dir():
         model = _load_checkpoint(path, backend, torch_dtype, device)
-        tokenizer = PreTrainedTokenizerFast.from_pretrained(path) if (path / "tokenizer.json").is_file() else None
+        tokenizer = (
+            PreTrainedTokenizerFast.from_pretrained(path)
+            if (path / "tokenizer.json").is_file()
+            else None
+        )
         return LoadedModel(model, model.config, tokenizer, path.name, "hf")
     if spec in PRESETS:
         model = _build(PRESETS[spec], backend, torch_dtype, device)
@@ -70,16 +83,20 @@ def load_model(spec: str | None = None, *, dtype: str = "fp32", device: str = "c
         return LoadedModel(model, model.config, None, spec, "preset")
     if "/" in spec or spec.endswith(".gguf"):
         raise BubblelabError(f"model path {spec} does not exist")
-    raise BubblelabError(f"model {spec!r} is neither an existing path nor a known preset "
-                         f"(presets: {', '.join(PRESETS)})")
+    raise BubblelabError(
+        f"model {spec!r} is neither an existing path nor a known preset "
+        f"(presets: {', '.join(PRESETS)})"
+    )
 
 
 def hf_model_config(raw: dict) -> ModelConfig:
     """ModelConfig from a Hugging Face config.json (both the rope_scaling and rope_parameters spellings)."""
     arch = raw.get("model_type")
     if arch not in SUPPORTED_ARCHITECTURES:
-        raise BubblelabError(f"unsupported architecture {arch!r} in config.json; "
-                             f"supported: {', '.join(SUPPORTED_ARCHITECTURES)}")
+        raise BubblelabError(
+            f"unsupported architecture {arch!r} in config.json; "
+            f"supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
+        )
     if raw.get("attention_bias") or raw.get("mlp_bias") or raw.get("use_sliding_window"):
         raise BubblelabError(f"unsupported {arch} variant: biases or sliding-window attention")
     if raw.get("hidden_act", "silu") != "silu":
@@ -90,28 +107,40 @@ def hf_model_config(raw: dict) -> ModelConfig:
     eos = raw.get("eos_token_id")
     heads = raw["num_attention_heads"]
     return ModelConfig(
-        architecture=arch, vocab_size=raw["vocab_size"], hidden_size=raw["hidden_size"],
-        intermediate_size=raw["intermediate_size"], num_layers=raw["num_hidden_layers"], num_heads=heads,
+        architecture=arch,
+        vocab_size=raw["vocab_size"],
+        hidden_size=raw["hidden_size"],
+        intermediate_size=raw["intermediate_size"],
+        num_layers=raw["num_hidden_layers"],
+        num_heads=heads,
         num_kv_heads=raw.get("num_key_value_heads") or heads,
         head_dim=raw.get("head_dim") or raw["hidden_size"] // heads,
-        rope_theta=float(theta), rope_scaling=None if rope_type == "default" else rope,
-        rms_norm_eps=raw.get("rms_norm_eps", 1e-6), tie_word_embeddings=raw.get("tie_word_embeddings", False),
+        rope_theta=float(theta),
+        rope_scaling=None if rope_type == "default" else rope,
+        rms_norm_eps=raw.get("rms_norm_eps", 1e-6),
+        tie_word_embeddings=raw.get("tie_word_embeddings", False),
         max_position_embeddings=raw.get("max_position_embeddings", 4096),
         eos_token_ids=tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,)),
-        bos_token_id=raw.get("bos_token_id"))
+        bos_token_id=raw.get("bos_token_id"),
+    )
 
 
-def _load_checkpoint(path: Path, backend: AttentionBackend, dtype: torch.dtype, device: torch.device
-                     ) -> TransformerLM:
+def _load_checkpoint(
+    path: Path, backend: AttentionBackend, dtype: torch.dtype, device: torch.device
+) -> TransformerLM:
     config_file, weight_files = path / "config.json", sorted(path.glob("*.safetensors"))
     if not config_file.is_file() or not weight_files:
-        raise BubblelabError(f"{path} is not a checkpoint directory (needs config.json and *.safetensors)")
+        raise BubblelabError(
+            f"{path} is not a checkpoint directory (needs config.json and *.safetensors)"
+        )
     model = _build(hf_model_config(json.loads(config_file.read_text())), backend, dtype, device)
     model.load_weights(_safetensors_weights(weight_files, device))
     return model
 
 
-def _safetensors_weights(files: list[Path], device: torch.device) -> Iterator[tuple[str, torch.Tensor]]:
+def _safetensors_weights(
+    files: list[Path], device: torch.device
+) -> Iterator[tuple[str, torch.Tensor]]:
     for file in files:
         with safe_open(file, framework="pt", device=str(device)) as f:
             for name in f.keys():
@@ -128,7 +157,9 @@ def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
         torch.set_default_dtype(previous)
 
 
-def _build(cfg: ModelConfig, backend: AttentionBackend, dtype: torch.dtype, device: torch.device) -> TransformerLM:
+def _build(
+    cfg: ModelConfig, backend: AttentionBackend, dtype: torch.dtype, device: torch.device
+) -> TransformerLM:
     """Uninitialised parameters straight on the device in the target dtype; the caller fills every one.
 
     Building on the meta device skips nn.Linear's default init, which alone took ~2 s for the 135M model.

@@ -8,6 +8,7 @@ It turns a launched Step into device work in three calls that mirror the post:
                   copy of the ids on the copy stream;
   wait(step)      the host blocks on that copy (the only intended synchronisation) and reads the ids.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -16,17 +17,16 @@ import time
 import numpy as np
 import torch
 
+from bubblelab.engine import sampler
 from bubblelab.engine.attention.metadata import AttentionMetadata
 from bubblelab.engine.block_manager import BlockManager
 from bubblelab.engine.config import EngineConfig
 from bubblelab.engine.decode_slot import DecodeSlot
-from bubblelab.errors import BubblelabError
 from bubblelab.engine.loader import LoadedModel
 from bubblelab.engine.pipeline import NUM_SLOTS, Step
-from bubblelab.engine import sampler
 from bubblelab.engine.sampler import SamplingBatch, sample
 from bubblelab.engine.streams import Streams
-
+from bubblelab.errors import BubblelabError
 
 # Sampling variants with captured graphs, as (all_greedy, masked): greedy or temperature-only rows, with or without
 # a constrained-decoding mask. Batches with top-k / top-p sample eagerly (their sort width is a batch parameter).
@@ -40,14 +40,18 @@ def sampling_variant(flags: tuple[bool, bool, bool, int], masked: bool) -> tuple
 
 def graph_buckets(max_rows: int) -> list[int]:
     """Batch sizes with a captured decode graph (a batch runs the smallest bucket that fits), like vLLM's."""
-    return sorted({b for b in [1, 2, 4, 8, *range(16, max_rows + 1, 16)] if b <= max_rows} | {max_rows})
+    return sorted(
+        {b for b in [1, 2, 4, 8, *range(16, max_rows + 1, 16)] if b <= max_rows} | {max_rows}
+    )
 
 
 class ModelRunner:
     def __init__(self, config: EngineConfig, loaded: LoadedModel, streams: Streams):
         self.config = config
         self.model = loaded.model
-        self.model.set_compile(config.compile)   # compiled lazily: the graph warm-up below triggers it
+        self.model.set_compile(
+            config.compile
+        )  # compiled lazily: the graph warm-up below triggers it
         self.model_config = loaded.config
         self.device = torch.device(config.device)
         self.streams = streams
@@ -56,23 +60,38 @@ class ModelRunner:
         self.max_rows = config.max_num_seqs
         self.max_blocks = -(-config.max_model_len // self.block_size)
         self.num_blocks = self._allocate_kv_cache()
-        self.scratch_slot = self.num_blocks * self.block_size   # first slot of the scratch page
+        self.scratch_slot = self.num_blocks * self.block_size  # first slot of the scratch page
         # Sampled tokens stay on the device: row r holds the last token of the sequence in batch row r.
         self.pad_row = self.max_rows
         self.pending = torch.zeros(self.max_rows + 1, dtype=torch.int64, device=self.device)
         pin = self.device.type == "cuda"
-        self.slots = [DecodeSlot(i, max_rows=self.max_rows, max_tokens=config.max_num_batched_tokens,
-                                 max_blocks=self.max_blocks, vocab_size=mc.vocab_size,
-                                 logits_dtype=next(self.model.parameters()).dtype,
-                                 device=self.device, streams=streams, pin=pin)
-                      for i in range(NUM_SLOTS)]
+        self.slots = [
+            DecodeSlot(
+                i,
+                max_rows=self.max_rows,
+                max_tokens=config.max_num_batched_tokens,
+                max_blocks=self.max_blocks,
+                vocab_size=mc.vocab_size,
+                logits_dtype=next(self.model.parameters()).dtype,
+                device=self.device,
+                streams=streams,
+                pin=pin,
+            )
+            for i in range(NUM_SLOTS)
+        ]
         for slot in self.slots:
-            slot.block_tables_h[:] = self.num_blocks      # every unused entry points at the scratch page
+            slot.block_tables_h[:] = (
+                self.num_blocks
+            )  # every unused entry points at the scratch page
         self.graphs: list[dict[int, torch.cuda.CUDAGraph]] = [{} for _ in self.slots]
         # Per slot: (bucket, all_greedy, masked) -> graph that samples a whole bucket of rows.
-        self.sample_graphs: list[dict[tuple[int, bool, bool], torch.cuda.CUDAGraph]] = [{} for _ in self.slots]
-        self.graph_replays = 0          # decode steps that replayed a graph (proof graphs are not silently off)
-        self.sample_graph_replays = 0   # the same for sampling
+        self.sample_graphs: list[dict[tuple[int, bool, bool], torch.cuda.CUDAGraph]] = [
+            {} for _ in self.slots
+        ]
+        self.graph_replays = (
+            0  # decode steps that replayed a graph (proof graphs are not silently off)
+        )
+        self.sample_graph_replays = 0  # the same for sampling
         self.buckets = graph_buckets(self.max_rows)
         if self.device.type == "cuda" and not config.enforce_eager:
             self._capture_graphs()
@@ -81,22 +100,36 @@ class ModelRunner:
     def _allocate_kv_cache(self) -> int:
         mc, c = self.model_config, self.config
         dtype = next(self.model.parameters()).dtype
-        per_block = 2 * mc.num_layers * self.block_size * mc.num_kv_heads * mc.head_dim * dtype.itemsize
-        wanted = c.max_num_seqs * self.max_blocks        # enough for every sequence at full length
+        per_block = (
+            2 * mc.num_layers * self.block_size * mc.num_kv_heads * mc.head_dim * dtype.itemsize
+        )
+        wanted = c.max_num_seqs * self.max_blocks  # enough for every sequence at full length
         if c.num_kv_blocks is not None:
             num_blocks = c.num_kv_blocks
         elif self.device.type == "cuda":
             free, total = torch.cuda.mem_get_info(self.device)
-            budget = free - (1 - c.gpu_memory_utilization) * total - (2 << 30)  # headroom: slots, graphs, activations
+            budget = (
+                free - (1 - c.gpu_memory_utilization) * total - (2 << 30)
+            )  # headroom: slots, graphs, activations
             num_blocks = min(wanted, int(budget // per_block))
         else:
             num_blocks = min(wanted, c.kv_cache_bytes // per_block)
         if num_blocks < self.max_blocks:
-            raise BubblelabError(f"KV cache of {num_blocks} pages cannot hold one sequence of max_model_len="
-                                 f"{c.max_model_len} ({self.max_blocks} pages); lower max_model_len or raise the budget")
+            raise BubblelabError(
+                f"KV cache of {num_blocks} pages cannot hold one sequence of max_model_len="
+                f"{c.max_model_len} ({self.max_blocks} pages); lower max_model_len or raise the budget"
+            )
         # One extra page: the scratch page padded graph rows write into.
-        self.kv = torch.zeros(2, mc.num_layers, num_blocks + 1, self.block_size, mc.num_kv_heads, mc.head_dim,
-                              dtype=dtype, device=self.device)
+        self.kv = torch.zeros(
+            2,
+            mc.num_layers,
+            num_blocks + 1,
+            self.block_size,
+            mc.num_kv_heads,
+            mc.head_dim,
+            dtype=dtype,
+            device=self.device,
+        )
         self.activate()
         return num_blocks
 
@@ -119,8 +152,12 @@ class ModelRunner:
         for slot in self.slots:
             self._fill_decode_padding(slot, 0, self.max_rows)
             slot.meta.upload(slot.decode_nbytes)
-        if self.model.compile_enabled:   # config.compile None means on for CUDA: read the model's resolved flag
-            sampler.warmup(self.model_config.vocab_size, self.device)   # Gumbel-max as one compiled kernel
+        if (
+            self.model.compile_enabled
+        ):  # config.compile None means on for CUDA: read the model's resolved flag
+            sampler.warmup(
+                self.model_config.vocab_size, self.device
+            )  # Gumbel-max as one compiled kernel
         torch.cuda.synchronize()
         # Warm every bucket up before capturing any: lazy inits, autotuning and torch.compile's recompiles
         # (static first shape, then dynamic) all settle, so every graph captures the same final kernels.
@@ -130,7 +167,7 @@ class ModelRunner:
                 for all_greedy, masked in SAMPLING_GRAPH_VARIANTS:
                     self._sample_body(slot, b, (all_greedy, False, False, 0), masked)
         torch.cuda.synchronize()
-        for b in reversed(self.buckets):       # largest first, so smaller graphs reuse its pool memory
+        for b in reversed(self.buckets):  # largest first, so smaller graphs reuse its pool memory
             for slot in self.slots:
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph, pool=pool):
@@ -144,34 +181,53 @@ class ModelRunner:
                     graph = torch.cuda.CUDAGraph()
                     with torch.cuda.graph(graph, pool=pool):
                         self._sample_body(slot, b, (all_greedy, False, False, 0), masked)
-                        slot.ev_graph_sample_end.event.record()   # the last node: when the work ended
+                        slot.ev_graph_sample_end.event.record()  # the last node: when the work ended
                     self.sample_graphs[slot.index][(b, all_greedy, masked)] = graph
         torch.cuda.synchronize()
 
     # -- device work (enqueued on the compute stream) ------------------------------------------------
     def _decode_body(self, slot: DecodeSlot, b: int) -> None:
         d = slot.meta.d
-        meta = AttentionMetadata(is_prefill=False, slot_mapping=d["slot_mapping"][:b],
-                                 context_lens=d["context_lens"][:b], block_tables=slot.block_tables_d[:b])
+        meta = AttentionMetadata(
+            is_prefill=False,
+            slot_mapping=d["slot_mapping"][:b],
+            context_lens=d["context_lens"][:b],
+            block_tables=slot.block_tables_d[:b],
+        )
         hidden = self.model(self.pending[d["rows"][:b]], d["positions"][:b], meta)
         slot.logits[:b].copy_(self.model.compute_logits(hidden))
 
     def _prefill_body(self, slot: DecodeSlot, lens: list[int]) -> None:
         d, n_tokens, n_seqs = slot.meta.d, sum(lens), len(lens)
-        meta = AttentionMetadata(is_prefill=True, slot_mapping=d["p_slot_mapping"][:n_tokens],
-                                 cu_seqlens=d["p_cu_seqlens"][:n_seqs + 1], max_seqlen=max(lens), seq_lens=lens)
+        meta = AttentionMetadata(
+            is_prefill=True,
+            slot_mapping=d["p_slot_mapping"][:n_tokens],
+            cu_seqlens=d["p_cu_seqlens"][: n_seqs + 1],
+            max_seqlen=max(lens),
+            seq_lens=lens,
+        )
         hidden = self.model(d["p_input_ids"][:n_tokens], d["p_positions"][:n_tokens], meta)
         slot.logits[:n_seqs].copy_(self.model.compute_logits(hidden[d["p_last_index"][:n_seqs]]))
 
-    def _sample_body(self, slot: DecodeSlot, n: int, flags: tuple[bool, bool, bool, int], masked: bool) -> None:
+    def _sample_body(
+        self, slot: DecodeSlot, n: int, flags: tuple[bool, bool, bool, int], masked: bool
+    ) -> None:
         """Samples rows [0, n); everything it reads is on the device, so a graph can capture it per bucket."""
         d = slot.meta.d
-        batch = SamplingBatch(d["temperature"][:n], d["top_k"][:n], d["top_p"][:n], d["seed"][:n],
-                              d["counter"][:n], *flags)
+        batch = SamplingBatch(
+            d["temperature"][:n],
+            d["top_k"][:n],
+            d["top_p"][:n],
+            d["seed"][:n],
+            d["counter"][:n],
+            *flags,
+        )
         ids = sample(slot.logits[:n], batch, slot.mask_dev[:n] if masked else None)
-        slot.sampled[:1].copy_(d["step_id"])              # the tag commit checks (I6)
-        slot.sampled[1:n + 1].copy_(ids)
-        self.pending.index_copy_(0, d["rows"][:n], ids)   # the next forward reads its input from here
+        slot.sampled[:1].copy_(d["step_id"])  # the tag commit checks (I6)
+        slot.sampled[1 : n + 1].copy_(ids)
+        self.pending.index_copy_(
+            0, d["rows"][:n], ids
+        )  # the next forward reads its input from here
 
     # -- the three phases ----------------------------------------------------------------------------
     def launch(self, step: Step, blocks: BlockManager, phases) -> None:
@@ -179,7 +235,9 @@ class ModelRunner:
         seqs, n = step.seqs, len(step.seqs)
         h = slot.meta.np
         h["rows"][:n] = [s.row for s in seqs]
-        h["rows"][n:] = self.pad_row     # rows a bucket-sized graph samples past the batch land in the pad row
+        h["rows"][n:] = (
+            self.pad_row
+        )  # rows a bucket-sized graph samples past the batch land in the pad row
         self._fill_sampling(slot, step)
         if step.kind == "decode":
             sampled_pos = [s.num_launched - 1 for s in seqs]
@@ -188,7 +246,7 @@ class ModelRunner:
             h["slot_mapping"][:n] = [blocks.slot(s, p - 1) for s, p in zip(seqs, sampled_pos)]
             bt = slot.block_tables_h
             for i, s in enumerate(seqs):
-                bt[i, :len(s.block_table)] = s.block_table
+                bt[i, : len(s.block_table)] = s.block_table
             graph = self.graphs[slot.index]
             bucket = next((b for b in self.buckets if b >= n), None) if graph else None
             if bucket is not None:
@@ -199,15 +257,20 @@ class ModelRunner:
             cu = np.cumsum([0, *lens])
             total = int(cu[-1])
             # Vectorised over the whole batch: per-sequence numpy calls cost ~5 us each, 0.6 ms at 128 prompts.
-            h["p_input_ids"][:total] = np.fromiter(itertools.chain.from_iterable(s.token_ids for s in seqs),
-                                                   np.int64, total)
+            h["p_input_ids"][:total] = np.fromiter(
+                itertools.chain.from_iterable(s.token_ids for s in seqs), np.int64, total
+            )
             pos = np.arange(total) - np.repeat(cu[:-1], lens)
             h["p_positions"][:total] = pos
-            tables = np.fromiter(itertools.chain.from_iterable(s.block_table for s in seqs), np.int64)
+            tables = np.fromiter(
+                itertools.chain.from_iterable(s.block_table for s in seqs), np.int64
+            )
             first_page = np.repeat(np.cumsum([0, *(len(s.block_table) for s in seqs[:-1])]), lens)
-            h["p_slot_mapping"][:total] = (tables[first_page + pos // self.block_size] * self.block_size
-                                           + pos % self.block_size)
-            h["p_cu_seqlens"][:n + 1] = cu
+            h["p_slot_mapping"][:total] = (
+                tables[first_page + pos // self.block_size] * self.block_size
+                + pos % self.block_size
+            )
+            h["p_cu_seqlens"][: n + 1] = cu
             h["p_last_index"][:n] = cu[1:] - 1
             nbytes, rng = slot.meta.nbytes, "prefill"
         compute = self.streams.compute
@@ -237,8 +300,12 @@ class ModelRunner:
         h["counter"][:n] = [s.num_launched - 1 - s.num_prompt_tokens for s in seqs]
         h["step_id"][0] = step.step_id
         # Host-side facts the sampler branches on, so it never reads device data to decide.
-        step.info["flags"] = (all(p.temperature == 0 for p in params), any(p.top_k > 0 for p in params),
-                              any(p.top_p < 1.0 for p in params), max(p.top_k for p in params))
+        step.info["flags"] = (
+            all(p.temperature == 0 for p in params),
+            any(p.top_k > 0 for p in params),
+            any(p.top_p < 1.0 for p in params),
+            max(p.top_k for p in params),
+        )
 
     def finalize(self, step: Step, phases) -> None:
         slot, n = self.slots[step.slot], len(step.seqs)
@@ -248,9 +315,11 @@ class ModelRunner:
             with phases.range("mask", step.step_id):
                 for i, s in enumerate(step.seqs):
                     if s.constraint is None or s.finalized:
-                        slot.mask_np[i] = -1             # plain rows and zombies sample unmasked
+                        slot.mask_np[i] = -1  # plain rows and zombies sample unmasked
                     else:
-                        s.constraint.fill_bitmask(slot.mask_np[i], s.params.max_tokens - s.num_generated)
+                        s.constraint.fill_bitmask(
+                            slot.mask_np[i], s.params.max_tokens - s.num_generated
+                        )
                 # Upload on the copy stream; sampling waits on an event, never on the host.
                 copy.submit(lambda: slot.mask_dev[:n].copy_(slot.mask_host[:n], non_blocking=True))
                 copy.record(slot.ev_mask_ready)
@@ -268,8 +337,12 @@ class ModelRunner:
                 compute.submit(lambda: self._sample_body(slot, n, flags, masked))
             compute.record(slot.ev_done)
         with phases.range("copy_d2h", step.step_id):
-            copy.wait(slot.ev_done)     # anchored to exactly this step's outputs, nothing queued behind them
-            copy.submit(lambda: slot.sampled_host[:n + 1].copy_(slot.sampled[:n + 1], non_blocking=True))
+            copy.wait(
+                slot.ev_done
+            )  # anchored to exactly this step's outputs, nothing queued behind them
+            copy.submit(
+                lambda: slot.sampled_host[: n + 1].copy_(slot.sampled[: n + 1], non_blocking=True)
+            )
             copy.record(slot.ev_copied)
 
     def wait(self, step: Step) -> list[int]:
@@ -285,8 +358,11 @@ class ModelRunner:
         # node can run while the host is still inside the launch call (under nsys's node tracing a call takes
         # ~0.3 ms and the kernels start only as it returns), so the forward starts no earlier than the return.
         graph = step.info.get("graph")
-        start = (max(s.ev_graph_start.time_ns(), step.info["forward_launched_ns"]) if graph
-                 else s.ev_forward_start.time_ns())
+        start = (
+            max(s.ev_graph_start.time_ns(), step.info["forward_launched_ns"])
+            if graph
+            else s.ev_forward_start.time_ns()
+        )
         forward_end = (s.ev_graph_end if graph else s.ev_forward_end).time_ns()
         # Sampling starts when the GPU could start it: when the forward ended, or when the host launched it if
         # that was later. Getting it going on the GPU (graph launch, the event between the two) is sampling's

@@ -3,6 +3,7 @@
 The engine wraps every phase of its loop in `phases.range(name, step)`. It runs on every tick, so it is a
 small class rather than a generator, and with NVTX off and no timeline it hands back one shared no-op.
 """
+
 from __future__ import annotations
 
 import time
@@ -11,21 +12,34 @@ from contextlib import nullcontext
 from bubblelab.engine.timeline import StepInfo, Timeline
 
 DOMAIN = "bubblelab"
-HOST_PHASES = ("plan", "launch", "copy_h2d", "forward", "prefill", "finalize", "mask", "sampling",
-               "copy_d2h", "commit", "wait")
+HOST_PHASES = (
+    "plan",
+    "launch",
+    "copy_h2d",
+    "forward",
+    "prefill",
+    "finalize",
+    "mask",
+    "sampling",
+    "copy_d2h",
+    "commit",
+    "wait",
+)
 _NOTHING = nullcontext()
 
 
 class _Range:
     __slots__ = ("phases", "name", "step", "start")
 
-    def __init__(self, phases: "Phases", name: str, step: int):
+    def __init__(self, phases: Phases, name: str, step: int):
         self.phases, self.name, self.step = phases, name, step
 
     def __enter__(self) -> None:
         p = self.phases
         if p._domain is not None:
-            p._domain.push_range(p._domain.get_event_attributes(message=self.name, payload=self.step))
+            p._domain.push_range(
+                p._domain.get_event_attributes(message=self.name, payload=self.step)
+            )
         self.start = time.perf_counter_ns()
 
     def __exit__(self, *exc) -> None:
@@ -42,6 +56,7 @@ class Phases:
         self._domain = None
         if nvtx_enabled:
             import nvtx  # only imported when profiling: the package is cheap but optional at run time
+
             # Plain-string messages: nsys stores each distinct one once (StringIds); registered strings break
             # nvtx's attribute builder once a profiler is attached.
             self._domain = nvtx.get_domain(DOMAIN)

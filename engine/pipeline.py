@@ -13,6 +13,7 @@ Invariants, asserted on every transition (numbers appear in the assertion messag
       (its mask comes from committed state: commit-before-finalize).
   I6  a slot returns to the free list only when the commit that reads its host buffer has finished.
 """
+
 from __future__ import annotations
 
 from collections import deque
@@ -26,10 +27,10 @@ NUM_SLOTS = 2  # ping-pong
 @dataclass(eq=False)
 class Step:
     step_id: int
-    kind: str                      # "prefill" | "decode"
+    kind: str  # "prefill" | "decode"
     seqs: list[Sequence]
     slot: int
-    sampled: bool = False          # finalize has enqueued its sampling
+    sampled: bool = False  # finalize has enqueued its sampling
     info: dict = field(default_factory=dict)
 
 
@@ -60,7 +61,7 @@ class Pipeline:
             if step.sampled:
                 continue
             if not all(s.constraint is None or s.inflight_refs == 1 for s in step.seqs):
-                break                      # I5: wait for the commit that makes the mask current
+                break  # I5: wait for the commit that makes the mask current
             ready.append(step)
         return ready
 
@@ -79,8 +80,9 @@ class Pipeline:
     def mark_sampled(self, step: Step) -> None:
         first_unsampled = next(s for s in self.in_flight if not s.sampled)
         assert step is first_unsampled, "I3: sampling out of launch order"
-        assert all(s.constraint is None or s.inflight_refs == 1 for s in step.seqs), \
+        assert all(s.constraint is None or s.inflight_refs == 1 for s in step.seqs), (
             "I5: constrained row sampled before the previous commit"
+        )
         step.sampled = True
 
     def retire(self, step: Step) -> None:
@@ -97,7 +99,9 @@ class Pipeline:
     def _check(self) -> None:
         assert 0 <= len(self.in_flight) <= self.depth <= NUM_SLOTS, "I1"
         held = [s.slot for s in self.in_flight]
-        assert len(set(held)) == len(held) and not set(held) & set(self.free_slots), "I2: slot held twice"
+        assert len(set(held)) == len(held) and not set(held) & set(self.free_slots), (
+            "I2: slot held twice"
+        )
         assert len(held) + len(self.free_slots) == NUM_SLOTS, "I2: slot lost"
         if self.debug:
             counts: dict[int, int] = {}
@@ -109,4 +113,6 @@ class Pipeline:
                     assert seq.inflight_refs == counts[id(seq)], "I4: inflight_refs out of sync"
 
     def check_drained(self) -> None:
-        assert not self.in_flight and len(self.free_slots) == NUM_SLOTS, "pipeline not drained: slots held"
+        assert not self.in_flight and len(self.free_slots) == NUM_SLOTS, (
+            "pipeline not drained: slots held"
+        )

@@ -7,6 +7,7 @@ Two properties the pipelined loop relies on:
   a counter-based hash of (seed, counter, token id) instead of a torch.Generator, so a row samples the same
   token whatever batch it lands in, whichever step it is replayed on after preemption, at any depth.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -21,8 +22,8 @@ _M32 = 0xFFFFFFFF
 # Multipliers of a lowbias32-style integer hash (Wellons' hash-prospector). Both are below 2^31, so with
 # 32-bit inputs every product stays below 2^63 and int64 tensor arithmetic is exact on every device.
 _MUL1, _MUL2 = 0x21F0AAAD, 0x735A2D97
-_GOLDEN = 0x1E3779B9                     # odd, < 2^31: spreads consecutive ids/counters over 32 bits
-_TOP_P_ONE = 1 << 40                     # fixed-point scale of the exact integer top-p prefix sums
+_GOLDEN = 0x1E3779B9  # odd, < 2^31: spreads consecutive ids/counters over 32 bits
+_TOP_P_ONE = 1 << 40  # fixed-point scale of the exact integer top-p prefix sums
 
 
 @dataclass
@@ -30,19 +31,25 @@ class SamplingBatch:
     """Per-row sampling parameters of one step, as device tensors, plus host-side flags."""
 
     temperature: torch.Tensor  # [B] float32, 0 = greedy
-    top_k: torch.Tensor        # [B] int32, 0 = off
-    top_p: torch.Tensor        # [B] float32, 1 = off
-    seed: torch.Tensor         # [B] int32, non-negative (31-bit)
-    counter: torch.Tensor      # [B] int32: index of the generated token being sampled (0 = first)
-    all_greedy: bool           # host-side flags: the sampler branches on these, never on device data
+    top_k: torch.Tensor  # [B] int32, 0 = off
+    top_p: torch.Tensor  # [B] float32, 1 = off
+    seed: torch.Tensor  # [B] int32, non-negative (31-bit)
+    counter: torch.Tensor  # [B] int32: index of the generated token being sampled (0 = first)
+    all_greedy: bool  # host-side flags: the sampler branches on these, never on device data
     any_top_k: bool
     any_top_p: bool
-    max_top_k: int = 0         # host-side: largest top_k in the batch (the topk width); 0 = unknown -> V
+    max_top_k: int = 0  # host-side: largest top_k in the batch (the topk width); 0 = unknown -> V
 
     @classmethod
-    def build(cls, params: Sequence[SamplingParams], seeds: Sequence[int], counters: Sequence[int],
-              device: torch.device | str = "cpu") -> "SamplingBatch":
+    def build(
+        cls,
+        params: Sequence[SamplingParams],
+        seeds: Sequence[int],
+        counters: Sequence[int],
+        device: torch.device | str = "cpu",
+    ) -> SamplingBatch:
         """Packs per-request params into device tensors (one small upload per field)."""
+
         def put(values: list, dtype: torch.dtype) -> torch.Tensor:
             return torch.tensor(values, dtype=dtype).to(device, non_blocking=True)
 
@@ -72,13 +79,17 @@ def apply_bitmask(logits: torch.Tensor, bitmask: torch.Tensor) -> torch.Tensor:
     """Returns logits with every token whose bit is clear set to -inf. Bit j of word w allows token 32*w+j."""
     shifts = _bit_shifts.get(logits.device)
     if shifts is None:
-        shifts = _bit_shifts[logits.device] = torch.arange(32, dtype=torch.int32, device=logits.device)
+        shifts = _bit_shifts[logits.device] = torch.arange(
+            32, dtype=torch.int32, device=logits.device
+        )
     vocab_size = logits.shape[-1]
     allowed = ((bitmask.unsqueeze(-1) >> shifts) & 1).flatten(-2)[..., :vocab_size].bool()
     return logits.masked_fill(~allowed, float("-inf"))
 
 
-def sample(logits: torch.Tensor, batch: SamplingBatch, bitmask: torch.Tensor | None = None) -> torch.Tensor:
+def sample(
+    logits: torch.Tensor, batch: SamplingBatch, bitmask: torch.Tensor | None = None
+) -> torch.Tensor:
     """Samples one token id per row: [B, V] logits -> [B] int64. Free of host synchronisation."""
     logits = logits.float()
     if bitmask is not None:
@@ -95,7 +106,9 @@ def sample(logits: torch.Tensor, batch: SamplingBatch, bitmask: torch.Tensor | N
         sorted_desc = logits.sort(dim=-1, descending=True).values
         if batch.any_top_k:
             k_floor = _top_k_floor(sorted_desc, batch.top_k)
-            sorted_desc = sorted_desc.masked_fill(sorted_desc < k_floor, float("-inf"))  # nucleus within top-k
+            sorted_desc = sorted_desc.masked_fill(
+                sorted_desc < k_floor, float("-inf")
+            )  # nucleus within top-k
         floor = _top_p_floor(sorted_desc, batch.top_p)
         if batch.any_top_k:
             floor = torch.maximum(floor, k_floor)
@@ -124,7 +137,7 @@ def _top_p_floor(sorted_desc: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor
     cumsum's rounding depends on which kernel runs, and that depends on the batch shape.
     """
     probs = sorted_desc.softmax(dim=-1)
-    fixed = (probs * _TOP_P_ONE).long()     # float32 * 2^40 truncates to int64 exactly
+    fixed = (probs * _TOP_P_ONE).long()  # float32 * 2^40 truncates to int64 exactly
     mass_before = fixed.cumsum(dim=-1) - fixed
     limit = (top_p.double() * _TOP_P_ONE).long().unsqueeze(-1)
     # >= 1 (the top token has nothing before it); the clamp only guards a row whose mask allowed nothing.
@@ -134,7 +147,7 @@ def _top_p_floor(sorted_desc: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor
 
 
 _column_keys: dict[tuple[int, torch.device], torch.Tensor] = {}
-_compiled_noisy_argmax = None   # set by warmup() on CUDA
+_compiled_noisy_argmax = None  # set by warmup() on CUDA
 
 
 def row_keys(seed: torch.Tensor, counter: torch.Tensor) -> torch.Tensor:
@@ -161,19 +174,25 @@ def gumbel_noise(row_key: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
     return -torch.log(-torch.log(uniform))
 
 
-def noisy_argmax(logits: torch.Tensor, row_key: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
+def noisy_argmax(
+    logits: torch.Tensor, row_key: torch.Tensor, columns: torch.Tensor
+) -> torch.Tensor:
     """Gumbel-max: argmax(logits + noise) draws from softmax(logits)."""
     return (logits + gumbel_noise(row_key, columns)).argmax(dim=-1)
 
 
-def _sampled_ids(logits: torch.Tensor, row_key: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
+def _sampled_ids(
+    logits: torch.Tensor, row_key: torch.Tensor, columns: torch.Tensor
+) -> torch.Tensor:
     global _compiled_noisy_argmax
     if _compiled_noisy_argmax is None or logits.device.type != "cuda":
         return noisy_argmax(logits, row_key, columns)
     try:
         return _compiled_noisy_argmax(logits, row_key, columns)
-    except Exception as e:                  # a compiler problem must not take the engine down: go on eager
-        warnings.warn(f"torch.compile of the sampler failed, sampling eagerly: {str(e).splitlines()[0]}")
+    except Exception as e:  # a compiler problem must not take the engine down: go on eager
+        warnings.warn(
+            f"torch.compile of the sampler failed, sampling eagerly: {str(e).splitlines()[0]}"
+        )
         _compiled_noisy_argmax = None
         return noisy_argmax(logits, row_key, columns)
 
@@ -187,8 +206,12 @@ def warmup(vocab_size: int, device: torch.device | str) -> None:
         _compiled_noisy_argmax = torch.compile(noisy_argmax, dynamic=True, fullgraph=True)
     for rows in (1, 2):
         logits = torch.zeros(rows, vocab_size, device=device)
-        sample(logits, SamplingBatch.build([SamplingParams(temperature=1.0)] * rows, range(rows), range(rows),
-                                          device))
+        sample(
+            logits,
+            SamplingBatch.build(
+                [SamplingParams(temperature=1.0)] * rows, range(rows), range(rows), device
+            ),
+        )
 
 
 def _mix32(x: torch.Tensor) -> torch.Tensor:

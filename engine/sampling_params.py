@@ -1,4 +1,5 @@
 """Per-request generation options, validated on construction."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -8,14 +9,14 @@ from bubblelab.errors import RequestError
 
 @dataclass
 class SamplingParams:
-    temperature: float = 0.0          # 0 = greedy
-    top_k: int = 0                    # 0 = off
-    top_p: float = 1.0                # 1 = off
+    temperature: float = 0.0  # 0 = greedy
+    top_k: int = 0  # 0 = off
+    top_p: float = 1.0  # 1 = off
     max_tokens: int = 64
-    seed: int | None = None           # per-request seed; None derives one from the request id
+    seed: int | None = None  # per-request seed; None derives one from the request id
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
-    constraint: str | None = None     # None | "point" | "detect" | "regex:<pattern>" | "json:<schema>"
+    constraint: str | None = None  # None | "point" | "detect" | "regex:<pattern>" | "json:<schema>"
     constraint_args: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:

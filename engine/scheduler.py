@@ -4,6 +4,7 @@ The scheduler plans step t+1 before step t is committed (depth 2), so it works f
 (Sequence.num_launched), never from committed ones, and never touches a sequence's pages or batch row while
 a launched step still references it (inflight_refs > 0): those are released by `release()` afterwards.
 """
+
 from __future__ import annotations
 
 from collections import deque
@@ -16,7 +17,7 @@ from bubblelab.engine.sequence import Sequence, SequenceStatus
 
 @dataclass
 class StepPlan:
-    kind: str                 # "prefill" | "decode"
+    kind: str  # "prefill" | "decode"
     seqs: list[Sequence]
 
 
@@ -27,7 +28,7 @@ class Scheduler:
         self.max_model_len = config.max_model_len
         self.blocks = blocks
         self.waiting: deque[Sequence] = deque()
-        self.running: list[Sequence] = []      # every sequence holding a row and pages, oldest first
+        self.running: list[Sequence] = []  # every sequence holding a row and pages, oldest first
         self.free_rows: deque[int] = deque(range(config.max_num_seqs))
         self.num_preemptions = 0
 
@@ -45,7 +46,11 @@ class Scheduler:
             return StepPlan("prefill", admitted)
         batch: list[Sequence] = []
         for seq in list(self.running):
-            if seq.schedulable and seq.num_launched < self.max_model_len and self._reserve_page(seq, batch):
+            if (
+                seq.schedulable
+                and seq.num_launched < self.max_model_len
+                and self._reserve_page(seq, batch)
+            ):
                 batch.append(seq)
         for seq in batch:
             seq.num_launched += 1
@@ -55,7 +60,11 @@ class Scheduler:
         admitted: list[Sequence] = []
         tokens = 0
         # Pages the running sequences need for their next decode: keep them so admission does not force preemption.
-        reserve = sum(1 for s in self.running if s.schedulable and s.num_launched % self.blocks.block_size == 0)
+        reserve = sum(
+            1
+            for s in self.running
+            if s.schedulable and s.num_launched % self.blocks.block_size == 0
+        )
         while self.waiting and self.free_rows and not self._release_pending():
             seq = self.waiting[0]
             if admitted and tokens + seq.num_tokens > self.max_num_batched_tokens:
@@ -67,7 +76,7 @@ class Scheduler:
             self.blocks.allocate(seq, seq.num_tokens)
             seq.row = self.free_rows.popleft()
             seq.status = SequenceStatus.RUNNING
-            seq.num_launched = seq.num_tokens + 1      # the prefill samples position num_tokens
+            seq.num_launched = seq.num_tokens + 1  # the prefill samples position num_tokens
             self.running.append(seq)
             admitted.append(seq)
             tokens += seq.num_tokens
@@ -82,9 +91,15 @@ class Scheduler:
         need = self.blocks.blocks_needed(seq, seq.num_launched)
         while not self.blocks.can_allocate(need):
             if self._release_pending():
-                return False                     # sit this step out; pages return at the victim's commit
-            victim = next((s for s in reversed(self.running)
-                           if s is not seq and not s.preempted and not s.finalized), None)
+                return False  # sit this step out; pages return at the victim's commit
+            victim = next(
+                (
+                    s
+                    for s in reversed(self.running)
+                    if s is not seq and not s.preempted and not s.finalized
+                ),
+                None,
+            )
             if victim is None:
                 return False
             if victim in batch:
@@ -110,7 +125,7 @@ class Scheduler:
         self.running.remove(seq)
         if seq.finalized:
             seq.status = SequenceStatus.FINISHED
-        else:                                     # preempted: recompute its committed tokens by a new prefill
+        else:  # preempted: recompute its committed tokens by a new prefill
             seq.preempted = False
             seq.num_launched = 0
             seq.status = SequenceStatus.WAITING

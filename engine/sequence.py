@@ -1,4 +1,5 @@
 """A request's state as the scheduler and the pipeline see it."""
+
 from __future__ import annotations
 
 import itertools
@@ -12,9 +13,9 @@ _ids = itertools.count()
 
 
 class SequenceStatus(Enum):
-    WAITING = auto()    # queued for (re-)prefill
-    RUNNING = auto()    # holds a batch row and KV pages
-    FINISHED = auto()   # finalized and released
+    WAITING = auto()  # queued for (re-)prefill
+    RUNNING = auto()  # holds a batch row and KV pages
+    FINISHED = auto()  # finalized and released
 
 
 @dataclass(eq=False)
@@ -28,18 +29,18 @@ class Sequence:
     request_id: str
     token_ids: list[int]
     params: SamplingParams
-    constraint: Any = None               # engine.constraints Constraint, or None for plain text
-    seed: int = 0                        # per-request sampling seed (31-bit)
+    constraint: Any = None  # engine.constraints Constraint, or None for plain text
+    seed: int = 0  # per-request sampling seed (31-bit)
     seq_id: int = field(default_factory=lambda: next(_ids))
     status: SequenceStatus = SequenceStatus.WAITING
     num_prompt_tokens: int = 0
-    num_launched: int = 0                # positions whose token is committed or being sampled by a launched step
+    num_launched: int = 0  # positions whose token is committed or being sampled by a launched step
     block_table: list[int] = field(default_factory=list)
-    row: int | None = None               # batch row in the device pending-token buffer
+    row: int | None = None  # batch row in the device pending-token buffer
     # The post's zombie fields: finished early, released late.
-    finalized: bool = False              # hit EOS / length cap / abort: no more tokens are appended
-    inflight_refs: int = 0               # launched-but-uncommitted steps that contain this sequence (0..2)
-    preempted: bool = False              # leaving the batch to be recomputed once inflight_refs reaches 0
+    finalized: bool = False  # hit EOS / length cap / abort: no more tokens are appended
+    inflight_refs: int = 0  # launched-but-uncommitted steps that contain this sequence (0..2)
+    preempted: bool = False  # leaving the batch to be recomputed once inflight_refs reaches 0
     finish_reason: str | None = None
 
     def __post_init__(self) -> None:
@@ -51,7 +52,7 @@ class Sequence:
 
     @property
     def output_ids(self) -> list[int]:
-        return self.token_ids[self.num_prompt_tokens:]
+        return self.token_ids[self.num_prompt_tokens :]
 
     @property
     def num_generated(self) -> int:
@@ -64,5 +65,9 @@ class Sequence:
     @property
     def schedulable(self) -> bool:
         """May join the next decode step: running, not finished, not leaving, and its cap not yet launched."""
-        return (self.status is SequenceStatus.RUNNING and not self.finalized and not self.preempted
-                and self.num_generated_launched < self.params.max_tokens)
+        return (
+            self.status is SequenceStatus.RUNNING
+            and not self.finalized
+            and not self.preempted
+            and self.num_generated_launched < self.params.max_tokens
+        )

@@ -6,12 +6,13 @@ thread that runs its closures in order: the host thread goes on with its bookkee
 computes (torch releases the GIL inside its kernels). That gives a CPU run a real bubble at depth 1 and
 real overlap at depth 2, with the same engine code.
 """
+
 from __future__ import annotations
 
 import queue
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -52,10 +53,10 @@ class CpuStream:
             if fn is None:
                 return
             if self.error is not None and not isinstance(fn, _Fire):
-                continue                     # after a failure, only fire events so the host never hangs
+                continue  # after a failure, only fire events so the host never hangs
             try:
                 fn()
-            except BaseException as e:        # surfaced on the host at the next synchronize
+            except BaseException as e:  # surfaced on the host at the next synchronize
                 self.error = e
 
     def submit(self, fn: Callable[[], None]) -> None:
@@ -82,7 +83,7 @@ class _Fire:
 
 
 class CudaEvent:
-    def __init__(self, clock: "CudaClock", timing: bool, external: bool = False):
+    def __init__(self, clock: CudaClock, timing: bool, external: bool = False):
         # external: recorded inside a CUDA graph it becomes a graph node, re-recorded by every replay.
         self.event = torch.cuda.Event(enable_timing=timing, external=external)
         self._clock = clock

@@ -3,6 +3,7 @@
 Host ranges come from perf_counter_ns; device intervals (forward, sampling) come from CUDA events on a GPU
 or from the CPU device worker's own clock, converted to the same host nanosecond clock by the engine.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -13,7 +14,7 @@ import pandas as pd
 @dataclass
 class StepInfo:
     step: int
-    kind: str          # "decode" | "prefill"
+    kind: str  # "decode" | "prefill"
     batch_size: int
     tokens: int
 
@@ -21,8 +22,12 @@ class StepInfo:
 @dataclass
 class Timeline:
     depth: int = 0
-    host: list[tuple[str, int, int, int]] = field(default_factory=list)    # (phase, step, start_ns, end_ns)
-    device: list[tuple[str, int, int, int]] = field(default_factory=list)  # (phase, step, start_ns, end_ns)
+    host: list[tuple[str, int, int, int]] = field(
+        default_factory=list
+    )  # (phase, step, start_ns, end_ns)
+    device: list[tuple[str, int, int, int]] = field(
+        default_factory=list
+    )  # (phase, step, start_ns, end_ns)
     steps: dict[int, StepInfo] = field(default_factory=dict)
     enabled: bool = True
 
@@ -50,5 +55,6 @@ class Timeline:
         return pd.DataFrame(self.device, columns=["phase", "step", "start_ns", "end_ns"])
 
     def steps_frame(self) -> pd.DataFrame:
-        return pd.DataFrame([vars(s) for s in self.steps.values()],
-                            columns=["step", "kind", "batch_size", "tokens"])
+        return pd.DataFrame(
+            [vars(s) for s in self.steps.values()], columns=["step", "kind", "batch_size", "tokens"]
+        )

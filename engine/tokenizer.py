@@ -1,12 +1,13 @@
 """Tokenizers: built from GGUF metadata through transformers (slow, so cached on disk) and chat prompts."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from bubblelab.errors import BubblelabError
 from bubblelab.engine.gguf_loader import building, gguf_cache_dir
+from bubblelab.errors import BubblelabError
 
 
 def load_gguf_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
@@ -18,7 +19,9 @@ def load_gguf_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
             try:
                 tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
             except Exception as e:
-                raise BubblelabError(f"cannot build a tokenizer from {path}: {str(e).splitlines()[0]}") from None
+                raise BubblelabError(
+                    f"cannot build a tokenizer from {path}: {str(e).splitlines()[0]}"
+                ) from None
             tokenizer.save_pretrained(scratch)
     return PreTrainedTokenizerFast.from_pretrained(out)
 
@@ -27,6 +30,9 @@ def chat_prompt_ids(tokenizer: PreTrainedTokenizerFast, user_text: str) -> list[
     """Token ids of one user turn in the model's chat template, ending where the assistant's answer starts."""
     if not tokenizer.chat_template:
         raise BubblelabError("this tokenizer has no chat template")
-    text = tokenizer.apply_chat_template([{"role": "user", "content": user_text}],
-                                         add_generation_prompt=True, tokenize=False)
-    return tokenizer.encode(text, add_special_tokens=False)  # the template already holds the special tokens
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": user_text}], add_generation_prompt=True, tokenize=False
+    )
+    return tokenizer.encode(
+        text, add_special_tokens=False
+    )  # the template already holds the special tokens

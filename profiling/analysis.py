@@ -4,6 +4,7 @@ Each function runs one query of profiling/sql/ against a catalog (a path, or an 
 in-memory catalogs). Attribution and idle-gap answers cover the steps you pass (default: steady state): the
 attributions add up to those steps' bubble_ms, the idle gaps to their period - busy.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,19 +12,33 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 
+from bubblelab.engine.timeline import Timeline
 from bubblelab.errors import BubblelabError
 from bubblelab.profiling import queries
 from bubblelab.profiling.catalog import connect
 from bubblelab.profiling.ingest import ingest_timeline
-from bubblelab.engine.timeline import Timeline
 
 Catalog = Path | str | duckdb.DuckDBPyConnection
-WARMUP_STEPS = 5          # steady-state rule 3: steady candidates skipped at the start of a run
-SUMMARY_COLUMNS = ("forward_ms", "sampling_ms", "bubble_ms", "kernel_gap_ms", "period_ms", "busy_ms")
+WARMUP_STEPS = 5  # steady-state rule 3: steady candidates skipped at the start of a run
+SUMMARY_COLUMNS = (
+    "forward_ms",
+    "sampling_ms",
+    "bubble_ms",
+    "kernel_gap_ms",
+    "period_ms",
+    "busy_ms",
+)
 # Nested phases roll up into the loop's top-level parts (docs/phases.md); plan and commit have no children
 # but `wait`, and time outside any phase stays itself.
-TOP_LEVEL = {"wait": "commit", "copy_h2d": "launch", "forward": "launch", "prefill": "launch",
-             "mask": "finalize", "sampling": "finalize", "copy_d2h": "finalize"}
+TOP_LEVEL = {
+    "wait": "commit",
+    "copy_h2d": "launch",
+    "forward": "launch",
+    "prefill": "launch",
+    "mask": "finalize",
+    "sampling": "finalize",
+    "copy_d2h": "finalize",
+}
 
 
 def per_step(catalog: Catalog, run_id: str) -> pd.DataFrame:
@@ -55,7 +70,9 @@ def idle_gaps(catalog: Catalog, run_id: str, steps: pd.DataFrame | None = None) 
     return queries.run(con, "idle_gaps", {"run_id": run_id}, per_step=steps)
 
 
-def bubble_intervals(catalog: Catalog, run_id: str, steps: pd.DataFrame | None = None) -> pd.DataFrame:
+def bubble_intervals(
+    catalog: Catalog, run_id: str, steps: pd.DataFrame | None = None
+) -> pd.DataFrame:
     """The bubble of the given steps as intervals: each period minus the step's forward and sampling spans."""
     con = _open(catalog)
     steps = steady_state(per_step(con, run_id)) if steps is None else steps
@@ -68,12 +85,16 @@ def attribution(catalog: Catalog, run_id: str, steps: pd.DataFrame | None = None
     return _attribute("bubble_attribution", catalog, run_id, steps)
 
 
-def attribution_by_time(catalog: Catalog, run_id: str, steps: pd.DataFrame | None = None) -> pd.DataFrame:
+def attribution_by_time(
+    catalog: Catalog, run_id: str, steps: pd.DataFrame | None = None
+) -> pd.DataFrame:
     """The same bubble split time-weighted: what the host was doing during each instant of it."""
     return _attribute("bubble_attribution_by_time", catalog, run_id, steps)
 
 
-def _attribute(query: str, catalog: Catalog, run_id: str, steps: pd.DataFrame | None) -> pd.DataFrame:
+def _attribute(
+    query: str, catalog: Catalog, run_id: str, steps: pd.DataFrame | None
+) -> pd.DataFrame:
     con = _open(catalog)
     steps = steady_state(per_step(con, run_id)) if steps is None else steps
     con.register("per_step", steps)
@@ -86,13 +107,19 @@ def _attribute(query: str, catalog: Catalog, run_id: str, steps: pd.DataFrame | 
     return table
 
 
-def lane_ranges(catalog: Catalog, run_id: str, steps: pd.DataFrame, min_gap_ns: int = 20_000) -> pd.DataFrame:
+def lane_ranges(
+    catalog: Catalog, run_id: str, steps: pd.DataFrame, min_gap_ns: int = 20_000
+) -> pd.DataFrame:
     """Host ranges and GPU islands of the given steps (sql/lane_ranges.sql), for the lane chart. GPU idle
     shorter than min_gap_ns is drawn as busy: a pixel of a chart tens of milliseconds wide is ~100 us."""
     if steps.empty:
         return pd.DataFrame()
-    params = {"run_id": run_id, "first": int(steps["step"].min()), "last": int(steps["step"].max()),
-              "min_gap_ns": min_gap_ns}
+    params = {
+        "run_id": run_id,
+        "first": int(steps["step"].min()),
+        "last": int(steps["step"].max()),
+        "min_gap_ns": min_gap_ns,
+    }
     return queries.run(_open(catalog), "lane_ranges", params).assign(run_id=run_id)
 
 
@@ -100,7 +127,7 @@ def middle(steps: pd.DataFrame, n: int) -> pd.DataFrame:
     """n consecutive rows from the middle of a (steady-state) per-step table."""
     steps = steps.sort_values("step")
     start = max(0, len(steps) // 2 - n // 2)
-    return steps.iloc[start:start + n]
+    return steps.iloc[start : start + n]
 
 
 def rollup(table: pd.DataFrame) -> pd.Series:
@@ -108,7 +135,9 @@ def rollup(table: pd.DataFrame) -> pd.Series:
     return table.groupby("top_level").bubble_ms.sum().sort_values(ascending=False)
 
 
-def idle_histogram(catalog: Catalog, run_id: str, steps: pd.DataFrame | None = None) -> pd.DataFrame:
+def idle_histogram(
+    catalog: Catalog, run_id: str, steps: pd.DataFrame | None = None
+) -> pd.DataFrame:
     """Idle gaps of the given steps by length bucket (the gaps themselves stay inside DuckDB)."""
     con = _open(catalog)
     con.register("per_step", steady_state(per_step(con, run_id)) if steps is None else steps)
@@ -129,7 +158,11 @@ def kernel_summary(catalog: Catalog, run_id: str) -> pd.DataFrame:
 
 
 def runs(catalog: Catalog) -> pd.DataFrame:
-    return _open(catalog).execute("SELECT * EXCLUDE (content_hash) FROM runs ORDER BY depth, streams, run_id").df()
+    return (
+        _open(catalog)
+        .execute("SELECT * EXCLUDE (content_hash) FROM runs ORDER BY depth, streams, run_id")
+        .df()
+    )
 
 
 def summarize(df: pd.DataFrame) -> dict:
@@ -137,8 +170,11 @@ def summarize(df: pd.DataFrame) -> dict:
     summary: dict = {"steps": len(df)}
     for column in SUMMARY_COLUMNS:
         values = df[column].dropna()
-        summary[column] = {"median": _float(values.median()), "p10": _float(values.quantile(0.1)),
-                           "p90": _float(values.quantile(0.9))}
+        summary[column] = {
+            "median": _float(values.median()),
+            "p10": _float(values.quantile(0.1)),
+            "p90": _float(values.quantile(0.9)),
+        }
     period = df["period_ms"].sum()
     summary["bubble_share"] = _float(df["bubble_ms"].sum() / period) if period else None
     return summary
@@ -155,17 +191,36 @@ def analyze(catalog: Catalog, run_ids: list[str] | None = None, warmup: int = WA
     for run_id in meta.index.tolist() if run_ids is None else run_ids:
         run = meta.loc[run_id]
         steady = steady_state(per_step(con, run_id), warmup)
-        parts[run_id] = (steady, attribution(con, run_id, steady), attribution_by_time(con, run_id, steady),
-                         idle_gaps(con, run_id, steady))
+        parts[run_id] = (
+            steady,
+            attribution(con, run_id, steady),
+            attribution_by_time(con, run_id, steady),
+            idle_gaps(con, run_id, steady),
+        )
         streams = run.streams if pd.notna(run.streams) else steady.batch_size.mode().max()
-        per_run.append({"run_id": run_id, "model": run.model, "device": run.device, "source": run.source,
-                        "depth": _int(run.depth), "streams": _int(streams), **_digest([parts[run_id]]),
-                        "flagged_syncs": int(sync_inventory(con, run_id).flagged.sum())})
+        per_run.append(
+            {
+                "run_id": run_id,
+                "model": run.model,
+                "device": run.device,
+                "source": run.source,
+                "depth": _int(run.depth),
+                "streams": _int(streams),
+                **_digest([parts[run_id]]),
+                "flagged_syncs": int(sync_inventory(con, run_id).flagged.sum()),
+            }
+        )
     groups = []
     for depth, streams in sorted({(r["depth"], r["streams"]) for r in per_run}, key=str):
         members = [r["run_id"] for r in per_run if (r["depth"], r["streams"]) == (depth, streams)]
-        groups.append({"depth": depth, "streams": streams, "runs": members,
-                       **_digest([parts[m] for m in members])})
+        groups.append(
+            {
+                "depth": depth,
+                "streams": streams,
+                "runs": members,
+                **_digest([parts[m] for m in members]),
+            }
+        )
     return {"warmup_steps": warmup, "runs": per_run, "groups": groups}
 
 
@@ -180,13 +235,22 @@ def _digest(parts: list[tuple[pd.DataFrame, ...]]) -> dict:
         return {key: round(ms / n, 6) for key, ms in totals.items()} if n else {}
 
     bubble_gaps = gaps[gaps.within.isna() & gaps.launch_lag_us.notna()]
-    late = bubble_gaps.idle_us[bubble_gaps.launch_lag_us > 0].sum() / bubble_gaps.idle_us.sum() \
-        if bubble_gaps.idle_us.sum() else None
-    return {**summarize(steady),
-            "attribution_ms_per_step": {
-                "phase": per_step_ms(began.groupby("phase").bubble_ms.sum().sort_values(ascending=False)),
-                "top_level": per_step_ms(rollup(began)), "top_level_by_time": per_step_ms(rollup(by_time))},
-            "host_late_share": None if late is None else _float(late)}
+    late = (
+        bubble_gaps.idle_us[bubble_gaps.launch_lag_us > 0].sum() / bubble_gaps.idle_us.sum()
+        if bubble_gaps.idle_us.sum()
+        else None
+    )
+    return {
+        **summarize(steady),
+        "attribution_ms_per_step": {
+            "phase": per_step_ms(
+                began.groupby("phase").bubble_ms.sum().sort_values(ascending=False)
+            ),
+            "top_level": per_step_ms(rollup(began)),
+            "top_level_by_time": per_step_ms(rollup(by_time)),
+        },
+        "host_late_share": None if late is None else _float(late),
+    }
 
 
 def _int(x) -> int | None:

@@ -3,6 +3,7 @@
 DuckDB's `sqlite` extension cannot be downloaded here; the `duckdb-extension-sqlite` wheel ships it, and DuckDB
 only loads an extension file named after the extension, so we copy it once to `sqlite_scanner.duckdb_extension`.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -17,9 +18,28 @@ from bubblelab.errors import BubblelabError
 from bubblelab.profiling.queries import read_sql
 
 CATALOG_VERSION = 3  # bump when a table of sql/catalog_schema.sql changes
-RUN_COLUMNS = ("run_id", "model", "preset", "depth", "streams", "output_len_mean", "mean_generated_len",
-               "requests", "device", "driver", "torch", "nsys_version", "schema_version", "command",
-               "started_at", "wall_s", "generated_tokens", "decode_steps", "source", "trace_path")
+RUN_COLUMNS = (
+    "run_id",
+    "model",
+    "preset",
+    "depth",
+    "streams",
+    "output_len_mean",
+    "mean_generated_len",
+    "requests",
+    "device",
+    "driver",
+    "torch",
+    "nsys_version",
+    "schema_version",
+    "command",
+    "started_at",
+    "wall_s",
+    "generated_tokens",
+    "decode_steps",
+    "source",
+    "trace_path",
+)
 
 
 def connect(catalog: Path | str | None = None) -> duckdb.DuckDBPyConnection:
@@ -34,7 +54,9 @@ def connect(catalog: Path | str | None = None) -> duckdb.DuckDBPyConnection:
     # Row estimates of data inserted in the open ingest transaction are tiny, which would make DuckDB run
     # ASOF joins as nested loops (steps x ops); the sort-merge ASOF join is linear at any size.
     con.execute("SET asof_loop_join_threshold = 0")
-    con.execute("SET preserve_insertion_order = false")  # every query orders its answer; inserts go 2x faster
+    con.execute(
+        "SET preserve_insertion_order = false"
+    )  # every query orders its answer; inserts go 2x faster
     con.execute(read_sql("catalog_schema"))
     _check_version(con, path)
     return con
@@ -48,8 +70,10 @@ def _check_version(con: duckdb.DuckDBPyConnection, path: str) -> None:
         con.execute("INSERT INTO catalog_info VALUES (?)", [CATALOG_VERSION])
     elif found != CATALOG_VERSION:
         con.close()
-        raise BubblelabError(f"catalog {path} has layout {found}, this bubblelab writes layout {CATALOG_VERSION}: "
-                             "ingest the traces into a new catalog")
+        raise BubblelabError(
+            f"catalog {path} has layout {found}, this bubblelab writes layout {CATALOG_VERSION}: "
+            "ingest the traces into a new catalog"
+        )
 
 
 def load_sqlite_extension(con: duckdb.DuckDBPyConnection) -> None:
@@ -64,15 +88,29 @@ def sql_string(text: str) -> str:
 def _sqlite_extension_path() -> Path:
     spec = importlib.util.find_spec("duckdb_extension_sqlite")
     if spec is None or not spec.submodule_search_locations:
-        raise BubblelabError("the duckdb-extension-sqlite package is missing (pip install duckdb-extension-sqlite)")
-    shipped = Path(next(iter(spec.submodule_search_locations))) / "extensions" / f"v{duckdb.__version__}" \
+        raise BubblelabError(
+            "the duckdb-extension-sqlite package is missing (pip install duckdb-extension-sqlite)"
+        )
+    shipped = (
+        Path(next(iter(spec.submodule_search_locations)))
+        / "extensions"
+        / f"v{duckdb.__version__}"
         / "sqlite.duckdb_extension"
+    )
     if not shipped.is_file():
-        raise BubblelabError(f"duckdb-extension-sqlite has no build for duckdb {duckdb.__version__}")
-    target = Path(tempfile.gettempdir()) / f"bubblelab-duckdb-{duckdb.__version__}" / "sqlite_scanner.duckdb_extension"
+        raise BubblelabError(
+            f"duckdb-extension-sqlite has no build for duckdb {duckdb.__version__}"
+        )
+    target = (
+        Path(tempfile.gettempdir())
+        / f"bubblelab-duckdb-{duckdb.__version__}"
+        / "sqlite_scanner.duckdb_extension"
+    )
     if not target.is_file() or target.stat().st_size != shipped.stat().st_size:
         target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_suffix(f".{os.getpid()}.tmp")  # atomic rename: parallel test workers race here
+        partial = target.with_suffix(
+            f".{os.getpid()}.tmp"
+        )  # atomic rename: parallel test workers race here
         shutil.copyfile(shipped, partial)
         os.replace(partial, target)
     return target

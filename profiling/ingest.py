@@ -3,6 +3,7 @@
 A run is keyed by the sha256 of its content, so ingesting the same trace twice returns the same run_id and
 adds nothing. Everything a run adds happens in one transaction: an interrupted ingest leaves no half run.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -10,30 +11,43 @@ import hashlib
 import json
 import shutil
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import duckdb
 import pandas as pd
 
+from bubblelab.engine.phases import DOMAIN
+from bubblelab.engine.timeline import Timeline
 from bubblelab.errors import BubblelabError
 from bubblelab.profiling import queries
 from bubblelab.profiling.catalog import RUN_COLUMNS, connect, load_sqlite_extension, sql_string
-from bubblelab.engine.phases import DOMAIN
-from bubblelab.engine.timeline import Timeline
 from bubblelab.profiling.trace_check import inspect_trace
 
 # (nsys table, ingestion statement); tables are created lazily, so a missing one means "no such events".
-OPTIONAL_TABLES = (("CUPTI_ACTIVITY_KIND_KERNEL", "ingest_kernels"),
-                   ("CUPTI_ACTIVITY_KIND_MEMCPY", "ingest_memcpys"),
-                   ("CUPTI_ACTIVITY_KIND_MEMSET", "ingest_memsets"),
-                   ("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "ingest_syncs"))
-META_KEYS = frozenset(RUN_COLUMNS) - {"run_id", "source", "trace_path", "schema_version"}  # given values win
+OPTIONAL_TABLES = (
+    ("CUPTI_ACTIVITY_KIND_KERNEL", "ingest_kernels"),
+    ("CUPTI_ACTIVITY_KIND_MEMCPY", "ingest_memcpys"),
+    ("CUPTI_ACTIVITY_KIND_MEMSET", "ingest_memsets"),
+    ("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "ingest_syncs"),
+)
+META_KEYS = frozenset(RUN_COLUMNS) - {
+    "run_id",
+    "source",
+    "trace_path",
+    "schema_version",
+}  # given values win
 
 
-def ingest(trace: Path, catalog: Path | str | None, meta: dict | None = None, *, domain: str = DOMAIN,
-           con: duckdb.DuckDBPyConnection | None = None) -> str:
+def ingest(
+    trace: Path,
+    catalog: Path | str | None,
+    meta: dict | None = None,
+    *,
+    domain: str = DOMAIN,
+    con: duckdb.DuckDBPyConnection | None = None,
+) -> str:
     """Add an nsys SQLite export (or a gzip of one) to the catalog; returns its run_id (the same on re-ingest)."""
     trace = Path(trace)
     meta = _checked_meta(meta)
@@ -48,10 +62,16 @@ def ingest(trace: Path, catalog: Path | str | None, meta: dict | None = None, *,
         try:
             con.execute(f"ATTACH {sql_string(str(plain))} AS ns (TYPE sqlite, READ_ONLY)")
             with _transaction(con):
-                _insert_run(con, run_id, facts.content_hash, {
-                    **facts.run, **meta, "source": "nsys", "trace_path": str(trace.resolve())})
-                con.executemany("INSERT INTO trace_meta VALUES (?, ?, ?)",
-                                [(run_id, k, v) for k, v in facts.export_meta.items()])
+                _insert_run(
+                    con,
+                    run_id,
+                    facts.content_hash,
+                    {**facts.run, **meta, "source": "nsys", "trace_path": str(trace.resolve())},
+                )
+                con.executemany(
+                    "INSERT INTO trace_meta VALUES (?, ?, ?)",
+                    [(run_id, k, v) for k, v in facts.export_meta.items()],
+                )
                 params = {"run_id": run_id}
                 queries.execute(con, "ingest_host_ranges", {**params, "domain": domain})
                 queries.execute(con, "ingest_step_info", {**params, "domain": domain})
@@ -66,14 +86,20 @@ def ingest(trace: Path, catalog: Path | str | None, meta: dict | None = None, *,
                 queries.execute(con, "run_defaults", params)
                 queries.insert(con, "steps", "per_step", params)
         except duckdb.Error as e:
-            raise BubblelabError(f"{trace}: cannot read the trace ({str(e).splitlines()[0]})") from None
+            raise BubblelabError(
+                f"{trace}: cannot read the trace ({str(e).splitlines()[0]})"
+            ) from None
         finally:
             con.execute("DETACH DATABASE IF EXISTS ns")
     return run_id
 
 
-def ingest_timeline(timeline: Timeline, con: duckdb.DuckDBPyConnection, meta: dict | None = None,
-                    run_id: str | None = None) -> str:
+def ingest_timeline(
+    timeline: Timeline,
+    con: duckdb.DuckDBPyConnection,
+    meta: dict | None = None,
+    run_id: str | None = None,
+) -> str:
     """Store an in-process Timeline as a run (source 'timeline') in the same tables an nsys run fills."""
     meta = _checked_meta(meta)
     host, device, steps = timeline.host_frame(), timeline.device_frame(), timeline.steps_frame()
@@ -96,7 +122,12 @@ def ingest_timeline(timeline: Timeline, con: duckdb.DuckDBPyConnection, meta: di
         con.register("tl_steps", steps)
         con.register("tl_device", device)
         with _transaction(con):
-            _insert_run(con, run_id, content_hash, {"device": "cpu", **meta, "depth": depth, "source": "timeline"})
+            _insert_run(
+                con,
+                run_id,
+                content_hash,
+                {"device": "cpu", **meta, "depth": depth, "source": "timeline"},
+            )
             queries.execute(con, "ingest_timeline")
             queries.execute(con, "host_segments", {"run_id": run_id})
             queries.execute(con, "gpu_busy", {"run_id": run_id})
@@ -113,17 +144,23 @@ def _checked_meta(meta: dict | None) -> dict:
     meta = dict(meta or {})
     unknown = sorted(set(meta) - META_KEYS)
     if unknown:
-        raise BubblelabError(f"unknown run metadata {', '.join(unknown)} (known: {', '.join(sorted(META_KEYS))})")
+        raise BubblelabError(
+            f"unknown run metadata {', '.join(unknown)} (known: {', '.join(sorted(META_KEYS))})"
+        )
     return meta
 
 
-def _insert_run(con: duckdb.DuckDBPyConnection, run_id: str, content_hash: str, values: dict) -> None:
+def _insert_run(
+    con: duckdb.DuckDBPyConnection, run_id: str, content_hash: str, values: dict
+) -> None:
     row = {**{c: None for c in RUN_COLUMNS}, **values, "run_id": run_id}
     if isinstance(row.get("command"), (list, tuple)):
         row["command"] = json.dumps(list(row["command"]))
     columns = ", ".join(f'"{c}"' for c in RUN_COLUMNS)
-    con.execute(f"INSERT INTO runs (content_hash, {columns}) VALUES (?, {', '.join('?' * len(RUN_COLUMNS))})",
-                [content_hash, *(row[c] for c in RUN_COLUMNS)])
+    con.execute(
+        f"INSERT INTO runs (content_hash, {columns}) VALUES (?, {', '.join('?' * len(RUN_COLUMNS))})",
+        [content_hash, *(row[c] for c in RUN_COLUMNS)],
+    )
 
 
 @contextmanager

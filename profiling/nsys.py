@@ -4,6 +4,7 @@ The capture covers only what the run brackets with cudaProfilerStart/Stop (torch
 after warm-up), traces CUDA and NVTX, and expands CUDA graphs node by node so their kernels are visible.
 Commands are argument lists handed to subprocess, never a shell, so any path or argument is safe.
 """
+
 from __future__ import annotations
 
 import os
@@ -14,8 +15,18 @@ from pathlib import Path
 
 from bubblelab.errors import BubblelabError
 
-PROFILE_OPTIONS = ("-t", "cuda,nvtx", "-s", "none", "--cpuctxsw=none", "--cuda-graph-trace=node",
-                   "--capture-range=cudaProfilerApi", "--capture-range-end=stop", "--export", "sqlite")
+PROFILE_OPTIONS = (
+    "-t",
+    "cuda,nvtx",
+    "-s",
+    "none",
+    "--cpuctxsw=none",
+    "--cuda-graph-trace=node",
+    "--capture-range=cudaProfilerApi",
+    "--capture-range-end=stop",
+    "--export",
+    "sqlite",
+)
 
 
 def find_nsys() -> str:
@@ -47,33 +58,58 @@ def export_path(out_base: Path) -> Path:
 
 def profile_command(out_base: Path, argv: list[str]) -> list[str]:
     """The full argument list that profiles `argv` and exports `<out_base>.sqlite`."""
-    return [find_nsys(), "profile", *PROFILE_OPTIONS, "-o", str(out_base), "--force-overwrite", "true", *argv]
+    return [
+        find_nsys(),
+        "profile",
+        *PROFILE_OPTIONS,
+        "-o",
+        str(out_base),
+        "--force-overwrite",
+        "true",
+        *argv,
+    ]
 
 
-def run_under_nsys(out_base: Path, argv: list[str], *, timeout: float | None = None,
-                   env: dict[str, str] | None = None) -> Path:
+def run_under_nsys(
+    out_base: Path,
+    argv: list[str],
+    *,
+    timeout: float | None = None,
+    env: dict[str, str] | None = None,
+) -> Path:
     """Profile `argv`; return the SQLite export. Failures are one-line BubblelabErrors."""
     out_base = Path(out_base)
     out_base.parent.mkdir(parents=True, exist_ok=True)
     result = _run(profile_command(out_base, argv), timeout=timeout, env=env)
     trace = export_path(out_base)
     if not trace.is_file():
-        raise BubblelabError(f"nsys wrote no {trace.name}: did the run call torch.cuda.profiler.start()? "
-                             f"({_last_line(result.stderr or result.stdout)})")
+        raise BubblelabError(
+            f"nsys wrote no {trace.name}: did the run call torch.cuda.profiler.start()? "
+            f"({_last_line(result.stderr or result.stdout)})"
+        )
     return trace
 
 
-def _run(cmd: list[str], *, timeout: float | None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def _run(
+    cmd: list[str], *, timeout: float | None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     try:
-        result = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                                env=None if env is None else {**os.environ, **env})
+        result = subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=None if env is None else {**os.environ, **env},
+        )
     except subprocess.TimeoutExpired:
         raise BubblelabError(f"{Path(cmd[0]).name} {cmd[1]} timed out after {timeout} s") from None
     except OSError as e:
         raise BubblelabError(f"cannot start {cmd[0]}: {e.strerror}") from None
     if result.returncode != 0:
-        raise BubblelabError(f"{Path(cmd[0]).name} {cmd[1]} exited with {result.returncode}: "
-                             f"{_last_line(result.stderr or result.stdout)}")
+        raise BubblelabError(
+            f"{Path(cmd[0]).name} {cmd[1]} exited with {result.returncode}: "
+            f"{_last_line(result.stderr or result.stdout)}"
+        )
     return result
 
 

@@ -4,6 +4,7 @@ Each file answers one question. A query may read earlier answers by name: pass t
 (DataFrames, or lazy DuckDB relations from `relation()` that never leave DuckDB), e.g. the attribution
 query reads the `per_step` table of the steps it should cover.
 """
+
 from __future__ import annotations
 
 from functools import cache
@@ -23,8 +24,9 @@ def read_sql(name: str) -> str:
 Relation = pd.DataFrame | duckdb.DuckDBPyRelation
 
 
-def run(con: duckdb.DuckDBPyConnection, name: str, params: dict | None = None,
-        **relations: Relation) -> pd.DataFrame:
+def run(
+    con: duckdb.DuckDBPyConnection, name: str, params: dict | None = None, **relations: Relation
+) -> pd.DataFrame:
     """Run profiling/sql/<name>.sql; `$param` placeholders come from `params`."""
     for rel_name, frame in relations.items():
         con.register(rel_name, frame)
@@ -35,7 +37,9 @@ def run(con: duckdb.DuckDBPyConnection, name: str, params: dict | None = None,
             con.unregister(rel_name)
 
 
-def relation(con: duckdb.DuckDBPyConnection, name: str, params: dict | None = None) -> duckdb.DuckDBPyRelation:
+def relation(
+    con: duckdb.DuckDBPyConnection, name: str, params: dict | None = None
+) -> duckdb.DuckDBPyRelation:
     """The query as a lazy relation, to feed another query without a round trip through pandas."""
     return con.sql(read_sql(name), params=params or {})
 
@@ -45,6 +49,8 @@ def execute(con: duckdb.DuckDBPyConnection, name: str, params: dict | None = Non
     con.execute(read_sql(name), params or {})
 
 
-def insert(con: duckdb.DuckDBPyConnection, table: str, name: str, params: dict | None = None) -> None:
+def insert(
+    con: duckdb.DuckDBPyConnection, table: str, name: str, params: dict | None = None
+) -> None:
     """Store a query's answer: INSERT INTO <table> <profiling/sql/name.sql>."""
     con.execute(f"INSERT INTO {table} {read_sql(name)}", params or {})

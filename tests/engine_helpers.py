@@ -1,4 +1,5 @@
 """Drive an engine through a scripted workload: arrivals at given ticks, aborts at given ticks."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -29,8 +30,14 @@ class Outcome:
 
 
 def make_engine(loaded, **options) -> LLMEngine:
-    defaults = dict(model="test", max_num_seqs=8, max_model_len=128, block_size=4, num_kv_blocks=128,
-                    extra={"debug": True})
+    defaults = dict(
+        model="test",
+        max_num_seqs=8,
+        max_model_len=128,
+        block_size=4,
+        num_kv_blocks=128,
+        extra={"debug": True},
+    )
     defaults.update(options)
     return LLMEngine(EngineConfig(**defaults), loaded)
 
@@ -53,7 +60,7 @@ def run_script(engine: LLMEngine, reqs: list[Req], max_ticks: int = 20000) -> Ou
                     out.reasons[o.request_id] = o.finish_reason
         tick += 1
         assert tick < max_ticks, "engine made no progress"
-    for r in reqs:   # aborted requests keep what they had committed
+    for r in reqs:  # aborted requests keep what they had committed
         seq = engine.seqs[r.rid]
         out.tokens.setdefault(r.rid, seq.output_ids)
         out.reasons.setdefault(r.rid, seq.finish_reason)
@@ -63,16 +70,25 @@ def run_script(engine: LLMEngine, reqs: list[Req], max_ticks: int = 20000) -> Ou
     return out
 
 
-def paged_decode_inputs(block_tables: torch.Tensor, block_size: int, vocab_size: int
-                        ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:
+def paged_decode_inputs(
+    block_tables: torch.Tensor, block_size: int, vocab_size: int
+) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:
     """One decode row per block-table row, at lengths that end mid-page and on a page boundary (static buffers,
     as the engine keeps them for graph replay): (input_ids, positions, meta)."""
     device = block_tables.device
-    context_lens = torch.tensor([3, block_size + 1, 7, 2 * block_size], device=device, dtype=torch.int32)
+    context_lens = torch.tensor(
+        [3, block_size + 1, 7, 2 * block_size], device=device, dtype=torch.int32
+    )
     positions = context_lens.long() - 1
-    slot_mapping = (block_tables.gather(1, (positions // block_size)[:, None]).squeeze(1).long() * block_size
-                    + positions % block_size)
+    slot_mapping = (
+        block_tables.gather(1, (positions // block_size)[:, None]).squeeze(1).long() * block_size
+        + positions % block_size
+    )
     input_ids = torch.randint(0, vocab_size, (len(context_lens),), device=device)
-    meta = AttentionMetadata(is_prefill=False, slot_mapping=slot_mapping, context_lens=context_lens,
-                             block_tables=block_tables)
+    meta = AttentionMetadata(
+        is_prefill=False,
+        slot_mapping=slot_mapping,
+        context_lens=context_lens,
+        block_tables=block_tables,
+    )
     return input_ids, positions, meta

@@ -3,12 +3,13 @@ replacing the committed traces, then review the diff): the values the queries gi
 
     python tests/pin_real_traces.py
 """
+
 from __future__ import annotations
 
 import pprint
 from pathlib import Path
 
-from test_profiling_real_traces import MEDIAN_COLUMNS, TRACES   # the table's own columns and traces
+from test_profiling_real_traces import MEDIAN_COLUMNS, TRACES  # the table's own columns and traces
 
 from bubblelab.profiling import analysis
 from bubblelab.profiling.catalog import connect
@@ -29,27 +30,35 @@ def expected(con, run: str) -> dict:
     kernels = analysis.kernel_summary(con, run).head(3)
     r6 = lambda x: round(float(x), 6)  # noqa: E731
     return dict(
-        run_id=run, steps=(len(steps), int(steps.step.min()), int(steps.step.max())), steady=(first, last, left_out),
+        run_id=run,
+        steps=(len(steps), int(steps.step.min()), int(steps.step.max())),
+        steady=(first, last, left_out),
         medians={c: r6(steady[c].median()) for c in MEDIAN_COLUMNS},
         row=(pinned, {c: round(row[c] * 1e6) for c in MEDIAN_COLUMNS}),
         began={p: r6(b) for p, b in zip(began.phase, began.bubble_ms)},
         by_time={p: r6(b) for p, b in by_time.to_dict().items()},
         syncs={" ".join(k): int(n) for k, n in syncs.items()},
-        hist=[tuple(int(v) for v in r) for r in hist[hist.gaps > 0][["lo_us", "gaps", "kernel_gaps"]].values.tolist()],
+        hist=[
+            tuple(int(v) for v in r)
+            for r in hist[hist.gaps > 0][["lo_us", "gaps", "kernel_gaps"]].values.tolist()
+        ],
         kernels=[(r.name, r.phase, int(r.calls), r6(r.total_ms)) for r in kernels.itertuples()],
-        host_late_share=r6(analysis.analyze(con, [run])["groups"][0]["host_late_share"]))
+        host_late_share=r6(analysis.analyze(con, [run])["groups"][0]["host_late_share"]),
+    )
 
 
 def main() -> None:
     con = connect(None)
     table = "EXPECTED = {\n"
     for path in sorted(TRACES.glob("*.sqlite.gz")):
-        values = pprint.pformat(expected(con, ingest(path, None, {}, con=con)), width=110, sort_dicts=False)
+        values = pprint.pformat(
+            expected(con, ingest(path, None, {}, con=con)), width=110, sort_dicts=False
+        )
         table += f"    {path.name!r}: " + "\n    ".join(values.splitlines()) + ",\n"
     test = Path(__file__).parent / "test_profiling_real_traces.py"
     text = test.read_text()
     start, end = text.index("EXPECTED = {\n"), text.index("\n}\nNAMES = ")
-    test.write_text(text[:start] + table + text[end + 1:])
+    test.write_text(text[:start] + table + text[end + 1 :])
 
 
 if __name__ == "__main__":

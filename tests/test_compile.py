@@ -1,4 +1,5 @@
 """torch.compile'd fused ops (EngineConfig.compile) against the eager model: prefill, paged decode, engine."""
+
 from __future__ import annotations
 
 import pytest
@@ -24,14 +25,20 @@ def run_steps(model, compiled: bool, decode_steps: int = 4) -> list[torch.Tensor
     model.set_compile(compiled)
     cfg = model.config
     shape = (NUM_BLOCKS, BLOCK_SIZE, cfg.num_kv_heads, cfg.head_dim)
-    model.bind_kv_cache([torch.zeros(shape) for _ in range(cfg.num_layers)],
-                        [torch.zeros(shape) for _ in range(cfg.num_layers)])
+    model.bind_kv_cache(
+        [torch.zeros(shape) for _ in range(cfg.num_layers)],
+        [torch.zeros(shape) for _ in range(cfg.num_layers)],
+    )
     g = torch.Generator().manual_seed(0)
-    block_tables = torch.randperm(NUM_BLOCKS, generator=g)[:3 * BLOCKS_PER_ROW].view(3, -1).to(torch.int32)
+    block_tables = (
+        torch.randperm(NUM_BLOCKS, generator=g)[: 3 * BLOCKS_PER_ROW].view(3, -1).to(torch.int32)
+    )
     ids = torch.randint(0, cfg.vocab_size, (sum(PROMPT_LENS),), generator=g)
 
     def slots(row: int, positions: torch.Tensor) -> torch.Tensor:
-        return block_tables[row, positions // BLOCK_SIZE].long() * BLOCK_SIZE + positions % BLOCK_SIZE
+        return (
+            block_tables[row, positions // BLOCK_SIZE].long() * BLOCK_SIZE + positions % BLOCK_SIZE
+        )
 
     meta = AttentionMetadata.for_prompts(PROMPT_LENS)
     meta.slot_mapping = torch.cat([slots(r, torch.arange(n)) for r, n in enumerate(PROMPT_LENS)])
@@ -42,8 +49,12 @@ def run_steps(model, compiled: bool, decode_steps: int = 4) -> list[torch.Tensor
     for _ in range(decode_steps):  # crosses page boundaries
         lens += 1
         pos = lens - 1
-        meta = AttentionMetadata(is_prefill=False, context_lens=lens.to(torch.int32), block_tables=block_tables,
-                                 slot_mapping=torch.stack([slots(r, p) for r, p in enumerate(pos)]))
+        meta = AttentionMetadata(
+            is_prefill=False,
+            context_lens=lens.to(torch.int32),
+            block_tables=block_tables,
+            slot_mapping=torch.stack([slots(r, p) for r, p in enumerate(pos)]),
+        )
         logits.append(model.compute_logits(model(next_ids, pos, meta)))
         next_ids = logits[-1].argmax(-1)
     return logits
@@ -65,11 +76,13 @@ def test_compile_defaults_to_eager_on_cpu(loaded):
 
 
 def test_engine_with_compile_generates_the_eager_tokens(loaded):
-    reqs = [Req(str(i), p, SamplingParams(max_tokens=6, ignore_eos=True), arrive_tick=i)
-            for i, p in enumerate([[3, 14, 15, 92, 6], [5, 35], [8, 9, 7, 9, 3, 2, 3, 8]])]
+    reqs = [
+        Req(str(i), p, SamplingParams(max_tokens=6, ignore_eos=True), arrive_tick=i)
+        for i, p in enumerate([[3, 14, 15, 92, 6], [5, 35], [8, 9, 7, 9, 3, 2, 3, 8]])
+    ]
     tokens = {}
     for compiled in (False, True):
-        engine = make_engine(loaded, compile=compiled)   # ModelRunner applies EngineConfig.compile
+        engine = make_engine(loaded, compile=compiled)  # ModelRunner applies EngineConfig.compile
         assert loaded.model.compile_enabled is compiled
         tokens[compiled] = run_script(engine, reqs).tokens
         engine.close()
@@ -85,9 +98,13 @@ def test_compiled_decode_is_sync_free_and_replays_in_a_cuda_graph():
     cfg = model.config
     rows, block_size, num_blocks = 4, 16, 16
     shape = (2, cfg.num_layers, num_blocks, block_size, cfg.num_kv_heads, cfg.head_dim)
-    kv = torch.randn(shape, device="cuda", dtype=torch.bfloat16)  # one pool, as ModelRunner allocates it
+    kv = torch.randn(
+        shape, device="cuda", dtype=torch.bfloat16
+    )  # one pool, as ModelRunner allocates it
     model.bind_kv_cache(list(kv[0]), list(kv[1]))
-    block_tables = torch.randperm(num_blocks, device="cuda")[:rows * 2].view(rows, 2).to(torch.int32)
+    block_tables = (
+        torch.randperm(num_blocks, device="cuda")[: rows * 2].view(rows, 2).to(torch.int32)
+    )
     input_ids, positions, meta = paged_decode_inputs(block_tables, block_size, cfg.vocab_size)
 
     def step() -> torch.Tensor:
@@ -107,11 +124,15 @@ def test_compiled_decode_is_sync_free_and_replays_in_a_cuda_graph():
     finally:
         torch.cuda.set_sync_debug_mode("default")
     torch.testing.assert_close(compiled, eager, atol=2e-2, rtol=2e-2)
-    torch.testing.assert_close(kv, kv_eager, atol=2e-2, rtol=2e-2)  # K/V written in place, nowhere else
+    torch.testing.assert_close(
+        kv, kv_eager, atol=2e-2, rtol=2e-2
+    )  # K/V written in place, nowhere else
 
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         captured = step()
-    input_ids.copy_(torch.randint(0, cfg.vocab_size, (rows,), device="cuda"))  # new inputs, same buffers
+    input_ids.copy_(
+        torch.randint(0, cfg.vocab_size, (rows,), device="cuda")
+    )  # new inputs, same buffers
     graph.replay()
     torch.testing.assert_close(captured, step())

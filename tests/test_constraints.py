@@ -1,4 +1,5 @@
 """Constrained decoding: random walks through the masks always parse, EOS only when complete, budgets hold."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -12,11 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bubblelab.engine.constraints import CONSTRAINTS, make_constraint, parse_output
-from bubblelab.errors import RequestError
 from bubblelab.engine.sampler import bitmask_words
+from bubblelab.errors import RequestError
 
-SMOL_VOCAB, SMOL_EOS = 49152, (2,)          # SmolLM2: <|im_end|>
-FREE_VOCAB, FREE_EOS = 512, (2,)            # a tiny random-weight preset
+SMOL_VOCAB, SMOL_EOS = 49152, (2,)  # SmolLM2: <|im_end|>
+FREE_VOCAB, FREE_EOS = 512, (2,)  # a tiny random-weight preset
 
 
 @pytest.fixture(scope="session")
@@ -46,7 +47,9 @@ def walk(constraint, budget: int, vocab: dict, choose) -> list[int]:
         constraint.fill_bitmask(out, remaining)
         allowed = allowed_ids(out)
         assert len(allowed) > 0
-        assert bool(eos & set(allowed.tolist())) == constraint.is_complete()   # EOS exactly when complete
+        assert (
+            bool(eos & set(allowed.tolist())) == constraint.is_complete()
+        )  # EOS exactly when complete
         token = int(choose(allowed))
         tokens.append(token)
         constraint.advance(token)
@@ -57,13 +60,19 @@ def walk(constraint, budget: int, vocab: dict, choose) -> list[int]:
 
 spatial_cases = st.one_of(
     st.tuples(st.just("point"), st.just({})),
-    st.tuples(st.just("detect"), st.fixed_dictionaries({}, optional={"max_objects": st.integers(1, 6),
-                                                                      "min_objects": st.integers(0, 1)})),
+    st.tuples(
+        st.just("detect"),
+        st.fixed_dictionaries(
+            {}, optional={"max_objects": st.integers(1, 6), "min_objects": st.integers(0, 1)}
+        ),
+    ),
 )
 
 
 @settings(max_examples=40, deadline=None)
-@given(case=spatial_cases, use_tokenizer=st.booleans(), extra_budget=st.integers(0, 60), data=st.data())
+@given(
+    case=spatial_cases, use_tokenizer=st.booleans(), extra_budget=st.integers(0, 60), data=st.data()
+)
 def test_random_walks_always_parse(tokenizer, case, use_tokenizer, extra_budget, data):
     kind, args = case
     vocab = vocab_of(tokenizer if use_tokenizer else None)
@@ -78,9 +87,11 @@ def test_random_walks_always_parse(tokenizer, case, use_tokenizer, extra_budget,
     else:
         assert args.get("min_objects", 1) <= len(value) <= args.get("max_objects", 5)
         assert all(len(obj) == 3 and all(0 <= v < 1 for v in obj) for obj in value)
-    if use_tokenizer:   # the masks speak the tokenizer's real strings
+    if use_tokenizer:  # the masks speak the tokenizer's real strings
         text = tokenizer.decode(tokens[:-1])
-        assert parse_output(kind, tokenizer.encode(text) + [SMOL_EOS[0]], **vocab, args=args) == value
+        assert (
+            parse_output(kind, tokenizer.encode(text) + [SMOL_EOS[0]], **vocab, args=args) == value
+        )
 
 
 def test_tokenizer_free_ids_spell_the_documented_format():
@@ -88,9 +99,14 @@ def test_tokenizer_free_ids_spell_the_documented_format():
     digits = {str(d): 100 + d for d in range(10)} | {".": 110, ",": 111, ";": 112}
     spell = lambda text: [digits[ch] for ch in text] + [FREE_EOS[0]]
     assert parse_output("point", spell("0.512,0.334"), **vocab) == (0.512, 0.334)
-    assert parse_output("detect", spell("0.100,0.200,0.050;0.400,0.500,0.100"), **vocab) == \
-        [(0.1, 0.2, 0.05), (0.4, 0.5, 0.1)]
-    assert parse_output("point", spell("0.512,0.334")[:-1], **vocab) == (0.512, 0.334)   # EOS optional
+    assert parse_output("detect", spell("0.100,0.200,0.050;0.400,0.500,0.100"), **vocab) == [
+        (0.1, 0.2, 0.05),
+        (0.4, 0.5, 0.1),
+    ]
+    assert parse_output("point", spell("0.512,0.334")[:-1], **vocab) == (
+        0.512,
+        0.334,
+    )  # EOS optional
     for bad in ("0.512", "0.512,0.334,", "1.000,0.000"):
         with pytest.raises(ValueError):
             parse_output("point", spell(bad), **vocab)
@@ -99,18 +115,22 @@ def test_tokenizer_free_ids_spell_the_documented_format():
 def test_budget_rule_closes_detect_in_time():
     vocab = vocab_of(None)
     c = make_constraint("detect", **vocab, args={"max_objects": 3})
-    for ch in "0.100,0.200,0.050":        # one complete object (17 tokens)
+    for ch in "0.100,0.200,0.050":  # one complete object (17 tokens)
         c.advance(100 + int(ch) if ch.isdigit() else {".": 110, ",": 111}[ch])
     out = np.zeros(bitmask_words(FREE_VOCAB), dtype=np.int32)
     for remaining, expected in [(1, [2]), (18, [2]), (19, [2, 112]), (100, [2, 112])]:
-        c.fill_bitmask(out, remaining)    # ";" needs 17 more tokens plus EOS to close the next object
+        c.fill_bitmask(out, remaining)  # ";" needs 17 more tokens plus EOS to close the next object
         assert allowed_ids(out).tolist() == expected, remaining
 
 
 def test_detect_stops_at_max_objects():
     vocab = vocab_of(None)
-    tokens = walk(make_constraint("detect", **vocab, args={"max_objects": 2}), 1000, vocab,
-                  lambda ids: ids[-1])     # always the highest id: ";" over EOS whenever both are allowed
+    tokens = walk(
+        make_constraint("detect", **vocab, args={"max_objects": 2}),
+        1000,
+        vocab,
+        lambda ids: ids[-1],
+    )  # always the highest id: ";" over EOS whenever both are allowed
     assert len(parse_output("detect", tokens, **vocab, args={"max_objects": 2})) == 2
 
 
@@ -119,7 +139,7 @@ def test_point_mask_is_exact_without_tokenizer():
     c = make_constraint("point", **vocab, max_tokens=12)
     out = np.zeros(bitmask_words(FREE_VOCAB), dtype=np.int32)
     c.fill_bitmask(out, 12)
-    assert allowed_ids(out).tolist() == [100]                      # "0" of "0.xyz"
+    assert allowed_ids(out).tolist() == [100]  # "0" of "0.xyz"
     c.advance(100)
     c.fill_bitmask(out, 11)
     assert allowed_ids(out).tolist() == [110]
@@ -127,16 +147,19 @@ def test_point_mask_is_exact_without_tokenizer():
         c.advance(111)
 
 
-@pytest.mark.parametrize("spec,args,max_tokens,match", [
-    ("segment", None, None, "unknown constraint"),
-    ("point:1", None, None, "unknown constraint"),
-    ("regex:", None, None, "unknown constraint"),
-    ("point", None, 11, "too small for a point output, which needs at least 12"),
-    ("detect", None, 17, "needs at least 18"),
-    ("detect", {"max_objects": 0}, None, "max_objects"),
-    ("detect", {"min_objects": 4, "max_objects": 3}, None, "min_objects"),
-    ("point", {"max_objects": 2}, None, "unknown point constraint args"),
-])
+@pytest.mark.parametrize(
+    "spec,args,max_tokens,match",
+    [
+        ("segment", None, None, "unknown constraint"),
+        ("point:1", None, None, "unknown constraint"),
+        ("regex:", None, None, "unknown constraint"),
+        ("point", None, 11, "too small for a point output, which needs at least 12"),
+        ("detect", None, 17, "needs at least 18"),
+        ("detect", {"max_objects": 0}, None, "max_objects"),
+        ("detect", {"min_objects": 4, "max_objects": 3}, None, "min_objects"),
+        ("point", {"max_objects": 2}, None, "unknown point constraint args"),
+    ],
+)
 def test_bad_requests_raise_one_line_request_errors(spec, args, max_tokens, match):
     with pytest.raises(RequestError, match=match) as err:
         make_constraint(spec, **vocab_of(None), args=args, max_tokens=max_tokens)
@@ -156,14 +179,16 @@ def test_tokenizer_free_needs_room_for_its_ids():
 
 # -- xgrammar: regex and JSON schema --------------------------------------------------------------------------
 
+
 def test_grammar_specs_without_xgrammar_say_so(tokenizer, monkeypatch):
-    monkeypatch.setitem(sys.modules, "xgrammar", None)    # makes `import xgrammar` raise ImportError
+    monkeypatch.setitem(sys.modules, "xgrammar", None)  # makes `import xgrammar` raise ImportError
     with pytest.raises(RequestError, match="xgrammar, which is not installed"):
         make_constraint("regex:[0-9]+", **vocab_of(tokenizer))
 
 
-xgrammar_installed = pytest.mark.skipif(importlib.util.find_spec("xgrammar") is None,
-                                        reason="xgrammar is not installed")
+xgrammar_installed = pytest.mark.skipif(
+    importlib.util.find_spec("xgrammar") is None, reason="xgrammar is not installed"
+)
 
 
 @xgrammar_installed
@@ -172,7 +197,12 @@ xgrammar_installed = pytest.mark.skipif(importlib.util.find_spec("xgrammar") is 
 def test_regex_walks_parse(tokenizer, data):
     vocab = vocab_of(tokenizer)
     spec = "regex:(yes|no|[0-9]{1,3}(\\.[0-9])?)"
-    tokens = walk(make_constraint(spec, **vocab), 64, vocab, lambda ids: data.draw(st.sampled_from(ids.tolist())))
+    tokens = walk(
+        make_constraint(spec, **vocab),
+        64,
+        vocab,
+        lambda ids: data.draw(st.sampled_from(ids.tolist())),
+    )
     text = parse_output(spec, tokens, **vocab)
     assert text in ("yes", "no") or 1 <= len(text.split(".")[0]) <= 3
 
@@ -182,16 +212,26 @@ def test_regex_walks_parse(tokenizer, data):
 @given(budget=st.integers(2, 6), data=st.data())
 def test_regex_ends_with_eos_on_the_last_budgeted_token(tokenizer, budget, data):
     vocab = vocab_of(tokenizer)
-    tokens = walk(make_constraint("regex:[0-9]+", **vocab), budget, vocab,
-                  lambda ids: data.draw(st.sampled_from(ids.tolist())))
+    tokens = walk(
+        make_constraint("regex:[0-9]+", **vocab),
+        budget,
+        vocab,
+        lambda ids: data.draw(st.sampled_from(ids.tolist())),
+    )
     assert parse_output("regex:[0-9]+", tokens, **vocab).isdigit()
 
 
 @xgrammar_installed
 def test_json_schema_masks_follow_the_schema(tokenizer):
     vocab = vocab_of(tokenizer)
-    schema = json.dumps({"type": "object", "properties": {"x": {"type": "number"}, "label": {"type": "string"}},
-                         "required": ["x", "label"], "additionalProperties": False})
+    schema = json.dumps(
+        {
+            "type": "object",
+            "properties": {"x": {"type": "number"}, "label": {"type": "string"}},
+            "required": ["x", "label"],
+            "additionalProperties": False,
+        }
+    )
     spec = f"json:{schema}"
     constraint = make_constraint(spec, **vocab)
     tokens = tokenizer.encode('{"x": 0.25, "label": "cat"}') + list(SMOL_EOS)
@@ -206,7 +246,9 @@ def test_json_schema_masks_follow_the_schema(tokenizer):
 
 
 @xgrammar_installed
-@pytest.mark.parametrize("spec,match", [("regex:(", "invalid regex"), ("json:{bad", "invalid json")])
+@pytest.mark.parametrize(
+    "spec,match", [("regex:(", "invalid regex"), ("json:{bad", "invalid json")]
+)
 def test_bad_grammars_raise_request_errors(tokenizer, spec, match):
     with pytest.raises(RequestError, match=match):
         make_constraint(spec, **vocab_of(tokenizer))

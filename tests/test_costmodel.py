@@ -1,17 +1,25 @@
 """The cost model on synthetic frames shaped like the contract (docs/phases.md)."""
+
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
-from bubblelab.costmodel.model import VLLM_BUCKETS, StepCost, graph_bucket, whatif_curve, whatif_speedup, zombie_tax
+from bubblelab.costmodel.model import (
+    VLLM_BUCKETS,
+    StepCost,
+    graph_bucket,
+    whatif_curve,
+    whatif_speedup,
+    zombie_tax,
+)
 from bubblelab.costmodel.predict import predict_runs
-from bubblelab.profiling.analysis import steady_state
-from bubblelab.runs.rundir import RUN_COLUMNS, STEP_COLUMNS, load_runs, read_results, write_results
 from bubblelab.costmodel.simulate import LoopCosts, simulate_run
 from bubblelab.costmodel.wholerun import finish_events, predict_whole_run
 from bubblelab.errors import BubblelabError
-
+from bubblelab.profiling.analysis import steady_state
+from bubblelab.runs.rundir import RUN_COLUMNS, STEP_COLUMNS, load_runs, read_results, write_results
 
 
 @pytest.fixture(scope="module")
@@ -19,10 +27,22 @@ def sim():
     runs, steps, timelines = [], [], []
     for streams in (1, 8):
         for depth in (1, 2):
-            r = simulate_run(depth, streams=streams, requests=4 * streams, output_len=48,
-                             costs=LoopCosts(fwd_base=1.0), seed=streams)
-            runs.append(r["run"]); steps.append(r["steps"]); timelines.append(r["timeline"])
-    return pd.DataFrame(runs), pd.concat(steps, ignore_index=True), pd.concat(timelines, ignore_index=True)
+            r = simulate_run(
+                depth,
+                streams=streams,
+                requests=4 * streams,
+                output_len=48,
+                costs=LoopCosts(fwd_base=1.0),
+                seed=streams,
+            )
+            runs.append(r["run"])
+            steps.append(r["steps"])
+            timelines.append(r["timeline"])
+    return (
+        pd.DataFrame(runs),
+        pd.concat(steps, ignore_index=True),
+        pd.concat(timelines, ignore_index=True),
+    )
 
 
 def test_graph_bucket_pads_to_vllm_sizes():
@@ -31,7 +51,12 @@ def test_graph_bucket_pads_to_vllm_sizes():
     assert graph_bucket(10_000) == 10_000  # past the largest graph: eager, unpadded
 
 
-@given(L=st.floats(2, 2000), streams=st.integers(1, 256), base=st.floats(0.1, 10), per_row=st.floats(0, 1))
+@given(
+    L=st.floats(2, 2000),
+    streams=st.integers(1, 256),
+    base=st.floats(0.1, 10),
+    per_row=st.floats(0, 1),
+)
 def test_zombie_tax_bounds(L, streams, base, per_row):
     """Weights + per-row work (concave, g(0) = 0) gives 0 <= z <= 1/L; with graph buckets, a zombie that
     fits the padding of its step's bucket is free."""
@@ -46,9 +71,9 @@ def test_zombie_tax_bounds(L, streams, base, per_row):
 def test_zombie_tax_limits():
     flat = StepCost.from_points([1, 8, 32], [5.0, 5.0, 5.0])
     linear = StepCost.from_points(range(1, 65), [0.5 * b for b in range(1, 65)], buckets=None)
-    assert zombie_tax(100, 1, flat) == pytest.approx(0.01)      # one stream: a whole wasted step
-    assert zombie_tax(100, 16, flat) == 0.0                      # memory bound: the zombie rides free
-    assert zombie_tax(100, 16, linear) == pytest.approx(0.01)   # compute bound: it costs its share
+    assert zombie_tax(100, 1, flat) == pytest.approx(0.01)  # one stream: a whole wasted step
+    assert zombie_tax(100, 16, flat) == 0.0  # memory bound: the zombie rides free
+    assert zombie_tax(100, 16, linear) == pytest.approx(0.01)  # compute bound: it costs its share
     # Crossing a bucket boundary is the expensive case: 9 rows run the 16-row graph, 8 rows the 8-row one.
     steep = StepCost.from_points([8, 16], [4.0, 6.0])
     assert zombie_tax(100, 9, steep) > zombie_tax(100, 8, steep) == 0.0
@@ -57,19 +82,24 @@ def test_zombie_tax_limits():
 def test_whatif_peaks_where_gpu_time_equals_host_time():
     k = np.logspace(-2, 2, 401)
     s = whatif_speedup(k, gpu_ms=2.0, exposed_ms=0.5, z=0.0)
-    assert k[np.argmax(s)] == pytest.approx(0.25, rel=0.03)      # k * gpu == host
-    assert s.max() == pytest.approx(2.0, rel=0.01)               # host and GPU fully overlapped
-    assert s[-1] == pytest.approx(1.0, abs=0.01)                 # huge forward: nothing left to hide
+    assert k[np.argmax(s)] == pytest.approx(0.25, rel=0.03)  # k * gpu == host
+    assert s.max() == pytest.approx(2.0, rel=0.01)  # host and GPU fully overlapped
+    assert s[-1] == pytest.approx(1.0, abs=0.01)  # huge forward: nothing left to hide
     assert whatif_speedup(1.0, 2.0, 0.5, z=0.0) == pytest.approx(1.25)
 
 
-@pytest.mark.parametrize("blocking, pipelined, gpu, host", [(5.44, 5.10, 5.07, 0.37),   # the post's 3090
-                                                            (3.41, 1.44, 1.42, 0.10),   # unexplained idle
-                                                            (1.53, 1.17, 1.16, 0.45)])  # host partly hidden
+@pytest.mark.parametrize(
+    "blocking, pipelined, gpu, host",
+    [
+        (5.44, 5.10, 5.07, 0.37),  # the post's 3090
+        (3.41, 1.44, 1.42, 0.10),  # unexplained idle
+        (1.53, 1.17, 1.16, 0.45),
+    ],
+)  # host partly hidden
 def test_whatif_curve_goes_through_the_measured_point(blocking, pipelined, gpu, host):
     curve = whatif_curve(blocking, pipelined, gpu, host, z=0.01).set_index("k")
     assert curve.loc[1.0, "speedup_pct"] == pytest.approx((blocking / pipelined * 0.99 - 1) * 100)
-    assert curve["speedup_pct"].iloc[-1] < curve.loc[1.0, "speedup_pct"]   # slower GPU: less to win
+    assert curve["speedup_pct"].iloc[-1] < curve.loc[1.0, "speedup_pct"]  # slower GPU: less to win
 
 
 def test_simulated_frames_follow_the_contract(sim):
@@ -108,8 +138,16 @@ def test_predictions_match_the_simulated_loop(sim):
 
 def test_whole_run_with_host_bound_ticks():
     """When the host tick outlasts the forward, depth 2 is host-bound: T_pipe = host critical path."""
-    costs = LoopCosts(fwd_base=0.2, fwd_per_row=0.0, sampling=0.05, plan=0.2, launch=0.2, commit=0.2,
-                      finalize=0.1, jitter=0.0)
+    costs = LoopCosts(
+        fwd_base=0.2,
+        fwd_per_row=0.0,
+        sampling=0.05,
+        plan=0.2,
+        launch=0.2,
+        commit=0.2,
+        finalize=0.1,
+        jitter=0.0,
+    )
     d1, d2 = (simulate_run(d, streams=4, requests=8, output_len=40, costs=costs) for d in (1, 2))
     whole = predict_whole_run(d1["steps"], d1["run"]["wall_s"], StepCost.from_steps(d1["steps"]))
     observed = d1["run"]["wall_s"] / d2["run"]["wall_s"]
@@ -123,7 +161,10 @@ def test_results_round_trip(tmp_path, sim):
     write_results(tmp_path, runs, steps, attribution, None, {"command": "x"}, timeline)
     back = read_results(tmp_path)
     pd.testing.assert_frame_equal(back.runs, runs, check_dtype=False)
-    assert len(back.steps) == len(steps) and back.steps["period_ms"].isna().sum() == steps["period_ms"].isna().sum()
+    assert (
+        len(back.steps) == len(steps)
+        and back.steps["period_ms"].isna().sum() == steps["period_ms"].isna().sum()
+    )
     assert back.gaps.empty and back.provenance == {"command": "x"}
     with pytest.raises(BubblelabError, match="no results.json"):
         read_results(tmp_path / "missing")
@@ -131,18 +172,23 @@ def test_results_round_trip(tmp_path, sim):
     with pytest.raises(BubblelabError, match="runs lack the column.s. wall_s"):
         read_results(tmp_path)
     write_results(tmp_path, runs.drop(columns=["command"]), steps)
-    assert read_results(tmp_path).runs["command"].isna().all()       # optional metadata: kept as a column
+    assert (
+        read_results(tmp_path).runs["command"].isna().all()
+    )  # optional metadata: kept as a column
 
 
 def test_load_runs_from_a_duckdb_catalog(tmp_path, sim):
     import duckdb
+
     runs, steps, _ = sim
     path = tmp_path / "catalog.duckdb"
     with duckdb.connect(str(path)) as con:
         con.sql("CREATE TABLE runs AS FROM runs")
         con.sql("CREATE TABLE steps AS FROM steps")
     loaded = load_runs(path)
-    assert sorted(loaded.runs["run_id"]) == sorted(runs["run_id"]) and len(loaded.steps) == len(steps)
+    assert sorted(loaded.runs["run_id"]) == sorted(runs["run_id"]) and len(loaded.steps) == len(
+        steps
+    )
     empty = tmp_path / "empty.duckdb"
     duckdb.connect(str(empty)).close()
     with pytest.raises(BubblelabError, match="lacks the runs/steps tables"):
@@ -155,9 +201,16 @@ def test_repeats_pool_steps_and_bootstrap_the_observed_ratio_over_runs():
     runs, steps = [], []
     for repeat in range(3):
         for depth in (1, 2):
-            r = simulate_run(depth, streams=4, requests=8, output_len=32, seed=10 + repeat,
-                             run_id=f"r{repeat}-d{depth}")
-            runs.append(r["run"]); steps.append(r["steps"])
+            r = simulate_run(
+                depth,
+                streams=4,
+                requests=8,
+                output_len=32,
+                seed=10 + repeat,
+                run_id=f"r{repeat}-d{depth}",
+            )
+            runs.append(r["run"])
+            steps.append(r["steps"])
     row = predict_runs(pd.DataFrame(runs), pd.concat(steps), n_boot=300).iloc[0]
     assert row.runs_block == "r0-d1,r1-d1,r2-d1" and row.runs_pipe == "r0-d2,r1-d2,r2-d2"
     assert row.observed_lo < row.observed_pct < row.observed_hi
@@ -168,19 +221,32 @@ def test_a_run_without_steady_steps_is_skipped_and_named(sim):
     broken = steps[~((steps.run_id == "sim-d2-s8-8") & (steps.kind == "decode"))]
     table = predict_runs(runs, broken, n_boot=50)
     assert list(table["streams"]) == [1]
-    assert table.attrs["skipped"] == ["sim · simulated · 8 streams: no steady-state decode steps in runs "
-                                      "sim-d1-s8-8, sim-d2-s8-8"]
+    assert table.attrs["skipped"] == [
+        "sim · simulated · 8 streams: no steady-state decode steps in runs sim-d1-s8-8, sim-d2-s8-8"
+    ]
 
 
-@pytest.mark.parametrize("costs", [
-    LoopCosts(fwd_base=0.2, fwd_per_row=0.001, plan=0.2, launch=0.2, commit=0.2, finalize=0.1),  # host-bound
-    LoopCosts(fwd_base=0.6, fwd_per_row=0.005),                                                   # balanced
-    LoopCosts(fwd_base=0.2, fwd_per_row=0.1, buckets=None),                                       # compute-bound
-], ids=["host-bound", "balanced", "compute-bound"])
+@pytest.mark.parametrize(
+    "costs",
+    [
+        LoopCosts(
+            fwd_base=0.2, fwd_per_row=0.001, plan=0.2, launch=0.2, commit=0.2, finalize=0.1
+        ),  # host-bound
+        LoopCosts(fwd_base=0.6, fwd_per_row=0.005),  # balanced
+        LoopCosts(fwd_base=0.2, fwd_per_row=0.1, buckets=None),  # compute-bound
+    ],
+    ids=["host-bound", "balanced", "compute-bound"],
+)
 @pytest.mark.parametrize("streams", [1, 32])
 def test_whole_run_model_tracks_the_wall_clock_in_every_regime(costs, streams):
-    d1, d2 = (simulate_run(d, streams=streams, requests=4 * streams, output_len=64, costs=costs, seed=streams)
-              for d in (1, 2))
-    whole = predict_whole_run(d1["steps"], d1["run"]["wall_s"], StepCost.from_steps(d1["steps"], costs.buckets))
+    d1, d2 = (
+        simulate_run(
+            d, streams=streams, requests=4 * streams, output_len=64, costs=costs, seed=streams
+        )
+        for d in (1, 2)
+    )
+    whole = predict_whole_run(
+        d1["steps"], d1["run"]["wall_s"], StepCost.from_steps(d1["steps"], costs.buckets)
+    )
     observed = d1["run"]["wall_s"] / d2["run"]["wall_s"]
     assert (whole.speedup - 1) * 100 == pytest.approx((observed - 1) * 100, abs=1.0)

@@ -1,4 +1,5 @@
 """The cost model against the Photon post's own table ("Now put real numbers in it")."""
+
 import pytest
 
 from bubblelab.costmodel.blog import blog_table
@@ -35,7 +36,9 @@ def test_predict_blog_uses_bucketed_zombie_tax():
     assert table.loc[("3090", 1), "z"] == pytest.approx(1 / 104)
     # 8 and 32 are CUDA-graph buckets that also hold S - 1 rows: the zombie fills a padded row for free.
     assert table.loc[("B200", 32), "z"] == 0.0
-    assert table.loc[("3090", 8), "predicted_pct"] == pytest.approx(table.loc[("3090", 8), "predicted_hi"])
+    assert table.loc[("3090", 8), "predicted_pct"] == pytest.approx(
+        table.loc[("3090", 8), "predicted_hi"]
+    )
     # Our predictions land as close to the observed column as the post's own did (mean |error| in points).
     ours = (table["observed_pct"] - table["predicted_pct"]).abs().mean()
     theirs = (table["observed_pct"] - table["published_pct"]).abs().mean()

@@ -1,12 +1,13 @@
 """The cost model on the committed H200 nsys traces (qwen3-0.6b, depth 1 and 2, 1 and 32 streams)."""
+
 import pandas as pd
 import pytest
 
 from bubblelab.costmodel.model import host_tick_ms, step_gpu_ms
 from bubblelab.costmodel.predict import predict_runs
-from bubblelab.runs.traces import load_traces
 from bubblelab.errors import BubblelabError
 from bubblelab.profiling.analysis import steady_state
+from bubblelab.runs.traces import load_traces
 
 
 @pytest.fixture(scope="module")
@@ -24,13 +25,30 @@ def test_depth_one_alone_predicts_the_pipelined_period(traces):
     for row in table.itertuples():
         d2 = steady_state(results.steps[results.steps.run_id == row.runs_pipe])
         assert row.d1_pipelined_ms == pytest.approx(row.pipelined_ms, rel=0.02)
-        assert row.pipelined_ms - row.d1_pipelined_ms == pytest.approx(d2.bubble_ms.median(), abs=0.01)
+        assert row.pipelined_ms - row.d1_pipelined_ms == pytest.approx(
+            d2.bubble_ms.median(), abs=0.01
+        )
     columns = ["pipelined_ms", "d1_pipelined_ms", "predicted_pct", "d1_predicted_pct"]
     assert table[columns].to_dict("index") == {
-        1: pytest.approx(dict(pipelined_ms=1.503265, d1_pipelined_ms=1.480865, predicted_pct=34.297866,
-                              d1_predicted_pct=36.329341), abs=1e-6),
-        32: pytest.approx(dict(pipelined_ms=1.572514, d1_pipelined_ms=1.549026, predicted_pct=35.906835,
-                               d1_predicted_pct=37.9676), abs=1e-6)}
+        1: pytest.approx(
+            dict(
+                pipelined_ms=1.503265,
+                d1_pipelined_ms=1.480865,
+                predicted_pct=34.297866,
+                d1_predicted_pct=36.329341,
+            ),
+            abs=1e-6,
+        ),
+        32: pytest.approx(
+            dict(
+                pipelined_ms=1.572514,
+                d1_pipelined_ms=1.549026,
+                predicted_pct=35.906835,
+                d1_predicted_pct=37.9676,
+            ),
+            abs=1e-6,
+        ),
+    }
 
 
 def test_kernel_unions_would_count_the_graphs_kernel_gaps_as_hideable(traces):
@@ -41,11 +59,12 @@ def test_kernel_unions_would_count_the_graphs_kernel_gaps_as_hideable(traces):
     for row in table.itertuples():
         d1 = steady_state(results.steps[results.steps.run_id == row.runs_block])
         d2 = steady_state(results.steps[results.steps.run_id == row.runs_pipe])
-        union = d1.busy_ms.median()      # all GPU activity of the period: the kernels, not their gaps
+        union = d1.busy_ms.median()  # all GPU activity of the period: the kernels, not their gaps
         assert union < 0.96 * row.pipelined_ms < 0.96 * step_gpu_ms(d1).median() * 1.02
         # what the union misses is the kernel gaps, plus the depth-2 bubble (test above)
-        assert row.pipelined_ms - union == pytest.approx(d1.kernel_gap_ms.median() + d2.bubble_ms.median(),
-                                                         abs=0.01)
+        assert row.pipelined_ms - union == pytest.approx(
+            d1.kernel_gap_ms.median() + d2.bubble_ms.median(), abs=0.01
+        )
 
 
 def test_one_steady_state_rule(traces):
@@ -66,22 +85,39 @@ def test_trimmed_traces_are_modelled_as_windows(traces):
 def test_trimmed_traces_predict_their_window(traces):
     _, table = traces
     # One prefill and no ramp-down in the 1-stream window: the replay is within a point of the measured rate.
-    assert table.loc[1, "wall_predicted_pct"] == pytest.approx(table.loc[1, "wall_observed_pct"], abs=1.0)
+    assert table.loc[1, "wall_predicted_pct"] == pytest.approx(
+        table.loc[1, "wall_observed_pct"], abs=1.0
+    )
 
 
 def test_host_tick_counts_the_loop_code_between_phases():
-    steps = pd.DataFrame({"period_ms": [5.0, None], "wait_ms": [3.0, 3.0], "plan_ms": [0.1, 0.1],
-                          "launch_ms": [1.0, 1.0], "finalize_ms": [0.2, 0.2], "commit_ms": [3.1, 3.1]})
+    steps = pd.DataFrame(
+        {
+            "period_ms": [5.0, None],
+            "wait_ms": [3.0, 3.0],
+            "plan_ms": [0.1, 0.1],
+            "launch_ms": [1.0, 1.0],
+            "finalize_ms": [0.2, 0.2],
+            "commit_ms": [3.1, 3.1],
+        }
+    )
     # 2.0 ms of the period is host work; the phases name 1.4 ms of it. The last step has no period.
     assert host_tick_ms(steps).tolist() == pytest.approx([2.0, 1.4])
 
 
 def test_step_gpu_ms_uses_spans():
-    spans = pd.DataFrame({"forward_ms": [4.8], "sampling_ms": [0.02], "kernel_gap_ms": [0.9],
-                          "gpu_start_ns": [0], "gpu_end_ns": [5_000_000]})
-    assert step_gpu_ms(spans).tolist() == pytest.approx([4.82])      # the contract's spans
+    spans = pd.DataFrame(
+        {
+            "forward_ms": [4.8],
+            "sampling_ms": [0.02],
+            "kernel_gap_ms": [0.9],
+            "gpu_start_ns": [0],
+            "gpu_end_ns": [5_000_000],
+        }
+    )
+    assert step_gpu_ms(spans).tolist() == pytest.approx([4.82])  # the contract's spans
     unions = spans.drop(columns="kernel_gap_ms").assign(forward_ms=3.9)
-    assert step_gpu_ms(unions).tolist() == pytest.approx([5.0])      # an older table: the step's span
+    assert step_gpu_ms(unions).tolist() == pytest.approx([5.0])  # an older table: the step's span
 
 
 def test_unknown_trace_names_are_refused():
@@ -91,6 +127,7 @@ def test_unknown_trace_names_are_refused():
 
 def test_report_of_the_committed_traces(traces):
     from bubblelab.report.report import render_report
+
     results, _ = traces
     html = render_report(results, "committed traces", n_boot=100)
     assert "window of the run: measured" in html and "kernel gaps ms" in html

@@ -1,4 +1,5 @@
 """load_model() sources (embedded GGUF, HF directory, presets), the greedy oracle, and one-line input errors."""
+
 from __future__ import annotations
 
 import json
@@ -12,11 +13,11 @@ from safetensors.torch import save_file
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from bubblelab.engine.attention import AttentionMetadata
-from bubblelab.errors import BubblelabError
 from bubblelab.engine.gguf_loader import gguf_cache_dir
 from bubblelab.engine.loader import embedded_model_path, load_model
 from bubblelab.engine.reference import greedy_reference
 from bubblelab.engine.tokenizer import chat_prompt_ids
+from bubblelab.errors import BubblelabError
 
 
 @pytest.fixture(scope="module")
@@ -27,13 +28,17 @@ def embedded():
 def test_embedded_model_answers_paris(embedded):
     assert embedded.source == "gguf" and embedded.config.architecture == "llama"
     prompt = chat_prompt_ids(embedded.tokenizer, "What is the capital of France?")
-    answer = greedy_reference(embedded, prompt, max_new_tokens=24, stop_token_ids=embedded.config.eos_token_ids)
+    answer = greedy_reference(
+        embedded, prompt, max_new_tokens=24, stop_token_ids=embedded.config.eos_token_ids
+    )
     assert "Paris" in embedded.tokenizer.decode(answer)
 
 
 def test_gguf_conversion_and_tokenizer_are_cached(embedded):
     cache = gguf_cache_dir(embedded_model_path())
-    assert (cache / "model" / "model.safetensors").is_file() and (cache / "tokenizer" / "tokenizer.json").is_file()
+    assert (cache / "model" / "model.safetensors").is_file() and (
+        cache / "tokenizer" / "tokenizer.json"
+    ).is_file()
     start = time.perf_counter()
     load_model()
     assert time.perf_counter() - start < 10.0  # warm load; measured ~1.4 s on the 2-core dev box
@@ -58,8 +63,16 @@ def test_preset_in_bf16():
 
 
 def test_hf_directory_with_v4_rope_spelling_and_tokenizer(embedded, tmp_path):
-    LlamaForCausalLM(LlamaConfig(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=1,
-                                 num_attention_heads=4, num_key_value_heads=2)).save_pretrained(tmp_path)
+    LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=300,
+            hidden_size=64,
+            intermediate_size=96,
+            num_hidden_layers=1,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+        )
+    ).save_pretrained(tmp_path)
     raw = json.loads((tmp_path / "config.json").read_text())
     raw.pop("rope_parameters")  # transformers 4.x wrote rope_theta + rope_scaling instead
     raw |= {"rope_theta": 5000.0, "rope_scaling": {"type": "linear", "factor": 2.0}}
@@ -67,7 +80,10 @@ def test_hf_directory_with_v4_rope_spelling_and_tokenizer(embedded, tmp_path):
     embedded.tokenizer.save_pretrained(tmp_path)
     loaded = load_model(str(tmp_path))
     assert loaded.source == "hf" and loaded.tokenizer is not None
-    assert loaded.config.rope_theta == 5000.0 and loaded.config.rope_scaling == {"type": "linear", "factor": 2.0}
+    assert loaded.config.rope_theta == 5000.0 and loaded.config.rope_scaling == {
+        "type": "linear",
+        "factor": 2.0,
+    }
 
 
 def _gguf_with_architecture(path, arch: str) -> None:

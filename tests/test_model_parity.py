@@ -1,30 +1,59 @@
 """Our TransformerLM against transformers' reference implementations, and paged decode against no cache."""
+
 from __future__ import annotations
 
 import gguf
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+from transformers import (
+    AutoModelForCausalLM,
+    LlamaConfig,
+    LlamaForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
 
 from bubblelab.engine.attention import AttentionMetadata, select_backend, store_kv_cache
-from bubblelab.errors import BubblelabError
 from bubblelab.engine.gguf_loader import gguf_checkpoint
 from bubblelab.engine.loader import embedded_model_path, load_model
 from bubblelab.engine.tokenizer import chat_prompt_ids
+from bubblelab.errors import BubblelabError
 from tests.engine_helpers import paged_decode_inputs
 
 PROMPT_LENS = [5, 17, 11]
 
 TINY_LLAMA = LlamaConfig(
-    vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-    num_key_value_heads=2, rms_norm_eps=1e-5, tie_word_embeddings=True, max_position_embeddings=256,
-    rope_parameters={"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0,
-                     "high_freq_factor": 4.0, "original_max_position_embeddings": 64})
+    vocab_size=300,
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    rms_norm_eps=1e-5,
+    tie_word_embeddings=True,
+    max_position_embeddings=256,
+    rope_parameters={
+        "rope_type": "llama3",
+        "rope_theta": 10000.0,
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 64,
+    },
+)
 # head_dim != hidden / heads and untied lm_head, as in the real Qwen3 checkpoints.
 TINY_QWEN3 = Qwen3Config(
-    vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-    num_key_value_heads=2, head_dim=32, tie_word_embeddings=False, max_position_embeddings=256,
-    rope_parameters={"rope_type": "default", "rope_theta": 1e6})
+    vocab_size=300,
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=32,
+    tie_word_embeddings=False,
+    max_position_embeddings=256,
+    rope_parameters={"rope_type": "default", "rope_theta": 1e6},
+)
 
 
 def max_rel_err(ours: torch.Tensor, ref: torch.Tensor) -> float:
@@ -40,8 +69,11 @@ def flat_prompt_logits(model, prompts: list[torch.Tensor]) -> list[torch.Tensor]
     return list(logits.split([len(p) for p in prompts]))
 
 
-@pytest.mark.parametrize("hf_class,hf_config", [(LlamaForCausalLM, TINY_LLAMA), (Qwen3ForCausalLM, TINY_QWEN3)],
-                         ids=["llama-llama3-rope", "qwen3"])
+@pytest.mark.parametrize(
+    "hf_class,hf_config",
+    [(LlamaForCausalLM, TINY_LLAMA), (Qwen3ForCausalLM, TINY_QWEN3)],
+    ids=["llama-llama3-rope", "qwen3"],
+)
 @torch.inference_mode()
 def test_tiny_model_matches_transformers(hf_class, hf_config, tmp_path):
     torch.manual_seed(0)
@@ -64,9 +96,13 @@ def test_tiny_model_matches_transformers(hf_class, hf_config, tmp_path):
 def test_embedded_gguf_matches_transformers_gguf_loading():
     path = embedded_model_path()
     loaded = load_model(None)
-    hf = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32).eval()
-    prompts = [torch.tensor(chat_prompt_ids(loaded.tokenizer, "What is the capital of France?")),
-               torch.tensor(loaded.tokenizer.encode("The quick brown fox jumps over the lazy dog"))]
+    hf = AutoModelForCausalLM.from_pretrained(
+        path.parent, gguf_file=path.name, dtype=torch.float32
+    ).eval()
+    prompts = [
+        torch.tensor(chat_prompt_ids(loaded.tokenizer, "What is the capital of France?")),
+        torch.tensor(loaded.tokenizer.encode("The quick brown fox jumps over the lazy dog")),
+    ]
     ours = flat_prompt_logits(loaded.model, prompts)
     for prompt, logits in zip(prompts, ours):
         assert max_rel_err(logits, hf(prompt[None]).logits[0]) < 1e-4
@@ -83,11 +119,18 @@ def test_qwen3_gguf_conversion_matches_transformers(tmp_path, monkeypatch):
     c, path = TINY_QWEN3, tmp_path / "tiny-qwen3.gguf"
     names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN3, c.num_hidden_layers)
     writer = gguf.GGUFWriter(str(path), "qwen3")
-    for add, value in [(writer.add_block_count, c.num_hidden_layers), (writer.add_context_length, 256),
-                       (writer.add_embedding_length, c.hidden_size), (writer.add_head_count, c.num_attention_heads),
-                       (writer.add_feed_forward_length, c.intermediate_size), (writer.add_key_length, c.head_dim),
-                       (writer.add_head_count_kv, c.num_key_value_heads), (writer.add_rope_freq_base, 1e6),
-                       (writer.add_layer_norm_rms_eps, c.rms_norm_eps), (writer.add_vocab_size, c.vocab_size)]:
+    for add, value in [
+        (writer.add_block_count, c.num_hidden_layers),
+        (writer.add_context_length, 256),
+        (writer.add_embedding_length, c.hidden_size),
+        (writer.add_head_count, c.num_attention_heads),
+        (writer.add_feed_forward_length, c.intermediate_size),
+        (writer.add_key_length, c.head_dim),
+        (writer.add_head_count_kv, c.num_key_value_heads),
+        (writer.add_rope_freq_base, 1e6),
+        (writer.add_layer_norm_rms_eps, c.rms_norm_eps),
+        (writer.add_vocab_size, c.vocab_size),
+    ]:
         add(value)
     for name, tensor in hf.state_dict().items():
         writer.add_tensor(names.get_name(name, try_suffixes=(".weight",)), tensor.numpy())
@@ -113,14 +156,22 @@ def _pages(num_blocks: int, rows: int, blocks_per_row: int, seed: int = 0) -> to
 def test_paged_decode_matches_full_prefix(preset):
     model = load_model(preset, seed=3, attention_backend="torch").model
     cfg = model.config
-    block_size, num_blocks, blocks_per_row = 4, 32, 8  # wider than needed: unused pages must not matter
+    block_size, num_blocks, blocks_per_row = (
+        4,
+        32,
+        8,
+    )  # wider than needed: unused pages must not matter
     shape = (num_blocks, block_size, cfg.num_kv_heads, cfg.head_dim)
-    model.bind_kv_cache([torch.zeros(shape) for _ in range(cfg.num_layers)],
-                        [torch.zeros(shape) for _ in range(cfg.num_layers)])
+    model.bind_kv_cache(
+        [torch.zeros(shape) for _ in range(cfg.num_layers)],
+        [torch.zeros(shape) for _ in range(cfg.num_layers)],
+    )
     block_tables = _pages(num_blocks, len(PROMPT_LENS), blocks_per_row)
 
     def slots(row: int, positions: torch.Tensor) -> torch.Tensor:
-        return block_tables[row, positions // block_size].long() * block_size + positions % block_size
+        return (
+            block_tables[row, positions // block_size].long() * block_size + positions % block_size
+        )
 
     # Prefill all rows in one flat batch, writing their K/V into the pages.
     seqs = [torch.randint(0, cfg.vocab_size, (n,)).tolist() for n in PROMPT_LENS]
@@ -136,11 +187,19 @@ def test_paged_decode_matches_full_prefix(preset):
             seq.append(token)
         lens = torch.tensor([len(s) for s in seqs])
         pos = lens - 1
-        meta = AttentionMetadata(is_prefill=False, slot_mapping=torch.stack([slots(r, p) for r, p in enumerate(pos)]),
-                                 context_lens=lens.to(torch.int32), block_tables=block_tables)
+        meta = AttentionMetadata(
+            is_prefill=False,
+            slot_mapping=torch.stack([slots(r, p) for r, p in enumerate(pos)]),
+            context_lens=lens.to(torch.int32),
+            block_tables=block_tables,
+        )
         decode_logits = model.compute_logits(model(next_ids, pos, meta))
-        for row, seq in enumerate(seqs):  # oracle: the whole prefix, no cache involved (slot_mapping None)
-            full = model(torch.tensor(seq), torch.arange(len(seq)), AttentionMetadata.for_prompts([len(seq)]))
+        for row, seq in enumerate(
+            seqs
+        ):  # oracle: the whole prefix, no cache involved (slot_mapping None)
+            full = model(
+                torch.tensor(seq), torch.arange(len(seq)), AttentionMetadata.for_prompts([len(seq)])
+            )
             assert max_rel_err(decode_logits[row], model.compute_logits(full[-1])) < 1e-5
         next_ids = decode_logits.argmax(-1)
 
@@ -171,10 +230,16 @@ def test_flash_backend_agrees_with_torch_backend():
     torch_backend, flash = select_backend("torch", "cuda"), select_backend("flash-attn", "cuda")
     lens = [37, 300, 5]
     n = sum(lens)
-    q, k, v = (torch.randn(n, h, dim, device="cuda", dtype=dtype) for h in (heads, kv_heads, kv_heads))
+    q, k, v = (
+        torch.randn(n, h, dim, device="cuda", dtype=dtype) for h in (heads, kv_heads, kv_heads)
+    )
     meta = AttentionMetadata.for_prompts(lens, "cuda")
-    torch.testing.assert_close(flash.forward(q, k, v, None, None, meta, dim ** -0.5),
-                               torch_backend.forward(q, k, v, None, None, meta, dim ** -0.5), atol=2e-2, rtol=2e-2)
+    torch.testing.assert_close(
+        flash.forward(q, k, v, None, None, meta, dim**-0.5),
+        torch_backend.forward(q, k, v, None, None, meta, dim**-0.5),
+        atol=2e-2,
+        rtol=2e-2,
+    )
 
     # Decode over pages: the cache already holds each row's context; the current token's K/V is written now.
     num_blocks, blocks_per_row = 8, 2
@@ -183,13 +248,20 @@ def test_flash_backend_agrees_with_torch_backend():
     block_tables = _pages(num_blocks, len(lens), blocks_per_row).cuda()
     context_lens = torch.tensor(lens, device="cuda", dtype=torch.int32)
     pos = context_lens.long() - 1
-    slots = block_tables.gather(1, (pos // block_size)[:, None]).squeeze(1).long() * block_size + pos % block_size
-    meta = AttentionMetadata(is_prefill=False, slot_mapping=slots, context_lens=context_lens,
-                             block_tables=block_tables)
-    q, k, v = (torch.randn(len(lens), h, dim, device="cuda", dtype=dtype) for h in (heads, kv_heads, kv_heads))
+    slots = (
+        block_tables.gather(1, (pos // block_size)[:, None]).squeeze(1).long() * block_size
+        + pos % block_size
+    )
+    meta = AttentionMetadata(
+        is_prefill=False, slot_mapping=slots, context_lens=context_lens, block_tables=block_tables
+    )
+    q, k, v = (
+        torch.randn(len(lens), h, dim, device="cuda", dtype=dtype)
+        for h in (heads, kv_heads, kv_heads)
+    )
     store_kv_cache(k, v, k_cache, v_cache, slots)  # the model's job, before either backend runs
-    ref = torch_backend.forward(q, k, v, k_cache, v_cache, meta, dim ** -0.5)
-    out = flash.forward(q, k, v, k_cache, v_cache, meta, dim ** -0.5)
+    ref = torch_backend.forward(q, k, v, k_cache, v_cache, meta, dim**-0.5)
+    out = flash.forward(q, k, v, k_cache, v_cache, meta, dim**-0.5)
     torch.testing.assert_close(out, ref, atol=2e-2, rtol=2e-2)
 
 
@@ -205,8 +277,10 @@ def test_decode_step_has_no_host_sync_and_replays_in_a_cuda_graph(backend):
     cfg = model.config
     rows, num_blocks, blocks_per_row = 4, 16, 2
     shape = (num_blocks, block_size, cfg.num_kv_heads, cfg.head_dim)
-    model.bind_kv_cache([torch.randn(shape, device="cuda", dtype=torch.bfloat16) for _ in range(cfg.num_layers)],
-                        [torch.randn(shape, device="cuda", dtype=torch.bfloat16) for _ in range(cfg.num_layers)])
+    model.bind_kv_cache(
+        [torch.randn(shape, device="cuda", dtype=torch.bfloat16) for _ in range(cfg.num_layers)],
+        [torch.randn(shape, device="cuda", dtype=torch.bfloat16) for _ in range(cfg.num_layers)],
+    )
     # Static input buffers, as the engine keeps them for graph replay.
     block_tables = _pages(num_blocks, rows, blocks_per_row).cuda()
     input_ids, positions, meta = paged_decode_inputs(block_tables, block_size, cfg.vocab_size)
@@ -233,6 +307,8 @@ def test_decode_step_has_no_host_sync_and_replays_in_a_cuda_graph(backend):
     torch.cuda.synchronize()
     torch.testing.assert_close(captured, eager)
 
-    input_ids.copy_(torch.randint(0, cfg.vocab_size, (rows,), device="cuda"))  # new inputs, same buffers
+    input_ids.copy_(
+        torch.randint(0, cfg.vocab_size, (rows,), device="cuda")
+    )  # new inputs, same buffers
     graph.replay()
     torch.testing.assert_close(captured, step())

@@ -1,4 +1,5 @@
 """Every notebook in notebooks/ runs top to bottom without an error (CPU, the committed traces)."""
+
 import sys
 from pathlib import Path
 
@@ -22,23 +23,37 @@ def kernel_name() -> str:
         spec = KernelSpecManager().get_kernel_spec("python3")
     except NoSuchKernel:
         from ipykernel.kernelspec import install
+
         install(prefix=sys.prefix)
         spec = KernelSpecManager().get_kernel_spec("python3")
-    assert spec.argv[0] in ("python", "python3", sys.executable), f"python3 kernel runs {spec.argv[0]}"
+    assert spec.argv[0] in ("python", "python3", sys.executable), (
+        f"python3 kernel runs {spec.argv[0]}"
+    )
     return "python3"
 
 
 def test_there_are_notebooks():
-    assert [p.name for p in NOTEBOOKS] == ["01_step_breakdown.ipynb", "02_cost_model.ipynb", "03_compare_runs.ipynb"]
+    assert [p.name for p in NOTEBOOKS] == [
+        "01_step_breakdown.ipynb",
+        "02_cost_model.ipynb",
+        "03_compare_runs.ipynb",
+    ]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_runs_without_error(path, kernel_name):
     book = nbformat.read(path, as_version=4)
-    assert all(not cell.get("outputs") for cell in book.cells if cell.cell_type == "code"), \
+    assert all(not cell.get("outputs") for cell in book.cells if cell.cell_type == "code"), (
         f"{path.name} is committed with outputs: clear them"
+    )
     # Raises CellExecutionError, naming the cell and its traceback, at the first failing cell.
-    NotebookClient(book, kernel_name=kernel_name, timeout=CELL_TIMEOUT_S,
-                   resources={"metadata": {"path": str(path.parent)}}).execute()
-    errors = [o for cell in book.cells for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+    NotebookClient(
+        book,
+        kernel_name=kernel_name,
+        timeout=CELL_TIMEOUT_S,
+        resources={"metadata": {"path": str(path.parent)}},
+    ).execute()
+    errors = [
+        o for cell in book.cells for o in cell.get("outputs", []) if o.get("output_type") == "error"
+    ]
     assert not errors

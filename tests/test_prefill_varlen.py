@@ -1,4 +1,5 @@
 """Batched prefill attention (one call per layer) against the per-sequence SDPA loop it replaced."""
+
 from __future__ import annotations
 
 import pytest
@@ -8,8 +9,8 @@ from bubblelab.engine.attention import prefill
 from bubblelab.engine.attention.metadata import AttentionMetadata
 from bubblelab.engine.loader import load_model
 
-MIXED = [5, 1, 17, 11, 1, 32]        # lengths 1 included; padded work ratio > 1.5: the loop on CPU
-ALIKE = [16, 16, 15, 16, 1]         # ratio < 1.5: one padded call on CPU
+MIXED = [5, 1, 17, 11, 1, 32]  # lengths 1 included; padded work ratio > 1.5: the loop on CPU
+ALIKE = [16, 16, 15, 16, 1]  # ratio < 1.5: one padded call on CPU
 
 
 @pytest.fixture
@@ -22,16 +23,27 @@ def impl():
     prefill._proven.clear(), prefill._proven.update(saved[2])
 
 
-def qkv(lens: list[int], heads: int, kv_heads: int, head_dim: int, dtype=torch.float32, device="cpu", seed=0):
+def qkv(
+    lens: list[int],
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    dtype=torch.float32,
+    device="cpu",
+    seed=0,
+):
     g = torch.Generator().manual_seed(seed)
     n = sum(lens)
-    return [torch.randn(n, h, head_dim, generator=g).to(device, dtype) for h in (heads, kv_heads, kv_heads)]
+    return [
+        torch.randn(n, h, head_dim, generator=g).to(device, dtype)
+        for h in (heads, kv_heads, kv_heads)
+    ]
 
 
 def test_padded_index_places_each_token_at_its_row_and_position():
     meta = AttentionMetadata.for_prompts([3, 1, 2])
     assert meta.padded_index().tolist() == [0, 1, 2, 3, 6, 7]
-    assert meta.padded_index() is meta.padded_index()    # built once per step, reused by every layer
+    assert meta.padded_index() is meta.padded_index()  # built once per step, reused by every layer
 
 
 @pytest.mark.parametrize("lens", [MIXED, ALIKE, [1], [9], [1, 1, 1]])
@@ -39,7 +51,7 @@ def test_padded_index_places_each_token_at_its_row_and_position():
 @pytest.mark.parametrize("path", ["auto", "padded"])
 def test_batched_prefill_equals_per_sequence_loop(impl, lens, heads, kv_heads, head_dim, path):
     q, k, v = qkv(lens, heads, kv_heads, head_dim)
-    meta, scale = AttentionMetadata.for_prompts(lens), head_dim ** -0.5
+    meta, scale = AttentionMetadata.for_prompts(lens), head_dim**-0.5
     expected = prefill.loop_attention(q, k, v, meta, scale)
     impl(path)
     got = prefill.prefill_attention(q, k, v, meta, scale)
@@ -56,8 +68,12 @@ def test_auto_on_cpu_pads_alike_lengths_and_loops_over_mixed_ones(impl, monkeypa
     assert calls == ["padded", "loop", "loop"]
 
 
-def test_a_cuda_kernel_failing_at_first_use_falls_back_but_a_later_failure_raises(impl, monkeypatch):
-    monkeypatch.setattr(prefill, "_flash_shapes_ok", lambda q: True)    # pretend we are on CUDA in bf16
+def test_a_cuda_kernel_failing_at_first_use_falls_back_but_a_later_failure_raises(
+    impl, monkeypatch
+):
+    monkeypatch.setattr(
+        prefill, "_flash_shapes_ok", lambda q: True
+    )  # pretend we are on CUDA in bf16
     lens = [3, 4]
     q, k, v = qkv(lens, 4, 2, 16)
     meta = AttentionMetadata.for_prompts(lens)
@@ -72,7 +88,7 @@ def test_a_cuda_kernel_failing_at_first_use_falls_back_but_a_later_failure_raise
     torch.testing.assert_close(prefill.prefill_attention(q, k, v, meta, 0.25), expected)
     assert {"flash", "varlen_attn"} <= prefill._unusable
     prefill._unusable.clear()
-    prefill._proven.add("flash")             # it ran before: now a failure is a real error
+    prefill._proven.add("flash")  # it ran before: now a failure is a real error
     with pytest.raises(RuntimeError, match="not compiled"):
         prefill.prefill_attention(q, k, v, meta, 0.25)
 
@@ -104,7 +120,7 @@ def test_cuda_varlen_matches_the_loop_in_bf16(impl, heads, kv_heads, head_dim, k
     """qwen3-0.6b / qwen3-4b / SmolLM2 head shapes: one varlen kernel call == per-sequence SDPA, bf16."""
     lens = [1, 32, 7, 100, 33, 32, 2]
     q, k, v = qkv(lens, heads, kv_heads, head_dim, torch.bfloat16, "cuda")
-    meta, scale = AttentionMetadata.for_prompts(lens, "cuda"), head_dim ** -0.5
+    meta, scale = AttentionMetadata.for_prompts(lens, "cuda"), head_dim**-0.5
     expected = prefill.loop_attention(q, k, v, meta, scale)
     impl(kernel)
     got = prefill.prefill_attention(q, k, v, meta, scale)
@@ -117,7 +133,9 @@ def test_cuda_varlen_matches_the_loop_in_bf16(impl, heads, kv_heads, head_dim, k
 @pytest.mark.gpu
 def test_cuda_engine_prefill_uses_the_varlen_kernel(impl):
     """Auto on CUDA in bf16 takes flash varlen and the model's output stays close to the loop's."""
-    loaded = load_model("tiny-qwen3", dtype="bf16", device="cuda", seed=2, attention_backend="torch")
+    loaded = load_model(
+        "tiny-qwen3", dtype="bf16", device="cuda", seed=2, attention_backend="torch"
+    )
     lens = [3, 17, 1, 9]
     ids = torch.randint(0, loaded.config.vocab_size, (sum(lens),), device="cuda")
     positions = torch.cat([torch.arange(n) for n in lens]).cuda()
@@ -125,7 +143,9 @@ def test_cuda_engine_prefill_uses_the_varlen_kernel(impl):
     with torch.inference_mode():
         for path in ("loop", "auto"):
             impl(path)
-            out[path] = loaded.model(ids, positions, AttentionMetadata.for_prompts(lens, "cuda")).float()
+            out[path] = loaded.model(
+                ids, positions, AttentionMetadata.for_prompts(lens, "cuda")
+            ).float()
     assert "flash" in prefill._proven
     # bf16 through two layers: compare relative to the hidden states' scale, not element by element.
     assert (out["auto"] - out["loop"]).norm() <= 2e-2 * out["loop"].norm()

@@ -1,4 +1,5 @@
 """Ingestion on the real H200 probe export (schema 3.20.3) and refusal of every kind of bad input."""
+
 from __future__ import annotations
 
 import sqlite3
@@ -13,8 +14,18 @@ from bubblelab.profiling.catalog import connect
 from bubblelab.profiling.ingest import ingest
 
 PROBE = Path(__file__).parents[1] / "traces" / "nsys-h200-probe.sqlite"
-TABLES = ("runs", "trace_meta", "host_ranges", "host_segments", "step_info", "api_calls", "gpu_ops", "syncs",
-          "gpu_busy", "steps")
+TABLES = (
+    "runs",
+    "trace_meta",
+    "host_ranges",
+    "host_segments",
+    "step_info",
+    "api_calls",
+    "gpu_ops",
+    "syncs",
+    "gpu_busy",
+    "steps",
+)
 
 
 def counts(con) -> dict[str, int]:
@@ -24,21 +35,44 @@ def counts(con) -> dict[str, int]:
 def test_probe_ingests_with_its_metadata(tmp_path):
     con = connect(tmp_path / "c.duckdb")
     run = ingest(PROBE, None, {"model": "bf16 matmul probe", "streams": 1}, domain="probe", con=con)
-    assert counts(con) == {"runs": 1, "trace_meta": 29, "host_ranges": 200, "host_segments": 350,
-                           "step_info": 0, "api_calls": 1495, "gpu_ops": 252, "syncs": 0, "gpu_busy": 252,
-                           "steps": 50}   # the probe's `step` ranges carry payloads, its inner ranges none
+    assert counts(con) == {
+        "runs": 1,
+        "trace_meta": 29,
+        "host_ranges": 200,
+        "host_segments": 350,
+        "step_info": 0,
+        "api_calls": 1495,
+        "gpu_ops": 252,
+        "syncs": 0,
+        "gpu_busy": 252,
+        "steps": 50,
+    }  # the probe's `step` ranges carry payloads, its inner ranges none
     row = analysis.runs(con).iloc[0]
-    assert (row.run_id, row.model, row.device, row.driver) == (run, "bf16 matmul probe", "NVIDIA H200", "580.159.04")
+    assert (row.run_id, row.model, row.device, row.driver) == (
+        run,
+        "bf16 matmul probe",
+        "NVIDIA H200",
+        "580.159.04",
+    )
     assert (row.nsys_version, row.schema_version, row.source) == ("2025.3.2.0", "3.20.3", "nsys")
     assert str(row.started_at).startswith("2026-11-21 10:34:14")
     # one stream, no overlap: each op is its own busy island, and the busy time is the sum of the op times
-    busy, ops = con.execute('SELECT (SELECT sum("end" - start) FROM gpu_busy), '
-                            '(SELECT sum("end" - start) FROM gpu_ops)').fetchone()
+    busy, ops = con.execute(
+        'SELECT (SELECT sum("end" - start) FROM gpu_busy), (SELECT sum("end" - start) FROM gpu_ops)'
+    ).fetchone()
     assert busy == ops
     # every kernel, copy and memset was launched under a probe range, except the two set-up kernels
-    ops = con.execute("SELECT op, phase, count(*) FROM gpu_ops GROUP BY ALL ORDER BY ALL").fetchall()
-    assert ops == [("kernel", "forward", 50), ("kernel", "sample", 50), ("kernel", None, 2),
-                   ("memcpy", "commit", 50), ("memcpy", "sample", 50), ("memset", "forward", 50)]
+    ops = con.execute(
+        "SELECT op, phase, count(*) FROM gpu_ops GROUP BY ALL ORDER BY ALL"
+    ).fetchall()
+    assert ops == [
+        ("kernel", "forward", 50),
+        ("kernel", "sample", 50),
+        ("kernel", None, 2),
+        ("memcpy", "commit", 50),
+        ("memcpy", "sample", 50),
+        ("memset", "forward", 50),
+    ]
 
 
 def test_reingest_is_idempotent_across_sessions(tmp_path):
@@ -57,7 +91,7 @@ def test_interrupted_ingest_leaves_no_half_run(tmp_path, monkeypatch):
     real = queries.execute
 
     def interrupted(c, name, params=None):
-        if name == "ingest_kernels":        # ranges, segments and API calls are in by now
+        if name == "ingest_kernels":  # ranges, segments and API calls are in by now
             raise KeyboardInterrupt
         return real(c, name, params)
 
@@ -99,7 +133,7 @@ def test_graph_mode_capture_is_refused(tmp_path):
 
     b = one_step(TraceBuilder())
     b.call("cudaGraphLaunch_v10000", 30, 32)
-    b.kernel("gemm", 40, 50, 60)                   # an eager kernel, but the replay's kernels are missing
+    b.kernel("gemm", 40, 50, 60)  # an eager kernel, but the replay's kernels are missing
     with pytest.raises(BubblelabError, match=r"1 CUDA graph launches but no graph-node kernels"):
         ingest(b.write(tmp_path / "nonodes.sqlite"), None, {}, con=connect(None))
 
@@ -180,20 +214,25 @@ ingest({str(PROBE)!r}, {str(catalog)!r}, {{}}, domain="probe")
     proc.wait()
     con = connect(catalog)
     assert set(counts(con).values()) == {0}
-    ingest(PROBE, None, {}, domain="probe", con=con)   # and the catalog is still usable
+    ingest(PROBE, None, {}, domain="probe", con=con)  # and the catalog is still usable
     assert counts(con)["gpu_ops"] == 252
 
 
 def test_gzipped_trace_is_the_same_run(tmp_path):
     import gzip
+
     packed = tmp_path / "probe copy.sqlite.gz"
     packed.write_bytes(gzip.compress(PROBE.read_bytes()))
     con = connect(None)
     run = ingest(packed, None, {}, domain="probe", con=con)
-    assert ingest(PROBE, None, {}, domain="probe", con=con) == run      # keyed by the decompressed content
+    assert (
+        ingest(PROBE, None, {}, domain="probe", con=con) == run
+    )  # keyed by the decompressed content
     assert analysis.runs(con).trace_path.tolist() == [str(packed)]
     assert counts(con)["gpu_ops"] == 252
-    with pytest.raises(BubblelabError, match=r"probe copy\.sqlite\.gz: no NVTX ranges of domain 'bubblelab'"):
+    with pytest.raises(
+        BubblelabError, match=r"probe copy\.sqlite\.gz: no NVTX ranges of domain 'bubblelab'"
+    ):
         ingest(packed, None, {}, con=connect(None))
     broken = tmp_path / "broken.sqlite.gz"
     broken.write_bytes(gzip.compress(PROBE.read_bytes())[:5000])
@@ -203,11 +242,14 @@ def test_gzipped_trace_is_the_same_run(tmp_path):
 
 def test_catalog_of_another_layout_is_refused(tmp_path):
     from bubblelab.profiling.catalog import CATALOG_VERSION
+
     path = tmp_path / "old.duckdb"
     connect(path).execute("UPDATE catalog_info SET version = ?", [CATALOG_VERSION - 1]).close()
-    with pytest.raises(BubblelabError, match=f"has layout {CATALOG_VERSION - 1}, this bubblelab writes layout"):
+    with pytest.raises(
+        BubblelabError, match=f"has layout {CATALOG_VERSION - 1}, this bubblelab writes layout"
+    ):
         connect(path)
-    unversioned = tmp_path / "unversioned.duckdb"            # from before catalogs carried a version
+    unversioned = tmp_path / "unversioned.duckdb"  # from before catalogs carried a version
     con = connect(unversioned)
     ingest(PROBE, None, {}, domain="probe", con=con)
     con.execute("DELETE FROM catalog_info").close()

@@ -1,4 +1,5 @@
 """The nsys driver, against a fake `nsys` script that records the argument list it was given."""
+
 from __future__ import annotations
 
 import json
@@ -43,19 +44,47 @@ def recorded(fake: Path) -> list[str]:
 
 
 def test_profile_command_shape(fake_nsys, tmp_path):
-    cmd = nsys.profile_command(tmp_path / "out", ["python", "-m", "bubblelab._worker", "--depth", "2"])
-    assert cmd == [str(fake_nsys), "profile", "-t", "cuda,nvtx", "-s", "none", "--cpuctxsw=none",
-                   "--cuda-graph-trace=node", "--capture-range=cudaProfilerApi", "--capture-range-end=stop",
-                   "--export", "sqlite", "-o", str(tmp_path / "out"), "--force-overwrite", "true",
-                   "python", "-m", "bubblelab._worker", "--depth", "2"]
+    cmd = nsys.profile_command(
+        tmp_path / "out", ["python", "-m", "bubblelab._worker", "--depth", "2"]
+    )
+    assert cmd == [
+        str(fake_nsys),
+        "profile",
+        "-t",
+        "cuda,nvtx",
+        "-s",
+        "none",
+        "--cpuctxsw=none",
+        "--cuda-graph-trace=node",
+        "--capture-range=cudaProfilerApi",
+        "--capture-range-end=stop",
+        "--export",
+        "sqlite",
+        "-o",
+        str(tmp_path / "out"),
+        "--force-overwrite",
+        "true",
+        "python",
+        "-m",
+        "bubblelab._worker",
+        "--depth",
+        "2",
+    ]
 
 
 def test_paths_with_spaces_and_quotes_reach_nsys_verbatim(fake_nsys, tmp_path):
-    out_base = tmp_path / "runs \"quoted\" dir" / "d2 s8 it's.v1"
-    argv = [sys.executable, "-m", "bubblelab._worker", "--out", str(tmp_path / "a b'c\"d"), "$HOME;rm -rf x"]
+    out_base = tmp_path / 'runs "quoted" dir' / "d2 s8 it's.v1"
+    argv = [
+        sys.executable,
+        "-m",
+        "bubblelab._worker",
+        "--out",
+        str(tmp_path / "a b'c\"d"),
+        "$HOME;rm -rf x",
+    ]
     trace = nsys.run_under_nsys(out_base, argv)
     assert trace == out_base.parent / "d2 s8 it's.v1.sqlite" and trace.read_text() == "export"
-    assert recorded(fake_nsys)[-len(argv):] == argv          # no shell: nothing split, expanded or run
+    assert recorded(fake_nsys)[-len(argv) :] == argv  # no shell: nothing split, expanded or run
     assert recorded(fake_nsys)[recorded(fake_nsys).index("-o") + 1] == str(out_base)
 
 
@@ -70,9 +99,13 @@ def test_version_and_env_override(fake_nsys, tmp_path, monkeypatch):
 
 
 def test_failures_are_one_line_errors(fake_nsys, tmp_path, monkeypatch):
-    with pytest.raises(BubblelabError, match="nsys profile exited with 3: Error: the application crashed"):
+    with pytest.raises(
+        BubblelabError, match="nsys profile exited with 3: Error: the application crashed"
+    ):
         nsys.run_under_nsys(tmp_path / "o", ["fail"])
-    with pytest.raises(BubblelabError, match=r"wrote no o\.sqlite: did the run call torch\.cuda\.profiler"):
+    with pytest.raises(
+        BubblelabError, match=r"wrote no o\.sqlite: did the run call torch\.cuda\.profiler"
+    ):
         nsys.run_under_nsys(tmp_path / "o", ["nocapture"])
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(BubblelabError, match="nsys .* not found"):

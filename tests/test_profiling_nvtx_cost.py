@@ -2,6 +2,7 @@
 
 Run with `-s` to see the figures; docs: profiling/README.md records them.
 """
+
 from __future__ import annotations
 
 import time

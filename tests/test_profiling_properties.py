@@ -1,21 +1,24 @@
 """The sweep-line SQL against brute force: random nested host ranges and overlapping device intervals on a
 small integer clock, where every nanosecond can simply be enumerated."""
-from __future__ import annotations
 
+from __future__ import annotations
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from profiling_trace_builder import DTOH, HTOD, MAIN, TraceBuilder, us
 
+from bubblelab.engine.timeline import StepInfo, Timeline
 from bubblelab.profiling import analysis
 from bubblelab.profiling.catalog import connect
 from bubblelab.profiling.ingest import ingest, ingest_timeline
-from bubblelab.engine.timeline import StepInfo, Timeline
 
 PHASES = ("plan", "launch", "finalize", "commit")
-CHILDREN = {"launch": ("copy_h2d", "forward"), "finalize": ("mask", "sampling"), "commit": ("wait",)}
+CHILDREN = {
+    "launch": ("copy_h2d", "forward"),
+    "finalize": ("mask", "sampling"),
+    "commit": ("wait",),
+}
 
 
 @st.composite
@@ -25,18 +28,20 @@ def runs(draw) -> Timeline:
     for step in range(draw(st.integers(2, 5))):
         tl.add_step(StepInfo(step=step, kind="decode", batch_size=2, tokens=2))
         for name in PHASES:
-            clock += draw(st.integers(0, 3))                       # gaps between top-level ranges
+            clock += draw(st.integers(0, 3))  # gaps between top-level ranges
             start, inner = clock, clock
             for child in CHILDREN.get(name, ()):
                 if draw(st.booleans()):
                     inner += draw(st.integers(0, 2))
-                    length = draw(st.integers(0, 6))              # empty ranges happen too
+                    length = draw(st.integers(0, 6))  # empty ranges happen too
                     tl.add_host(child, step, inner, inner + length)
                     inner += length
             clock = inner + draw(st.integers(1, 4))
             tl.add_host(name, step, start, clock)
         # device work may overlap anything; only forwards start in step order (one compute stream)
-        last_forward = draw(st.integers(max(last_forward + 1, clock - 40), max(last_forward + 1, clock) + 10))
+        last_forward = draw(
+            st.integers(max(last_forward + 1, clock - 40), max(last_forward + 1, clock) + 10)
+        )
         tl.add_device("forward", step, last_forward, last_forward + draw(st.integers(1, 15)))
         start = draw(st.integers(max(0, clock - 40), clock + 10))
         tl.add_device("sampling", step, start, start + draw(st.integers(1, 15)))
@@ -56,19 +61,19 @@ def test_sql_matches_brute_force(tl):
     run = ingest_timeline(tl, con, {"depth": tl.depth}, run_id="r")
     steps = analysis.per_step(con, run)
     busy = {t for _, _, start, end in tl.device for t in range(start, end)}
-    spans = {(k, p): (s, e) for p, k, s, e in tl.device}              # one interval per step and part here
+    spans = {(k, p): (s, e) for p, k, s, e in tl.device}  # one interval per step and part here
     starts = {step: spans[step, "forward"][0] for step in tl.steps}
-    began: dict[str, int] = {}          # each bubble interval to the phase open when it began
-    by_time: dict[str, int] = {}        # each bubble instant to the phase open then
+    began: dict[str, int] = {}  # each bubble interval to the phase open when it began
+    by_time: dict[str, int] = {}  # each bubble instant to the phase open then
     gpu_idle = 0
     for row in steps.itertuples():
         assert row.gpu_start_ns == starts[row.step]
         for part in ("forward", "sampling"):
             s, e = spans[row.step, part]
             assert getattr(row, f"{part}_ms") * 1e6 == pytest.approx(e - s)
-        assert row.kernel_gap_ms == 0                                  # a timeline records spans only
+        assert row.kernel_gap_ms == 0  # a timeline records spans only
         if row.step + 1 not in starts:
-            assert row.period_ms != row.period_ms                     # NaN: no next step
+            assert row.period_ms != row.period_ms  # NaN: no next step
             continue
         window = range(starts[row.step], starts[row.step + 1])
         in_spans = {t for p in ("forward", "sampling") for t in range(*spans[row.step, p])}
@@ -84,13 +89,16 @@ def test_sql_matches_brute_force(tl):
                     opened = phase
                 began[opened] = began.get(opened, 0) + 1
     with_period = steps[steps.period_ms.notna()]
-    for attribute, expected in ((analysis.attribution, began), (analysis.attribution_by_time, by_time)):
+    for attribute, expected in (
+        (analysis.attribution, began),
+        (analysis.attribution_by_time, by_time),
+    ):
         table = attribute(con, run, with_period)
         assert dict(zip(table.phase, table.bubble_ms * 1e6)) == pytest.approx(expected)
     gaps = analysis.idle_gaps(con, run, with_period)
     assert gaps.idle_us.sum() * 1e3 == pytest.approx(gpu_idle)
     assert gaps.began_in.tolist() == [innermost(tl, t) for t in gaps.start_ns]
-    assert gaps.launch_lag_us.isna().all()                    # a timeline records no launch calls
+    assert gaps.launch_lag_us.isna().all()  # a timeline records no launch calls
 
 
 def union_length(intervals: list[tuple[int, int]], lo: int, hi: int) -> int:
@@ -127,7 +135,9 @@ def traces(draw) -> tuple[TraceBuilder, list]:
             else:
                 b.memcpy(at, gpu, end, draw(st.sampled_from([HTOD, DTOH])))
             launched.append((at, gpu, end))
-        b.range("plan", step, clock, clock + 2, tid=MAIN + 1)      # another thread's ranges never interfere
+        b.range(
+            "plan", step, clock, clock + 2, tid=MAIN + 1
+        )  # another thread's ranges never interfere
     return b, launched
 
 
@@ -135,13 +145,20 @@ def traces(draw) -> tuple[TraceBuilder, list]:
 @given(traces())
 def test_nsys_path_matches_brute_force(tmp_path_factory, trace):
     b, launched = trace
-    ranges = [(e["start"], e["end"], n, e["int64Value"]) for e in b.rows["NVTX_EVENTS"] if e["eventType"] == 59
-              and e["globalTid"] == MAIN for n, i in b.strings.items() if i == e["textId"]]
+    ranges = [
+        (e["start"], e["end"], n, e["int64Value"])
+        for e in b.rows["NVTX_EVENTS"]
+        if e["eventType"] == 59 and e["globalTid"] == MAIN
+        for n, i in b.strings.items()
+        if i == e["textId"]
+    ]
     con = connect(None)
     run = ingest(b.write(tmp_path_factory.mktemp("t") / "t.sqlite"), None, {}, con=con)
-    ops = con.execute('SELECT launched_at, start, "end", phase, step, stream_id FROM gpu_ops ORDER BY ALL').fetchall()
+    ops = con.execute(
+        'SELECT launched_at, start, "end", phase, step, stream_id FROM gpu_ops ORDER BY ALL'
+    ).fetchall()
     assert sorted((us(a), us(g), us(e)) for a, g, e in launched) == [op[:3] for op in ops]
-    for at, _, _, phase, step, _ in ops:    # the innermost range open when the launching call started
+    for at, _, _, phase, step, _ in ops:  # the innermost range open when the launching call started
         open_ranges = [(s, -e, n, k) for s, e, n, k in ranges if s <= at < e]
         assert (phase, step) == (max(open_ranges)[2:] if open_ranges else (None, None))
     steps = analysis.per_step(con, run)
@@ -150,18 +167,26 @@ def test_nsys_path_matches_brute_force(tmp_path_factory, trace):
     for row in steps.itertuples():
         forward = [(g, e) for _, g, e, p, k, _ in ops if k == row.step and p == "forward"]
         sampling = [(a, g, e) for a, g, e, p, k, _ in ops if k == row.step and p == "sampling"]
-        span = {"forward": max(e for _, e in forward) - min(g for g, _ in forward) if forward else 0,
-                "sampling": 0}
+        span = {
+            "forward": max(e for _, e in forward) - min(g for g, _ in forward) if forward else 0,
+            "sampling": 0,
+        }
         if sampling:
             first = min(g for _, g, _ in sampling)
-            ready = max(max(e for _, e in forward) if forward else first, min(a for a, _, _ in sampling))
+            ready = max(
+                max(e for _, e in forward) if forward else first, min(a for a, _, _ in sampling)
+            )
             span["sampling"] = max(e for *_, e in sampling) - min(first, ready)
         assert round(row.forward_ms * 1e6) == span["forward"]
         assert round(row.sampling_ms * 1e6) == span["sampling"]
-        gap = span["forward"] + span["sampling"] - union_length(forward, 0, 10**9) \
+        gap = (
+            span["forward"]
+            + span["sampling"]
+            - union_length(forward, 0, 10**9)
             - union_length([(g, e) for _, g, e in sampling], 0, 10**9)
+        )
         assert round(row.kernel_gap_ms * 1e6) == gap
     busy = [(g, e) for _, g, e, *_ in ops]
-    for row in steps[steps.period_ms > 0].itertuples():   # random ops may start steps out of order
+    for row in steps[steps.period_ms > 0].itertuples():  # random ops may start steps out of order
         lo, hi = row.gpu_start_ns, row.gpu_start_ns + round(row.period_ms * 1e6)
         assert round(row.busy_ms * 1e6) == union_length(busy, lo, hi)

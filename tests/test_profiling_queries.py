@@ -1,5 +1,6 @@
 """Every profiling query against synthetic nsys exports whose answers were computed by hand
 (layouts in tests/profiling_trace_builder.py: blocking_trace at depth 1, pipelined_trace at depth 2)."""
+
 from __future__ import annotations
 
 import pandas as pd
@@ -10,9 +11,26 @@ from bubblelab.profiling import analysis
 from bubblelab.profiling.catalog import connect
 from bubblelab.profiling.ingest import ingest
 
-STEP_COLUMNS = ["run_id", "step", "kind", "depth", "batch_size", "forward_ms", "sampling_ms", "busy_ms",
-                "bubble_ms", "kernel_gap_ms", "period_ms", "plan_ms", "launch_ms", "commit_ms", "finalize_ms", "wait_ms",
-                "gpu_start_ns", "gpu_end_ns"]
+STEP_COLUMNS = [
+    "run_id",
+    "step",
+    "kind",
+    "depth",
+    "batch_size",
+    "forward_ms",
+    "sampling_ms",
+    "busy_ms",
+    "bubble_ms",
+    "kernel_gap_ms",
+    "period_ms",
+    "plan_ms",
+    "launch_ms",
+    "commit_ms",
+    "finalize_ms",
+    "wait_ms",
+    "gpu_start_ns",
+    "gpu_end_ns",
+]
 
 
 @pytest.fixture(scope="module")
@@ -35,22 +53,31 @@ def test_per_step_blocking(catalog):
     # forward = the span of A and B [200,700); sampling = the argmax [700,750), not its DtoH copy (copy stream)
     assert df.forward_ms.tolist() == pytest.approx([0.5] * 6)
     assert df.sampling_ms.tolist() == pytest.approx([0.05] * 6)
-    assert df.kernel_gap_ms.tolist() == pytest.approx([0.01] * 6)           # B starts 10 us after A ends
+    assert df.kernel_gap_ms.tolist() == pytest.approx([0.01] * 6)  # B starts 10 us after A ends
     # period 1 ms; busy = A,B (490 us), argmax, DtoH, the next step's HtoD (+ the pageable copy in step 1)
     assert df.period_ms[:5].tolist() == pytest.approx([1.0] * 5)
     assert df.busy_ms[:5].tolist() == pytest.approx([0.56, 0.565, 0.56, 0.56, 0.56])
-    assert df.bubble_ms[:5].tolist() == pytest.approx([0.45] * 5)          # period - forward - sampling
+    assert df.bubble_ms[:5].tolist() == pytest.approx([0.45] * 5)  # period - forward - sampling
     # period - busy = bubble + kernel_gap - other (the copies: DtoH, next HtoD, step 1's pageable copy)
     other = df.bubble_ms + df.kernel_gap_ms - (df.period_ms - df.busy_ms)
     assert other[:5].tolist() == pytest.approx([0.02, 0.025, 0.02, 0.02, 0.02])
-    assert df.loc[5, ["period_ms", "busy_ms", "bubble_ms"]].isna().all()   # the last step has no next step
+    assert (
+        df.loc[5, ["period_ms", "busy_ms", "bubble_ms"]].isna().all()
+    )  # the last step has no next step
     assert df.plan_ms.tolist() == pytest.approx([0.1] * 6)
     assert df.launch_ms.tolist() == pytest.approx([0.2] * 6)
     assert df.finalize_ms.tolist() == pytest.approx([0.1] * 6)
     assert df.commit_ms.tolist() == pytest.approx([0.5] * 6)
     assert df.wait_ms.tolist() == pytest.approx([0.36] * 6)
     assert df.gpu_start_ns.tolist() == [10_200_000 + 1_000_000 * k for k in range(6)]
-    assert df.gpu_end_ns.tolist() == [10_760_000, 11_805_000, 12_760_000, 13_760_000, 14_760_000, 15_760_000]
+    assert df.gpu_end_ns.tolist() == [
+        10_760_000,
+        11_805_000,
+        12_760_000,
+        13_760_000,
+        14_760_000,
+        15_760_000,
+    ]
 
 
 def test_per_step_pipelined(catalog):
@@ -66,7 +93,9 @@ def test_per_step_pipelined(catalog):
     assert df.busy_ms[:4].tolist() == pytest.approx([0.39] * 4)
     # the compute stream idles [480,508): the DtoH copy on the copy stream and the next HtoD do not fill it
     assert df.bubble_ms[:4].tolist() == pytest.approx([0.028] * 4)
-    assert df.commit_ms.tolist() == pytest.approx([0.15] * 5)   # committed one tick later, same payload
+    assert df.commit_ms.tolist() == pytest.approx(
+        [0.15] * 5
+    )  # committed one tick later, same payload
     assert df.wait_ms.tolist() == pytest.approx([0.045] * 5)
     assert df.gpu_start_ns.tolist() == [20_108_000 + 400_000 * k for k in range(5)]
 
@@ -89,7 +118,9 @@ def test_idle_gaps_and_histogram(catalog):
     gaps = analysis.idle_gaps(con, run, steps)
     assert gaps.step.tolist() == [2, 2, 2, 3, 3, 3, 4, 4, 4]
     assert gaps.idle_us.tolist() == [10.0, 380.0, 50.0] * 3
-    assert gaps.within.fillna("-").tolist() == ["forward", "-", "-"] * 3  # A-B launch gap, then the bubble
+    assert (
+        gaps.within.fillna("-").tolist() == ["forward", "-", "-"] * 3
+    )  # A-B launch gap, then the bubble
     assert gaps.began_in.tolist() == ["wait", "wait", "forward"] * 3
     # B was queued 300 us before A ended; the next HtoD copy was launched 355 us after the GPU went idle,
     # the next forward kernel 10 us after
@@ -98,7 +129,11 @@ def test_idle_gaps_and_histogram(catalog):
     hist = analysis.idle_histogram(con, run, steps).set_index("lo_us")
     assert hist.gaps.sum() == 9 and hist.kernel_gaps.sum() == 3
     assert hist.loc[10, ["gaps", "kernel_gaps"]].tolist() == [3, 3]
-    assert hist.loc[50, "gaps"] == 3 and hist.loc[200, "gaps"] == 3 and hist.loc[50, "kernel_gaps"] == 0
+    assert (
+        hist.loc[50, "gaps"] == 3
+        and hist.loc[200, "gaps"] == 3
+        and hist.loc[50, "kernel_gaps"] == 0
+    )
     assert hist.loc[200, "idle_ms"] == pytest.approx(1.14)
 
 
@@ -116,31 +151,52 @@ def test_bubble_attribution_blocking(catalog):
     began = analysis.attribution(con, run, steps)
     # every bubble interval [750,1200) begins while the host waits for the step's copy
     assert began[["run_id", "phase", "top_level"]].values.tolist() == [[run, "wait", "commit"]]
-    assert began.bubble_ms.tolist() == pytest.approx([1.35]) and began.bubble_share.tolist() == [1.0]
+    assert began.bubble_ms.tolist() == pytest.approx([1.35]) and began.bubble_share.tolist() == [
+        1.0
+    ]
     # time-weighted, the same 450 us: wait 20, commit 130, between ticks 100, next plan 100, launch 30,
     # copy_h2d 20, forward 50
     table = analysis.attribution_by_time(con, run, steps).set_index("phase")
-    expected = {"commit": 0.39, "outside any phase": 0.30, "plan": 0.30, "forward": 0.15, "launch": 0.09,
-                "copy_h2d": 0.06, "wait": 0.06}
+    expected = {
+        "commit": 0.39,
+        "outside any phase": 0.30,
+        "plan": 0.30,
+        "forward": 0.15,
+        "launch": 0.09,
+        "copy_h2d": 0.06,
+        "wait": 0.06,
+    }
     assert table.bubble_ms.to_dict() == pytest.approx(expected)
     assert table.bubble_ms.sum() == pytest.approx(steps.bubble_ms.sum())
     assert table.bubble_share.sum() == pytest.approx(1.0)
     assert analysis.rollup(table.reset_index()).to_dict() == pytest.approx(
-        {"commit": 0.45, "outside any phase": 0.30, "plan": 0.30, "launch": 0.30})
+        {"commit": 0.45, "outside any phase": 0.30, "plan": 0.30, "launch": 0.30}
+    )
 
 
 def test_bubble_attribution_step_one_and_pipelined(catalog):
     con, blocking, pipelined = catalog
     one = analysis.per_step(con, blocking).query("step == 1")
     table = analysis.attribution_by_time(con, blocking, one).set_index("phase")
-    assert table.bubble_ms.to_dict() == pytest.approx({"commit": 0.13, "outside any phase": 0.1, "plan": 0.1,
-                                                       "forward": 0.05, "launch": 0.03, "copy_h2d": 0.02,
-                                                       "wait": 0.02})
-    assert analysis.attribution(con, pipelined).empty          # default warm-up (5) leaves no steady steps
-    everything = analysis.per_step(con, blocking)               # all steps with a period: 5 x 450 us
+    assert table.bubble_ms.to_dict() == pytest.approx(
+        {
+            "commit": 0.13,
+            "outside any phase": 0.1,
+            "plan": 0.1,
+            "forward": 0.05,
+            "launch": 0.03,
+            "copy_h2d": 0.02,
+            "wait": 0.02,
+        }
+    )
+    assert analysis.attribution(con, pipelined).empty  # default warm-up (5) leaves no steady steps
+    everything = analysis.per_step(con, blocking)  # all steps with a period: 5 x 450 us
     for attribute in (analysis.attribution, analysis.attribution_by_time):
-        assert attribute(con, blocking, everything).bubble_ms.sum() == pytest.approx(
-            everything.bubble_ms.sum()) == pytest.approx(2.25)
+        assert (
+            attribute(con, blocking, everything).bubble_ms.sum()
+            == pytest.approx(everything.bubble_ms.sum())
+            == pytest.approx(2.25)
+        )
     steps = analysis.steady_state(analysis.per_step(con, pipelined), warmup=1)
     # pipelined, the compute stream idles [480,508) while the host is inside the next step's `forward`
     for attribute in (analysis.attribution, analysis.attribution_by_time):
@@ -158,15 +214,22 @@ def test_sync_inventory(catalog):
     assert len(inv) == 15
     assert not inv.api.str.contains("EventQuery|StreamWaitEvent").any()
     flagged = inv[inv.flagged]
-    assert flagged[["event", "phase", "step"]].values.tolist() == [["copy", "commit", 1], ["sync", "mask", 2]]
+    assert flagged[["event", "phase", "step"]].values.tolist() == [
+        ["copy", "commit", 1],
+        ["sync", "mask", 2],
+    ]
     assert flagged.detail.tolist() == ["DtoH pageable 64 B", "stream sync"]
     assert "pageable" in flagged.reason.iloc[0] and "outside copy_d2h" in flagged.reason.iloc[0]
     waits = inv[(inv.event == "sync") & (inv.phase == "wait")]
     assert not waits.flagged.any() and waits.detail.unique().tolist() == ["event sync"]
     assert waits.host_us.tolist() == pytest.approx([345.0] * 6)
-    teardown = inv.iloc[-1]                                 # after the loop: listed, not a stall
-    assert (teardown.api, teardown.detail, teardown.phase, teardown.flagged) == \
-        ("cudaDeviceSynchronize_v3020", "context sync", "outside any phase", False)
+    teardown = inv.iloc[-1]  # after the loop: listed, not a stall
+    assert (teardown.api, teardown.detail, teardown.phase, teardown.flagged) == (
+        "cudaDeviceSynchronize_v3020",
+        "context sync",
+        "outside any phase",
+        False,
+    )
     assert not analysis.sync_inventory(con, pipelined).flagged.any()
 
 
@@ -193,5 +256,9 @@ def test_runs_table(catalog):
     con, blocking, _ = catalog
     row = analysis.runs(con).set_index("run_id").loc[blocking]
     assert (row.depth, row.streams, row.decode_steps, row.source) == (1, 4, 5, "nsys")
-    assert (row.device, row.driver, row.nsys_version, row.schema_version) == \
-        ("Fake GPU", "580.159.04", "2025.3.2.0", "3.20.3")
+    assert (row.device, row.driver, row.nsys_version, row.schema_version) == (
+        "Fake GPU",
+        "580.159.04",
+        "2025.3.2.0",
+        "3.20.3",
+    )

@@ -3,6 +3,7 @@
 Checks that the page renders, logs no console error, raises no exception, opens no dialog (a planted
 `<script>alert(1)</script>` would) and paints a non-blank screenshot.
 """
+
 import base64
 import fcntl
 import io
@@ -17,13 +18,15 @@ import numpy as np
 import pytest
 from matplotlib import image as mpimg
 
-from bubblelab.report.report import report_run_dir
 from bubblelab.costmodel.simulate import LoopCosts
+from bubblelab.report.report import report_run_dir
 from bubblelab.runs.demo import write_demo_run_dir
 from tests.test_report import EVIL, plant
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install -y chromium)")
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None, reason="chromium is not installed (apt-get install -y chromium)"
+)
 
 
 def _onto_3_and_4(read_fd: int, write_fd: int) -> None:
@@ -40,11 +43,25 @@ class Browser:
         to_chrome_r, self._to_chrome = os.pipe()
         self._from_chrome, from_chrome_w = os.pipe()
         self.proc = subprocess.Popen(
-            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-             "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars",
-             f"--user-data-dir={user_data_dir}", "--remote-debugging-pipe", "about:blank"],
-            pass_fds=(3, 4), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            preexec_fn=lambda: _onto_3_and_4(to_chrome_r, from_chrome_w))
+            [
+                CHROMIUM,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+                "--hide-scrollbars",
+                f"--user-data-dir={user_data_dir}",
+                "--remote-debugging-pipe",
+                "about:blank",
+            ],
+            pass_fds=(3, 4),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            preexec_fn=lambda: _onto_3_and_4(to_chrome_r, from_chrome_w),
+        )
         os.close(to_chrome_r)
         os.close(from_chrome_w)
         self._buffer, self._next_id, self.events = b"", 0, []
@@ -61,7 +78,13 @@ class Browser:
         message, self._buffer = self._buffer.split(b"\0", 1)
         return json.loads(message)
 
-    def send(self, method: str, params: dict | None = None, session: str | None = None, timeout: float = 30):
+    def send(
+        self,
+        method: str,
+        params: dict | None = None,
+        session: str | None = None,
+        timeout: float = 30,
+    ):
         self._next_id += 1
         msg = {"id": self._next_id, "method": method, "params": params or {}}
         if session:
@@ -112,41 +135,61 @@ def load(url: str, user_data_dir, width: int = 1280) -> dict:
     browser = Browser(user_data_dir)
     try:
         target = browser.send("Target.createTarget", {"url": "about:blank"})["targetId"]
-        session = browser.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+        session = browser.send("Target.attachToTarget", {"targetId": target, "flatten": True})[
+            "sessionId"
+        ]
         for domain in ("Page", "Runtime", "Log"):
             browser.send(f"{domain}.enable", session=session)
-        browser.send("Emulation.setDeviceMetricsOverride",
-                     {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": False}, session)
+        browser.send(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": width, "height": 900, "deviceScaleFactor": 1, "mobile": False},
+            session,
+        )
         browser.send("Page.navigate", {"url": url}, session)
         browser.wait_for("Page.loadEventFired")
         browser.drain(0.5)  # late console messages and CSP reports
-        text = browser.send("Runtime.evaluate", {"expression": "document.body.innerText", "returnByValue": True},
-                            session)["result"]["value"]
-        scripts = browser.send("Runtime.evaluate", {"expression": "document.scripts.length", "returnByValue": True},
-                               session)["result"]["value"]
-        shot = browser.send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True}, session)
+        text = browser.send(
+            "Runtime.evaluate",
+            {"expression": "document.body.innerText", "returnByValue": True},
+            session,
+        )["result"]["value"]
+        scripts = browser.send(
+            "Runtime.evaluate",
+            {"expression": "document.scripts.length", "returnByValue": True},
+            session,
+        )["result"]["value"]
+        shot = browser.send(
+            "Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True}, session
+        )
     finally:
         browser.close()
     problems = []
     for e in browser.events:
         m, p = e.get("method"), e.get("params", {})
         if m == "Runtime.consoleAPICalled" and p["type"] in ("error", "assert", "warning"):
-            problems.append(("console", " ".join(str(a.get("value", a.get("description"))) for a in p["args"])))
+            problems.append(
+                ("console", " ".join(str(a.get("value", a.get("description"))) for a in p["args"]))
+            )
         elif m == "Runtime.exceptionThrown":
             problems.append(("exception", p["exceptionDetails"].get("text")))
         elif m == "Log.entryAdded" and p["entry"]["level"] in ("error", "warning"):
             problems.append(("log", p["entry"]["text"]))
         elif m == "Page.javascriptDialogOpening":
             problems.append(("dialog", p["message"]))
-    return {"problems": problems, "text": text, "scripts": scripts, "png": base64.b64decode(shot["data"])}
+    return {
+        "problems": problems,
+        "text": text,
+        "scripts": scripts,
+        "png": base64.b64decode(shot["data"]),
+    }
 
 
 def assert_not_blank(png: bytes, path) -> None:
     path.write_bytes(png)
     pixels = mpimg.imread(io.BytesIO(png), format="png")[..., :3]
-    assert pixels.shape[0] > 2000 and pixels.shape[1] == 1280             # the whole long page
+    assert pixels.shape[0] > 2000 and pixels.shape[1] == 1280  # the whole long page
     colors = np.unique((pixels[::4, ::4] * 255).astype(np.uint8).reshape(-1, 3), axis=0)
-    assert len(colors) > 200                                               # text, charts, the hero gradient
+    assert len(colors) > 200  # text, charts, the hero gradient
     assert pixels.std() > 0.05
 
 
@@ -161,7 +204,9 @@ def test_harness_sees_a_script_that_runs(tmp_path):
 
 def test_report_renders_cleanly(tmp_path):
     run_dir = tmp_path / "run"
-    write_demo_run_dir(run_dir, streams=(1, 8), requests_per_stream=3, output_len=32, costs=LoopCosts(fwd_base=1.0))
+    write_demo_run_dir(
+        run_dir, streams=(1, 8), requests_per_stream=3, output_len=32, costs=LoopCosts(fwd_base=1.0)
+    )
     report = report_run_dir(run_dir, n_boot=100)
     result = load(report.as_uri(), tmp_path / "profile")
     assert result["problems"] == []
@@ -174,6 +219,6 @@ def test_planted_script_is_shown_not_run(tmp_path):
     write_demo_run_dir(run_dir, streams=(2,), requests_per_stream=3, output_len=24)
     report = report_run_dir(plant(run_dir), n_boot=100)
     result = load(report.as_uri(), tmp_path / "profile")
-    assert result["problems"] == []   # no alert dialog, no CSP violation: nothing tried to run
+    assert result["problems"] == []  # no alert dialog, no CSP violation: nothing tried to run
     assert result["scripts"] == 0
-    assert EVIL in result["text"]     # the name is there, as text
+    assert EVIL in result["text"]  # the name is there, as text

@@ -1,4 +1,5 @@
 """Sampler: batch invariance, reproducibility, the sampled distribution, filters and masks."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -8,8 +9,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bubblelab.engine import sampler
-from bubblelab.engine.sampler import (SamplingBatch, apply_bitmask, bitmask_words, column_keys, noisy_argmax, row_keys, sample,
-                            warmup)
+from bubblelab.engine.sampler import (
+    SamplingBatch,
+    apply_bitmask,
+    bitmask_words,
+    column_keys,
+    noisy_argmax,
+    row_keys,
+    sample,
+    warmup,
+)
 from bubblelab.engine.sampling_params import SamplingParams
 
 FAST = settings(max_examples=60, deadline=None)
@@ -45,12 +54,19 @@ def run(logits, params, seeds, counters, bitmask=None, device: str = "cpu") -> l
 def test_row_result_is_independent_of_batch_composition(case, rnd):
     logits, params, seeds, counters = case
     together = run(logits, params, seeds, counters)
-    alone = [run(logits[i:i + 1], [params[i]], [seeds[i]], [counters[i]])[0] for i in range(len(params))]
+    alone = [
+        run(logits[i : i + 1], [params[i]], [seeds[i]], [counters[i]])[0]
+        for i in range(len(params))
+    ]
     assert together == alone
     order = list(range(len(params)))
     rnd.shuffle(order)
-    shuffled = run(logits[order], [params[i] for i in order], [seeds[i] for i in order],
-                   [counters[i] for i in order])
+    shuffled = run(
+        logits[order],
+        [params[i] for i in order],
+        [seeds[i] for i in order],
+        [counters[i] for i in order],
+    )
     assert shuffled == [together[i] for i in order]
 
 
@@ -61,7 +77,7 @@ def test_sampling_is_reproducible(case):
 
 
 def test_seeds_and_counters_change_the_draw():
-    logits = torch.zeros(1, 1000)   # uniform: every draw is pure noise
+    logits = torch.zeros(1, 1000)  # uniform: every draw is pure noise
     hot = SamplingParams(temperature=1.0)
     by_seed = {run(logits, [hot], [s], [0])[0] for s in range(50)}
     by_counter = {run(logits, [hot], [7], [c])[0] for c in range(50)}
@@ -85,16 +101,18 @@ def _expected(logits: np.ndarray, temperature: float, top_k: int, top_p: float) 
     return p
 
 
-@pytest.mark.parametrize("temperature,top_k,top_p", [(1.0, 0, 1.0), (0.5, 0, 1.0), (1.0, 3, 1.0), (1.0, 0, 0.7),
-                                                     (1.5, 4, 0.9)])
+@pytest.mark.parametrize(
+    "temperature,top_k,top_p",
+    [(1.0, 0, 1.0), (0.5, 0, 1.0), (1.0, 3, 1.0), (1.0, 0, 0.7), (1.5, 4, 0.9)],
+)
 def test_empirical_distribution_matches_softmax(temperature, top_k, top_p):
     base = np.array([1.0, 0.5, 0.0, -0.3, -1.0, 0.2], dtype=np.float32)
-    n = 20_000                      # one row per counter: the counter is what varies between draws
+    n = 20_000  # one row per counter: the counter is what varies between draws
     params = [SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p)] * n
     tokens = run(torch.from_numpy(base).expand(n, -1), params, [1234] * n, range(n))
     freq = np.bincount(tokens, minlength=len(base)) / n
     expected = _expected(base.astype(np.float64), temperature, top_k, top_p)
-    assert np.abs(freq - expected).max() < 0.015        # ~4 sigma at n = 20k
+    assert np.abs(freq - expected).max() < 0.015  # ~4 sigma at n = 20k
     assert (freq[expected == 0] == 0).all()
 
 
@@ -120,9 +138,18 @@ def test_filters_never_pick_excluded_tokens(case):
 def masked_batches(draw):
     logits, params, seeds, counters = draw(batches())
     rows, vocab = logits.shape
-    allowed = np.array(draw(st.lists(st.lists(st.booleans(), min_size=vocab, max_size=vocab),
-                                     min_size=rows, max_size=rows)))
-    allowed[np.arange(rows), draw(st.lists(st.integers(0, vocab - 1), min_size=rows, max_size=rows))] = True
+    allowed = np.array(
+        draw(
+            st.lists(
+                st.lists(st.booleans(), min_size=vocab, max_size=vocab),
+                min_size=rows,
+                max_size=rows,
+            )
+        )
+    )
+    allowed[
+        np.arange(rows), draw(st.lists(st.integers(0, vocab - 1), min_size=rows, max_size=rows))
+    ] = True
     return logits, params, seeds, counters, allowed
 
 
@@ -130,7 +157,9 @@ def pack_bitmask(allowed: np.ndarray) -> torch.Tensor:
     rows, vocab = allowed.shape
     bits = np.zeros((rows, bitmask_words(vocab) * 32), dtype=bool)
     bits[:, :vocab] = allowed
-    words = np.packbits(bits, axis=-1, bitorder="little").view("<u4")   # bit j of word w = token 32w+j
+    words = np.packbits(bits, axis=-1, bitorder="little").view(
+        "<u4"
+    )  # bit j of word w = token 32w+j
     return torch.from_numpy(words.view(np.int32))
 
 
@@ -148,37 +177,57 @@ def test_masked_tokens_are_never_chosen(case):
 def test_apply_bitmask_layout():
     logits = torch.zeros(1, 70)
     allowed = np.zeros((1, 70), dtype=bool)
-    allowed[0, [0, 31, 32, 69]] = True          # bit 31 makes the first word negative
+    allowed[0, [0, 31, 32, 69]] = True  # bit 31 makes the first word negative
     out = apply_bitmask(logits, pack_bitmask(allowed))
     assert torch.isfinite(out[0]).nonzero().flatten().tolist() == [0, 31, 32, 69]
 
 
 QWEN_VOCAB = 151_936
-MIXED = [SamplingParams(temperature=0.7, top_k=20, top_p=0.9), SamplingParams(),
-         SamplingParams(temperature=1.0, top_k=50), SamplingParams(temperature=0.5, top_p=0.8),
-         SamplingParams(temperature=1.0)]
+MIXED = [
+    SamplingParams(temperature=0.7, top_k=20, top_p=0.9),
+    SamplingParams(),
+    SamplingParams(temperature=1.0, top_k=50),
+    SamplingParams(temperature=0.5, top_p=0.8),
+    SamplingParams(temperature=1.0),
+]
 
 
 @pytest.fixture(scope="module")
 def compiled_cuda_sampler():
-    warmup(QWEN_VOCAB, "cuda")          # switches Gumbel-max to the torch.compile'd kernel, as the engine does
-    assert sampler._compiled_noisy_argmax is not None, "torch.compile of the sampler failed (see warnings)"
+    warmup(
+        QWEN_VOCAB, "cuda"
+    )  # switches Gumbel-max to the torch.compile'd kernel, as the engine does
+    assert sampler._compiled_noisy_argmax is not None, (
+        "torch.compile of the sampler failed (see warnings)"
+    )
     return sampler._compiled_noisy_argmax
 
 
 def gpu_case(rows: int):
-    logits = torch.randn(rows, QWEN_VOCAB, device="cuda", generator=torch.Generator("cuda").manual_seed(rows)) * 3
-    return logits, [MIXED[i % len(MIXED)] for i in range(rows)], list(range(rows)), [7 * i for i in range(rows)]
+    logits = (
+        torch.randn(
+            rows, QWEN_VOCAB, device="cuda", generator=torch.Generator("cuda").manual_seed(rows)
+        )
+        * 3
+    )
+    return (
+        logits,
+        [MIXED[i % len(MIXED)] for i in range(rows)],
+        list(range(rows)),
+        [7 * i for i in range(rows)],
+    )
 
 
-@pytest.mark.gpu                     # tests/conftest.py skips these without CUDA
+@pytest.mark.gpu  # tests/conftest.py skips these without CUDA
 @pytest.mark.parametrize("batch_size", [1, 256])
 def test_sample_never_syncs_the_host(compiled_cuda_sampler, batch_size):
     logits, params, seeds, counters = gpu_case(batch_size)
     batch = SamplingBatch.build(params, seeds, counters, device="cuda")
-    bitmask = torch.full((batch_size, bitmask_words(QWEN_VOCAB)), -1, dtype=torch.int32, device="cuda")
+    bitmask = torch.full(
+        (batch_size, bitmask_words(QWEN_VOCAB)), -1, dtype=torch.int32, device="cuda"
+    )
     bitmask[:, 0] = 0x0F0F0F0F
-    expected = sample(logits, batch, bitmask)               # first use: per-device caches
+    expected = sample(logits, batch, bitmask)  # first use: per-device caches
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
@@ -193,10 +242,17 @@ def test_gpu_rows_are_batch_invariant(compiled_cuda_sampler):
     logits, params, seeds, counters = gpu_case(256)
     together = run(logits, params, seeds, counters, device="cuda")
     for i in range(0, 256, 17):
-        assert run(logits[i:i + 1], [params[i]], [seeds[i]], [counters[i]], device="cuda") == [together[i]], i
+        assert run(logits[i : i + 1], [params[i]], [seeds[i]], [counters[i]], device="cuda") == [
+            together[i]
+        ], i
     order = list(range(255, -1, -1))
-    shuffled = run(logits[order], [params[i] for i in order], [seeds[i] for i in order],
-                   [counters[i] for i in order], device="cuda")
+    shuffled = run(
+        logits[order],
+        [params[i] for i in order],
+        [seeds[i] for i in order],
+        [counters[i] for i in order],
+        device="cuda",
+    )
     assert shuffled == [together[i] for i in order]
 
 
@@ -205,7 +261,9 @@ def test_gpu_distribution_matches_softmax(compiled_cuda_sampler):
     base = np.array([1.0, 0.5, 0.0, -0.3, -1.0, 0.2], dtype=np.float32)
     n = 20_000
     params = [SamplingParams(temperature=1.0, top_p=0.9)] * n
-    tokens = run(torch.from_numpy(base).cuda().expand(n, -1), params, [99] * n, range(n), device="cuda")
+    tokens = run(
+        torch.from_numpy(base).cuda().expand(n, -1), params, [99] * n, range(n), device="cuda"
+    )
     freq = np.bincount(tokens, minlength=len(base)) / n
     assert np.abs(freq - _expected(base.astype(np.float64), 1.0, 0, 0.9)).max() < 0.015
 
@@ -213,8 +271,12 @@ def test_gpu_distribution_matches_softmax(compiled_cuda_sampler):
 @pytest.mark.gpu
 def test_gpu_compiled_gumbel_max_agrees_with_eager(compiled_cuda_sampler):
     logits, _, seeds, counters = gpu_case(256)
-    keys = row_keys(torch.tensor(seeds, dtype=torch.int32, device="cuda"),
-                    torch.tensor(counters, dtype=torch.int32, device="cuda"))
+    keys = row_keys(
+        torch.tensor(seeds, dtype=torch.int32, device="cuda"),
+        torch.tensor(counters, dtype=torch.int32, device="cuda"),
+    )
     columns = column_keys(QWEN_VOCAB, logits.device)
     fused, eager = compiled_cuda_sampler(logits, keys, columns), noisy_argmax(logits, keys, columns)
-    assert (fused == eager).float().mean().item() > 0.99     # only last-ulp log differences may flip a near-tie
+    assert (
+        fused == eager
+    ).float().mean().item() > 0.99  # only last-ulp log differences may flip a near-tie

@@ -3,6 +3,7 @@
 Each command group lives in its own module with a `register(app)` function, so the engine,
 profiling and cost-model owners never edit the same file.
 """
+
 from __future__ import annotations
 
 import sys
@@ -11,12 +12,17 @@ import typer
 
 from bubblelab.errors import BubblelabError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Measure the GPU bubble of an LLM engine and what pipelined decoding wins back.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Measure the GPU bubble of an LLM engine and what pipelined decoding wins back.",
+)
 
 
 def _register_all() -> None:
     from bubblelab.cli import analyze, predict, run, sweep
+
     for module in (run, sweep, analyze, predict):
         module.register(app)
 

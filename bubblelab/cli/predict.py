@@ -1,4 +1,5 @@
 """CLI commands for costmodel/: `predict` (the post's table, for the post or for our runs) and `report`."""
+
 from __future__ import annotations
 
 import math
@@ -22,26 +23,46 @@ def _pct(v: float, lo: float | None = None, hi: float | None = None) -> str:
 
 
 def prediction_table(table: pd.DataFrame, blog: bool) -> Table:
-    title = "The post's table, re-predicted" if blog else "Predicted vs observed speedup, depth 2 over depth 1"
+    title = (
+        "The post's table, re-predicted"
+        if blog
+        else "Predicted vs observed speedup, depth 2 over depth 1"
+    )
     out = Table(title=title, title_justify="left", header_style="bold")
     out.add_column("configuration")
-    for name in ("blocking ms", "pipelined ms", "L", "z", "predicted [95%]" if not blog else "predicted [z: 1/L..0]"):
+    for name in (
+        "blocking ms",
+        "pipelined ms",
+        "L",
+        "z",
+        "predicted [95%]" if not blog else "predicted [z: 1/L..0]",
+    ):
         out.add_column(name, justify="right", no_wrap=True)
     extra = ["post's prediction"] if blog else ["from depth 1", "whole run"]
     for name in (*extra, "observed", "error"):
         out.add_column(name, justify="right", no_wrap=True)
     for r in table.itertuples():
-        cells = [r.label, f"{r.blocking_ms:.2f}", f"{r.pipelined_ms:.2f}", f"{r.L:.0f}", f"{100 * r.z:.2f}%",
-                 _pct(r.predicted_pct, r.predicted_lo, r.predicted_hi)]
+        cells = [
+            r.label,
+            f"{r.blocking_ms:.2f}",
+            f"{r.pipelined_ms:.2f}",
+            f"{r.L:.0f}",
+            f"{100 * r.z:.2f}%",
+            _pct(r.predicted_pct, r.predicted_lo, r.predicted_hi),
+        ]
         if blog:
             cells.append(_pct(r.published_pct))
         else:
             whole = _pct(r.wall_predicted_pct)
-            if getattr(r, "wall_scope", "run") == "window":  # a trimmed trace: the model predicts its window
+            if (
+                getattr(r, "wall_scope", "run") == "window"
+            ):  # a trimmed trace: the model predicts its window
                 whole += f" [dim](window; measured {_pct(r.wall_observed_pct)})[/dim]"
             cells += [_pct(r.d1_predicted_pct, r.d1_predicted_lo, r.d1_predicted_hi), whole]
-        cells += [_pct(r.observed_pct, getattr(r, "observed_lo", None), getattr(r, "observed_hi", None)),
-                  f"{r.error_pts:+.1f} pts"]
+        cells += [
+            _pct(r.observed_pct, getattr(r, "observed_lo", None), getattr(r, "observed_hi", None)),
+            f"{r.error_pts:+.1f} pts",
+        ]
         out.add_row(*cells)
     return out
 
@@ -50,7 +71,9 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def predict(
         blog: bool = typer.Option(False, "--blog", help="Use the Photon post's published inputs."),
-        catalog: Path | None = typer.Option(None, "--catalog", help="A run directory (results.json) or a DuckDB catalog."),
+        catalog: Path | None = typer.Option(
+            None, "--catalog", help="A run directory (results.json) or a DuckDB catalog."
+        ),
         as_json: bool = typer.Option(False, "--json", help="Print the table as JSON records."),
         n_boot: int = typer.Option(1000, help="Bootstrap resamples for the intervals."),
     ) -> None:
@@ -68,19 +91,25 @@ def register(app: typer.Typer) -> None:
             for reason in table.attrs["skipped"]:
                 typer.echo(f"skipped {reason}", err=True)
             if table.empty:
-                raise BubblelabError(f"{catalog} has no configuration measured at both depth 1 and depth 2")
+                raise BubblelabError(
+                    f"{catalog} has no configuration measured at both depth 1 and depth 2"
+                )
         if as_json:
             typer.echo(table.to_json(orient="records", indent=1))
         else:
             console = Console()
-            if not console.is_terminal:  # piped or captured: don't squeeze the table into 80 columns
+            if (
+                not console.is_terminal
+            ):  # piped or captured: don't squeeze the table into 80 columns
                 console = Console(width=200)
             console.print(prediction_table(table, blog))
 
     @app.command()
     def report(
         run_dir: Path = typer.Argument(..., help="Run directory holding results.json."),
-        demo: bool = typer.Option(False, "--demo", help="First fill RUN_DIR with a simulated run (no GPU needed)."),
+        demo: bool = typer.Option(
+            False, "--demo", help="First fill RUN_DIR with a simulated run (no GPU needed)."
+        ),
         n_boot: int = typer.Option(1000, help="Bootstrap resamples for the intervals."),
     ) -> None:
         """Write RUN_DIR/report.html: one self-contained page of tables and figures."""
@@ -88,6 +117,7 @@ def register(app: typer.Typer) -> None:
 
         if demo:
             from bubblelab.runs.demo import write_demo_run_dir
+
             write_demo_run_dir(run_dir, streams=(1, 8, 32))
         elif not run_dir.is_dir():
             raise BubblelabError(f"{run_dir} is not a directory")

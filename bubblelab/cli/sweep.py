@@ -1,4 +1,5 @@
 """`bubblelab run-and-profile`: the sweep under nsys (or the in-process timeline), then the report."""
+
 from __future__ import annotations
 
 import time
@@ -41,29 +42,47 @@ def run_and_profile(
     max_model_len: int = typer.Option(512, help="Longest sequence."),
     attention_backend: str = typer.Option("auto", help="auto, torch, flash-attn or triton."),
     out: Path = typer.Option(None, help="Run directory (default reports/<timestamp>/)."),
-    nsys: bool = typer.Option(None, "--nsys/--no-nsys", help="Force or forbid nsys (default: use it when found)."),
+    nsys: bool = typer.Option(
+        None, "--nsys/--no-nsys", help="Force or forbid nsys (default: use it when found)."
+    ),
 ) -> None:
     """Profile depth 1 vs depth 2 over a sweep, ingest into DuckDB, analyse, and write an HTML report."""
+    from bubblelab.cli.predict import prediction_table
     from bubblelab.costmodel.predict import predict_runs
     from bubblelab.report.report import report_run_dir
     from bubblelab.runs.rundir import read_results
-    from bubblelab.cli.predict import prediction_table
     from bubblelab.runs.sweep import SweepSpec, run_sweep
 
-    spec = SweepSpec(model=model, device=device, dtype=dtype or ("bf16" if device.startswith("cuda") else "fp32"),
-                     depths=_ints(depths, "depths"), streams=_ints(streams, "streams"),
-                     output_len_mean=output_len_mean, requests_per_stream=requests_per_stream,
-                     prompt_len=prompt_len, repeats=repeats, constraint=constraint,
-                     constrained_share=1.0 if constraint else 0.0, max_model_len=max_model_len,
-                     attention_backend=attention_backend)
+    spec = SweepSpec(
+        model=model,
+        device=device,
+        dtype=dtype or ("bf16" if device.startswith("cuda") else "fp32"),
+        depths=_ints(depths, "depths"),
+        streams=_ints(streams, "streams"),
+        output_len_mean=output_len_mean,
+        requests_per_stream=requests_per_stream,
+        prompt_len=prompt_len,
+        repeats=repeats,
+        constraint=constraint,
+        constrained_share=1.0 if constraint else 0.0,
+        max_model_len=max_model_len,
+        attention_backend=attention_backend,
+    )
     out = out or Path("reports") / time.strftime("%Y%m%d-%H%M%S")
     configs = spec.configs()
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console) as bar:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+    ) as bar:
         task = bar.add_task("runs", total=len(configs))
 
         def on_run(tag: str, s: dict) -> None:
-            bar.console.print(f"{tag}: {s['tokens_per_s']:.1f} tokens/s, decode step {s['step_ms_median']:.3f} ms")
+            bar.console.print(
+                f"{tag}: {s['tokens_per_s']:.1f} tokens/s, decode step {s['step_ms_median']:.3f} ms"
+            )
             bar.advance(task)
 
         run_sweep(spec, out, use_nsys=nsys, on_run=on_run, say=bar.console.print)

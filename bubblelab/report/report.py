@@ -4,6 +4,7 @@
 templates/report.html.j2 with autoescaping on, so every trace-derived string (phase and kernel names, run
 ids, commands, paths) reaches the page escaped. The page loads nothing from outside.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -16,10 +17,10 @@ import numpy as np
 import pandas as pd
 from markupsafe import Markup
 
-from bubblelab.report import figures
 from bubblelab.costmodel.compare import step_summary
 from bubblelab.costmodel.predict import predict_blog, predict_runs, run_label
 from bubblelab.profiling.analysis import steady_state
+from bubblelab.report import figures
 from bubblelab.runs.rundir import Results, read_results
 
 REPORT_FILE = "report.html"
@@ -27,12 +28,21 @@ TEMPLATES = Path(__file__).parent / "templates"
 
 
 def _env() -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
-                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
     env.filters["num"] = lambda v, nd=2: "–" if v is None or pd.isna(v) else f"{v:,.{nd}f}"
-    env.filters["dash"] = lambda v: "–" if v is None or (isinstance(v, float) and pd.isna(v)) or v == "" else v
+    env.filters["dash"] = lambda v: (
+        "–" if v is None or (isinstance(v, float) and pd.isna(v)) or v == "" else v
+    )
     env.filters["signed"] = lambda v, nd=1: "–" if v is None or pd.isna(v) else f"{v:+.{nd}f}%"
-    env.filters["tojson_pretty"] = lambda v: v if isinstance(v, str) else json.dumps(v, indent=1, default=str)
+    env.filters["tojson_pretty"] = lambda v: (
+        v if isinstance(v, str) else json.dumps(v, indent=1, default=str)
+    )
     return env
 
 
@@ -46,12 +56,20 @@ def timeline_charts(results: Results) -> list[dict]:
         panels = []
         for depth, run in sorted(by_depth.items()):
             steps = results.steps[results.steps["run_id"] == run["run_id"]]
-            ranges = results.timeline[results.timeline["run_id"] == run["run_id"]] if len(results.timeline) else None
+            ranges = (
+                results.timeline[results.timeline["run_id"] == run["run_id"]]
+                if len(results.timeline)
+                else None
+            )
             if len(steps) >= 2:
-                panels.append((f"depth {depth} ({'blocking' if depth == 1 else 'pipelined'})", steps, ranges))
+                panels.append(
+                    (f"depth {depth} ({'blocking' if depth == 1 else 'pipelined'})", steps, ranges)
+                )
         if panels:
             has_host = any(r is not None and len(r) for _, _, r in panels)
-            charts.append(dict(title=title, svg=Markup(figures.lane_chart(panels)), has_host=has_host))
+            charts.append(
+                dict(title=title, svg=Markup(figures.lane_chart(panels)), has_host=has_host)
+            )
     return charts
 
 
@@ -62,9 +80,13 @@ def gap_samples(results: Results) -> list[tuple[str, int, np.ndarray]]:
     else:  # without a gap table: each step's idle time
         source = results.steps.rename(columns={"bubble_ms": "gap_ms"})
     gaps = {run_id: g["gap_ms"].dropna().to_numpy(float) for run_id, g in source.groupby("run_id")}
-    pooled: dict[tuple[str, int], list[np.ndarray]] = {}  # repeats of a configuration share a histogram
+    pooled: dict[
+        tuple[str, int], list[np.ndarray]
+    ] = {}  # repeats of a configuration share a histogram
     for run in results.runs.to_dict("records"):
-        pooled.setdefault((run_label(run), int(run["depth"])), []).append(gaps.get(run["run_id"], np.array([])))
+        pooled.setdefault((run_label(run), int(run["depth"])), []).append(
+            gaps.get(run["run_id"], np.array([]))
+        )
     return [(label, depth, np.concatenate(arrays)) for (label, depth), arrays in pooled.items()]
 
 
@@ -84,20 +106,33 @@ def attribution_per_step(results: Results) -> pd.DataFrame:
         total = a["bubble_ms"].sum()
         if total > 0:
             for phase, ms in a.groupby("phase")["bubble_ms"].sum().items():
-                rows.append(dict(label=run_label(run), phase=phase, ms_per_step=bubble * ms / total))
+                rows.append(
+                    dict(label=run_label(run), phase=phase, ms_per_step=bubble * ms / total)
+                )
         else:  # no idle time at all: an empty bar, still labelled
             rows.append(dict(label=run_label(run), phase="other", ms_per_step=0.0))
     # Repeats of a configuration share a bar: the mean over its runs.
     repeats = results.runs.apply(run_label, axis=1).value_counts()
-    table = pd.DataFrame(rows).groupby(["label", "phase"], sort=False)["ms_per_step"].sum().reset_index()
+    table = (
+        pd.DataFrame(rows)
+        .groupby(["label", "phase"], sort=False)["ms_per_step"]
+        .sum()
+        .reset_index()
+    )
     return table.assign(ms_per_step=table["ms_per_step"] / table["label"].map(repeats))
 
 
 def _machine() -> dict:
     import matplotlib
-    return {"report built": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "python": platform.python_version(), "pandas": pd.__version__, "matplotlib": matplotlib.__version__,
-            "jinja2": jinja2.__version__, "host": platform.node()}
+
+    return {
+        "report built": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "python": platform.python_version(),
+        "pandas": pd.__version__,
+        "matplotlib": matplotlib.__version__,
+        "jinja2": jinja2.__version__,
+        "host": platform.node(),
+    }
 
 
 def render_report(results: Results, title: str, n_boot: int = 1000) -> str:
@@ -114,8 +149,11 @@ def render_report(results: Results, title: str, n_boot: int = 1000) -> str:
         skipped=table.attrs.get("skipped", []),
         headline=headline.to_dict("records"),
         mean_abs_error=float(table["error_pts"].abs().mean()) if len(table) else None,
-        whole_run_error=float((table["wall_observed_pct"] - table["wall_predicted_pct"]).abs().mean())
-        if len(table) else None,
+        whole_run_error=float(
+            (table["wall_observed_pct"] - table["wall_predicted_pct"]).abs().mean()
+        )
+        if len(table)
+        else None,
         blog=blog.to_dict("records"),
         summary=summary.to_dict("records"),
         fig_pred=Markup(figures.predicted_vs_observed(table, blog)) if len(table) else None,
@@ -136,5 +174,7 @@ def report_run_dir(run_dir: Path | str, n_boot: int = 1000) -> Path:
     run_dir = Path(run_dir)
     results = read_results(run_dir)
     out = run_dir / REPORT_FILE
-    out.write_text(render_report(results, title=run_dir.resolve().name, n_boot=n_boot), encoding="utf-8")
+    out.write_text(
+        render_report(results, title=run_dir.resolve().name, n_boot=n_boot), encoding="utf-8"
+    )
     return out

@@ -18,6 +18,7 @@ results.json holds {"schema_version": 1, "runs": [...], "steps": [...], "attribu
   engine.timeline.Timeline (host_frame / device_frame), for the lane chart.
 - provenance: free-form JSON object; the report shows keys such as commands, versions, machine, traces.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -33,12 +34,24 @@ RESULTS_FILE = "results.json"
 SCHEMA_VERSION = 1
 TABLES = ("runs", "steps", "attribution", "gaps", "timeline")
 # docs/phases.md: "Run metadata" and the per-step table.
-RUN_COLUMNS = ("run_id, model, preset, depth, streams, output_len_mean, mean_generated_len, requests, device, "
-               "driver, torch, nsys_version, schema_version, command, started_at, wall_s, generated_tokens, "
-               "decode_steps, source, trace_path").split(", ")
-STEP_COLUMNS = ("run_id, step, kind, depth, batch_size, forward_ms, sampling_ms, busy_ms, bubble_ms, period_ms, "
-                "plan_ms, launch_ms, commit_ms, finalize_ms, wait_ms, gpu_start_ns, gpu_end_ns").split(", ")
-NEEDED_RUN_COLUMNS = ("run_id", "depth", "streams", "device", "mean_generated_len", "wall_s", "generated_tokens")
+RUN_COLUMNS = (
+    "run_id, model, preset, depth, streams, output_len_mean, mean_generated_len, requests, device, "
+    "driver, torch, nsys_version, schema_version, command, started_at, wall_s, generated_tokens, "
+    "decode_steps, source, trace_path"
+).split(", ")
+STEP_COLUMNS = (
+    "run_id, step, kind, depth, batch_size, forward_ms, sampling_ms, busy_ms, bubble_ms, period_ms, "
+    "plan_ms, launch_ms, commit_ms, finalize_ms, wait_ms, gpu_start_ns, gpu_end_ns"
+).split(", ")
+NEEDED_RUN_COLUMNS = (
+    "run_id",
+    "depth",
+    "streams",
+    "device",
+    "mean_generated_len",
+    "wall_s",
+    "generated_tokens",
+)
 
 
 @dataclass
@@ -53,12 +66,22 @@ class Results:
 
 def _records(df: pd.DataFrame | None) -> list[dict]:
     # pandas' own JSON writer turns NaN into null and numpy scalars into plain numbers.
-    return [] if df is None or df.empty else json.loads(df.to_json(orient="records", date_format="iso"))
+    return (
+        []
+        if df is None or df.empty
+        else json.loads(df.to_json(orient="records", date_format="iso"))
+    )
 
 
-def write_results(run_dir: Path | str, runs_df: pd.DataFrame, steps_df: pd.DataFrame,
-                  attribution_df: pd.DataFrame | None = None, gaps_df: pd.DataFrame | None = None,
-                  provenance: dict | None = None, timeline_df: pd.DataFrame | None = None) -> Path:
+def write_results(
+    run_dir: Path | str,
+    runs_df: pd.DataFrame,
+    steps_df: pd.DataFrame,
+    attribution_df: pd.DataFrame | None = None,
+    gaps_df: pd.DataFrame | None = None,
+    provenance: dict | None = None,
+    timeline_df: pd.DataFrame | None = None,
+) -> Path:
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     doc = {"schema_version": SCHEMA_VERSION}
@@ -79,23 +102,35 @@ def results_path(run_dir: Path | str) -> Path | None:
 def read_results(run_dir: Path | str) -> Results:
     path = results_path(run_dir)
     if path is None:
-        raise BubblelabError(f"no {RESULTS_FILE} in {run_dir} (run `bubblelab run-and-profile` first)")
+        raise BubblelabError(
+            f"no {RESULTS_FILE} in {run_dir} (run `bubblelab run-and-profile` first)"
+        )
     try:
-        text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+        text = (
+            gzip.decompress(path.read_bytes()).decode()
+            if path.suffix == ".gz"
+            else path.read_text()
+        )
         doc = json.loads(text)
     except (json.JSONDecodeError, OSError, EOFError) as e:
         raise BubblelabError(f"{path} is not valid (gzipped) JSON: {e}") from None
     if doc.get("schema_version") != SCHEMA_VERSION:
-        raise BubblelabError(f"{path} has schema_version {doc.get('schema_version')!r}, expected {SCHEMA_VERSION}")
+        raise BubblelabError(
+            f"{path} has schema_version {doc.get('schema_version')!r}, expected {SCHEMA_VERSION}"
+        )
     tables = {name: pd.DataFrame.from_records(doc.get(name) or []) for name in TABLES}
     runs, steps = tables["runs"], tables["steps"]
     if runs.empty or steps.empty:
         raise BubblelabError(f"{path} has no runs or no steps")
     for name, table, needed in (("runs", runs, NEEDED_RUN_COLUMNS), ("steps", steps, STEP_COLUMNS)):
         if missing := [c for c in needed if c not in table]:
-            raise BubblelabError(f"{path}: {name} lack the column(s) {', '.join(missing)} (see docs/phases.md)")
+            raise BubblelabError(
+                f"{path}: {name} lack the column(s) {', '.join(missing)} (see docs/phases.md)"
+            )
     # Optional metadata may be absent; keep the contract's columns so readers need not check each one.
-    tables["runs"] = runs.reindex(columns=[*RUN_COLUMNS, *(c for c in runs if c not in RUN_COLUMNS)])
+    tables["runs"] = runs.reindex(
+        columns=[*RUN_COLUMNS, *(c for c in runs if c not in RUN_COLUMNS)]
+    )
     return Results(**tables, provenance=doc.get("provenance") or {})
 
 
@@ -108,6 +143,7 @@ def load_runs(source: Path | str) -> Results:
         return read_results(source)
     if source.suffix in (".duckdb", ".db") and source.is_file():
         import duckdb  # only needed for catalogs
+
         with duckdb.connect(str(source), read_only=True) as con:
             try:
                 runs, steps = con.sql("FROM runs").df(), con.sql("FROM steps").df()
@@ -135,5 +171,10 @@ def merge_results(named: dict[str, Results]) -> Results:
             if name == "runs":
                 table["preset"] = source
             merged[name].append(table)
-    tables = {name: pd.concat(parts, ignore_index=True) if parts else pd.DataFrame() for name, parts in merged.items()}
-    return Results(**tables, provenance={"sources": {source: r.provenance for source, r in named.items()}})
+    tables = {
+        name: pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+        for name, parts in merged.items()
+    }
+    return Results(
+        **tables, provenance={"sources": {source: r.provenance for source, r in named.items()}}
+    )

@@ -4,6 +4,7 @@ run-and-profile (after its runs) and the committed traces (for the notebooks) bo
 here, from profiling's public answers, so the report, `bubblelab analyze` and the notebooks agree on every
 number.
 """
+
 from __future__ import annotations
 
 import duckdb
@@ -12,11 +13,13 @@ import pandas as pd
 from bubblelab.profiling import analysis
 from bubblelab.runs.rundir import Results
 
-GAP_STEPS = 50   # idle gaps of this many steady steps per run: a forward leaves ~1,000-2,000 kernel gaps a step
+GAP_STEPS = 50  # idle gaps of this many steady steps per run: a forward leaves ~1,000-2,000 kernel gaps a step
 LANE_STEPS = 12  # steps of host ranges and GPU islands kept per run for the lane chart
 
 
-def collect(con: duckdb.DuckDBPyConnection, run_ids: list[str], provenance: dict | None = None) -> Results:
+def collect(
+    con: duckdb.DuckDBPyConnection, run_ids: list[str], provenance: dict | None = None
+) -> Results:
     """The tables of the given runs of an open catalog, in the order given."""
     runs = analysis.runs(con)
     runs = runs.set_index("run_id").loc[run_ids].reset_index()
@@ -27,10 +30,20 @@ def collect(con: duckdb.DuckDBPyConnection, run_ids: list[str], provenance: dict
         steps.append(per_step)
         attribution.append(analysis.attribution(con, run_id, steady))
         g = analysis.idle_gaps(con, run_id, analysis.middle(steady, GAP_STEPS))
-        gaps.append(pd.DataFrame({"run_id": run_id, "step": g["step"], "gap_ms": g["idle_us"] / 1e3,
-                                  "began_in": g["began_in"]}))
+        gaps.append(
+            pd.DataFrame(
+                {
+                    "run_id": run_id,
+                    "step": g["step"],
+                    "gap_ms": g["idle_us"] / 1e3,
+                    "began_in": g["began_in"],
+                }
+            )
+        )
         lanes.append(analysis.lane_ranges(con, run_id, analysis.middle(steady, LANE_STEPS)))
-    return Results(runs, _cat(steps), _cat(attribution), _cat(gaps), _cat(lanes), provenance=provenance or {})
+    return Results(
+        runs, _cat(steps), _cat(attribution), _cat(gaps), _cat(lanes), provenance=provenance or {}
+    )
 
 
 def _cat(frames: list[pd.DataFrame]) -> pd.DataFrame:

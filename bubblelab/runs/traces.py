@@ -2,6 +2,7 @@
 
 The notebooks read the traces through this; the tables come from runs.tables.collect, like a sweep's.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,11 +16,14 @@ from bubblelab.profiling.ingest import META_KEYS, ingest
 from bubblelab.runs.rundir import Results
 from bubblelab.runs.tables import collect
 
-TRACES_DIR = Path(__file__).resolve().parents[2] / "traces"   # the checkout's traces/ folder
+TRACES_DIR = Path(__file__).resolve().parents[2] / "traces"  # the checkout's traces/ folder
 
 
-def load_traces(names: list[str] | None = None, traces_dir: Path | str = TRACES_DIR,
-                catalog: Path | str | duckdb.DuckDBPyConnection | None = None) -> Results:
+def load_traces(
+    names: list[str] | None = None,
+    traces_dir: Path | str = TRACES_DIR,
+    catalog: Path | str | duckdb.DuckDBPyConnection | None = None,
+) -> Results:
     """Ingest the indexed traces (all of index.json by default) and collect runs, steps, attribution, gaps
     and a lane window per run. catalog: a DuckDB file to keep (re-ingesting a trace adds nothing), or an
     open catalog connection to ask profiling.analysis more questions afterwards; default in memory."""
@@ -31,6 +35,17 @@ def load_traces(names: list[str] | None = None, traces_dir: Path | str = TRACES_
     if unknown := sorted(set(names or ()) - set(index)):
         raise BubblelabError(f"not in {index_path}: {', '.join(unknown)}")
     con = catalog if isinstance(catalog, duckdb.DuckDBPyConnection) else connect(catalog)
-    run_ids = [ingest(traces_dir / name, None, {k: v for k, v in index[name].items() if k in META_KEYS}, con=con)
-               for name in names or index]
-    return collect(con, run_ids, provenance={"traces": {name: str(traces_dir / name) for name in names or index}})
+    run_ids = [
+        ingest(
+            traces_dir / name,
+            None,
+            {k: v for k, v in index[name].items() if k in META_KEYS},
+            con=con,
+        )
+        for name in names or index
+    ]
+    return collect(
+        con,
+        run_ids,
+        provenance={"traces": {name: str(traces_dir / name) for name in names or index}},
+    )

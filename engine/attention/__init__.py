@@ -1,5 +1,6 @@
 """Attention backends: `select_backend(name, device)` picks flash-attn on CUDA when it imports, else the Triton
 paged decode kernel on CUDA when Triton is usable, else torch."""
+
 from __future__ import annotations
 
 import os
@@ -17,6 +18,7 @@ __all__ = ["AttentionBackend", "AttentionMetadata", "select_backend", "store_kv_
 def _flash_attn_importable() -> bool:
     """flash-attn-4 (`flash_attn.cute`) or a real FA2 imports; benchmarks/flash_attn_shim alone does not count."""
     from bubblelab.engine.attention.flash_backend import available_impl
+
     return available_impl() is not None
 
 
@@ -32,7 +34,7 @@ def _triton_problem() -> str | None:
 
 
 def select_backend(name: str, device: torch.device | str) -> AttentionBackend:
-    """"auto" on CUDA = flash-attn when it imports, else triton when usable, else torch; torch off CUDA."""
+    """ "auto" on CUDA = flash-attn when it imports, else triton when usable, else torch; torch off CUDA."""
     is_cuda = torch.device(device).type == "cuda"
     if name == "auto":
         if is_cuda and _flash_attn_importable():
@@ -43,15 +45,19 @@ def select_backend(name: str, device: torch.device | str) -> AttentionBackend:
             name = "torch"
     if name == "torch":
         from bubblelab.engine.attention.torch_backend import TorchAttention
+
         return TorchAttention()
     if name == "flash-attn":
         if not is_cuda:
             raise BubblelabError(f"attention backend flash-attn needs a CUDA device, got {device}")
         if not _flash_attn_importable():
-            raise BubblelabError("attention backend flash-attn requested but neither flash-attn-4 "
-                                 "(`flash_attn.cute`) nor flash-attn 2 imports; install one or use "
-                                 "--attention-backend triton/torch")
+            raise BubblelabError(
+                "attention backend flash-attn requested but neither flash-attn-4 "
+                "(`flash_attn.cute`) nor flash-attn 2 imports; install one or use "
+                "--attention-backend triton/torch"
+            )
         from bubblelab.engine.attention.flash_backend import FlashAttention
+
         return FlashAttention()
     if name == "triton":
         # Off CUDA only the Triton interpreter (TRITON_INTERPRET=1) could run it: far too slow for an engine.
@@ -59,8 +65,13 @@ def select_backend(name: str, device: torch.device | str) -> AttentionBackend:
             raise BubblelabError(f"attention backend triton needs a CUDA device, got {device}")
         problem = _triton_problem()
         if problem:
-            raise BubblelabError(f"attention backend triton requested but {problem}; "
-                                 "fix that or use --attention-backend torch")
+            raise BubblelabError(
+                f"attention backend triton requested but {problem}; "
+                "fix that or use --attention-backend torch"
+            )
         from bubblelab.engine.attention.triton_backend import TritonAttention
+
         return TritonAttention()
-    raise BubblelabError(f"unknown attention backend {name!r}; choose auto, torch, flash-attn or triton")
+    raise BubblelabError(
+        f"unknown attention backend {name!r}; choose auto, torch, flash-attn or triton"
+    )

@@ -1,4 +1,5 @@
 """The attention backend interface and the paged KV-cache write both backends share."""
+
 from __future__ import annotations
 
 from typing import Protocol
@@ -18,17 +19,30 @@ class AttentionBackend(Protocol):
     # Pages handed to forward() must hold a multiple of this many tokens (FA2's paged kernel needs 256).
     block_size_multiple: int
 
-    def prepare(self, meta: AttentionMetadata, k_cache: torch.Tensor | None, dtype: torch.dtype
-                ) -> AttentionMetadata:
+    def prepare(
+        self, meta: AttentionMetadata, k_cache: torch.Tensor | None, dtype: torch.dtype
+    ) -> AttentionMetadata:
         """The step's metadata plus what every layer would otherwise rebuild; called once per forward."""
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                k_cache: torch.Tensor | None, v_cache: torch.Tensor | None,
-                meta: AttentionMetadata, scale: float) -> torch.Tensor: ...
+    def forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        k_cache: torch.Tensor | None,
+        v_cache: torch.Tensor | None,
+        meta: AttentionMetadata,
+        scale: float,
+    ) -> torch.Tensor: ...
 
 
-def store_kv_cache(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                   slot_mapping: torch.Tensor) -> None:
+def store_kv_cache(
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> None:
     """Write each token's K/V to its flat slot (page * block_size + offset) of the paged cache.
 
     No host sync, so it is CUDA-graph safe. Eager: index_copy_ on a flat view, one kernel per cache. Under

@@ -16,11 +16,12 @@ benchmarks/flash_attn_shim is also a package named `flash_attn` (the FA2 API on 
 is never taken for FA2: the engine recognises it (`is_shim`) and calls FA4 directly, or refuses if FA4 is
 missing (the shim's SDPA fallback syncs with the host and cannot be captured).
 """
+
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from types import ModuleType
-from typing import Callable
 
 import torch
 
@@ -35,7 +36,9 @@ FA4_MAX_HEAD_DIM = 256
 
 def is_shim(module: ModuleType) -> bool:
     """True for benchmarks/flash_attn_shim (or any FA2-API stand-in that marks itself), never a real FA2."""
-    return bool(getattr(module, "__bubblelab_shim__", False)) or "fa4shim" in str(getattr(module, "__version__", ""))
+    return bool(getattr(module, "__bubblelab_shim__", False)) or "fa4shim" in str(
+        getattr(module, "__version__", "")
+    )
 
 
 def fa4_entry() -> Callable | None:
@@ -60,7 +63,7 @@ def fa2_entries() -> tuple[Callable, Callable] | None:
 
 
 def available_impl() -> str | None:
-    """"fa4", "fa2" or None: what FlashAttention() would use here."""
+    """ "fa4", "fa2" or None: what FlashAttention() would use here."""
     if fa4_entry() is not None:
         return "fa4"
     if fa2_entries() is not None:
@@ -70,31 +73,45 @@ def available_impl() -> str | None:
 
 def fa4_prefill_kwargs(meta: AttentionMetadata, scale: float) -> dict:
     """Keyword arguments of FA4's varlen causal prefill (host-side max_seqlen: FA4 sizes its grid from it)."""
-    return dict(cu_seqlens_q=meta.cu_seqlens, cu_seqlens_k=meta.cu_seqlens, max_seqlen_q=meta.max_seqlen,
-                max_seqlen_k=meta.max_seqlen, softmax_scale=scale, causal=True)
+    return dict(
+        cu_seqlens_q=meta.cu_seqlens,
+        cu_seqlens_k=meta.cu_seqlens,
+        max_seqlen_q=meta.max_seqlen,
+        max_seqlen_k=meta.max_seqlen,
+        softmax_scale=scale,
+        causal=True,
+    )
 
 
 def fa4_decode_kwargs(meta: AttentionMetadata, scale: float) -> dict:
     """Keyword arguments of FA4's paged decode: one query token per row as a batched [B, 1, H, D] query; the
     current token's K/V are already in the cache, so context_lens (which counts it) is each row's key length."""
-    return dict(seqused_k=meta.context_lens, page_table=meta.block_tables, softmax_scale=scale, causal=True)
+    return dict(
+        seqused_k=meta.context_lens, page_table=meta.block_tables, softmax_scale=scale, causal=True
+    )
 
 
 def check_fa4_shapes(q: torch.Tensor, kv_heads: int) -> None:
     """BubblelabError for what FA4 cannot run (host-known shapes and dtypes only: no sync, capture-safe)."""
     heads, head_dim = q.shape[-2], q.shape[-1]
     if q.dtype not in FA4_DTYPES:
-        raise BubblelabError(f"flash-attn-4 needs bf16 or fp16, got {q.dtype}; use --dtype bf16 or the torch "
-                             "backend")
+        raise BubblelabError(
+            f"flash-attn-4 needs bf16 or fp16, got {q.dtype}; use --dtype bf16 or the torch backend"
+        )
     if head_dim % 8 or head_dim > FA4_MAX_HEAD_DIM:
-        raise BubblelabError(f"flash-attn-4 needs head_dim a multiple of 8 up to {FA4_MAX_HEAD_DIM}, got "
-                             f"{head_dim}; use the triton or torch backend")
+        raise BubblelabError(
+            f"flash-attn-4 needs head_dim a multiple of 8 up to {FA4_MAX_HEAD_DIM}, got "
+            f"{head_dim}; use the triton or torch backend"
+        )
     if heads % kv_heads:
-        raise BubblelabError(f"flash-attn-4 needs heads % kv_heads == 0, got {heads} and {kv_heads}")
+        raise BubblelabError(
+            f"flash-attn-4 needs heads % kv_heads == 0, got {heads} and {kv_heads}"
+        )
 
 
 class FlashAttention:
     """`impl` None: FA4 when it imports, else FA2; "fa4" / "fa2" force one (BubblelabError if missing)."""
+
     name = "flash-attn"
 
     def __init__(self, impl: str | None = None) -> None:
@@ -107,16 +124,26 @@ class FlashAttention:
         elif self._fa2 is not None:
             self.impl, self.block_size_multiple = "fa2", FA2_BLOCK_SIZE_MULTIPLE
         else:
-            raise BubblelabError("attention backend flash-attn: neither flash-attn-4 (`flash_attn.cute`) nor "
-                                 "flash-attn 2 imports; install one or use --attention-backend triton/torch")
+            raise BubblelabError(
+                "attention backend flash-attn: neither flash-attn-4 (`flash_attn.cute`) nor "
+                "flash-attn 2 imports; install one or use --attention-backend triton/torch"
+            )
 
-    def prepare(self, meta: AttentionMetadata, k_cache: torch.Tensor | None, dtype: torch.dtype
-                ) -> AttentionMetadata:
+    def prepare(
+        self, meta: AttentionMetadata, k_cache: torch.Tensor | None, dtype: torch.dtype
+    ) -> AttentionMetadata:
         return meta  # flash-attn reads context_lens and block_tables directly
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                k_cache: torch.Tensor | None, v_cache: torch.Tensor | None,
-                meta: AttentionMetadata, scale: float) -> torch.Tensor:
+    def forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        k_cache: torch.Tensor | None,
+        v_cache: torch.Tensor | None,
+        meta: AttentionMetadata,
+        scale: float,
+    ) -> torch.Tensor:
         if self._fa4 is not None:
             return self._forward_fa4(q, k, v, k_cache, v_cache, meta, scale)
         return self._forward_fa2(q, k, v, k_cache, v_cache, meta, scale)
@@ -135,15 +162,32 @@ class FlashAttention:
     def _forward_fa2(self, q, k, v, k_cache, v_cache, meta, scale) -> torch.Tensor:
         varlen, with_kvcache = self._fa2
         if k_cache is not None and k_cache.shape[1] % FA2_BLOCK_SIZE_MULTIPLE:
-            raise BubblelabError(f"flash-attn 2 paged KV needs block_size % {FA2_BLOCK_SIZE_MULTIPLE} == 0, "
-                                 f"got {k_cache.shape[1]}; use a larger block size or the triton/torch backend")
+            raise BubblelabError(
+                f"flash-attn 2 paged KV needs block_size % {FA2_BLOCK_SIZE_MULTIPLE} == 0, "
+                f"got {k_cache.shape[1]}; use a larger block size or the triton/torch backend"
+            )
         if meta.is_prefill:
-            return varlen(q, k, v, cu_seqlens_q=meta.cu_seqlens, cu_seqlens_k=meta.cu_seqlens,
-                          max_seqlen_q=meta.max_seqlen, max_seqlen_k=meta.max_seqlen,
-                          softmax_scale=scale, causal=True)
+            return varlen(
+                q,
+                k,
+                v,
+                cu_seqlens_q=meta.cu_seqlens,
+                cu_seqlens_k=meta.cu_seqlens,
+                max_seqlen_q=meta.max_seqlen,
+                max_seqlen_k=meta.max_seqlen,
+                softmax_scale=scale,
+                causal=True,
+            )
         if k_cache is None:
             raise ValueError("decode attention needs a bound KV cache")
         # K/V of the current token are already in the cache, so context_lens (which counts it) is the length.
-        o = with_kvcache(q.unsqueeze(1), k_cache, v_cache, cache_seqlens=meta.context_lens,
-                         block_table=meta.block_tables, softmax_scale=scale, causal=True)
+        o = with_kvcache(
+            q.unsqueeze(1),
+            k_cache,
+            v_cache,
+            cache_seqlens=meta.context_lens,
+            block_table=meta.block_tables,
+            softmax_scale=scale,
+            causal=True,
+        )
         return o.squeeze(1)

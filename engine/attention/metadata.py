@@ -3,6 +3,7 @@
 One AttentionMetadata object per step, passed down through forward() (never a global "current step"
 context): at depth 2 two steps are in flight, each with its own metadata in its own DecodeSlot.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -17,9 +18,11 @@ class AttentionMetadata:
     # None: no KV cache (reference/parity runs). Padded graph rows point at a scratch page nobody reads.
     slot_mapping: torch.Tensor | None = None
     # Prefill: varlen causal attention over each sequence's own tokens (no prefix cache).
-    cu_seqlens: torch.Tensor | None = None   # [B+1] int32
+    cu_seqlens: torch.Tensor | None = None  # [B+1] int32
     max_seqlen: int = 0
-    seq_lens: list[int] | None = None         # the same lengths on the host, so no backend syncs to read them
+    seq_lens: list[int] | None = (
+        None  # the same lengths on the host, so no backend syncs to read them
+    )
     # Decode: one query token per row attending to its paged cache.
     context_lens: torch.Tensor | None = None  # [B] int32, includes the current token
     block_tables: torch.Tensor | None = None  # [B, max_blocks] int32
@@ -37,14 +40,20 @@ class AttentionMetadata:
         if index is None:
             cu, total = self.cu_seqlens, sum(self.seq_lens)
             starts = torch.arange(len(self.seq_lens), device=cu.device) * self.max_seqlen - cu[:-1]
-            index = torch.arange(total, device=cu.device) + starts.repeat_interleave(cu.diff(), output_size=total)
+            index = torch.arange(total, device=cu.device) + starts.repeat_interleave(
+                cu.diff(), output_size=total
+            )
             self.step_cache["padded_index"] = index
         return index
 
     @staticmethod
-    def for_prompts(seq_lens: list[int], device: torch.device | str = "cpu") -> "AttentionMetadata":
+    def for_prompts(seq_lens: list[int], device: torch.device | str = "cpu") -> AttentionMetadata:
         """Prefill metadata without a KV cache: what parity tests and simple scoring need."""
         cu = torch.zeros(len(seq_lens) + 1, dtype=torch.int32)
         cu[1:] = torch.cumsum(torch.tensor(seq_lens, dtype=torch.int32), 0)
-        return AttentionMetadata(is_prefill=True, cu_seqlens=cu.to(device), max_seqlen=max(seq_lens),
-                                 seq_lens=list(seq_lens))
+        return AttentionMetadata(
+            is_prefill=True,
+            cu_seqlens=cu.to(device),
+            max_seqlen=max(seq_lens),
+            seq_lens=list(seq_lens),
+        )

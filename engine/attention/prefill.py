@@ -12,6 +12,7 @@ the per-sequence loop (slices, SDPA, copy back: ~6 launches per sequence per lay
 
 `set_impl` picks a path by name for benchmarks and tests; "auto" is the default.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -29,7 +30,7 @@ IMPLS = ("auto", "flash", "varlen_attn", "padded", "loop")
 _impl = os.environ.get("BUBBLELAB_PREFILL_ATTN", "auto")
 # CUDA kernels that failed on first use (not built into this torch, unsupported GPU): not tried again.
 _unusable: set[str] = set()
-_proven: set[str] = set()   # kernels that ran once: a later failure is a real error, raised
+_proven: set[str] = set()  # kernels that ran once: a later failure is a real error, raised
 
 
 def set_impl(name: str) -> None:
@@ -44,12 +45,13 @@ def get_impl() -> str:
     return _impl
 
 
-def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata,
-                      scale: float) -> torch.Tensor:
+def prefill_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata, scale: float
+) -> torch.Tensor:
     """q [N, heads, D], k/v [N, kv_heads, D] flat over meta's sequences -> [N, heads, D]."""
     impl = _impl
     if impl in ("auto", "flash", "varlen_attn") and _flash_shapes_ok(q):
-        for name in (("flash", "varlen_attn") if impl == "auto" else (impl,)):
+        for name in ("flash", "varlen_attn") if impl == "auto" else (impl,):
             out = _try_cuda_kernel(name, q, k, v, meta, scale)
             if out is not None:
                 return out
@@ -60,21 +62,33 @@ def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: A
 
 def _flash_shapes_ok(q: torch.Tensor) -> bool:
     # FA2's limits: half precision, head_dim a multiple of 8 up to 256.
-    return (q.is_cuda and q.dtype in (torch.float16, torch.bfloat16)
-            and q.shape[-1] % 8 == 0 and q.shape[-1] <= 256)
+    return (
+        q.is_cuda
+        and q.dtype in (torch.float16, torch.bfloat16)
+        and q.shape[-1] % 8 == 0
+        and q.shape[-1] <= 256
+    )
 
 
-def _try_cuda_kernel(name: str, q, k, v, meta: AttentionMetadata, scale: float) -> torch.Tensor | None:
+def _try_cuda_kernel(
+    name: str, q, k, v, meta: AttentionMetadata, scale: float
+) -> torch.Tensor | None:
     if name in _unusable:
         return None
     try:
-        out = _flash(q, k, v, meta, scale) if name == "flash" else _varlen_attn(q, k, v, meta, scale)
+        out = (
+            _flash(q, k, v, meta, scale) if name == "flash" else _varlen_attn(q, k, v, meta, scale)
+        )
     except (RuntimeError, TypeError, AttributeError, ImportError, NotImplementedError) as e:
         if name in _proven:
             raise
         _unusable.add(name)
-        log.warning("prefill attention %s unusable here (%s: %s); falling back", name, type(e).__name__,
-                    str(e).splitlines()[0] if str(e) else "")
+        log.warning(
+            "prefill attention %s unusable here (%s: %s); falling back",
+            name,
+            type(e).__name__,
+            str(e).splitlines()[0] if str(e) else "",
+        )
         return None
     _proven.add(name)
     return out
@@ -84,7 +98,9 @@ def _flash(q, k, v, meta: AttentionMetadata, scale: float) -> torch.Tensor:
     # Positional schema stable since torch 2.3: (q, k, v, cu_q, cu_k, max_q, max_k, dropout_p, is_causal,
     # return_debug_mask, *, scale). cu_seqlens is int32 on the device, max_seqlen a host int: no sync.
     cu, m = meta.cu_seqlens, meta.max_seqlen
-    return torch.ops.aten._flash_attention_forward(q, k, v, cu, cu, m, m, 0.0, True, False, scale=scale)[0]
+    return torch.ops.aten._flash_attention_forward(
+        q, k, v, cu, cu, m, m, 0.0, True, False, scale=scale
+    )[0]
 
 
 def _varlen_attn(q, k, v, meta: AttentionMetadata, scale: float) -> torch.Tensor:
@@ -101,10 +117,11 @@ def _varlen_api() -> tuple:
     global _varlen_cache
     if _varlen_cache is None:
         from torch.nn.attention.varlen import varlen_attn
+
         params = inspect.signature(varlen_attn).parameters
-        if "window_size" in params:          # recent torch (2.13 here): causal = window (-1, 0)
+        if "window_size" in params:  # recent torch (2.13 here): causal = window (-1, 0)
             kwargs: dict = {"window_size": (-1, 0)}
-        elif "is_causal" in params:          # its first releases
+        elif "is_causal" in params:  # its first releases
             kwargs = {"is_causal": True}
         else:
             raise TypeError("varlen_attn has neither window_size nor is_causal")
@@ -114,8 +131,9 @@ def _varlen_api() -> tuple:
     return _varlen_cache
 
 
-def loop_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata,
-                   scale: float) -> torch.Tensor:
+def loop_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata, scale: float
+) -> torch.Tensor:
     """The reference: one causal SDPA per sequence (host-side lengths, so no sync to read them)."""
     out = torch.empty_like(q)
     start = 0
@@ -138,14 +156,17 @@ PAD_WORK_RATIO = 1.5
 
 def _dense(q, k, v, meta: AttentionMetadata, scale: float) -> torch.Tensor:
     lens = meta.seq_lens
-    if _impl == "padded" or (len(lens) > 1 and len(lens) * meta.max_seqlen ** 2
-                             <= PAD_WORK_RATIO * sum(n * n for n in lens)):
+    if _impl == "padded" or (
+        len(lens) > 1
+        and len(lens) * meta.max_seqlen**2 <= PAD_WORK_RATIO * sum(n * n for n in lens)
+    ):
         return padded_attention(q, k, v, meta, scale)
     return loop_attention(q, k, v, meta, scale)
 
 
-def padded_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata,
-                     scale: float) -> torch.Tensor:
+def padded_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata, scale: float
+) -> torch.Tensor:
     """One causal SDPA over [B, heads, max_len, D]: row b holds sequence b's tokens, then padding.
 
     Causal masking is top-left aligned, so a real query never sees the padding behind it; the padded queries
@@ -157,5 +178,7 @@ def padded_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: At
         padded = x.new_zeros(batch * max_len, *x.shape[1:]).index_copy_(0, index, x)
         return padded.view(batch, max_len, *x.shape[1:]).transpose(1, 2)
 
-    o = F.scaled_dot_product_attention(pad(q), pad(k), pad(v), is_causal=True, scale=scale, enable_gqa=True)
+    o = F.scaled_dot_product_attention(
+        pad(q), pad(k), pad(v), is_causal=True, scale=scale, enable_gqa=True
+    )
     return o.transpose(1, 2).reshape(batch * max_len, *q.shape[1:]).index_select(0, index)

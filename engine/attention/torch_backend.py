@@ -1,4 +1,5 @@
 """Attention in plain PyTorch (scaled_dot_product_attention): runs everywhere, the CPU default."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -14,8 +15,9 @@ class TorchAttention:
     name = "torch"
     block_size_multiple = 1
 
-    def prepare(self, meta: AttentionMetadata, k_cache: torch.Tensor | None, dtype: torch.dtype
-                ) -> AttentionMetadata:
+    def prepare(
+        self, meta: AttentionMetadata, k_cache: torch.Tensor | None, dtype: torch.dtype
+    ) -> AttentionMetadata:
         """Decode: the additive length mask over the gathered pages, built once per step instead of per layer."""
         if meta.is_prefill or k_cache is None or meta.context_lens is None:
             return meta
@@ -24,33 +26,52 @@ class TorchAttention:
             # No graphs and no device to wait for on CPU: gather only the pages in use, not the table's full
             # width (max_model_len), which made a CPU decode step ~10x slower.
             pages_in_use = -(-int(meta.context_lens.max()) // block_size)
-            block_tables = block_tables[:, :max(pages_in_use, 1)]
+            block_tables = block_tables[:, : max(pages_in_use, 1)]
         pos = torch.arange(block_tables.shape[1] * block_size, device=block_tables.device)
         # clamp: a padded row with length 0 still sees one (ignored) slot instead of producing NaN.
         visible = pos[None, :] < meta.context_lens.clamp(min=1)[:, None]  # [B, L]
-        bias = torch.full(visible.shape, -torch.inf, dtype=dtype, device=visible.device).masked_fill_(visible, 0.0)
-        return dataclasses.replace(meta, block_tables=block_tables, attn_bias=bias[:, None, None, :])
+        bias = torch.full(
+            visible.shape, -torch.inf, dtype=dtype, device=visible.device
+        ).masked_fill_(visible, 0.0)
+        return dataclasses.replace(
+            meta, block_tables=block_tables, attn_bias=bias[:, None, None, :]
+        )
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                k_cache: torch.Tensor | None, v_cache: torch.Tensor | None,
-                meta: AttentionMetadata, scale: float) -> torch.Tensor:
+    def forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        k_cache: torch.Tensor | None,
+        v_cache: torch.Tensor | None,
+        meta: AttentionMetadata,
+        scale: float,
+    ) -> torch.Tensor:
         if meta.is_prefill:
             return self._prefill(q, k, v, meta, scale)
         if k_cache is None:
             raise ValueError("decode attention needs a bound KV cache")
         if meta.attn_bias is None:
-            meta = self.prepare(meta, k_cache, q.dtype)  # a caller that skipped TransformerLM.forward
+            meta = self.prepare(
+                meta, k_cache, q.dtype
+            )  # a caller that skipped TransformerLM.forward
         return self._decode(q, k_cache, v_cache, meta, scale)
 
     @staticmethod
-    def _prefill(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                 meta: AttentionMetadata, scale: float) -> torch.Tensor:
+    def _prefill(
+        q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata, scale: float
+    ) -> torch.Tensor:
         # One kernel call for all the step's sequences (flash varlen on CUDA); see engine/attention/prefill.py.
         return prefill_attention(q, k, v, meta, scale)
 
     @staticmethod
-    def _decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                meta: AttentionMetadata, scale: float) -> torch.Tensor:
+    def _decode(
+        q: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        meta: AttentionMetadata,
+        scale: float,
+    ) -> torch.Tensor:
         # Gather every row's pages into [B, kv_heads, L, D] under the step's mask: static shapes and no host
         # sync, so on CUDA this path can be graph-captured too.
         ks = k_cache[meta.block_tables].flatten(1, 2).transpose(1, 2)
@@ -58,6 +79,7 @@ class TorchAttention:
         # Grouped-query attention as grouped queries: the query heads sharing a KV head are that head's query
         # rows, so no K/V repeat and no enable_gqa, and every SDPA kernel (memory-efficient included) applies.
         batch, kv_heads, head_dim = q.shape[0], k_cache.shape[2], q.shape[-1]
-        o = F.scaled_dot_product_attention(q.reshape(batch, kv_heads, -1, head_dim), ks, vs, attn_mask=meta.attn_bias,
-                                           scale=scale)  # [B, kv_heads, group, D]
+        o = F.scaled_dot_product_attention(
+            q.reshape(batch, kv_heads, -1, head_dim), ks, vs, attn_mask=meta.attn_bias, scale=scale
+        )  # [B, kv_heads, group, D]
         return o.reshape(batch, -1, head_dim)

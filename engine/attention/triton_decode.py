@@ -6,6 +6,7 @@ row's context is cut into `num_splits` equal spans of whole tiles, each program 
 its span, and a small kernel merges the spans by their log-sum-exp. The split count comes from shapes only (batch,
 KV heads, table width, SM count), never from context_lens values, so the launch is CUDA-graph capturable.
 """
+
 from __future__ import annotations
 
 import functools
@@ -14,18 +15,43 @@ import torch
 import triton
 import triton.language as tl
 
-BLOCK_N = 64       # tokens per tile; a tile may span several pages (block_size < 64) or part of one
+BLOCK_N = 64  # tokens per tile; a tile may span several pages (block_size < 64) or part of one
 MAX_SPLITS = 16
 _LOG2E = 1.4426950408889634
 
 
 @triton.jit
-def _decode_kernel(Q, K, V, BT, CTX, O, PART_O, PART_LSE,
-                   stride_qb, stride_qh, stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
-                   stride_btb, stride_ob, stride_oh, qk_scale, num_splits,
-                   GROUP: tl.constexpr, BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE: tl.constexpr,
-                   BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, DOT_PRECISION: tl.constexpr,
-                   UPCAST: tl.constexpr):
+def _decode_kernel(
+    Q,
+    K,
+    V,
+    BT,
+    CTX,
+    O,
+    PART_O,
+    PART_LSE,
+    stride_qb,
+    stride_qh,
+    stride_kb,
+    stride_ks,
+    stride_kh,
+    stride_vb,
+    stride_vs,
+    stride_vh,
+    stride_btb,
+    stride_ob,
+    stride_oh,
+    qk_scale,
+    num_splits,
+    GROUP: tl.constexpr,
+    BLOCK_G: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    PAGE: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    SPLIT: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr,
+):
     b, kvh, s = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     ctx = tl.load(CTX + b)
     # This split's span: whole tiles, so spans never share a tile; trailing splits of a short row are empty.
@@ -37,7 +63,9 @@ def _decode_kernel(Q, K, V, BT, CTX, O, PART_O, PART_LSE,
     d = tl.arange(0, HEAD_DIM)
     heads = kvh * GROUP + g
     g_mask = g < GROUP
-    q = tl.load(Q + b * stride_qb + heads[:, None] * stride_qh + d[None, :], mask=g_mask[:, None], other=0.0)
+    q = tl.load(
+        Q + b * stride_qb + heads[:, None] * stride_qh + d[None, :], mask=g_mask[:, None], other=0.0
+    )
     if UPCAST:
         q = q.to(tl.float32)
 
@@ -50,8 +78,15 @@ def _decode_kernel(Q, K, V, BT, CTX, O, PART_O, PART_LSE,
         # int64: page * stride overflows int32 once a layer's pool passes 2^31 elements.
         page = tl.load(BT + b * stride_btb + offs // PAGE, mask=valid, other=0).to(tl.int64)
         within = offs % PAGE
-        k = tl.load(K + page[:, None] * stride_kb + within[:, None] * stride_ks + kvh * stride_kh + d[None, :],
-                    mask=valid[:, None], other=0.0)
+        k = tl.load(
+            K
+            + page[:, None] * stride_kb
+            + within[:, None] * stride_ks
+            + kvh * stride_kh
+            + d[None, :],
+            mask=valid[:, None],
+            other=0.0,
+        )
         if UPCAST:
             k = k.to(tl.float32)
         qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale  # log2 domain
@@ -60,8 +95,15 @@ def _decode_kernel(Q, K, V, BT, CTX, O, PART_O, PART_LSE,
         alpha = tl.exp2(m_i - m_new)
         p = tl.exp2(qk - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(V + page[:, None] * stride_vb + within[:, None] * stride_vs + kvh * stride_vh + d[None, :],
-                    mask=valid[:, None], other=0.0)
+        v = tl.load(
+            V
+            + page[:, None] * stride_vb
+            + within[:, None] * stride_vs
+            + kvh * stride_vh
+            + d[None, :],
+            mask=valid[:, None],
+            other=0.0,
+        )
         p = p.to(v.dtype)  # round P as the tensor-core dot sees it
         if UPCAST:
             p, v = p.to(tl.float32), v.to(tl.float32)
@@ -72,18 +114,34 @@ def _decode_kernel(Q, K, V, BT, CTX, O, PART_O, PART_LSE,
     has = l_i > 0
     out = acc / tl.where(has, l_i, 1.0)[:, None]
     if SPLIT:
-        part = (b * tl.num_programs(1) * GROUP + heads) * num_splits + s   # PART_* are [B, heads, splits(, D)]
+        part = (
+            b * tl.num_programs(1) * GROUP + heads
+        ) * num_splits + s  # PART_* are [B, heads, splits(, D)]
         tl.store(PART_O + part[:, None] * HEAD_DIM + d[None, :], out, mask=g_mask[:, None])
-        tl.store(PART_LSE + part, tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf")),
-                 mask=g_mask)
+        tl.store(
+            PART_LSE + part,
+            tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf")),
+            mask=g_mask,
+        )
     else:
-        tl.store(O + b * stride_ob + heads[:, None] * stride_oh + d[None, :], out.to(O.dtype.element_ty),
-                 mask=g_mask[:, None])
+        tl.store(
+            O + b * stride_ob + heads[:, None] * stride_oh + d[None, :],
+            out.to(O.dtype.element_ty),
+            mask=g_mask[:, None],
+        )
 
 
 @triton.jit
-def _merge_kernel(PART_O, PART_LSE, O, stride_ob, stride_oh, num_splits,
-                  HEAD_DIM: tl.constexpr, BLOCK_S: tl.constexpr):
+def _merge_kernel(
+    PART_O,
+    PART_LSE,
+    O,
+    stride_ob,
+    stride_oh,
+    num_splits,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+):
     b, h = tl.program_id(0), tl.program_id(1)
     row = b * tl.num_programs(1) + h
     s = tl.arange(0, BLOCK_S)
@@ -91,10 +149,15 @@ def _merge_kernel(PART_O, PART_LSE, O, stride_ob, stride_oh, num_splits,
     s_mask = s < num_splits
     lse = tl.load(PART_LSE + row * num_splits + s, mask=s_mask, other=float("-inf"))
     m = tl.max(lse, 0)
-    m = tl.where(m == float("-inf"), 0.0, m)  # all spans empty (context 0): every weight is exp2(-inf) = 0, not NaN
+    m = tl.where(
+        m == float("-inf"), 0.0, m
+    )  # all spans empty (context 0): every weight is exp2(-inf) = 0, not NaN
     w = tl.exp2(lse - m)
-    part = tl.load(PART_O + (row * num_splits + s)[:, None] * HEAD_DIM + d[None, :], mask=s_mask[:, None],
-                   other=0.0)
+    part = tl.load(
+        PART_O + (row * num_splits + s)[:, None] * HEAD_DIM + d[None, :],
+        mask=s_mask[:, None],
+        other=0.0,
+    )
     total = tl.sum(w, 0)
     out = tl.sum(part * w[:, None], 0) / tl.where(total > 0, total, 1.0)
     tl.store(O + b * stride_ob + h * stride_oh + d, out.to(O.dtype.element_ty))
@@ -105,54 +168,107 @@ def _merge_kernel(PART_O, PART_LSE, O, stride_ob, stride_oh, num_splits,
 _INTERPRETED = bool(triton.knobs.runtime.interpret)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _sm_count(device: torch.device) -> int:
     if device.type != "cuda":
         return 4  # the interpreter on CPU: a few splits, so tests cover the merge path
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def default_num_splits(batch: int, kv_heads: int, max_blocks: int, block_size: int, device: torch.device) -> int:
+def default_num_splits(
+    batch: int, kv_heads: int, max_blocks: int, block_size: int, device: torch.device
+) -> int:
     """Enough (row, KV head, split) programs to fill every SM once, and no more splits than the table has tiles."""
     max_tiles = triton.cdiv(max_blocks * block_size, BLOCK_N)
     want = triton.cdiv(_sm_count(device), batch * kv_heads)
     return max(1, min(want, max_tiles, MAX_SPLITS))
 
 
-def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                           block_tables: torch.Tensor, context_lens: torch.Tensor, scale: float,
-                           num_splits: int | None = None) -> torch.Tensor:
+def paged_decode_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    scale: float,
+    num_splits: int | None = None,
+) -> torch.Tensor:
     """q [B, heads, D]; k/v_cache [num_blocks, block_size, kv_heads, D]; block_tables [B, max_blocks] int32;
     context_lens [B] int32 (the current token included, already in the cache). Returns [B, heads, D] in q's dtype.
     Rows with context 0 get zeros."""
     batch, heads, head_dim = q.shape
     _, block_size, kv_heads, _ = k_cache.shape
     group = heads // kv_heads
-    if heads % kv_heads or head_dim & (head_dim - 1) or block_size & (block_size - 1) or head_dim < 16:
-        raise ValueError(f"unsupported shape: {heads} heads, {kv_heads} kv heads, head_dim {head_dim}, "
-                         f"block_size {block_size} (need power-of-two head_dim >= 16 and block_size)")
+    if (
+        heads % kv_heads
+        or head_dim & (head_dim - 1)
+        or block_size & (block_size - 1)
+        or head_dim < 16
+    ):
+        raise ValueError(
+            f"unsupported shape: {heads} heads, {kv_heads} kv heads, head_dim {head_dim}, "
+            f"block_size {block_size} (need power-of-two head_dim >= 16 and block_size)"
+        )
     if q.stride(-1) != 1 or k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:
         raise ValueError("q and the caches need a contiguous last dim")
     if num_splits is None:
-        num_splits = default_num_splits(batch, kv_heads, block_tables.shape[1], block_size, q.device)
+        num_splits = default_num_splits(
+            batch, kv_heads, block_tables.shape[1], block_size, q.device
+        )
     out = torch.empty_like(q)
     if batch == 0:
         return out
     split = num_splits > 1
     if split:
-        part_o = torch.empty(batch, heads, num_splits, head_dim, device=q.device, dtype=torch.float32)
+        part_o = torch.empty(
+            batch, heads, num_splits, head_dim, device=q.device, dtype=torch.float32
+        )
         part_lse = torch.empty(batch, heads, num_splits, device=q.device, dtype=torch.float32)
     else:
         part_o = part_lse = out  # unused
     _decode_kernel[(batch, kv_heads, num_splits)](
-        q, k_cache, v_cache, block_tables, context_lens, out, part_o, part_lse,
-        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), block_tables.stride(0),
-        out.stride(0), out.stride(1), scale * _LOG2E, num_splits,
-        GROUP=group, BLOCK_G=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim, PAGE=block_size,
-        BLOCK_N=BLOCK_N, SPLIT=split, DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-        UPCAST=_INTERPRETED and q.dtype != torch.float32, num_warps=4, num_stages=2)
+        q,
+        k_cache,
+        v_cache,
+        block_tables,
+        context_lens,
+        out,
+        part_o,
+        part_lse,
+        q.stride(0),
+        q.stride(1),
+        k_cache.stride(0),
+        k_cache.stride(1),
+        k_cache.stride(2),
+        v_cache.stride(0),
+        v_cache.stride(1),
+        v_cache.stride(2),
+        block_tables.stride(0),
+        out.stride(0),
+        out.stride(1),
+        scale * _LOG2E,
+        num_splits,
+        GROUP=group,
+        BLOCK_G=max(16, triton.next_power_of_2(group)),
+        HEAD_DIM=head_dim,
+        PAGE=block_size,
+        BLOCK_N=BLOCK_N,
+        SPLIT=split,
+        DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        UPCAST=_INTERPRETED and q.dtype != torch.float32,
+        num_warps=4,
+        num_stages=2,
+    )
     if split:
-        _merge_kernel[(batch, heads)](part_o, part_lse, out, out.stride(0), out.stride(1), num_splits,
-                                      HEAD_DIM=head_dim, BLOCK_S=triton.next_power_of_2(num_splits), num_warps=1)
+        _merge_kernel[(batch, heads)](
+            part_o,
+            part_lse,
+            out,
+            out.stride(0),
+            out.stride(1),
+            num_splits,
+            HEAD_DIM=head_dim,
+            BLOCK_S=triton.next_power_of_2(num_splits),
+            num_warps=1,
+        )
     return out

@@ -5,6 +5,7 @@ later"): commit calls advance() for each committed token, then finalize calls fi
 mask that sample() applies. Specs: "point" and "detect" (formats in engine/constraints/spatial.py, with or
 without a tokenizer), "regex:<pattern>" and "json:<schema json>" (through xgrammar, needs a tokenizer).
 """
+
 from __future__ import annotations
 
 import json
@@ -16,7 +17,7 @@ import numpy as np
 from bubblelab.engine.constraints import grammar, spatial
 from bubblelab.errors import RequestError
 
-CONSTRAINTS = ("point", "detect")       # the names the CLI offers
+CONSTRAINTS = ("point", "detect")  # the names the CLI offers
 
 
 class Constraint(Protocol):
@@ -32,33 +33,61 @@ class Constraint(Protocol):
         """The committed tokens form a complete output (an EOS may still follow)."""
 
 
-def make_constraint(spec: str, *, vocab_size: int, eos_token_ids: Sequence[int], tokenizer=None,
-                    args: dict | None = None, max_tokens: int | None = None) -> Constraint:
+def make_constraint(
+    spec: str,
+    *,
+    vocab_size: int,
+    eos_token_ids: Sequence[int],
+    tokenizer=None,
+    args: dict | None = None,
+    max_tokens: int | None = None,
+) -> Constraint:
     """A fresh per-request constraint. Unknown specs, bad args and too-small budgets raise RequestError."""
     kind, body = _split(spec)
     if kind in CONSTRAINTS:
-        table = spatial.token_table(kind, args or {}, vocab_size=vocab_size, eos_token_ids=eos_token_ids,
-                                    tokenizer=tokenizer)
+        table = spatial.token_table(
+            kind,
+            args or {},
+            vocab_size=vocab_size,
+            eos_token_ids=eos_token_ids,
+            tokenizer=tokenizer,
+        )
         if max_tokens is not None and max_tokens < table.dist[0]:
-            raise RequestError(f"max_tokens={max_tokens} is too small for a {kind} output, which needs at least "
-                               f"{table.dist[0]} tokens including EOS")
+            raise RequestError(
+                f"max_tokens={max_tokens} is too small for a {kind} output, which needs at least "
+                f"{table.dist[0]} tokens including EOS"
+            )
         return spatial.SpatialConstraint(table)
-    compiled = grammar.compile_grammar(kind, body, tokenizer=tokenizer, vocab_size=vocab_size,
-                                       eos_token_ids=eos_token_ids)
+    compiled = grammar.compile_grammar(
+        kind, body, tokenizer=tokenizer, vocab_size=vocab_size, eos_token_ids=eos_token_ids
+    )
     return grammar.GrammarConstraint(compiled, eos_token_ids)
 
 
-def parse_output(spec: str, token_ids: Sequence[int], *, tokenizer=None, vocab_size: int, eos_token_ids=(),
-                 args: dict | None = None) -> object:
+def parse_output(
+    spec: str,
+    token_ids: Sequence[int],
+    *,
+    tokenizer=None,
+    vocab_size: int,
+    eos_token_ids=(),
+    args: dict | None = None,
+) -> object:
     """The value of a complete output: point (x, y); detect [(x, y, size), ...]; regex the text; json the
     decoded JSON. A trailing EOS is optional. Raises ValueError if the tokens do not parse."""
     kind, body = _split(spec)
     if kind in CONSTRAINTS:
-        table = spatial.token_table(kind, args or {}, vocab_size=vocab_size, eos_token_ids=eos_token_ids,
-                                    tokenizer=tokenizer)
+        table = spatial.token_table(
+            kind,
+            args or {},
+            vocab_size=vocab_size,
+            eos_token_ids=eos_token_ids,
+            tokenizer=tokenizer,
+        )
         return spatial.parse_text(kind, table.text(token_ids))
-    compiled = grammar.compile_grammar(kind, body, tokenizer=tokenizer, vocab_size=vocab_size,
-                                       eos_token_ids=eos_token_ids)
+    compiled = grammar.compile_grammar(
+        kind, body, tokenizer=tokenizer, vocab_size=vocab_size, eos_token_ids=eos_token_ids
+    )
     text = grammar.grammar_text(compiled, token_ids, tokenizer, eos_token_ids)
     return json.loads(text) if kind == "json" else text
 
@@ -67,8 +96,10 @@ def _split(spec: str) -> tuple[str, str]:
     kind, _, body = spec.partition(":")
     if (kind in CONSTRAINTS and not body) or (kind in ("regex", "json") and body):
         return kind, body
-    raise RequestError(f"unknown constraint {spec!r}; use one of {', '.join(CONSTRAINTS)}, regex:<pattern>, "
-                       "json:<schema>")
+    raise RequestError(
+        f"unknown constraint {spec!r}; use one of {', '.join(CONSTRAINTS)}, regex:<pattern>, "
+        "json:<schema>"
+    )
 
 
 __all__ = ["CONSTRAINTS", "Constraint", "make_constraint", "parse_output"]

@@ -4,6 +4,7 @@ Compilation runs every candidate token's text through the automaton from every s
 a request's whole decode state is one int and fill_bitmask is a numpy row copy. Budget awareness comes from
 `dist`: the fewest tokens (the final EOS included) that complete a parse from each state.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -25,7 +26,7 @@ class CharAutomaton:
     accepting: frozenset[int]
 
     @classmethod
-    def chain(cls, classes: Sequence[str], accepting: set[int]) -> "CharAutomaton":
+    def chain(cls, classes: Sequence[str], accepting: set[int]) -> CharAutomaton:
         """Fixed-length formats: state i reads one character of classes[i] and moves to i + 1."""
         transitions = [{ch: i + 1 for ch in chars} for i, chars in enumerate(classes)] + [{}]
         return cls(transitions, frozenset(accepting))
@@ -45,9 +46,14 @@ class CharAutomaton:
 class TokenTable:
     """The automaton lifted from characters to token ids, with one extra state `done` after EOS."""
 
-    def __init__(self, automaton: CharAutomaton, vocab: Mapping[int, str], eos_token_ids: Sequence[int],
-                 vocab_size: int):
-        self.vocab = dict(vocab)                       # candidate token id -> its text
+    def __init__(
+        self,
+        automaton: CharAutomaton,
+        vocab: Mapping[int, str],
+        eos_token_ids: Sequence[int],
+        vocab_size: int,
+    ):
+        self.vocab = dict(vocab)  # candidate token id -> its text
         self.eos_token_ids = tuple(eos_token_ids)
         n = len(automaton.transitions)
         self.done = n
@@ -70,9 +76,9 @@ class TokenTable:
                 predecessors[nxt].add(s)
         dist = np.full(self.done + 1, UNREACHABLE, dtype=np.int64)
         dist[self.done] = 0
-        frontier = [s for s in range(self.done) if self.accepting[s]]   # one EOS away
+        frontier = [s for s in range(self.done) if self.accepting[s]]  # one EOS away
         dist[frontier] = 1
-        while frontier:                                # breadth-first over reversed token edges
+        while frontier:  # breadth-first over reversed token edges
             nxt_frontier = []
             for s in frontier:
                 for p in predecessors[s]:
@@ -86,8 +92,11 @@ class TokenTable:
         """Per state: ascending budgets at which more tokens become allowed, and the cumulative mask rows."""
         costs, masks = [], []
         for s, edges in enumerate(self.next_state):
-            cost_of: dict[int, int] = {t: int(self.dist[nxt]) + 1 for t, nxt in edges.items()
-                                       if self.dist[nxt] != UNREACHABLE}
+            cost_of: dict[int, int] = {
+                t: int(self.dist[nxt]) + 1
+                for t, nxt in edges.items()
+                if self.dist[nxt] != UNREACHABLE
+            }
             if s == self.done or self.accepting[s]:
                 cost_of.update({eos: 1 for eos in self.eos_token_ids})
             levels = sorted(set(cost_of.values())) or [1]

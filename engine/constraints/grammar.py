@@ -5,6 +5,7 @@ fills our host bitmask rows directly. Budget awareness is partial: a grammar is 
 table, so only the last token of the budget is forced to EOS when the output is complete by then; a request
 that is still mid-grammar at max_tokens is cut there.
 """
+
 from __future__ import annotations
 
 import re
@@ -16,7 +17,9 @@ import numpy as np
 from bubblelab.engine.constraints.automaton import set_bits
 from bubblelab.errors import RequestError
 
-_compilers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # tokenizer -> {(V, eos): compiler}
+_compilers: weakref.WeakKeyDictionary = (
+    weakref.WeakKeyDictionary()
+)  # tokenizer -> {(V, eos): compiler}
 
 
 class GrammarConstraint:
@@ -29,7 +32,9 @@ class GrammarConstraint:
         self.eos_token_ids = list(eos_token_ids)
 
     def fill_bitmask(self, out: np.ndarray, remaining: int) -> None:
-        if remaining == 1 and self.matcher.is_completed():   # the last token: end while the output parses
+        if (
+            remaining == 1 and self.matcher.is_completed()
+        ):  # the last token: end while the output parses
             out[:] = 0
             set_bits(out.view(np.uint32), self.eos_token_ids)
         else:
@@ -43,30 +48,39 @@ class GrammarConstraint:
         return self.matcher.is_completed()
 
 
-def compile_grammar(kind: str, body: str, *, tokenizer, vocab_size: int, eos_token_ids: Sequence[int]):
+def compile_grammar(
+    kind: str, body: str, *, tokenizer, vocab_size: int, eos_token_ids: Sequence[int]
+):
     """Compiles a regex or JSON schema for this tokenizer (xgrammar caches compiled grammars itself)."""
     try:
         import xgrammar
     except ImportError:
-        raise RequestError(f"{kind}: constraints need xgrammar, which is not installed (pip install xgrammar)")
+        raise RequestError(
+            f"{kind}: constraints need xgrammar, which is not installed (pip install xgrammar)"
+        )
     if tokenizer is None:
         raise RequestError(f"{kind}: constraints need a tokenizer; this model has none")
     per_tokenizer = _compilers.setdefault(tokenizer, {})
     key = (vocab_size, tuple(eos_token_ids))
     if key not in per_tokenizer:
-        info = xgrammar.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab_size,
-                                                       stop_token_ids=list(eos_token_ids))
+        info = xgrammar.TokenizerInfo.from_huggingface(
+            tokenizer, vocab_size=vocab_size, stop_token_ids=list(eos_token_ids)
+        )
         per_tokenizer[key] = xgrammar.GrammarCompiler(info)
     compiler = per_tokenizer[key]
     try:
-        return compiler.compile_regex(body) if kind == "regex" else compiler.compile_json_schema(body)
+        return (
+            compiler.compile_regex(body) if kind == "regex" else compiler.compile_json_schema(body)
+        )
     except RuntimeError as e:
         # xgrammar prefixes "[time] file.cc:line: "; keep the message a user can act on.
         reason = re.sub(r"^\[[^\]]*\] \S+: ", "", str(e).strip().splitlines()[0])
         raise RequestError(f"invalid {kind}: {reason}") from None
 
 
-def grammar_text(compiled_grammar, token_ids: Sequence[int], tokenizer, eos_token_ids: Sequence[int]) -> str:
+def grammar_text(
+    compiled_grammar, token_ids: Sequence[int], tokenizer, eos_token_ids: Sequence[int]
+) -> str:
     """Decoded text of a complete grammar output (trailing EOS optional); ValueError if it is not one."""
     constraint = GrammarConstraint(compiled_grammar, eos_token_ids)
     for token in token_ids:

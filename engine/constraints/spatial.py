@@ -11,6 +11,7 @@ With a tokenizer the automaton runs over the real vocabulary strings. Without on
 a fixed tokenizer-free vocabulary stands in: ids 100..109 are the digits 0..9, 110 is ".", 111 is ",",
 112 is ";" (TOKENIZER_FREE_VOCAB), so the same constrained workloads run on any preset.
 """
+
 from __future__ import annotations
 
 import weakref
@@ -23,9 +24,13 @@ from bubblelab.errors import RequestError
 
 DIGITS = "0123456789"
 NUMBER = ["0", ".", DIGITS, DIGITS, DIGITS]
-TOKENIZER_FREE_VOCAB: dict[int, str] = {100 + d: str(d) for d in range(10)} | {110: ".", 111: ",", 112: ";"}
+TOKENIZER_FREE_VOCAB: dict[int, str] = {100 + d: str(d) for d in range(10)} | {
+    110: ".",
+    111: ",",
+    112: ";",
+}
 DEFAULT_MAX_OBJECTS = 5
-MAX_OBJECTS_LIMIT = 64              # bounds the automaton (17 states per object)
+MAX_OBJECTS_LIMIT = 64  # bounds the automaton (17 states per object)
 
 
 class SpatialConstraint:
@@ -53,7 +58,9 @@ def automaton(kind: str, args: dict) -> CharAutomaton:
     min_objects, max_objects = _object_range(args)
     obj = NUMBER + [","] + NUMBER + [","] + NUMBER
     classes = obj + ([";"] + obj) * (max_objects - 1)
-    after = [(n + 1) * len(obj) + n for n in range(max_objects)]    # after[n]: the state after n + 1 objects
+    after = [
+        (n + 1) * len(obj) + n for n in range(max_objects)
+    ]  # after[n]: the state after n + 1 objects
     accepting = {after[n - 1] for n in range(max(min_objects, 1), max_objects + 1)}
     if min_objects == 0:
         accepting.add(0)
@@ -72,35 +79,58 @@ _tables_by_tokenizer: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _tokenizer_free_tables: dict = {}
 
 
-def token_table(kind: str, args: dict, *, vocab_size: int, eos_token_ids: Sequence[int], tokenizer=None) -> TokenTable:
+def token_table(
+    kind: str, args: dict, *, vocab_size: int, eos_token_ids: Sequence[int], tokenizer=None
+) -> TokenTable:
     """The compiled table for (spec, args, vocabulary), built once and cached per tokenizer."""
-    cache = _tokenizer_free_tables if tokenizer is None else _tables_by_tokenizer.setdefault(tokenizer, {})
+    cache = (
+        _tokenizer_free_tables
+        if tokenizer is None
+        else _tables_by_tokenizer.setdefault(tokenizer, {})
+    )
     key = (kind, repr(sorted(args.items())), vocab_size, tuple(eos_token_ids))
-    if key not in cache:                       # args are validated here, on the first request that uses them
+    if key not in cache:  # args are validated here, on the first request that uses them
         fsm = automaton(kind, args)
-        cache[key] = TokenTable(fsm, _candidate_vocab(fsm, cache, tokenizer, vocab_size, eos_token_ids),
-                                eos_token_ids, vocab_size)
+        cache[key] = TokenTable(
+            fsm,
+            _candidate_vocab(fsm, cache, tokenizer, vocab_size, eos_token_ids),
+            eos_token_ids,
+            vocab_size,
+        )
     table = cache[key]
     if table.dist[0] == UNREACHABLE:
         raise RequestError(f"the vocabulary cannot express a {kind} output")
     return table
 
 
-def _candidate_vocab(fsm: CharAutomaton, cache: dict, tokenizer, vocab_size: int,
-                     eos_token_ids: Sequence[int]) -> dict[int, str]:
+def _candidate_vocab(
+    fsm: CharAutomaton, cache: dict, tokenizer, vocab_size: int, eos_token_ids: Sequence[int]
+) -> dict[int, str]:
     """Token ids whose whole text is made of the automaton's characters (all others are never allowed).
     Decoding tokens one at a time is exact for byte-level BPE vocabularies (SmolLM2, Qwen3, Llama 3)."""
     if tokenizer is None:
-        if vocab_size <= max(TOKENIZER_FREE_VOCAB) or set(eos_token_ids) & set(TOKENIZER_FREE_VOCAB):
-            raise RequestError(f"tokenizer-free constraints need ids 100..112 free for digits and separators "
-                               f"(vocab_size={vocab_size}, eos={tuple(eos_token_ids)})")
+        if vocab_size <= max(TOKENIZER_FREE_VOCAB) or set(eos_token_ids) & set(
+            TOKENIZER_FREE_VOCAB
+        ):
+            raise RequestError(
+                f"tokenizer-free constraints need ids 100..112 free for digits and separators "
+                f"(vocab_size={vocab_size}, eos={tuple(eos_token_ids)})"
+            )
         return TOKENIZER_FREE_VOCAB
     n = min(vocab_size, len(tokenizer))
-    if ("texts", n) not in cache:   # decoding 50-150k tokens takes a fraction of a second: once per tokenizer
-        cache["texts", n] = tokenizer.batch_decode([[i] for i in range(n)], clean_up_tokenization_spaces=False)
+    if (
+        "texts",
+        n,
+    ) not in cache:  # decoding 50-150k tokens takes a fraction of a second: once per tokenizer
+        cache["texts", n] = tokenizer.batch_decode(
+            [[i] for i in range(n)], clean_up_tokenization_spaces=False
+        )
     alphabet = fsm.alphabet
-    return {i: text for i, text in enumerate(cache["texts", n])
-            if text and i not in eos_token_ids and set(text) <= alphabet}
+    return {
+        i: text
+        for i, text in enumerate(cache["texts", n])
+        if text and i not in eos_token_ids and set(text) <= alphabet
+    }
 
 
 def _object_range(args: dict) -> tuple[int, int]:
@@ -108,14 +138,20 @@ def _object_range(args: dict) -> tuple[int, int]:
     max_objects = args.get("max_objects", DEFAULT_MAX_OBJECTS)
     min_objects = args.get("min_objects", 1)
     if not isinstance(max_objects, int) or not 1 <= max_objects <= MAX_OBJECTS_LIMIT:
-        raise RequestError(f"detect max_objects must be an int in 1..{MAX_OBJECTS_LIMIT}, got {max_objects!r}")
+        raise RequestError(
+            f"detect max_objects must be an int in 1..{MAX_OBJECTS_LIMIT}, got {max_objects!r}"
+        )
     if not isinstance(min_objects, int) or not 0 <= min_objects <= max_objects:
-        raise RequestError(f"detect min_objects must be an int in 0..max_objects ({max_objects}), "
-                           f"got {min_objects!r}")
+        raise RequestError(
+            f"detect min_objects must be an int in 0..max_objects ({max_objects}), "
+            f"got {min_objects!r}"
+        )
     return min_objects, max_objects
 
 
 def _check_args(kind: str, args: dict, allowed: tuple[str, ...]) -> None:
     unknown = sorted(set(args) - set(allowed))
     if unknown:
-        raise RequestError(f"unknown {kind} constraint args {unknown}; allowed: {list(allowed) or 'none'}")
+        raise RequestError(
+            f"unknown {kind} constraint args {unknown}; allowed: {list(allowed) or 'none'}"
+        )

@@ -5,11 +5,12 @@ its `compiled` flag is set (TransformerLM.set_compile); Inductor then emits one 
 PyTorch launches one per op (~7 for the fp32 RMSNorm). That is what decode time is made of: inside a CUDA
 graph each launch still costs ~2.5 us.
 """
+
 from __future__ import annotations
 
 import functools
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -26,11 +27,15 @@ class Fusable(nn.Module):
 
 def fused(method: Callable) -> Callable:
     """Decorate a Fusable's method: compiled on the first call with `compiled` set, eager PyTorch otherwise."""
+
     @functools.wraps(method)
     def call(self: Fusable, *args):
-        if self.compiled and not torch.compiler.is_compiling():  # inside another fused method: just inline
+        if (
+            self.compiled and not torch.compiler.is_compiling()
+        ):  # inside another fused method: just inline
             return _compile(method)(self, *args)
         return method(self, *args)
+
     return call
 
 
@@ -48,8 +53,9 @@ class RMSNorm(Fusable):
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
 
-    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None
-                ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, x: torch.Tensor, residual: torch.Tensor | None = None
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """norm(x); with a residual, vLLM's fused form: (norm(x + residual), x + residual)."""
         return self.norm(x) if residual is None else self.add_norm(x, residual)
 
@@ -63,7 +69,9 @@ class RMSNorm(Fusable):
         return self.weight * h.to(x.dtype)
 
     @fused
-    def add_norm(self, x: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def add_norm(
+        self, x: torch.Tensor, residual: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         x = x + residual
         return self.norm(x), x
 
@@ -103,20 +111,31 @@ class RotaryEmbedding(nn.Module):
 
     def __init__(self, head_dim: int, max_positions: int, theta: float, scaling: dict | None):
         super().__init__()
-        self.head_dim, self.max_positions, self.theta, self.scaling = head_dim, max_positions, theta, scaling
-        self.register_buffer("cos_sin_cache", torch.empty(max_positions, head_dim, dtype=torch.float32),
-                             persistent=False)
+        self.head_dim, self.max_positions, self.theta, self.scaling = (
+            head_dim,
+            max_positions,
+            theta,
+            scaling,
+        )
+        self.register_buffer(
+            "cos_sin_cache",
+            torch.empty(max_positions, head_dim, dtype=torch.float32),
+            persistent=False,
+        )
         self.reset_cache()
 
     def reset_cache(self) -> None:
         """(Re)compute the table on the buffer's device, e.g. after meta-device construction and to_empty()."""
         device = self.cos_sin_cache.device
         inv_freq = rope_inv_freq(self.head_dim, self.theta, self.scaling).to(device)
-        freqs = torch.outer(torch.arange(self.max_positions, dtype=torch.float32, device=device), inv_freq)
+        freqs = torch.outer(
+            torch.arange(self.max_positions, dtype=torch.float32, device=device), inv_freq
+        )
         self.cos_sin_cache = torch.cat([freqs.cos(), freqs.sin()], dim=-1)
 
-    def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         cos, sin = self.cos_sin_cache[positions].unsqueeze(1).chunk(2, dim=-1)  # [N, 1, D/2] each
         return _rotate(q, cos, sin), _rotate(k, cos, sin)
 

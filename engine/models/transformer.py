@@ -6,11 +6,12 @@ residual stream is vLLM's: each RMSNorm also does the pending residual add; with
 its four GEMMs, the attention kernels and fused elementwise kernels (add+RMSNorm twice, q/k norm+RoPE+KV
 store, SiLU*mul).
 """
+
 from __future__ import annotations
 
 import os
 import shutil
-from typing import Iterable
+from collections.abc import Iterable
 
 import torch
 import torch.nn.functional as F
@@ -19,16 +20,20 @@ from torch import nn
 from bubblelab.engine.attention import AttentionBackend, store_kv_cache
 from bubblelab.engine.attention.metadata import AttentionMetadata
 from bubblelab.engine.config import ModelConfig
-from bubblelab.errors import BubblelabError
 from bubblelab.engine.models.layers import Fusable, RMSNorm, RotaryEmbedding, SiluAndMul, fused
+from bubblelab.errors import BubblelabError
 
 
 class Attention(Fusable):
     def __init__(self, cfg: ModelConfig, backend: AttentionBackend):
         super().__init__()
-        self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        self.num_heads, self.num_kv_heads, self.head_dim = (
+            cfg.num_heads,
+            cfg.num_kv_heads,
+            cfg.head_dim,
+        )
         self.q_size, self.kv_size = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
-        self.scale = cfg.head_dim ** -0.5
+        self.scale = cfg.head_dim**-0.5
         self.qkv_proj = nn.Linear(cfg.hidden_size, self.q_size + 2 * self.kv_size, bias=False)
         self.o_proj = nn.Linear(self.q_size, cfg.hidden_size, bias=False)
         self.qk_norm = cfg.qk_norm
@@ -36,18 +41,30 @@ class Attention(Fusable):
             self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
             self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
         self.backend = backend
-        self.k_cache: torch.Tensor | None = None  # [num_blocks, block_size, kv_heads, head_dim], bound later
+        self.k_cache: torch.Tensor | None = (
+            None  # [num_blocks, block_size, kv_heads, head_dim], bound later
+        )
         self.v_cache: torch.Tensor | None = None
 
-    def forward(self, positions: torch.Tensor, x: torch.Tensor, meta: AttentionMetadata,
-                rotary: RotaryEmbedding) -> torch.Tensor:
+    def forward(
+        self,
+        positions: torch.Tensor,
+        x: torch.Tensor,
+        meta: AttentionMetadata,
+        rotary: RotaryEmbedding,
+    ) -> torch.Tensor:
         q, k, v = self.qkv_to_cache(positions, self.qkv_proj(x), meta.slot_mapping, rotary)
         o = self.backend.forward(q, k, v, self.k_cache, self.v_cache, meta, self.scale)
         return self.o_proj(o.flatten(1))
 
     @fused
-    def qkv_to_cache(self, positions: torch.Tensor, qkv: torch.Tensor, slot_mapping: torch.Tensor | None,
-                     rotary: RotaryEmbedding) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def qkv_to_cache(
+        self,
+        positions: torch.Tensor,
+        qkv: torch.Tensor,
+        slot_mapping: torch.Tensor | None,
+        rotary: RotaryEmbedding,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """qkv [N, q+2kv] -> q, k, v [N, heads, head_dim] with Qwen3's q/k RMSNorm and RoPE applied, k and v
         also written to the paged cache (slot_mapping None: no cache, as in reference runs)."""
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
@@ -81,8 +98,14 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, positions: torch.Tensor, x: torch.Tensor, residual: torch.Tensor | None,
-                meta: AttentionMetadata, rotary: RotaryEmbedding) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self,
+        positions: torch.Tensor,
+        x: torch.Tensor,
+        residual: torch.Tensor | None,
+        meta: AttentionMetadata,
+        rotary: RotaryEmbedding,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Returns (mlp output, residual stream): their sum is the layer's output, added by the next norm."""
         if residual is None:
             x, residual = self.input_layernorm(x), x
@@ -96,7 +119,10 @@ class DecoderLayer(nn.Module):
 def _triton_usable() -> bool:
     """Inductor's CUDA kernels are Triton, and Triton builds its launcher with a C compiler at first use."""
     from torch.utils._triton import has_triton
-    return has_triton() and any(shutil.which(cc) for cc in (os.environ.get("CC"), "gcc", "clang") if cc)
+
+    return has_triton() and any(
+        shutil.which(cc) for cc in (os.environ.get("CC"), "gcc", "clang") if cc
+    )
 
 
 class TransformerLM(nn.Module):
@@ -105,16 +131,25 @@ class TransformerLM(nn.Module):
         self.config = cfg
         self.attn_backend = attn_backend
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.rotary_emb = RotaryEmbedding(cfg.head_dim, cfg.max_position_embeddings, cfg.rope_theta,
-                                          cfg.rope_scaling)
+        self.rotary_emb = RotaryEmbedding(
+            cfg.head_dim, cfg.max_position_embeddings, cfg.rope_theta, cfg.rope_scaling
+        )
         self.layers = nn.ModuleList(DecoderLayer(cfg, attn_backend) for _ in range(cfg.num_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         # Tied models read the embedding matrix in compute_logits: no shared Parameter to keep tied on moves.
-        self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.lm_head = (
+            None
+            if cfg.tie_word_embeddings
+            else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        )
 
-    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+    def forward(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata
+    ) -> torch.Tensor:
         """input_ids, positions: [N] flat over all sequences of the step. Returns final hidden states [N, hidden]."""
-        meta = self.attn_backend.prepare(meta, self.layers[0].self_attn.k_cache, self.embed_tokens.weight.dtype)
+        meta = self.attn_backend.prepare(
+            meta, self.layers[0].self_attn.k_cache, self.embed_tokens.weight.dtype
+        )
         x, residual = self.embed_tokens(input_ids), None
         for layer in self.layers:
             x, residual = layer(positions, x, residual, meta, self.rotary_emb)
@@ -131,8 +166,10 @@ class TransformerLM(nn.Module):
         if enabled is None:
             enabled = cuda and _triton_usable()
         elif enabled and cuda and not _triton_usable():
-            raise BubblelabError("compile on CUDA needs Triton and a C compiler (gcc, clang or $CC); "
-                                 "use --no-compile")
+            raise BubblelabError(
+                "compile on CUDA needs Triton and a C compiler (gcc, clang or $CC); "
+                "use --no-compile"
+            )
         for module in self.modules():
             if isinstance(module, Fusable):
                 module.compiled = enabled
@@ -148,7 +185,9 @@ class TransformerLM(nn.Module):
     def bind_kv_cache(self, k_caches: list[torch.Tensor], v_caches: list[torch.Tensor]) -> None:
         """Attach one paged cache per layer, each [num_blocks, block_size, kv_heads, head_dim]."""
         if len(k_caches) != len(self.layers) or len(v_caches) != len(self.layers):
-            raise ValueError(f"need {len(self.layers)} K and V caches, got {len(k_caches)} and {len(v_caches)}")
+            raise ValueError(
+                f"need {len(self.layers)} K and V caches, got {len(k_caches)} and {len(v_caches)}"
+            )
         for layer, k_cache, v_cache in zip(self.layers, k_caches, v_caches):
             layer.self_attn.k_cache, layer.self_attn.v_cache = k_cache, v_cache
 
@@ -156,10 +195,19 @@ class TransformerLM(nn.Module):
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Copy Hugging Face-named tensors in, stacking q/k/v and gate/up into the fused projections."""
         cfg = self.config
-        q, kv, inter = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim, cfg.intermediate_size
+        q, kv, inter = (
+            cfg.num_heads * cfg.head_dim,
+            cfg.num_kv_heads * cfg.head_dim,
+            cfg.intermediate_size,
+        )
         # HF shard name -> (fused name, row offset, rows)
-        shards = {"q_proj": ("qkv_proj", 0, q), "k_proj": ("qkv_proj", q, kv), "v_proj": ("qkv_proj", q + kv, kv),
-                  "gate_proj": ("gate_up_proj", 0, inter), "up_proj": ("gate_up_proj", inter, inter)}
+        shards = {
+            "q_proj": ("qkv_proj", 0, q),
+            "k_proj": ("qkv_proj", q, kv),
+            "v_proj": ("qkv_proj", q + kv, kv),
+            "gate_proj": ("gate_up_proj", 0, inter),
+            "up_proj": ("gate_up_proj", inter, inter),
+        }
         params = dict(self.named_parameters())
         loaded: set[tuple[str, int]] = set()  # (parameter, row offset) pairs written
         for hf_name, tensor in weights:
@@ -174,11 +222,15 @@ class TransformerLM(nn.Module):
                     target, offset, rows = name.replace(shard, fused_name), shard_offset, shard_rows
                     break
             if target not in params:
-                raise BubblelabError(f"checkpoint tensor {hf_name!r} has no place in a {cfg.architecture} model")
+                raise BubblelabError(
+                    f"checkpoint tensor {hf_name!r} has no place in a {cfg.architecture} model"
+                )
             dest = params[target] if rows is None else params[target].narrow(0, offset, rows)
             if dest.shape != tensor.shape:
-                raise BubblelabError(f"checkpoint tensor {hf_name!r} has shape {tuple(tensor.shape)}, "
-                                     f"expected {tuple(dest.shape)}")
+                raise BubblelabError(
+                    f"checkpoint tensor {hf_name!r} has shape {tuple(tensor.shape)}, "
+                    f"expected {tuple(dest.shape)}"
+                )
             dest.copy_(tensor)
             loaded.add((target, offset))
         for name in params:
