@@ -117,7 +117,7 @@ def bench_bubblelab(
             )
         clock.log(
             f"{preset}: bubblelab engines ready, attention {attention}, block size {block_size} "
-            f"(graphs captured: {bool(engines[2].runner.graphs[0])})"
+            f"(graphs captured: {engines[2].runner.graphs.captured})"
         )
         for repeat in range(sweep.repeats):
             for streams in sweep.streams:

@@ -213,7 +213,7 @@ def bench_forward(
             for ctx in contexts:
                 fill_decode_rows(runner, slot, b, ctx)
                 step = (
-                    runner.graphs[0][b].replay
+                    runner.graphs.decode_graphs[0][b].replay
                     if cuda
                     else (lambda b=b: runner._decode_body(slot, b))
                 )

@@ -30,7 +30,8 @@ from torch.profiler import ProfilerActivity, profile
 
 from bubblelab.engine.config import EngineConfig
 from bubblelab.engine.loader import load_model
-from bubblelab.engine.model_runner import ModelRunner, graph_buckets
+from bubblelab.engine.cuda_graphs import decode_buckets as graph_buckets
+from bubblelab.engine.model_runner import ModelRunner
 from bubblelab.engine.streams import Streams
 
 NOT_KERNELS = ("memcpy", "memset")  # copies show up as device activity too; count only kernels
@@ -132,7 +133,7 @@ def bench_preset(
     for b in batches:
         fill_decode_rows(runner, slot, b, args.context)
         body = functools.partial(runner._decode_body, slot, b)
-        step = runner.graphs[0][b].replay if cuda else body
+        step = runner.graphs.decode_graphs[0][b].replay if cuda else body
         kernels = count_kernels(step, cuda)
         kernel_us = getattr(count_kernels, "last_us", collections.Counter())
         row = {

@@ -98,9 +98,9 @@ def check_preset(preset: str, streams_list: list[int], repeats: int, L: float) -
     # 1. graphs replay, graph == eager, depth 1 == depth 2
     eng = engine_for(loaded, preset, 2)
     graph_out = greedy_tokens(eng)
-    report["graph_replays"] = eng.runner.graph_replays
+    report["graph_replays"] = eng.runner.graphs.decode_replays
     report["compiled"] = loaded.model.compile_enabled
-    report["graph_buckets"] = sorted(eng.runner.graphs[0])
+    report["graph_buckets"] = sorted(eng.runner.graphs.decode_graphs[0])
     eng.close()
     eager = engine_for(loaded, preset, 2, eager=True)
     eager_out = greedy_tokens(eager)
@@ -183,7 +183,7 @@ def check_preset(preset: str, streams_list: list[int], repeats: int, L: float) -
     report["memory_after_warmup"] = {k: mem0.get(k) for k in keys}
     report["memory_after_runs"] = {k: mem1.get(k) for k in keys}
     report["memory_grew"] = bool(cuda and mem0) and any(mem1[k] > mem0[k] for k in keys[:2])
-    report["graph_replays_total"] = sum(e.runner.graph_replays for e in engines.values())
+    report["graph_replays_total"] = sum(e.runner.graphs.decode_replays for e in engines.values())
     for e in engines.values():
         e.close()
     report["runs"] = rows

@@ -1,18 +1,18 @@
-"""Prefill micro-benchmark: host time to enqueue one prefill and its GPU time, per-sequence loop vs varlen.
+"""Prefill on the GPU's clock? Host time to launch one prefill and its GPU time, against tokens and rows.
 
-Per preset (bf16, seeded random weights), a prefill of 1, 8, 32 and 128 sequences of --tokens tokens runs the
-way ModelRunner._prefill_body runs it: paged KV cache bound (K/V stored), fused ops compiled as the engine sets
-them, logits of each sequence's last token. Prefill attention paths (engine.attention.prefill.set_impl):
-  loop          the old one SDPA per sequence per layer
-  varlen        "auto": aten flash varlen, one call per layer (falls back to varlen_attn, then the loop)
-  varlen_attn   torch.nn.attention.varlen.varlen_attn, the public wrapper of the same kernel
-  varlen-eager  varlen with the fused ops eager: what torch.compile's per-call overhead costs the host
-host_ms: perf_counter around the enqueue, started on a drained queue; gpu_ms: CUDA events around the same
-work (its span, idle gaps included). Median of --repeats after --warmup. Also the largest relative logits
-difference to the loop. Prints a table, writes JSON to --out.
+For each preset (bf16, seeded random weights) and engine variant, a prefill of `rows` prompts of
+`tokens / rows` tokens runs through the real engine (LLMEngine.step: admission, launch, sampling, commit), one
+prefill at a time, and the engine's own timeline gives:
+  host_ms   the `launch` phase of the prefill step (inputs filled, one upload, the forward enqueued);
+  gpu_ms    the forward's device span (CUDA events inside the captured graph, or around the eager forward);
+  busy_pct  gpu_ms over the interval from the launch's start to the forward's end: the share of a prefill's
+            period the GPU works when prefills come back to back (>= 95%: GPU-bound).
+Variants: `graph` (the default: CUDA graphs per token bucket, Triton attention), `eager-triton` and
+`eager-torch` (no graphs; torch = PyTorch's FA2 varlen op), so the table shows what capture buys.
+Median of --repeats after --warmup; the spread is in the JSON.
 
-    python benchmarks/prefill_bench.py --out prefill_bench.json                         # H200: < 90 s
-    python benchmarks/prefill_bench.py --device cpu --presets tiny-qwen3 --out x.json   # CPU smoke run
+    python -m benchmarks.prefill_bench --out prefill.json                               # H200
+    python -m benchmarks.prefill_bench --device cpu --presets tiny-qwen3 --tokens 32,64 --rows 1,4
 """
 
 from __future__ import annotations
@@ -21,191 +21,120 @@ import argparse
 import gc
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run as a script from the repo root
+from bubblelab.engine.config import EngineConfig
+from bubblelab.engine.llm_engine import LLMEngine
+from bubblelab.engine.loader import load_model
+from bubblelab.engine.sampling_params import SamplingParams
+from bubblelab.engine.timeline import Timeline
 
-from bubblelab.engine.attention import prefill  # noqa: E402
-from bubblelab.engine.attention.metadata import AttentionMetadata  # noqa: E402
-from bubblelab.engine.loader import load_model  # noqa: E402
-
-BLOCK_SIZE = 16
-# (name, prefill impl, compiled fused ops)
-PATHS = [
-    ("loop", "loop", True),
-    ("varlen", "auto", True),
-    ("varlen_attn", "varlen_attn", True),
-    ("varlen-eager", "auto", False),
-]
+VARIANTS = {  # name -> (attention backend, enforce_eager)
+    "graph": ("triton", False),
+    "eager-triton": ("triton", True),
+    "eager-torch": ("torch", True),
+}
 
 
-class Timer:
-    """Host ms around the enqueue and device ms between events (perf_counter after a sync on CPU)."""
-
-    def __init__(self, device: torch.device):
-        self.cuda = device.type == "cuda"
-        if self.cuda:
-            self.start, self.end = (
-                torch.cuda.Event(enable_timing=True),
-                torch.cuda.Event(enable_timing=True),
-            )
-
-    def run(self, fn) -> tuple[float, float]:
-        self.sync()
-        t0 = time.perf_counter()
-        if self.cuda:
-            self.start.record()
-        fn()
-        if self.cuda:
-            self.end.record()
-        host = (time.perf_counter() - t0) * 1e3
-        self.sync()
-        device = (
-            self.start.elapsed_time(self.end) if self.cuda else (time.perf_counter() - t0) * 1e3
-        )
-        return host, device
-
-    def sync(self) -> None:
-        if self.cuda:
-            torch.cuda.synchronize()
+def measure(engine: LLMEngine, tokens: int, rows: int, rng: np.random.Generator, tag: str) -> dict:
+    """One prefill of `rows` prompts through the engine; its host launch and GPU forward times."""
+    timeline = engine.timeline = engine.phases.timeline = Timeline()
+    vocab = engine.loaded.config.vocab_size
+    params = SamplingParams(max_tokens=1, ignore_eos=True)
+    for i in range(rows):
+        prompt = rng.integers(0, vocab, tokens // rows).tolist()
+        engine.add_request(f"{tag}-{i}", prompt, params)
+    while engine.has_unfinished():
+        engine.step()
+    for i in range(rows):
+        engine.seqs.pop(f"{tag}-{i}")
+    prefill = [s.step for s in timeline.steps.values() if s.kind == "prefill"]
+    assert len(prefill) == 1, f"expected one prefill, got {len(prefill)} (token budget too small?)"
+    launch = next(r for r in timeline.host if r[0] == "launch" and r[1] == prefill[0])
+    fwd = next(r for r in timeline.device if r[0] == "forward" and r[1] == prefill[0])
+    gpu = fwd[3] - fwd[2]
+    return {"host_ms": (launch[3] - launch[2]) / 1e6, "gpu_ms": gpu / 1e6,
+            "busy_pct": 100 * gpu / max(fwd[3] - launch[2], 1)}  # fmt: skip
 
 
-def prefill_inputs(n_seqs: int, tokens: int, vocab: int, device: torch.device) -> dict:
-    """Flat prefill batch: sequence i owns pages [i * pages, (i + 1) * pages) of the KV pool."""
-    g = torch.Generator().manual_seed(n_seqs)
-    lens = [tokens] * n_seqs
-    pages = -(-tokens // BLOCK_SIZE)
-    pos = torch.arange(tokens).repeat(n_seqs)
-    seq = torch.arange(n_seqs).repeat_interleave(tokens)
-    meta = AttentionMetadata.for_prompts(lens, device)
-    meta.slot_mapping = ((seq * pages + pos // BLOCK_SIZE) * BLOCK_SIZE + pos % BLOCK_SIZE).to(
-        device
-    )
-    return {
-        "ids": torch.randint(0, vocab, (n_seqs * tokens,), generator=g).to(device),
-        "pos": pos.to(device),
-        "last": (meta.cu_seqlens[1:] - 1).long(),
-        "meta": meta,
-        "pages": n_seqs * pages,
-    }
+def bench(args) -> list[dict]:
+    rows_out = []
+    max_rows = max(args.rows)
+    max_tokens = max(args.tokens)
+    for preset in args.presets:
+        loaded = load_model(preset, dtype=args.dtype, device=args.device, seed=0,
+                            attention_backend="torch")  # fmt: skip
+        for variant in args.variants:
+            backend, eager = VARIANTS[variant]
+            if args.device == "cpu" and backend == "triton":
+                continue  # Triton kernels need CUDA (the CPU tests run them interpreted)
+            from bubblelab.engine.attention import select_backend
 
-
-def bench_preset(preset: str, args, device: torch.device) -> list[dict]:
-    t0 = time.perf_counter()
-    dtype = "bf16" if device.type == "cuda" else "fp32"
-    loaded = load_model(preset, dtype=dtype, device=str(device), seed=0, attention_backend="torch")
-    model, cfg = loaded.model, loaded.config
-    max_pages = max(b * -(-args.tokens // BLOCK_SIZE) for b in args.batches)
-    shape = (max_pages, BLOCK_SIZE, cfg.num_kv_heads, cfg.head_dim)
-    param_dtype = next(model.parameters()).dtype
-    model.bind_kv_cache(
-        [torch.zeros(shape, dtype=param_dtype, device=device) for _ in range(cfg.num_layers)],
-        [torch.zeros(shape, dtype=param_dtype, device=device) for _ in range(cfg.num_layers)],
-    )
-    timer = Timer(device)
-    compile_default = device.type == "cuda"  # what the engine does (EngineConfig.compile=None)
-    rows = []
-    with torch.inference_mode():
-        inputs = {b: prefill_inputs(b, args.tokens, cfg.vocab_size, device) for b in args.batches}
-
-        def step(x: dict) -> torch.Tensor:  # ModelRunner._prefill_body without the slot's buffers
-            x["meta"].step_cache.clear()  # a fresh step's metadata: nothing derived yet
-            hidden = model(x["ids"], x["pos"], x["meta"])
-            return model.compute_logits(hidden[x["last"]])
-
-        for (
-            name,
-            impl,
-            compiled,
-        ) in PATHS:  # warm-up (and compile) every path once before timing any
-            model.set_compile(compiled and compile_default)
-            prefill.set_impl(impl)
-            step(inputs[args.batches[0]])
-        timer.sync()
-        print(f"{preset}: loaded and warmed up in {time.perf_counter() - t0:.1f} s", flush=True)
-        for b in args.batches:
-            reference = None
-            for name, impl, compiled in PATHS:
-                model.set_compile(compiled and compile_default)
-                prefill.set_impl(impl)
-                for _ in range(args.warmup):
-                    step(inputs[b])
-                times = [timer.run(lambda: step(inputs[b])) for _ in range(args.repeats)]
-                logits = step(inputs[b]).float()
-                reference = logits if reference is None else reference
-                rows.append(
-                    {
-                        "preset": preset,
-                        "seqs": b,
-                        "tokens": args.tokens,
-                        "path": name,
-                        "host_ms": statistics.median(t[0] for t in times),
-                        "gpu_ms": statistics.median(t[1] for t in times),
-                        "host_ms_all": [t[0] for t in times],
-                        "gpu_ms_all": [t[1] for t in times],
-                        "rel_diff_vs_loop": float((logits - reference).norm() / reference.norm()),
-                        "unusable_kernels": sorted(prefill._unusable),
-                    }
-                )
-    model.set_compile(compile_default)
-    prefill.set_impl("auto")
-    del model, loaded, inputs
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-    return rows
-
-
-def print_table(rows: list[dict]) -> None:
-    loop = {(r["preset"], r["seqs"]): r for r in rows if r["path"] == "loop"}
-    print(
-        f"{'preset':<12} {'seqs':>5} {'path':<13} {'host ms':>9} {'gpu ms':>9} {'host x':>7} {'gpu x':>7} "
-        f"{'rel diff':>9}"
-    )
-    for r in rows:
-        base = loop[(r["preset"], r["seqs"])]
-        print(
-            f"{r['preset']:<12} {r['seqs']:>5} {r['path']:<13} {r['host_ms']:>9.2f} {r['gpu_ms']:>9.2f} "
-            f"{base['host_ms'] / r['host_ms']:>7.2f} {base['gpu_ms'] / r['gpu_ms']:>7.2f} "
-            f"{r['rel_diff_vs_loop']:>9.1e}"
-        )
+            loaded.model.attn_backend = select_backend(backend, args.device)
+            for layer in loaded.model.layers:
+                layer.self_attn.backend = loaded.model.attn_backend
+            t0 = time.perf_counter()
+            engine = LLMEngine(
+                EngineConfig(model=preset, device=args.device, dtype=args.dtype, depth=1,
+                             max_num_seqs=max_rows, max_num_batched_tokens=max_tokens,
+                             max_model_len=max_tokens + 8, enforce_eager=eager),
+                loaded,
+            )  # fmt: skip
+            print(f"{preset} {variant}: engine ready in {time.perf_counter() - t0:.1f} s", flush=True)
+            rng = np.random.default_rng(0)
+            for tokens in args.tokens:
+                for rows in args.rows:
+                    if rows > tokens:
+                        continue
+                    runs = [measure(engine, tokens, rows, rng, f"{tokens}-{rows}-{i}")
+                            for i in range(args.warmup + args.repeats)][args.warmup:]  # fmt: skip
+                    row = {"preset": preset, "variant": variant, "tokens": tokens, "rows": rows}
+                    for key in ("host_ms", "gpu_ms", "busy_pct"):
+                        values = [r[key] for r in runs]
+                        row[key] = statistics.median(values)
+                        row[key + "_all"] = values
+                    rows_out.append(row)
+                    print(f"  {tokens:>5} tokens x {rows:>3} rows: host {row['host_ms']:7.3f} ms, "
+                          f"GPU {row['gpu_ms']:8.3f} ms, busy {row['busy_pct']:5.1f}%", flush=True)  # fmt: skip
+            engine.check_idle()
+            engine.close()
+            del engine
+            gc.collect()
+        del loaded
+        gc.collect()
+        if args.device == "cuda":
+            torch.cuda.empty_cache()
+    return rows_out
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--presets", default="qwen3-0.6b,qwen3-4b")
-    ap.add_argument(
-        "--batches", default="1,8,32,128", help="sequences per prefill, comma-separated"
-    )
-    ap.add_argument("--tokens", type=int, default=32, help="tokens per sequence")
-    ap.add_argument("--repeats", type=int, default=10)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--presets", default="qwen3-4b")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--tokens", default="32,128,512,2048,8192")
+    ap.add_argument("--rows", default="1,8,32,128")
+    ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--out", required=True, help="JSON file to write")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--out", type=Path)
     args = ap.parse_args()
-    args.batches = [int(b) for b in args.batches.split(",")]
-    device = torch.device(args.device)
-    t0 = time.perf_counter()
-    rows = []
-    for preset in args.presets.split(","):
-        rows += bench_preset(preset, args, device)
-    print_table(rows)
-    report = {
-        "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
-        "torch": torch.__version__,
-        "wall_s": time.perf_counter() - t0,
-        "kernels_proven": sorted(prefill._proven),
-        "kernels_unusable": sorted(prefill._unusable),
-        "rows": rows,
-    }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=1))
-    print(f"wrote {args.out} ({report['wall_s']:.1f} s)")
+    args.presets = args.presets.split(",")
+    args.tokens = [int(x) for x in args.tokens.split(",")]
+    args.rows = [int(x) for x in args.rows.split(",")]
+    args.variants = args.variants.split(",")
+    args.dtype = "bf16" if args.device == "cuda" else "fp32"
+    meta = {"device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
+            "torch": torch.__version__, "command": "python -m benchmarks.prefill_bench " + " ".join(
+                f"--{k} {','.join(map(str, v)) if isinstance(v, list) else v}"
+                for k, v in vars(args).items() if k not in ("out", "dtype"))}  # fmt: skip
+    rows = bench(args)
+    if args.out:
+        args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+        print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

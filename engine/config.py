@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -39,13 +39,6 @@ class ModelConfig:
     @property
     def qk_norm(self) -> bool:
         return self.architecture == "qwen3"
-
-    def num_params(self) -> int:
-        h, i, v = self.hidden_size, self.intermediate_size, self.vocab_size
-        attn = h * self.head_dim * (self.num_heads * 2 + self.num_kv_heads * 2)
-        per_layer = attn + 3 * h * i + 2 * h + (2 * self.head_dim if self.qk_norm else 0)
-        embed = v * h * (1 if self.tie_word_embeddings else 2)
-        return self.num_layers * per_layer + embed + h
 
 
 def _llama32_scaling() -> dict:
@@ -182,6 +175,11 @@ def preset(name: str) -> ModelConfig:
     return PRESETS[name]
 
 
+def default_dtype(device: str) -> str:
+    """The dtype when none is named: bf16 on CUDA, fp32 on the CPU (whose bf16 matmuls are slow)."""
+    return "bf16" if str(device).startswith("cuda") else "fp32"
+
+
 def parse_dtype(name: str | torch.dtype) -> torch.dtype:
     if isinstance(name, torch.dtype):
         return name
@@ -196,7 +194,7 @@ class EngineConfig:
 
     model: str | None = None  # spec string: preset name, HF dir, GGUF path; None = embedded default
     device: str = "cpu"
-    dtype: str = "fp32"
+    dtype: str | None = None  # fp32 | bf16 | fp16; None: default_dtype(device)
     depth: int = 2  # pipeline depth: 1 = blocking, 2 = pipelined
     max_num_seqs: int = 64
     max_num_batched_tokens: int = 8192
@@ -211,17 +209,16 @@ class EngineConfig:
         None  # torch.compile the fused elementwise ops; None: on for CUDA, off for CPU
     )
     seed: int = 0  # weights of random presets
-    extra: dict = field(default_factory=dict)
+    debug: bool = False  # check pipeline invariant I4 in full on every transition (tests)
 
     def __post_init__(self) -> None:
         if self.depth not in (1, 2):
             raise BubblelabError(f"depth must be 1 (blocking) or 2 (pipelined), got {self.depth}")
+        if self.dtype is None:
+            self.dtype = default_dtype(self.device)
         parse_dtype(self.dtype)
         if self.attention_backend not in ("auto", "torch", "flash-attn", "triton"):
             raise BubblelabError(
                 f"unknown attention backend {self.attention_backend!r}; "
                 "choose auto, torch, flash-attn or triton"
             )
-
-    def with_(self, **kw) -> EngineConfig:
-        return replace(self, **kw)

@@ -136,7 +136,7 @@ def summarize(
         "prompt_len": spec.prompt_len,
         "constraint": spec.constraint,
         "constrained_share": spec.constrained_share,
-        "cuda_graphs": bool(engine.runner.graphs[0]),
+        "cuda_graphs": engine.runner.graphs.captured,
         "compiled": engine.loaded.model.compile_enabled,
         "attention_backend": engine.loaded.model.attn_backend.name,
         "generated_tokens": int(gen),

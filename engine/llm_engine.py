@@ -17,7 +17,7 @@ from bubblelab.engine.config import EngineConfig
 from bubblelab.engine.loader import LoadedModel, load_model
 from bubblelab.engine.model_runner import ModelRunner
 from bubblelab.engine.phases import Phases
-from bubblelab.engine.pipeline import Pipeline, Step
+from bubblelab.engine.pipeline import Pipeline, Step, StepKind
 from bubblelab.engine.sampling_params import SamplingParams
 from bubblelab.engine.scheduler import Scheduler
 from bubblelab.engine.sequence import Sequence, SequenceStatus
@@ -64,7 +64,7 @@ class LLMEngine:
         self.runner = ModelRunner(config, self.loaded, self.streams)
         self.blocks = BlockManager(self.runner.num_blocks, config.block_size)
         self.scheduler = Scheduler(config, self.blocks)
-        self.pipeline = Pipeline(config.depth, debug=bool(config.extra.get("debug", False)))
+        self.pipeline = Pipeline(config.depth, debug=config.debug)
         self.timeline = timeline
         self.phases = Phases(nvtx_enabled=nvtx, timeline=timeline)
         self.eos_token_ids = set(self.loaded.config.eos_token_ids)
@@ -123,11 +123,7 @@ class LLMEngine:
         seq = self.seqs.get(request_id)
         if seq is None or seq.finalized or seq.status is SequenceStatus.FINISHED:
             return
-        seq.finalized, seq.finish_reason = True, "abort"
-        if seq.status is SequenceStatus.WAITING:
-            self.scheduler.remove_waiting(seq)
-        elif seq.inflight_refs == 0:
-            self.scheduler.release(seq)
+        self.scheduler.abort(seq)
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_work() or bool(self.pipeline.in_flight)
@@ -153,17 +149,12 @@ class LLMEngine:
             raise RuntimeError("scheduler stalled: work waiting but nothing can be launched")
         return outputs
 
-    def _launch(self, kind: str, seqs: list[Sequence]) -> Step:
+    def _launch(self, kind: StepKind, seqs: list[Sequence]) -> Step:
         step = self.pipeline.launch(kind, seqs)
+        tokens = sum(s.num_tokens for s in seqs) if kind is StepKind.PREFILL else len(seqs)
         with self.phases.range("launch", step.step_id):
             self.phases.step_meta(
-                StepInfo(
-                    step.step_id,
-                    kind,
-                    len(seqs),
-                    sum(s.num_tokens for s in seqs) if kind == "prefill" else len(seqs),
-                ),
-                self.config.depth,
+                StepInfo(step.step_id, kind.value, len(seqs), tokens), self.config.depth
             )
             self.runner.launch(step, self.blocks, self.phases)
         return step
@@ -193,12 +184,7 @@ class LLMEngine:
                 )
             self.pipeline.retire(step)  # the slot's host buffer has been read: it may be reused
             for seq in step.seqs:
-                if (
-                    seq.inflight_refs == 0
-                    and (seq.finalized or seq.preempted)
-                    and seq.row is not None
-                ):
-                    self.scheduler.release(seq)
+                self.scheduler.release_if_done(seq)
         if self.timeline is not None:
             (f0, f1), (s0, s1) = self.runner.device_times(step)
             self.timeline.add_device("forward", step.step_id, f0, f1)

@@ -12,26 +12,36 @@ Invariants, asserted on every transition (numbers appear in the assertion messag
   I5  a constrained sequence is sampled only once every older step containing it is committed
       (its mask comes from committed state: commit-before-finalize).
   I6  a slot returns to the free list only when the commit that reads its host buffer has finished.
+
+The post's two words that look alike: `finalize` is the tick's third phase (enqueue a step's sampling), while a
+sequence's `finalized` flag means it has finished (EOS, length cap, abort) and takes no more tokens.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from enum import StrEnum
 
 from bubblelab.engine.sequence import Sequence
 
 NUM_SLOTS = 2  # ping-pong
 
 
+class StepKind(StrEnum):
+    """A prefill is just another kind of launch in the same pipeline (the post's kind="prefill")."""
+
+    PREFILL = "prefill"
+    DECODE = "decode"
+
+
 @dataclass(eq=False)
 class Step:
     step_id: int
-    kind: str  # "prefill" | "decode"
+    kind: StepKind
     seqs: list[Sequence]
     slot: int
     sampled: bool = False  # finalize has enqueued its sampling
-    info: dict = field(default_factory=dict)
 
 
 class Pipeline:
@@ -66,7 +76,7 @@ class Pipeline:
         return ready
 
     # -- transitions ---------------------------------------------------------------------------------
-    def launch(self, kind: str, seqs: list[Sequence]) -> Step:
+    def launch(self, kind: StepKind, seqs: list[Sequence]) -> Step:
         assert self.can_launch(), "I1: launch beyond depth"
         step = Step(self.next_step_id, kind, seqs, self.free_slots.popleft())
         self.next_step_id += 1

@@ -13,6 +13,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -24,6 +25,15 @@ _M32 = 0xFFFFFFFF
 _MUL1, _MUL2 = 0x21F0AAAD, 0x735A2D97
 _GOLDEN = 0x1E3779B9  # odd, < 2^31: spreads consecutive ids/counters over 32 bits
 _TOP_P_ONE = 1 << 40  # fixed-point scale of the exact integer top-p prefix sums
+
+
+class SamplingFlags(NamedTuple):
+    """Host-side facts about a batch's parameters: the sampler branches on these, never on device data."""
+
+    all_greedy: bool
+    any_top_k: bool
+    any_top_p: bool
+    max_top_k: int = 0
 
 
 @dataclass

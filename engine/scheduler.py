@@ -2,7 +2,9 @@
 
 The scheduler plans step t+1 before step t is committed (depth 2), so it works from *launched* lengths
 (Sequence.num_launched), never from committed ones, and never touches a sequence's pages or batch row while
-a launched step still references it (inflight_refs > 0): those are released by `release()` afterwards.
+a launched step still references it (inflight_refs > 0). Zombies (the post's "finalize early, release late"):
+a finalized or preempted sequence gives its pages and row back in `release_if_done`, the one place that rule
+lives, once no step in flight references it.
 """
 
 from __future__ import annotations
@@ -12,12 +14,13 @@ from dataclasses import dataclass
 
 from bubblelab.engine.block_manager import BlockManager
 from bubblelab.engine.config import EngineConfig
+from bubblelab.engine.pipeline import StepKind
 from bubblelab.engine.sequence import Sequence, SequenceStatus
 
 
 @dataclass
 class StepPlan:
-    kind: str  # "prefill" | "decode"
+    kind: StepKind
     seqs: list[Sequence]
 
 
@@ -43,7 +46,7 @@ class Scheduler:
         """The next step: a prefill of newly admitted sequences if any fit, else a decode of the running ones."""
         admitted = self._admit()
         if admitted:
-            return StepPlan("prefill", admitted)
+            return StepPlan(StepKind.PREFILL, admitted)
         batch: list[Sequence] = []
         for seq in list(self.running):
             if (
@@ -54,7 +57,7 @@ class Scheduler:
                 batch.append(seq)
         for seq in batch:
             seq.num_launched += 1
-        return StepPlan("decode", batch) if batch else None
+        return StepPlan(StepKind.DECODE, batch) if batch else None
 
     def _admit(self) -> list[Sequence]:
         admitted: list[Sequence] = []
@@ -110,15 +113,26 @@ class Scheduler:
 
     # -- leaving the batch ---------------------------------------------------------------------------
     def preempt(self, seq: Sequence) -> None:
-        """Recompute later: the sequence leaves the batch now and gives its pages back once nothing references it."""
+        """Recompute later: the sequence leaves the batch now, its pages come back once nothing references it."""
         seq.preempted = True
         self.num_preemptions += 1
-        if seq.inflight_refs == 0:
-            self.release(seq)
+        self.release_if_done(seq)
 
-    def release(self, seq: Sequence) -> None:
-        """Free pages and row of a finalized or preempted sequence. Only legal with no step in flight using it."""
-        assert seq.inflight_refs == 0, "released while a launched step still references it"
+    def abort(self, seq: Sequence) -> None:
+        """Finish a request early: a queued one leaves at once, a running one becomes a zombie until released."""
+        seq.finalized, seq.finish_reason = True, "abort"
+        if seq.status is SequenceStatus.WAITING:
+            self.waiting.remove(seq)
+            seq.status = SequenceStatus.FINISHED
+        else:
+            self.release_if_done(seq)
+
+    def release_if_done(self, seq: Sequence) -> bool:
+        """Zombie release: free the pages and row of a finalized or preempted sequence once no step in flight
+        references it (inflight_refs == 0). A finalized one is finished; a preempted one queues for
+        recompute. Called after every commit for the step's rows, and on preemption and abort."""
+        if seq.row is None or seq.inflight_refs or not (seq.finalized or seq.preempted):
+            return False
         self.blocks.free(seq)
         self.free_rows.append(seq.row)
         seq.row = None
@@ -130,7 +144,4 @@ class Scheduler:
             seq.num_launched = 0
             seq.status = SequenceStatus.WAITING
             self.waiting.appendleft(seq)
-
-    def remove_waiting(self, seq: Sequence) -> None:
-        self.waiting.remove(seq)
-        seq.status = SequenceStatus.FINISHED
+        return True

@@ -14,7 +14,7 @@ import pandas as pd
 @dataclass
 class StepInfo:
     step: int
-    kind: str  # "decode" | "prefill"
+    kind: str  # StepKind value: "decode" | "prefill"
     batch_size: int
     tokens: int
 

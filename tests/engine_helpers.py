@@ -36,7 +36,7 @@ def make_engine(loaded, **options) -> LLMEngine:
         max_model_len=128,
         block_size=4,
         num_kv_blocks=128,
-        extra={"debug": True},
+        debug=True,
     )
     defaults.update(options)
     return LLMEngine(EngineConfig(**defaults), loaded)

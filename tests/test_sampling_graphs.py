@@ -8,16 +8,17 @@ import torch
 from bubblelab.engine.constraints import parse_output
 from bubblelab.engine.loader import load_model
 from bubblelab.engine.model_runner import sampling_variant
+from bubblelab.engine.sampler import SamplingFlags
 from bubblelab.engine.sampling_params import SamplingParams
 from tests.engine_helpers import Req, make_engine, run_script
 
 
 def test_sampling_variants_with_graphs():
     greedy, sampled, top_k, top_p = (
-        (True, False, False, 0),
-        (False, False, False, 0),
-        (False, True, False, 5),
-        (False, False, True, 0),
+        SamplingFlags(True, False, False, 0),
+        SamplingFlags(False, False, False, 0),
+        SamplingFlags(False, True, False, 5),
+        SamplingFlags(False, False, True, 0),
     )
     assert sampling_variant(greedy, False) == (True, False)
     assert sampling_variant(sampled, True) == (False, True)
@@ -62,14 +63,15 @@ def test_graph_sampling_matches_eager(depth):
             loaded, device="cuda", depth=depth, block_size=16, num_kv_blocks=64, max_num_seqs=16
         )
         assert (
-            sum(len(g) for g in engine.runner.sample_graphs) == 2 * len(engine.runner.buckets) * 4
+            sum(len(g) for g in engine.runner.graphs.sample_graphs)
+            == 2 * len(engine.runner.graphs.buckets) * 4
         )
         if not graphs:
-            engine.runner.sample_graphs = [
+            engine.runner.graphs.sample_graphs = [
                 {} for _ in engine.runner.slots
             ]  # every step samples eagerly
         outcomes[graphs] = run_script(engine, reqs)
-        replays[graphs] = engine.runner.sample_graph_replays
+        replays[graphs] = engine.runner.graphs.sample_replays
         engine.close()
     assert (
         replays[False] == 0 and replays[True] > 0

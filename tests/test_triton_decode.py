@@ -244,7 +244,7 @@ def test_gpu_engine_with_triton_backend_matches_torch_backend(preset):
             loaded, device="cuda", dtype="fp32", block_size=16, attention_backend=backend
         )
         tokens[backend] = run_script(engine, reqs).tokens
-        assert engine.runner.graph_replays > 0
+        assert engine.runner.graphs.decode_replays > 0
         engine.close()
     assert tokens["triton"] == tokens["torch"]
 

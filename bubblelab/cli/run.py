@@ -64,7 +64,7 @@ def run(
     ),
 ) -> None:
     """Run a workload through the engine and print throughput, step time and prefill vs decode time."""
-    from bubblelab.engine.config import EngineConfig
+    from bubblelab.engine.config import EngineConfig, default_dtype
     from bubblelab.engine.driver import run_workload
     from bubblelab.engine.llm_engine import LLMEngine
     from bubblelab.engine.workload import WorkloadSpec
@@ -86,7 +86,7 @@ def run(
     config = EngineConfig(
         model=model,
         device=device,
-        dtype=dtype or ("bf16" if device.startswith("cuda") else "fp32"),
+        dtype=dtype or default_dtype(device),
         depth=depth,
         max_num_seqs=max_num_seqs or max(streams, 8),
         max_model_len=max_model_len,

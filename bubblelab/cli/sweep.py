@@ -49,6 +49,7 @@ def run_and_profile(
     """Profile depth 1 vs depth 2 over a sweep, ingest into DuckDB, analyse, and write an HTML report."""
     from bubblelab.cli.predict import prediction_table
     from bubblelab.costmodel.predict import predict_runs
+    from bubblelab.engine.config import default_dtype
     from bubblelab.report.report import report_run_dir
     from bubblelab.runs.rundir import read_results
     from bubblelab.runs.sweep import SweepSpec, run_sweep
@@ -56,7 +57,7 @@ def run_and_profile(
     spec = SweepSpec(
         model=model,
         device=device,
-        dtype=dtype or ("bf16" if device.startswith("cuda") else "fp32"),
+        dtype=dtype or default_dtype(device),
         depths=_ints(depths, "depths"),
         streams=_ints(streams, "streams"),
         output_len_mean=output_len_mean,

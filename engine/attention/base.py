@@ -18,6 +18,9 @@ class AttentionBackend(Protocol):
     name: str
     # Pages handed to forward() must hold a multiple of this many tokens (FA2's paged kernel needs 256).
     block_size_multiple: int
+    # True when prefill reads sequence lengths on the device only (meta.seq_lens may be None): the runner then
+    # captures whole prefills in CUDA graphs per token bucket.
+    static_prefill: bool
 
     def prepare(
         self, meta: AttentionMetadata, k_cache: torch.Tensor | None, dtype: torch.dtype

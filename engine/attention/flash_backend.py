@@ -113,6 +113,7 @@ class FlashAttention:
     """`impl` None: FA4 when it imports, else FA2; "fa4" / "fa2" force one (BubblelabError if missing)."""
 
     name = "flash-attn"
+    static_prefill = False  # the varlen kernels size their grid from the host's max_seqlen
 
     def __init__(self, impl: str | None = None) -> None:
         if impl not in (None, "fa4", "fa2"):

@@ -14,6 +14,7 @@ from bubblelab.engine.attention.prefill import prefill_attention
 class TorchAttention:
     name = "torch"
     block_size_multiple = 1
+    static_prefill = False
 
     def prepare(
         self, meta: AttentionMetadata, k_cache: torch.Tensor | None, dtype: torch.dtype

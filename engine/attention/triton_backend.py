@@ -1,26 +1,25 @@
-"""Attention with a Triton paged decode kernel (CUDA only): decode reads K/V pages in place through the block table.
-
-Prefill stays on the torch backend's varlen path; decode replaces the torch backend's page gather + masked SDPA
-(several kernels and a dense copy of every row's pages per layer) with one kernel, plus a merge when split.
-"""
+"""Attention in Triton (CUDA only): paged decode reads K/V pages in place through the block table, and prefill
+runs a varlen causal kernel whose grid depends only on the token count, so whole prefills are captured in CUDA
+graphs per token bucket (static_prefill)."""
 
 from __future__ import annotations
 
 import torch
 
 from bubblelab.engine.attention.metadata import AttentionMetadata
-from bubblelab.engine.attention.torch_backend import TorchAttention
 from bubblelab.engine.attention.triton_decode import paged_decode_attention
+from bubblelab.engine.attention.triton_prefill import varlen_prefill_attention
 
 
 class TritonAttention:
     name = "triton"
     block_size_multiple = 1
+    static_prefill = True  # prefill reads sequence lengths from cu_seqlens on the device only
 
     def prepare(
         self, meta: AttentionMetadata, k_cache: torch.Tensor | None, dtype: torch.dtype
     ) -> AttentionMetadata:
-        return meta  # the kernel reads context_lens and block_tables directly; no mask to build
+        return meta  # the kernels read context_lens, block_tables and cu_seqlens directly
 
     def forward(
         self,
@@ -33,7 +32,8 @@ class TritonAttention:
         scale: float,
     ) -> torch.Tensor:
         if meta.is_prefill:
-            return TorchAttention._prefill(q, k, v, meta, scale)
+            assert meta.cu_seqlens is not None
+            return varlen_prefill_attention(q, k, v, meta.cu_seqlens, scale)
         if k_cache is None or v_cache is None:
             raise ValueError("decode attention needs a bound KV cache")
         # K/V of the current token are already in the cache (store_kv_cache), and context_lens counts it.
