@@ -90,6 +90,7 @@ def run_workload(
     timeline.enabled = True
     timeline.depth = engine.config.depth
     engine.streams.synchronize()
+    engine.streams.calibrate()  # a fresh device-clock reference for this run's timeline
     if profile and engine.streams.is_cuda:
         torch.cuda.profiler.start()
     t0 = time.perf_counter()
@@ -151,7 +152,17 @@ def summarize(
         "prefill_s": float(periods[kinds == "prefill"].sum() / 1e3) if len(periods) else 0.0,
         "decode_s": float(decode_periods.sum() / 1e3) if len(decode_periods) else 0.0,
         "preemptions": engine.scheduler.num_preemptions,
+        **_clock_anchors(engine),
     }
+
+
+def _clock_anchors(engine: LLMEngine) -> dict:
+    """How far the device clock had drifted at each re-anchoring (CudaClock.anchor), in microseconds."""
+    shifts = np.abs(engine.streams.clock.anchored_us) if engine.streams.is_cuda else np.array([])
+    if not len(shifts):
+        return {}
+    return {"clock_anchors": len(shifts), "clock_anchor_us_median": float(np.median(shifts)),
+            "clock_anchor_us_max": float(shifts.max())}  # fmt: skip
 
 
 def _device_name(engine: LLMEngine) -> str:

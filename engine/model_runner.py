@@ -215,7 +215,7 @@ class ModelRunner:
 
     def wait(self, step: Step) -> list[int]:
         slot = self.slots[step.slot]
-        slot.ev_copied.synchronize()
+        self.streams.wait(slot.ev_copied)
         return slot.read_sampled(len(step.seqs), step.step_id)
 
     def device_times(self, step: Step) -> tuple[tuple[int, int], tuple[int, int]]:

@@ -99,16 +99,37 @@ class CudaEvent:
 
 
 class CudaClock:
-    """Maps CUDA event times onto the host perf_counter_ns clock through one synchronised reference event."""
+    """Maps CUDA event times onto the host perf_counter_ns clock.
+
+    An event's time is its elapsed time since a reference event, whose host time was read when a synchronize
+    on it returned. Two things degrade that mapping over a long run, so it is kept fresh:
+    - cudaEventElapsedTime is float32 milliseconds: 600 s after the reference it resolves only ~40 us. So
+      `calibrate()` takes a new reference at the start of every measured run.
+    - the GPU's timer and the host's clock drift apart (tens of ppm: tens of microseconds over a few
+      seconds). So `anchor()` re-pins the mapping whenever the host has just woken from a wait that really
+      blocked: the awaited event completed no later than the wake-up (within a spin-wait's few us).
+    `anchored_us` keeps each correction, the size of the error it removed.
+    """
 
     def __init__(self) -> None:
+        self.anchored_us: list[float] = []
+        self.calibrate()
+
+    def calibrate(self) -> None:
         self.ref = torch.cuda.Event(enable_timing=True)
         self.ref.record()
         self.ref.synchronize()
         self.ref_ns = time.perf_counter_ns()
+        self.anchored_us.clear()
 
     def to_host_ns(self, event: torch.cuda.Event) -> int:
         return self.ref_ns + int(self.ref.elapsed_time(event) * 1e6)
+
+    def anchor(self, event: torch.cuda.Event, woke_ns: int) -> None:
+        """`event` completed while the host was blocked on it, and the host woke at `woke_ns`."""
+        shift = woke_ns - self.to_host_ns(event)
+        self.ref_ns += shift
+        self.anchored_us.append(shift / 1e3)
 
 
 class CudaStream:
@@ -143,6 +164,20 @@ class Streams:
 
     def event(self, external: bool = False):
         return CudaEvent(self.clock, self.timing, external) if self.is_cuda else CpuEvent()
+
+    def calibrate(self) -> None:
+        """A fresh clock reference for device times (CUDA); the CPU device thread times on the host clock."""
+        if self.is_cuda:
+            self.clock.calibrate()
+
+    def wait(self, event) -> None:
+        """Block the host until `event` has fired. On CUDA, a wait that really blocked also re-anchors the
+        device clock (CudaClock.anchor)."""
+        if not self.is_cuda or event.query():
+            event.synchronize()
+            return
+        event.synchronize()
+        self.clock.anchor(event.event, time.perf_counter_ns())
 
     def synchronize(self) -> None:
         if self.is_cuda:

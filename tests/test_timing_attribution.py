@@ -1,0 +1,73 @@
+"""The in-process timeline attributes the bubble to the host work that really ran: a synthetic run whose
+answer is known (CPU device thread, a forward that takes FORWARD_S, host phases padded by known sleeps)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from bubblelab.engine.driver import run_workload
+from bubblelab.engine.timeline import Timeline
+from bubblelab.engine.workload import WorkloadSpec
+from bubblelab.profiling import analysis
+from bubblelab.profiling.catalog import connect
+from bubblelab.profiling.ingest import ingest_timeline
+from tests.engine_helpers import make_engine
+
+FORWARD_S = 0.030  # the device's forward
+PLAN_S, LAUNCH_S = (
+    0.004,
+    0.003,
+)  # extra host time inside `plan` and inside `launch`, before the enqueue
+
+
+def slowed(engine):
+    model, runner, scheduler = engine.runner.model, engine.runner, engine.scheduler
+    forward, launch, plan = model.forward, runner.launch, scheduler.plan
+
+    def slow_forward(*args, **kwargs):  # runs on the device thread
+        time.sleep(FORWARD_S)
+        return forward(*args, **kwargs)
+
+    def slow_launch(*args, **kwargs):
+        time.sleep(LAUNCH_S)
+        return launch(*args, **kwargs)
+
+    def slow_plan():
+        time.sleep(PLAN_S)
+        return plan()
+
+    model.forward, runner.launch, scheduler.plan = slow_forward, slow_launch, slow_plan
+    return engine
+
+
+@pytest.mark.parametrize("depth", [1, 2])
+def test_timeline_attributes_the_bubble_to_plan_and_launch(tiny_llama, depth):
+    engine = slowed(make_engine(tiny_llama, depth=depth))
+    engine.timeline = engine.phases.timeline = Timeline()
+    spec = WorkloadSpec(
+        streams=2, requests=2, output_len_mean=14, output_len_dist="fixed", prompt_len=8
+    )
+    try:
+        result = run_workload(engine, spec, warmup=False)
+    finally:
+        model = engine.runner.model
+        del model.forward  # drop the instance attribute: the shared model keeps its own forward
+        engine.close()
+    con = connect(None)
+    ingest_timeline(result.timeline, con, {"depth": depth}, run_id="synthetic")
+    steady = analysis.steady_state(analysis.per_step(con, "synthetic"), warmup=2)
+    assert len(steady) >= 5
+    per_step = analysis.attribution_by_time(con, "synthetic", steady).set_index(
+        "phase"
+    ).bubble_ms / len(steady)
+    bubble = float(steady.bubble_ms.median())
+    if depth == 2:  # the host's 7 ms hide under the 30 ms forward
+        assert bubble < 1.0, per_step
+        return
+    # Depth 1: the GPU idles while the host plans and launches the next step, and for little else.
+    assert per_step.get("plan", 0) == pytest.approx(PLAN_S * 1e3, abs=1.0), per_step
+    assert per_step.get("launch", 0) == pytest.approx(LAUNCH_S * 1e3, abs=1.0), per_step
+    assert bubble == pytest.approx((PLAN_S + LAUNCH_S) * 1e3, abs=2.0), per_step
+    assert per_step.get("wait", 0) < 1.0, per_step  # waking up is not where the bubble goes
