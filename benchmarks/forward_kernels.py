@@ -157,13 +157,13 @@ def bench_preset(
 
 def fill_decode_rows(runner: ModelRunner, slot, b: int, context: int) -> None:
     """b rows of `context` tokens on distinct pages; the current token's K/V goes to its last slot."""
-    h, bs = slot.meta.np, runner.block_size
+    h, bs = slot.meta.np, slot.block_size
     pages = -(-context // bs)
     h["rows"][:b] = range(b)
     h["positions"][:b] = context - 1
     h["context_lens"][:b] = context
     for r in range(b):
-        table = [r * runner.max_blocks + p for p in range(pages)]
+        table = [r * slot.max_blocks + p for p in range(pages)]
         slot.block_tables_h[r, :pages] = table
         h["slot_mapping"][r] = table[-1] * bs + (context - 1) % bs
     slot.meta.upload(slot.decode_nbytes)

@@ -84,7 +84,9 @@ def bench(args) -> list[dict]:
                              max_model_len=max_tokens + 8, enforce_eager=eager),
                 loaded,
             )  # fmt: skip
-            print(f"{preset} {variant}: engine ready in {time.perf_counter() - t0:.1f} s", flush=True)
+            print(
+                f"{preset} {variant}: engine ready in {time.perf_counter() - t0:.1f} s", flush=True
+            )
             rng = np.random.default_rng(0)
             for tokens in args.tokens:
                 for rows in args.rows:
@@ -112,7 +114,9 @@ def bench(args) -> list[dict]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--presets", default="qwen3-4b")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--tokens", default="32,128,512,2048,8192")

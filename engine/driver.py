@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -94,13 +95,52 @@ def run_workload(
     if profile and engine.streams.is_cuda:
         torch.cuda.profiler.start()
     t0 = time.perf_counter()
-    outputs, reasons = drive(engine, requests, spec.streams, progress)
-    engine.streams.synchronize()
+    with GpuClocks(engine.streams.device if engine.streams.is_cuda else None) as clocks:
+        outputs, reasons = drive(engine, requests, spec.streams, progress)
+        engine.streams.synchronize()
     wall = time.perf_counter() - t0
     if profile and engine.streams.is_cuda:
         torch.cuda.profiler.stop()
-    summary = summarize(engine, spec, timeline, outputs, wall)
+    summary = {**summarize(engine, spec, timeline, outputs, wall), **clocks.summary()}
     return RunResult(summary, outputs, reasons, timeline, requests)
+
+
+class GpuClocks:
+    """SM clock and power, sampled every `period_s` on a thread while a run lasts (CUDA only): a GPU that
+    idles between steps may boost higher, so depth 1 and depth 2 forwards can differ for that reason alone."""
+
+    def __init__(self, device: torch.device | None, period_s: float = 0.05):
+        self.device, self.period_s = device, period_s
+        self.samples: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+
+    def __enter__(self) -> GpuClocks:
+        if self.device is not None:
+            try:
+                torch.cuda.clock_rate(self.device)  # needs pynvml; none: no samples
+            except Exception:  # noqa: BLE001 - ModuleNotFoundError, NVML errors
+                self.device = None
+            else:
+                self._thread = threading.Thread(target=self._run, daemon=True)
+                self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period_s):
+            mhz = torch.cuda.clock_rate(self.device)
+            self.samples.append((mhz, torch.cuda.power_draw(self.device) / 1e3))
+
+    def __exit__(self, *exc) -> None:
+        if self.device is not None:
+            self._stop.set()
+            self._thread.join()
+
+    def summary(self) -> dict:
+        if not self.samples:
+            return {}
+        mhz, watts = np.array(self.samples).T
+        return {"sm_clock_mhz_median": float(np.median(mhz)), "sm_clock_mhz_min": float(mhz.min()),
+                "power_w_median": float(np.median(watts))}  # fmt: skip
 
 
 def _renamed(r: Request, prefix: str) -> Request:

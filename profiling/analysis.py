@@ -148,6 +148,12 @@ def idle_histogram(
         con.unregister("per_step")
 
 
+def wake_latency(catalog: Catalog, run_id: str) -> pd.DataFrame:
+    """Per step whose wait blocked: microseconds from the step's last GPU op (the copy of its sampled ids) to
+    the host returning from the wait. Meaningful for nsys runs only (sql/wake_latency.sql says why)."""
+    return queries.run(_open(catalog), "wake_latency", {"run_id": run_id})
+
+
 def sync_inventory(catalog: Catalog, run_id: str) -> pd.DataFrame:
     """Host-blocking calls and DtoH/pageable copies with their phase; `flagged` ones stall the pipeline."""
     return queries.run(_open(catalog), "sync_inventory", {"run_id": run_id})

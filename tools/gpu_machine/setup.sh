@@ -1,0 +1,9 @@
+# Sourced at the start of every command on the GPU machine, from the checkout's root:
+#   source tools/gpu_machine/setup.sh && <command>
+# The staged wheels and nsys (.device/remote-setup.sh, from the project's GPU-machine set-up), then this
+# checkout installed editable, so `bubblelab.engine` and friends resolve to engine/, profiling/, costmodel/.
+source .device/remote-setup.sh || return 1
+python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . >/tmp/bubblelab-install.log 2>&1 \
+  || { tail -5 /tmp/bubblelab-install.log; return 1; }
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # never NVLink multicast
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,power.draw,temperature.gpu --format=csv,noheader
