@@ -19,7 +19,7 @@ BLOCK_M = 64  # query tokens per program
 BLOCK_N = 64  # key tokens per inner step
 BLOCK_CU = 64  # cu_seqlens entries read per step of the sequence-start search
 _LOG2E = 1.4426950408889634
-_BIG = 2**31 - 1
+_BIG = tl.constexpr(2**31 - 1)  # a plain global is refused by the compiler (not the interpreter)
 
 
 @triton.jit
