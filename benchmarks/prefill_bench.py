@@ -81,7 +81,8 @@ def bench(args) -> list[dict]:
             engine = LLMEngine(
                 EngineConfig(model=preset, device=args.device, dtype=args.dtype, depth=1,
                              max_num_seqs=max_rows, max_num_batched_tokens=max_tokens,
-                             max_model_len=max_tokens + 8, enforce_eager=eager),
+                             max_model_len=max_tokens + 8, enforce_eager=eager,
+                             num_kv_blocks=4 * max_tokens // 16 + 2 * max_rows),
                 loaded,
             )  # fmt: skip
             print(
@@ -106,6 +107,8 @@ def bench(args) -> list[dict]:
             engine.close()
             del engine
             gc.collect()
+            if args.device == "cuda":
+                torch.cuda.empty_cache()  # the next engine sizes its pool from free memory
         del loaded
         gc.collect()
         if args.device == "cuda":
