@@ -238,17 +238,21 @@ class DecodeSlot:
             )
         return values[1:]
 
-    def device_times(self) -> tuple[tuple[int, int], tuple[int, int]]:
+    def device_times(self, profiled: bool) -> tuple[tuple[int, int], tuple[int, int]]:
         """(forward start, end) and (sampling start, end) of the step holding the slot, in host perf_counter
-        ns, once its commit has waited for it."""
+        ns, once its commit has waited for it. `profiled`: under nsys (see below)."""
         r = self.record
         assert r is not None
         # On an idle stream ev_forward_start fires at once, before the host has even launched the graph; the
-        # graph's own first node says when its work started (so launch latency is bubble, not forward). That
-        # node can run while the host is still inside the launch call (under nsys's node tracing a call takes
-        # ~0.3 ms and the kernels start only as it returns), so the forward starts no earlier than the return.
+        # graph's own first node says when its work started (so launch latency is bubble, not forward).
+        # Under nsys's node-level graph tracing that first node runs ~0.3 ms before the kernels, which start
+        # only as the launch call returns: there (and only there) the forward starts no earlier than the
+        # return, as profiling/sql/step_spans.sql reads nsys traces. Unprofiled, the kernels may start
+        # before a long launch call returns, and clamping would cut real forward time at depth 1.
         if r.forward_graph:
-            start = max(self.ev_graph_start.time_ns(), r.forward_launched_ns)
+            start = self.ev_graph_start.time_ns()
+            if profiled:
+                start = max(start, r.forward_launched_ns)
             forward_end = self.ev_graph_end.time_ns()
         else:
             start, forward_end = self.ev_forward_start.time_ns(), self.ev_forward_end.time_ns()

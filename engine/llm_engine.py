@@ -186,7 +186,7 @@ class LLMEngine:
             for seq in step.seqs:
                 self.scheduler.release_if_done(seq)
         if self.timeline is not None:
-            (f0, f1), (s0, s1) = self.runner.device_times(step)
+            (f0, f1), (s0, s1) = self.runner.device_times(step, profiled=self.phases.nvtx_enabled)
             self.timeline.add_device("forward", step.step_id, f0, f1)
             self.timeline.add_device("sampling", step.step_id, s0, s1)
         return outputs

@@ -218,9 +218,9 @@ class ModelRunner:
         self.streams.wait(slot.ev_copied)
         return slot.read_sampled(len(step.seqs), step.step_id)
 
-    def device_times(self, step: Step) -> tuple[tuple[int, int], tuple[int, int]]:
+    def device_times(self, step: Step, profiled: bool) -> tuple[tuple[int, int], tuple[int, int]]:
         """(forward start, end) and (sampling start, end) of a committed step, in host perf_counter ns."""
-        return self.slots[step.slot].device_times()
+        return self.slots[step.slot].device_times(profiled)
 
     def close(self) -> None:
         self.streams.synchronize()

@@ -61,6 +61,11 @@ class Phases:
             # nvtx's attribute builder once a profiler is attached.
             self._domain = nvtx.get_domain(DOMAIN)
 
+    @property
+    def nvtx_enabled(self) -> bool:
+        """NVTX ranges on: the run is being profiled (under nsys)."""
+        return self._domain is not None
+
     def range(self, name: str, step: int):
         if self._domain is None and self.timeline is None:
             return _NOTHING

@@ -108,8 +108,13 @@ class CudaClock:
     - the GPU's timer and the host's clock drift apart (tens of ppm: tens of microseconds over a few
       seconds). So `anchor()` re-pins the mapping whenever the host has just woken from a wait that really
       blocked: the awaited event completed no later than the wake-up (within a spin-wait's few us).
-    `anchored_us` keeps each correction, the size of the error it removed.
+    A wake-up is an upper bound on the event's time: a late one (a descheduled thread) would drag the mapping
+    late, so an anchor moves it earlier in full (the event cannot have completed after the wake-up) but later
+    by at most LATE_STEP_NS, enough to follow the drift (~1 us a step measured on the H200).
+    `anchored_us` keeps each correction applied.
     """
+
+    LATE_STEP_NS = 5_000
 
     def __init__(self) -> None:
         self.anchored_us: list[float] = []
@@ -127,7 +132,7 @@ class CudaClock:
 
     def anchor(self, event: torch.cuda.Event, woke_ns: int) -> None:
         """`event` completed while the host was blocked on it, and the host woke at `woke_ns`."""
-        shift = woke_ns - self.to_host_ns(event)
+        shift = min(woke_ns - self.to_host_ns(event), self.LATE_STEP_NS)
         self.ref_ns += shift
         self.anchored_us.append(shift / 1e3)
 

@@ -71,3 +71,21 @@ def test_timeline_attributes_the_bubble_to_plan_and_launch(tiny_llama, depth):
     assert per_step.get("launch", 0) == pytest.approx(LAUNCH_S * 1e3, abs=1.0), per_step
     assert bubble == pytest.approx((PLAN_S + LAUNCH_S) * 1e3, abs=2.0), per_step
     assert per_step.get("wait", 0) < 1.0, per_step  # waking up is not where the bubble goes
+
+
+def test_device_clock_anchor_moves_earlier_in_full_and_later_by_at_most_a_step():
+    """A wake-up bounds the event's time from above: a mapping later than it is corrected at once, while a
+    late wake-up (the thread was descheduled) moves the mapping by LATE_STEP_NS at most."""
+    from bubblelab.engine.streams import CudaClock
+
+    class Ref:  # a reference event whose elapsed time to an "event" is that event (in ms)
+        def elapsed_time(self, event: float) -> float:
+            return event
+
+    clock = CudaClock.__new__(CudaClock)  # no CUDA here: the mapping alone
+    clock.ref, clock.ref_ns, clock.anchored_us = Ref(), 0, []
+    clock.anchor(1.0, woke_ns=990_000)  # mapped 1,000,000 ns, but the host woke at 990,000
+    assert clock.to_host_ns(1.0) == 990_000
+    clock.anchor(2.0, woke_ns=2_300_000)  # woke 310 us after the mapped time: mostly a late wake-up
+    assert clock.to_host_ns(2.0) == 1_990_000 + CudaClock.LATE_STEP_NS
+    assert clock.anchored_us == [-10.0, CudaClock.LATE_STEP_NS / 1e3]
