@@ -152,6 +152,7 @@ class DecodeSlot:
         # Padding: rows past the batch sample into the pad row and write K/V into the scratch page.
         self.pad_row, self.scratch_page, self.block_size = pad_row, scratch_page, block_size
         self.block_tables_h[:] = scratch_page  # every unused table entry points at the scratch page
+        self._tables: list[list[int] | None] = [None] * max_rows  # each row's table as last written
 
     # -- host-side inputs ----------------------------------------------------------------------------
     def fill_sampling(self, seqs: list[Sequence], step_id: int) -> SamplingFlags:
@@ -183,8 +184,13 @@ class DecodeSlot:
         h["slot_mapping"][:n] = [
             blocks.slot(s, p - 1) for s, p in zip(seqs, sampled_pos, strict=True)
         ]
-        for i, s in enumerate(seqs):
-            self.block_tables_h[i, : len(s.block_table)] = s.block_table
+        tables = self._tables
+        for i, s in enumerate(
+            seqs
+        ):  # rewrite only the rows whose table changed (~1 us each otherwise)
+            if tables[i] != s.block_table:
+                self.block_tables_h[i, : len(s.block_table)] = s.block_table
+                tables[i] = list(s.block_table)
         if bucket is not None:
             self.pad_decode(n, bucket)
 
@@ -195,6 +201,7 @@ class DecodeSlot:
         h["slot_mapping"][start:end] = self.scratch_page * self.block_size
         h["context_lens"][start:end] = 1
         self.block_tables_h[start:end, 0] = self.scratch_page
+        self._tables[start:end] = [None] * (end - start)
 
     def fill_prefill(self, seqs: list[Sequence], tokens: int, rows: int) -> None:
         """Flat token ids, positions and KV slots of a prefill, with cu_seqlens and each sequence's last

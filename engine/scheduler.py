@@ -48,11 +48,13 @@ class Scheduler:
         if admitted:
             return StepPlan(StepKind.PREFILL, admitted)
         batch: list[Sequence] = []
+        page_tokens = self.blocks.block_size
         for seq in list(self.running):
-            if (
-                seq.schedulable
-                and seq.num_launched < self.max_model_len
-                and self._reserve_page(seq, batch)
+            if not seq.schedulable or seq.num_launched >= self.max_model_len:
+                continue
+            # Most steps write inside the sequence's last page: no page to reserve (a hot loop at 128 rows).
+            if len(seq.block_table) * page_tokens >= seq.num_launched or self._reserve_page(
+                seq, batch
             ):
                 batch.append(seq)
         for seq in batch:
@@ -61,6 +63,8 @@ class Scheduler:
 
     def _admit(self) -> list[Sequence]:
         admitted: list[Sequence] = []
+        if not (self.waiting and self.free_rows):
+            return admitted
         tokens = 0
         # Pages the running sequences need for their next decode: keep them so admission does not force preemption.
         reserve = sum(
