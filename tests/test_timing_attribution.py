@@ -62,15 +62,25 @@ def test_timeline_attributes_the_bubble_to_plan_and_launch(tiny_llama, depth):
     per_step = analysis.attribution_by_time(con, "synthetic", steady).set_index(
         "phase"
     ).bubble_ms / len(steady)
-    bubble = float(steady.bubble_ms.median())
+    bubble = float(steady.bubble_ms.mean())
     if depth == 2:  # the host's 7 ms hide under the 30 ms forward
         assert bubble < 1.0, per_step
         return
-    # Depth 1: the GPU idles while the host plans and launches the next step, and for little else.
-    assert per_step.get("plan", 0) == pytest.approx(PLAN_S * 1e3, abs=1.0), per_step
-    assert per_step.get("launch", 0) == pytest.approx(LAUNCH_S * 1e3, abs=1.0), per_step
-    assert bubble == pytest.approx((PLAN_S + LAUNCH_S) * 1e3, abs=2.0), per_step
-    assert per_step.get("wait", 0) < 1.0, per_step  # waking up is not where the bubble goes
+    # Depth 1: the GPU idles while the host plans and launches the next step, and for little else. The known
+    # answer is the time the host spent there (the injected sleeps, stretched by whatever else the machine
+    # runs, as the host's own ranges measured it).
+    plan_ms, launch_ms = (
+        float(steady.plan_ms.mean()),
+        float(steady.launch_ms.mean()),
+    )  # per step, as above
+    assert plan_ms >= PLAN_S * 1e3 and launch_ms >= LAUNCH_S * 1e3
+    assert per_step.get("plan", 0) == pytest.approx(plan_ms, abs=0.5), per_step
+    # Launch: idle until the forward is enqueued, the sleep at its start included.
+    assert LAUNCH_S * 1e3 - 0.5 <= per_step.get("launch", 0) <= launch_ms + 0.5, per_step
+    assert per_step.get("plan", 0) + per_step.get("launch", 0) >= 0.8 * bubble, per_step
+    assert per_step.get("wait", 0) < 0.2 * bubble, (
+        per_step
+    )  # waking up is not where the bubble goes
 
 
 def test_device_clock_anchor_moves_earlier_in_full_and_later_by_at_most_a_step():
