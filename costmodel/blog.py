@@ -37,7 +37,3 @@ BLOG_STEP_PARTS = pd.DataFrame(
 def blog_table() -> pd.DataFrame:
     """A copy of the post's prediction table, safe to modify."""
     return BLOG_TABLE.copy()
-
-
-def blog_step_parts() -> pd.DataFrame:
-    return BLOG_STEP_PARTS.copy()
