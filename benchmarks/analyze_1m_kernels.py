@@ -5,25 +5,22 @@ Builds a scaled-up copy of a trace (by default an engine-shaped synthetic export
 engine) by replaying its events back to back until it holds at least --kernels kernels, then times
 ingestion and every query on it. Usage:
 
-    .venv/bin/python benchmarks/analyze_1m_kernels.py [--source TRACE] [--kernels 1000000]
+    .venv/bin/python -m benchmarks.analyze_1m_kernels [--source TRACE] [--kernels 1000000]
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import duckdb
 
-ROOT = Path(__file__).parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-
-from bubblelab.profiling import analysis  # noqa: E402
-from bubblelab.profiling.catalog import connect, load_sqlite_extension, sql_string  # noqa: E402
-from bubblelab.profiling.ingest import ingest  # noqa: E402
+from bubblelab.profiling import analysis
+from bubblelab.profiling.catalog import connect, load_sqlite_extension, sql_string
+from bubblelab.profiling.ingest import ingest
+from bubblelab.synthetic_trace import COPY, DTOH, HTOD, TraceBuilder
 
 EVENT_TABLES = (
     "NVTX_EVENTS",
@@ -44,8 +41,6 @@ COPIED_ONCE = (
 
 def engine_shaped_seed(path: Path, steps: int = 8, kernels_per_forward: int = 400) -> Path:
     """A depth-2 run: per step plan, launch > copy_h2d, forward (400 kernels), commit > wait, finalize."""
-    from profiling_trace_builder import COPY, DTOH, HTOD, TraceBuilder
-
     b = TraceBuilder()
     tick = 4.0 * kernels_per_forward + 100  # us: 4 us kernels, the GPU always a bit behind
     for k in range(steps + 1):

@@ -13,7 +13,7 @@ forward time and GPU busy share in steady-state decode, end-to-end tokens/s and 
                               row decoding exactly round(L) tokens; "compiled" is generate's own torch.compile
                               path (reduce-overhead: CUDA graphs). Step periods from CUDA events at each
                               step's logits; (t(N) - t(1)) / (N - 1) kept as step_ms_wall.
-  nano-vllm                   when `nanovllm` and flash-attn-4 import (through benchmarks/flash_attn_shim):
+  nano-vllm                   when `nanovllm` and flash-attn-4 import (through tools/gpu_machine/flash_attn_shim):
                               LLM.generate on `streams` random prompts, round(L) tokens each, in a child process
                               with a timeout (a hang or crash cannot take the run down); decode tokens/s =
                               decode tokens / (wall - wall of a max_tokens=1 run); else "not run: <reason>"
@@ -21,26 +21,21 @@ Time: --budget-s is when optional work stops starting (extra backends, nano-vllm
 everything stops starting; outputs are rewritten after every phase, so a killed run still leaves them.
 Writes compare_engines.json, compare_engines.md and compare_engines.png to --out; see benchmarks/README.md.
 
-    python benchmarks/compare_engines.py --out $OUT                          # H200: ~5-8 minutes
-    python benchmarks/compare_engines.py --device cpu --presets tiny-qwen3 --streams 1,4 --repeats 1 --L 16 --out cmp
+    python -m benchmarks.compare_engines --out $OUT                          # H200: ~5-8 minutes
+    python -m benchmarks.compare_engines --device cpu --presets tiny-qwen3 --streams 1,4 --repeats 1 --L 16 --out cmp
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import traceback
 from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 import torch
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run as a script: benchmarks/ siblings by package name
-
-import transformers  # noqa: E402
+import transformers
 
 from benchmarks.compare_common import (
     METRICS,
@@ -48,22 +43,22 @@ from benchmarks.compare_common import (
     Sweep,
     first_line,
     free_memory,
-    not_run,  # noqa: E402
+    not_run,
     progress,
 )
-from benchmarks.compare_hf import bench_hf, hf_generate  # noqa: E402,F401 (hf_generate: the tests reach it here)
-from benchmarks.compare_nanovllm import bench_nano_vllm, nano_vllm_status  # noqa: E402
-from benchmarks.compare_report import plot, write_markdown  # noqa: E402
-from benchmarks.forward_kernels import copy_bandwidth  # noqa: E402
-from bubblelab.engine.attention import select_backend  # noqa: E402
-from bubblelab.engine.config import EngineConfig  # noqa: E402
-from bubblelab.engine.driver import run_workload  # noqa: E402
-from bubblelab.engine.export import hf_causal_lm  # noqa: E402
-from bubblelab.engine.llm_engine import LLMEngine  # noqa: E402
-from bubblelab.engine.loader import LoadedModel, load_model  # noqa: E402
-from bubblelab.engine.timeline import Timeline  # noqa: E402
-from bubblelab.engine.workload import WorkloadSpec  # noqa: E402
-from bubblelab.profiling.analysis import per_step_from_timeline, steady_state  # noqa: E402
+from benchmarks.compare_hf import bench_hf
+from benchmarks.compare_nanovllm import bench_nano_vllm, nano_vllm_status
+from benchmarks.compare_report import plot, write_markdown
+from benchmarks.forward_kernels import copy_bandwidth
+from bubblelab.engine.attention import select_backend
+from bubblelab.engine.config import EngineConfig
+from bubblelab.engine.driver import run_workload
+from bubblelab.engine.export import hf_causal_lm
+from bubblelab.engine.llm_engine import LLMEngine
+from bubblelab.engine.loader import LoadedModel, load_model
+from bubblelab.engine.timeline import Timeline
+from bubblelab.engine.workload import WorkloadSpec
+from bubblelab.profiling.analysis import per_step_from_timeline, steady_state
 
 
 # -- bubblelab -------------------------------------------------------------------------------------------

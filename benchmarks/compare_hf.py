@@ -1,12 +1,18 @@
 """compare_engines, part 2: Hugging Face transformers `generate` (static cache, eager or torch.compile'd) on our
-weights, with a CUDA event at each step's logits."""
+weights, with a CUDA event at each step's logits. Run alone, one such `generate` and what it produced:
+
+    python -m benchmarks.compare_hf --preset qwen3-0.6b --streams 8 --out hf.json
+"""
 
 from __future__ import annotations
 
+import argparse
 import itertools
+import json
 import time
 import traceback
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -14,6 +20,8 @@ from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList,
 
 from benchmarks.compare_common import Clock, Sweep, not_run, progress, sync
 from bubblelab.engine.config import ModelConfig
+from bubblelab.engine.export import hf_causal_lm
+from bubblelab.engine.loader import load_model
 from bubblelab.engine.workload import WorkloadSpec, make_requests
 from bubblelab.profiling.analysis import WARMUP_STEPS
 
@@ -168,3 +176,39 @@ def hf_generate(
     )  # no_grad inside
     sync(prompts.device)
     return Generated(ids, time.perf_counter() - t0, marks.intervals_ms())
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """One greedy `generate` with the harness's settings on our seeded random weights: prompts, tokens,
+    wall time and step marks as JSON."""
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("--preset", default="qwen3-0.6b")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the random weights")
+    ap.add_argument("--streams", type=int, default=1, help="batch size")
+    ap.add_argument("--prompt-len", type=int, default=32)
+    ap.add_argument("--new-tokens", type=int, default=110)
+    ap.add_argument("--compiled", action="store_true", help="generate's torch.compile path")
+    ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    ap.add_argument("--out", type=Path, required=True, help="the JSON file")
+    a = ap.parse_args(argv)
+    dtype = "bf16" if a.device == "cuda" else "fp32"
+    loaded = load_model(a.preset, dtype=dtype, device=a.device, seed=a.seed)
+    spec = WorkloadSpec(streams=a.streams, requests=a.streams, prompt_len=a.prompt_len)
+    prompts = torch.tensor(
+        [r.prompt_ids for r in make_requests(spec, loaded.config.vocab_size)], device=a.device
+    )
+    run = hf_generate(hf_causal_lm(loaded), loaded.config, prompts, a.new_tokens, a.compiled)
+    result = {
+        "preset": a.preset,
+        "seed": a.seed,
+        "prompts": prompts.tolist(),
+        "ids": run.ids.tolist(),
+        "seconds": run.seconds,
+        "marks_ms": run.marks_ms,
+    }
+    a.out.write_text(json.dumps(result))
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,15 +1,18 @@
 """compare_engines, part 3: nano-vllm (PyPI nano-vllm-fork) on our weights, in a child process of its own.
 
-nano-vllm needs flash-attn's FA2 API: on the GPU machine that is benchmarks/flash_attn_shim over flash-attn-4.
-The child (this file run as a script with --nano-worker JOB) keeps nano-vllm's torch.distributed set-up, default
-device/dtype and compiler settings out of the harness, and lets a hang be killed.
+nano-vllm needs flash-attn's FA2 API: on the GPU machine that is tools/gpu_machine/flash_attn_shim over
+flash-attn-4. The child (`python -m benchmarks.compare_nanovllm --nano-worker JOB`) keeps nano-vllm's
+torch.distributed set-up, default device/dtype and compiler settings out of the harness, and lets a hang be
+killed. Run alone, nano-vllm without the other engines:
+
+    python -m benchmarks.compare_nanovllm --out $OUT        # writes nanovllm.json: runs and what did not run
 """
 
 from __future__ import annotations
 
+import argparse
 import atexit
 import contextlib
-import importlib
 import importlib.util
 import json
 import os
@@ -22,9 +25,6 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run as a script (the child): benchmarks/ siblings by package name
-
 from benchmarks.compare_common import (
     Clock,
     Sweep,
@@ -33,41 +33,28 @@ from benchmarks.compare_common import (
     not_run,
     progress,
     sync,
-)  # noqa: E402
-from bubblelab.engine.attention.flash_backend import is_shim  # noqa: E402
-from bubblelab.engine.export import to_hf  # noqa: E402
-from bubblelab.engine.loader import LoadedModel  # noqa: E402
+)
+from bubblelab.engine.attention.flash_backend import fa4_entry
+from bubblelab.engine.export import to_hf
+from bubblelab.engine.loader import LoadedModel, load_model
 
-SHIM = (
-    ROOT / "benchmarks" / "flash_attn_shim"
-)  # `flash_attn` with the FA2 API over flash-attn-4, for nano-vllm
+ROOT = Path(__file__).resolve().parents[1]
+# `flash_attn` with the FA2 API over flash-attn-4: first on the child's path, so nano-vllm imports it.
+SHIM = ROOT / "tools" / "gpu_machine" / "flash_attn_shim"
 
 
 def nano_vllm_status() -> str | None:
-    """None when nano-vllm can run here (nanovllm imports, and `flash_attn` is the shim over a working
-    flash-attn-4 or a real FA2), else "not run: <why>". Puts benchmarks/flash_attn_shim first on sys.path when
-    nanovllm is installed; no tokenizer files are needed (the harness passes a tokenizer object)."""
-    try:
-        if importlib.util.find_spec("nanovllm") is None:
-            return "not run: cannot import nanovllm (nano-vllm-fork is not installed)"
-        if str(SHIM) not in sys.path:
-            sys.path.insert(0, str(SHIM))
-        fa = sys.modules.get("flash_attn")
-        if fa is not None and not is_shim(fa) and not hasattr(fa, "flash_attn_with_kvcache"):
-            del sys.modules[
-                "flash_attn"
-            ]  # FA4's namespace portion imported earlier: let the shim take the name
-        fa = importlib.import_module("flash_attn")
-        if is_shim(fa) and fa.backend() != "fa4":
-            return (
-                "not run: flash_attn is the FA2-API shim but flash-attn-4 (`flash_attn.cute`) does not import "
-                "(the shim's SDPA fallback cannot be CUDA-graph captured)"
-            )
-        if not hasattr(fa, "flash_attn_with_kvcache"):
-            return f"not run: `flash_attn` ({getattr(fa, '__file__', None) or fa}) has no FA2 API"
-        importlib.import_module("nanovllm")
-    except Exception as exc:  # noqa: BLE001 - ImportError, or a flash-attn build that fails to load its CUDA library
-        return f"not run: cannot import nano-vllm or flash-attn ({type(exc).__name__}: {first_line(exc)})"
+    """None when nano-vllm can run here, else "not run: <why>". It needs nanovllm installed and FA2's API,
+    which the child gets from the shim over flash-attn-4; the shim's SDPA fallback cannot be CUDA-graph
+    captured, so flash-attn-4 itself must import. No tokenizer files are needed (the harness passes a
+    tokenizer object)."""
+    if importlib.util.find_spec("nanovllm") is None:
+        return "not run: cannot import nanovllm (nano-vllm-fork is not installed)"
+    if fa4_entry() is None:
+        return (
+            "not run: flash-attn-4 (`flash_attn.cute`) does not import; nano-vllm runs on FA2's API "
+            "through tools/gpu_machine/flash_attn_shim over it"
+        )
     return None
 
 
@@ -106,6 +93,7 @@ def bench_nano_vllm(
 ) -> None:
     """nano-vllm on this preset in a child process (its own torch.distributed group, default device and dtype,
     dynamo settings; a hang is killed at the deadline). Rows land in result["runs"], failures in not_run."""
+    work_dir = work_dir.resolve()  # the child runs in ROOT
     rows_file = work_dir / f"nanovllm-{preset}.jsonl"
     rows_file.unlink(missing_ok=True)
     try:
@@ -128,14 +116,15 @@ def bench_nano_vllm(
         timeout = min(86400.0, max(1.0, sweep.deadline_s - clock.elapsed() + 30.0))
         env = {
             **os.environ,
-            "PYTHONPATH": os.pathsep.join([str(SHIM), str(ROOT), os.environ.get("PYTHONPATH", "")]),
+            "PYTHONPATH": os.pathsep.join([str(SHIM), os.environ.get("PYTHONPATH", "")]),
         }
         # Output to a file, not pipes (compile workers it forks could hold a pipe open), and its own process
         # group, so a timeout kills the child and whatever it started.
         log = work_dir / f"nanovllm-{preset}.log"
         with log.open("w") as log_f:
             proc = subprocess.Popen(
-                [sys.executable, str(Path(__file__).resolve()), "--nano-worker", json.dumps(job)],
+                [sys.executable, "-m", "benchmarks.compare_nanovllm", "--nano-worker", json.dumps(job)],
+                cwd=ROOT,  # where `-m benchmarks...` finds the package
                 env=env,
                 stdout=log_f,
                 stderr=subprocess.STDOUT,
@@ -277,6 +266,45 @@ def nano_worker(job: dict) -> None:
         emit({"error": f"{type(exc).__name__}: {first_line(exc)}"})
 
 
+def main(argv: list[str] | None = None) -> dict:
+    """nano-vllm alone on our seeded random weights (compare_engines runs it beside the other engines)."""
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("--presets", default="qwen3-0.6b,qwen3-4b")
+    ap.add_argument("--streams", default="1,8,32,128")
+    ap.add_argument("--L", type=float, default=110.0, help="output length")
+    ap.add_argument("--prompt-len", type=int, default=32)
+    ap.add_argument(
+        "--device", default="cuda", choices=("cuda", "cpu"), help="where our weights are made"
+    )
+    ap.add_argument("--deadline-s", type=float, default=480.0)
+    ap.add_argument("--out", type=Path, required=True, help="directory for nanovllm.json")
+    a = ap.parse_args(argv)
+    sweep = Sweep(
+        presets=a.presets.split(","),
+        streams=sorted(int(s) for s in a.streams.split(",")),
+        repeats=1,
+        requests_per_stream=1,
+        hf_repeats=0,
+        L=a.L,
+        prompt_len=a.prompt_len,
+        device=a.device,
+        hf_compile=False,
+        deadline_s=a.deadline_s,
+    )
+    a.out.mkdir(parents=True, exist_ok=True)
+    clock = Clock()
+    status = nano_vllm_status()
+    result: dict = {"runs": [], "not_run": [] if status is None else [not_run("nano-vllm", None, status)]}
+    for preset in sweep.presets if status is None else []:
+        loaded = load_model(preset, dtype=sweep.dtype, device=sweep.device, seed=0)
+        bench_nano_vllm(loaded, preset, sweep, clock, result, a.out / "nanovllm-work")
+    (a.out / "nanovllm.json").write_text(json.dumps(result, indent=1))
+    clock.log(f"wrote {a.out}/nanovllm.json")
+    return result
+
+
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--nano-worker":
         nano_worker(json.loads(sys.argv[2]))
+    else:
+        main()

@@ -6,10 +6,10 @@ layer, each layer on its own KV pool, pages shuffled, block tables `--max-model-
 the torch backend gathers the full width just as it does under the engine's graphs). Median replay time over
 CUDA events. Part 2, the whole decode forward: one model per preset (seeded random weights, bf16, fused ops
 compiled), a ModelRunner per backend capturing the engine's decode graphs, rows of `context` tokens
-(benchmarks/forward_kernels.py's timing), against the weight-bandwidth floor.
+(benchmarks.forward_kernels' timing), against the weight-bandwidth floor.
 
-    python benchmarks/decode_attention.py --out decode_attention.json      # H200: under a minute
-    TRITON_INTERPRET=1 python benchmarks/decode_attention.py --device cpu --presets tiny-qwen3 \\
+    python -m benchmarks.decode_attention --out decode_attention.json      # H200: under a minute
+    TRITON_INTERPRET=1 python -m benchmarks.decode_attention --device cpu --presets tiny-qwen3 \\
         --batches 1,2 --contexts 20,40 --layers 2 --iters 2 --engine-presets ""   # CPU dry run, interpreter
 """
 
@@ -24,8 +24,8 @@ import traceback
 from pathlib import Path
 
 import torch
-from forward_kernels import copy_bandwidth, fill_decode_rows, time_steps
 
+from benchmarks.forward_kernels import copy_bandwidth, fill_decode_rows, time_steps
 from bubblelab.engine.attention.metadata import AttentionMetadata
 from bubblelab.engine.attention.torch_backend import TorchAttention
 from bubblelab.engine.attention.triton_backend import TritonAttention

@@ -8,8 +8,8 @@ bandwidth (a decode step must read every weight once). On CPU (dry run) there ar
 directly and "kernels" counts top-level aten ops, views included. The torch backend gathers the block table's
 full width (--max-model-len) every step, so large batches also measure that traffic.
 
-    python benchmarks/forward_kernels.py                       # H200/H100: qwen3-0.6b, qwen3-4b; batch 1, 8, 32
-    python benchmarks/forward_kernels.py --device cpu --presets tiny-llama
+    python -m benchmarks.forward_kernels                       # H200/H100: qwen3-0.6b, qwen3-4b; batch 1, 8, 32
+    python -m benchmarks.forward_kernels --device cpu --presets tiny-llama
 """
 
 from __future__ import annotations

@@ -6,12 +6,13 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from profiling_trace_builder import TraceBuilder, blocking_trace
+from profiling_trace_builder import blocking_trace
 
 from bubblelab.errors import BubblelabError
 from bubblelab.profiling import analysis, queries
 from bubblelab.profiling.catalog import connect
 from bubblelab.profiling.ingest import ingest
+from bubblelab.synthetic_trace import TraceBuilder
 
 PROBE = Path(__file__).parents[1] / "traces" / "nsys-h200-probe.sqlite"
 TABLES = (

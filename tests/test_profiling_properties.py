@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from profiling_trace_builder import DTOH, HTOD, MAIN, TraceBuilder, us
 
 from bubblelab.engine.timeline import StepInfo, Timeline
 from bubblelab.profiling import analysis
 from bubblelab.profiling.catalog import connect
 from bubblelab.profiling.ingest import ingest, ingest_timeline
+from bubblelab.synthetic_trace import DTOH, HTOD, MAIN, TraceBuilder, us
 
 PHASES = ("plan", "launch", "finalize", "commit")
 CHILDREN = {

@@ -1,6 +1,6 @@
 """Attention through flash-attn (CUDA only): flash-attn-4 (`flash_attn.cute`, CuTe DSL) when it imports, else FA2.
 
-FA4 (4.0.0b36 + nvidia-cutlass-dsl 4.8.1; see benchmarks/README.md, "flash-attn-4 on the GPU machine"):
+FA4 (4.0.0b36 + nvidia-cutlass-dsl 4.8.1; see tools/gpu_machine/README.md):
   - SM90/SM100, bf16 or fp16, head_dim a multiple of 8 up to 256 (SM90), GQA with heads % kv_heads == 0,
     int32 cu_seqlens / context_lens / block_tables (the engine's metadata already is).
   - Pages of any size (block_size_multiple = 1). block_size == the kernel's key tile (128 at head_dim 128 on
@@ -12,16 +12,15 @@ FA4 (4.0.0b36 + nvidia-cutlass-dsl 4.8.1; see benchmarks/README.md, "flash-attn-
 FA2: the paged KV path (flash_attn_with_kvcache with block_table) needs block_size % 256 == 0
   (Dao-AILab/flash-attention#828); smaller pages are rejected with a clear error instead of a kernel failure.
 
-benchmarks/flash_attn_shim is also a package named `flash_attn` (the FA2 API on top of FA4, for nano-vllm). It
-is never taken for FA2: the engine recognises it (`is_shim`) and calls FA4 directly, or refuses if FA4 is
-missing (the shim's SDPA fallback syncs with the host and cannot be captured).
+A real FA2 is recognised by its own `flash_attn.flash_attn_interface`, which loads the compiled kernels
+(`flash_attn_2_cuda`): a `flash_attn` that only offers FA2's API (a stand-in over FA4 such as nano-vllm runs
+on) or FA4's namespace portion is never taken for FA2.
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from types import ModuleType
 
 import torch
 
@@ -34,13 +33,6 @@ FA4_DTYPES = (torch.bfloat16, torch.float16)
 FA4_MAX_HEAD_DIM = 256
 
 
-def is_shim(module: ModuleType) -> bool:
-    """True for benchmarks/flash_attn_shim (or any FA2-API stand-in that marks itself), never a real FA2."""
-    return bool(getattr(module, "__bubblelab_shim__", False)) or "fa4shim" in str(
-        getattr(module, "__version__", "")
-    )
-
-
 def fa4_entry() -> Callable | None:
     """flash_attn.cute.flash_attn_varlen_func, or None when FA4 does not import (any error: a broken CUDA
     library or a missing cutlass-dsl is as good as absent)."""
@@ -51,12 +43,10 @@ def fa4_entry() -> Callable | None:
 
 
 def fa2_entries() -> tuple[Callable, Callable] | None:
-    """(flash_attn_varlen_func, flash_attn_with_kvcache) of a real FA2 (not the shim, not FA4's namespace
-    portion alone), or None."""
+    """(flash_attn_varlen_func, flash_attn_with_kvcache) of a real FA2, or None."""
     try:
-        module = importlib.import_module("flash_attn")
-        if is_shim(module):
-            return None
+        # FA2's own module, which loads its compiled kernels (flash_attn_2_cuda): only a real FA2 has both.
+        module = importlib.import_module("flash_attn.flash_attn_interface")
         return module.flash_attn_varlen_func, module.flash_attn_with_kvcache
     except Exception:  # noqa: BLE001 - ImportError, AttributeError (namespace package), CUDA library errors
         return None

@@ -1,6 +1,7 @@
-"""Markdown table (depth 1 vs 2: period, forward, sampling, idle, tokens/s, speedup) from gpu_engine.py JSON files.
+"""Markdown table (depth 1 vs 2: period, forward, sampling, idle, tokens/s, speedup) from the JSON files
+of benchmarks.depth_sweep (before it, benchmarks/gpu_engine.py: the same "runs").
 
-python benchmarks/engine_table.py docs/measurements/engine-*.json
+    python -m tools.docs.engine_table docs/measurements/fused/engine-*.json
 """
 
 from __future__ import annotations

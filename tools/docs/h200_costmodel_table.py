@@ -1,7 +1,7 @@
 """The cost model against the H200 sweep: the post-style table, the plot, and one report for the sweep.
 
-    .venv/bin/python benchmarks/h200_costmodel_table.py                 # markdown table on stdout
-    .venv/bin/python benchmarks/h200_costmodel_table.py --plot docs/h200-costmodel.png \\
+    .venv/bin/python -m tools.docs.h200_costmodel_table             # markdown table on stdout
+    .venv/bin/python -m tools.docs.h200_costmodel_table --plot docs/h200-costmodel.png \\
         --report reports/h200-sweep/report.html
 
 Reads docs/measurements/h200-sweep/<name>/results.json.gz (one directory per model or workload). Per

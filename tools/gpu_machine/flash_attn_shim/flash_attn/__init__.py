@@ -1,6 +1,6 @@
 """A stand-in `flash_attn` (FA2 API) for nano-vllm, on top of flash-attn-4 (CuTe DSL) or, failing that, torch SDPA.
 
-Put `benchmarks/flash_attn_shim` on PYTHONPATH together with the staged flash-attn-4 tree. Exactly the two FA2
+Put `tools/gpu_machine/flash_attn_shim` on PYTHONPATH together with the staged flash-attn-4 tree. Exactly the two FA2
 functions nano-vllm (nanovllm/layers/attention.py) calls, with the arguments it passes:
 
   flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
@@ -20,7 +20,7 @@ FA4 facts this relies on (4.0.0b36): bf16/fp16, head_dim 8..256 on SM90 (multipl
 nheads % nheads_kv == 0, int32 cu_seqlens / seqused_k / page_table, any page size (page_size == the kernel's
 key tile, 128 at head_dim 128 on SM90, loads pages by TMA; other sizes by cp.async), causal aligned
 bottom-right as in FA2. nano-vllm pads page_table rows with -1; FA4 should never read entries past
-a sequence's pages (benchmarks/fa4_smoke.py, stage decode_pad-1, checks it).
+a sequence's pages (tools/gpu_machine/fa4_smoke.py, stage decode_pad-1, checks it).
 
 FLASH_ATTN_SHIM_BACKEND=sdpa forces the slow fallback (per-sequence SDPA, gathered pages); the default "auto"
 uses FA4 when `flash_attn.cute` imports and says on stderr when it falls back.

@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# The GPU-machine commands of session 2 (2026-11-21), in the order run; figures land in docs/measurements.md.
-# Run from the repo root after `source .device/remote-setup.sh`, with the flash-attn-4 parts staged (see
-# benchmarks/README.md); writes under $OUT. Step 1 of 2: tests, micro-benchmarks, the nsys-vs-timeline sweep and
-# its traces, the FA4 smoke test. Step 2 is benchmarks/compare_engines.py (see docs/measurements.md §4).
+# A record: the GPU-machine commands of session 2 (2026-11-21), in the order run; the figures are in
+# docs/measurements.md. Run from the repo root after `source .device/remote-setup.sh`, with the flash-attn-4
+# parts staged (tools/gpu_machine/README.md); writes under $OUT. Step 1 of 2: tests, micro-benchmarks, the
+# nsys-vs-timeline sweep and its traces, the FA4 smoke test. Step 2 is benchmarks.compare_engines (see
+# docs/measurements.md section 4).
+# The commands are as they ran, with the paths of the time. Today: `python -m benchmarks.<name>` for
+# benchmarks/<name>.py; make_traces is tools/docs/make_traces.py, unstage_flash_attn.sh and fa4_smoke.py are
+# in tools/gpu_machine/.
 set -u
 python -m pytest -q -m gpu tests/test_sampling_graphs.py tests/test_prefill_varlen.py tests/test_triton_decode.py \
   tests/test_compile.py tests/test_model_parity.py tests/test_sampler.py 2>&1 | grep -v -i warn | tail -8

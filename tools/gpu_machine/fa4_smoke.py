@@ -1,9 +1,10 @@
 """One GPU call that says whether flash-attn-4 (CuTe DSL) works here, for the engine and for nano-vllm.
 
-Run after benchmarks/unstage_flash_attn.sh has extracted the staged tree and its env.sh is sourced:
+Run from the repository root after tools/gpu_machine/unstage_flash_attn.sh has extracted the staged tree
+and its env.sh is sourced:
 
-    source .device/remote-setup.sh && bash benchmarks/unstage_flash_attn.sh && source /tmp/fa4site/env.sh \
-        && python benchmarks/fa4_smoke.py --out $OUT
+    source .device/remote-setup.sh && bash tools/gpu_machine/unstage_flash_attn.sh \
+        && source /tmp/fa4site/env.sh && python -m tools.gpu_machine.fa4_smoke --out $OUT
 
 Stages (each in its own try/except, one line each, full traceback in the JSON; JSON rewritten after every
 stage so a timeout still leaves the finished ones in --out):
@@ -16,7 +17,7 @@ stage so a timeout still leaves the finished ones in --out):
   decode_graph   CUDA-graph capture of the decode call, replayed with new lengths and tables
   default_cuda   prefill with torch.set_default_device("cuda") (how nano-vllm runs its warm-up)
   shim           flash_attn.flash_attn_varlen_func (plain and paged prefix-cache form), flash_attn_with_kvcache
-  engine_backend benchmarks/flash_backend_fa4.FlashAttention4 against engine.attention's TorchAttention
+  engine_backend the engine's FlashAttention(impl="fa4") against its TorchAttention
   nanovllm       nano-vllm generate on seeded random qwen3-0.6b weights through the shim (--skip-nanovllm)
 """
 
@@ -37,8 +38,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-ROOT = Path(__file__).resolve().parents[1]
-SHIM = ROOT / "benchmarks" / "flash_attn_shim"
+SHIM = Path(__file__).resolve().parent / "flash_attn_shim"
 H, HKV, D = 32, 8, 128
 DTYPE = torch.bfloat16
 TOL = 3e-2  # bf16 outputs up to ~4 (1-token rows copy v): rounding alone reaches ~1e-2; a masking bug is O(0.1)
@@ -436,13 +436,12 @@ def stage_engine_backend(rep: Report, page: int = 128) -> None:
     with rep.stage("engine_backend") as rec:
         if rec is None:
             return
-        sys.path.insert(0, str(ROOT))
-        from benchmarks.flash_backend_fa4 import FlashAttention4
+        from bubblelab.engine.attention.flash_backend import FlashAttention
         from bubblelab.engine.attention.metadata import AttentionMetadata
         from bubblelab.engine.attention.torch_backend import TorchAttention
 
         gen = torch.Generator().manual_seed(11)
-        fa, ta, scale = FlashAttention4(), TorchAttention(), D**-0.5
+        fa, ta, scale = FlashAttention(impl="fa4"), TorchAttention(), D**-0.5
         lens = [3, 200, 513]
         meta = AttentionMetadata.for_prompts(lens, "cuda")
         q, k, v = (
@@ -469,14 +468,13 @@ def stage_engine_backend(rep: Report, page: int = 128) -> None:
             qd, None, None, k_cache, v_cache, ta.prepare(dmeta, k_cache, DTYPE), scale
         )
         check(rec, max_err(got, want), "decode")
-        rec["summary"] = f"FlashAttention4 == TorchAttention (prefill, decode page {page})"
+        rec["summary"] = f"FlashAttention(fa4) == TorchAttention (prefill, decode page {page})"
 
 
 def stage_nanovllm(rep: Report, model_dir: Path) -> None:
     with rep.stage("nanovllm") as rec:
         if rec is None:
             return
-        sys.path.insert(0, str(ROOT))
         from types import SimpleNamespace
 
         from benchmarks.compare_nanovllm import patch_nanovllm_rope, write_hf_checkpoint

@@ -2,10 +2,10 @@
 
 The GPU machine has no network and a call carries at most 64 MiB (checkout ~14 MB, `.device/` ~43 MB), so
 the packages go over as one tar.xz split into parts of at most PART_BYTES, each part in its own git-ignored
-directory `.fa4a/`, `.fa4b/`, ... that one staging call carries (see benchmarks/README.md, "flash-attn-4 on
-the GPU machine"). On the GPU, benchmarks/unstage_flash_attn.sh collects the parts and extracts them.
+directory `.fa4a/`, `.fa4b/`, ... that one staging call carries (see tools/gpu_machine/README.md). On the
+GPU, tools/gpu_machine/unstage_flash_attn.sh collects the parts and extracts them.
 
-    python benchmarks/stage_flash_attn.py            # downloads into /tmp/fa4stage, writes .fa4a/ .fa4b/ ...
+    python -m tools.gpu_machine.stage_flash_attn     # downloads into /tmp/fa4stage, writes .fa4a/ .fa4b/ ...
 
 What goes over (all pinned, py3.12 manylinux x86_64, --no-deps), and why nothing else does:
   flash-attn-4                   the CuTe DSL kernels (pure Python: flash_attn/cute/, a namespace package)
@@ -31,7 +31,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the checkout: parts go to its .fa4?/
 
 WHEELS: dict[str, str] = {
     "flash-attn-4": "4.0.0b36",
@@ -54,6 +54,7 @@ DROP: list[str] = [
 ]
 PART_BYTES = 18_000_000  # two parts + the checkout stay under one call's 64 MiB
 ARCHIVE = "fa4site.tar.xz"
+UNSTAGE = "tools/gpu_machine/unstage_flash_attn.sh"
 
 
 def download(dest: Path) -> list[Path]:
@@ -177,10 +178,10 @@ def main() -> None:
     pairs = [[d.name for d in dirs[i : i + 2]] for i in range(0, len(dirs), 2)]
     print("carry plan (back to back, the machine is released after ~30 s idle):")
     for n, pair in enumerate(pairs, 1):
-        print(f"  call {n}: carry {pair}: bash benchmarks/unstage_flash_attn.sh")
+        print(f"  call {n}: carry {pair}: bash {UNSTAGE}")
     print(
-        f"  call {len(pairs) + 1}: carry ['.device']: source .device/remote-setup.sh && bash "
-        "benchmarks/unstage_flash_attn.sh && source /tmp/fa4site/env.sh && python benchmarks/fa4_smoke.py --out $OUT"
+        f"  call {len(pairs) + 1}: carry ['.device']: source .device/remote-setup.sh && bash {UNSTAGE} "
+        "&& source /tmp/fa4site/env.sh && python -m tools.gpu_machine.fa4_smoke --out $OUT"
     )
 
 

@@ -4,7 +4,7 @@ For each run: a window of --steps consecutive steps from the middle of the run (
 and, at many streams, some prefills), trimmed by profiling.trim, gzipped, with its run metadata in
 traces/index.json.
 
-    python benchmarks/make_traces.py RUN_DIR OUT_DIR --steps 120
+    python -m tools.docs.make_traces RUN_DIR OUT_DIR --steps 120
 """
 
 from __future__ import annotations

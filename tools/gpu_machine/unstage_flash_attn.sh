@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
-# On the GPU machine, from the repo root, in EVERY staging call (see benchmarks/README.md, "flash-attn-4 on
-# the GPU machine"): copies whatever .fa4?/ parts this call carried to /tmp/fa4parts (so they survive even if
+# On the GPU machine, from the repo root, in EVERY staging call (see tools/gpu_machine/README.md): copies whatever .fa4?/ parts this call carried to /tmp/fa4parts (so they survive even if
 # the checkout's ignored dirs do not), and once all parts named in MANIFEST.json are there, checks the sha256
 # and extracts them into /tmp/fa4site. Then writes /tmp/fa4site/env.sh (source it) and prints the PYTHONPATH.
 # Exit 0 also while parts are still missing (a staging call is not a failure); exit 1 on a bad checksum.

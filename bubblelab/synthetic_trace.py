@@ -1,0 +1,283 @@
+"""Writes small nsys-like SQLite exports with the exact tables and columns of the real H200 probe export
+(nsys 2025.3.2, schema 3.20.3): tests check every profiling query against hand-computed values on them,
+and benchmarks.analyze_1m_kernels scales one up. For tests and benchmarks only: no product layer imports
+it (an import-linter contract in pyproject.toml).
+
+Times are given in microseconds and stored as nanoseconds, like nsys.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# Column lists copied from /work/shared/traces/nsys-h200-probe.sqlite (PRAGMA table_info), in order.
+COLUMNS = {
+    "META_DATA_EXPORT": "name value",
+    "StringIds": "id value",
+    "NVTX_EVENTS": "start end eventType rangeId category color text globalTid endGlobalTid textId domainId "
+    "uint64Value int64Value doubleValue uint32Value int32Value floatValue jsonTextId jsonText "
+    "binaryData",
+    "CUPTI_ACTIVITY_KIND_KERNEL": "start end deviceId contextId greenContextId streamId correlationId globalPid "
+    "demangledName shortName mangledName launchType cacheConfig registersPerThread "
+    "gridX gridY gridZ blockX blockY blockZ staticSharedMemory dynamicSharedMemory "
+    "localMemoryPerThread localMemoryTotal gridId sharedMemoryExecuted graphNodeId "
+    "sharedMemoryLimitConfig",
+    "CUPTI_ACTIVITY_KIND_MEMCPY": "start end deviceId contextId greenContextId streamId correlationId globalPid "
+    "bytes copyKind deprecatedSrcId srcKind dstKind srcDeviceId srcContextId "
+    "dstDeviceId dstContextId migrationCause graphNodeId virtualAddress copyCount",
+    "CUPTI_ACTIVITY_KIND_MEMSET": "start end deviceId contextId greenContextId streamId correlationId globalPid "
+    "value bytes graphNodeId memKind",
+    "CUPTI_ACTIVITY_KIND_RUNTIME": "start end eventClass globalTid correlationId nameId returnValue callchainId",
+    # Not in the probe (nsys wrote no sync records there); columns as documented for CUPTI sync records.
+    "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION": "start end deviceId contextId greenContextId streamId correlationId "
+    "globalPid syncType eventId",
+    "CUPTI_ACTIVITY_KIND_GRAPH_TRACE": "start end deviceId contextId greenContextId streamId correlationId "
+    "globalPid graphId graphExecId",
+    "TARGET_INFO_GPU": "vmId id name busLocation isDiscrete",
+    "TARGET_INFO_SESSION_START_TIME": "utcEpochNs utcTime localTime",
+    "TARGET_INFO_SYSTEM_ENV": "globalVid devStateName name nameEnum value",
+}
+
+PID = 486 << 24 | 0x10000000000  # a globalPid shaped like the probe's (vm bits | pid << 24)
+MAIN = PID | 486  # the engine thread's globalTid
+COMPUTE, COPY = 7, 13  # stream ids
+PAGEABLE, PINNED, DEVICE = 0, 1, 2  # memory kinds
+HTOD, DTOH = 1, 2  # copy kinds
+
+
+TEXT_COLUMNS = {
+    "name",
+    "value",
+    "text",
+    "jsonText",
+    "binaryData",
+    "utcTime",
+    "localTime",
+    "devStateName",
+    "busLocation",
+}
+
+
+def _sql_type(column: str) -> str:
+    return (
+        "TEXT"
+        if column in TEXT_COLUMNS
+        else "REAL"
+        if column in ("doubleValue", "floatValue")
+        else "INTEGER"
+    )
+
+
+def us(t: float) -> int:
+    return round(t * 1000)
+
+
+@dataclass
+class TraceBuilder:
+    domain: str = "bubblelab"
+    schema_version: str = "3.20.3"
+    rows: dict[str, list[dict]] = field(default_factory=lambda: {name: [] for name in COLUMNS})
+    strings: dict[str, int] = field(default_factory=dict)
+    next_correlation: int = 1000
+
+    def string(self, value: str) -> int:
+        if value not in self.strings:
+            self.strings[value] = len(self.strings) + 1
+        return self.strings[value]
+
+    def range(self, name: str, step: int | None, start: float, end: float, tid: int = MAIN) -> None:
+        """A push/pop range of our domain; names are registered strings, as engine.phases does."""
+        self.rows["NVTX_EVENTS"].append(
+            dict(
+                start=us(start),
+                end=us(end),
+                eventType=59,
+                globalTid=tid,
+                textId=self.string(name),
+                domainId=1,
+                int64Value=step,
+            )
+        )
+
+    def mark(self, step: int, message: str, at: float, tid: int = MAIN) -> None:
+        self.rows["NVTX_EVENTS"].append(
+            dict(
+                start=us(at), eventType=34, globalTid=tid, text=message, domainId=1, int64Value=step
+            )
+        )
+
+    def call(self, name: str, start: float, end: float, tid: int = MAIN) -> int:
+        self.next_correlation += 1
+        self.rows["CUPTI_ACTIVITY_KIND_RUNTIME"].append(
+            dict(
+                start=us(start),
+                end=us(end),
+                eventClass=1,
+                globalTid=tid,
+                correlationId=self.next_correlation,
+                nameId=self.string(name),
+                returnValue=0,
+            )
+        )
+        return self.next_correlation
+
+    def kernel(
+        self,
+        name: str,
+        at: float,
+        start: float,
+        end: float,
+        stream: int = COMPUTE,
+        graph_node: int | None = None,
+    ) -> None:
+        """cudaLaunchKernel at host time `at` (2 us long), running on the GPU over [start, end)."""
+        corr = self.call("cudaLaunchKernel_v7000", at, at + 2)
+        self.rows["CUPTI_ACTIVITY_KIND_KERNEL"].append(
+            dict(
+                start=us(start),
+                end=us(end),
+                deviceId=0,
+                contextId=1,
+                streamId=stream,
+                correlationId=corr,
+                globalPid=PID,
+                demangledName=self.string(name + "<T>"),
+                shortName=self.string(name),
+                registersPerThread=32,
+                gridX=1,
+                gridY=1,
+                gridZ=1,
+                blockX=128,
+                blockY=1,
+                blockZ=1,
+                staticSharedMemory=0,
+                dynamicSharedMemory=0,
+                localMemoryPerThread=0,
+                localMemoryTotal=0,
+                gridId=corr,
+                graphNodeId=graph_node,
+            )
+        )
+
+    def memcpy(
+        self,
+        at: float,
+        start: float,
+        end: float,
+        copy_kind: int,
+        host_kind: int = PINNED,
+        stream: int = COPY,
+        api: str = "cudaMemcpyAsync_v3020",
+        nbytes: int = 64,
+    ) -> None:
+        corr = self.call(api, at, at + 2)
+        src, dst = (host_kind, DEVICE) if copy_kind == HTOD else (DEVICE, host_kind)
+        self.rows["CUPTI_ACTIVITY_KIND_MEMCPY"].append(
+            dict(
+                start=us(start),
+                end=us(end),
+                deviceId=0,
+                contextId=1,
+                streamId=stream,
+                correlationId=corr,
+                globalPid=PID,
+                bytes=nbytes,
+                copyKind=copy_kind,
+                srcKind=src,
+                dstKind=dst,
+            )
+        )
+
+    def memset(self, at: float, start: float, end: float, stream: int = COMPUTE) -> None:
+        corr = self.call("cudaMemsetAsync_v3020", at, at + 2)
+        self.rows["CUPTI_ACTIVITY_KIND_MEMSET"].append(
+            dict(
+                start=us(start),
+                end=us(end),
+                deviceId=0,
+                contextId=1,
+                streamId=stream,
+                correlationId=corr,
+                globalPid=PID,
+                value=0,
+                bytes=64,
+                memKind=DEVICE,
+            )
+        )
+
+    def sync(self, name: str, start: float, end: float, sync_type: int) -> None:
+        """A blocking call plus its CUPTI synchronization record (syncType 1 event, 3 stream, 4 context)."""
+        corr = self.call(name, start, end)
+        self.rows["CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"].append(
+            dict(
+                start=us(start),
+                end=us(end),
+                deviceId=0,
+                contextId=1,
+                streamId=COPY,
+                correlationId=corr,
+                globalPid=PID,
+                syncType=sync_type,
+                eventId=1,
+            )
+        )
+
+    def graph_replay(self, at: float, start: float, end: float) -> None:
+        corr = self.call("cudaGraphLaunch_v10000", at, at + 2)
+        self.rows["CUPTI_ACTIVITY_KIND_GRAPH_TRACE"].append(
+            dict(
+                start=us(start),
+                end=us(end),
+                deviceId=0,
+                contextId=1,
+                streamId=COMPUTE,
+                correlationId=corr,
+                globalPid=PID,
+                graphId=1,
+                graphExecId=1,
+            )
+        )
+
+    def write(self, path: Path, omit: tuple[str, ...] = ()) -> Path:
+        """Write the export; tables with no rows are left out, as nsys creates tables lazily."""
+        meta = {
+            "EXPORT_PRODUCT_NAME": "NVIDIA Nsight Systems",
+            "EXPORT_PRODUCT_VERSION": "2025.3.2.0",
+            "EXPORT_SCHEMA_VERSION": self.schema_version,
+        }
+        self.rows["META_DATA_EXPORT"] = [dict(name=k, value=v) for k, v in meta.items()]
+        domain = dict(start=0, eventType=75, globalTid=MAIN, text=self.domain, domainId=1)
+        self.rows["NVTX_EVENTS"] = [
+            domain,
+            *(e for e in self.rows["NVTX_EVENTS"] if e["eventType"] != 75),
+        ]
+        self.rows["StringIds"] = [dict(id=i, value=v) for v, i in self.strings.items()]
+        self.rows["TARGET_INFO_GPU"] = [
+            dict(vmId=0, id=0, name="Fake GPU", busLocation="0", isDiscrete=1)
+        ]
+        self.rows["TARGET_INFO_SESSION_START_TIME"] = [
+            dict(utcEpochNs=1_795_257_254_000_000_000, utcTime="2026-11-21T10:34:14", localTime="")
+        ]
+        self.rows["TARGET_INFO_SYSTEM_ENV"] = [
+            dict(
+                globalVid=0, devStateName="", name="NvDriverVersion", nameEnum=0, value="580.159.04"
+            )
+        ]
+        db = sqlite3.connect(path)
+        for table, columns in COLUMNS.items():
+            rows = self.rows[table]
+            if not rows or table in omit:
+                continue
+            names = columns.split()
+            db.execute(
+                f'CREATE TABLE "{table}" ({", ".join(f"{n} {_sql_type(n)}" for n in names)})'
+            )
+            db.executemany(
+                f'INSERT INTO "{table}" VALUES ({", ".join("?" * len(names))})',
+                [tuple(row.get(n) for n in names) for row in rows],
+            )
+        db.commit()
+        db.close()
+        return path

@@ -1,0 +1,1 @@
+"""Generators of the committed docs tables, plots and traces from measurement outputs."""
