@@ -123,7 +123,13 @@ def bench_nano_vllm(
         log = work_dir / f"nanovllm-{preset}.log"
         with log.open("w") as log_f:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "benchmarks.compare_nanovllm", "--nano-worker", json.dumps(job)],
+                [
+                    sys.executable,
+                    "-m",
+                    "benchmarks.compare_nanovllm",
+                    "--nano-worker",
+                    json.dumps(job),
+                ],
                 cwd=ROOT,  # where `-m benchmarks...` finds the package
                 env=env,
                 stdout=log_f,
@@ -294,7 +300,10 @@ def main(argv: list[str] | None = None) -> dict:
     a.out.mkdir(parents=True, exist_ok=True)
     clock = Clock()
     status = nano_vllm_status()
-    result: dict = {"runs": [], "not_run": [] if status is None else [not_run("nano-vllm", None, status)]}
+    result: dict = {
+        "runs": [],
+        "not_run": [] if status is None else [not_run("nano-vllm", None, status)],
+    }
     for preset in sweep.presets if status is None else []:
         loaded = load_model(preset, dtype=sweep.dtype, device=sweep.device, seed=0)
         bench_nano_vllm(loaded, preset, sweep, clock, result, a.out / "nanovllm-work")

@@ -70,7 +70,7 @@ def plot(result: dict, path: Path) -> None:
     fig, axes = plt.subplots(
         1, max(1, len(presets)), figsize=(5.5 * max(1, len(presets)), 4.2), squeeze=False
     )
-    for ax, preset in zip(axes[0], presets):
+    for ax, preset in zip(axes[0], presets, strict=False):
         rows = [
             r
             for r in result["summary"]
@@ -80,8 +80,8 @@ def plot(result: dict, path: Path) -> None:
             mine = sorted((r for r in rows if r["engine"] == engine), key=lambda r: r["streams"])
             y = [r["decode_tokens_per_s"] for r in mine]
             err = [
-                [v - r["decode_tokens_per_s_min"] for v, r in zip(y, mine)],
-                [r["decode_tokens_per_s_max"] - v for v, r in zip(y, mine)],
+                [v - r["decode_tokens_per_s_min"] for v, r in zip(y, mine, strict=True)],
+                [r["decode_tokens_per_s_max"] - v for v, r in zip(y, mine, strict=True)],
             ]
             ax.errorbar(
                 [r["streams"] for r in mine], y, yerr=err, marker="o", capsize=3, label=engine

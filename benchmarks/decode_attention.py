@@ -16,6 +16,7 @@ compiled), a ModelRunner per backend capturing the engine's decode graphs, rows 
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import sys
@@ -215,7 +216,7 @@ def bench_forward(
                 step = (
                     runner.graphs.decode_graphs[0][b].replay
                     if cuda
-                    else (lambda b=b: runner._decode_body(slot, b))
+                    else functools.partial(runner._decode_body, slot, b)
                 )
                 ms = time_steps(step, args.iters, cuda)
                 row = {

@@ -53,9 +53,7 @@ def step_stats(result: RunResult, depth: int) -> dict:
     return med
 
 
-def sweep_preset(
-    preset: str, device: str, streams_list: list[int], repeats: int, L: float
-) -> dict:
+def sweep_preset(preset: str, device: str, streams_list: list[int], repeats: int, L: float) -> dict:
     cuda = device == "cuda"
     dtype = "bf16" if cuda else "fp32"
     t0 = time.perf_counter()

@@ -219,17 +219,17 @@ def idle_gaps(timeline: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         np.maximum.accumulate(gpu["end_ns"].to_numpy())[:-1],
     )
     gaps, charged = [], {}
-    for step, g0, g1 in zip(gpu["step"].to_numpy()[1:], ends, starts):
+    for step, g0, g1 in zip(gpu["step"].to_numpy()[1:], ends, starts, strict=True):
         if g1 <= g0:
             continue
         gaps.append((run_id, int(step), (g1 - g0) / MS))
         covered = 0
-        for phase, s, e in zip(host["phase"], host["start_ns"], host["end_ns"]):
+        for phase, s, e in zip(host["phase"], host["start_ns"], host["end_ns"], strict=True):
             overlap = max(0, min(e, g1) - max(s, g0))
             if overlap and phase == "commit":  # its nested wait is charged on its own
                 overlap -= sum(
                     max(0, min(we, e, g1) - max(ws, s, g0))
-                    for ws, we in zip(waits["start_ns"], waits["end_ns"])
+                    for ws, we in zip(waits["start_ns"], waits["end_ns"], strict=True)
                 )
             if overlap > 0:
                 charged[phase] = charged.get(phase, 0) + overlap

@@ -69,7 +69,7 @@ def depth2_order(steps: pd.DataFrame) -> pd.DataFrame:
         {},
         None,
     )  # admissions: decode index -> the prefills that follow it
-    for i, kind in zip(ordered.index, ordered["kind"]):
+    for i, kind in zip(ordered.index, ordered["kind"], strict=True):
         if kind == "decode":
             decodes.append(i)
             cause = i
@@ -105,7 +105,9 @@ def finish_events(steps: pd.DataFrame, window: bool = False) -> pd.DataFrame:
     """
     ordered = steps.sort_values("step")
     events, current, admitted = [], None, 0
-    for step, kind, rows in zip(ordered["step"], ordered["kind"], ordered["batch_size"]):
+    for step, kind, rows in zip(
+        ordered["step"], ordered["kind"], ordered["batch_size"], strict=True
+    ):
         if kind == "prefill":
             admitted += int(rows)
             continue

@@ -35,7 +35,7 @@ def expected(con, run: str) -> dict:
         steady=(first, last, left_out),
         medians={c: r6(steady[c].median()) for c in MEDIAN_COLUMNS},
         row=(pinned, {c: round(row[c] * 1e6) for c in MEDIAN_COLUMNS}),
-        began={p: r6(b) for p, b in zip(began.phase, began.bubble_ms)},
+        began={p: r6(b) for p, b in zip(began.phase, began.bubble_ms, strict=True)},
         by_time={p: r6(b) for p, b in by_time.to_dict().items()},
         syncs={" ".join(k): int(n) for k, n in syncs.items()},
         hist=[

@@ -30,7 +30,9 @@ def run_benchmark(module: str, *args: str, env: dict[str, str] | None = None) ->
 
 
 def compare_engines(out: Path, *args: str) -> dict:
-    run_benchmark("compare_engines", "--device", "cpu", "--presets", "tiny-qwen3", *args, "--out", str(out))
+    run_benchmark(
+        "compare_engines", "--device", "cpu", "--presets", "tiny-qwen3", *args, "--out", str(out)
+    )
     return json.loads((out / "compare_engines.json").read_text())
 
 
@@ -149,7 +151,9 @@ def test_nano_vllm_child_process_plumbing(tmp_path, fail):
     )
     (fake / "flash_attn" / "cute").mkdir(parents=True)
     (fake / "flash_attn" / "__init__.py").write_text("")
-    (fake / "flash_attn" / "cute" / "__init__.py").write_text("def flash_attn_varlen_func(): pass\n")
+    (fake / "flash_attn" / "cute" / "__init__.py").write_text(
+        "def flash_attn_varlen_func(): pass\n"
+    )
     env = {"PYTHONPATH": str(fake), **({"FAKE_NANO_FAIL": "1"} if fail else {})}
     out = tmp_path / "out"
     args = ["--presets", "tiny-qwen3", "--device", "cpu", "--streams", "1,2", "--L", "5"]

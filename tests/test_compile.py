@@ -66,7 +66,9 @@ def test_compiled_prefill_and_paged_decode_match_eager(loaded):
     eager, compiled = run_steps(model, False), run_steps(model, True)
     model.set_compile(False)
     assert len(compiled) == len(eager)
-    for c, e in zip(compiled, eager):  # fp32: only the order of the fused reductions differs
+    for c, e in zip(
+        compiled, eager, strict=True
+    ):  # fp32: only the order of the fused reductions differs
         torch.testing.assert_close(c, e, atol=1e-5, rtol=1e-4)
 
 

@@ -97,7 +97,10 @@ def test_random_walks_always_parse(tokenizer, case, use_tokenizer, extra_budget,
 def test_tokenizer_free_ids_spell_the_documented_format():
     vocab = vocab_of(None)
     digits = {str(d): 100 + d for d in range(10)} | {".": 110, ",": 111, ";": 112}
-    spell = lambda text: [digits[ch] for ch in text] + [FREE_EOS[0]]
+
+    def spell(text: str) -> list[int]:
+        return [digits[ch] for ch in text] + [FREE_EOS[0]]
+
     assert parse_output("point", spell("0.512,0.334"), **vocab) == (0.512, 0.334)
     assert parse_output("detect", spell("0.100,0.200,0.050;0.400,0.500,0.100"), **vocab) == [
         (0.1, 0.2, 0.05),

@@ -125,7 +125,7 @@ def test_predictions_match_the_simulated_loop(sim):
     runs, steps, _ = sim
     table = predict_runs(runs, steps, n_boot=200).set_index("streams")
     assert list(table.index) == [1, 8]
-    for streams, row in table.iterrows():
+    for _streams, row in table.iterrows():
         assert row.predicted_lo <= row.predicted_pct <= row.predicted_hi
         assert row.observed_lo <= row.observed_pct <= row.observed_hi
         # Depth 1 alone predicts the pipelined period: GPU-bound here, so forward + sampling.

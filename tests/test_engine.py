@@ -27,10 +27,10 @@ def test_batched_greedy_equals_each_request_alone(family, request):
     lens = [5, 17, 1, 30, 9, 22]
     reqs = [
         Req(f"r{i}", p, SamplingParams(max_tokens=n, ignore_eos=True))
-        for i, (p, n) in enumerate(zip(prompts, lens))
+        for i, (p, n) in enumerate(zip(prompts, lens, strict=True))
     ]
     batched = run_script(make_engine(loaded, depth=1), reqs)
-    for i, (p, n) in enumerate(zip(prompts, lens)):
+    for i, (p, n) in enumerate(zip(prompts, lens, strict=True)):
         alone = run_script(
             make_engine(loaded, depth=1),
             [Req("solo", p, SamplingParams(max_tokens=n, ignore_eos=True))],
@@ -65,10 +65,10 @@ def test_constrained_outputs_always_parse(tiny_llama, kind):
     cfg = tiny_llama.config
     reqs = [
         Req(f"r{i}", p, SamplingParams(max_tokens=m, temperature=1.0, seed=i, constraint=kind))
-        for i, (p, m) in enumerate(zip(_prompts(6, seed=9), [20, 24, 30, 64, 25, 40]))
+        for i, (p, m) in enumerate(zip(_prompts(6, seed=9), [20, 24, 30, 64, 25, 40], strict=True))
     ]
     out = run_script(make_engine(tiny_llama), reqs)
-    for rid, tokens in out.tokens.items():
+    for tokens in out.tokens.values():
         parse_output(kind, tokens, vocab_size=cfg.vocab_size, eos_token_ids=cfg.eos_token_ids)
 
 

@@ -64,7 +64,10 @@ def greedy_tokens(engine: LLMEngine, n: int = 8, max_tokens: int = 48) -> dict[s
 def first_mismatches(a: dict, b: dict) -> dict:
     """Per request, the first position where two greedy runs differ (only the requests that differ)."""
     return {
-        k: next((i for i, (x, y) in enumerate(zip(v, b[k])) if x != y), min(len(v), len(b[k])))
+        k: next(
+            (i for i, (x, y) in enumerate(zip(v, b[k], strict=False)) if x != y),
+            min(len(v), len(b[k])),
+        )
         for k, v in a.items()
         if v != b[k]
     }

@@ -83,7 +83,10 @@ def test_flash_attn_shim_is_never_taken_for_fa2(monkeypatch, restored_flash_attn
 
 def test_a_real_fa2_is_taken(restored_flash_attn_modules):
     """FA2's own interface module (it loads the compiled kernels) is what marks a real FA2."""
-    package, interface = types.ModuleType("flash_attn"), types.ModuleType("flash_attn.flash_attn_interface")
+    package, interface = (
+        types.ModuleType("flash_attn"),
+        types.ModuleType("flash_attn.flash_attn_interface"),
+    )
     package.__path__ = []
     interface.flash_attn_varlen_func = lambda *a, **k: "varlen"
     interface.flash_attn_with_kvcache = lambda *a, **k: "kvcache"

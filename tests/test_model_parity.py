@@ -86,7 +86,7 @@ def test_tiny_model_matches_transformers(hf_class, hf_config, tmp_path):
 
     prompts = [torch.randint(0, hf_config.vocab_size, (n,)) for n in PROMPT_LENS]
     ours = flat_prompt_logits(loaded.model, prompts)
-    for prompt, logits in zip(prompts, ours):
+    for prompt, logits in zip(prompts, ours, strict=True):
         ref = hf(prompt[None]).logits[0]
         assert max_rel_err(logits, ref) < 1e-4
 
@@ -104,7 +104,7 @@ def test_embedded_gguf_matches_transformers_gguf_loading():
         torch.tensor(loaded.tokenizer.encode("The quick brown fox jumps over the lazy dog")),
     ]
     ours = flat_prompt_logits(loaded.model, prompts)
-    for prompt, logits in zip(prompts, ours):
+    for prompt, logits in zip(prompts, ours, strict=True):
         assert max_rel_err(logits, hf(prompt[None]).logits[0]) < 1e-4
 
 
@@ -141,7 +141,7 @@ def test_qwen3_gguf_conversion_matches_transformers(tmp_path, monkeypatch):
 
     loaded = load_model(str(gguf_checkpoint(path)), attention_backend="torch")
     prompts = [torch.randint(0, c.vocab_size, (n,)) for n in PROMPT_LENS]
-    for prompt, logits in zip(prompts, flat_prompt_logits(loaded.model, prompts)):
+    for prompt, logits in zip(prompts, flat_prompt_logits(loaded.model, prompts), strict=True):
         assert max_rel_err(logits, hf(prompt[None]).logits[0]) < 1e-4
 
 
@@ -183,7 +183,7 @@ def test_paged_decode_matches_full_prefix(preset):
     next_ids = model.compute_logits(hidden[last]).argmax(-1)
 
     for _ in range(5):  # crosses page boundaries for every row
-        for seq, token in zip(seqs, next_ids.tolist()):
+        for seq, token in zip(seqs, next_ids.tolist(), strict=True):
             seq.append(token)
         lens = torch.tensor([len(s) for s in seqs])
         pos = lens - 1

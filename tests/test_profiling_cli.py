@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from profiling_trace_builder import blocking_trace, pipelined_trace
+
+from tests.profiling_trace_builder import blocking_trace, pipelined_trace
 
 ROOT = Path(__file__).parents[1]
 

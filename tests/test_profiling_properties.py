@@ -94,7 +94,7 @@ def test_sql_matches_brute_force(tl):
         (analysis.attribution_by_time, by_time),
     ):
         table = attribute(con, run, with_period)
-        assert dict(zip(table.phase, table.bubble_ms * 1e6)) == pytest.approx(expected)
+        assert dict(zip(table.phase, table.bubble_ms * 1e6, strict=True)) == pytest.approx(expected)
     gaps = analysis.idle_gaps(con, run, with_period)
     assert gaps.idle_us.sum() * 1e3 == pytest.approx(gpu_idle)
     assert gaps.began_in.tolist() == [innermost(tl, t) for t in gaps.start_ns]

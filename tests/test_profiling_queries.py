@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-from profiling_trace_builder import blocking_trace, pipelined_trace
 
 from bubblelab.profiling import analysis
 from bubblelab.profiling.catalog import connect
 from bubblelab.profiling.ingest import ingest
+from tests.profiling_trace_builder import blocking_trace, pipelined_trace
 
 STEP_COLUMNS = [
     "run_id",

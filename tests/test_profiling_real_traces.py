@@ -341,7 +341,9 @@ def test_attribution_syncs_gaps_kernels(catalog, name):
     e, run = EXPECTED[name], runs[name]
     steady = analysis.steady_state(analysis.per_step(con, run))
     began = analysis.attribution(con, run, steady)
-    assert dict(zip(began.phase, began.bubble_ms)) == pytest.approx(e["began"], abs=1e-6)
+    assert dict(zip(began.phase, began.bubble_ms, strict=True)) == pytest.approx(
+        e["began"], abs=1e-6
+    )
     by_time = analysis.rollup(analysis.attribution_by_time(con, run, steady))
     assert by_time.to_dict() == pytest.approx(e["by_time"], abs=1e-6)
     assert sum(e["began"].values()) == pytest.approx(steady.bubble_ms.sum(), abs=1e-6)

@@ -120,7 +120,9 @@ def test_empirical_distribution_matches_softmax(temperature, top_k, top_p):
 @given(batches())
 def test_filters_never_pick_excluded_tokens(case):
     logits, params, seeds, counters = case
-    for row, (p, token) in enumerate(zip(params, run(logits, params, seeds, counters))):
+    for row, (p, token) in enumerate(
+        zip(params, run(logits, params, seeds, counters), strict=True)
+    ):
         if p.greedy:
             assert logits[row, token] == logits[row].max()
             continue
@@ -168,7 +170,7 @@ def pack_bitmask(allowed: np.ndarray) -> torch.Tensor:
 def test_masked_tokens_are_never_chosen(case):
     logits, params, seeds, counters, allowed = case
     tokens = run(logits, params, seeds, counters, pack_bitmask(allowed))
-    for row, (p, token) in enumerate(zip(params, tokens)):
+    for row, (p, token) in enumerate(zip(params, tokens, strict=True)):
         assert allowed[row, token]
         if p.greedy:
             assert logits[row, token] == logits[row][torch.from_numpy(allowed[row])].max()

@@ -61,7 +61,7 @@ def make_case(
     k_cache[scratch, 0], v_cache[scratch, 0] = torch.randn(2, kv_heads, head_dim, generator=g)
     tables = torch.full((len(batch_lens) + pad_row, width), scratch, dtype=torch.int32)
     perm, used = torch.randperm(num_blocks, generator=g).tolist(), 0
-    for row, (n, pages) in enumerate(zip(batch_lens, pages_per_row)):
+    for row, (n, pages) in enumerate(zip(batch_lens, pages_per_row, strict=True)):
         tables[row, :pages] = torch.tensor(perm[used : used + pages], dtype=torch.int32)
         used += pages
         if n % block_size:  # the last page's slots past the context: stale in the engine, NaN here

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 
 import typer
@@ -14,7 +14,7 @@ from rich.table import Table
 console = Console()
 
 
-class ConstraintChoice(str, Enum):
+class ConstraintChoice(StrEnum):
     none = "none"
     point = "point"
     detect = "detect"

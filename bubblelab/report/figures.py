@@ -123,7 +123,7 @@ def lane_chart(runs: list[tuple[str, pd.DataFrame, pd.DataFrame | None]], n_step
     """
     fig, axes = plt.subplots(len(runs), 1, figsize=(10, 1.55 * len(runs) + 0.5), squeeze=False)
     spans, used = [], {}
-    for ax, (title, steps, timeline) in zip(axes[:, 0], runs):
+    for ax, (title, steps, timeline) in zip(axes[:, 0], runs, strict=True):
         raw = timeline is not None and len(timeline) > 0
         if raw:
             gpu_starts = timeline[timeline["lane"] == "gpu"].groupby("step")["start_ns"].min()
@@ -150,7 +150,7 @@ def lane_chart(runs: list[tuple[str, pd.DataFrame, pd.DataFrame | None]], n_step
                 color = colors.get(phase, OTHER)
                 bars = [
                     ((s - t0) / MS, (e - s) / MS)
-                    for s, e in zip(group["start_ns"], group["end_ns"])
+                    for s, e in zip(group["start_ns"], group["end_ns"], strict=True)
                 ]
                 ax.broken_barh(
                     bars, (y - 0.38, 0.76), facecolors=color, edgecolor="white", linewidth=0.4
@@ -190,7 +190,7 @@ def gap_histogram(gaps_by_run: list[tuple[str, int, np.ndarray]]) -> str:
     bins = np.logspace(np.log10(lo), np.log10(hi), 40)
     configs = list(dict.fromkeys(label.rsplit(" · depth", 1)[0] for label, _, _ in gaps_by_run))
     cmap = plt.get_cmap("viridis")
-    for (label, depth, _), gaps in zip(gaps_by_run, positive):
+    for (label, depth, _), gaps in zip(gaps_by_run, positive, strict=True):
         color = cmap(
             configs.index(label.rsplit(" · depth", 1)[0]) / max(1, len(configs) - 1) * 0.85
         )
@@ -369,7 +369,7 @@ def whatif_curves(table: pd.DataFrame, ks: np.ndarray | None = None) -> str:
         ax.plot(g["gpu_ms"], measured, "o", color=color, mec="white", ms=7)
         ax.plot(g["gpu_ms"], g["observed_pct"], "o", mfc="none", mec=color, ms=7, mew=1.4)
         if len(g) > 1 and "preset" in g:
-            for x, y, name in zip(g["gpu_ms"], measured, g["preset"]):
+            for x, y, name in zip(g["gpu_ms"], measured, g["preset"], strict=True):
                 ax.annotate(
                     str(name),
                     (x, y),

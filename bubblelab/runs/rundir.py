@@ -85,7 +85,9 @@ def write_results(
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     doc = {"schema_version": SCHEMA_VERSION}
-    for name, df in zip(TABLES, (runs_df, steps_df, attribution_df, gaps_df, timeline_df)):
+    for name, df in zip(
+        TABLES, (runs_df, steps_df, attribution_df, gaps_df, timeline_df), strict=True
+    ):
         doc[name] = _records(df)
     doc["provenance"] = provenance or {}
     path = run_dir / RESULTS_FILE

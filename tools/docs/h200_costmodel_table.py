@@ -100,7 +100,7 @@ def plot(table: pd.DataFrame, path: Path) -> None:
     points = table[["observed_pct", "predicted_pct", "wall_predicted_pct"]]
     lim = [min(points.min()) - 3, max(points.max()) + 3]
     fig, axes = plt.subplots(1, 2, figsize=(12, 6), sharey=True)
-    for ax, (col, lo, hi, label, color) in zip(axes, models):
+    for ax, (col, lo, hi, label, color) in zip(axes, models, strict=True):
         ax.plot(lim, lim, color="black", lw=0.8)
         ax.fill_between(
             lim,

@@ -251,7 +251,7 @@ def stage_prefill(rep: Report, fa4, name: str = "prefill", default_cuda: bool = 
         ref = torch.cat(
             [
                 ref_attn(q[a:b], k[a:b], v[a:b], scale)
-                for a, b in zip(cu[:-1].tolist(), cu[1:].tolist())
+                for a, b in zip(cu[:-1].tolist(), cu[1:].tolist(), strict=True)
             ]
         )
         check(rec, max_err(out, ref), "vs_sdpa")
@@ -387,7 +387,7 @@ def stage_shim(rep: Report) -> None:
         ref = torch.cat(
             [
                 ref_attn(q[a:b], k[a:b], v[a:b], scale)
-                for a, b in zip(cu[:-1].tolist(), cu[1:].tolist())
+                for a, b in zip(cu[:-1].tolist(), cu[1:].tolist(), strict=True)
             ]
         )
         check(rec, max_err(out, ref), "varlen")
@@ -410,7 +410,7 @@ def stage_shim(rep: Report) -> None:
             block_table=table,
         )
         refs = []
-        for b, (nq, nk) in enumerate(zip(qlens, klens)):
+        for b, nk in enumerate(klens):
             pages = table[b, : -(-nk // page)].long()
             kb, vb = (c[pages].flatten(0, 1)[:nk] for c in (k_cache, v_cache))
             refs.append(ref_attn(qs[cu_q[b] : cu_q[b + 1]], kb, vb, scale))
