@@ -1,1 +1,2 @@
-"""What a user runs to measure: `python -m benchmarks.<name>` from the repository root (see README.md)."""
+"""What a user runs to measure: `python -m benchmarks.<name>` from the repository root (see
+README.md)."""

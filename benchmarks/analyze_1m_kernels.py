@@ -1,9 +1,9 @@
 """How long does the analysis take on a trace with a million kernels?
 
-Builds a scaled-up copy of a trace (by default an engine-shaped synthetic export: depth-2 decode steps of
-400 kernels each, written with the real probe's tables and columns; or `--source` any nsys export of the
-engine) by replaying its events back to back until it holds at least --kernels kernels, then times
-ingestion and every query on it. Usage:
+Builds a scaled-up copy of a trace (by default an engine-shaped synthetic export: depth-2 decode
+steps of 400 kernels each, written with the real probe's tables and columns; or `--source` any nsys
+export of the engine) by replaying its events back to back until it holds at least --kernels
+kernels, then times ingestion and every query on it. Usage:
 
     .venv/bin/python -m benchmarks.analyze_1m_kernels [--source TRACE] [--kernels 1000000]
 """
@@ -40,7 +40,8 @@ COPIED_ONCE = (
 
 
 def engine_shaped_seed(path: Path, steps: int = 8, kernels_per_forward: int = 400) -> Path:
-    """A depth-2 run: per step plan, launch > copy_h2d, forward (400 kernels), commit > wait, finalize."""
+    """A depth-2 run: per step plan, launch > copy_h2d, forward (400 kernels), commit > wait,
+    finalize."""
     b = TraceBuilder()
     tick = 4.0 * kernels_per_forward + 100  # us: 4 us kernels, the GPU always a bit behind
     for k in range(steps + 1):
@@ -83,7 +84,8 @@ def engine_shaped_seed(path: Path, steps: int = 8, kernels_per_forward: int = 40
 
 
 def scale_up(source: Path, target: Path, kernels: int) -> int:
-    """Replay `source`'s events back to back into `target` until it has >= `kernels` kernels; returns copies."""
+    """Replay `source`'s events back to back into `target` until it has >= `kernels` kernels;
+    returns copies."""
     con = duckdb.connect()
     load_sqlite_extension(con)
     con.execute(f"ATTACH {sql_string(str(source))} AS src (TYPE sqlite, READ_ONLY)")
@@ -116,25 +118,23 @@ def scale_up(source: Path, target: Path, kernels: int) -> int:
         columns = [
             c
             for (c,) in con.execute(
-                "SELECT column_name FROM duckdb_columns() WHERE database_name = 'src' AND table_name = ? "
-                "ORDER BY column_index",
+                "SELECT column_name FROM duckdb_columns() "
+                "WHERE database_name = 'src' AND table_name = ? ORDER BY column_index",
                 [table],
             ).fetchall()
         ]
         if table in COPIED_ONCE:
-            con.execute(
-                f'CREATE TABLE dst."{table}" AS SELECT {", ".join(map(_quote, columns))} FROM src."{table}"'
-            )
+            names = ", ".join(map(_quote, columns))
+            con.execute(f'CREATE TABLE dst."{table}" AS SELECT {names} FROM src."{table}"')
             continue
         select = ", ".join(
             f"{shifts[c]} AS {_quote(c)}" if c in shifts else _quote(c) for c in columns
         )
-        once = (
-            "WHERE i = 0 OR eventType <> 75" if table == "NVTX_EVENTS" else ""
-        )  # one domain creation
+        # NVTX_EVENTS: the domain is created once, not per copy
+        once = "WHERE i = 0 OR eventType <> 75" if table == "NVTX_EVENTS" else ""
         con.execute(
-            f'CREATE TABLE dst."{table}" AS SELECT {select} FROM src."{table}", range({copies}) r(i) '
-            f"{once} ORDER BY start"
+            f'CREATE TABLE dst."{table}" AS SELECT {select} '
+            f'FROM src."{table}", range({copies}) r(i) {once} ORDER BY start'
         )
     con.close()
     return copies
@@ -174,8 +174,10 @@ def main() -> None:
         con.close()
         print(
             f"scaled {source.name} x{copies} in {time.perf_counter() - t0:.1f} s: "
-            f"{sizes['CUPTI_ACTIVITY_KIND_KERNEL']:,} kernels, {sizes['CUPTI_ACTIVITY_KIND_RUNTIME']:,} CUDA calls, "
-            f"{sizes['NVTX_EVENTS']:,} NVTX events, {(tmp / 'big.sqlite').stat().st_size / 2**20:.0f} MiB"
+            f"{sizes['CUPTI_ACTIVITY_KIND_KERNEL']:,} kernels, "
+            f"{sizes['CUPTI_ACTIVITY_KIND_RUNTIME']:,} CUDA calls, "
+            f"{sizes['NVTX_EVENTS']:,} NVTX events, "
+            f"{(tmp / 'big.sqlite').stat().st_size / 2**20:.0f} MiB"
         )
         results: dict[str, float] = {}
         catalog = connect(tmp / "catalog.duckdb")
@@ -187,7 +189,8 @@ def main() -> None:
         timed("sync_inventory", lambda: analysis.sync_inventory(catalog, run), results)
         timed("kernel_summary", lambda: analysis.kernel_summary(catalog, run), results)
         print(
-            f"  {'total':<16} {sum(results.values()):6.2f} s  ({len(steps):,} steps, {len(steady):,} steady)"
+            f"  {'total':<16} {sum(results.values()):6.2f} s  "
+            f"({len(steps):,} steps, {len(steady):,} steady)"
         )
 
 

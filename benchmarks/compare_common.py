@@ -24,19 +24,15 @@ class Sweep:
     presets: list[str]
     streams: list[int]
     repeats: int  # bubblelab runs per (depth, streams)
-    requests_per_stream: (
-        int  # bubblelab requests per run = this x streams (2: ~2L steps at full batch)
-    )
-    hf_repeats: (
-        int  # generate pairs (t(1), t(N)) per (variant, streams): HF is slow, its spread small
-    )
+    # bubblelab requests per run = this x streams (2: ~2L steps at full batch)
+    requests_per_stream: int
+    # generate pairs (t(1), t(N)) per (variant, streams): HF is slow, its spread small
+    hf_repeats: int
     L: float  # mean output length
     prompt_len: int
     device: str
     hf_compile: bool
-    backends: tuple[str, ...] = (
-        "triton",
-    )  # bubblelab attention backends; the first is the default
+    backends: tuple[str, ...] = ("triton",)  # bubblelab attention backends; the first: the default
     block_size: int = 16  # bubblelab KV page size (raised to a backend's block_size_multiple)
     deadline_s: float = float("inf")  # no new unit of work starts after this many seconds
 
@@ -46,7 +42,8 @@ class Sweep:
 
 
 class Clock:
-    """Progress lines with the seconds since the start, flushed (the lead watches them on the device)."""
+    """Progress lines with the seconds since the start, flushed (the lead watches them on the
+    device)."""
 
     def __init__(self) -> None:
         self.t0 = time.perf_counter()
@@ -68,7 +65,8 @@ def first_line(exc: BaseException) -> str:
 
 
 def last_error_line(text: str) -> str:
-    """The last line that looks like an exception (`Name: message`) of a child's output, else its last line."""
+    """The last line that looks like an exception (`Name: message`) of a child's output, else its
+    last line."""
     lines = [ln for ln in text.strip().splitlines() if ln.strip()]
     for ln in reversed(lines):
         if (

@@ -1,28 +1,34 @@
-"""bubblelab (depth 1 and 2) against Hugging Face `generate` on the same weights, in one process on one GPU.
+"""bubblelab (depth 1 and 2) against Hugging Face `generate` on the same weights, in one process on
+one GPU.
 
-Per preset (bf16, seeded random weights) and stream count, with repeats: decode tokens/s, step period,
-forward time and GPU busy share in steady-state decode, end-to-end tokens/s and wall time; plus the floor
-(weight bytes / device copy bandwidth) and forward time over it at batch 1. Engines:
-  bubblelab-d1, bubblelab-d2  engine.driver.run_workload, closed loop of 2 x streams requests (L uniform on
-                              [L/2, 3L/2]); per-step numbers from the engine's CUDA events, steady state only;
-                              one pair per --bubblelab-backends entry: the first is "bubblelab-dN", the others
-                              "bubblelab-dN[<backend>]" (the `attention` column says which kernel ran)
+Per preset (bf16, seeded random weights) and stream count, with repeats: decode tokens/s, step
+period, forward time and GPU busy share in steady-state decode, end-to-end tokens/s and wall time;
+plus the floor (weight bytes / device copy bandwidth) and forward time over it at batch 1. Engines:
+  bubblelab-d1, bubblelab-d2  engine.driver.run_workload, closed loop of 2 x streams requests (L
+                              uniform on [L/2, 3L/2]); per-step numbers from the engine's CUDA
+                              events, steady state only; one pair per --bubblelab-backends entry:
+                              the first is "bubblelab-dN", the others "bubblelab-dN[<backend>]" (the
+                              `attention` column says which kernel ran)
   hf-static, hf-static-compiled
-                              transformers' own Qwen3ForCausalLM holding our weights (engine.export), greedy
-                              `generate` with a static cache on one static batch of `streams` prompts, every
-                              row decoding exactly round(L) tokens; "compiled" is generate's own torch.compile
-                              path (reduce-overhead: CUDA graphs). Step periods from CUDA events at each
+                              transformers' own Qwen3ForCausalLM holding our weights
+                              (engine.export), greedy `generate` with a static cache on one static
+                              batch of `streams` prompts, every row decoding exactly round(L)
+                              tokens; "compiled" is generate's own torch.compile path
+                              (reduce-overhead: CUDA graphs). Step periods from CUDA events at each
                               step's logits; (t(N) - t(1)) / (N - 1) kept as step_ms_wall.
-  nano-vllm                   when `nanovllm` and flash-attn-4 import (through tools/gpu_machine/flash_attn_shim):
-                              LLM.generate on `streams` random prompts, round(L) tokens each, in a child process
-                              with a timeout (a hang or crash cannot take the run down); decode tokens/s =
-                              decode tokens / (wall - wall of a max_tokens=1 run); else "not run: <reason>"
-Time: --budget-s is when optional work stops starting (extra backends, nano-vllm, compiled HF), --deadline-s when
-everything stops starting; outputs are rewritten after every phase, so a killed run still leaves them.
-Writes compare_engines.json, compare_engines.md and compare_engines.png to --out; see benchmarks/README.md.
+  nano-vllm                   when `nanovllm` and flash-attn-4 import (through
+                              tools/gpu_machine/flash_attn_shim): LLM.generate on `streams` random
+                              prompts, round(L) tokens each, in a child process with a timeout (a
+                              hang or crash cannot take the run down); decode tokens/s = decode
+                              tokens / (wall - wall of a max_tokens=1 run); else "not run: <reason>"
+Time: --budget-s is when optional work stops starting (extra backends, nano-vllm, compiled HF),
+--deadline-s when everything stops starting; outputs are rewritten after every phase, so a killed
+run still leaves them. Writes compare_engines.json, compare_engines.md and compare_engines.png to
+--out; see benchmarks/README.md.
 
     python -m benchmarks.compare_engines --out $OUT                          # H200: ~5-8 minutes
-    python -m benchmarks.compare_engines --device cpu --presets tiny-qwen3 --streams 1,4 --repeats 1 --L 16 --out cmp
+    python -m benchmarks.compare_engines --device cpu --presets tiny-qwen3 --streams 1,4 \\
+        --repeats 1 --L 16 --out cmp
 """
 
 from __future__ import annotations
@@ -61,7 +67,7 @@ from bubblelab.engine.workload import WorkloadSpec
 from bubblelab.profiling.analysis import per_step_from_timeline, steady_state
 
 
-# -- bubblelab -------------------------------------------------------------------------------------------
+# -- bubblelab -------------------------------------------------------------------------------------
 def engine_label(depth: int, backend: str, sweep: Sweep) -> str:
     """bubblelab-dN for the default (first) backend, bubblelab-dN[<backend>] for the others."""
     return (
@@ -70,8 +76,9 @@ def engine_label(depth: int, backend: str, sweep: Sweep) -> str:
 
 
 def use_backend(loaded: LoadedModel, name: str, device: str):
-    """Point the loaded model's attention (model and every layer) at a fresh `name` backend; returns it. One
-    copy of the weights serves every backend; engines built afterwards capture their graphs with it."""
+    """Point the loaded model's attention (model and every layer) at a fresh `name` backend; returns
+    it. One copy of the weights serves every backend; engines built afterwards capture their graphs
+    with it."""
     backend = select_backend(name, device)
     loaded.model.attn_backend = backend
     for layer in loaded.model.layers:
@@ -82,17 +89,17 @@ def use_backend(loaded: LoadedModel, name: str, device: str):
 def bench_bubblelab(
     loaded: LoadedModel, preset: str, sweep: Sweep, clock: Clock, backend: str, rows: list[dict]
 ) -> None:
-    """Depth 1 and 2 back to back per repeat and stream count, one engine per depth for the whole sweep, with
-    attention backend `backend`. Rows are appended to `rows` as they come, so a failure keeps the finished ones.
-    Raises on failure (the caller records it); stops early (returns) past sweep.deadline_s."""
+    """Depth 1 and 2 back to back per repeat and stream count, one engine per depth for the whole
+    sweep, with attention backend `backend`. Rows are appended to `rows` as they come, so a failure
+    keeps the finished ones. Raises on failure (the caller records it); stops early (returns) past
+    sweep.deadline_s."""
     impl = use_backend(loaded, backend, sweep.device)
     attention = backend + (f"({impl.impl})" if getattr(impl, "impl", None) else "")
     block_size = sweep.block_size
     if block_size % impl.block_size_multiple:
         block_size = impl.block_size_multiple * -(-block_size // impl.block_size_multiple)
-    max_model_len = (
-        sweep.prompt_len + int(np.ceil(1.5 * sweep.L)) + 1
-    )  # the longest request: no wasted width
+    # the longest request: no wasted width
+    max_model_len = sweep.prompt_len + int(np.ceil(1.5 * sweep.L)) + 1
     engines: dict[int, LLMEngine] = {}
     try:
         for depth in (1, 2):
@@ -144,9 +151,8 @@ def bench_bubblelab(
             try:
                 engine.close()
             except Exception as exc:  # noqa: BLE001 - a failed close must not hide the real error
-                clock.log(
-                    f"{preset} {backend}: engine close failed: {type(exc).__name__}: {first_line(exc)}"
-                )
+                why = f"{type(exc).__name__}: {first_line(exc)}"
+                clock.log(f"{preset} {backend}: engine close failed: {why}")
         engines.clear()
         free_memory(sweep.device)
 
@@ -154,7 +160,8 @@ def bench_bubblelab(
 def run_bubblelab(
     loaded: LoadedModel, preset: str, sweep: Sweep, clock: Clock, backend: str, result: dict
 ) -> None:
-    """bench_bubblelab with any failure (build, compile, capture, run, deadline) recorded in not_run."""
+    """bench_bubblelab with any failure (build, compile, capture, run, deadline) recorded in
+    not_run."""
     rows: list[dict] = []
     try:
         bench_bubblelab(loaded, preset, sweep, clock, backend, rows)
@@ -171,7 +178,8 @@ def run_bubblelab(
 
 
 def bubblelab_metrics(result, depth: int) -> dict:
-    """Steady-state decode from the engine's own device timing; end-to-end numbers from the whole run."""
+    """Steady-state decode from the engine's own device timing; end-to-end numbers from the whole
+    run."""
     steady = steady_state(per_step_from_timeline(result.timeline, "run", depth))
     period = steady.period_ms.sum()
     s = result.summary
@@ -192,7 +200,7 @@ def bubblelab_metrics(result, depth: int) -> dict:
     }
 
 
-# -- the floor ----------------------------------------------------------------------------------------
+# -- the floor -------------------------------------------------------------------------------------
 def floor(loaded: LoadedModel, bandwidth: float | None) -> dict:
     """A decode step reads every weight once: weight bytes / copy bandwidth is its lower bound."""
     nbytes = sum(p.numel() * p.element_size() for p in loaded.model.parameters())
@@ -200,7 +208,8 @@ def floor(loaded: LoadedModel, bandwidth: float | None) -> dict:
 
 
 def floor_ratios(floors: dict, summary: list[dict]) -> None:
-    """Achieved time at batch 1 over the floor: forward for bubblelab, the whole step for HF (no forward split)."""
+    """Achieved time at batch 1 over the floor: forward for bubblelab, the whole step for HF (no
+    forward split)."""
     for row in summary:
         f = floors.get(row["preset"], {}).get("floor_ms")
         if row["streams"] != 1 or not f:
@@ -212,7 +221,7 @@ def floor_ratios(floors: dict, summary: list[dict]) -> None:
             )
 
 
-# -- summary -------------------------------------------------------------------------------------------
+# -- summary ---------------------------------------------------------------------------------------
 def summarise(rows: list[dict]) -> list[dict]:
     """Median and spread (min, max) over repeats per (preset, streams, engine)."""
     keys = sorted({(r["preset"], r["streams"], r["engine"]) for r in rows})
@@ -330,10 +339,11 @@ def main(argv: list[str] | None = None) -> dict:
         "runs": [],
     }
     clock.log(
-        f"{result['device']}, copy bandwidth {result['copy_bandwidth_gbs'] or 0:.0f} GB/s; bubblelab "
-        f"backends {','.join(backends)}; nano-vllm {nano_status or 'will run'}"
+        f"{result['device']}, copy bandwidth {result['copy_bandwidth_gbs'] or 0:.0f} GB/s; "
+        f"bubblelab backends {','.join(backends)}; nano-vllm {nano_status or 'will run'}"
     )
-    # Phase 1, the predictable part: each model loaded once, bubblelab (default backend) and eager HF on it.
+    # Phase 1, the predictable part: each model loaded once, bubblelab (default backend) and eager
+    # HF on it.
     hf_models, loaded_models = {}, {}
     for preset in sweep.presets:
         try:
@@ -368,7 +378,8 @@ def main(argv: list[str] | None = None) -> dict:
         result["not_run"] += failures
         free_memory(sweep.device)
         _save(result, a.out, clock)
-    # Phase 1b, optional and within --budget-s: flash-attn's rows, nano-vllm, then the other extra backends.
+    # Phase 1b, optional and within --budget-s: flash-attn's rows, nano-vllm, then the other extra
+    # backends.
     extra = list(backends[1:])
     stages = (
         [b for b in extra if b == "flash-attn"]
@@ -429,8 +440,9 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 def _save(result: dict, out: Path, clock: Clock, plot_too: bool = False) -> str:
-    """Summary, floor ratios, JSON and markdown (and the plot at the end); rewritten after every phase so a
-    run killed at its time limit still leaves what it finished. Never raises: returns the markdown or ''."""
+    """Summary, floor ratios, JSON and markdown (and the plot at the end); rewritten after every
+    phase so a run killed at its time limit still leaves what it finished. Never raises: returns the
+    markdown or ''."""
     try:
         result["summary"] = summarise(result["runs"])
         floor_ratios(result["floor"], result["summary"])

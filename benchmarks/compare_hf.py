@@ -1,5 +1,6 @@
-"""compare_engines, part 2: Hugging Face transformers `generate` (static cache, eager or torch.compile'd) on our
-weights, with a CUDA event at each step's logits. Run alone, one such `generate` and what it produced:
+"""compare_engines, part 2: Hugging Face transformers `generate` (static cache, eager or
+torch.compile'd) on our weights, with a CUDA event at each step's logits. Run alone, one such
+`generate` and what it produced:
 
     python -m benchmarks.compare_hf --preset qwen3-0.6b --streams 8 --out hf.json
 """
@@ -35,8 +36,9 @@ def bench_hf(
     clock: Clock,
     deadline_s: float = float("inf"),
 ) -> tuple[list[dict], list[dict]]:
-    """Rows and failures of one variant (a failure is data: the error is recorded and the sweep goes on).
-    A batch size is started only before `deadline_s` since the start (compiling one takes a minute)."""
+    """Rows and failures of one variant (a failure is data: the error is recorded and the sweep goes
+    on). A batch size is started only before `deadline_s` since the start (compiling one takes a
+    minute)."""
     compiled = name == "hf-static-compiled"
     rows: list[dict] = []
     for streams in sweep.streams:
@@ -78,7 +80,8 @@ def hf_runs(
     prompts = torch.tensor(
         [r.prompt_ids for r in make_requests(spec, cfg.vocab_size)], device=sweep.device
     )
-    # Compiled: the full length, as the static cache's length is part of the compiled graph; eager: just warm.
+    # Compiled: the full length, as the static cache's length is part of the compiled graph; eager:
+    # just warm.
     warm = hf_generate(
         model, cfg, prompts, new_tokens if compiled else min(new_tokens, 8), compiled
     )
@@ -88,9 +91,8 @@ def hf_runs(
         prefill_only = hf_generate(model, cfg, prompts, 1, compiled)
         run = hf_generate(model, cfg, prompts, new_tokens, compiled)
         decode = run.marks_ms[1:]  # after the prefill: one period per decode step
-        steady = (
-            decode[WARMUP_STEPS:] or decode
-        )  # as bubblelab's steady state, the first steps skipped
+        # as bubblelab's steady state, the first steps skipped
+        steady = decode[WARMUP_STEPS:] or decode
         generated = (run.ids.shape[1] - prompts.shape[1]) * streams
         row = {
             "engine": name,
@@ -104,7 +106,8 @@ def hf_runs(
             "prefill_ms": run.marks_ms[0],
             "e2e_tokens_per_s": generated / run.seconds,
             "wall_s": run.seconds,
-            # the brief's estimate: per-call set-up (cache allocation, graph re-recording) lands in the steps
+            # the brief's estimate: per-call set-up (cache allocation, graph re-recording) lands in
+            # the steps
             "step_ms_wall": 1e3 * (run.seconds - prefill_only.seconds) / (new_tokens - 1),
             "generated_tokens": generated,
             "mean_output_len": generated / streams,
@@ -119,14 +122,14 @@ def hf_runs(
 class Generated:
     ids: torch.Tensor
     seconds: float  # host wall time of the generate call
-    marks_ms: list[
-        float
-    ]  # device time from the call's start to the first logits, then between logits
+    # device time from the call's start to the first logits, then between logits
+    marks_ms: list[float]
 
 
 class StepMarks(LogitsProcessor):
-    """Marks each step's logits on the device stream (CUDA events; the host clock on CPU, where every op runs
-    before the host moves on), so per-step periods exclude generate's per-call set-up."""
+    """Marks each step's logits on the device stream (CUDA events; the host clock on CPU, where
+    every op runs before the host moves on), so per-step periods exclude generate's per-call
+    set-up."""
 
     def __init__(self, device: torch.device):
         self.cuda = device.type == "cuda"
@@ -179,8 +182,8 @@ def hf_generate(
 
 
 def main(argv: list[str] | None = None) -> dict:
-    """One greedy `generate` with the harness's settings on our seeded random weights: prompts, tokens,
-    wall time and step marks as JSON."""
+    """One greedy `generate` with the harness's settings on our seeded random weights: prompts,
+    tokens, wall time and step marks as JSON."""
     ap = argparse.ArgumentParser(description=main.__doc__)
     ap.add_argument("--preset", default="qwen3-0.6b")
     ap.add_argument("--seed", type=int, default=0, help="seed of the random weights")

@@ -1,11 +1,12 @@
-"""compare_engines, part 3: nano-vllm (PyPI nano-vllm-fork) on our weights, in a child process of its own.
+"""compare_engines, part 3: nano-vllm (PyPI nano-vllm-fork) on our weights, in a child process of
+its own.
 
-nano-vllm needs flash-attn's FA2 API: on the GPU machine that is tools/gpu_machine/flash_attn_shim over
-flash-attn-4. The child (`python -m benchmarks.compare_nanovllm --nano-worker JOB`) keeps nano-vllm's
-torch.distributed set-up, default device/dtype and compiler settings out of the harness, and lets a hang be
-killed. Run alone, nano-vllm without the other engines:
+nano-vllm needs flash-attn's FA2 API: on the GPU machine that is tools/gpu_machine/flash_attn_shim
+over flash-attn-4. The child (`python -m benchmarks.compare_nanovllm --nano-worker JOB`) keeps
+nano-vllm's torch.distributed set-up, default device/dtype and compiler settings out of the harness,
+and lets a hang be killed. Run alone, nano-vllm without the other engines:
 
-    python -m benchmarks.compare_nanovllm --out $OUT        # writes nanovllm.json: runs and what did not run
+    python -m benchmarks.compare_nanovllm --out $OUT    # nanovllm.json: runs and what did not run
 """
 
 from __future__ import annotations
@@ -39,28 +40,28 @@ from bubblelab.engine.export import to_hf
 from bubblelab.engine.loader import LoadedModel, load_model
 
 ROOT = Path(__file__).resolve().parents[1]
-# `flash_attn` with the FA2 API over flash-attn-4: first on the child's path, so nano-vllm imports it.
+# `flash_attn` with the FA2 API over flash-attn-4, first on the child's path for nano-vllm
 SHIM = ROOT / "tools" / "gpu_machine" / "flash_attn_shim"
 
 
 def nano_vllm_status() -> str | None:
-    """None when nano-vllm can run here, else "not run: <why>". It needs nanovllm installed and FA2's API,
-    which the child gets from the shim over flash-attn-4; the shim's SDPA fallback cannot be CUDA-graph
-    captured, so flash-attn-4 itself must import. No tokenizer files are needed (the harness passes a
-    tokenizer object)."""
+    """None when nano-vllm can run here, else "not run: <why>". It needs nanovllm installed and
+    FA2's API, which the child gets from the shim over flash-attn-4; the shim's SDPA fallback cannot
+    be CUDA-graph captured, so flash-attn-4 itself must import. No tokenizer files are needed (the
+    harness passes a tokenizer object)."""
     if importlib.util.find_spec("nanovllm") is None:
         return "not run: cannot import nanovllm (nano-vllm-fork is not installed)"
     if fa4_entry() is None:
         return (
-            "not run: flash-attn-4 (`flash_attn.cute`) does not import; nano-vllm runs on FA2's API "
-            "through tools/gpu_machine/flash_attn_shim over it"
+            "not run: flash-attn-4 (`flash_attn.cute`) does not import; nano-vllm runs on FA2's "
+            "API through tools/gpu_machine/flash_attn_shim over it"
         )
     return None
 
 
 def patch_nanovllm_rope() -> None:
-    """nano-vllm's cached get_rope asserts rope_scaling is None; transformers 5 reports the default rope
-    parameters there as a dict (unhashable too): map that dict back to None."""
+    """nano-vllm's cached get_rope asserts rope_scaling is None; transformers 5 reports the default
+    rope parameters there as a dict (unhashable too): map that dict back to None."""
     import nanovllm.models.qwen3 as nq
 
     orig_get_rope = nq.get_rope
@@ -74,7 +75,8 @@ def patch_nanovllm_rope() -> None:
 
 
 def write_hf_checkpoint(loaded: LoadedModel, directory: Path) -> Path:
-    """config.json + model.safetensors of our seeded random weights (engine.export.to_hf), for nano-vllm."""
+    """config.json + model.safetensors of our seeded random weights (engine.export.to_hf), for
+    nano-vllm."""
     from safetensors.torch import save_file
 
     raw, state = to_hf(loaded)
@@ -91,8 +93,9 @@ def write_hf_checkpoint(loaded: LoadedModel, directory: Path) -> Path:
 def bench_nano_vllm(
     loaded: LoadedModel, preset: str, sweep: Sweep, clock: Clock, result: dict, work_dir: Path
 ) -> None:
-    """nano-vllm on this preset in a child process (its own torch.distributed group, default device and dtype,
-    dynamo settings; a hang is killed at the deadline). Rows land in result["runs"], failures in not_run."""
+    """nano-vllm on this preset in a child process (its own torch.distributed group, default device
+    and dtype, dynamo settings; a hang is killed at the deadline). Rows land in result["runs"],
+    failures in not_run."""
     work_dir = work_dir.resolve()  # the child runs in ROOT
     rows_file = work_dir / f"nanovllm-{preset}.jsonl"
     rows_file.unlink(missing_ok=True)
@@ -112,14 +115,15 @@ def bench_nano_vllm(
             "rows_file": str(rows_file),
             "stop_at": time.time() + min(1e7, max(0.0, sweep.deadline_s - clock.elapsed())),
         }
-        # the child stops starting stream counts at the deadline; the kill comes 30 s later (a hang, a slow init)
+        # the child stops starting stream counts at the deadline; the kill comes 30 s later (a hang,
+        # a slow init)
         timeout = min(86400.0, max(1.0, sweep.deadline_s - clock.elapsed() + 30.0))
         env = {
             **os.environ,
             "PYTHONPATH": os.pathsep.join([str(SHIM), os.environ.get("PYTHONPATH", "")]),
         }
-        # Output to a file, not pipes (compile workers it forks could hold a pipe open), and its own process
-        # group, so a timeout kills the child and whatever it started.
+        # Output to a file, not pipes (compile workers it forks could hold a pipe open), and its own
+        # process group, so a timeout kills the child and whatever it started.
         log = work_dir / f"nanovllm-{preset}.log"
         with log.open("w") as log_f:
             proc = subprocess.Popen(
@@ -185,7 +189,8 @@ def bench_nano_vllm(
 
 
 def nano_worker(job: dict) -> None:
-    """Child process: nano-vllm LLM.generate per stream count; one JSON line per row (or error) to rows_file."""
+    """Child process: nano-vllm LLM.generate per stream count; one JSON line per row (or error) to
+    rows_file."""
     from types import SimpleNamespace
 
     rows_file = Path(job["rows_file"])
@@ -215,7 +220,8 @@ def nano_worker(job: dict) -> None:
         print(
             f"[nano-vllm] init (load, compile, graphs) {time.perf_counter() - t:.1f} s", flush=True
         )
-        # Sampled (nano-vllm refuses temperature 0); ignore_eos fixes the length, so the cost is greedy's.
+        # Sampled (nano-vllm refuses temperature 0); ignore_eos fixes the length, so the cost is
+        # greedy's.
         params, first = (
             SamplingParams(temperature=1.0, max_tokens=n, ignore_eos=True) for n in (L, 1)
         )
@@ -247,9 +253,8 @@ def nano_worker(job: dict) -> None:
             prefill_s, wall = timings
             generated = sum(len(o["token_ids"]) for o in outs)
             decode_s = wall - prefill_s
-            decode_tokens = (
-                generated - streams
-            )  # the first token of each row comes from the prefill
+            # the first token of each row comes from the prefill
+            decode_tokens = generated - streams
             ok = decode_s > 0 and decode_tokens > 0
             row.update(
                 {
@@ -273,7 +278,8 @@ def nano_worker(job: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    """nano-vllm alone on our seeded random weights (compare_engines runs it beside the other engines)."""
+    """nano-vllm alone on our seeded random weights (compare_engines runs it beside the other
+    engines)."""
     ap = argparse.ArgumentParser(description=main.__doc__)
     ap.add_argument("--presets", default="qwen3-0.6b,qwen3-4b")
     ap.add_argument("--streams", default="1,8,32,128")

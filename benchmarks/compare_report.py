@@ -13,17 +13,18 @@ from bubblelab.profiling.analysis import WARMUP_STEPS  # noqa: E402
 
 
 def write_markdown(result: dict, path: Path) -> str:
-    """The comparison table, the floor table and what did not run; written to `path` and returned."""
+    """The comparison table, the floor table and what did not run, as markdown: written to `path`
+    and returned."""
     sweep = result["sweep"]
     lines = [
         f"# Engines compared on {result['device']}",
         "",
-        f"{sweep['dtype']}, seeded random weights; {sweep['prompt_len']}-token prompts, mean output length "
-        f"{sweep['L']:g}; torch {result['torch']}, transformers {result['transformers']}. "
-        f"Median over repeats, (min-max) spread. bubblelab: closed loop of "
-        f"{sweep['requests_per_stream']} x streams requests, per-step "
-        f"numbers in steady-state decode; HF: one static batch of `streams` rows, step periods from CUDA "
-        f"events at each step's logits (first {WARMUP_STEPS} decode steps skipped).",
+        f"{sweep['dtype']}, seeded random weights; {sweep['prompt_len']}-token prompts, "
+        f"mean output length {sweep['L']:g}; torch {result['torch']}, "
+        f"transformers {result['transformers']}. Median over repeats, (min-max) spread. "
+        f"bubblelab: closed loop of {sweep['requests_per_stream']} x streams requests, per-step "
+        "numbers in steady-state decode; HF: one static batch of `streams` rows, step periods "
+        f"from CUDA events at each step's logits (first {WARMUP_STEPS} decode steps skipped).",
         "",
         "| preset | streams | engine | attention | decode tok/s | step ms | forward ms | GPU busy "
         "| prefill ms | e2e tok/s | wall s |",
@@ -34,14 +35,15 @@ def write_markdown(result: dict, path: Path) -> str:
             f"| {r['preset']} | {r['streams']} | {r['engine']} | {r.get('attention') or '-'} | "
             f"{_spread(r, 'decode_tokens_per_s', 0)} | "
             f"{_spread(r, 'step_ms', 3)} | {_num(r['forward_ms'], 3)} | {_pct(r['gpu_busy'])} | "
-            f"{_num(r['prefill_ms'], 1)} | {_num(r['e2e_tokens_per_s'], 0)} | {_num(r['wall_s'], 2)} |"
+            f"{_num(r['prefill_ms'], 1)} | {_num(r['e2e_tokens_per_s'], 0)} | "
+            f"{_num(r['wall_s'], 2)} |"
         )
     lines += [
         "",
         f"Floor: weight bytes / device copy bandwidth "
         f"({_num(result['copy_bandwidth_gbs'], 0)} GB/s, read + write, measured in this run); "
-        "achieved time at batch 1 over it (forward for every bubblelab engine and attention backend, "
-        "whole step for HF and nano-vllm).",
+        "achieved time at batch 1 over it (forward for every bubblelab engine and attention "
+        "backend, whole step for HF and nano-vllm).",
         "",
         "| preset | weight GB | floor ms | achieved / floor |",
         "|---|---:|---:|---|",
@@ -52,9 +54,8 @@ def write_markdown(result: dict, path: Path) -> str:
             for k, v in f.items()
             if k.endswith("_floor")
         )
-        lines.append(
-            f"| {preset} | {f['weight_bytes'] / 1e9:.2f} | {_num(f['floor_ms'], 3)} | {ratios or '-'} |"
-        )
+        gb, floor_ms = f"{f['weight_bytes'] / 1e9:.2f}", _num(f["floor_ms"], 3)
+        lines.append(f"| {preset} | {gb} | {floor_ms} | {ratios or '-'} |")
     lines += ["", "Not run or failed:", ""] + [
         f"- {n['engine']}{' (' + n['preset'] + ')' if n['preset'] else ''}: {n['reason']}"
         for n in result["not_run"]
@@ -65,7 +66,8 @@ def write_markdown(result: dict, path: Path) -> str:
 
 
 def plot(result: dict, path: Path) -> None:
-    """Decode tokens/s against streams, one panel per preset, one line per engine (median, min-max bars)."""
+    """Decode tokens/s against streams, one panel per preset, one line per engine (median, min-max
+    bars)."""
     presets = list(dict.fromkeys(r["preset"] for r in result["summary"]))
     fig, axes = plt.subplots(
         1, max(1, len(presets)), figsize=(5.5 * max(1, len(presets)), 4.2), squeeze=False

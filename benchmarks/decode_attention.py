@@ -1,16 +1,18 @@
 """Decode attention: the torch backend (page gather + masked SDPA) against the Triton paged kernel.
 
-Part 1, attention alone: for each preset's shapes (heads, KV heads, head_dim, layers), batch size and context,
-one CUDA graph holds a decode step's attention for every layer (the backend's prepare once, then forward per
-layer, each layer on its own KV pool, pages shuffled, block tables `--max-model-len` wide as in the engine, so
-the torch backend gathers the full width just as it does under the engine's graphs). Median replay time over
-CUDA events. Part 2, the whole decode forward: one model per preset (seeded random weights, bf16, fused ops
-compiled), a ModelRunner per backend capturing the engine's decode graphs, rows of `context` tokens
-(benchmarks.forward_kernels' timing), against the weight-bandwidth floor.
+Part 1, attention alone: for each preset's shapes (heads, KV heads, head_dim, layers), batch size
+and context, one CUDA graph holds a decode step's attention for every layer (the backend's prepare
+once, then forward per layer, each layer on its own KV pool, pages shuffled, block tables
+`--max-model-len` wide as in the engine, so the torch backend gathers the full width just as it does
+under the engine's graphs). Median replay time over CUDA events. Part 2, the whole decode forward:
+one model per preset (seeded random weights, bf16, fused ops compiled), a ModelRunner per backend
+capturing the engine's decode graphs, rows of `context` tokens (benchmarks.forward_kernels' timing),
+against the weight-bandwidth floor.
 
     python -m benchmarks.decode_attention --out decode_attention.json      # H200: under a minute
+    # CPU dry run, Triton's interpreter:
     TRITON_INTERPRET=1 python -m benchmarks.decode_attention --device cpu --presets tiny-qwen3 \\
-        --batches 1,2 --contexts 20,40 --layers 2 --iters 2 --engine-presets ""   # CPU dry run, interpreter
+        --batches 1,2 --contexts 20,40 --layers 2 --iters 2 --engine-presets ""
 """
 
 from __future__ import annotations
@@ -77,8 +79,8 @@ def main() -> None:
         "forward": [],
     }
     print(
-        f"{'preset':<12} {'B':>4} {'ctx':>5} {'layers':>6} {'torch ms':>9} {'triton ms':>9} {'speedup':>7} "
-        f"{'max diff':>8}",
+        f"{'preset':<12} {'B':>4} {'ctx':>5} {'layers':>6} {'torch ms':>9} {'triton ms':>9} "
+        f"{'speedup':>7} {'max diff':>8}",
         file=sys.stderr,
     )
     for preset in args.presets.split(","):
@@ -86,9 +88,8 @@ def main() -> None:
             for ctx in contexts:
                 try:
                     row = bench_attention(preset, b, ctx, args)
-                except (
-                    Exception
-                ) as exc:  # one failing shape (e.g. out of memory) must not lose the others
+                # one failing shape (e.g. out of memory) must not lose the others
+                except Exception as exc:
                     traceback.print_exc()
                     row = {
                         "preset": preset,
@@ -99,8 +100,9 @@ def main() -> None:
                 summary["attention"].append(row)
                 if "error" not in row:
                     print(
-                        f"{preset:<12} {b:>4} {ctx:>5} {row['layers']:>6} {row['torch_ms']:>9.3f} "
-                        f"{row['triton_ms']:>9.3f} {row['speedup']:>6.2f}x {row['max_abs_diff']:>8.1e}",
+                        f"{preset:<12} {b:>4} {ctx:>5} {row['layers']:>6} "
+                        f"{row['torch_ms']:>9.3f} {row['triton_ms']:>9.3f} "
+                        f"{row['speedup']:>6.2f}x {row['max_abs_diff']:>8.1e}",
                         file=sys.stderr,
                         flush=True,
                     )
@@ -128,7 +130,8 @@ def main() -> None:
 
 
 def bench_attention(preset: str, batch: int, context: int, args) -> dict:
-    """One decode step's attention over every layer, per backend: median ms per step, and the outputs' max diff."""
+    """One decode step's attention over every layer, per backend: median ms per step, and the
+    outputs' max diff."""
     cfg = PRESETS[preset]
     cuda = args.device == "cuda"
     dtype = torch.bfloat16 if cuda else torch.float32
@@ -136,7 +139,8 @@ def bench_attention(preset: str, batch: int, context: int, args) -> dict:
     width = -(-args.max_model_len // BLOCK_SIZE)
     pages = -(-context // BLOCK_SIZE)
     num_blocks = batch * pages
-    # Per layer, as ModelRunner's pool: [layers, blocks + 1 (scratch), block_size, kv_heads, head_dim].
+    # Per layer, as ModelRunner's pool: [layers, blocks + 1 (scratch), block_size, kv_heads,
+    # head_dim].
     pool_shape = (layers, num_blocks + 1, BLOCK_SIZE, cfg.num_kv_heads, cfg.head_dim)
     k_pool = torch.randn(pool_shape, device=args.device, dtype=dtype)
     v_pool = torch.randn(pool_shape, device=args.device, dtype=dtype)
@@ -185,7 +189,8 @@ def bench_attention(preset: str, batch: int, context: int, args) -> dict:
 def bench_forward(
     preset: str, batches: list[int], contexts: list[int], bandwidth: float | None, args
 ) -> list[dict]:
-    """The engine's decode graph (whole forward) per backend, on one set of weights: the backends swap in place."""
+    """The engine's decode graph (whole forward) per backend, on one set of weights: the backends
+    swap in place."""
     cuda = args.device == "cuda"
     dtype = "bf16" if cuda else "fp32"
     loaded = load_model(preset, dtype=dtype, device=args.device, attention_backend="torch")
@@ -243,7 +248,8 @@ def bench_forward(
 
 
 def _use_backend(model, backend) -> None:
-    """Point the model and every attention layer at `backend`: one set of weights (and compiled ops) for both."""
+    """Point the model and every attention layer at `backend`: one set of weights (and compiled ops)
+    for both."""
     model.attn_backend = backend
     for layer in model.layers:
         layer.self_attn.backend = backend

@@ -1,14 +1,16 @@
 """Pipelined decoding: depth 1 vs depth 2 back to back on the same weights, in one process.
 
-For each preset (seeded random weights, bf16 on CUDA): one engine per depth, every bucket warmed up, then
-per repeat and stream count (default 1, 8 and 32) a closed loop of 4 x streams requests at both depths:
-step period, forward, sampling and idle per steady-state decode step (the engine's own CUDA-event timing)
-and tokens/s. Writes engine-<preset>.json per preset to --out; `python -m tools.docs.engine_table` makes
-the markdown table from them. The correctness side (graphs, graph == eager, depth 1 == depth 2, no host
-syncs, flat memory) is tests/test_engine_acceptance.py.
+For each preset (seeded random weights, bf16 on CUDA): one engine per depth, every bucket warmed up,
+then per repeat and stream count (default 1, 8 and 32) a closed loop of 4 x streams requests at both
+depths: step period, forward, sampling and idle per steady-state decode step (the engine's own
+CUDA-event timing) and tokens/s. Writes engine-<preset>.json per preset to --out;
+`python -m tools.docs.engine_table` makes the markdown table from them. The correctness side
+(graphs, graph == eager, depth 1 == depth 2, no host syncs, flat memory) is
+tests/test_engine_acceptance.py.
 
     python -m benchmarks.depth_sweep --presets qwen3-0.6b,qwen3-4b --out $OUT
-    python -m benchmarks.depth_sweep --device cpu --presets tiny-qwen3 --streams 1,2 --repeats 1 --L 8 --out x
+    python -m benchmarks.depth_sweep --device cpu --presets tiny-qwen3 --streams 1,2 --repeats 1 \\
+        --L 8 --out x
 """
 
 from __future__ import annotations

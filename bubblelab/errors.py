@@ -1,4 +1,5 @@
-"""One exception type for every user-facing mistake, so the CLI can print one line and exit non-zero."""
+"""One exception type for every user-facing mistake, so the CLI can print one line and exit
+non-zero."""
 
 
 class BubblelabError(Exception):

@@ -1,7 +1,7 @@
-"""Writes small nsys-like SQLite exports with the exact tables and columns of the real H200 probe export
-(nsys 2025.3.2, schema 3.20.3): tests check every profiling query against hand-computed values on them,
-and benchmarks.analyze_1m_kernels scales one up. For tests and benchmarks only: no product layer imports
-it (an import-linter contract in pyproject.toml).
+"""Writes small nsys-like SQLite exports with the exact tables and columns of the real H200 probe
+export (nsys 2025.3.2, schema 3.20.3): tests check every profiling query against hand-computed
+values on them, and benchmarks.analyze_1m_kernels scales one up. For tests and benchmarks only: no
+product layer imports it (an import-linter contract in pyproject.toml).
 
 Times are given in microseconds and stored as nanoseconds, like nsys.
 """
@@ -13,28 +13,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 # Column lists copied from /work/shared/traces/nsys-h200-probe.sqlite (PRAGMA table_info), in order.
+ACTIVITY = "start end deviceId contextId greenContextId streamId correlationId globalPid"
 COLUMNS = {
     "META_DATA_EXPORT": "name value",
     "StringIds": "id value",
-    "NVTX_EVENTS": "start end eventType rangeId category color text globalTid endGlobalTid textId domainId "
-    "uint64Value int64Value doubleValue uint32Value int32Value floatValue jsonTextId jsonText "
-    "binaryData",
-    "CUPTI_ACTIVITY_KIND_KERNEL": "start end deviceId contextId greenContextId streamId correlationId globalPid "
-    "demangledName shortName mangledName launchType cacheConfig registersPerThread "
-    "gridX gridY gridZ blockX blockY blockZ staticSharedMemory dynamicSharedMemory "
-    "localMemoryPerThread localMemoryTotal gridId sharedMemoryExecuted graphNodeId "
-    "sharedMemoryLimitConfig",
-    "CUPTI_ACTIVITY_KIND_MEMCPY": "start end deviceId contextId greenContextId streamId correlationId globalPid "
-    "bytes copyKind deprecatedSrcId srcKind dstKind srcDeviceId srcContextId "
-    "dstDeviceId dstContextId migrationCause graphNodeId virtualAddress copyCount",
-    "CUPTI_ACTIVITY_KIND_MEMSET": "start end deviceId contextId greenContextId streamId correlationId globalPid "
-    "value bytes graphNodeId memKind",
-    "CUPTI_ACTIVITY_KIND_RUNTIME": "start end eventClass globalTid correlationId nameId returnValue callchainId",
-    # Not in the probe (nsys wrote no sync records there); columns as documented for CUPTI sync records.
-    "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION": "start end deviceId contextId greenContextId streamId correlationId "
-    "globalPid syncType eventId",
-    "CUPTI_ACTIVITY_KIND_GRAPH_TRACE": "start end deviceId contextId greenContextId streamId correlationId "
-    "globalPid graphId graphExecId",
+    "NVTX_EVENTS": "start end eventType rangeId category color text globalTid endGlobalTid textId "
+    "domainId uint64Value int64Value doubleValue uint32Value int32Value floatValue jsonTextId "
+    "jsonText binaryData",
+    "CUPTI_ACTIVITY_KIND_KERNEL": f"{ACTIVITY} demangledName shortName mangledName launchType "
+    "cacheConfig registersPerThread gridX gridY gridZ blockX blockY blockZ staticSharedMemory "
+    "dynamicSharedMemory localMemoryPerThread localMemoryTotal gridId sharedMemoryExecuted "
+    "graphNodeId sharedMemoryLimitConfig",
+    "CUPTI_ACTIVITY_KIND_MEMCPY": f"{ACTIVITY} bytes copyKind deprecatedSrcId srcKind dstKind "
+    "srcDeviceId srcContextId dstDeviceId dstContextId migrationCause graphNodeId virtualAddress "
+    "copyCount",
+    "CUPTI_ACTIVITY_KIND_MEMSET": f"{ACTIVITY} value bytes graphNodeId memKind",
+    "CUPTI_ACTIVITY_KIND_RUNTIME": "start end eventClass globalTid correlationId nameId "
+    "returnValue callchainId",
+    # Not in the probe (nsys wrote no sync records there): columns as CUPTI documents them.
+    "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION": f"{ACTIVITY} syncType eventId",
+    "CUPTI_ACTIVITY_KIND_GRAPH_TRACE": f"{ACTIVITY} graphId graphExecId",
     "TARGET_INFO_GPU": "vmId id name busLocation isDiscrete",
     "TARGET_INFO_SESSION_START_TIME": "utcEpochNs utcTime localTime",
     "TARGET_INFO_SYSTEM_ENV": "globalVid devStateName name nameEnum value",
@@ -208,7 +206,8 @@ class TraceBuilder:
         )
 
     def sync(self, name: str, start: float, end: float, sync_type: int) -> None:
-        """A blocking call plus its CUPTI synchronization record (syncType 1 event, 3 stream, 4 context)."""
+        """A blocking call plus its CUPTI synchronization record (syncType 1 event, 3 stream, 4
+        context)."""
         corr = self.call(name, start, end)
         self.rows["CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"].append(
             dict(

@@ -1,8 +1,8 @@
 """The Photon post's published numbers as data (moondream2 on an RTX 3090 and a B200).
 
 `BLOG_TABLE` is the post's table "Now put real numbers in it"; `BLOG_STEP_PARTS` is its table of
-pipelined steady-state medians (forward, sampling, period), which gives the step cost as a function of
-batch size that the batched zombie tax needs. Percentages are the post's, in percent.
+pipelined steady-state medians (forward, sampling, period), which gives the step cost as a function
+of batch size that the batched zombie tax needs. Percentages are the post's, in percent.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Percentile bootstrap intervals: resample steps (or repeats) with replacement, recompute, take quantiles."""
+"""Percentile bootstrap intervals: resample steps (or repeats) with replacement, recompute, take
+quantiles."""
 
 from __future__ import annotations
 

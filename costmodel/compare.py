@@ -1,7 +1,8 @@
-"""Runs side by side: per-run steady-state medians (the post's first table) and depth 1 against depth 2.
+"""Runs side by side: per-run steady-state medians (the post's first table) and depth 1 against
+depth 2.
 
-Everything is a steady-state median (profiling.analysis.steady_state), so these tables agree with the
-prediction table, the report and `bubblelab analyze`.
+Everything is a steady-state median (profiling.analysis.steady_state), so these tables agree with
+the prediction table, the report and `bubblelab analyze`.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ STEP_PARTS = ("forward_ms", "sampling_ms", "kernel_gap_ms", "bubble_ms", "period
 
 
 def step_summary(runs: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
-    """Per run: steady-state medians of forward and sampling (spans), the kernel gaps inside them, bubble,
-    period and busy time, the host tick (period - wait) and tokens per second over the run."""
+    """Per run: steady-state medians of forward and sampling (spans), the kernel gaps inside them,
+    bubble, period and busy time, the host tick (period - wait) and tokens per second over the
+    run."""
     rows = []
     for run in runs.to_dict("records"):
         steady = steady_state(steps[steps["run_id"] == run["run_id"]])

@@ -1,22 +1,25 @@
 """The prediction table: the post's model applied to measured runs (and to the post's own numbers).
 
-Inputs are the contract's frames (docs/phases.md): `runs` (one row per run) and `steps` (the per-step table
-of every run). Runs that differ only in depth form a pair; repeats of a configuration pool together.
-Speedups are in percent, like the post (+7.6 means depth 2 delivers 7.6% more tokens per second).
+Inputs are the contract's frames (docs/phases.md): `runs` (one row per run) and `steps` (the
+per-step table of every run). Runs that differ only in depth form a pair; repeats of a configuration
+pool together. Speedups are in percent, like the post (+7.6 means depth 2 delivers 7.6% more tokens
+per second).
 
 Per pair:
-- blocking_ms / pipelined_ms: median period of the steady state (profiling.analysis.steady_state, the
-  rule `bubblelab analyze` and the report use too).
+- blocking_ms / pipelined_ms: median period of the steady state (profiling.analysis.steady_state,
+  the rule `bubblelab analyze` and the report use too).
 - predicted_pct: the post's model on those two periods, z from the measured step-cost curve.
 - d1_predicted_pct: the same, with T_pipe predicted from the depth-1 table alone, step by step:
   max(GPU span of the step, host time of its tick) (costmodel.model.step_gpu_ms / host_tick_ms).
-- wall_predicted_pct: the whole-run model (costmodel.wholerun) from the depth-1 step sequence, the mean
-  over the depth-1 repeats (wall_predicted_min / _max: the spread over them). When a
-  trace holds only a window of its run (fewer decode steps than the run's `decode_steps`), it predicts
-  the window, and wall_observed_pct is the window's measured token rate ratio; otherwise both are walls.
-- observed_pct: measured throughput ratio, generated_tokens / wall_s; error_pts = observed − predicted.
-- *_lo / *_hi: 95% bootstrap intervals (steps resampled; repeats resampled for observed when there are
-  at least two a side).
+- wall_predicted_pct: the whole-run model (costmodel.wholerun) from the depth-1 step sequence, the
+  mean over the depth-1 repeats (wall_predicted_min / _max: the spread over them). When a
+  trace holds only a window of its run (fewer decode steps than the run's `decode_steps`), it
+  predicts the window, and wall_observed_pct is the window's measured token rate ratio; otherwise
+  both are walls.
+- observed_pct: measured throughput ratio, generated_tokens / wall_s; error_pts = observed −
+  predicted.
+- *_lo / *_hi: 95% bootstrap intervals (steps resampled; repeats resampled for observed when there
+  are at least two a side).
 """
 
 from __future__ import annotations
@@ -52,7 +55,8 @@ def pct(ratio):
 
 
 def predict_blog() -> pd.DataFrame:
-    """The post's table re-predicted by this model, with its z bounds and the post's own prediction."""
+    """The post's table re-predicted by this model, with its z bounds and the post's own
+    prediction."""
     rows = []
     for r in BLOG_TABLE.itertuples():
         parts = BLOG_STEP_PARTS[BLOG_STEP_PARTS["gpu"] == r.gpu]
@@ -88,7 +92,8 @@ def predict_blog() -> pd.DataFrame:
 
 
 def run_label(run: pd.Series | dict, depth: bool = True) -> str:
-    """ "preset · device · N streams[ · depth d]": how tables and figures name a run or configuration."""
+    """ "preset · device · N streams[ · depth d]": how tables and figures name a run or
+    configuration."""
     streams = int(run["streams"])
     name = next(
         (v for v in (run.get("preset"), run.get("model")) if isinstance(v, str) and v), "model"
@@ -108,8 +113,9 @@ def is_window(steps: pd.DataFrame, run) -> bool:
 
 
 def token_rate(steps: pd.DataFrame) -> float:
-    """Tokens per ms over the steps of a (windowed) table: every row of a step samples a token, except a
-    zombie's, and each row that leaves the batch rode its last step as a zombie (at depth 2; none at 1)."""
+    """Tokens per ms over the steps of a (windowed) table: every row of a step samples a token,
+    except a zombie's, and each row that leaves the batch rode its last step as a zombie (at depth
+    2; none at 1)."""
     timed = steps[steps["period_ms"].notna()]
     rows = 0.0
     for _, run in timed.groupby("run_id"):
@@ -144,7 +150,7 @@ def _observed(
     observed = tp2.mean() / tp1.mean()
     if len(tp1) >= 2 and len(tp2) >= 2:
         boots = bs.resample_means(tp2, n_boot, rng) / bs.resample_means(tp1, n_boot, rng)
-    else:  # one run a side: carry the steps' spread (mean period ratio) over to the wall-clock ratio
+    else:  # one run a side: the steps' spread (mean period ratio) carried over to the wall clock
         b1, b2 = (
             bs.resample_means(s1["period_ms"], n_boot, rng),
             bs.resample_means(s2["period_ms"], n_boot, rng),
@@ -190,7 +196,8 @@ def predict_pair(
     boot_pipe = bs.resample_medians(s2["period_ms"], n_boot, rng)
     predicted_lo, predicted_hi = bs.interval(pct(speedup(boot_block, boot_pipe, z)))
 
-    # Depth 1 alone: T_pipe = max(GPU span, host tick), step by step (README.md, "From depth 1 alone").
+    # Depth 1 alone: T_pipe = max(GPU span, host tick), step by step (README.md, "From depth 1
+    # alone").
     gpu, host = step_gpu_ms(s1), host_tick_ms(s1)
     pipe_hat = pipelined_period(gpu, host)
     t_pipe_hat = float(pipe_hat.median())
@@ -244,8 +251,8 @@ def predict_pair(
 def predict_runs(runs: pd.DataFrame, steps: pd.DataFrame, **kw) -> pd.DataFrame:
     """The prediction table for every configuration measured at both depths.
 
-    A configuration that cannot be predicted (no steady decode steps) is left out and named, with the
-    reason, in table.attrs["skipped"], so one broken run does not hide the others.
+    A configuration that cannot be predicted (no steady decode steps) is left out and named, with
+    the reason, in table.attrs["skipped"], so one broken run does not hide the others.
     """
     rows, skipped = [], []
     for d1, d2 in pair_runs(runs):

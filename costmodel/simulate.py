@@ -1,10 +1,12 @@
-"""A small discrete-event model of the engine loop at depth 1 and depth 2, for tests and demo reports.
+"""A small discrete-event model of the engine loop at depth 1 and depth 2, for tests and demo
+reports.
 
-It plays the loop of docs/phases.md with made-up phase costs: one host thread running plan / launch /
-finalize / commit, one GPU stream running forward then sampling of each step, a closed loop of `streams`
-clients. At depth 2 the batch of step t+1 is planned before step t commits, so requests that finish at t
-ride along in t+1 as zombies. The output has the contract's shapes (runs, per-step table, timeline,
-attribution, gaps), so everything downstream of a real trace can be exercised without a GPU.
+It plays the loop of docs/phases.md with made-up phase costs: one host thread running plan / launch
+/ finalize / commit, one GPU stream running forward then sampling of each step, a closed loop of
+`streams` clients. At depth 2 the batch of step t+1 is planned before step t commits, so requests
+that finish at t ride along in t+1 as zombies. The output has the contract's shapes (runs, per-step
+table, timeline, attribution, gaps), so everything downstream of a real trace can be exercised
+without a GPU.
 """
 
 from __future__ import annotations
@@ -207,8 +209,8 @@ def _tables(run_id, depth, streams, requests, output_len, lengths, loop, steps) 
 def idle_gaps(timeline: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(gaps, attribution) of one run's timeline, shaped like results.json's tables.
 
-    A gap is the idle time between consecutive GPU ranges; each is charged to the host phases that overlap
-    it (wait, nested in commit, counts as itself), the rest to "other".
+    A gap is the idle time between consecutive GPU ranges; each is charged to the host phases that
+    overlap it (wait, nested in commit, counts as itself), the rest to "other".
     """
     run_id = timeline["run_id"].iloc[0]
     gpu = timeline[timeline["lane"] == "gpu"].sort_values("start_ns")

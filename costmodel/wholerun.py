@@ -1,31 +1,35 @@
-"""Whole-run model: predict the pipelined run's wall clock from the blocking run's actual step sequence.
+"""Whole-run model: predict the pipelined run's wall clock from the blocking run's actual step
+sequence.
 
-The per-step ratio T_block / T_pipe describes the steady state only. A real run also has prefill steps,
-admission and an end-of-run ramp-down where the batch shrinks to nothing, and at a few ms per step those
-are a visible slice of the wall (the post's B200 32-stream row). So instead of one ratio we replay the
-depth-1 step sequence and sum predicted depth-2 periods:
+The per-step ratio T_block / T_pipe describes the steady state only. A real run also has prefill
+steps, admission and an end-of-run ramp-down where the batch shrinks to nothing, and at a few ms per
+step those are a visible slice of the wall (the post's B200 32-stream row). So instead of one ratio
+we replay the depth-1 step sequence and sum predicted depth-2 periods:
 
     wall_2 = overhead + host_1 + Σ_t max(own_t, host_t+1) + Σ zombie costs
 
-- host_t = the host work of tick t (model.host_tick_ms: period − wait at depth 1): plan, launch, finalize
-  and commit's bookkeeping. At depth 2, tick t+1 runs while the GPU executes step t, so step t's period
-  is the slower of the two. This pairs each step with the NEXT tick, not its own: a host-bound prefill
-  (eager, ~35 ms of Python launching kernels one by one) launched as step t+1 hides the whole GPU work of
-  decode step t under it, which the same-step pairing max(gpu_t, host_t) cannot see.
+- host_t = the host work of tick t (model.host_tick_ms: period − wait at depth 1): plan, launch,
+  finalize and commit's bookkeeping. At depth 2, tick t+1 runs while the GPU executes step t, so
+  step t's period is the slower of the two. This pairs each step with the NEXT tick, not its own: a
+  host-bound prefill (eager, ~35 ms of Python launching kernels one by one) launched as step t+1
+  hides the whole GPU work of decode step t under it, which the same-step pairing max(gpu_t, host_t)
+  cannot see.
 - own_t = the GPU work of step t that its own launch does not pace (own_gpu_ms). A graph replay is
-  enqueued at once and runs on its own: own = its span (model.step_gpu_ms). An eager prefill's kernels
-  start while its launch is still issuing them, so its span stretches over the launch; that part is
-  already inside host_t and must not be counted again on the GPU side.
+  enqueued at once and runs on its own: own = its span (model.step_gpu_ms). An eager prefill's
+  kernels start while its launch is still issuing them, so its span stretches over the launch; that
+  part is already inside host_t and must not be counted again on the GPU side.
 - host_1: the first tick has nothing to overlap.
-- overhead = wall_1 − Σ_t period_t: time outside steps (start-up, tokenizer, ...), assumed the same at
-  depth 2.
-- zombies: f_t requests finish at decode step t (f_t = b_t + rows admitted before the next decode step
-  − b_next). Depth 2 learns this one step late, so each of them holds its seat for one more step:
-  * replaced by a waiting request (the loop is seat-limited): the replacement starts a step later, so
-    the run needs 1/b_t of a step more per finished request: f·T_pipe,t/b_t. At one stream that is the
-    whole wasted step; at any batch it adds up to z = 1/(L + 1), not the row cost below.
-  * not replaced (the ramp-down: nothing waiting): the zombie rides in the next decode step as one more
-    row, g(b + f) − g(b), the post's "almost free" row; after the last step it costs a step of its own.
+- overhead = wall_1 − Σ_t period_t: time outside steps (start-up, tokenizer, ...), assumed the same
+  at depth 2.
+- zombies: f_t requests finish at decode step t (f_t = b_t + rows admitted before the next decode
+  step − b_next). Depth 2 learns this one step late, so each of them holds its seat for one more
+  step:
+  * replaced by a waiting request (the loop is seat-limited): the replacement starts a step later,
+    so the run needs 1/b_t of a step more per finished request: f·T_pipe,t/b_t. At one stream that
+    is the whole wasted step; at any batch it adds up to z = 1/(L + 1), not the row cost below.
+  * not replaced (the ramp-down: nothing waiting): the zombie rides in the next decode step as one
+    more row, g(b + f) − g(b), the post's "almost free" row; after the last step it costs a step of
+    its own.
 """
 
 from __future__ import annotations
@@ -40,12 +44,13 @@ from bubblelab.costmodel.model import StepCost, host_tick_ms, pipelined_period, 
 def own_gpu_ms(steps: pd.DataFrame) -> pd.Series:
     """GPU time of each step that its own launch does not pace, from a depth-1 table.
 
-    At depth 1 a tick runs plan, launch, finalize, then waits; the step's GPU span ends inside that wait.
-    The part of the span the host spent neither in finalize nor waiting ran under the launch. For an eager
-    step (the prefill: Python issuing kernels one by one) that is most of the span, and it is the host's
-    pace, not the GPU's: it sits inside host_tick_ms already and depth 2 cannot run it sooner. A graph
-    replay is issued whole; its first kernels merely start before cudaGraphLaunch returns (~30 µs), and
-    all of its span is GPU work. So a step counts as paced when most of its span ran under its launch.
+    At depth 1 a tick runs plan, launch, finalize, then waits; the step's GPU span ends inside that
+    wait. The part of the span the host spent neither in finalize nor waiting ran under the launch.
+    For an eager step (the prefill: Python issuing kernels one by one) that is most of the span, and
+    it is the host's pace, not the GPU's: it sits inside host_tick_ms already and depth 2 cannot run
+    it sooner. A graph replay is issued whole; its first kernels merely start before cudaGraphLaunch
+    returns (~30 µs), and all of its span is GPU work. So a step counts as paced when most of its
+    span ran under its launch.
     """
     gpu = step_gpu_ms(steps)
     under_launch = (gpu - steps["finalize_ms"].fillna(0) - steps["wait_ms"].fillna(0)).clip(lower=0)
@@ -54,14 +59,15 @@ def own_gpu_ms(steps: pd.DataFrame) -> pd.Series:
 
 
 def depth2_order(steps: pd.DataFrame) -> pd.DataFrame:
-    """The depth-1 step sequence in the order depth 2 runs it: each admission two ticks after its finishes.
+    """The depth-1 step sequence in the order depth 2 runs it: each admission two ticks after its
+    finishes.
 
-    The rows that finish at decode step m are known when m commits. At depth 1 that is in tick m, so the
-    prefill that admits their replacements is step m+1. At depth 2, tick m+1 launches the next step before
-    it commits m, so that prefill can be planned in tick m+2 at the earliest. Depth 1's decode, prefill,
-    decode, prefill thus runs as decode, decode, prefill, prefill: admissions bunch up, and a prefill's
-    launch may have only another host-bound prefill to hide, not a decode's GPU work. Prefills before the
-    first decode (the initial admission) wait for no finish and stay put.
+    The rows that finish at decode step m are known when m commits. At depth 1 that is in tick m, so
+    the prefill that admits their replacements is step m+1. At depth 2, tick m+1 launches the next
+    step before it commits m, so that prefill can be planned in tick m+2 at the earliest. Depth 1's
+    decode, prefill, decode, prefill thus runs as decode, decode, prefill, prefill: admissions bunch
+    up, and a prefill's launch may have only another host-bound prefill to hide, not a decode's GPU
+    work. Prefills before the first decode (the initial admission) wait for no finish and stay put.
     """
     ordered = steps.sort_values("step")
     decodes, admissions, cause = (
@@ -89,8 +95,9 @@ def depth2_order(steps: pd.DataFrame) -> pd.DataFrame:
 
 
 def pipelined_periods(steps: pd.DataFrame) -> pd.Series:
-    """Predicted depth-2 period of each step of a depth-1 table: max(own_t, host_t+1), in depth 2's order
-    (depth2_order). The first tick's host work, which nothing overlaps, is not in it (add it)."""
+    """Predicted depth-2 period of each step of a depth-1 table: max(own_t, host_t+1), in depth 2's
+    order (depth2_order). The first tick's host work, which nothing overlaps, is not in it (add
+    it)."""
     steps = depth2_order(steps)
     host_next = host_tick_ms(steps).shift(-1).fillna(0)
     return pd.Series(
@@ -99,9 +106,11 @@ def pipelined_periods(steps: pd.DataFrame) -> pd.Series:
 
 
 def finish_events(steps: pd.DataFrame, window: bool = False) -> pd.DataFrame:
-    """Per decode step: rows that finished there, rows admitted before the next decode step, next batch.
+    """Per decode step: rows that finished there, rows admitted before the next decode step, next
+    batch.
 
-    window: the table is a window of a longer run, so its last decode step is not where everyone finished.
+    window: the table is a window of a longer run, so its last decode step is not where everyone
+    finished.
     """
     ordered = steps.sort_values("step")
     events, current, admitted = [], None, 0
@@ -126,8 +135,9 @@ def finish_events(steps: pd.DataFrame, window: bool = False) -> pd.DataFrame:
 def _zombie_ms(steps: pd.DataFrame, pipe: pd.Series, cost: StepCost, window: bool):
     """Per finish event, what its zombies cost the pipelined run.
 
-    pipe: by step, the period of one more decode step like it, max(own_t, host_t). Not the step's own
-    predicted period: the tick after a finish is often a prefill's, and the zombie step hides under it.
+    pipe: by step, the period of one more decode step like it, max(own_t, host_t). Not the step's
+    own predicted period: the tick after a finish is often a prefill's, and the zombie step hides
+    under it.
     """
     for e in finish_events(steps, window).itertuples():
         replaced = min(e.finished, e.admitted)
@@ -157,8 +167,9 @@ def predict_whole_run(
 ) -> WholeRun:
     """Predict depth 2's wall clock from one depth-1 run's per-step table and wall time.
 
-    window: the table holds only some of the run's steps (a trimmed trace). The run's wall clock then says
-    nothing about them, so the model predicts the window itself: its steps' periods, no overhead.
+    window: the table holds only some of the run's steps (a trimmed trace). The run's wall clock
+    then says nothing about them, so the model predicts the window itself: its steps' periods, no
+    overhead.
     """
     steps = steps.sort_values("step")
     if window:  # a window's last step has no period; the run went on past it

@@ -1,4 +1,5 @@
-"""Shared fixtures: tiny random-weight models (loaded once) and a helper to run requests to completion."""
+"""Shared fixtures: tiny random-weight models (loaded once) and a helper to run requests to
+completion."""
 
 from __future__ import annotations
 

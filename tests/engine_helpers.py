@@ -73,8 +73,8 @@ def run_script(engine: LLMEngine, reqs: list[Req], max_ticks: int = 20000) -> Ou
 def paged_decode_inputs(
     block_tables: torch.Tensor, block_size: int, vocab_size: int
 ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:
-    """One decode row per block-table row, at lengths that end mid-page and on a page boundary (static buffers,
-    as the engine keeps them for graph replay): (input_ids, positions, meta)."""
+    """One decode row per block-table row, at lengths that end mid-page and on a page boundary
+    (static buffers, as the engine keeps them for graph replay): (input_ids, positions, meta)."""
     device = block_tables.device
     context_lens = torch.tensor(
         [3, block_size + 1, 7, 2 * block_size], device=device, dtype=torch.int32

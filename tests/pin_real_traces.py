@@ -1,5 +1,5 @@
-"""Rewrite the EXPECTED table of tests/test_profiling_real_traces.py for the traces in traces/ (run after
-replacing the committed traces, then review the diff): the values the queries give today.
+"""Rewrite the EXPECTED table of tests/test_profiling_real_traces.py for the traces in traces/ (run
+after replacing the committed traces, then review the diff): the values the queries give today.
 
     python tests/pin_real_traces.py
 """

@@ -20,13 +20,14 @@ def blocking_trace(path: Path) -> Path:
 
     Per step k, times relative to T = 10000 + 1000 k (us):
       host  plan [0,100) | launch [100,300) > copy_h2d [110,130), forward [150,290)
-            finalize [300,400) > sampling [310,340), copy_d2h [350,370) | commit [400,900) > wait [410,770)
+            finalize [300,400) > sampling [310,340), copy_d2h [350,370) | commit [400,900) > wait
+            [410,770)
             | cudaEventQuery at 950, outside any phase (polls never block)
       GPU   HtoD [140,150) | A [200,500) B [510,700) (a 10 us launch gap) | S [700,750)
             | DtoH pinned [750,760) on the copy stream, after a cudaStreamWaitEvent in copy_d2h
-    Extras: step 2 has a `mask` [301,309) in finalize holding a cudaStreamSynchronize (the bug the post found);
-    step 1 does a pageable DtoH copy in commit at 800, on the GPU [800,805); after the loop, at 16500, a
-    cudaDeviceSynchronize outside every range (teardown: listed, not flagged).
+    Extras: step 2 has a `mask` [301,309) in finalize holding a cudaStreamSynchronize (the bug the
+    post found); step 1 does a pageable DtoH copy in commit at 800, on the GPU [800,805); after the
+    loop, at 16500, a cudaDeviceSynchronize outside every range (teardown: listed, not flagged).
     """
     b = TraceBuilder()
     for k in range(6):
@@ -60,13 +61,15 @@ def blocking_trace(path: Path) -> Path:
 
 
 def pipelined_trace(path: Path) -> Path:
-    """Depth 2: five decode steps at bs=2, one tick every 400 us; tick k launches and finalizes step k
-    and commits step k-1 (tick 5 only commits step 4).
+    """Depth 2: five decode steps at bs=2, one tick every 400 us; tick k launches and finalizes step
+    k and commits step k-1 (tick 5 only commits step 4).
 
     Per tick k, times relative to T = 20000 + 400 k (us):
       host  plan [0,50) | launch [50,150) > copy_h2d [55,65), forward [70,140)
-            commit(k-1) [150,300) > wait [155,200) | finalize [300,380) > sampling [310,330), copy_d2h [340,360)
-      GPU   HtoD [100,110) | memset [108,110) on the copy stream | A [110,310) B [310,460) | S [460,480)
+            commit(k-1) [150,300) > wait [155,200) | finalize [300,380) > sampling [310,330),
+            copy_d2h [340,360)
+      GPU   HtoD [100,110) | memset [108,110) on the copy stream | A [110,310) B [310,460) | S
+            [460,480)
             | DtoH [480,490) on the copy stream
     """
     b = TraceBuilder()

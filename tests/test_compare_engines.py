@@ -1,5 +1,5 @@
-"""benchmarks.compare_engines and its parts, run as a user runs them: `python -m benchmarks.<name>` on the CPU
-(tiny presets), the outputs read back from --out."""
+"""benchmarks.compare_engines and its parts, run as a user runs them: `python -m benchmarks.<name>`
+on the CPU (tiny presets), the outputs read back from --out."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_benchmark(module: str, *args: str, env: dict[str, str] | None = None) -> None:
-    """`python -m benchmarks.<module> ARGS` from the repository root; fails the test on a non-zero exit."""
+    """`python -m benchmarks.<module> ARGS` from the repository root; fails the test on a non-zero
+    exit."""
     proc = subprocess.run(
         [sys.executable, "-m", f"benchmarks.{module}", *args],
         cwd=ROOT,
@@ -37,8 +38,8 @@ def compare_engines(out: Path, *args: str) -> dict:
 
 
 def test_hf_generate_is_greedy_and_exact_length(tmp_path, tiny_qwen3):
-    """The harness's generate settings decode exactly N tokens per row, the same tokens as our greedy
-    oracle (the tiny_qwen3 fixture is seed 2: the same weights)."""
+    """The harness's generate settings decode exactly N tokens per row, the same tokens as our
+    greedy oracle (the tiny_qwen3 fixture is seed 2: the same weights)."""
     out = tmp_path / "hf.json"
     args = ["--preset", "tiny-qwen3", "--seed", "2", "--device", "cpu", "--streams", "2"]
     run_benchmark("compare_hf", *args, "--prompt-len", "7", "--new-tokens", "6", "--out", str(out))
@@ -75,8 +76,8 @@ def test_cpu_dry_run_writes_every_output(tmp_path):
 
 
 def test_cpu_dry_run_backends_and_unavailable_backend(tmp_path):
-    """--bubblelab-backends: one pair of rows per backend that runs; one that cannot (flash-attn on CPU)
-    is a not_run line with its reason, and the run goes on."""
+    """--bubblelab-backends: one pair of rows per backend that runs; one that cannot (flash-attn on
+    CPU) is a not_run line with its reason, and the run goes on."""
     result = compare_engines(
         tmp_path,
         *("--streams", "1", "--repeats", "1", "--L", "8", "--skip-hf-compile"),
@@ -109,8 +110,8 @@ def test_extra_backend_rows_are_suffixed(tmp_path):
     assert any(n["engine"] == "bubblelab[triton]" for n in result["not_run"])
 
 
-# A stand-in nanovllm, and a stand-in flash-attn-4 (`flash_attn.cute` importing is all the harness checks
-# before it starts the nano-vllm child).
+# A stand-in nanovllm, and a stand-in flash-attn-4 (`flash_attn.cute` importing is all the harness
+# checks before it starts the nano-vllm child).
 FAKE_NANOVLLM = """
 import os
 from dataclasses import dataclass
@@ -140,8 +141,8 @@ class LLM:
 
 @pytest.mark.parametrize("fail", [False, True])
 def test_nano_vllm_child_process_plumbing(tmp_path, fail):
-    """compare_nanovllm against a stand-in nanovllm package: checkpoint, child process, rows or a one-line
-    reason."""
+    """compare_nanovllm against a stand-in nanovllm package: checkpoint, child process, rows or a
+    one-line reason."""
     fake = tmp_path / "fake"
     (fake / "nanovllm" / "models").mkdir(parents=True)
     (fake / "nanovllm" / "__init__.py").write_text(FAKE_NANOVLLM)

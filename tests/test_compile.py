@@ -1,4 +1,5 @@
-"""torch.compile'd fused ops (EngineConfig.compile) against the eager model: prefill, paged decode, engine."""
+"""torch.compile'd fused ops (EngineConfig.compile) against the eager model: prefill, paged decode,
+engine."""
 
 from __future__ import annotations
 
@@ -16,12 +17,14 @@ BLOCK_SIZE, NUM_BLOCKS, BLOCKS_PER_ROW = 4, 32, 8
 
 @pytest.fixture(scope="module", params=["tiny-llama", "tiny-qwen3"])
 def loaded(request):
-    """One model per family; Inductor compiles each op once for the module (CPU compilation is slow)."""
+    """One model per family; Inductor compiles each op once for the module (CPU compilation is
+    slow)."""
     return load_model(request.param, seed=5, attention_backend="torch")
 
 
 def run_steps(model, compiled: bool, decode_steps: int = 4) -> list[torch.Tensor]:
-    """Prefill three prompts into fresh pages, then greedy paged decode; the logits of every step."""
+    """Prefill three prompts into fresh pages, then greedy paged decode; the logits of every
+    step."""
     model.set_compile(compiled)
     cfg = model.config
     shape = (NUM_BLOCKS, BLOCK_SIZE, cfg.num_kv_heads, cfg.head_dim)

@@ -1,4 +1,5 @@
-"""Constrained decoding: random walks through the masks always parse, EOS only when complete, budgets hold."""
+"""Constrained decoding: random walks through the masks always parse, EOS only when complete,
+budgets hold."""
 
 from __future__ import annotations
 
@@ -39,7 +40,8 @@ def allowed_ids(row: np.ndarray) -> np.ndarray:
 
 
 def walk(constraint, budget: int, vocab: dict, choose) -> list[int]:
-    """Samples like the engine: mask from committed state, pick any allowed token, commit, until EOS or budget."""
+    """Samples like the engine: mask from committed state, pick any allowed token, commit, until EOS
+    or budget."""
     out = np.zeros(bitmask_words(vocab["vocab_size"]), dtype=np.int32)
     eos = set(vocab["eos_token_ids"])
     tokens: list[int] = []
@@ -180,7 +182,7 @@ def test_tokenizer_free_needs_room_for_its_ids():
         make_constraint("point", vocab_size=100, eos_token_ids=(2,))
 
 
-# -- xgrammar: regex and JSON schema --------------------------------------------------------------------------
+# -- xgrammar: regex and JSON schema ---------------------------------------------------------------
 
 
 def test_grammar_specs_without_xgrammar_say_so(tokenizer, monkeypatch):

@@ -58,8 +58,8 @@ def test_graph_bucket_pads_to_vllm_sizes():
     per_row=st.floats(0, 1),
 )
 def test_zombie_tax_bounds(L, streams, base, per_row):
-    """Weights + per-row work (concave, g(0) = 0) gives 0 <= z <= 1/L; with graph buckets, a zombie that
-    fits the padding of its step's bucket is free."""
+    """Weights + per-row work (concave, g(0) = 0) gives 0 <= z <= 1/L; with graph buckets, a zombie
+    that fits the padding of its step's bucket is free."""
     rows = range(1, 257)
     eager = StepCost.from_points(rows, [base + per_row * r for r in rows], buckets=None)
     assert 0.0 <= zombie_tax(L, streams, eager) <= 1.0 / L + 1e-12
@@ -74,7 +74,8 @@ def test_zombie_tax_limits():
     assert zombie_tax(100, 1, flat) == pytest.approx(0.01)  # one stream: a whole wasted step
     assert zombie_tax(100, 16, flat) == 0.0  # memory bound: the zombie rides free
     assert zombie_tax(100, 16, linear) == pytest.approx(0.01)  # compute bound: it costs its share
-    # Crossing a bucket boundary is the expensive case: 9 rows run the 16-row graph, 8 rows the 8-row one.
+    # Crossing a bucket boundary is the expensive case: 9 rows run the 16-row graph, 8 rows the
+    # 8-row one.
     steep = StepCost.from_points([8, 16], [4.0, 6.0])
     assert zombie_tax(100, 9, steep) > zombie_tax(100, 8, steep) == 0.0
 
@@ -130,14 +131,16 @@ def test_predictions_match_the_simulated_loop(sim):
         assert row.observed_lo <= row.observed_pct <= row.observed_hi
         # Depth 1 alone predicts the pipelined period: GPU-bound here, so forward + sampling.
         assert row.d1_pipelined_ms == pytest.approx(row.pipelined_ms, rel=0.05)
-        # The whole-run model (prefill, ramp-down, zombies) tracks the wall clock to a fraction of a point...
+        # The whole-run model (prefill, ramp-down, zombies) tracks the wall clock to a fraction of a
+        # point...
         assert row.wall_predicted_pct == pytest.approx(row.observed_pct, abs=0.75)
     # ...while the steady-state ratio overshoots once prefill and ramp-down weigh on a short run.
     assert table.loc[8, "predicted_pct"] > table.loc[8, "observed_pct"] + 2
 
 
 def test_whole_run_with_host_bound_ticks():
-    """When the host tick outlasts the forward, depth 2 is host-bound: T_pipe = host critical path."""
+    """When the host tick outlasts the forward, depth 2 is host-bound: T_pipe = host critical
+    path."""
     costs = LoopCosts(
         fwd_base=0.2,
         fwd_per_row=0.0,

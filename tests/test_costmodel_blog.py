@@ -34,12 +34,14 @@ def test_predict_blog_uses_bucketed_zombie_tax():
     table = predict_blog().set_index(["device", "streams"])
     # One stream: z = 1/L exactly.
     assert table.loc[("3090", 1), "z"] == pytest.approx(1 / 104)
-    # 8 and 32 are CUDA-graph buckets that also hold S - 1 rows: the zombie fills a padded row for free.
+    # 8 and 32 are CUDA-graph buckets that also hold S - 1 rows: the zombie fills a padded row for
+    # free.
     assert table.loc[("B200", 32), "z"] == 0.0
     assert table.loc[("3090", 8), "predicted_pct"] == pytest.approx(
         table.loc[("3090", 8), "predicted_hi"]
     )
-    # Our predictions land as close to the observed column as the post's own did (mean |error| in points).
+    # Our predictions land as close to the observed column as the post's own did (mean |error| in
+    # points).
     ours = (table["observed_pct"] - table["predicted_pct"]).abs().mean()
     theirs = (table["observed_pct"] - table["published_pct"]).abs().mean()
     assert ours < theirs + 0.2

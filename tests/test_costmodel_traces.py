@@ -1,4 +1,5 @@
-"""The cost model on the committed H200 nsys traces (qwen3-0.6b, depth 1 and 2, 1 and 32 streams)."""
+"""The cost model on the committed H200 nsys traces (qwen3-0.6b, depth 1 and 2, 1 and 32
+streams)."""
 
 import pandas as pd
 import pytest
@@ -17,9 +18,10 @@ def traces():
 
 
 def test_depth_one_alone_predicts_the_pipelined_period(traces):
-    """max(forward + sampling spans, period - wait) from the depth-1 trace lands on the depth-2 period, short by
-    exactly the depth-2 bubble: ~22 us a step of GPU-side hand-over from sampling to the next forward graph
-    (work already queued), which the spans leave out. On a 1.5 ms step that is 1.5 points."""
+    """max(forward + sampling spans, period - wait) from the depth-1 trace lands on the depth-2
+    period, short by exactly the depth-2 bubble: ~22 us a step of GPU-side hand-over from sampling
+    to the next forward graph (work already queued), which the spans leave out. On a 1.5 ms step
+    that is 1.5 points."""
     results, table = traces
     assert list(table.index) == [1, 32]
     for row in table.itertuples():
@@ -52,9 +54,9 @@ def test_depth_one_alone_predicts_the_pipelined_period(traces):
 
 
 def test_kernel_unions_would_count_the_graphs_kernel_gaps_as_hideable(traces):
-    """The old definition (GPU = union of kernel time) predicts a pipelined period ~6% short: the gaps between
-    a step's kernels (~0.07 ms a step for the Triton-attention forward; ~0.45 ms with the torch backend's page
-    gathers) stay at depth 2."""
+    """The old definition (GPU = union of kernel time) predicts a pipelined period ~6% short: the
+    gaps between a step's kernels (~0.07 ms a step for the Triton-attention forward; ~0.45 ms with
+    the torch backend's page gathers) stay at depth 2."""
     results, table = traces
     for row in table.itertuples():
         d1 = steady_state(results.steps[results.steps.run_id == row.runs_block])
@@ -78,13 +80,15 @@ def test_one_steady_state_rule(traces):
 def test_trimmed_traces_are_modelled_as_windows(traces):
     _, table = traces
     assert (table.wall_scope == "window").all()
-    # The whole runs (their wall clocks) were not in the traces, so the window is not compared with them.
+    # The whole runs (their wall clocks) were not in the traces, so the window is not compared with
+    # them.
     assert (table.wall_observed_pct != table.observed_pct).all()
 
 
 def test_trimmed_traces_predict_their_window(traces):
     _, table = traces
-    # One prefill and no ramp-down in the 1-stream window: the replay is within a point of the measured rate.
+    # One prefill and no ramp-down in the 1-stream window: the replay is within a point of the
+    # measured rate.
     assert table.loc[1, "wall_predicted_pct"] == pytest.approx(
         table.loc[1, "wall_observed_pct"], abs=1.0
     )
@@ -131,8 +135,9 @@ def test_report_of_the_committed_traces(traces):
     results, _ = traces
     html = render_report(results, "committed traces", n_boot=100)
     assert "window of the run: measured" in html and "kernel gaps ms" in html
-    # GPU lanes drawn as islands: a decode forward (~600 kernels) is one; an eager prefill keeps its host-made
-    # gaps, and the 32-stream lane windows hold 7-9 prefills. Drawn op by op (57,408) the page would be ~12 MB.
+    # GPU lanes drawn as islands: a decode forward (~600 kernels) is one; an eager prefill keeps its
+    # host-made gaps, and the 32-stream lane windows hold 7-9 prefills. Drawn op by op (57,408) the
+    # page would be ~12 MB.
     gpu = results.timeline[results.timeline.lane == "gpu"]
     assert gpu[gpu.phase == "forward"].groupby(["run_id", "step"]).size().max() == 1
     assert len(html) < 2_000_000

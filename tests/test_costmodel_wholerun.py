@@ -1,4 +1,5 @@
-"""The whole-run model on hand-built depth-1 step sequences: every number below is worked out by hand."""
+"""The whole-run model on hand-built depth-1 step sequences: every number below is worked out by
+hand."""
 
 import gzip
 from pathlib import Path
@@ -27,8 +28,9 @@ PLAN, FINALIZE, COMMIT = (
 def d1_step(
     step: int, kind: str, rows: int, launch: float, gpu: float, paced: bool = False
 ) -> dict:
-    """One depth-1 step. A graph replay starts on the GPU when its launch returns; a paced (eager) step's
-    kernels run while its launch issues them, so its span covers the launch and ends FINALIZE later."""
+    """One depth-1 step. A graph replay starts on the GPU when its launch returns; a paced (eager)
+    step's kernels run while its launch issues them, so its span covers the launch and ends FINALIZE
+    later."""
     wait = max(0.0, gpu - FINALIZE) if not paced else 0.01
     span = launch + FINALIZE + wait if paced else gpu
     return dict(
@@ -69,15 +71,17 @@ def test_graph_replays_run_at_their_gpu_time():
     # max(own_t, host_t+1) = 5.0 each; the last step has no next tick.
     assert pipelined_periods(steps).tolist() == pytest.approx([5.0] * 10)
     whole = predict_whole_run(steps, wall_s=1.0, cost=StepCost.from_steps(steps))
-    # The first tick overlaps nothing; the 4 rows finishing at the end each ride one row of a zombie step.
+    # The first tick overlaps nothing; the 4 rows finishing at the end each ride one row of a zombie
+    # step.
     assert whole.steps_pipe_ms - whole.zombie_ms == pytest.approx(HOST + 10 * 5.0)
     assert whole.zombie_ms == pytest.approx(5.0)
     assert whole.overhead_ms == pytest.approx(1e3 - (9 * (5.0 + HOST - FINALIZE) + 5.0 + HOST))
 
 
 def test_depth_two_admits_one_decode_step_later():
-    """Finishes at decode m are committed in tick m+1 at depth 2, so their prefill moves past the next
-    decode: depth 1's decode, prefill, decode, prefill runs as decode, decode, prefill, prefill."""
+    """Finishes at decode m are committed in tick m+1 at depth 2, so their prefill moves past the
+    next decode: depth 1's decode, prefill, decode, prefill runs as decode, decode, prefill,
+    prefill."""
     kinds = ["prefill", "decode", "prefill", "decode", "prefill", "decode", "decode"]
     steps = frame(
         [
@@ -96,9 +100,9 @@ def test_depth_two_admits_one_decode_step_later():
 
 
 def test_host_bound_prefill_hides_the_decode_step_before_it():
-    """Depth 1: decode 0, PREFILL 1 (paced by its 30 ms launch), decode 2, decode 3. Depth 2 runs decode 0,
-    decode 2, prefill 1, decode 3, and prefill 1's launch runs while decode 2 is on the GPU: decode 2 costs
-    nothing extra; at depth 1 the prefill's launch was fully exposed."""
+    """Depth 1: decode 0, PREFILL 1 (paced by its 30 ms launch), decode 2, decode 3. Depth 2 runs
+    decode 0, decode 2, prefill 1, decode 3, and prefill 1's launch runs while decode 2 is on the
+    GPU: decode 2 costs nothing extra; at depth 1 the prefill's launch was fully exposed."""
     steps = frame(
         [
             d1_step(0, **DECODE),
@@ -125,14 +129,16 @@ def test_host_bound_prefill_hides_the_decode_step_before_it():
     assert period.sum() - (whole.steps_pipe_ms - whole.zombie_ms) == pytest.approx(
         period[0], abs=HOST
     )
-    # Pairing each step with its OWN tick, max(gpu_t, host_t), leaves every decode exposed to the prefill.
+    # Pairing each step with its OWN tick, max(gpu_t, host_t), leaves every decode exposed to the
+    # prefill.
     same_tick = float(steps["forward_ms"].combine(period - steps["wait_ms"], max).sum())
     assert same_tick - (whole.steps_pipe_ms - whole.zombie_ms) > 4.0
 
 
 def test_a_zombie_before_a_prefill_costs_one_decode_step_not_the_prefill():
-    """One stream: request A decodes steps 0-2 and finishes; B is prefilled (step 3) and decodes step 4.
-    Depth 2 launches a zombie decode for A before it learns of the finish: one more decode step."""
+    """One stream: request A decodes steps 0-2 and finishes; B is prefilled (step 3) and decodes
+    step 4. Depth 2 launches a zombie decode for A before it learns of the finish: one more decode
+    step."""
     steps = frame(
         [
             *(d1_step(i, **{**DECODE, "rows": 1}) for i in range(3)),
@@ -141,13 +147,15 @@ def test_a_zombie_before_a_prefill_costs_one_decode_step_not_the_prefill():
         ]
     )
     whole = predict_whole_run(steps, wall_s=1.0, cost=StepCost.from_steps(steps))
-    # Finish events: A at step 2 (replaced by B, a seat: one step max(own, host) = 5.0 ms), B at the end (a row).
+    # Finish events: A at step 2 (replaced by B, a seat: one step max(own, host) = 5.0 ms), B at the
+    # end (a row).
     assert whole.zombie_ms == pytest.approx(5.0 + 5.0)
 
 
 def test_zombie_costs_follow_the_step_not_its_depth_two_position():
     """One stream: A ends at decode 0, B (prefill 1) at decode 2, C (prefill 3) at
-    decode 4. Depth 2 reorders to 0, 2, 1, 3, 4; each replaced finish still costs one decode step."""
+    decode 4. Depth 2 reorders to 0, 2, 1, 3, 4; each replaced finish still costs one decode
+    step."""
     prefill = dict(kind="prefill", rows=1, launch=PREFILL_LAUNCH, gpu=2.0, paced=True)
     one = {**DECODE, "rows": 1}
     steps = frame(
@@ -198,8 +206,9 @@ needs_sweep = pytest.mark.skipif(
 
 @needs_sweep
 def test_whole_run_model_on_the_h200_sweep():
-    """qwen3-1.7b on an H200: prefill is 8-60% of the wall. The whole-run model lands within 1.5 points
-    at every stream count, where the per-step model misses by up to 3.3 (docs/h200-costmodel.md)."""
+    """qwen3-1.7b on an H200: prefill is 8-60% of the wall. The whole-run model lands within 1.5
+    points at every stream count, where the per-step model misses by up to 3.3
+    (docs/h200-costmodel.md)."""
     results = read_results(SWEEP / "qwen3-1.7b")
     table = predict_runs(results.runs, results.steps, n_boot=50).set_index("streams")
     wall_error = (table["observed_pct"] - table["wall_predicted_pct"]).abs()
@@ -211,8 +220,8 @@ def test_whole_run_model_on_the_h200_sweep():
 
 @needs_sweep
 def test_merged_sweep_keeps_its_directories_apart():
-    """qwen3-0.6b with and without the grammar share model, streams and request counts: merged, they must
-    not pair up across directories (nor collide on run ids)."""
+    """qwen3-0.6b with and without the grammar share model, streams and request counts: merged, they
+    must not pair up across directories (nor collide on run ids)."""
     named = {name: read_results(SWEEP / name) for name in ("qwen3-0.6b", "qwen3-0.6b-detect")}
     merged = merge_results(named)
     assert merged.runs["run_id"].is_unique

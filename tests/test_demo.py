@@ -1,4 +1,5 @@
-"""`bubblelab demo`, the README's first command, end to end on the embedded model (a small sweep)."""
+"""`bubblelab demo`, the README's first command, end to end on the embedded model (a small
+sweep)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The blocking engine's serving behaviour (issue: Engine): batching, paging, preemption, constraints, errors."""
+"""The blocking engine's serving behaviour (issue: Engine): batching, paging, preemption,
+constraints, errors."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """GPU acceptance of the engine and the pipeline (issues Engine and Pipelined decoding), per preset.
 
-bf16, seeded random weights: CUDA graphs replay; greedy graph == eager and depth 1 == depth 2 token for
-token, each run repeatable; no host synchronisation in a steady-state depth-2 run
-(torch.cuda.set_sync_debug_mode("error")); GPU memory flat once every shape has run. The depth 1 vs depth
-2 timings of the same workload are a benchmark: `python -m benchmarks.depth_sweep`.
+bf16, seeded random weights: CUDA graphs replay; greedy graph == eager and depth 1 == depth 2 token
+for token, each run repeatable; no host synchronisation in a steady-state depth-2 run
+(torch.cuda.set_sync_debug_mode("error")); GPU memory flat once every shape has run. The depth 1 vs
+depth 2 timings of the same workload are a benchmark: `python -m benchmarks.depth_sweep`.
 """
 
 from __future__ import annotations
@@ -62,7 +62,8 @@ def greedy_tokens(engine: LLMEngine, n: int = 8, max_tokens: int = 48) -> dict[s
 
 
 def first_mismatches(a: dict, b: dict) -> dict:
-    """Per request, the first position where two greedy runs differ (only the requests that differ)."""
+    """Per request, the first position where two greedy runs differ (only the requests that
+    differ)."""
     return {
         k: next(
             (i for i, (x, y) in enumerate(zip(v, b[k], strict=False)) if x != y),

@@ -37,7 +37,8 @@ def test_exported_model_matches_ours(preset):
 
 @torch.inference_mode()
 def test_to_hf_inverts_load_weights(tmp_path):
-    """HF checkpoint -> load_weights (fuses) -> to_hf (splits) gives back every tensor, bit for bit."""
+    """HF checkpoint -> load_weights (fuses) -> to_hf (splits) gives back every tensor, bit for
+    bit."""
     torch.manual_seed(0)
     config = Qwen3Config(
         vocab_size=300,

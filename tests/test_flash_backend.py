@@ -1,4 +1,5 @@
-"""The flash-attn backend's pure-Python parts (no flash-attn needed): which implementation it takes."""
+"""The flash-attn backend's pure-Python parts (no flash-attn needed): which implementation it
+takes."""
 
 from __future__ import annotations
 
@@ -71,8 +72,8 @@ def restored_flash_attn_modules():
 
 
 def test_flash_attn_shim_is_never_taken_for_fa2(monkeypatch, restored_flash_attn_modules):
-    """tools/gpu_machine/flash_attn_shim is a `flash_attn` with the FA2 API but not FA2's kernels: with it
-    importable as flash_attn, the engine finds no FA2."""
+    """tools/gpu_machine/flash_attn_shim is a `flash_attn` with the FA2 API but not FA2's kernels:
+    with it importable as flash_attn, the engine finds no FA2."""
     monkeypatch.syspath_prepend(str(SHIM))
     for name in [n for n in sys.modules if n.split(".")[0] == "flash_attn"]:
         monkeypatch.delitem(sys.modules, name)

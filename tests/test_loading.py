@@ -1,4 +1,5 @@
-"""load_model() sources (embedded GGUF, HF directory, presets), the greedy oracle, and one-line input errors."""
+"""load_model() sources (embedded GGUF, HF directory, presets), the greedy oracle, and one-line
+input errors."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Our TransformerLM against transformers' reference implementations, and paged decode against no cache."""
+"""Our TransformerLM against transformers' reference implementations, and paged decode against no
+cache."""
 
 from __future__ import annotations
 
@@ -110,7 +111,8 @@ def test_embedded_gguf_matches_transformers_gguf_loading():
 
 @torch.inference_mode()
 def test_qwen3_gguf_conversion_matches_transformers(tmp_path, monkeypatch):
-    """A Qwen3 GGUF written with gguf's own HF->GGUF tensor names converts back to the same model."""
+    """A Qwen3 GGUF written with gguf's own HF->GGUF tensor names converts back to the same
+    model."""
     monkeypatch.setenv("BUBBLELAB_CACHE", str(tmp_path / "cache"))
     torch.manual_seed(0)
     hf = Qwen3ForCausalLM(TINY_QWEN3).eval()
@@ -241,7 +243,8 @@ def test_flash_backend_agrees_with_torch_backend():
         rtol=2e-2,
     )
 
-    # Decode over pages: the cache already holds each row's context; the current token's K/V is written now.
+    # Decode over pages: the cache already holds each row's context; the current token's K/V is
+    # written now.
     num_blocks, blocks_per_row = 8, 2
     cache_shape = (num_blocks, block_size, kv_heads, dim)
     k_cache, v_cache = (torch.randn(cache_shape, device="cuda", dtype=dtype) for _ in range(2))

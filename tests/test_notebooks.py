@@ -15,10 +15,11 @@ CELL_TIMEOUT_S = 120
 
 @pytest.fixture(scope="session")
 def kernel_name() -> str:
-    """The `python3` kernel of this interpreter's environment, installed there (not in ~) if missing.
+    """The `python3` kernel of this interpreter's environment, installed there (not in ~) if
+    missing.
 
-    jupyter_client starts a kernelspec whose argv[0] is "python" with sys.executable, so the notebooks
-    run on the interpreter running the tests.
+    jupyter_client starts a kernelspec whose argv[0] is "python" with sys.executable, so the
+    notebooks run on the interpreter running the tests.
     """
     try:
         spec = KernelSpecManager().get_kernel_spec("python3")

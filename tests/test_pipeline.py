@@ -1,4 +1,5 @@
-"""Pipelined decoding (issue: depth 1 vs depth 2): same tokens, the right ordering, slots and zombies."""
+"""Pipelined decoding (issue: depth 1 vs depth 2): same tokens, the right ordering, slots and
+zombies."""
 
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ def _workload(data, vocab: int = 512) -> list[Req]:
             top_k=data.draw(st.sampled_from([0, 5])),
             top_p=data.draw(st.sampled_from([1.0, 0.9])),
             seed=data.draw(st.integers(0, 2**31 - 1)),
-            # Stop tokens drawn from the whole vocabulary: EOS lands at every position somewhere in the suite.
+            # Stop tokens drawn from the whole vocabulary: EOS lands at every position somewhere in
+            # the suite.
             stop_token_ids=tuple(data.draw(st.sets(st.integers(3, vocab - 1), max_size=60)))
             if kind == "plain"
             else (),
@@ -136,8 +138,9 @@ def test_a_slot_is_never_reused_before_its_commit(tiny_llama, monkeypatch):
 
 
 def test_zombie_commit_is_skipped_and_released_late(tiny_llama):
-    # Find the token greedy decoding produces at position 4, then make it a stop token: the request finishes at
-    # that commit while its next step is already in flight (depth 2), so that step carries a zombie row.
+    # Find the token greedy decoding produces at position 4, then make it a stop token: the request
+    # finishes at that commit while its next step is already in flight (depth 2), so that step
+    # carries a zombie row.
     probe = run_script(
         make_engine(tiny_llama, depth=1),
         [Req("a", [5, 6, 7], SamplingParams(max_tokens=10, ignore_eos=True))],
@@ -173,7 +176,8 @@ def _idle_between_steps(depth: int, loaded) -> tuple[float, float]:
 
 
 def test_cpu_device_worker_hides_the_commit_at_depth_2(tiny_llama):
-    """The CPU 'device' is a worker thread: at depth 2 it computes step t+1 while the host commits step t."""
+    """The CPU 'device' is a worker thread: at depth 2 it computes step t+1 while the host commits
+    step t."""
     idle1, overlap1 = _idle_between_steps(1, tiny_llama)
     idle2, overlap2 = _idle_between_steps(2, tiny_llama)
     assert overlap1 == 0.0  # blocking: the next forward never starts before the commit ends

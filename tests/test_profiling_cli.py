@@ -60,7 +60,8 @@ def test_analyze_json_groups_by_depth_and_streams(traces, tmp_path):
     assert pipelined["forward_ms"]["median"] == pytest.approx(0.352)
     assert pipelined["attribution_ms_per_step"]["top_level"] == pytest.approx({"launch": 0.028})
     assert [r["flagged_syncs"] for r in report["runs"]] == [2, 0]
-    # depth 1: every gap ended when the host finally launched; depth 2: the next work was already queued
+    # depth 1: every gap ended when the host finally launched; depth 2: the next work was already
+    # queued
     assert (blocking["host_late_share"], pipelined["host_late_share"]) == (1.0, 0.0)
     # the catalog keeps the runs: analysing it again needs no traces and gives the same answer
     again = bubblelab("analyze", "--json", "--warmup", "1", "--catalog", str(catalog))

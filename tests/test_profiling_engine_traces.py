@@ -33,11 +33,13 @@ def test_engine_trace_invariants(trace, catalog):
     assert (timed.busy_ms <= timed.period_ms + 1e-9).all()
     steady = analysis.steady_state(steps, warmup=2)
     assert len(steady) > 0, "no steady-state decode steps"
-    # one compute stream: the spans are disjoint and inside the period, so bubble = period - forward - sampling
+    # one compute stream: the spans are disjoint and inside the period, so bubble = period - forward
+    # - sampling
     assert (steady.period_ms - steady.forward_ms - steady.sampling_ms).tolist() == pytest.approx(
         steady.bubble_ms.tolist(), abs=1e-9
     )
-    # period - busy = bubble + kernel_gap - other, other being the few us of metadata and sampled-id copies
+    # period - busy = bubble + kernel_gap - other, other being the few us of metadata and sampled-id
+    # copies
     other = steady.bubble_ms + steady.kernel_gap_ms - (steady.period_ms - steady.busy_ms)
     assert other.between(0, 0.01).all(), other.describe()
     # the bubble is fully accounted for by phase (both rules), the GPU idle time by gap
@@ -49,7 +51,8 @@ def test_engine_trace_invariants(trace, catalog):
     assert gaps.idle_us.sum() / 1e3 == pytest.approx(
         (steady.period_ms - steady.busy_ms).sum(), abs=1e-6
     )
-    # the loop blocks the host only in `wait` (the bug class the post found); polls and stream waits don't count
+    # the loop blocks the host only in `wait` (the bug class the post found); polls and stream waits
+    # don't count
     syncs = analysis.sync_inventory(catalog, run)
     assert not syncs.flagged.any(), syncs[syncs.flagged][
         ["api", "detail", "phase", "step"]

@@ -1,4 +1,5 @@
-"""Ingestion on the real H200 probe export (schema 3.20.3) and refusal of every kind of bad input."""
+"""Ingestion on the real H200 probe export (schema 3.20.3) and refusal of every kind of bad
+input."""
 
 from __future__ import annotations
 
@@ -57,7 +58,8 @@ def test_probe_ingests_with_its_metadata(tmp_path):
     )
     assert (row.nsys_version, row.schema_version, row.source) == ("2025.3.2.0", "3.20.3", "nsys")
     assert str(row.started_at).startswith("2026-11-21 10:34:14")
-    # one stream, no overlap: each op is its own busy island, and the busy time is the sum of the op times
+    # one stream, no overlap: each op is its own busy island, and the busy time is the sum of the op
+    # times
     busy, ops = con.execute(
         'SELECT (SELECT sum("end" - start) FROM gpu_busy), (SELECT sum("end" - start) FROM gpu_ops)'
     ).fetchone()
@@ -115,7 +117,8 @@ def test_lazily_missing_tables_mean_no_events(tmp_path):
     run = ingest(trace, None, {}, con=con)
     assert counts(con)["syncs"] == 0
     assert analysis.per_step(con, run).bubble_ms[:5].tolist() == pytest.approx([0.45] * 5)
-    # without sync records the blocking calls are still found by name (6 waits, the bug, the teardown sync)
+    # without sync records the blocking calls are still found by name (6 waits, the bug, the
+    # teardown sync)
     syncs = analysis.sync_inventory(con, run).query("event == 'sync'")
     assert len(syncs) == 8 and syncs.flagged.sum() == 1
 
@@ -185,7 +188,8 @@ def test_unknown_metadata_is_refused():
 
 
 def test_killed_ingest_leaves_no_half_run(tmp_path):
-    """SIGKILL the ingesting process inside its transaction: the catalog comes back without the run."""
+    """SIGKILL the ingesting process inside its transaction: the catalog comes back without the
+    run."""
     import signal
     import subprocess
     import sys
@@ -193,14 +197,13 @@ def test_killed_ingest_leaves_no_half_run(tmp_path):
 
     catalog, marker = tmp_path / "c.duckdb", tmp_path / "in-transaction"
     script = f"""
-import sys, time
-sys.path[:0] = ['.', 'tests']
+import time
 from bubblelab.profiling import queries
 from bubblelab.profiling.ingest import ingest
 real = queries.execute
 def slow(con, name, params=None):
     real(con, name, params)
-    if name == "ingest_kernels":          # ranges, segments, calls and kernels are written, not committed
+    if name == "ingest_kernels":  # ranges, segments, calls and kernels written, not committed
         open({str(marker)!r}, "w").close()
         time.sleep(60)
 queries.execute = slow

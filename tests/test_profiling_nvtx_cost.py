@@ -14,7 +14,8 @@ RANGES = 20_000
 
 
 def range_cost_ns(phases: Phases, repeats: int = 5) -> float:
-    """Best-of-`repeats` nanoseconds per `with phases.range(...)` (a nested pair counts as two ranges)."""
+    """Best-of-`repeats` nanoseconds per `with phases.range(...)` (a nested pair counts as two
+    ranges)."""
     best = float("inf")
     for _ in range(repeats):
         if phases.timeline is not None:

@@ -1,5 +1,5 @@
-"""The sweep-line SQL against brute force: random nested host ranges and overlapping device intervals on a
-small integer clock, where every nanosecond can simply be enumerated."""
+"""The sweep-line SQL against brute force: random nested host ranges and overlapping device
+intervals on a small integer clock, where every nanosecond can simply be enumerated."""
 
 from __future__ import annotations
 
@@ -49,7 +49,8 @@ def runs(draw) -> Timeline:
 
 
 def innermost(tl: Timeline, t: int) -> str:
-    """The latest-started host range open at t (of two starting together, the shorter): the innermost one."""
+    """The latest-started host range open at t (of two starting together, the shorter): the
+    innermost one."""
     open_ranges = [(start, -end, name) for name, _, start, end in tl.host if start <= t < end]
     return max(open_ranges)[2] if open_ranges else "outside any phase"
 
@@ -113,7 +114,8 @@ def union_length(intervals: list[tuple[int, int]], lo: int, hi: int) -> int:
 
 @st.composite
 def traces(draw) -> tuple[TraceBuilder, list]:
-    """Nested ranges on two threads; CUDA calls inside or between them launch kernels/copies anywhere."""
+    """Nested ranges on two threads; CUDA calls inside or between them launch kernels/copies
+    anywhere."""
     b, launched, clock = TraceBuilder(), [], 100
     for step in range(draw(st.integers(2, 4))):
         b.mark(step, "kind=decode bs=1 tokens=1 depth=1", clock)
@@ -162,8 +164,9 @@ def test_nsys_path_matches_brute_force(tmp_path_factory, trace):
         open_ranges = [(s, -e, n, k) for s, e, n, k in ranges if s <= at < e]
         assert (phase, step) == (max(open_ranges)[2:] if open_ranges else (None, None))
     steps = analysis.per_step(con, run)
-    # spans: forward ops from first start to last end; sampling ops (any stream) from when the GPU could start
-    # them (the forward's end, or their first launch call if later; never after their first op) to last end
+    # spans: forward ops from first start to last end; sampling ops (any stream) from when the GPU
+    # could start them (the forward's end, or their first launch call if later; never after their
+    # first op) to last end
     for row in steps.itertuples():
         forward = [(g, e) for _, g, e, p, k, _ in ops if k == row.step and p == "forward"]
         sampling = [(a, g, e) for a, g, e, p, k, _ in ops if k == row.step and p == "sampling"]

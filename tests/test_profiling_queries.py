@@ -1,5 +1,6 @@
 """Every profiling query against synthetic nsys exports whose answers were computed by hand
-(layouts in tests/profiling_trace_builder.py: blocking_trace at depth 1, pipelined_trace at depth 2)."""
+(layouts in tests/profiling_trace_builder.py: blocking_trace at depth 1, pipelined_trace at depth
+2)."""
 
 from __future__ import annotations
 
@@ -50,15 +51,18 @@ def test_per_step_blocking(catalog):
     assert list(df.kind) == ["prefill"] + ["decode"] * 5
     assert list(df.batch_size) == [4, 4, 4, 4, 4, 3]
     assert set(df.depth) == {1}
-    # forward = the span of A and B [200,700); sampling = the argmax [700,750), not its DtoH copy (copy stream)
+    # forward = the span of A and B [200,700); sampling = the argmax [700,750), not its DtoH copy
+    # (copy stream)
     assert df.forward_ms.tolist() == pytest.approx([0.5] * 6)
     assert df.sampling_ms.tolist() == pytest.approx([0.05] * 6)
     assert df.kernel_gap_ms.tolist() == pytest.approx([0.01] * 6)  # B starts 10 us after A ends
-    # period 1 ms; busy = A,B (490 us), argmax, DtoH, the next step's HtoD (+ the pageable copy in step 1)
+    # period 1 ms; busy = A,B (490 us), argmax, DtoH, the next step's HtoD (+ the pageable copy in
+    # step 1)
     assert df.period_ms[:5].tolist() == pytest.approx([1.0] * 5)
     assert df.busy_ms[:5].tolist() == pytest.approx([0.56, 0.565, 0.56, 0.56, 0.56])
     assert df.bubble_ms[:5].tolist() == pytest.approx([0.45] * 5)  # period - forward - sampling
-    # period - busy = bubble + kernel_gap - other (the copies: DtoH, next HtoD, step 1's pageable copy)
+    # period - busy = bubble + kernel_gap - other (the copies: DtoH, next HtoD, step 1's pageable
+    # copy)
     other = df.bubble_ms + df.kernel_gap_ms - (df.period_ms - df.busy_ms)
     assert other[:5].tolist() == pytest.approx([0.02, 0.025, 0.02, 0.02, 0.02])
     assert (
@@ -84,14 +88,16 @@ def test_per_step_pipelined(catalog):
     con, _, run = catalog
     df = analysis.per_step(con, run)
     assert set(df.depth) == {2} and set(df.kind) == {"decode"}
-    # forward = span of the memset [108,110) on the copy stream and A [110,310) B [310,460); sampling: argmax
+    # forward = span of the memset [108,110) on the copy stream and A [110,310) B [310,460);
+    # sampling: argmax
     assert df.forward_ms.tolist() == pytest.approx([0.352] * 5)
     assert df.sampling_ms.tolist() == pytest.approx([0.02] * 5)
     assert df.kernel_gap_ms.tolist() == pytest.approx([0.0] * 5)
     # the period starts inside the HtoD copy [100,110): only its part after gpu_start counts as busy
     assert df.period_ms[:4].tolist() == pytest.approx([0.4] * 4)
     assert df.busy_ms[:4].tolist() == pytest.approx([0.39] * 4)
-    # the compute stream idles [480,508): the DtoH copy on the copy stream and the next HtoD do not fill it
+    # the compute stream idles [480,508): the DtoH copy on the copy stream and the next HtoD do not
+    # fill it
     assert df.bubble_ms[:4].tolist() == pytest.approx([0.028] * 4)
     assert df.commit_ms.tolist() == pytest.approx(
         [0.15] * 5
@@ -104,7 +110,8 @@ def test_steady_state_rule(catalog):
     con, blocking, pipelined = catalog
     both = pd.concat([analysis.per_step(con, blocking), analysis.per_step(con, pipelined)])
     steady = analysis.steady_state(both, warmup=1)
-    # blocking: prefill 0 and ramp-down 5 (bs 3) are out, 4 stays (next is decode), first candidate (1) skipped
+    # blocking: prefill 0 and ramp-down 5 (bs 3) are out, 4 stays (next is decode), first candidate
+    # (1) skipped
     assert steady[steady.run_id == blocking].step.tolist() == [2, 3, 4]
     assert steady[steady.run_id == pipelined].step.tolist() == [1, 2, 3]
     assert list(steady.columns) == STEP_COLUMNS
@@ -122,8 +129,8 @@ def test_idle_gaps_and_histogram(catalog):
         gaps.within.fillna("-").tolist() == ["forward", "-", "-"] * 3
     )  # A-B launch gap, then the bubble
     assert gaps.began_in.tolist() == ["wait", "wait", "forward"] * 3
-    # B was queued 300 us before A ended; the next HtoD copy was launched 355 us after the GPU went idle,
-    # the next forward kernel 10 us after
+    # B was queued 300 us before A ended; the next HtoD copy was launched 355 us after the GPU went
+    # idle, the next forward kernel 10 us after
     assert gaps.launch_lag_us.tolist() == [-300.0, 355.0, 10.0] * 3
     assert gaps.idle_us.sum() / 1e3 == pytest.approx((steps.period_ms - steps.busy_ms).sum())
     hist = analysis.idle_histogram(con, run, steps).set_index("lo_us")
@@ -154,8 +161,8 @@ def test_bubble_attribution_blocking(catalog):
     assert began.bubble_ms.tolist() == pytest.approx([1.35]) and began.bubble_share.tolist() == [
         1.0
     ]
-    # time-weighted, the same 450 us: wait 20, commit 130, between ticks 100, next plan 100, launch 30,
-    # copy_h2d 20, forward 50
+    # time-weighted, the same 450 us: wait 20, commit 130, between ticks 100, next plan 100, launch
+    # 30, copy_h2d 20, forward 50
     table = analysis.attribution_by_time(con, run, steps).set_index("phase")
     expected = {
         "commit": 0.39,
@@ -198,19 +205,22 @@ def test_bubble_attribution_step_one_and_pipelined(catalog):
             == pytest.approx(2.25)
         )
     steps = analysis.steady_state(analysis.per_step(con, pipelined), warmup=1)
-    # pipelined, the compute stream idles [480,508) while the host is inside the next step's `forward`
+    # pipelined, the compute stream idles [480,508) while the host is inside the next step's
+    # `forward`
     for attribute in (analysis.attribution, analysis.attribution_by_time):
         table = attribute(con, pipelined, steps)
         assert table[["phase", "top_level"]].values.tolist() == [["forward", "launch"]]
         assert table.bubble_ms.tolist() == pytest.approx([0.084])
-    # the work ending each GPU-idle gap [490,500) had been queued 32 us before: not a host-bound bubble
+    # the work ending each GPU-idle gap [490,500) had been queued 32 us before: not a host-bound
+    # bubble
     assert analysis.idle_gaps(con, pipelined, steps).launch_lag_us.tolist() == [-32.0] * 3
 
 
 def test_sync_inventory(catalog):
     con, blocking, pipelined = catalog
     inv = analysis.sync_inventory(con, blocking)
-    # 6 waits, 6 sampled-id copies, 1 bug sync, 1 .item(), 1 teardown sync; no polls, no stream-wait-events
+    # 6 waits, 6 sampled-id copies, 1 bug sync, 1 .item(), 1 teardown sync; no polls, no
+    # stream-wait-events
     assert len(inv) == 15
     assert not inv.api.str.contains("EventQuery|StreamWaitEvent").any()
     flagged = inv[inv.flagged]

@@ -1,9 +1,10 @@
-"""Every profiling query on the committed H200 traces (traces/*.sqlite.gz), with exact expected values
-(the issue: "CI tests run every query on the committed traces with exact expected values").
+"""Every profiling query on the committed H200 traces (traces/*.sqlite.gz), with exact expected
+values (the issue: "CI tests run every query on the committed traces with exact expected values").
 
-The values were computed once by the queries and pinned (tests/pin_real_traces.py rewrites the table). The per-step rows and the bubble attribution of a
-few steps are also recomputed here by brute force over the raw SQLite rows (NVTX ranges, CUDA calls and GPU
-activity, matched by correlation id in Python), independently of the SQL.
+The values were computed once by the queries and pinned (tests/pin_real_traces.py rewrites the
+table). The per-step rows and the bubble attribution of a few steps are also recomputed here by
+brute force over the raw SQLite rows (NVTX ranges, CUDA calls and GPU activity, matched by
+correlation id in Python), independently of the SQL.
 """
 
 from __future__ import annotations
@@ -22,10 +23,10 @@ from bubblelab.profiling.ingest import ingest
 TRACES = Path(__file__).parents[1] / "traces"
 MEDIAN_COLUMNS = ("forward_ms", "sampling_ms", "bubble_ms", "kernel_gap_ms", "period_ms", "busy_ms")
 
-# Per trace: run id, (steps, first, last), steady steps (a range minus some), medians of the steady steps (ms),
-# one steady row (ns), bubble per phase by the began-in rule and per top-level part by time (ms, summed over
-# the steady steps), the sync inventory, the idle histogram (lo_us, gaps, kernel gaps; empty buckets left
-# out) and the top kernels (name, phase, calls, total ms).
+# Per trace: run id, (steps, first, last), steady steps (a range minus some), medians of the steady
+# steps (ms), one steady row (ns), bubble per phase by the began-in rule and per top-level part by
+# time (ms, summed over the steady steps), the sync inventory, the idle histogram (lo_us, gaps,
+# kernel gaps; empty buckets left out) and the top kernels (name, phase, calls, total ms).
 EXPECTED = {
     "qwen3-0.6b-s1-d1.sqlite.gz": {
         "run_id": "48494d8bc1aeb8a5",
@@ -362,7 +363,7 @@ def test_attribution_syncs_gaps_kernels(catalog, name):
     ] == e["kernels"]
 
 
-# -- brute force over the raw export ---------------------------------------------------------------------------
+# -- brute force over the raw export ---------------------------------------------------------------
 def union(intervals: list[tuple[int, int]]) -> int:
     total, reach = 0, None
     for start, end in sorted(intervals):
@@ -378,8 +379,8 @@ def clip(intervals: list[tuple[int, int]], lo: int, hi: int) -> list[tuple[int, 
 
 
 class RawTrace:
-    """The engine thread's ranges and every GPU op, by the correlation id of its launching call (a graph
-    launch's kernels all carry the launch's id)."""
+    """The engine thread's ranges and every GPU op, by the correlation id of its launching call (a
+    graph launch's kernels all carry the launch's id)."""
 
     def __init__(self, path: Path):
         db = sqlite3.connect(path)
@@ -417,8 +418,8 @@ class RawTrace:
     def launches_under(
         self, phases: tuple[str, ...], step: int
     ) -> list[tuple[int, list[tuple[int, int, int]]]]:
-        """(call start, its GPU ops) of each call made inside a range of these phases for this step that launched
-        GPU work (childless phases)."""
+        """(call start, its GPU ops) of each call made inside a range of these phases for this step
+        that launched GPU work (childless phases)."""
         windows = [(s, e) for s, e, name, k in self.ranges if name in phases and k == step]
         return [
             (t, self.ops[c])
@@ -434,7 +435,8 @@ class RawTrace:
         launches = self.launches_under(("sampling",), step)
         sampling = [op for _, ops in launches for op in ops]
         f0, f1 = min(o[0] for o in forward), max(o[1] for o in forward)
-        # sampling starts when the GPU could start it: forward end or launch call, never after its first op
+        # sampling starts when the GPU could start it: forward end or launch call, never after its
+        # first op
         s0 = min(min(o[0] for o in sampling), max(f1, min(t for t, _ in launches)))
         s1 = max(o[1] for o in sampling)
         p1 = min(o[0] for o in self.ops_under(("forward", "prefill"), step + 1))
@@ -482,8 +484,8 @@ def test_brute_force_agrees(catalog, name, tmp_path):
 
 
 def test_analyze_report(catalog):
-    """`bubblelab analyze --json`: per (depth, streams) the pinned medians, and the top-level attribution
-    per steady step adding up to the mean bubble."""
+    """`bubblelab analyze --json`: per (depth, streams) the pinned medians, and the top-level
+    attribution per steady step adding up to the mean bubble."""
     con, runs = catalog
     report = analysis.analyze(con, [runs[name] for name in NAMES])
     groups = {(g["depth"], g["streams"]): g for g in report["groups"]}
@@ -505,7 +507,7 @@ def test_analyze_report(catalog):
         )  # began inside the commit (its wait)
         assert group["host_late_share"] == pytest.approx(e["host_late_share"], abs=1e-6)
     assert [r["flagged_syncs"] for r in report["runs"]] == [0] * 4
-    # depth 1 leaves the GPU waiting on the host (the rest are the few-us gaps before a forward whose graph was
-    # already queued); depth 2 had queued the next work before the GPU ran dry
+    # depth 1 leaves the GPU waiting on the host (the rest are the few-us gaps before a forward
+    # whose graph was already queued); depth 2 had queued the next work before the GPU ran dry
     assert all(groups[1, s]["host_late_share"] > 0.9 for s in (1, 32))
     assert [groups[2, s]["host_late_share"] for s in (1, 32)] == [0.0, 0.0]

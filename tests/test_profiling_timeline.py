@@ -27,8 +27,9 @@ TICK = 350
 
 
 def same_run_twice(tmp_path, launch_gap: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """One blocking run of 4 decode steps written both as an nsys export and as a Timeline. With a launch gap,
-    nsys sees the forward as two kernels `launch_gap` us apart; the timeline (CUDA events) only its span."""
+    """One blocking run of 4 decode steps written both as an nsys export and as a Timeline. With a
+    launch gap, nsys sees the forward as two kernels `launch_gap` us apart; the timeline (CUDA
+    events) only its span."""
     b, tl = TraceBuilder(), Timeline(depth=1)
     for k in range(4):
         t = 5000 + TICK * k
@@ -67,7 +68,8 @@ def test_timeline_matches_nsys(tmp_path):
 
 
 def test_launch_gaps_are_kernel_gap_not_bubble(tmp_path):
-    """Spans make both paths agree on forward, sampling, bubble and period; only nsys sees the gaps inside."""
+    """Spans make both paths agree on forward, sampling, bubble and period; only nsys sees the gaps
+    inside."""
     from_nsys, from_timeline = same_run_twice(tmp_path, launch_gap=10)
     same = [
         "step",

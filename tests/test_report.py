@@ -80,7 +80,8 @@ def test_trace_strings_are_escaped_everywhere(evil_dir):
     assert EVIL not in html
     assert "<script" not in html
     escaped = "&lt;script&gt;alert(1)&lt;/script&gt;"
-    # run ids, commands, trace paths, model names and provenance keys and values are all shown, escaped.
+    # run ids, commands, trace paths, model names and provenance keys and values are all shown,
+    # escaped.
     assert html.count(escaped) >= 10
 
 

@@ -30,14 +30,16 @@ pytestmark = pytest.mark.skipif(
 
 
 def _onto_3_and_4(read_fd: int, write_fd: int) -> None:
-    """In the child: the pipe ends become fds 3 and 4 (moved above 10 first, so neither clobbers the other)."""
+    """In the child: the pipe ends become fds 3 and 4 (moved above 10 first, so neither clobbers the
+    other)."""
     high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in (read_fd, write_fd)]
     os.dup2(high[0], 3)
     os.dup2(high[1], 4)
 
 
 class Browser:
-    """Chromium with --remote-debugging-pipe: JSON messages ending in NUL, commands on fd 3, replies on fd 4."""
+    """Chromium with --remote-debugging-pipe: JSON messages ending in NUL, commands on fd 3, replies
+    on fd 4."""
 
     def __init__(self, user_data_dir):
         to_chrome_r, self._to_chrome = os.pipe()
@@ -131,7 +133,8 @@ class Browser:
 
 
 def load(url: str, user_data_dir, width: int = 1280) -> dict:
-    """Open url; return its problems (console errors, exceptions, dialogs), text and a screenshot."""
+    """Open url; return its problems (console errors, exceptions, dialogs), text and a
+    screenshot."""
     browser = Browser(user_data_dir)
     try:
         target = browser.send("Target.createTarget", {"url": "about:blank"})["targetId"]
@@ -194,7 +197,8 @@ def assert_not_blank(png: bytes, path) -> None:
 
 
 def test_harness_sees_a_script_that_runs(tmp_path):
-    """Control: the same harness does catch a dialog and a console error when a page runs a script."""
+    """Control: the same harness does catch a dialog and a console error when a page runs a
+    script."""
     page = tmp_path / "bad.html"
     page.write_text(f"<!doctype html><p>x</p>{EVIL}<script>console.error('boom')</script>")
     result = load(page.as_uri(), tmp_path / "profile")

@@ -1,4 +1,5 @@
-"""Sampling replayed from per-bucket CUDA graphs gives the tokens eager sampling gives (GPU only)."""
+"""Sampling replayed from per-bucket CUDA graphs gives the tokens eager sampling gives (GPU
+only)."""
 
 from __future__ import annotations
 
@@ -50,8 +51,9 @@ def _requests(vocab_size: int) -> list[Req]:
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("depth", [1, 2])
 def test_graph_sampling_matches_eager(depth):
-    """Same decode graphs in both engines, so only sampling differs (near-tie greedy tokens of random weights
-    would make a graph-vs-eager forward comparison flaky); sampling is batch-invariant, so equality is exact."""
+    """Same decode graphs in both engines, so only sampling differs (near-tie greedy tokens of
+    random weights would make a graph-vs-eager forward comparison flaky); sampling is
+    batch-invariant, so equality is exact."""
     loaded = load_model(
         "tiny-llama", dtype="bf16", device="cuda", attention_backend="torch", seed=7
     )

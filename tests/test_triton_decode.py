@@ -1,8 +1,9 @@
 """The Triton paged decode kernel against a dense reference (gather pages + masked SDPA in fp32).
 
-On CPU the kernel runs under Triton's interpreter. Triton reads TRITON_INTERPRET when `@triton.jit` decorates
-(its own tl.* helpers included, at `import triton`), so the CPU cases run in one subprocess that sets it before
-importing anything; results come back as JSON, one pytest case each. The GPU tests run the compiled kernel.
+On CPU the kernel runs under Triton's interpreter. Triton reads TRITON_INTERPRET when `@triton.jit`
+decorates (its own tl.* helpers included, at `import triton`), so the CPU cases run in one
+subprocess that sets it before importing anything; results come back as JSON, one pytest case each.
+The GPU tests run the compiled kernel.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# (group, head_dim, block_size, dtype, num_splits); None = the kernel's own choice (4 SMs assumed on CPU).
+# (group, head_dim, block_size, dtype, num_splits); None = the kernel's own choice (4 SMs assumed on
+# CPU).
 CPU_CASES = [
     (1, 64, 16, "fp32", None),
     (3, 64, 16, "fp32", 1),
@@ -48,8 +50,9 @@ def make_case(
     table_width: int | None = None,
     pad_row: bool = True,
 ):
-    """Shuffled pages per row; unused table entries and the scratch page hold NaN, so any read past a row's
-    context shows up. pad_row: one more row, as a padded graph row: context 1 on the scratch page's slot 0."""
+    """Shuffled pages per row; unused table entries and the scratch page hold NaN, so any read past
+    a row's context shows up. pad_row: one more row, as a padded graph row: context 1 on the scratch
+    page's slot 0."""
     g = torch.Generator().manual_seed(seed)
     pages_per_row = [-(-n // block_size) for n in batch_lens]
     width = table_width or max(max(pages_per_row), 1)
@@ -74,7 +77,8 @@ def make_case(
 
 
 def reference(q, k_cache, v_cache, tables, lens, scale) -> torch.Tensor:
-    """fp32 gather + additive mask + SDPA, grouped query heads as query rows; rows of length 0 give zeros."""
+    """fp32 gather + additive mask + SDPA, grouped query heads as query rows; rows of length 0 give
+    zeros."""
     batch, heads, dim = q.shape
     kv_heads = k_cache.shape[2]
     ks, vs = (
@@ -97,7 +101,8 @@ def run_cpu_case(
     from bubblelab.engine.attention.triton_decode import paged_decode_attention
 
     torch.manual_seed(0)
-    # Lengths: 1, exactly one and two pages, mid-page, and a few tiles (the kernel's tile is 64 tokens).
+    # Lengths: 1, exactly one and two pages, mid-page, and a few tiles (the kernel's tile is 64
+    # tokens).
     lens = [1, block_size, 2 * block_size, block_size + 5, 150]
     q, k, v, tables, ctx = make_case(
         lens, 2, group, head_dim, block_size, DTYPES[dtype], "cpu", seed=group
@@ -167,7 +172,7 @@ def test_default_split_count():
         assert default_num_splits(128, 8, 128, 16, cuda) == 1  # the batch alone fills the GPU
 
 
-# ---------------------------------------------------------------- GPU (tests/conftest.py skips without CUDA)
+# -- GPU (tests/conftest.py skips these without CUDA) ----------------------------------------------
 
 
 @pytest.mark.gpu
@@ -237,7 +242,8 @@ def test_gpu_engine_with_triton_backend_matches_torch_backend(preset):
     ]
     tokens = {}
     for backend in ("torch", "triton"):
-        # fp32: greedy argmax of random weights must not flip on bf16 rounding differences between kernels.
+        # fp32: greedy argmax of random weights must not flip on bf16 rounding differences between
+        # kernels.
         loaded = load_model(preset, dtype="fp32", device="cuda", seed=4, attention_backend=backend)
         assert loaded.model.attn_backend.name == backend
         engine = make_engine(

@@ -32,7 +32,8 @@ def analyze(
     ),
     domain: str = typer.Option("bubblelab", help="NVTX domain of the engine's ranges."),
 ) -> None:
-    """Per-step breakdown of each run: forward, sampling, bubble and period, and where the bubble went."""
+    """Per-step breakdown of each run: forward, sampling, bubble and period, and where the bubble
+    went."""
     from bubblelab.errors import BubblelabError
     from bubblelab.profiling import analysis
     from bubblelab.profiling.catalog import connect
@@ -108,8 +109,8 @@ def _percent(share: float | None) -> str:
 
 
 def _attribution_table(runs: list[dict]) -> Table:
-    """Top-level parts down, runs across: the bubble per steady step by the part of the loop the host was in
-    when each idle interval began, and time-weighted by what it was doing meanwhile."""
+    """Top-level parts down, runs across: the bubble per steady step by the part of the loop the
+    host was in when each idle interval began, and time-weighted by what it was doing meanwhile."""
     rules = (("top_level", "began"), ("top_level_by_time", "by time"))
     parts = list(
         dict.fromkeys(

@@ -1,4 +1,5 @@
-"""CLI commands for costmodel/: `predict` (the post's table, for the post or for our runs) and `report`."""
+"""CLI commands for costmodel/: `predict` (the post's table, for the post or for our runs) and
+`report`."""
 
 from __future__ import annotations
 
@@ -77,7 +78,8 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print the table as JSON records."),
         n_boot: int = typer.Option(1000, help="Bootstrap resamples for the intervals."),
     ) -> None:
-        """The post's prediction table: blocking and pipelined ms, L, predicted, observed, interval, error."""
+        """The post's prediction table: blocking and pipelined ms, L, predicted, observed, interval,
+        error."""
         from bubblelab.costmodel.predict import predict_blog, predict_runs
         from bubblelab.runs.rundir import load_runs
 

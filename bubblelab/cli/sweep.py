@@ -1,4 +1,5 @@
-"""`bubblelab run-and-profile`: the sweep under nsys (or the in-process timeline), then the report."""
+"""`bubblelab run-and-profile`: the sweep under nsys (or the in-process timeline), then the
+report."""
 
 from __future__ import annotations
 
@@ -46,7 +47,8 @@ def run_and_profile(
         None, "--nsys/--no-nsys", help="Force or forbid nsys (default: use it when found)."
     ),
 ) -> None:
-    """Profile depth 1 vs depth 2 over a sweep, ingest into DuckDB, analyse, and write an HTML report."""
+    """Profile depth 1 vs depth 2 over a sweep, ingest into DuckDB, analyse, and write an HTML
+    report."""
     from bubblelab.cli.predict import prediction_table
     from bubblelab.costmodel.predict import predict_runs
     from bubblelab.engine.config import default_dtype

@@ -1,7 +1,7 @@
 """The report's figures, each a function of frames returning an inline SVG string.
 
-Text is rendered as paths (matplotlib's default svg.fonttype), so trace-derived strings such as phase or
-kernel names never reach the page as markup.
+Text is rendered as paths (matplotlib's default svg.fonttype), so trace-derived strings such as
+phase or kernel names never reach the page as markup.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ HOST_COLORS = {
     "wait": "#d9d4cc",
 }
 OTHER = "#9aa1a9"
-# Nested host ranges and trace-specific phases in attribution tables; anything else gets a spare colour.
+# Nested host ranges and trace-specific phases in attribution tables; anything else gets a spare
+# colour.
 EXTRA_COLORS = {
     **GPU_COLORS,
     "copy_h2d": "#f4d35e",
@@ -66,14 +67,15 @@ def to_svg(fig) -> str:
     fig.savefig(buf, format="svg", bbox_inches="tight")
     plt.close(fig)
     svg = buf.getvalue()
-    # Inlined into HTML: drop the XML prolog, DOCTYPE and matplotlib's comments (they echo label text),
-    # and give the ids a per-figure prefix: several inline SVGs share one id space.
+    # Inlined into HTML: drop the XML prolog, DOCTYPE and matplotlib's comments (they echo label
+    # text), and give the ids a per-figure prefix: several inline SVGs share one id space.
     svg = re.sub(r"<!--.*?-->", "", svg[svg.index("<svg") :], flags=re.S)
     return re.sub(r'(\bid="|href="#|url\(#)', rf"\g<1>{next(_figure_ids)}-", svg)
 
 
 def _window(steps: pd.DataFrame, n_steps: int, available=None) -> tuple[int, int]:
-    """n_steps consecutive steady-state steps (no prefill in between), as near the run's middle as possible.
+    """n_steps consecutive steady-state steps (no prefill in between), as near the run's middle as
+    possible.
 
     available: step ids the raw timeline covers (it may hold only a window of the run).
     """
@@ -90,7 +92,8 @@ def _window(steps: pd.DataFrame, n_steps: int, available=None) -> tuple[int, int
 
 
 def _per_step_ranges(window: pd.DataFrame) -> pd.DataFrame:
-    """GPU lane rebuilt from the per-step table alone (forward then sampling from each gpu_start_ns)."""
+    """GPU lane rebuilt from the per-step table alone (forward then sampling from each
+    gpu_start_ns)."""
     w = window.iloc[:-1]
     fwd_end = w["gpu_start_ns"] + w["forward_ms"] * MS
     return pd.concat(
@@ -118,8 +121,9 @@ def _per_step_ranges(window: pd.DataFrame) -> pd.DataFrame:
 def lane_chart(runs: list[tuple[str, pd.DataFrame, pd.DataFrame | None]], n_steps: int = 10) -> str:
     """GPU busy vs host phases over ~n_steps steady-state steps, one panel per run, same time scale.
 
-    runs: (title, per-step table, raw timeline ranges of that run or None). The window is placed by step
-    id and timed on the timeline's own clock, so an in-process timeline can illustrate an nsys run.
+    runs: (title, per-step table, raw timeline ranges of that run or None). The window is placed by
+    step id and timed on the timeline's own clock, so an in-process timeline can illustrate an nsys
+    run.
     """
     fig, axes = plt.subplots(len(runs), 1, figsize=(10, 1.55 * len(runs) + 0.5), squeeze=False)
     spans, used = [], {}
@@ -145,8 +149,9 @@ def lane_chart(runs: list[tuple[str, pd.DataFrame, pd.DataFrame | None]], n_step
             for phase, group in sorted(
                 lane_ranges.groupby("phase"), key=lambda kv: kv[0] == "wait"
             ):
+                # nested detail (copy_h2d, mask, ...) is left out: the lane shows the tick's phases
                 if lane == "host" and phase not in colors:
-                    continue  # nested detail (copy_h2d, mask, ...): the lane shows the tick's phases
+                    continue
                 color = colors.get(phase, OTHER)
                 bars = [
                     ((s - t0) / MS, (e - s) / MS)
@@ -179,9 +184,9 @@ def lane_chart(runs: list[tuple[str, pd.DataFrame, pd.DataFrame | None]], n_step
 
 
 def gap_histogram(gaps_by_run: list[tuple[str, int, np.ndarray]]) -> str:
-    """Idle time by gap length (log x axis): each bar is the idle ms in gaps of that length, so thousands of
-    sub-microsecond kernel gaps and one bubble per step show on one scale. Depth 1 filled, depth 2 outlined,
-    one hue per configuration."""
+    """Idle time by gap length (log x axis): each bar is the idle ms in gaps of that length, so
+    thousands of sub-microsecond kernel gaps and one bubble per step show on one scale. Depth 1
+    filled, depth 2 outlined, one hue per configuration."""
     fig, ax = plt.subplots(figsize=(5.6, 3.4))
     positive = [g[g > 0] for _, _, g in gaps_by_run]
     values = np.concatenate([g for g in positive if len(g)] or [np.array([1e-3, 1.0])])
@@ -227,7 +232,8 @@ def gap_histogram(gaps_by_run: list[tuple[str, int, np.ndarray]]) -> str:
 
 
 def attribution_bars(attribution: pd.DataFrame) -> str:
-    """Bubble per step, split by the host phase that was running while the GPU sat idle (one bar per run)."""
+    """Bubble per step, split by the host phase that was running while the GPU sat idle (one bar per
+    run)."""
     table = attribution.pivot_table(
         index="label", columns="phase", values="ms_per_step", aggfunc="sum"
     ).fillna(0)
@@ -262,10 +268,11 @@ def attribution_bars(attribution: pd.DataFrame) -> str:
 
 
 def predicted_vs_observed(table: pd.DataFrame, blog: pd.DataFrame | None = None) -> str:
-    """Predicted against observed speedup (%), with bootstrap intervals; the post's rows for reference.
+    """Predicted against observed speedup (%), with bootstrap intervals; the post's rows for
+    reference.
 
-    The whole-run model is plotted against what it predicts: the wall clock, or for a trace trimmed to a
-    window of its run the window's measured token rate (wall_observed_pct).
+    The whole-run model is plotted against what it predicts: the wall clock, or for a trace trimmed
+    to a window of its run the window's measured token rate (wall_observed_pct).
     """
     fig, ax = plt.subplots(figsize=(5.2, 4.6))
     series = [
@@ -340,10 +347,10 @@ def predicted_vs_observed(table: pd.DataFrame, blog: pd.DataFrame | None = None)
 def whatif_curves(table: pd.DataFrame, ks: np.ndarray | None = None) -> str:
     """Predicted speedup as the GPU's step work scales, one curve per device and stream count.
 
-    The x axis is the forward + sampling time of a step. Host bookkeeping does not depend on the model,
-    so presets measured on one device sit on one curve (drawn from their median host and idle times,
-    anchored at the fastest preset): filled, each preset's measured steady-state speedup; hollow, its
-    observed wall-clock speedup.
+    The x axis is the forward + sampling time of a step. Host bookkeeping does not depend on the
+    model, so presets measured on one device sit on one curve (drawn from their median host and idle
+    times, anchored at the fastest preset): filled, each preset's measured steady-state speedup;
+    hollow, its observed wall-clock speedup.
     """
     fig, ax = plt.subplots(figsize=(8.4, 3.9))
     cmap = plt.get_cmap("viridis")
@@ -388,8 +395,9 @@ def whatif_curves(table: pd.DataFrame, ks: np.ndarray | None = None) -> str:
 
 
 def period_breakdown(summary: pd.DataFrame) -> str:
-    """Where each run's steady-state period goes (compare.step_summary): kernels running, gaps between a
-    step's own kernels (depth 2 keeps them), and the bubble (period - forward - sampling: what it hides)."""
+    """Where each run's steady-state period goes (compare.step_summary): kernels running, gaps
+    between a step's own kernels (depth 2 keeps them), and the bubble (period - forward - sampling:
+    what it hides)."""
     gaps = summary["kernel_gap_ms"].fillna(0) if "kernel_gap_ms" in summary else 0.0
     parts = {
         "kernels": summary["gpu_ms"] - gaps,

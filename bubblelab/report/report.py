@@ -1,8 +1,8 @@
 """One self-contained HTML report per run directory (layout: costmodel/results.py).
 
 `report_run_dir(DIR)` reads DIR/results.json, predicts, draws the figures as inline SVG and renders
-templates/report.html.j2 with autoescaping on, so every trace-derived string (phase and kernel names, run
-ids, commands, paths) reaches the page escaped. The page loads nothing from outside.
+templates/report.html.j2 with autoescaping on, so every trace-derived string (phase and kernel
+names, run ids, commands, paths) reaches the page escaped. The page loads nothing from outside.
 """
 
 from __future__ import annotations
@@ -74,7 +74,8 @@ def timeline_charts(results: Results) -> list[dict]:
 
 
 def gap_samples(results: Results) -> list[tuple[str, int, np.ndarray]]:
-    """(run label, depth, idle gaps in ms) per configuration and depth, for figures.gap_histogram."""
+    """(run label, depth, idle gaps in ms) per configuration and depth, for
+    figures.gap_histogram."""
     if len(results.gaps):
         source = results.gaps
     else:  # without a gap table: each step's idle time
@@ -93,8 +94,8 @@ def gap_samples(results: Results) -> list[tuple[str, int, np.ndarray]]:
 def attribution_per_step(results: Results) -> pd.DataFrame:
     """Steady-state bubble per step, split in the proportions of the attribution table.
 
-    The attribution may cover any subset of a run's steps (the profiler's steady state), so it is used for
-    shares only; the size of each bar is the run's mean steady-state bubble_ms.
+    The attribution may cover any subset of a run's steps (the profiler's steady state), so it is
+    used for shares only; the size of each bar is the run's mean steady-state bubble_ms.
     """
     if results.attribution.empty:
         return results.attribution

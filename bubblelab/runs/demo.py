@@ -1,4 +1,5 @@
-"""A run directory of simulated runs (costmodel.simulate): what the report looks like without a GPU."""
+"""A run directory of simulated runs (costmodel.simulate): what the report looks like without a
+GPU."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ def write_demo_run_dir(
     costs: LoopCosts | None = None,
     seed: int = 0,
 ) -> Path:
-    """A run directory of simulated depth-1 / depth-2 pairs: what the report looks like without a GPU."""
+    """A run directory of simulated depth-1 / depth-2 pairs: what the report looks like without a
+    GPU."""
     runs, steps, timelines, gaps, attribution = [], [], [], [], []
     for s in streams:
         for depth in (1, 2):

@@ -6,17 +6,18 @@ Layout of a run directory (written by run-and-profile, read by `bubblelab report
     DIR/*.nsys-rep, *.sqlite   traces, referenced from runs.trace_path (optional, not read here)
     DIR/report.html       written by bubblelab.report.report.report_run_dir
 
-results.json holds {"schema_version": 1, "runs": [...], "steps": [...], "attribution": [...], "gaps": [...],
-"timeline": [...], "provenance": {...}}, each table a list of records:
+results.json holds {"schema_version": 1, "runs": [...], "steps": [...], "attribution": [...],
+"gaps": [...], "timeline": [...], "provenance": {...}}, each table a list of records:
 
 - runs: the "Run metadata" columns of docs/phases.md, one record per run.
 - steps: the per-step table of docs/phases.md, all runs together (run_id tells them apart).
-- attribution: run_id, phase, bubble_ms: GPU idle time (summed over the run) during which `phase` was
-  the innermost host range running ("other" when none was).
+- attribution: run_id, phase, bubble_ms: GPU idle time (summed over the run) during which `phase`
+  was the innermost host range running ("other" when none was).
 - gaps: run_id, step, gap_ms: one record per GPU idle gap.
-- timeline (optional): run_id, lane ("host" | "gpu"), phase, step, start_ns, end_ns: the raw ranges of
-  engine.timeline.Timeline (host_frame / device_frame), for the lane chart.
-- provenance: free-form JSON object; the report shows keys such as commands, versions, machine, traces.
+- timeline (optional): run_id, lane ("host" | "gpu"), phase, step, start_ns, end_ns: the raw ranges
+  of engine.timeline.Timeline (host_frame / device_frame), for the lane chart.
+- provenance: free-form JSON object; the report shows keys such as commands, versions, machine,
+  traces.
 """
 
 from __future__ import annotations
@@ -40,8 +41,8 @@ RUN_COLUMNS = (
     "decode_steps, source, trace_path"
 ).split(", ")
 STEP_COLUMNS = (
-    "run_id, step, kind, depth, batch_size, forward_ms, sampling_ms, busy_ms, bubble_ms, period_ms, "
-    "plan_ms, launch_ms, commit_ms, finalize_ms, wait_ms, gpu_start_ns, gpu_end_ns"
+    "run_id, step, kind, depth, batch_size, forward_ms, sampling_ms, busy_ms, bubble_ms, "
+    "period_ms, plan_ms, launch_ms, commit_ms, finalize_ms, wait_ms, gpu_start_ns, gpu_end_ns"
 ).split(", ")
 NEEDED_RUN_COLUMNS = (
     "run_id",
@@ -96,7 +97,8 @@ def write_results(
 
 
 def results_path(run_dir: Path | str) -> Path | None:
-    """DIR/results.json, or DIR/results.json.gz (how committed measurements are kept small); None if neither."""
+    """DIR/results.json, or DIR/results.json.gz (how committed measurements are kept small); None if
+    neither."""
     plain = Path(run_dir) / RESULTS_FILE
     return next((p for p in (plain, plain.with_name(RESULTS_FILE + ".gz")) if p.is_file()), None)
 
@@ -129,7 +131,8 @@ def read_results(run_dir: Path | str) -> Results:
             raise BubblelabError(
                 f"{path}: {name} lack the column(s) {', '.join(missing)} (see docs/phases.md)"
             )
-    # Optional metadata may be absent; keep the contract's columns so readers need not check each one.
+    # Optional metadata may be absent; keep the contract's columns so readers need not check each
+    # one.
     tables["runs"] = runs.reindex(
         columns=[*RUN_COLUMNS, *(c for c in runs if c not in RUN_COLUMNS)]
     )
@@ -137,7 +140,8 @@ def read_results(run_dir: Path | str) -> Results:
 
 
 def load_runs(source: Path | str) -> Results:
-    """Runs and steps from a run directory (results.json) or a DuckDB catalog with `runs` and `steps` tables."""
+    """Runs and steps from a run directory (results.json) or a DuckDB catalog with `runs` and
+    `steps` tables."""
     source = Path(source)
     if not source.exists():
         raise BubblelabError(f"{source} does not exist")
@@ -158,8 +162,9 @@ def load_runs(source: Path | str) -> Results:
 def merge_results(named: dict[str, Results]) -> Results:
     """Several run directories as one Results (one report for a whole sweep).
 
-    Each name becomes its runs' `preset` (so configurations of different directories never pair up, e.g.
-    qwen3-0.6b with and without a grammar) and prefixes their run ids, which repeat across directories.
+    Each name becomes its runs' `preset` (so configurations of different directories never pair up,
+    e.g. qwen3-0.6b with and without a grammar) and prefixes their run ids, which repeat across
+    directories.
     """
     merged = {name: [] for name in TABLES}
     for source, results in named.items():

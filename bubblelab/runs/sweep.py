@@ -1,8 +1,9 @@
-"""run-and-profile: a sweep of (streams, depth) runs, under nsys when found, ingested, analysed and reported.
+"""run-and-profile: a sweep of (streams, depth) runs, under nsys when found, ingested, analysed and
+reported.
 
-Each run is one worker process (bubblelab.runs.worker) so that nsys wraps exactly one engine with a capture
-range that starts after warm-up. Depth 1 and depth 2 of a configuration run back to back. Without nsys the
-same worker function runs in this process and its in-process timeline is the trace.
+Each run is one worker process (bubblelab.runs.worker) so that nsys wraps exactly one engine with a
+capture range that starts after warm-up. Depth 1 and depth 2 of a configuration run back to back.
+Without nsys the same worker function runs in this process and its in-process timeline is the trace.
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ class SweepSpec:
     seed: int = 0
 
     def configs(self) -> list[tuple[str, dict]]:
-        # One batch-row budget for the whole sweep: one engine (one graph capture) per depth, same graph buckets.
+        # One batch-row budget for the whole sweep: one engine (one graph capture) per depth, same
+        # graph buckets.
         rows = max(8, *self.streams)
         out = []
         for r in range(self.repeats):
@@ -87,7 +89,8 @@ def run_sweep(
     on_run: Callable[[str, dict], None] | None = None,
     say: Callable[[str], None] = print,
 ) -> Path:
-    """Run every configuration, fill out_dir (traces/, runs/, catalog.duckdb, results.json) and return it."""
+    """Run every configuration, fill out_dir (traces/, runs/, catalog.duckdb, results.json) and
+    return it."""
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "runs").mkdir(exist_ok=True)
     nsys = _nsys_or_none(use_nsys, say)
@@ -159,8 +162,8 @@ def _nsys_or_none(use_nsys: bool | None, say: Callable[[str], None]) -> str | No
 
 
 def _run_in_process(config: dict, cache: dict):
-    """One model per spec and one engine per engine config for the whole sweep: loading and graph capture
-    happen once, and every run still starts with its own warm-up and a fresh timeline."""
+    """One model per spec and one engine per engine config for the whole sweep: loading and graph
+    capture happen once, and every run still starts with its own warm-up and a fresh timeline."""
     from bubblelab.engine.config import EngineConfig
     from bubblelab.engine.driver import run_workload
     from bubblelab.engine.llm_engine import LLMEngine

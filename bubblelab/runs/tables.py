@@ -1,8 +1,9 @@
-"""The one place a run directory's tables are assembled from a catalog: runs, steps, attribution, gaps, lanes.
+"""The one place a run directory's tables are assembled from a catalog: runs, steps, attribution,
+gaps, lanes.
 
-run-and-profile (after its runs) and the committed traces (for the notebooks) both build their `Results`
-here, from profiling's public answers, so the report, `bubblelab analyze` and the notebooks agree on every
-number.
+run-and-profile (after its runs) and the committed traces (for the notebooks) both build their
+`Results` here, from profiling's public answers, so the report, `bubblelab analyze` and the
+notebooks agree on every number.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import pandas as pd
 from bubblelab.profiling import analysis
 from bubblelab.runs.rundir import Results
 
-GAP_STEPS = 50  # idle gaps of this many steady steps per run: a forward leaves ~1,000-2,000 kernel gaps a step
+# Idle gaps of this many steady steps per run: a forward leaves ~1,000-2,000 kernel gaps a step.
+GAP_STEPS = 50
 LANE_STEPS = 12  # steps of host ranges and GPU islands kept per run for the lane chart
 
 

@@ -1,6 +1,7 @@
 """Committed nsys traces (traces/*.sqlite.gz, described by traces/index.json) as one `Results`.
 
-The notebooks read the traces through this; the tables come from runs.tables.collect, like a sweep's.
+The notebooks read the traces through this; the tables come from runs.tables.collect, like a
+sweep's.
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ def load_traces(
     traces_dir: Path | str = TRACES_DIR,
     catalog: Path | str | duckdb.DuckDBPyConnection | None = None,
 ) -> Results:
-    """Ingest the indexed traces (all of index.json by default) and collect runs, steps, attribution, gaps
-    and a lane window per run. catalog: a DuckDB file to keep (re-ingesting a trace adds nothing), or an
-    open catalog connection to ask profiling.analysis more questions afterwards; default in memory."""
+    """Ingest the indexed traces (all of index.json by default) and collect runs, steps,
+    attribution, gaps and a lane window per run. catalog: a DuckDB file to keep (re-ingesting a
+    trace adds nothing), or an open catalog connection to ask profiling.analysis more questions
+    afterwards; default in memory."""
     traces_dir = Path(traces_dir)
     index_path = traces_dir / "index.json"
     if not index_path.is_file():

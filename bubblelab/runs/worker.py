@@ -1,7 +1,8 @@
-"""One measured run, in its own process so Nsight Systems can wrap it: `python -m bubblelab.runs.worker CONFIG.json`.
+"""One measured run, in its own process so Nsight Systems can wrap it:
+`python -m bubblelab.runs.worker CONFIG.json`.
 
-The config names the engine options, the workload and where to write the result: a JSON with the run's
-summary and its in-process timeline (host ranges, device intervals, step infos).
+The config names the engine options, the workload and where to write the result: a JSON with the
+run's summary and its in-process timeline (host ranges, device intervals, step infos).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from bubblelab.engine.workload import WorkloadSpec
 
 
 def run_one(config: dict, loaded: LoadedModel | None = None) -> RunResult:
-    """Run one configuration: {"engine": EngineConfig kwargs, "workload": WorkloadSpec kwargs, "nvtx": bool}."""
+    """Run one configuration: {"engine": EngineConfig kwargs, "workload": WorkloadSpec kwargs,
+    "nvtx": bool}."""
     engine = LLMEngine(
         EngineConfig(**config["engine"]),
         loaded,

@@ -1,5 +1,5 @@
-"""Markdown table (depth 1 vs 2: period, forward, sampling, idle, tokens/s, speedup) from the JSON files
-of benchmarks.depth_sweep (before it, benchmarks/gpu_engine.py: the same "runs").
+"""Markdown table (depth 1 vs 2: period, forward, sampling, idle, tokens/s, speedup) from the JSON
+files of benchmarks.depth_sweep (before it, benchmarks/gpu_engine.py: the same "runs").
 
     python -m tools.docs.engine_table docs/measurements/fused/engine-*.json
 """

@@ -1,12 +1,14 @@
-"""The cost model against the H200 sweep: the post-style table, the plot, and one report for the sweep.
+"""The cost model against the H200 sweep: the post-style table, the plot, and one report for the
+sweep.
 
     .venv/bin/python -m tools.docs.h200_costmodel_table             # markdown table on stdout
     .venv/bin/python -m tools.docs.h200_costmodel_table --plot docs/h200-costmodel.png \\
         --report reports/h200-sweep/report.html
 
 Reads docs/measurements/h200-sweep/<name>/results.json.gz (one directory per model or workload). Per
-configuration: the per-step model (the post's T_block / T_pipe × (1 − z), steady-state medians) and the
-whole-run model (costmodel.wholerun, from the depth-1 step sequence), against the observed tokens/s ratio.
+configuration: the per-step model (the post's T_block / T_pipe × (1 − z), steady-state medians) and
+the whole-run model (costmodel.wholerun, from the depth-1 step sequence), against the observed
+tokens/s ratio.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ TARGET_PTS = 1.0  # the accuracy the model is held to, in points of speedup
 
 
 def prefills(results, run_ids) -> tuple[float, float]:
-    """Prefill steps per run, and their mean host launch time (ms): the host-bound part of the wall."""
+    """Prefill steps per run, and their mean host launch time (ms): the host-bound part of the
+    wall."""
     steps = results.steps[results.steps["run_id"].isin(run_ids)]
     prefill = steps[steps["kind"] == "prefill"]
     return len(prefill) / len(run_ids), float(prefill["launch_ms"].mean())
@@ -61,9 +64,9 @@ def sweep_table(sweep: Path, n_boot: int) -> tuple[pd.DataFrame, dict]:
 
 def markdown(table: pd.DataFrame) -> str:
     head = (
-        "| run · streams | blocking ms | pipelined ms | L | predicted per-step [95%] | predicted whole-run "
-        "[repeats] | observed [95%] | error per-step | error whole-run | prefills per run d1 / d2 "
-        "| prefill launch ms d1 / d2 |"
+        "| run · streams | blocking ms | pipelined ms | L | predicted per-step [95%] "
+        "| predicted whole-run [repeats] | observed [95%] | error per-step | error whole-run "
+        "| prefills per run d1 / d2 | prefill launch ms d1 / d2 |"
     )
     lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
     for r in table.itertuples():
@@ -71,16 +74,19 @@ def markdown(table: pd.DataFrame) -> str:
         lines.append(
             f"| {r.name} · {r.streams} | {r.blocking_ms:.2f} | {r.pipelined_ms:.2f} | {r.L:.0f} "
             f"| {r.predicted_pct:+.1f}% [{r.predicted_lo:.1f}, {r.predicted_hi:.1f}] "
-            f"| {r.wall_predicted_pct:+.1f}% [{r.wall_predicted_min:.1f}, {r.wall_predicted_max:.1f}] "
+            f"| {r.wall_predicted_pct:+.1f}% "
+            f"[{r.wall_predicted_min:.1f}, {r.wall_predicted_max:.1f}] "
             f"| {r.observed_pct:+.1f}% [{r.observed_lo:.1f}, {r.observed_hi:.1f}] "
-            f"| {r.step_error_pts:+.1f} | {r.wall_error_pts:+.1f}{miss} | {r.prefills_d1:.0f} / {r.prefills_d2:.0f} "
+            f"| {r.step_error_pts:+.1f} | {r.wall_error_pts:+.1f}{miss} "
+            f"| {r.prefills_d1:.0f} / {r.prefills_d2:.0f} "
             f"| {r.prefill_launch_d1:.1f} / {r.prefill_launch_d2:.1f} |"
         )
     return "\n".join(lines)
 
 
 def plot(table: pd.DataFrame, path: Path) -> None:
-    """Predicted vs observed, one panel per model: observed 95% intervals across, the model's spread up."""
+    """Predicted vs observed, one panel per model: observed 95% intervals across, the model's spread
+    up."""
     models = (
         (
             "predicted_pct",

@@ -1,8 +1,9 @@
-"""Trim the nsys exports of a run-and-profile directory into small committed traces (traces/*.sqlite.gz).
+"""Trim the nsys exports of a run-and-profile directory into small committed traces
+(traces/*.sqlite.gz).
 
-For each run: a window of --steps consecutive steps from the middle of the run (so it holds steady decode
-and, at many streams, some prefills), trimmed by profiling.trim, gzipped, with its run metadata in
-traces/index.json.
+For each run: a window of --steps consecutive steps from the middle of the run (so it holds steady
+decode and, at many streams, some prefills), trimmed by profiling.trim, gzipped, with its run
+metadata in traces/index.json.
 
     python -m tools.docs.make_traces RUN_DIR OUT_DIR --steps 120
 """

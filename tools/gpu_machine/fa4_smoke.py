@@ -1,24 +1,31 @@
-"""One GPU call that says whether flash-attn-4 (CuTe DSL) works here, for the engine and for nano-vllm.
+"""One GPU call that says whether flash-attn-4 (CuTe DSL) works here, for the engine and for
+nano-vllm.
 
-Run from the repository root after tools/gpu_machine/unstage_flash_attn.sh has extracted the staged tree
-and its env.sh is sourced:
+Run from the repository root after tools/gpu_machine/unstage_flash_attn.sh has extracted the staged
+tree and its env.sh is sourced:
 
     source .device/remote-setup.sh && bash tools/gpu_machine/unstage_flash_attn.sh \
         && source /tmp/fa4site/env.sh && python -m tools.gpu_machine.fa4_smoke --out $OUT
 
-Stages (each in its own try/except, one line each, full traceback in the JSON; JSON rewritten after every
-stage so a timeout still leaves the finished ones in --out):
-  env            versions (torch, CUDA, driver, cutlass-dsl, FA4, quack, tvm-ffi, cuda-bindings, ...)
-  import         cutlass, cutlass.cute, flash_attn (the FA2-API shim, on by default), flash_attn.cute
-  prefill        varlen causal, qwen3-like (32 q heads, 8 kv heads, D=128, bf16) vs SDPA; compile + timing
-  decode_p{N}    paged decode via page_table for page sizes N (128 = the SM90 TMA path), vs SDPA; timing
+Stages (each in its own try/except, one line each, full traceback in the JSON; JSON rewritten after
+every stage so a timeout still leaves the finished ones in --out):
+  env            versions (torch, CUDA, driver, cutlass-dsl, FA4, quack, tvm-ffi, cuda-bindings,
+                 ...)
+  import         cutlass, cutlass.cute, flash_attn (the FA2-API shim, on by default),
+                 flash_attn.cute
+  prefill        varlen causal, qwen3-like (32 q heads, 8 kv heads, D=128, bf16) vs SDPA; compile +
+                 timing
+  decode_p{N}    paged decode via page_table for page sizes N (128 = the SM90 TMA path), vs SDPA;
+                 timing
   decode_pad-1   page_table padded with -1 and unused pages full of NaN (what nano-vllm hands over)
   decode_len0    rows with seqused_k = 0 (padded CUDA-graph rows) must come out finite
   decode_graph   CUDA-graph capture of the decode call, replayed with new lengths and tables
   default_cuda   prefill with torch.set_default_device("cuda") (how nano-vllm runs its warm-up)
-  shim           flash_attn.flash_attn_varlen_func (plain and paged prefix-cache form), flash_attn_with_kvcache
+  shim           flash_attn.flash_attn_varlen_func (plain and paged prefix-cache form),
+                 flash_attn_with_kvcache
   engine_backend the engine's FlashAttention(impl="fa4") against its TorchAttention
-  nanovllm       nano-vllm generate on seeded random qwen3-0.6b weights through the shim (--skip-nanovllm)
+  nanovllm       nano-vllm generate on seeded random qwen3-0.6b weights through the shim
+                 (--skip-nanovllm)
 """
 
 from __future__ import annotations
@@ -41,7 +48,8 @@ import torch.nn.functional as F
 SHIM = Path(__file__).resolve().parent / "flash_attn_shim"
 H, HKV, D = 32, 8, 128
 DTYPE = torch.bfloat16
-TOL = 3e-2  # bf16 outputs up to ~4 (1-token rows copy v): rounding alone reaches ~1e-2; a masking bug is O(0.1)
+# bf16 outputs up to ~4 (1-token rows copy v): rounding alone reaches ~1e-2; a masking bug is O(0.1)
+TOL = 3e-2
 
 
 class Report:
@@ -120,7 +128,8 @@ def check(rec: dict, err: float, what: str) -> None:
 
 
 def make_paged(lens: list[int], page: int, pad: int, nan_unused: bool, gen: torch.Generator):
-    """K/V cache [pages, page, HKV, D] holding each sequence's keys on shuffled pages; table [B, max_pages]."""
+    """K/V cache [pages, page, HKV, D] holding each sequence's keys on shuffled pages; table [B,
+    max_pages]."""
     need = [-(-n // page) for n in lens]
     total = sum(need) + 4  # spare pages that nobody uses
     perm = torch.randperm(total, generator=gen).tolist()
@@ -185,9 +194,8 @@ def stage_env(rep: Report) -> None:
             from cuda.bindings import driver
 
             rec["driver_cuda"] = driver.cuDriverGetVersion()[1]
-        rec["device"] = (
-            torch.cuda.get_device_name()
-        )  # last: without a GPU the versions above still land
+        # last: without a GPU the versions above still land
+        rec["device"] = torch.cuda.get_device_name()
         rec["capability"] = torch.cuda.get_device_capability()
         rec["summary"] = (
             f"{rec['device']} sm_{''.join(map(str, rec['capability']))}, torch {torch.__version__} "
@@ -353,9 +361,8 @@ def stage_decode_graph(rep: Report, fa4, page: int = 128, batch: int = 64) -> No
         ref = gather_ref(q, k_cache, v_cache, static_table, seqused.tolist(), scale)
         check(rec, max_err(out, ref), "replay_vs_sdpa")
         rec["replay_ms"] = cuda_time_ms(graph.replay)
-        rec["summary"] = (
-            f"captured, replay err {rec['max_abs_err_replay_vs_sdpa']:.2g}, {rec['replay_ms']:.3f} ms"
-        )
+        err = rec["max_abs_err_replay_vs_sdpa"]
+        rec["summary"] = f"captured, replay err {err:.2g}, {rec['replay_ms']:.3f} ms"
 
 
 def stage_shim(rep: Report) -> None:
@@ -428,7 +435,8 @@ def stage_shim(rep: Report) -> None:
         )
         check(rec, max_err(out, gather_ref(qd, k_cache, v_cache, table, klens, scale)), "kvcache")
         rec["summary"] = (
-            f"backend {rec['backend']}: varlen, prefix-cache varlen and kvcache (page 256) match SDPA"
+            f"backend {rec['backend']}: varlen, prefix-cache varlen and kvcache (page 256) "
+            "match SDPA"
         )
 
 

@@ -1,23 +1,28 @@
-"""Stage flash-attn-4 (CuTe DSL), nano-vllm and their missing dependencies for the offline GPU machine.
+"""Stage flash-attn-4 (CuTe DSL), nano-vllm and their missing dependencies for the offline GPU
+machine.
 
-The GPU machine has no network and a call carries at most 64 MiB (checkout ~14 MB, `.device/` ~43 MB), so
-the packages go over as one tar.xz split into parts of at most PART_BYTES, each part in its own git-ignored
-directory `.fa4a/`, `.fa4b/`, ... that one staging call carries (see tools/gpu_machine/README.md). On the
-GPU, tools/gpu_machine/unstage_flash_attn.sh collects the parts and extracts them.
+The GPU machine has no network and a call carries at most 64 MiB (checkout ~14 MB, `.device/` ~43
+MB), so the packages go over as one tar.xz split into parts of at most PART_BYTES, each part in its
+own git-ignored directory `.fa4a/`, `.fa4b/`, ... that one staging call carries (see
+tools/gpu_machine/README.md). On the GPU, tools/gpu_machine/unstage_flash_attn.sh collects the parts
+and extracts them.
 
-    python -m tools.gpu_machine.stage_flash_attn     # downloads into /tmp/fa4stage, writes .fa4a/ .fa4b/ ...
+    python -m tools.gpu_machine.stage_flash_attn   # downloads to /tmp/fa4stage, writes .fa4a/ ...
 
 What goes over (all pinned, py3.12 manylinux x86_64, --no-deps), and why nothing else does:
-  flash-attn-4                   the CuTe DSL kernels (pure Python: flash_attn/cute/, a namespace package)
+  flash-attn-4                   the CuTe DSL kernels (pure Python: flash_attn/cute/, a namespace
+                                 package)
   nvidia-cutlass-dsl-libs-core   the `cutlass` / `cutlass.cute` Python package (pure Python)
   nvidia-cutlass-dsl-libs-base   cutlass._mlir Python bindings (the .py half of the compiler)
-  nvidia-cutlass-dsl-libs-cu13   _cutlass_ir.cu13 (the compiler, 193 MB, needs only libc) + libcute_dsl_runtime
+  nvidia-cutlass-dsl-libs-cu13   _cutlass_ir.cu13 (the compiler, 193 MB, needs only libc) +
+                                 libcute_dsl_runtime
   quack-kernels, einops          imported by flash_attn.cute at import time
   nano-vllm-fork, xxhash         the comparison engine and the one dependency the GPU machine lacks
-Already on the GPU machine: torch 2.11 (which requires cuda-bindings 13 and the CUDA 13 runtime wheels),
-numpy, triton, transformers (+ safetensors, tqdm), and from .device/ apache-tvm-ffi 0.1.15.post2. Not needed:
-the nvidia-cutlass-dsl meta wheel (only a .pth, replaced by PYTHONPATH), torch-c-dlpack-ext (torch >= 2.10
-has the DLPack exchange API itself), protobuf (declared but never imported).
+Already on the GPU machine: torch 2.11 (which requires cuda-bindings 13 and the CUDA 13 runtime
+wheels), numpy, triton, transformers (+ safetensors, tqdm), and from .device/ apache-tvm-ffi
+0.1.15.post2. Not needed: the nvidia-cutlass-dsl meta wheel (only a .pth, replaced by PYTHONPATH),
+torch-c-dlpack-ext (torch >= 2.10 has the DLPack exchange API itself), protobuf (declared but never
+imported).
 """
 
 from __future__ import annotations
@@ -45,7 +50,8 @@ WHEELS: dict[str, str] = {
 }
 # Paths (relative to the site tree) that nothing imports at run time.
 DROP: list[str] = [
-    "nvidia_cutlass_dsl/dsl_packages/iket",  # IKET profiler CLI (run-iket); cute.experimental uses cutlass._mlir
+    # IKET profiler CLI (run-iket); cute.experimental uses cutlass._mlir
+    "nvidia_cutlass_dsl/dsl_packages/iket",
     "nvidia_cutlass_dsl/cu13/lib/stubs",  # aarch64 / QNX link stubs for AOT export
     "nvidia_cutlass_dsl/cu13/lib/libcuda_dialect_runtime_static.a",
     "nvidia_cutlass_dsl/cu13/include",  # AOT export headers
@@ -107,7 +113,8 @@ def unpack(wheels: list[Path], site: Path) -> None:
 
 
 def pack(site: Path, archive: Path) -> None:
-    """tar | xz with the x86 BCJ filter: ~8% smaller than plain -9e on the 237 MB of compiler binaries."""
+    """tar | xz with the x86 BCJ filter: ~8% smaller than plain -9e on the 237 MB of compiler
+    binaries."""
     tar = subprocess.Popen(
         [
             "tar",
@@ -180,8 +187,9 @@ def main() -> None:
     for n, pair in enumerate(pairs, 1):
         print(f"  call {n}: carry {pair}: bash {UNSTAGE}")
     print(
-        f"  call {len(pairs) + 1}: carry ['.device']: source .device/remote-setup.sh && bash {UNSTAGE} "
-        "&& source /tmp/fa4site/env.sh && python -m tools.gpu_machine.fa4_smoke --out $OUT"
+        f"  call {len(pairs) + 1}: carry ['.device']: source .device/remote-setup.sh && "
+        f"bash {UNSTAGE} && source /tmp/fa4site/env.sh && "
+        "python -m tools.gpu_machine.fa4_smoke --out $OUT"
     )
 
 

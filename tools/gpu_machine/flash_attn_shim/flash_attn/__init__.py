@@ -1,29 +1,34 @@
-"""A stand-in `flash_attn` (FA2 API) for nano-vllm, on top of flash-attn-4 (CuTe DSL) or, failing that, torch SDPA.
+"""A stand-in `flash_attn` (FA2 API) for nano-vllm, on top of flash-attn-4 (CuTe DSL) or, failing
+that, torch SDPA.
 
-Put `tools/gpu_machine/flash_attn_shim` on PYTHONPATH together with the staged flash-attn-4 tree. Exactly the two FA2
-functions nano-vllm (nanovllm/layers/attention.py) calls, with the arguments it passes:
+Put `tools/gpu_machine/flash_attn_shim` on PYTHONPATH together with the staged flash-attn-4 tree.
+Exactly the two FA2 functions nano-vllm (nanovllm/layers/attention.py) calls, with the arguments it
+passes:
 
-  flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
-                         causal, block_table=None)
-      no block_table: plain varlen   -> flash_attn.cute.flash_attn_varlen_func(q, k, v, cu_seqlens_q,
-                                         cu_seqlens_k, max_seqlen_q, max_seqlen_k, ...)
+  flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                         softmax_scale, causal, block_table=None)
+      no block_table: plain varlen
+          -> flash_attn.cute.flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k,
+             max_seqlen_q, max_seqlen_k, ...)
       block_table (prefix cache, k/v are the paged caches [pages, page_size, kv_heads, D])
-                                      -> same with page_table=block_table and seqused_k = diff(cu_seqlens_k):
-                                         FA4 refuses cu_seqlens_k together with page_table
-  flash_attn_with_kvcache(q [B, 1, H, D], k_cache, v_cache, cache_seqlens, block_table, softmax_scale, causal)
-                                      -> flash_attn.cute.flash_attn_varlen_func(q, k_cache, v_cache,
-                                         seqused_k=cache_seqlens, page_table=block_table, ...) (batched q)
-FA4 returns (out, lse); FA2 returns out, and so does the shim. Anything else FA2 offers (k/v appended in
-flash_attn_with_kvcache, dropout, alibi, windows, ...) raises NotImplementedError instead of being ignored.
+          -> the same with page_table=block_table and seqused_k = diff(cu_seqlens_k): FA4 refuses
+             cu_seqlens_k together with page_table
+  flash_attn_with_kvcache(q [B, 1, H, D], k_cache, v_cache, cache_seqlens, block_table,
+                          softmax_scale, causal)
+          -> flash_attn.cute.flash_attn_varlen_func(q, k_cache, v_cache, seqused_k=cache_seqlens,
+             page_table=block_table, ...) (batched q)
+FA4 returns (out, lse); FA2 returns out, and so does the shim. Anything else FA2 offers (k/v
+appended in flash_attn_with_kvcache, dropout, alibi, windows, ...) raises NotImplementedError
+instead of being ignored.
 
 FA4 facts this relies on (4.0.0b36): bf16/fp16, head_dim 8..256 on SM90 (multiple of 8), GQA via
-nheads % nheads_kv == 0, int32 cu_seqlens / seqused_k / page_table, any page size (page_size == the kernel's
-key tile, 128 at head_dim 128 on SM90, loads pages by TMA; other sizes by cp.async), causal aligned
-bottom-right as in FA2. nano-vllm pads page_table rows with -1; FA4 should never read entries past
-a sequence's pages (tools/gpu_machine/fa4_smoke.py, stage decode_pad-1, checks it).
+nheads % nheads_kv == 0, int32 cu_seqlens / seqused_k / page_table, any page size (page_size == the
+kernel's key tile, 128 at head_dim 128 on SM90, loads pages by TMA; other sizes by cp.async), causal
+aligned bottom-right as in FA2. nano-vllm pads page_table rows with -1; FA4 should never read
+entries past a sequence's pages (tools/gpu_machine/fa4_smoke.py, stage decode_pad-1, checks it).
 
-FLASH_ATTN_SHIM_BACKEND=sdpa forces the slow fallback (per-sequence SDPA, gathered pages); the default "auto"
-uses FA4 when `flash_attn.cute` imports and says on stderr when it falls back.
+FLASH_ATTN_SHIM_BACKEND=sdpa forces the slow fallback (per-sequence SDPA, gathered pages); the
+default "auto" uses FA4 when `flash_attn.cute` imports and says on stderr when it falls back.
 """
 
 from __future__ import annotations
@@ -35,8 +40,9 @@ import sys
 import torch
 import torch.nn.functional as F
 
-# flash-attn-4 installs `flash_attn/cute/` with no flash_attn/__init__.py (a namespace portion). This regular
-# package would hide it, so take every other `flash_attn` portion on sys.path into our __path__.
+# flash-attn-4 installs `flash_attn/cute/` with no flash_attn/__init__.py (a namespace portion).
+# This regular package would hide it, so take every other `flash_attn` portion on sys.path into our
+# __path__.
 __path__ = pkgutil.extend_path(__path__, __name__)
 __version__ = "2.0.0+fa4shim"
 
@@ -54,11 +60,12 @@ def _fa4():
                 from flash_attn.cute import flash_attn_varlen_func as fa4_varlen
 
                 _FA4 = fa4_varlen
-            except Exception as exc:  # noqa: BLE001 - any import failure means fallback (or error if forced)
+            except Exception as exc:  # any import failure: the fallback (an error when forced)
                 if choice == "fa4":
                     raise
+                why = f"{type(exc).__name__}: {exc}"
                 print(
-                    f"flash_attn shim: flash-attn-4 unavailable ({type(exc).__name__}: {exc}); using SDPA",
+                    f"flash_attn shim: flash-attn-4 unavailable ({why}); using SDPA",
                     file=sys.stderr,
                 )
     return _FA4 or None
@@ -102,7 +109,8 @@ def flash_attn_varlen_func(
     return_attn_probs: bool = False,
     block_table: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """q [total_q, H, D]; k/v [total_k, Hkv, D], or paged [pages, page_size, Hkv, D] with block_table."""
+    """q [total_q, H, D]; k/v [total_k, Hkv, D], or paged [pages, page_size, Hkv, D] with
+    block_table."""
     _reject(
         dropout_p=dropout_p,
         window_size=window_size,
@@ -163,7 +171,8 @@ def flash_attn_with_kvcache(
     num_splits: int = 0,
     return_softmax_lse: bool = False,
 ) -> torch.Tensor:
-    """q [B, Sq, H, D]; paged k_cache/v_cache [pages, page_size, Hkv, D] with block_table [B, max_pages]."""
+    """q [B, Sq, H, D]; paged k_cache/v_cache [pages, page_size, Hkv, D] with block_table [B,
+    max_pages]."""
     _reject(
         k=k,
         v=v,
@@ -200,7 +209,7 @@ def flash_attn_with_kvcache(
     return out
 
 
-# --- last resort: torch SDPA (correct, slow, reads cu_seqlens on the host, so not CUDA-graph safe) -------------
+# --- last resort: torch SDPA (correct, slow, reads cu_seqlens on the host: not CUDA-graph safe) ---
 
 
 def _sdpa_varlen(q, k, v, cu_q, cu_k, scale, causal, table):
@@ -229,7 +238,8 @@ def _sdpa_decode(q, k_cache, v_cache, lens, table, scale, causal):
 
 
 def _sdpa(q, k, v, scale, causal):
-    """[Sq, H, D] x [Sk, Hkv, D]; causal aligned bottom-right (query i sees keys up to Sk - Sq + i), as in FA2."""
+    """[Sq, H, D] x [Sk, Hkv, D]; causal aligned bottom-right (query i sees keys up to Sk - Sq + i),
+    as in FA2."""
     sq, sk = q.shape[0], k.shape[0]
     mask = None
     if causal:
