@@ -83,6 +83,13 @@ def engine_shaped_seed(path: Path, steps: int = 8, kernels_per_forward: int = 40
     return b.write(path)
 
 
+def one_row(con: duckdb.DuckDBPyConnection, sql: str) -> tuple:
+    """The row of a query that always returns exactly one (an aggregate)."""
+    row = con.execute(sql).fetchone()
+    assert row is not None, sql
+    return row
+
+
 def scale_up(source: Path, target: Path, kernels: int) -> int:
     """Replay `source`'s events back to back into `target` until it has >= `kernels` kernels;
     returns copies."""
@@ -100,12 +107,10 @@ def scale_up(source: Path, target: Path, kernels: int) -> int:
     spans = " UNION ALL ".join(
         f'SELECT min(start), max(COALESCE("end", start)) FROM src."{t}"' for t in events
     )
-    first, last = con.execute(f"SELECT min(a), max(b) FROM ({spans}) AS spans(a, b)").fetchone()
-    max_corr = con.execute(
-        "SELECT max(correlationId) FROM src.CUPTI_ACTIVITY_KIND_RUNTIME"
-    ).fetchone()[0]
-    max_step = con.execute("SELECT max(int64Value) FROM src.NVTX_EVENTS").fetchone()[0] or 0
-    per_copy = con.execute("SELECT count(*) FROM src.CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
+    first, last = one_row(con, f"SELECT min(a), max(b) FROM ({spans}) AS spans(a, b)")
+    (max_corr,) = one_row(con, "SELECT max(correlationId) FROM src.CUPTI_ACTIVITY_KIND_RUNTIME")
+    max_step = one_row(con, "SELECT max(int64Value) FROM src.NVTX_EVENTS")[0] or 0
+    (per_copy,) = one_row(con, "SELECT count(*) FROM src.CUPTI_ACTIVITY_KIND_KERNEL")
     copies = -(-kernels // per_copy)
     span, corr, steps = last - first + 1000, max_corr + 1, max_step + 1  # integers, inlined below
     shifts = {
@@ -159,8 +164,8 @@ def main() -> None:
     )
     parser.add_argument("--kernels", type=int, default=1_000_000)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
         source = args.source or engine_shaped_seed(tmp / "seed.sqlite")
         t0 = time.perf_counter()
         copies = scale_up(source, tmp / "big.sqlite", args.kernels)
@@ -168,7 +173,7 @@ def main() -> None:
         load_sqlite_extension(con)
         con.execute(f"ATTACH {sql_string(str(tmp / 'big.sqlite'))} AS big (TYPE sqlite, READ_ONLY)")
         sizes = {
-            t: con.execute(f"SELECT count(*) FROM big.{t}").fetchone()[0]
+            t: one_row(con, f"SELECT count(*) FROM big.{t}")[0]
             for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS")
         }
         con.close()

@@ -38,6 +38,7 @@ import json
 import traceback
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -56,12 +57,13 @@ from benchmarks.compare_hf import bench_hf
 from benchmarks.compare_nanovllm import bench_nano_vllm, nano_vllm_status
 from benchmarks.compare_report import plot, write_markdown
 from benchmarks.forward_kernels import copy_bandwidth
-from bubblelab.engine.attention import select_backend
+from bubblelab.engine.attention import AttentionBackend, select_backend
 from bubblelab.engine.config import EngineConfig
 from bubblelab.engine.driver import run_workload
 from bubblelab.engine.export import hf_causal_lm
 from bubblelab.engine.llm_engine import LLMEngine
 from bubblelab.engine.loader import LoadedModel, load_model
+from bubblelab.engine.models.transformer import Attention
 from bubblelab.engine.timeline import Timeline
 from bubblelab.engine.workload import WorkloadSpec
 from bubblelab.profiling.analysis import per_step_from_timeline, steady_state
@@ -75,14 +77,15 @@ def engine_label(depth: int, backend: str, sweep: Sweep) -> str:
     )
 
 
-def use_backend(loaded: LoadedModel, name: str, device: str):
+def use_backend(loaded: LoadedModel, name: str, device: str) -> AttentionBackend:
     """Point the loaded model's attention (model and every layer) at a fresh `name` backend; returns
     it. One copy of the weights serves every backend; engines built afterwards capture their graphs
     with it."""
     backend = select_backend(name, device)
     loaded.model.attn_backend = backend
-    for layer in loaded.model.layers:
-        layer.self_attn.backend = backend
+    for module in loaded.model.modules():
+        if isinstance(module, Attention):
+            module.backend = backend
     return backend
 
 
@@ -94,7 +97,8 @@ def bench_bubblelab(
     keeps the finished ones. Raises on failure (the caller records it); stops early (returns) past
     sweep.deadline_s."""
     impl = use_backend(loaded, backend, sweep.device)
-    attention = backend + (f"({impl.impl})" if getattr(impl, "impl", None) else "")
+    flavour = getattr(impl, "impl", None)  # flash-attn: fa4 or fa2
+    attention = backend + (f"({flavour})" if flavour else "")
     block_size = sweep.block_size
     if block_size % impl.block_size_multiple:
         block_size = impl.block_size_multiple * -(-block_size // impl.block_size_multiple)
@@ -328,7 +332,7 @@ def main(argv: list[str] | None = None) -> dict:
     nano_status = "not run: skipped (--skip-nanovllm)" if a.skip_nanovllm else nano_vllm_status()
     if nano_status is None and sweep.device != "cuda":
         nano_status = "not run: nano-vllm needs CUDA"
-    result = {
+    result: dict[str, Any] = {
         "device": torch.cuda.get_device_name() if sweep.device == "cuda" else "cpu",
         "torch": torch.__version__,
         "transformers": transformers.__version__,

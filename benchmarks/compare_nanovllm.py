@@ -140,14 +140,14 @@ def bench_nano_vllm(
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+            rc: int | str
             try:
                 rc = proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 rc = "timeout"
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(
-                    proc.pid, signal.SIGKILL
-                )  # the child's group: its leftovers (or it, on timeout)
+                # the child's group: its leftovers (or it, on timeout)
+                os.killpg(proc.pid, signal.SIGKILL)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=10)
         tail = log.read_text(errors="replace")[-4000:]

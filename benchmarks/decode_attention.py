@@ -24,21 +24,28 @@ import json
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from benchmarks.forward_kernels import copy_bandwidth, fill_decode_rows, time_steps
+from bubblelab.engine.attention import AttentionBackend
 from bubblelab.engine.attention.metadata import AttentionMetadata
 from bubblelab.engine.attention.torch_backend import TorchAttention
 from bubblelab.engine.attention.triton_backend import TritonAttention
 from bubblelab.engine.config import PRESETS, EngineConfig
 from bubblelab.engine.loader import load_model
 from bubblelab.engine.model_runner import ModelRunner
+from bubblelab.engine.models.transformer import Attention, TransformerLM
 from bubblelab.engine.streams import Streams
 
 BLOCK_SIZE = 16
-BACKENDS = {"torch": TorchAttention, "triton": TritonAttention}
+BACKENDS: dict[str, Callable[[], AttentionBackend]] = {
+    "torch": TorchAttention,
+    "triton": TritonAttention,
+}
 
 
 def main() -> None:
@@ -156,22 +163,23 @@ def bench_attention(preset: str, batch: int, context: int, args) -> dict:
         block_tables=tables.to(args.device),
     )
     q = torch.randn(batch, cfg.num_heads, cfg.head_dim, device=args.device, dtype=dtype)
+    kv = torch.zeros(batch, cfg.num_kv_heads, cfg.head_dim, device=args.device, dtype=dtype)
     scale = cfg.head_dim**-0.5
 
-    row = {"preset": preset, "batch": batch, "context": context, "layers": layers}
+    row: dict[str, Any] = {"preset": preset, "batch": batch, "context": context, "layers": layers}
     outs = {}
     for name, cls in BACKENDS.items():
         backend = cls()
 
-        def step(backend=backend) -> torch.Tensor:
+        def step(backend: AttentionBackend = backend) -> torch.Tensor:
             step_meta = backend.prepare(meta, k_pool[0], dtype)
-            o = None
-            for layer in range(layers):
-                o = backend.forward(q, None, None, k_pool[layer], v_pool[layer], step_meta, scale)
+            o = q
+            for layer in range(layers):  # k/v: already in the cache, as the model leaves them
+                o = backend.forward(q, kv, kv, k_pool[layer], v_pool[layer], step_meta, scale)
             return o
 
         outs[name] = step().float()  # also the warm-up: Triton compiles here, not under capture
-        run = step
+        run: Callable[[], object] = step
         if cuda:
             torch.cuda.synchronize()
             graph = torch.cuda.CUDAGraph()
@@ -247,12 +255,13 @@ def bench_forward(
     return rows
 
 
-def _use_backend(model, backend) -> None:
+def _use_backend(model: TransformerLM, backend: AttentionBackend) -> None:
     """Point the model and every attention layer at `backend`: one set of weights (and compiled ops)
     for both."""
     model.attn_backend = backend
-    for layer in model.layers:
-        layer.self_attn.backend = backend
+    for module in model.modules():
+        if isinstance(module, Attention):
+            module.backend = backend
 
 
 def _ints(text: str) -> list[int]:

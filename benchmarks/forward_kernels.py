@@ -23,7 +23,9 @@ import statistics
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -117,11 +119,10 @@ def bench_preset(
         attention_backend=args.attention_backend,
     )
     t0 = time.perf_counter()
-    runner = ModelRunner(
-        cfg, loaded, Streams(torch.device(args.device), timing=False)
-    )  # CUDA: compiles, captures
+    # CUDA: compiles, captures
+    runner = ModelRunner(cfg, loaded, Streams(torch.device(args.device), timing=False))
     num_layers = loaded.config.num_layers
-    result = {
+    result: dict[str, Any] = {
         "compiled": loaded.model.compile_enabled,
         "startup_s": round(time.perf_counter() - t0, 1),
         "num_layers": num_layers,
@@ -134,20 +135,17 @@ def bench_preset(
         fill_decode_rows(runner, slot, b, args.context)
         body = functools.partial(runner._decode_body, slot, b)
         step = runner.graphs.decode_graphs[0][b].replay if cuda else body
-        kernels = count_kernels(step, cuda)
-        kernel_us = getattr(count_kernels, "last_us", collections.Counter())
-        row = {
+        kernels, kernel_us = count_kernels(step, cuda)
+        row: dict[str, Any] = {
             "step_ms": round(time_steps(step, args.iters, cuda), 3),
             "kernels": sum(kernels.values()),
             "per_layer": round(sum(kernels.values()) / num_layers, 1),
         }
         if cuda:  # the same body launched eagerly: a cross-check of the graph count
-            row["kernels_eager_body"] = sum(count_kernels(body, cuda).values())
+            row["kernels_eager_body"] = sum(count_kernels(body, cuda)[0].values())
         if b == batches[0]:
             row["top_kernels"] = dict(kernels.most_common(12))
-            if (
-                kernel_us
-            ):  # where the step's time goes: kernel time by name, and its sum against the step
+            if kernel_us:  # where the step's time goes: kernel time by name, and its sum
                 row["kernel_ms"] = round(sum(kernel_us.values()) / 1e3, 3)
                 row["top_kernel_us"] = {k: round(v, 1) for k, v in kernel_us.most_common(12)}
         result[f"batch_{b}"] = row
@@ -194,8 +192,12 @@ def time_steps(step, iters: int, cuda: bool) -> float:
     return statistics.median(s.elapsed_time(e) for s, e in events)
 
 
-def count_kernels(step, cuda: bool) -> collections.Counter:
-    """Kernels one step launches by name (CUDA), or its top-level aten ops (CPU: a proxy, views included)."""
+def count_kernels(
+    step: Callable[[], object], cuda: bool
+) -> tuple[collections.Counter[str], collections.Counter[str]]:
+    """Kernels one step launches by name (CUDA), or its top-level aten ops (CPU: a proxy, views
+    included); and the device time (us) per kernel name (CUDA only, else empty)."""
+    device_us: collections.Counter[str] = collections.Counter()
     with profile(
         activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     ) as prof:
@@ -210,9 +212,8 @@ def count_kernels(step, cuda: bool) -> collections.Counter:
             and not any(w in e.name.lower() for w in NOT_KERNELS)
         ]
         names = [e.name for e in kernels]
-        count_kernels.last_us = collections.Counter()  # device time per kernel name of this step
         for e in kernels:
-            count_kernels.last_us[e.name[:80]] += e.time_range.elapsed_us()
+            device_us[e.name[:80]] += e.time_range.elapsed_us()
     else:
         names = [
             e.name
@@ -220,7 +221,7 @@ def count_kernels(step, cuda: bool) -> collections.Counter:
             if e.name.startswith("aten::")
             and (e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::"))
         ]
-    return collections.Counter(name[:80] for name in names)
+    return collections.Counter(name[:80] for name in names), device_us
 
 
 def copy_bandwidth(device: str, nbytes: int = 1 << 30) -> float | None:

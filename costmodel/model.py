@@ -32,11 +32,14 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import pandas as pd
 
 from bubblelab.errors import BubblelabError
+
+Period = TypeVar("Period", float, np.ndarray)  # a step period in ms, or an array of them
 
 # vLLM's default CUDA-graph capture sizes: 1, 2, 4, then every multiple of 8.
 VLLM_BUCKETS: tuple[int, ...] = (1, 2, 4, *range(8, 513, 8))
@@ -104,8 +107,9 @@ def zombie_tax(L: float, streams: int, cost: StepCost | None = None) -> float:
     return max(0.0, streams * (g_s - g_prev) / (L * g_s))
 
 
-def speedup(t_block_ms: float, t_pipe_ms: float, z: float) -> float:
-    """The post's model: throughput of depth 2 over depth 1 (1.10 = +10%)."""
+def speedup(t_block_ms: Period, t_pipe_ms: Period, z: float) -> Period:
+    """The post's model: throughput of depth 2 over depth 1 (1.10 = +10%); on periods or on arrays
+    of bootstrap samples of them."""
     return t_block_ms / t_pipe_ms * (1.0 - z)
 
 

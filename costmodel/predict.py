@@ -24,6 +24,8 @@ Per pair:
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 import pandas as pd
 
@@ -166,7 +168,7 @@ def predict_pair(
     d2: pd.DataFrame,
     steps: pd.DataFrame,
     *,
-    buckets: tuple[int, ...] | None | str = "auto",
+    buckets: tuple[int, ...] | None | Literal["auto"] = "auto",
     n_boot: int = 1000,
     seed: int = 0,
 ) -> dict:
@@ -185,7 +187,7 @@ def predict_pair(
         )
 
     streams = int(d1["streams"].iloc[0])
-    if buckets == "auto":
+    if isinstance(buckets, str):  # "auto"
         buckets = None if str(d1["device"].iloc[0]).lower() == "cpu" else VLLM_BUCKETS
     L = float(d1["mean_generated_len"].mean())
     cost = StepCost.from_steps(pd.concat([steps1, steps2]), buckets)

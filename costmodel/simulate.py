@@ -220,7 +220,8 @@ def idle_gaps(timeline: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         gpu["start_ns"].to_numpy()[1:],
         np.maximum.accumulate(gpu["end_ns"].to_numpy())[:-1],
     )
-    gaps, charged = [], {}
+    gaps: list[tuple[str, int, float]] = []
+    charged: dict[str, float] = {}  # phase -> idle ns it was running during
     for step, g0, g1 in zip(gpu["step"].to_numpy()[1:], ends, starts, strict=True):
         if g1 <= g0:
             continue

@@ -70,11 +70,10 @@ def depth2_order(steps: pd.DataFrame) -> pd.DataFrame:
     work. Prefills before the first decode (the initial admission) wait for no finish and stay put.
     """
     ordered = steps.sort_values("step")
-    decodes, admissions, cause = (
-        [],
-        {},
-        None,
-    )  # admissions: decode index -> the prefills that follow it
+    decodes: list[int] = []
+    # decode index (None: before the first decode) -> the prefills that follow it
+    admissions: dict[int | None, list[int]] = {}
+    cause: int | None = None
     for i, kind in zip(ordered.index, ordered["kind"], strict=True):
         if kind == "decode":
             decodes.append(i)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 from bubblelab.engine.attention.metadata import AttentionMetadata
 from bubblelab.engine.config import EngineConfig
 from bubblelab.engine.llm_engine import LLMEngine
+from bubblelab.engine.loader import LoadedModel
 from bubblelab.engine.sampling_params import SamplingParams
 
 
@@ -29,8 +31,8 @@ class Outcome:
     ticks: int = 0
 
 
-def make_engine(loaded, **options) -> LLMEngine:
-    defaults = dict(
+def make_engine(loaded: LoadedModel, **options: Any) -> LLMEngine:
+    defaults: dict[str, Any] = dict(
         model="test",
         max_num_seqs=8,
         max_model_len=128,
@@ -38,8 +40,7 @@ def make_engine(loaded, **options) -> LLMEngine:
         num_kv_blocks=128,
         debug=True,
     )
-    defaults.update(options)
-    return LLMEngine(EngineConfig(**defaults), loaded)
+    return LLMEngine(EngineConfig(**{**defaults, **options}), loaded)
 
 
 def run_script(engine: LLMEngine, reqs: list[Req], max_ticks: int = 20000) -> Outcome:

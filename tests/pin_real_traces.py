@@ -1,7 +1,7 @@
 """Rewrite the EXPECTED table of tests/test_profiling_real_traces.py for the traces in traces/ (run
 after replacing the committed traces, then review the diff): the values the queries give today.
 
-    python tests/pin_real_traces.py
+    python -m tests.pin_real_traces
 """
 
 from __future__ import annotations
@@ -9,11 +9,12 @@ from __future__ import annotations
 import pprint
 from pathlib import Path
 
-from test_profiling_real_traces import MEDIAN_COLUMNS, TRACES  # the table's own columns and traces
-
 from bubblelab.profiling import analysis
 from bubblelab.profiling.catalog import connect
 from bubblelab.profiling.ingest import ingest
+
+# the table's own columns and traces
+from tests.test_profiling_real_traces import MEDIAN_COLUMNS, TRACES
 
 
 def expected(con, run: str) -> dict:

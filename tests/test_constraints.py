@@ -60,8 +60,8 @@ def walk(constraint, budget: int, vocab: dict, choose) -> list[int]:
     raise AssertionError(f"budget {budget} ran out without EOS: {tokens}")
 
 
-spatial_cases = st.one_of(
-    st.tuples(st.just("point"), st.just({})),
+spatial_cases: st.SearchStrategy[tuple[str, dict[str, int]]] = st.one_of(
+    st.tuples(st.just("point"), st.just(dict[str, int]())),
     st.tuples(
         st.just("detect"),
         st.fixed_dictionaries(

@@ -57,7 +57,7 @@ def innermost(tl: Timeline, t: int) -> str:
 
 @settings(max_examples=60, deadline=None)
 @given(runs())
-def test_sql_matches_brute_force(tl):
+def test_sql_matches_brute_force(tl: Timeline) -> None:
     con = connect(None)
     run = ingest_timeline(tl, con, {"depth": tl.depth}, run_id="r")
     steps = analysis.per_step(con, run)

@@ -3,6 +3,8 @@ only)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
@@ -30,7 +32,7 @@ def test_sampling_variants_with_graphs():
 
 def _requests(vocab_size: int) -> list[Req]:
     g = torch.Generator().manual_seed(3)
-    kinds = [
+    kinds: list[dict[str, Any]] = [
         dict(),
         dict(temperature=0.8, seed=11),
         dict(temperature=1.0, seed=5, constraint="detect"),

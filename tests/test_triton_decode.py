@@ -72,8 +72,8 @@ def make_case(
             k_cache[last, n % block_size :], v_cache[last, n % block_size :] = math.nan, math.nan
     lens = torch.tensor(batch_lens + [1] * pad_row, dtype=torch.int32)
     q = torch.randn(len(lens), kv_heads * group, head_dim, generator=g)
-    to = dict(device=device, dtype=dtype)
-    return q.to(**to), k_cache.to(**to), v_cache.to(**to), tables.to(device), lens.to(device)
+    q, k_cache, v_cache = (t.to(device=device, dtype=dtype) for t in (q, k_cache, v_cache))
+    return q, k_cache, v_cache, tables.to(device), lens.to(device)
 
 
 def reference(q, k_cache, v_cache, tables, lens, scale) -> torch.Tensor:

@@ -85,7 +85,7 @@ def register(app: typer.Typer) -> None:
 
         if blog == (catalog is not None):
             raise BubblelabError("give exactly one of --blog or --catalog PATH")
-        if blog:
+        if catalog is None:  # --blog
             table = predict_blog()
         else:
             results = load_runs(catalog)

@@ -26,16 +26,16 @@ def register(app: typer.Typer) -> None:
 
 
 def run(
-    model: str = typer.Option(
+    model: str | None = typer.Option(
         None, help="Preset name, HF checkpoint dir or GGUF file (default: embedded SmolLM2)."
     ),
     device: str = typer.Option("cpu", help="cpu or cuda."),
-    dtype: str = typer.Option(
+    dtype: str | None = typer.Option(
         None, help="fp32, bf16 or fp16 (default: fp32 on CPU, bf16 on CUDA)."
     ),
     depth: int = typer.Option(2, help="Pipeline depth: 1 = blocking, 2 = pipelined."),
     streams: int = typer.Option(8, help="Concurrent requests."),
-    requests: int = typer.Option(None, help="Total requests (default 4 x streams)."),
+    requests: int | None = typer.Option(None, help="Total requests (default 4 x streams)."),
     output_len_mean: float = typer.Option(110.0, help="Mean generated length L."),
     output_len_dist: str = typer.Option("uniform", help="uniform, exponential or fixed."),
     prompt_len: int = typer.Option(32, help="Prompt tokens per request."),
@@ -50,16 +50,16 @@ def run(
     ),
     temperature: float = typer.Option(0.0, help="0 = greedy."),
     seed: int = typer.Option(0, help="Workload and sampling seed."),
-    max_num_seqs: int = typer.Option(None, help="Batch rows (default: max(streams, 8))."),
+    max_num_seqs: int | None = typer.Option(None, help="Batch rows (default: max(streams, 8))."),
     max_model_len: int = typer.Option(1024, help="Longest sequence the KV cache must hold."),
     enforce_eager: bool = typer.Option(False, help="Disable CUDA graphs."),
-    compile: bool = typer.Option(
+    compile: bool | None = typer.Option(
         None,
         "--compile/--no-compile",
         help="torch.compile the fused elementwise ops (default: on for CUDA, off for CPU).",
     ),
     attention_backend: str = typer.Option("auto", help="auto, torch, flash-attn or triton."),
-    json_path: Path = typer.Option(
+    json_path: Path | None = typer.Option(
         None, "--json", help="Write every request's token ids and the summary here."
     ),
 ) -> None:
@@ -154,7 +154,9 @@ def demo(
     question: str = typer.Option("What is the capital of France?", help="The chat question."),
     streams: str = typer.Option("1,4", help="Streams of the profiled sweep (CPU-sized)."),
     output_len_mean: float = typer.Option(32.0, help="Mean generated length of the sweep."),
-    out: Path = typer.Option(None, help="Run directory (default reports/demo-<timestamp>/)."),
+    out: Path | None = typer.Option(
+        None, help="Run directory (default reports/demo-<timestamp>/)."
+    ),
 ) -> None:
     """The main job on the embedded SmolLM2-135M-Instruct: answer a chat question, then profile depth 1 vs 2."""
     import time

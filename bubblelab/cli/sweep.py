@@ -30,20 +30,24 @@ def register(app: typer.Typer) -> None:
 
 
 def run_and_profile(
-    model: str = typer.Option(None, help="Preset, HF dir or GGUF (default: the embedded SmolLM2)."),
+    model: str | None = typer.Option(
+        None, help="Preset, HF dir or GGUF (default: the embedded SmolLM2)."
+    ),
     device: str = typer.Option("cpu", help="cpu or cuda."),
-    dtype: str = typer.Option(None, help="fp32/bf16/fp16 (default fp32 on CPU, bf16 on CUDA)."),
+    dtype: str | None = typer.Option(
+        None, help="fp32/bf16/fp16 (default fp32 on CPU, bf16 on CUDA)."
+    ),
     depths: str = typer.Option("1,2", help="Pipeline depths, run back to back."),
     streams: str = typer.Option("1,8,32", help="Concurrent streams per configuration."),
     output_len_mean: float = typer.Option(110.0, help="Mean generated length L."),
     requests_per_stream: int = typer.Option(4, help="Requests per stream in each run."),
     prompt_len: int = typer.Option(32, help="Prompt tokens per request."),
     repeats: int = typer.Option(1, help="Repeats of the whole sweep."),
-    constraint: str = typer.Option(None, help="point or detect: constrain every request."),
+    constraint: str | None = typer.Option(None, help="point or detect: constrain every request."),
     max_model_len: int = typer.Option(512, help="Longest sequence."),
     attention_backend: str = typer.Option("auto", help="auto, torch, flash-attn or triton."),
-    out: Path = typer.Option(None, help="Run directory (default reports/<timestamp>/)."),
-    nsys: bool = typer.Option(
+    out: Path | None = typer.Option(None, help="Run directory (default reports/<timestamp>/)."),
+    nsys: bool | None = typer.Option(
         None, "--nsys/--no-nsys", help="Force or forbid nsys (default: use it when found)."
     ),
 ) -> None:

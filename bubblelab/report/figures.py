@@ -126,19 +126,20 @@ def lane_chart(runs: list[tuple[str, pd.DataFrame, pd.DataFrame | None]], n_step
     run.
     """
     fig, axes = plt.subplots(len(runs), 1, figsize=(10, 1.55 * len(runs) + 0.5), squeeze=False)
-    spans, used = [], {}
+    spans: list[float] = []
+    used: dict[str, str] = {}  # phase -> colour, for the legend
     for ax, (title, steps, timeline) in zip(axes[:, 0], runs, strict=True):
-        raw = timeline is not None and len(timeline) > 0
-        if raw:
-            gpu_starts = timeline[timeline["lane"] == "gpu"].groupby("step")["start_ns"].min()
-            raw = steps["step"].isin(gpu_starts.index).sum() >= 2
-        if not raw:
-            gpu_starts = steps.set_index("step")["gpu_start_ns"]
-        first, last = _window(steps, n_steps, gpu_starts.index if raw else None)
+        raw = None  # the run's own timeline, when it covers at least two of the steps
+        gpu_starts = steps.set_index("step")["gpu_start_ns"]
+        if timeline is not None and len(timeline) > 0:
+            starts = timeline[timeline["lane"] == "gpu"].groupby("step")["start_ns"].min()
+            if steps["step"].isin(starts.index).sum() >= 2:
+                raw, gpu_starts = timeline, starts
+        first, last = _window(steps, n_steps, gpu_starts.index if raw is not None else None)
         t0, t1 = gpu_starts[first], gpu_starts[last]
         spans.append((t1 - t0) / MS)
-        if raw:
-            ranges = timeline[(timeline["end_ns"] > t0) & (timeline["start_ns"] < t1)]
+        if raw is not None:
+            ranges = raw[(raw["end_ns"] > t0) & (raw["start_ns"] < t1)]
         else:
             ranges = _per_step_ranges(
                 steps[(steps["step"] >= first) & (steps["step"] <= last)].sort_values("step")
@@ -192,7 +193,7 @@ def gap_histogram(gaps_by_run: list[tuple[str, int, np.ndarray]]) -> str:
     values = np.concatenate([g for g in positive if len(g)] or [np.array([1e-3, 1.0])])
     lo = max(values.min(), 1e-4) / 2
     hi = max(values.max() * 2, lo * 20)
-    bins = np.logspace(np.log10(lo), np.log10(hi), 40)
+    bins = np.logspace(np.log10(lo), np.log10(hi), 40).tolist()
     configs = list(dict.fromkeys(label.rsplit(" · depth", 1)[0] for label, _, _ in gaps_by_run))
     cmap = plt.get_cmap("viridis")
     for (label, depth, _), gaps in zip(gaps_by_run, positive, strict=True):
@@ -333,11 +334,12 @@ def predicted_vs_observed(table: pd.DataFrame, blog: pd.DataFrame | None = None)
         )
         points += [table[col], table[observed]]
     allv = pd.concat(points) if points else pd.Series([0.0, 1.0])
-    lo, hi = float(allv.min()), float(allv.max())
-    pad = 0.1 * (hi - lo) + 1
-    ax.plot([lo - pad, hi + pad], [lo - pad, hi + pad], color="#5b6470", lw=0.8, ls="--", zorder=0)
-    ax.set_xlim(lo - pad, hi + pad)
-    ax.set_ylim(lo - pad, hi + pad)
+    low, high = float(allv.min()), float(allv.max())
+    pad = 0.1 * (high - low) + 1
+    diagonal = [low - pad, high + pad]
+    ax.plot(diagonal, diagonal, color="#5b6470", lw=0.8, ls="--", zorder=0)
+    ax.set_xlim(*diagonal)
+    ax.set_ylim(*diagonal)
     ax.set_xlabel("predicted speedup (%)")
     ax.set_ylabel("observed speedup (%)")
     ax.legend(fontsize=8, loc="upper left")

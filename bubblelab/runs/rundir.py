@@ -26,6 +26,7 @@ import gzip
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -85,7 +86,7 @@ def write_results(
 ) -> Path:
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    doc = {"schema_version": SCHEMA_VERSION}
+    doc: dict[str, Any] = {"schema_version": SCHEMA_VERSION}
     for name, df in zip(
         TABLES, (runs_df, steps_df, attribution_df, gaps_df, timeline_df), strict=True
     ):
@@ -166,7 +167,7 @@ def merge_results(named: dict[str, Results]) -> Results:
     e.g. qwen3-0.6b with and without a grammar) and prefixes their run ids, which repeat across
     directories.
     """
-    merged = {name: [] for name in TABLES}
+    merged: dict[str, list[pd.DataFrame]] = {name: [] for name in TABLES}
     for source, results in named.items():
         for name in TABLES:
             table = getattr(results, name)

@@ -65,7 +65,7 @@ def timeline_from_record(record: dict) -> Timeline:
 
 
 def machine_facts() -> dict:
-    facts = {"torch": torch.__version__, "driver": None}
+    facts: dict[str, str | None] = {"torch": torch.__version__, "driver": None}
     if torch.cuda.is_available():
         try:
             out = subprocess.run(

@@ -109,7 +109,9 @@ def ref_attn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) ->
     sq, sk = q.shape[0], k.shape[0]
     mask = torch.ones(sq, sk, dtype=torch.bool, device=q.device).tril(diagonal=sk - sq)
     o = F.scaled_dot_product_attention(
-        *(x.float().transpose(0, 1) for x in (q, k, v)),
+        q.float().transpose(0, 1),
+        k.float().transpose(0, 1),
+        v.float().transpose(0, 1),
         attn_mask=mask,
         scale=scale,
         enable_gqa=True,
@@ -471,10 +473,9 @@ def stage_engine_backend(rep: Report, page: int = 128) -> None:
             block_tables=table,
         )
         qd = torch.randn(len(ctx), H, D, generator=gen).to(DTYPE).cuda()
-        got = fa.forward(qd, None, None, k_cache, v_cache, fa.prepare(dmeta, k_cache, DTYPE), scale)
-        want = ta.forward(
-            qd, None, None, k_cache, v_cache, ta.prepare(dmeta, k_cache, DTYPE), scale
-        )
+        kv = torch.zeros(len(ctx), HKV, D, dtype=DTYPE, device="cuda")  # decode reads the cache
+        got = fa.forward(qd, kv, kv, k_cache, v_cache, fa.prepare(dmeta, k_cache, DTYPE), scale)
+        want = ta.forward(qd, kv, kv, k_cache, v_cache, ta.prepare(dmeta, k_cache, DTYPE), scale)
         check(rec, max_err(got, want), "decode")
         rec["summary"] = f"FlashAttention(fa4) == TorchAttention (prefill, decode page {page})"
 

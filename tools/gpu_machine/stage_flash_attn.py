@@ -146,21 +146,20 @@ def split(archive: Path, parts_root: Path) -> list[Path]:
         shutil.rmtree(old)
     data = archive.read_bytes()
     chunks = [data[i : i + PART_BYTES] for i in range(0, len(data), PART_BYTES)]
+    parts = [f"{ARCHIVE}.{i:02d}" for i in range(len(chunks))]
     manifest = {
         "archive": ARCHIVE,
         "sha256": hashlib.sha256(data).hexdigest(),
         "bytes": len(data),
-        "parts": [f"{ARCHIVE}.{i:02d}" for i in range(len(chunks))],
+        "parts": parts,
         "wheels": WHEELS,
     }
     dirs = []
     for i, chunk in enumerate(chunks):
         d = parts_root / f".fa4{chr(ord('a') + i)}"
         d.mkdir()
-        (d / manifest["parts"][i]).write_bytes(chunk)
-        (d / "MANIFEST.json").write_text(
-            json.dumps(manifest, indent=1)
-        )  # every part knows the whole set
+        (d / parts[i]).write_bytes(chunk)
+        (d / "MANIFEST.json").write_text(json.dumps(manifest, indent=1))  # each knows the whole set
         dirs.append(d)
     return dirs
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 import os
 import pkgutil
 import sys
+from typing import overload
 
 import torch
 import torch.nn.functional as F
@@ -75,6 +76,10 @@ def backend() -> str:
     return "fa4" if _fa4() is not None else "sdpa"
 
 
+@overload
+def _int32(t: torch.Tensor) -> torch.Tensor: ...
+@overload
+def _int32(t: None) -> None: ...
 def _int32(t: torch.Tensor | None) -> torch.Tensor | None:
     """FA4 asserts int32 lengths and page tables; FA2 callers may hand int64."""
     return t if t is None or t.dtype == torch.int32 else t.to(torch.int32)
