@@ -7,13 +7,13 @@ import traceback
 
 import numpy as np
 
+from benchmarks.attention import use_backend
 from benchmarks.compare_common import Clock, Sweep, first_line, free_memory, not_run, progress
-from bubblelab.engine.attention import AttentionBackend, select_backend
+from bubblelab.engine.attention import select_backend
 from bubblelab.engine.config import EngineConfig
 from bubblelab.engine.driver import RunResult, run_workload
 from bubblelab.engine.llm_engine import LLMEngine
 from bubblelab.engine.loader import LoadedModel
-from bubblelab.engine.models.transformer import Attention
 from bubblelab.engine.timeline import Timeline
 from bubblelab.engine.workload import WorkloadSpec
 from bubblelab.profiling.analysis import per_step_from_timeline, steady_state
@@ -26,18 +26,6 @@ def engine_label(depth: int, backend: str, sweep: Sweep) -> str:
     )
 
 
-def use_backend(loaded: LoadedModel, name: str, device: str) -> AttentionBackend:
-    """Point the loaded model's attention (model and every layer) at a fresh `name` backend; returns
-    it. One copy of the weights serves every backend; engines built afterwards capture their graphs
-    with it."""
-    backend = select_backend(name, device)
-    loaded.model.attn_backend = backend
-    for module in loaded.model.modules():
-        if isinstance(module, Attention):
-            module.backend = backend
-    return backend
-
-
 def bench_bubblelab(
     loaded: LoadedModel, preset: str, sweep: Sweep, clock: Clock, backend: str, rows: list[dict]
 ) -> None:
@@ -45,7 +33,7 @@ def bench_bubblelab(
     sweep, with attention backend `backend`. Rows are appended to `rows` as they come, so a failure
     keeps the finished ones. Raises on failure (the caller records it); stops early (returns) past
     sweep.deadline_s."""
-    impl = use_backend(loaded, backend, sweep.device)
+    impl = use_backend(loaded.model, select_backend(backend, sweep.device))
     flavour = getattr(impl, "impl", None)  # flash-attn: fa4 or fa2
     attention = backend + (f"({flavour})" if flavour else "")
     block_size = sweep.block_size

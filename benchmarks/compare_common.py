@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 import torch
 
+from bubblelab.engine.config import default_dtype
+
 METRICS = (
     "decode_tokens_per_s",
     "step_ms",
@@ -38,7 +40,7 @@ class Sweep:
 
     @property
     def dtype(self) -> str:
-        return "bf16" if self.device == "cuda" else "fp32"
+        return default_dtype(self.device)
 
 
 class Clock:

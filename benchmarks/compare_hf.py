@@ -26,7 +26,7 @@ from transformers import (
 )
 
 from benchmarks.compare_common import Clock, Sweep, not_run, progress, sync
-from bubblelab.engine.config import ModelConfig
+from bubblelab.engine.config import ModelConfig, default_dtype
 from bubblelab.engine.export import hf_causal_lm
 from bubblelab.engine.loader import load_model
 from bubblelab.engine.workload import WorkloadSpec, make_requests
@@ -204,8 +204,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     ap.add_argument("--out", type=Path, required=True, help="the JSON file")
     a = ap.parse_args(argv)
-    dtype = "bf16" if a.device == "cuda" else "fp32"
-    loaded = load_model(a.preset, dtype=dtype, device=a.device, seed=a.seed)
+    loaded = load_model(a.preset, dtype=default_dtype(a.device), device=a.device, seed=a.seed)
     spec = WorkloadSpec(streams=a.streams, requests=a.streams, prompt_len=a.prompt_len)
     prompts = torch.tensor(
         [r.prompt_ids for r in make_requests(spec, loaded.config.vocab_size)], device=a.device

@@ -1,10 +1,11 @@
-"""Two instruments, one run: nsys (catalog.duckdb) against the engine's in-process timeline (timeline.duckdb)
-for every run of a run-and-profile directory made under nsys (both record the same steps).
+"""Two instruments, one run: nsys (catalog.duckdb) against the engine's in-process timeline
+(timeline.duckdb) for every run of a run-and-profile directory made under nsys (both record the same
+steps).
 
-Per run (steady state): forward, sampling, period and bubble medians and their relative difference; the
-bubble per step split by time over the host phase running at each instant, by both; the host's wake-up after
-the GPU finished (nsys only: profiling/sql/wake_latency.sql); the timeline's clock corrections. Per stream
-count: the depth-2 forward over the depth-1 forward, by both.
+Per run (steady state): forward, sampling, period and bubble medians and their relative difference;
+the bubble per step split by time over the host phase running at each instant, by both; the host's
+wake-up after the GPU finished (nsys only: profiling/sql/wake_latency.sql); the timeline's clock
+corrections. Per stream count: the depth-2 forward over the depth-1 forward, by both.
 
     python -m benchmarks.compare_nsys_timeline RUN_DIR [--out comparison.json]
 """
@@ -50,12 +51,17 @@ def compare(run_dir: Path) -> dict:
         for col in PHASES:
             x, y = float(a[col].median()), float(b[col].median())
             row[col] = {"nsys": x, "timeline": y, "rel_diff": (y - x) / x if x else None}
-        row["by_time_ms_per_step"] = {"nsys": _by_time(nsys, run.run_id, a),
-                                      "timeline": _by_time(timeline, t_id, b)}  # fmt: skip
+        row["by_time_ms_per_step"] = {
+            "nsys": _by_time(nsys, run.run_id, a),
+            "timeline": _by_time(timeline, t_id, b),
+        }
         wake = analysis.wake_latency(nsys, run.run_id)
         wake = wake[wake.step.isin(a.step)].wake_us
-        row["wake_us"] = {"median": float(wake.median()) if len(wake) else None,
-                          "p90": float(wake.quantile(0.9)) if len(wake) else None, "n": len(wake)}  # fmt: skip
+        row["wake_us"] = {
+            "median": float(wake.median()) if len(wake) else None,
+            "p90": float(wake.quantile(0.9)) if len(wake) else None,
+            "n": len(wake),
+        }
         s = summaries.get((run.streams, run.depth), {})
         row["clock_anchor_us"] = {k: s.get(f"clock_anchor_us_{k}") for k in ("median", "max")}
         rows.append(row)
@@ -71,7 +77,8 @@ def compare(run_dir: Path) -> dict:
 
 def print_summary(result: dict) -> None:
     print(
-        f"{'run':>8} {'fwd':>7} {'samp':>7} {'period':>7} {'bubble':>7} {'wake us':>8}  by time (nsys | timeline)"
+        f"{'run':>8} {'fwd':>7} {'samp':>7} {'period':>7} {'bubble':>7} {'wake us':>8}  "
+        "by time (nsys | timeline)"
     )
     for r in result["runs"]:
         diffs = " ".join(f"{100 * (r[c]['rel_diff'] or 0):+6.1f}%" for c in PHASES)
@@ -79,11 +86,14 @@ def print_summary(result: dict) -> None:
             k: sorted(v.items(), key=lambda kv: -kv[1])[:3]
             for k, v in r["by_time_ms_per_step"].items()
         }
-        print(f"s{r['streams']:>3}-d{r['depth']} {diffs} {r['wake_us']['median'] or 0:8.1f}  "
-              f"{top['nsys']} | {top['timeline']}")  # fmt: skip
+        print(
+            f"s{r['streams']:>3}-d{r['depth']} {diffs} {r['wake_us']['median'] or 0:8.1f}  "
+            f"{top['nsys']} | {top['timeline']}"
+        )
     for r in result["forward_d2_over_d1"]:
         print(
-            f"forward d2/d1 at {r['streams']} streams: nsys {r['nsys']:.4f}, timeline {r['timeline']:.4f}"
+            f"forward d2/d1 at {r['streams']} streams: nsys {r['nsys']:.4f}, "
+            f"timeline {r['timeline']:.4f}"
         )
 
 

@@ -30,15 +30,15 @@ from typing import Any
 
 import torch
 
+from benchmarks.attention import use_backend
 from benchmarks.forward_kernels import copy_bandwidth, fill_decode_rows, time_steps
 from bubblelab.engine.attention import AttentionBackend
 from bubblelab.engine.attention.metadata import AttentionMetadata
 from bubblelab.engine.attention.torch_backend import TorchAttention
 from bubblelab.engine.attention.triton_backend import TritonAttention
-from bubblelab.engine.config import PRESETS, EngineConfig
+from bubblelab.engine.config import PRESETS, EngineConfig, default_dtype, parse_dtype
 from bubblelab.engine.loader import load_model
 from bubblelab.engine.model_runner import ModelRunner
-from bubblelab.engine.models.transformer import Attention, TransformerLM
 from bubblelab.engine.streams import Streams
 
 BLOCK_SIZE = 16
@@ -141,7 +141,7 @@ def bench_attention(preset: str, batch: int, context: int, args) -> dict:
     outputs' max diff."""
     cfg = PRESETS[preset]
     cuda = args.device == "cuda"
-    dtype = torch.bfloat16 if cuda else torch.float32
+    dtype = parse_dtype(default_dtype(args.device))
     layers = args.layers or cfg.num_layers
     width = -(-args.max_model_len // BLOCK_SIZE)
     pages = -(-context // BLOCK_SIZE)
@@ -200,13 +200,13 @@ def bench_forward(
     """The engine's decode graph (whole forward) per backend, on one set of weights: the backends
     swap in place."""
     cuda = args.device == "cuda"
-    dtype = "bf16" if cuda else "fp32"
+    dtype = default_dtype(args.device)
     loaded = load_model(preset, dtype=dtype, device=args.device, attention_backend="torch")
     weight_bytes = sum(p.numel() * p.element_size() for p in loaded.model.parameters())
     floor_ms = weight_bytes / bandwidth * 1e3 if bandwidth else None
     rows = []
     for name, cls in BACKENDS.items():
-        _use_backend(loaded.model, cls())
+        use_backend(loaded.model, cls())
         cfg = EngineConfig(
             model=preset,
             device=args.device,
@@ -253,15 +253,6 @@ def bench_forward(
         runner.close()
         gc.collect()
     return rows
-
-
-def _use_backend(model: TransformerLM, backend: AttentionBackend) -> None:
-    """Point the model and every attention layer at `backend`: one set of weights (and compiled ops)
-    for both."""
-    model.attn_backend = backend
-    for module in model.modules():
-        if isinstance(module, Attention):
-            module.backend = backend
 
 
 def _ints(text: str) -> list[int]:

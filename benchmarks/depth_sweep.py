@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bubblelab.engine.config import EngineConfig
+from bubblelab.engine.config import EngineConfig, default_dtype
 from bubblelab.engine.driver import RunResult, run_workload
 from bubblelab.engine.llm_engine import LLMEngine
 from bubblelab.engine.loader import LoadedModel, load_model
@@ -57,7 +57,7 @@ def step_stats(result: RunResult, depth: int) -> dict:
 
 def sweep_preset(preset: str, device: str, streams_list: list[int], repeats: int, L: float) -> dict:
     cuda = device == "cuda"
-    dtype = "bf16" if cuda else "fp32"
+    dtype = default_dtype(device)
     t0 = time.perf_counter()
     loaded = load_model(preset, dtype=dtype, device=device, seed=0)
     engines = {d: engine_for(loaded, device, dtype, d) for d in (1, 2)}

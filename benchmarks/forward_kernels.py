@@ -1,14 +1,16 @@
-"""Decode-step time and kernels per step, eager vs torch.compile'd fused ops, against the weight-bandwidth floor.
+"""Decode-step time and kernels per step, eager vs torch.compile'd fused ops, against the
+weight-bandwidth floor.
 
-For each preset (seeded random weights, bf16 on CUDA) and each mode, a ModelRunner captures its decode graphs
-as the engine does; then, per batch size, the slot's metadata is filled with rows of `--context` tokens and the
-bucket's graph is replayed: median step time over CUDA events, kernels per step from torch.profiler (graph
-replay and, as a cross-check, the same body run eagerly). The floor is weight bytes / device-to-device copy
-bandwidth (a decode step must read every weight once). On CPU (dry run) there are no graphs: the body runs
-directly and "kernels" counts top-level aten ops, views included. The torch backend gathers the block table's
-full width (--max-model-len) every step, so large batches also measure that traffic.
+For each preset (seeded random weights, bf16 on CUDA) and each mode, a ModelRunner captures its
+decode graphs as the engine does; then, per batch size, the slot's metadata is filled with rows of
+`--context` tokens and the bucket's graph is replayed: median step time over CUDA events, kernels
+per step from torch.profiler (graph replay and, as a cross-check, the same body run eagerly). The
+floor is weight bytes / device-to-device copy bandwidth (a decode step must read every weight once).
+On CPU (dry run) there are no graphs: the body runs directly and "kernels" counts top-level aten
+ops, views included. The torch backend gathers the block table's full width (--max-model-len) every
+step, so large batches also measure that traffic.
 
-    python -m benchmarks.forward_kernels                       # H200/H100: qwen3-0.6b, qwen3-4b; batch 1, 8, 32
+    python -m benchmarks.forward_kernels           # H200/H100: qwen3-0.6b, qwen3-4b; batch 1, 8, 32
     python -m benchmarks.forward_kernels --device cpu --presets tiny-llama
 """
 
@@ -30,9 +32,9 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from bubblelab.engine.config import EngineConfig
-from bubblelab.engine.loader import load_model
+from bubblelab.engine.config import EngineConfig, default_dtype
 from bubblelab.engine.cuda_graphs import decode_buckets as graph_buckets
+from bubblelab.engine.loader import load_model
 from bubblelab.engine.model_runner import ModelRunner
 from bubblelab.engine.streams import Streams
 
@@ -103,7 +105,7 @@ def bench_preset(
     preset: str, compiled: bool, batches: list[int], bandwidth: float | None, args
 ) -> dict:
     cuda = args.device == "cuda"
-    dtype = "bf16" if cuda else "fp32"
+    dtype = default_dtype(args.device)
     loaded = load_model(
         preset, dtype=dtype, device=args.device, attention_backend=args.attention_backend
     )
@@ -154,7 +156,8 @@ def bench_preset(
 
 
 def fill_decode_rows(runner: ModelRunner, slot, b: int, context: int) -> None:
-    """b rows of `context` tokens on distinct pages; the current token's K/V goes to its last slot."""
+    """b rows of `context` tokens on distinct pages; the current token's K/V goes to its last
+    slot."""
     h, bs = slot.meta.np, slot.block_size
     pages = -(-context // bs)
     h["rows"][:b] = range(b)
@@ -225,7 +228,8 @@ def count_kernels(
 
 
 def copy_bandwidth(device: str, nbytes: int = 1 << 30) -> float | None:
-    """Device-to-device copy bandwidth in bytes/s (read + write), the ceiling a weight-streaming step can reach."""
+    """Device-to-device copy bandwidth in bytes/s (read + write), the ceiling a weight-streaming
+    step can reach."""
     if device != "cuda":
         return None
     src = torch.empty(nbytes, dtype=torch.uint8, device=device)

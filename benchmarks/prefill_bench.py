@@ -1,12 +1,15 @@
-"""Prefill on the GPU's clock? Host time to launch one prefill and its GPU time, against tokens and rows.
+"""Prefill on the GPU's clock? Host time to launch one prefill and its GPU time, against tokens and
+rows.
 
 For each preset (bf16, seeded random weights) and engine variant, a prefill of `rows` prompts of
-`tokens / rows` tokens runs through the real engine (LLMEngine.step: admission, launch, sampling, commit), one
-prefill at a time, and the engine's own timeline gives:
-  host_ms   the `launch` phase of the prefill step (inputs filled, one upload, the forward enqueued);
-  gpu_ms    the forward's device span (CUDA events inside the captured graph, or around the eager forward);
-  busy_pct  gpu_ms over the interval from the launch's start to the forward's end: the share of a prefill's
-            period the GPU works when prefills come back to back (>= 95%: GPU-bound).
+`tokens / rows` tokens runs through the real engine (LLMEngine.step: admission, launch, sampling,
+commit), one prefill at a time, and the engine's own timeline gives:
+  host_ms   the `launch` phase of the prefill step (inputs filled, one upload, the forward
+            enqueued);
+  gpu_ms    the forward's device span (CUDA events inside the captured graph, or around the eager
+            forward);
+  busy_pct  gpu_ms over the interval from the launch's start to the forward's end: the share of a
+            prefill's period the GPU works when prefills come back to back (>= 95%: GPU-bound).
 Variants: `graph` (the default: CUDA graphs per token bucket, Triton attention), `eager-triton` and
 `eager-torch` (no graphs; torch = PyTorch's FA2 varlen op), so the table shows what capture buys.
 Median of --repeats after --warmup; the spread is in the JSON.
@@ -27,7 +30,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bubblelab.engine.config import EngineConfig
+from benchmarks.attention import use_backend
+from bubblelab.engine.attention import select_backend
+from bubblelab.engine.config import EngineConfig, default_dtype
 from bubblelab.engine.llm_engine import LLMEngine
 from bubblelab.engine.loader import load_model
 from bubblelab.engine.sampling_params import SamplingParams
@@ -57,8 +62,11 @@ def measure(engine: LLMEngine, tokens: int, rows: int, rng: np.random.Generator,
     launch = next(r for r in timeline.host if r[0] == "launch" and r[1] == prefill[0])
     fwd = next(r for r in timeline.device if r[0] == "forward" and r[1] == prefill[0])
     gpu = fwd[3] - fwd[2]
-    return {"host_ms": (launch[3] - launch[2]) / 1e6, "gpu_ms": gpu / 1e6,
-            "busy_pct": 100 * gpu / max(fwd[3] - launch[2], 1)}  # fmt: skip
+    return {
+        "host_ms": (launch[3] - launch[2]) / 1e6,
+        "gpu_ms": gpu / 1e6,
+        "busy_pct": 100 * gpu / max(fwd[3] - launch[2], 1),
+    }
 
 
 def bench(args) -> list[dict]:
@@ -66,25 +74,29 @@ def bench(args) -> list[dict]:
     max_rows = max(args.rows)
     max_tokens = max(args.tokens)
     for preset in args.presets:
-        loaded = load_model(preset, dtype=args.dtype, device=args.device, seed=0,
-                            attention_backend="torch")  # fmt: skip
+        loaded = load_model(
+            preset, dtype=args.dtype, device=args.device, seed=0, attention_backend="torch"
+        )
         for variant in args.variants:
             backend, eager = VARIANTS[variant]
             if args.device == "cpu" and backend == "triton":
                 continue  # Triton kernels need CUDA (the CPU tests run them interpreted)
-            from bubblelab.engine.attention import select_backend
-
-            loaded.model.attn_backend = select_backend(backend, args.device)
-            for layer in loaded.model.layers:
-                layer.self_attn.backend = loaded.model.attn_backend
+            use_backend(loaded.model, select_backend(backend, args.device))
             t0 = time.perf_counter()
             engine = LLMEngine(
-                EngineConfig(model=preset, device=args.device, dtype=args.dtype, depth=1,
-                             max_num_seqs=max_rows, max_num_batched_tokens=max_tokens,
-                             max_model_len=max_tokens + 8, enforce_eager=eager,
-                             num_kv_blocks=4 * max_tokens // 16 + 2 * max_rows),
+                EngineConfig(
+                    model=preset,
+                    device=args.device,
+                    dtype=args.dtype,
+                    depth=1,
+                    max_num_seqs=max_rows,
+                    max_num_batched_tokens=max_tokens,
+                    max_model_len=max_tokens + 8,
+                    enforce_eager=eager,
+                    num_kv_blocks=4 * max_tokens // 16 + 2 * max_rows,
+                ),
                 loaded,
-            )  # fmt: skip
+            )
             print(
                 f"{preset} {variant}: engine ready in {time.perf_counter() - t0:.1f} s", flush=True
             )
@@ -93,16 +105,21 @@ def bench(args) -> list[dict]:
                 for rows in args.rows:
                     if rows > tokens:
                         continue
-                    runs = [measure(engine, tokens, rows, rng, f"{tokens}-{rows}-{i}")
-                            for i in range(args.warmup + args.repeats)][args.warmup:]  # fmt: skip
+                    runs = [
+                        measure(engine, tokens, rows, rng, f"{tokens}-{rows}-{i}")
+                        for i in range(args.warmup + args.repeats)
+                    ][args.warmup :]
                     row = {"preset": preset, "variant": variant, "tokens": tokens, "rows": rows}
                     for key in ("host_ms", "gpu_ms", "busy_pct"):
                         values = [r[key] for r in runs]
                         row[key] = statistics.median(values)
                         row[key + "_all"] = values
                     rows_out.append(row)
-                    print(f"  {tokens:>5} tokens x {rows:>3} rows: host {row['host_ms']:7.3f} ms, "
-                          f"GPU {row['gpu_ms']:8.3f} ms, busy {row['busy_pct']:5.1f}%", flush=True)  # fmt: skip
+                    print(
+                        f"  {tokens:>5} tokens x {rows:>3} rows: host {row['host_ms']:7.3f} ms, "
+                        f"GPU {row['gpu_ms']:8.3f} ms, busy {row['busy_pct']:5.1f}%",
+                        flush=True,
+                    )
             engine.check_idle()
             engine.close()
             del engine
@@ -133,11 +150,17 @@ def main() -> None:
     args.tokens = [int(x) for x in args.tokens.split(",")]
     args.rows = [int(x) for x in args.rows.split(",")]
     args.variants = args.variants.split(",")
-    args.dtype = "bf16" if args.device == "cuda" else "fp32"
-    meta = {"device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
-            "torch": torch.__version__, "command": "python -m benchmarks.prefill_bench " + " ".join(
-                f"--{k} {','.join(map(str, v)) if isinstance(v, list) else v}"
-                for k, v in vars(args).items() if k not in ("out", "dtype"))}  # fmt: skip
+    args.dtype = default_dtype(args.device)
+    meta = {
+        "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "command": "python -m benchmarks.prefill_bench "
+        + " ".join(
+            f"--{k} {','.join(map(str, v)) if isinstance(v, list) else v}"
+            for k, v in vars(args).items()
+            if k not in ("out", "dtype")
+        ),
+    }
     rows = bench(args)
     if args.out:
         args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))

@@ -59,8 +59,8 @@ def test_auto_on_cpu_pads_alike_lengths_and_loops_over_mixed_ones(monkeypatch):
 
 
 def test_half_precision_on_cuda_takes_flash_varlen_and_nothing_else(monkeypatch):
-    """One path per case, no silent fallback: where FA2's varlen kernel applies it runs, and its failure is
-    the caller's error."""
+    """One path per case, no silent fallback: where FA2's varlen kernel applies it runs, and its
+    failure is the caller's error."""
     monkeypatch.setattr(prefill, "flash_usable", lambda q: True)  # pretend we are on CUDA in bf16
     lens = [3, 4]
     q, k, v = qkv(lens, 4, 2, 16)
@@ -76,7 +76,8 @@ def test_half_precision_on_cuda_takes_flash_varlen_and_nothing_else(monkeypatch)
 
 @pytest.mark.parametrize("lens", [ALIKE, MIXED])
 def test_model_prefill_matches_the_loop(tiny_llama, lens, monkeypatch):
-    """Whole model (GQA 4/2 heads): hidden states of the batched paths equal the per-sequence loop's."""
+    """Whole model (GQA 4/2 heads): hidden states of the batched paths equal the per-sequence
+    loop's."""
     model, cfg = tiny_llama.model, tiny_llama.config
     ids = torch.randint(0, cfg.vocab_size, (sum(lens),), generator=torch.Generator().manual_seed(3))
     positions = torch.cat([torch.arange(n) for n in lens])
@@ -97,7 +98,8 @@ def test_model_prefill_matches_the_loop(tiny_llama, lens, monkeypatch):
 @pytest.mark.gpu
 @pytest.mark.parametrize("heads,kv_heads,head_dim", [(16, 8, 128), (32, 8, 128), (9, 3, 64)])
 def test_cuda_varlen_matches_the_loop_in_bf16(heads, kv_heads, head_dim):
-    """qwen3-0.6b / qwen3-4b / SmolLM2 head shapes: one varlen kernel call == per-sequence SDPA, bf16."""
+    """qwen3-0.6b / qwen3-4b / SmolLM2 head shapes: one varlen kernel call == per-sequence SDPA,
+    bf16."""
     lens = [1, 32, 7, 100, 33, 32, 2]
     q, k, v = qkv(lens, heads, kv_heads, head_dim, torch.bfloat16, "cuda")
     meta, scale = AttentionMetadata.for_prompts(lens, "cuda"), head_dim**-0.5
@@ -108,7 +110,8 @@ def test_cuda_varlen_matches_the_loop_in_bf16(heads, kv_heads, head_dim):
 
 @pytest.mark.gpu
 def test_cuda_engine_prefill_uses_the_varlen_kernel(monkeypatch):
-    """On CUDA in bf16 the torch backend takes flash varlen; the model's output stays close to the loop's."""
+    """On CUDA in bf16 the torch backend takes flash varlen; the model's output stays close to the
+    loop's."""
     loaded = load_model(
         "tiny-qwen3", dtype="bf16", device="cuda", seed=2, attention_backend="torch"
     )

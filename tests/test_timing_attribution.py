@@ -1,5 +1,6 @@
-"""The in-process timeline attributes the bubble to the host work that really ran: a synthetic run whose
-answer is known (CPU device thread, a forward that takes FORWARD_S, host phases padded by known sleeps)."""
+"""The in-process timeline attributes the bubble to the host work that really ran: a synthetic run
+whose answer is known (CPU device thread, a forward that takes FORWARD_S, host phases padded by
+known sleeps)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
-"""The Triton varlen prefill kernel against the per-sequence SDPA loop, and a whole model's forward at a CUDA
-graph's padded shape against the exact batch.
+"""The Triton varlen prefill kernel against the per-sequence SDPA loop, and a whole model's forward
+at a CUDA graph's padded shape against the exact batch.
 
-On CPU the kernel runs under Triton's interpreter, which reads TRITON_INTERPRET when the kernel is decorated:
-the cases run in one subprocess that sets it first, and report JSON, one pytest case each (as in
-test_triton_decode.py). The GPU tests run the compiled kernel.
+On CPU the kernel runs under Triton's interpreter, which reads TRITON_INTERPRET when the kernel is
+decorated: the cases run in one subprocess that sets it first, and report JSON, one pytest case each
+(as in test_triton_decode.py). The GPU tests run the compiled kernel.
 """
 
 from __future__ import annotations
@@ -56,9 +56,8 @@ def run_kernel_case(case: list) -> dict:
     scale = head_dim**-0.5
     out = varlen_prefill_attention(q, k, v, cu_seqlens(lens, pad_rows), scale)
     real = [n for n in lens if n]
-    ref = loop_attention(
-        *(x[:total].float() for x in (q, k, v)), AttentionMetadata.for_prompts(real), scale
-    )
+    meta = AttentionMetadata.for_prompts(real)
+    ref = loop_attention(q[:total].float(), k[:total].float(), v[:total].float(), meta, scale)
     return {
         "err": (out[:total].float() - ref).abs().max().item() if total else 0.0,
         "padding": out[total:].float().abs().max().item() if pad_tokens else 0.0,
@@ -67,18 +66,21 @@ def run_kernel_case(case: list) -> dict:
 
 
 def run_static_forward() -> dict:
-    """tiny-qwen3 with the Triton backend: the forward at a graph's shape (tokens padded to a bucket, rows
-    padded, no host lengths) gives the exact batch's hidden states at every real token."""
+    """tiny-qwen3 with the Triton backend: the forward at a graph's shape (tokens padded to a
+    bucket, rows padded, no host lengths) gives the exact batch's hidden states at every real
+    token."""
     from bubblelab.engine.attention.metadata import AttentionMetadata
     from bubblelab.engine.attention.triton_backend import TritonAttention
     from bubblelab.engine.loader import load_model
+    from bubblelab.engine.models.transformer import Attention
 
     loaded = load_model("tiny-qwen3", dtype="fp32", device="cpu", seed=1, attention_backend="torch")
     model = loaded.model
     backend = TritonAttention()
     model.attn_backend = backend
-    for layer in model.layers:
-        layer.self_attn.backend = backend
+    for module in model.modules():
+        if isinstance(module, Attention):
+            module.backend = backend
     lens, tokens, rows = [7, 1, 20], 64, 8
     total = sum(lens)
     g = torch.Generator().manual_seed(0)
@@ -145,23 +147,38 @@ def test_cuda_kernel_matches_the_loop_in_bf16(heads, kv_heads, head_dim):
 @pytest.mark.gpu
 @pytest.mark.parametrize("depth", [1, 2])
 def test_cuda_prefill_graphs_match_eager_and_fall_back_beyond_the_largest_bucket(depth):
-    """Prefills replayed from token-bucket graphs give the eager engine's tokens; a prompt longer than the
-    largest bucket (it is admitted alone, past the token budget) runs eagerly, and nothing is lost."""
+    """Prefills replayed from token-bucket graphs give the eager engine's tokens; a prompt longer
+    than the largest bucket (it is admitted alone, past the token budget) runs eagerly, and nothing
+    is lost."""
     from bubblelab.engine.sampling_params import SamplingParams
     from tests.engine_helpers import Req, make_engine, run_script
 
-    loaded = load_model("tiny-qwen3", dtype="bf16", device="cuda", seed=5, attention_backend="triton")
+    loaded = load_model(
+        "tiny-qwen3", dtype="bf16", device="cuda", seed=5, attention_backend="triton"
+    )
     g = torch.Generator().manual_seed(1)
     lens = [3, 17, 40, 1, 90, 64, 9, 33, 150, 5]  # 150 > the largest bucket (64)
     reqs = [
-        Req(f"r{i}", torch.randint(0, 500, (n,), generator=g).tolist(),
-            SamplingParams(max_tokens=12, ignore_eos=True), arrive_tick=i % 4)
+        Req(
+            f"r{i}",
+            torch.randint(0, 500, (n,), generator=g).tolist(),
+            SamplingParams(max_tokens=12, ignore_eos=True),
+            arrive_tick=i % 4,
+        )
         for i, n in enumerate(lens)
-    ]  # fmt: skip
+    ]
     outcomes, replays = {}, {}
     for eager in (True, False):
-        engine = make_engine(loaded, device="cuda", depth=depth, block_size=16, num_kv_blocks=256,
-                             max_num_batched_tokens=64, max_model_len=256, enforce_eager=eager)  # fmt: skip
+        engine = make_engine(
+            loaded,
+            device="cuda",
+            depth=depth,
+            block_size=16,
+            num_kv_blocks=256,
+            max_num_batched_tokens=64,
+            max_model_len=256,
+            enforce_eager=eager,
+        )
         outcomes[eager] = run_script(engine, reqs)
         replays[eager] = engine.runner.graphs.prefill_replays
         engine.close()

@@ -1,4 +1,5 @@
-"""`bubblelab run` and `bubblelab demo`: drive the engine on a workload and print what it measured."""
+"""`bubblelab run` and `bubblelab demo`: drive the engine on a workload and print what it
+measured."""
 
 from __future__ import annotations
 
@@ -63,7 +64,8 @@ def run(
         None, "--json", help="Write every request's token ids and the summary here."
     ),
 ) -> None:
-    """Run a workload through the engine and print throughput, step time and prefill vs decode time."""
+    """Run a workload through the engine and print throughput, step time and prefill vs decode
+    time."""
     from bubblelab.engine.config import EngineConfig, default_dtype
     from bubblelab.engine.driver import run_workload
     from bubblelab.engine.llm_engine import LLMEngine
@@ -140,7 +142,8 @@ def print_summary(s: dict) -> None:
     t.add_row("throughput", f"{s['tokens_per_s']:.1f} tokens/s over {s['wall_s']:.2f} s")
     t.add_row(
         "decode step (median, p10-p90)",
-        f"{s['step_ms_median']:.3f} ms ({s['step_ms_p10']:.3f}-{s['step_ms_p90']:.3f}) over {s['decode_steps']} steps",
+        f"{s['step_ms_median']:.3f} ms ({s['step_ms_p10']:.3f}-{s['step_ms_p90']:.3f}) "
+        f"over {s['decode_steps']} steps",
     )
     t.add_row(
         "prefill vs decode time",
@@ -158,7 +161,8 @@ def demo(
         None, help="Run directory (default reports/demo-<timestamp>/)."
     ),
 ) -> None:
-    """The main job on the embedded SmolLM2-135M-Instruct: answer a chat question, then profile depth 1 vs 2."""
+    """The main job on the embedded SmolLM2-135M-Instruct: answer a chat question, then profile
+    depth 1 vs 2."""
     import time
 
     from bubblelab.cli.sweep import run_and_profile
