@@ -85,8 +85,8 @@ def test_timeline_attributes_the_bubble_to_plan_and_launch(tiny_llama, depth):
 
 
 def test_device_clock_anchor_moves_earlier_in_full_and_later_by_at_most_a_step():
-    """A wake-up bounds the event's time from above: a mapping later than it is corrected at once, while a
-    late wake-up (the thread was descheduled) moves the mapping by LATE_STEP_NS at most."""
+    """A wake-up bounds the event's time from above: a mapping later than it is corrected at once,
+    while a late wake-up (the thread was descheduled) moves the mapping by LATE_STEP_NS at most."""
     from bubblelab.engine.streams import CudaClock
 
     class Ref:  # a reference event whose elapsed time to an "event" is that event (in ms)
