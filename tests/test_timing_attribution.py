@@ -67,9 +67,9 @@ def test_timeline_attributes_the_bubble_to_plan_and_launch(tiny_llama, depth):
     if depth == 2:  # the host's 7 ms hide under the 30 ms forward
         assert bubble < 1.0, per_step
         return
-    # Depth 1: the GPU idles while the host plans and launches the next step, and for little else. The known
-    # answer is the time the host spent there (the injected sleeps, stretched by whatever else the machine
-    # runs, as the host's own ranges measured it).
+    # Depth 1: the GPU idles while the host plans and launches the next step, and for little else.
+    # The known answer is the time the host spent there (the injected sleeps, stretched by whatever
+    # else the machine runs, as the host's own ranges measured it).
     plan_ms, launch_ms = (
         float(steady.plan_ms.mean()),
         float(steady.launch_ms.mean()),
