@@ -1,5 +1,5 @@
 """bubblelab (depth 1 and 2) against Hugging Face `generate` on the same weights, in one process on
-one GPU.
+one GPU (against nano-vllm: benchmarks.compare_nanovllm).
 
 Per preset (bf16, seeded random weights) and stream count, with repeats: decode tokens/s, step
 period, forward time and GPU busy share in steady-state decode, end-to-end tokens/s and wall time;
@@ -16,12 +16,7 @@ plus the floor (weight bytes / device copy bandwidth) and forward time over it a
                               tokens; "compiled" is generate's own torch.compile path
                               (reduce-overhead: CUDA graphs). Step periods from CUDA events at each
                               step's logits; (t(N) - t(1)) / (N - 1) kept as step_ms_wall.
-  nano-vllm                   when `nanovllm` and flash-attn-4 import (through
-                              tools/gpu_machine/flash_attn_shim): LLM.generate on `streams` random
-                              prompts, round(L) tokens each, in a child process with a timeout (a
-                              hang or crash cannot take the run down); decode tokens/s = decode
-                              tokens / (wall - wall of a max_tokens=1 run); else "not run: <reason>"
-Time: --budget-s is when optional work stops starting (extra backends, nano-vllm, compiled HF),
+Time: --budget-s is when optional work stops starting (extra backends, compiled HF),
 --deadline-s when everything stops starting; outputs are rewritten after every phase, so a killed
 run still leaves them. Writes compare_engines.json, compare_engines.md and compare_engines.png to
 --out; see benchmarks/README.md.
@@ -54,7 +49,6 @@ from benchmarks.compare_common import (
     not_run,
 )
 from benchmarks.compare_hf import bench_hf
-from benchmarks.compare_nanovllm import bench_nano_vllm, nano_vllm_status
 from benchmarks.compare_report import plot, write_markdown
 from benchmarks.forward_kernels import copy_bandwidth
 from bubblelab.engine.export import hf_causal_lm
@@ -139,9 +133,6 @@ def main(argv: list[str] | None = None) -> dict:
         help="bubblelab KV page size (rounded up to a backend's multiple: 256 for flash-attn 2)",
     )
     ap.add_argument(
-        "--skip-nanovllm", action="store_true", help="do not run nano-vllm even when it imports"
-    )
-    ap.add_argument(
         "--skip-hf-compile",
         action="store_true",
         help="no torch.compile'd HF variant (saves minutes)",
@@ -150,14 +141,14 @@ def main(argv: list[str] | None = None) -> dict:
         "--budget-s",
         type=float,
         default=390.0,
-        help="start no optional work after this many seconds: extra bubblelab backends, nano-vllm, "
+        help="start no optional work after this many seconds: extra bubblelab backends, "
         "compiled-HF batch sizes (each compiles ~1 min)",
     )
     ap.add_argument(
         "--deadline-s",
         type=float,
         default=480.0,
-        help="start nothing new after this many seconds (bubblelab runs, nano-vllm stream counts)",
+        help="start nothing new after this many seconds (bubblelab runs, HF batch sizes)",
     )
     a = ap.parse_args(argv)
     backends = tuple(
@@ -186,22 +177,19 @@ def main(argv: list[str] | None = None) -> dict:
     a.out.mkdir(parents=True, exist_ok=True)
     clock = Clock()
     bandwidth = copy_bandwidth(sweep.device)
-    nano_status = "not run: skipped (--skip-nanovllm)" if a.skip_nanovllm else nano_vllm_status()
-    if nano_status is None and sweep.device != "cuda":
-        nano_status = "not run: nano-vllm needs CUDA"
     result: dict[str, Any] = {
         "device": torch.cuda.get_device_name() if sweep.device == "cuda" else "cpu",
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "sweep": {**asdict(sweep), "dtype": sweep.dtype},
         "copy_bandwidth_gbs": bandwidth / 1e9 if bandwidth else None,
-        "not_run": [] if nano_status is None else [not_run("nano-vllm", None, nano_status)],
+        "not_run": [],
         "floor": {},
         "runs": [],
     }
     clock.log(
         f"{result['device']}, copy bandwidth {result['copy_bandwidth_gbs'] or 0:.0f} GB/s; "
-        f"bubblelab backends {','.join(backends)}; nano-vllm {nano_status or 'will run'}"
+        f"bubblelab backends {','.join(backends)}"
     )
     # Phase 1, the predictable part: each model loaded once, bubblelab (default backend) and eager
     # HF on it.
@@ -239,32 +227,14 @@ def main(argv: list[str] | None = None) -> dict:
         result["not_run"] += failures
         free_memory(sweep.device)
         _save(result, a.out, clock)
-    # Phase 1b, optional and within --budget-s: flash-attn's rows, nano-vllm, then the other extra
-    # backends.
-    extra = list(backends[1:])
-    stages = (
-        [b for b in extra if b == "flash-attn"]
-        + ["nano-vllm"]
-        + [b for b in extra if b != "flash-attn"]
-    )
-    for stage in stages:
+    # Phase 1b, optional and within --budget-s: the extra backends, flash-attn's first.
+    for stage in sorted(backends[1:], key=lambda b: b != "flash-attn"):
         for preset, loaded in loaded_models.items():
-            if stage == "nano-vllm" and nano_status is not None:
-                break
-            name = "nano-vllm" if stage == "nano-vllm" else f"bubblelab[{stage}]"
             if clock.elapsed() > a.budget_s:
-                result["not_run"].append(
-                    not_run(
-                        name,
-                        preset,
-                        f"not run: past the {a.budget_s:.0f} s time budget (--budget-s)",
-                    )
-                )
+                reason = f"not run: past the {a.budget_s:.0f} s time budget (--budget-s)"
+                result["not_run"].append(not_run(f"bubblelab[{stage}]", preset, reason))
                 continue
-            if stage == "nano-vllm":
-                bench_nano_vllm(loaded, preset, sweep, clock, result, a.out / "nanovllm-work")
-            else:
-                run_bubblelab(loaded, preset, sweep, clock, stage, result)
+            run_bubblelab(loaded, preset, sweep, clock, stage, result)
             free_memory(sweep.device)
             _save(result, a.out, clock)
     del loaded_models

@@ -1,325 +1,333 @@
-"""compare_engines, part 3: nano-vllm (PyPI nano-vllm-fork) on our weights, in a child process of
-its own.
+"""bubblelab (depth 1 and 2) against the original nano-vllm on the same seeded random weights.
 
-nano-vllm needs flash-attn's FA2 API: on the GPU machine that is tools/gpu_machine/flash_attn_shim
-over flash-attn-4. The child (`python -m benchmarks.compare_nanovllm --nano-worker JOB`) keeps
-nano-vllm's torch.distributed set-up, default device/dtype and compiler settings out of the harness,
-and lets a hang be killed. Run alone, nano-vllm without the other engines:
+(a) the nano-vllm write-up's workload end to end (Qwen3-4B shapes, 128 prompts of 20-80 random
+    tokens, max_tokens 64, temperature 0.6, ignore_eos): wall time of nano-vllm's `generate` and of
+    bubblelab's driver on the same requests;
+(b) decode at 1/8/32/128 streams: a closed loop of 2 x streams requests, 32-token prompts, output
+    lengths uniform on [L/2, 3L/2], the same requests for every engine.
+A warm-up round first, then --repeats rounds in which the engines take turns (A B C A B C ...). Each
+run is set against its roofline floor (costmodel.roofline: prefill FLOPs / matmul peak + decode
+steps x weight bytes / copy bandwidth, both measured at the start). nano-vllm (source staged in
+.peers/nano-vllm by tools/gpu_machine/stage_nanovllm.sh) runs in a child process of its own,
+optionally tensor parallel (--tensor-parallel N); bubblelab runs in this one, on GPU 0. Writes
+compare_nanovllm.{json,md,png} to --out; see benchmarks/README.md.
 
-    python -m benchmarks.compare_nanovllm --out $OUT    # nanovllm.json: runs and what did not run
+    python -m benchmarks.compare_nanovllm --out $OUT              # H200, qwen3-4b: ~5 minutes
+    python -m benchmarks.compare_nanovllm --out $OUT --quick      # ~3 minutes
+    python -m benchmarks.compare_nanovllm --parts a --tensor-parallel 2 --out $OUT  # two GPUs
+    python -m benchmarks.compare_nanovllm --device cpu --preset tiny-qwen3 --streams 1,2 --L 8 \
+        --out /tmp/peer                                           # dry run: bubblelab only
 """
 
 from __future__ import annotations
 
 import argparse
-import atexit
-import contextlib
-import importlib.util
 import json
-import os
+import shutil
 import signal
-import subprocess
 import sys
 import time
 import traceback
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import torch
+import transformers
 
-from benchmarks.compare_common import (
-    Clock,
-    Sweep,
-    first_line,
-    last_error_line,
-    not_run,
-    progress,
-    sync,
+from benchmarks import peer_bubblelab
+from benchmarks.compare_common import Clock, first_line, free_memory, not_run
+from benchmarks.peer_nanovllm import (
+    NANOVLLM,
+    NanoVllm,
+    PeerError,
+    peer_status,
+    staged_commit,
+    write_hf_checkpoint,
 )
-from bubblelab.engine.attention.flash_backend import fa4_entry
-from bubblelab.engine.export import to_hf
+from benchmarks.peer_report import plot, summarise, write_markdown
+from benchmarks.peer_workloads import (
+    WARMUP,
+    Case,
+    case_facts,
+    decode_case,
+    floor_facts,
+    measure_roofline,
+    schedule,
+    writeup_case,
+)
+from bubblelab.costmodel.roofline import FORMULA
+from bubblelab.engine.config import parse_dtype
 from bubblelab.engine.loader import LoadedModel, load_model
 
-ROOT = Path(__file__).resolve().parents[1]
-# `flash_attn` with the FA2 API over flash-attn-4, first on the child's path for nano-vllm
-SHIM = ROOT / "tools" / "gpu_machine" / "flash_attn_shim"
 
-
-def nano_vllm_status() -> str | None:
-    """None when nano-vllm can run here, else "not run: <why>". It needs nanovllm installed and
-    FA2's API, which the child gets from the shim over flash-attn-4; the shim's SDPA fallback cannot
-    be CUDA-graph captured, so flash-attn-4 itself must import. No tokenizer files are needed (the
-    harness passes a tokenizer object)."""
-    if importlib.util.find_spec("nanovllm") is None:
-        return "not run: cannot import nanovllm (nano-vllm-fork is not installed)"
-    if fa4_entry() is None:
-        return (
-            "not run: flash-attn-4 (`flash_attn.cute`) does not import; nano-vllm runs on FA2's "
-            "API through tools/gpu_machine/flash_attn_shim over it"
-        )
-    return None
-
-
-def patch_nanovllm_rope() -> None:
-    """nano-vllm's cached get_rope asserts rope_scaling is None; transformers 5 reports the default
-    rope parameters there as a dict (unhashable too): map that dict back to None."""
-    import nanovllm.models.qwen3 as nq
-
-    orig_get_rope = nq.get_rope
-
-    def get_rope(*args, rope_scaling=None, **kw):
-        if isinstance(rope_scaling, dict) and rope_scaling.get("rope_type", "default") == "default":
-            rope_scaling = None
-        return orig_get_rope(*args, rope_scaling=rope_scaling, **kw)
-
-    nq.get_rope = get_rope
-
-
-def write_hf_checkpoint(loaded: LoadedModel, directory: Path) -> Path:
-    """config.json + model.safetensors of our seeded random weights (engine.export.to_hf), for
-    nano-vllm."""
-    from safetensors.torch import save_file
-
-    raw, state = to_hf(loaded)
-    directory.mkdir(parents=True, exist_ok=True)
-    # a copy gives every split view its own storage (safetensors refuses shared ones)
-    save_file(
-        {n: t.detach().to("cpu", copy=True).contiguous() for n, t in state.items()},
-        str(directory / "model.safetensors"),
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    (directory / "config.json").write_text(json.dumps(raw))
-    return directory
+    ap.add_argument("--out", type=Path, required=True, help="directory for the JSON, markdown, PNG")
+    ap.add_argument("--preset", default="qwen3-4b", help="model shapes (seeded random weights)")
+    ap.add_argument("--parts", default="a,b", help="a: the write-up's workload; b: decode sweep")
+    ap.add_argument(
+        "--repeats", type=int, default=None, help="measured rounds (default 6, quick 3)"
+    )
+    ap.add_argument("--streams", default="1,8,32,128", help="(b): streams in flight")
+    ap.add_argument("--L", type=float, default=110.0, help="(b): mean output length")
+    ap.add_argument("--prompt-len", type=int, default=32, help="(b): prompt tokens")
+    ap.add_argument("--requests-per-stream", type=int, default=None, help="(b): default 2, quick 1")
+    ap.add_argument("--quick", action="store_true", help="3 rounds, 1 x streams requests in (b)")
+    ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    ap.add_argument(
+        "--attention-backend", default=None, help="bubblelab's (default triton on CUDA, else torch)"
+    )
+    ap.add_argument(
+        "--tensor-parallel", type=int, default=1, help="nano-vllm's tensor_parallel_size"
+    )
+    ap.add_argument(
+        "--nanovllm-gpu-memory",
+        type=float,
+        default=0.45,
+        help="nano-vllm's gpu_memory_utilization: it sizes its KV pool to this share of the GPU "
+        "minus what is in use, bubblelab's engines included (they share GPU 0)",
+    )
+    ap.add_argument("--nanovllm-path", type=Path, default=NANOVLLM, help="the staged source")
+    ap.add_argument("--skip-nanovllm", action="store_true")
+    ap.add_argument("--init-timeout-s", type=float, default=300.0, help="nano-vllm load+compile")
+    ap.add_argument("--run-timeout-s", type=float, default=120.0, help="one nano-vllm case")
+    ap.add_argument("--deadline-s", type=float, default=480.0, help="start no run after this")
+    a = ap.parse_args(argv)
+    a.repeats = a.repeats if a.repeats is not None else (3 if a.quick else 6)
+    a.requests_per_stream = a.requests_per_stream or (1 if a.quick else 2)
+    a.parts = [p for p in ("a", "b") if p in a.parts.split(",")]
+    a.streams = sorted({int(s) for s in a.streams.split(",")})
+    a.attention_backend = a.attention_backend or ("triton" if a.device == "cuda" else "torch")
+    if a.repeats < 1 or not a.parts or a.tensor_parallel < 1:
+        ap.error("need --repeats >= 1, a part (a, b) and --tensor-parallel >= 1")
+    return a
 
 
-def bench_nano_vllm(
-    loaded: LoadedModel, preset: str, sweep: Sweep, clock: Clock, result: dict, work_dir: Path
-) -> None:
-    """nano-vllm on this preset in a child process (its own torch.distributed group, default device
-    and dtype, dynamo settings; a hang is killed at the deadline). Rows land in result["runs"],
-    failures in not_run."""
-    work_dir = work_dir.resolve()  # the child runs in ROOT
-    rows_file = work_dir / f"nanovllm-{preset}.jsonl"
-    rows_file.unlink(missing_ok=True)
-    try:
-        if clock.elapsed() > sweep.deadline_s:
-            raise TimeoutError(f"past the {sweep.deadline_s:.0f} s deadline (--deadline-s)")
-        t = time.perf_counter()
-        ckpt = write_hf_checkpoint(loaded, work_dir / f"ckpt-{preset}")
-        clock.log(f"{preset} nano-vllm: checkpoint written in {time.perf_counter() - t:.1f} s")
-        job = {
-            "ckpt": str(ckpt),
-            "preset": preset,
-            "streams": sweep.streams,
-            "L": sweep.L,
-            "prompt_len": sweep.prompt_len,
-            "vocab_size": loaded.config.vocab_size,
-            "rows_file": str(rows_file),
-            "stop_at": time.time() + min(1e7, max(0.0, sweep.deadline_s - clock.elapsed())),
-        }
-        # the child stops starting stream counts at the deadline; the kill comes 30 s later (a hang,
-        # a slow init)
-        timeout = min(86400.0, max(1.0, sweep.deadline_s - clock.elapsed() + 30.0))
-        env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join([str(SHIM), os.environ.get("PYTHONPATH", "")]),
-        }
-        # Output to a file, not pipes (compile workers it forks could hold a pipe open), and its own
-        # process group, so a timeout kills the child and whatever it started.
-        log = work_dir / f"nanovllm-{preset}.log"
-        with log.open("w") as log_f:
-            proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "benchmarks.compare_nanovllm",
-                    "--nano-worker",
-                    json.dumps(job),
-                ],
-                cwd=ROOT,  # where `-m benchmarks...` finds the package
-                env=env,
-                stdout=log_f,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-            rc: int | str
-            try:
-                rc = proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                rc = "timeout"
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                # the child's group: its leftovers (or it, on timeout)
-                os.killpg(proc.pid, signal.SIGKILL)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=10)
-        tail = log.read_text(errors="replace")[-4000:]
-        for line in tail.splitlines():
-            if line.startswith("[nano-vllm]"):
-                clock.log(f"{preset} {line}")
-        rows = (
-            [json.loads(line) for line in rows_file.read_text().splitlines()]
-            if rows_file.exists()
-            else []
-        )
-        result["runs"] += [r for r in rows if "engine" in r]
-        errors = [r["error"] for r in rows if "error" in r]
-        if rc != 0 or errors:
-            reason = (
-                errors[0]
-                if errors
-                else (
-                    f"child process killed after {timeout:.0f} s"
-                    if rc == "timeout"
-                    else f"child exited with {rc}: {last_error_line(tail)}"
-                )
-            )
-            if rc != 0 and not errors:
-                print(tail, flush=True)
-            raise RuntimeError(reason)
-    except Exception as exc:  # noqa: BLE001
-        reason = (
-            f"{type(exc).__name__}: {first_line(exc)}"
-            if not isinstance(exc, RuntimeError)
-            else first_line(exc)
-        )
-        result["not_run"].append(not_run("nano-vllm", preset, reason))
-        clock.log(f"{preset} nano-vllm not run: {reason}")
-    finally:
-        import shutil
-
-        shutil.rmtree(work_dir / f"ckpt-{preset}", ignore_errors=True)
-
-
-def nano_worker(job: dict) -> None:
-    """Child process: nano-vllm LLM.generate per stream count; one JSON line per row (or error) to
-    rows_file."""
-    from types import SimpleNamespace
-
-    rows_file = Path(job["rows_file"])
-
-    def emit(obj: dict) -> None:
-        with rows_file.open("a") as f:
-            f.write(json.dumps(obj) + "\n")
-
-    try:
-        from nanovllm import LLM, SamplingParams
-
-        patch_nanovllm_rope()
-        streams_list, L, prompt_len = job["streams"], round(job["L"]), job["prompt_len"]
-        max_seqs = max(streams_list)
-        max_model_len = prompt_len + L + 16
-        t = time.perf_counter()
-        llm = LLM(
-            job["ckpt"],
-            tokenizer=SimpleNamespace(eos_token_id=-1, decode=lambda ids: ""),
-            enforce_eager=False,
-            max_model_len=max_model_len,
-            max_num_batched_tokens=max(4096, max_seqs * prompt_len, max_model_len),
-            max_num_seqs=max_seqs,
-            gpu_memory_utilization=0.3,
-        )
-        atexit.unregister(llm.exit)
-        print(
-            f"[nano-vllm] init (load, compile, graphs) {time.perf_counter() - t:.1f} s", flush=True
-        )
-        # Sampled (nano-vllm refuses temperature 0); ignore_eos fixes the length, so the cost is
-        # greedy's.
-        params, first = (
-            SamplingParams(temperature=1.0, max_tokens=n, ignore_eos=True) for n in (L, 1)
-        )
-        for streams in streams_list:
-            if time.time() > job["stop_at"]:
-                emit(
-                    {"error": f"stopped before {streams} streams: past the deadline (--deadline-s)"}
-                )
-                break
-            gen = torch.Generator().manual_seed(streams)
-            prompts = torch.randint(
-                0, job["vocab_size"], (streams, prompt_len), generator=gen
-            ).tolist()
-            llm.generate(prompts, params, use_tqdm=False)  # warm-up
-            row = {
-                "engine": "nano-vllm",
-                "attention": "flash-attn-4 (shim)",
-                "preset": job["preset"],
-                "streams": streams,
-                "repeat": 0,
-            }
-            timings = []
-            for p in (first, params):
-                sync(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
-                t = time.perf_counter()
-                outs = llm.generate(prompts, p, use_tqdm=False)
-                sync(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
-                timings.append(time.perf_counter() - t)
-            prefill_s, wall = timings
-            generated = sum(len(o["token_ids"]) for o in outs)
-            decode_s = wall - prefill_s
-            # the first token of each row comes from the prefill
-            decode_tokens = generated - streams
-            ok = decode_s > 0 and decode_tokens > 0
-            row.update(
-                {
-                    "decode_tokens_per_s": decode_tokens / decode_s if ok else None,
-                    "step_ms": 1e3 * decode_s / (L - 1) if ok and L > 1 else None,
-                    "forward_ms": None,
-                    "gpu_busy": None,
-                    "prefill_ms": 1e3 * prefill_s,
-                    "e2e_tokens_per_s": generated / wall,
-                    "wall_s": wall,
-                    "generated_tokens": generated,
-                    "mean_output_len": generated / streams,
-                }
-            )
-            emit(row)
-            print(f"[nano-vllm] {progress(row)}", flush=True)
-        llm.exit()
-    except Exception as exc:  # noqa: BLE001
-        traceback.print_exc()
-        emit({"error": f"{type(exc).__name__}: {first_line(exc)}"})
+def build_cases(a: argparse.Namespace, vocab_size: int) -> list[Case]:
+    cases = [writeup_case(vocab_size, seed=0)] if "a" in a.parts else []
+    if "b" in a.parts:
+        cases += [
+            decode_case(vocab_size, s, a.L, a.prompt_len, a.requests_per_stream, seed=0)
+            for s in a.streams
+        ]
+    return cases
 
 
 def main(argv: list[str] | None = None) -> dict:
-    """nano-vllm alone on our seeded random weights (compare_engines runs it beside the other
-    engines)."""
-    ap = argparse.ArgumentParser(description=main.__doc__)
-    ap.add_argument("--presets", default="qwen3-0.6b,qwen3-4b")
-    ap.add_argument("--streams", default="1,8,32,128")
-    ap.add_argument("--L", type=float, default=110.0, help="output length")
-    ap.add_argument("--prompt-len", type=int, default=32)
-    ap.add_argument(
-        "--device", default="cuda", choices=("cuda", "cpu"), help="where our weights are made"
-    )
-    ap.add_argument("--deadline-s", type=float, default=480.0)
-    ap.add_argument("--out", type=Path, required=True, help="directory for nanovllm.json")
-    a = ap.parse_args(argv)
-    sweep = Sweep(
-        presets=a.presets.split(","),
-        streams=sorted(int(s) for s in a.streams.split(",")),
-        repeats=1,
-        requests_per_stream=1,
-        hf_repeats=0,
-        L=a.L,
-        prompt_len=a.prompt_len,
-        device=a.device,
-        hf_compile=False,
-        deadline_s=a.deadline_s,
-    )
+    a = parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
+    # `timeout` and the like end the harness with SIGTERM: unwind, so the child is ended too
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     clock = Clock()
-    status = nano_vllm_status()
-    result: dict = {
-        "runs": [],
-        "not_run": [] if status is None else [not_run("nano-vllm", None, status)],
-    }
-    for preset in sweep.presets if status is None else []:
-        loaded = load_model(preset, dtype=sweep.dtype, device=sweep.device, seed=0)
-        bench_nano_vllm(loaded, preset, sweep, clock, result, a.out / "nanovllm-work")
-    (a.out / "nanovllm.json").write_text(json.dumps(result, indent=1))
-    clock.log(f"wrote {a.out}/nanovllm.json")
+    dtype = "bf16" if a.device == "cuda" else "fp32"
+    roof = measure_roofline(a.device, parse_dtype(dtype))
+    free_memory(a.device)  # nano-vllm sizes its KV pool from what is in use on the GPU
+    loaded = load_model(
+        a.preset, dtype=dtype, device=a.device, seed=0, attention_backend=a.attention_backend
+    )
+    cases = build_cases(a, loaded.config.vocab_size)
+    status, attention = (
+        ("not run: skipped (--skip-nanovllm)", "")
+        if a.skip_nanovllm
+        else peer_status(a.nanovllm_path, a.device, a.tensor_parallel)
+    )
+    result = describe(a, loaded, cases, roof, attention, status)
+    nano = result["nanovllm"]["label"]
+    clock.log(
+        f"{result['device']}: copy {roof['copy_bandwidth'] / 1e9:.0f} GB/s, matmul "
+        f"{roof['matmul_peak'] / 1e12:.3g} TFLOP/s; {a.preset} loaded; {nano}: "
+        f"{status or 'starting'}"
+    )
+    work = a.out / "nanovllm-work"
+    peer = start_peer(loaded, a, work, attention, clock) if status is None else None
+    engines: dict = {}
+    try:
+        engines = build_bubblelab(loaded, a, dtype, cases, result, clock)
+        runners: dict[str, tuple[Callable[[Case], dict], int]] = {}
+        if peer is not None and peer_ready(peer, a, result, clock):
+            runners[nano] = (lambda c: peer.run(c.to_json(), a.run_timeout_s), a.tensor_parallel)
+        for depth, engine in engines.items():
+            runners[f"bubblelab-d{depth}"] = (partial(peer_bubblelab.run_case, engine), 1)
+        for part in a.parts:
+            run_part(part, [c for c in cases if c.part == part], runners, a, result, clock)
+    finally:
+        if peer is not None:
+            peer.close()
+        peer_bubblelab.close_engines(engines)
+        shutil.rmtree(work / "ckpt", ignore_errors=True)
+        del loaded
+        free_memory(a.device)
+    markdown = save(result, a.out, clock, plot_too=True)
+    print(markdown, flush=True)
+    clock.log(f"wrote {a.out}/compare_nanovllm.{{json,md,png}}")
     return result
 
 
+def describe(
+    a: argparse.Namespace,
+    loaded: LoadedModel,
+    cases: list[Case],
+    roof: dict,
+    attention: str,
+    status: str | None,
+) -> dict:
+    """The result's frame: versions, settings, the cases, each case's floor at 1 and at N GPUs."""
+    nano = f"nano-vllm (TP {a.tensor_parallel})" if a.tensor_parallel > 1 else "nano-vllm"
+    backend = loaded.model.attn_backend
+    impl = getattr(backend, "impl", None)
+    return {
+        "device": torch.cuda.get_device_name() if a.device == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(a).items()},
+        "dtype": "bf16" if a.device == "cuda" else "fp32",
+        "bubblelab_attention": a.attention_backend + (f"({impl})" if impl else ""),
+        "nanovllm": {
+            "label": nano,
+            "commit": staged_commit(a.nanovllm_path),
+            "tensor_parallel": a.tensor_parallel,
+            "attention": attention,
+        },
+        "roofline": {**roof, "formula": FORMULA},
+        "cases": {c.name: case_facts(c) for c in cases},
+        "floors": {
+            c.name: {str(n): floor_facts(loaded, c, roof, n) for n in {1, a.tensor_parallel}}
+            for c in cases
+        },
+        "runs": [],
+        "not_run": [] if status is None else [not_run(nano, a.preset, status)],
+    }
+
+
+def build_bubblelab(
+    loaded: LoadedModel,
+    a: argparse.Namespace,
+    dtype: str,
+    cases: list[Case],
+    result: dict,
+    clock: Clock,
+) -> dict:
+    """bubblelab's depth 1 and 2 engines, or {} with the reason recorded (nano-vllm still runs)."""
+    try:
+        engines = peer_bubblelab.build_engines(
+            loaded, a.preset, a.device, dtype, a.attention_backend, cases
+        )
+    except Exception as exc:  # noqa: BLE001
+        traceback.print_exc()
+        reason = f"engines failed to build: {type(exc).__name__}: {first_line(exc)}"
+        result["not_run"].append(not_run("bubblelab", a.preset, reason))
+        return {}
+    clock.log("bubblelab engines ready (depth 1 and 2)")
+    return engines
+
+
+def peer_ready(peer: NanoVllm, a: argparse.Namespace, result: dict, clock: Clock) -> bool:
+    """Wait for nano-vllm's child to finish loading; False, the reason recorded, if it does not."""
+    nano = result["nanovllm"]["label"]
+    try:
+        result["nanovllm"].update(peer.ready(a.init_timeout_s))
+    except PeerError as exc:
+        result["not_run"].append(not_run(nano, a.preset, f"init failed: {exc}"))
+        clock.log(f"{nano} not run: {exc}")
+        return False
+    clock.log(f"{nano} ready in {result['nanovllm']['init_s']:.0f} s")
+    return True
+
+
+def start_peer(
+    loaded: LoadedModel, a: argparse.Namespace, work: Path, attention: str, clock: Clock
+) -> NanoVllm:
+    """Write the checkpoint and start nano-vllm's child: it loads while bubblelab builds engines."""
+    t = time.perf_counter()
+    ckpt = write_hf_checkpoint(loaded, work / "ckpt")
+    clock.log(f"checkpoint written in {time.perf_counter() - t:.1f} s")
+    eos = loaded.config.eos_token_ids
+    job = {
+        "ckpt": str(ckpt.resolve()),
+        "tensor_parallel": a.tensor_parallel,
+        "gpu_memory_utilization": a.nanovllm_gpu_memory,
+        "eos_token_id": eos[0] if eos else -1,
+    }
+    use_shim = attention.startswith("flash-attn-4")
+    return NanoVllm(job, a.nanovllm_path.resolve(), work / "nanovllm.log", use_shim)
+
+
+def run_part(
+    part: str,
+    cases: list[Case],
+    runners: dict[str, tuple[Callable[[Case], dict], int]],
+    a: argparse.Namespace,
+    result: dict,
+    clock: Clock,
+) -> None:
+    """The warm-up round, then the repeats, engines interleaved. An engine that fails is recorded
+    once and left out of the rest; past --deadline-s nothing new starts."""
+    for repeat, case, engine in schedule(cases, list(runners), a.repeats):
+        if engine not in runners:
+            continue
+        if clock.elapsed() > a.deadline_s:
+            why = f"({part}) stopped before {case.name}, repeat {repeat}: past --deadline-s"
+            result["not_run"].append(not_run("all", a.preset, why))
+            clock.log(why)
+            return
+        run, gpus = runners[engine]
+        tag = "warm-up" if repeat == WARMUP else f"repeat {repeat}"
+        try:
+            timing = run(case)
+        except Exception as exc:  # noqa: BLE001 - a failing engine is a result, the others go on
+            if not isinstance(exc, PeerError):
+                traceback.print_exc()
+            reason = f"failed at ({part}) {case.name}, {tag}: {type(exc).__name__}: "
+            result["not_run"].append(not_run(engine, a.preset, reason + first_line(exc)))
+            clock.log(f"{engine} {reason}{first_line(exc)}")
+            del runners[engine]
+            continue
+        floor_s = result["floors"][case.name][str(gpus)]["floor_s"]
+        facts = result["cases"][case.name]
+        row = {
+            "seq": len(result["runs"]),
+            "part": part,
+            "case": case.name,
+            "streams": case.streams,
+            "engine": engine,
+            "repeat": repeat,
+            "gpus": gpus,
+            **timing,
+            "tokens_per_s": timing["generated_tokens"] / timing["wall_s"],
+            "total_tokens_per_s": (facts["prompt_tokens"] + timing["generated_tokens"])
+            / timing["wall_s"],
+            "floor_s": floor_s,
+            "over_floor": timing["wall_s"] / floor_s,
+        }
+        if timing["generated_tokens"] != facts["output_tokens"]:
+            row["error"] = f"generated {timing['generated_tokens']} of {facts['output_tokens']}"
+        result["runs"].append(row)
+        save(result, a.out, clock)  # after every run: a harness killed at its limit keeps them
+        clock.log(
+            f"({part}) {case.name} {tag} {engine}: {row['wall_s']:.3f} s, "
+            f"{row['tokens_per_s']:,.0f} tok/s, {row['over_floor']:.2f}x floor"
+        )
+
+
+def save(result: dict, out: Path, clock: Clock, plot_too: bool = False) -> str:
+    """Summary, JSON and markdown (and the plot at the end), rewritten after every part so a run
+    killed at its limit still leaves what it finished. Never raises: returns the markdown or ''."""
+    try:
+        result["summary"] = summarise(result)
+        result["wall_s"] = clock.elapsed()
+        (out / "compare_nanovllm.json").write_text(json.dumps(result, indent=1, default=str))
+        markdown = write_markdown(result, out / "compare_nanovllm.md")
+        if plot_too:
+            plot(result, out / "compare_nanovllm.png")
+        return markdown
+    except Exception as exc:  # noqa: BLE001
+        traceback.print_exc()
+        clock.log(f"writing the outputs failed: {type(exc).__name__}: {first_line(exc)}")
+        return ""
+
+
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--nano-worker":
-        nano_worker(json.loads(sys.argv[2]))
-    else:
-        main()
+    main()

@@ -43,7 +43,7 @@ def write_markdown(result: dict, path: Path) -> str:
         f"Floor: weight bytes / device copy bandwidth "
         f"({_num(result['copy_bandwidth_gbs'], 0)} GB/s, read + write, measured in this run); "
         "achieved time at batch 1 over it (forward for every bubblelab engine and attention "
-        "backend, whole step for HF and nano-vllm).",
+        "backend, whole step for HF).",
         "",
         "| preset | weight GB | floor ms | achieved / floor |",
         "|---|---:|---:|---|",

@@ -24,8 +24,8 @@ every stage so a timeout still leaves the finished ones in --out):
   shim           flash_attn.flash_attn_varlen_func (plain and paged prefix-cache form),
                  flash_attn_with_kvcache
   engine_backend the engine's FlashAttention(impl="fa4") against its TorchAttention
-  nanovllm       nano-vllm generate on seeded random qwen3-0.6b weights through the shim
-                 (--skip-nanovllm)
+  nanovllm       the original nano-vllm (source in .peers/nano-vllm) generate on seeded random
+                 qwen3-0.6b weights through the shim (--skip-nanovllm)
 """
 
 from __future__ import annotations
@@ -481,14 +481,23 @@ def stage_engine_backend(rep: Report, page: int = 128) -> None:
 
 
 def stage_nanovllm(rep: Report, model_dir: Path) -> None:
+    """The original nano-vllm (source staged in .peers/nano-vllm) on the shim, as its authors ship
+    it but for a stub tokenizer (random weights have none)."""
     with rep.stage("nanovllm") as rec:
         if rec is None:
             return
-        from types import SimpleNamespace
-
-        from benchmarks.compare_nanovllm import patch_nanovllm_rope, write_hf_checkpoint
+        from benchmarks.peer_nanovllm import (
+            NANOVLLM,
+            staged_commit,
+            stub_tokenizer,
+            write_hf_checkpoint,
+        )
         from bubblelab.engine.loader import load_model
 
+        rec["commit"] = staged_commit(NANOVLLM)
+        if rec["commit"] is None:
+            raise RuntimeError(f"no nano-vllm at {NANOVLLM}: tools/gpu_machine/stage_nanovllm.sh")
+        sys.path.insert(0, str(NANOVLLM))
         if not (model_dir / "config.json").exists():  # seeded random qwen3-0.6b in HF layout
             loaded = load_model("qwen3-0.6b", dtype="bf16", device="cuda", seed=0)
             write_hf_checkpoint(loaded, model_dir)
@@ -496,11 +505,10 @@ def stage_nanovllm(rep: Report, model_dir: Path) -> None:
             torch.cuda.empty_cache()
         from nanovllm import LLM, SamplingParams
 
-        patch_nanovllm_rope()
+        stub_tokenizer(eos_token_id=151645)
         t = time.perf_counter()
         llm = LLM(
             str(model_dir),
-            tokenizer=SimpleNamespace(eos_token_id=-1, decode=lambda ids: ""),
             enforce_eager=False,
             max_model_len=1024,
             max_num_batched_tokens=4096,

@@ -1,5 +1,5 @@
-"""Stage flash-attn-4 (CuTe DSL), nano-vllm and their missing dependencies for the offline GPU
-machine.
+"""Stage flash-attn-4 (CuTe DSL) and what it and nano-vllm lack for the offline GPU machine
+(nano-vllm itself goes over as source: tools/gpu_machine/stage_nanovllm.sh).
 
 The GPU machine has no network and a call carries at most 64 MiB (checkout ~14 MB, `.device/` ~43
 MB), so the packages go over as one tar.xz split into parts of at most PART_BYTES, each part in its
@@ -17,7 +17,7 @@ What goes over (all pinned, py3.12 manylinux x86_64, --no-deps), and why nothing
   nvidia-cutlass-dsl-libs-cu13   _cutlass_ir.cu13 (the compiler, 193 MB, needs only libc) +
                                  libcute_dsl_runtime
   quack-kernels, einops          imported by flash_attn.cute at import time
-  nano-vllm-fork, xxhash         the comparison engine and the one dependency the GPU machine lacks
+  xxhash                         the one dependency of nano-vllm the GPU machine lacks
 Already on the GPU machine: torch 2.11 (which requires cuda-bindings 13 and the CUDA 13 runtime
 wheels), numpy, triton, transformers (+ safetensors, tqdm), and from .device/ apache-tvm-ffi
 0.1.15.post2. Not needed: the nvidia-cutlass-dsl meta wheel (only a .pth, replaced by PYTHONPATH),
@@ -45,7 +45,6 @@ WHEELS: dict[str, str] = {
     "nvidia-cutlass-dsl-libs-cu13": "4.8.1",
     "quack-kernels": "0.6.5",
     "einops": "0.8.1",
-    "nano-vllm-fork": "20260210",
     "xxhash": "4.1.0",
 }
 # Paths (relative to the site tree) that nothing imports at run time.
