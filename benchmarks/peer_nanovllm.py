@@ -14,6 +14,7 @@ in every process (the GPU machine requires it; TP workers inherit it).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
@@ -247,6 +248,7 @@ def serve(job: dict) -> None:
             tensor_parallel_size=job["tensor_parallel"],
             gpu_memory_utilization=job["gpu_memory_utilization"],
         )
+        atexit.unregister(llm.exit)  # it is called once, below; a second call fails at exit
         reply({"ready": True, "init_s": time.perf_counter() - t, **child_facts(nanovllm, llm)})
     except Exception as exc:  # noqa: BLE001 - the parent records why, in one line
         traceback.print_exc()
