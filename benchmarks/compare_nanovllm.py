@@ -26,6 +26,7 @@ import json
 import shutil
 import signal
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Callable
@@ -39,6 +40,7 @@ from benchmarks import peer_bubblelab
 from benchmarks.compare_common import Clock, first_line, free_memory, not_run
 from benchmarks.peer_nanovllm import (
     NANOVLLM,
+    SHIM,
     NanoVllm,
     PeerError,
     peer_status,
@@ -141,10 +143,13 @@ def main(argv: list[str] | None = None) -> dict:
         f"{roof['matmul_peak'] / 1e12:.3g} TFLOP/s; {a.preset} loaded; {nano}: "
         f"{status or 'starting'}"
     )
-    work = a.out / "nanovllm-work"
-    peer = start_peer(loaded, a, work, attention, clock) if status is None else None
+    # the checkpoint (8 GB for qwen3-4b) outside --out, whose files travel back from the GPU machine
+    ckpt = Path(tempfile.mkdtemp(prefix="bubblelab-nanovllm-"))
+    peer: NanoVllm | None = None
     engines: dict = {}
     try:
+        if status is None:
+            peer = start_peer(loaded, a, ckpt, attention, clock)
         engines = build_bubblelab(loaded, a, dtype, cases, result, clock)
         runners: dict[str, tuple[Callable[[Case], dict], int]] = {}
         if peer is not None and peer_ready(peer, a, result, clock):
@@ -157,7 +162,7 @@ def main(argv: list[str] | None = None) -> dict:
         if peer is not None:
             peer.close()
         peer_bubblelab.close_engines(engines)
-        shutil.rmtree(work / "ckpt", ignore_errors=True)
+        shutil.rmtree(ckpt, ignore_errors=True)
         del loaded
         free_memory(a.device)
     markdown = save(result, a.out, clock, plot_too=True)
@@ -190,6 +195,7 @@ def describe(
             "commit": staged_commit(a.nanovllm_path),
             "tensor_parallel": a.tensor_parallel,
             "attention": attention,
+            "shim": str(SHIM),  # put first on its path when flash-attn-4 is what is installed
         },
         "roofline": {**roof, "formula": FORMULA},
         "cases": {c.name: case_facts(c) for c in cases},
@@ -238,11 +244,11 @@ def peer_ready(peer: NanoVllm, a: argparse.Namespace, result: dict, clock: Clock
 
 
 def start_peer(
-    loaded: LoadedModel, a: argparse.Namespace, work: Path, attention: str, clock: Clock
+    loaded: LoadedModel, a: argparse.Namespace, ckpt: Path, attention: str, clock: Clock
 ) -> NanoVllm:
     """Write the checkpoint and start nano-vllm's child: it loads while bubblelab builds engines."""
     t = time.perf_counter()
-    ckpt = write_hf_checkpoint(loaded, work / "ckpt")
+    write_hf_checkpoint(loaded, ckpt)
     clock.log(f"checkpoint written in {time.perf_counter() - t:.1f} s")
     eos = loaded.config.eos_token_ids
     job = {
@@ -252,7 +258,7 @@ def start_peer(
         "eos_token_id": eos[0] if eos else -1,
     }
     use_shim = attention.startswith("flash-attn-4")
-    return NanoVllm(job, a.nanovllm_path.resolve(), work / "nanovllm.log", use_shim)
+    return NanoVllm(job, a.nanovllm_path.resolve(), a.out / "nanovllm.log", use_shim)
 
 
 def run_part(

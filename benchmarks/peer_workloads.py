@@ -39,10 +39,6 @@ class Case:
     max_tokens: list[int]
     temperature: float = TEMPERATURE
 
-    @property
-    def all_at_once(self) -> bool:
-        return self.streams >= len(self.prompts)
-
     def to_json(self) -> dict:
         return asdict(self)
 

@@ -116,6 +116,8 @@ def test_cpu_dry_run(tmp_path):
     not_run = {n["engine"]: n["reason"] for n in result["not_run"]}
     assert set(not_run) == {"nano-vllm"} and not_run["nano-vllm"].startswith("not run: ")
     assert "CUDA" in not_run["nano-vllm"] or "no nano-vllm source" in not_run["nano-vllm"]
+    # the FA2-API shim is where the harness looks for it (a move must take the harness along)
+    assert (Path(result["nanovllm"]["shim"]) / "flash_attn" / "__init__.py").is_file()
     order = [(r["case"], r["repeat"], r["engine"]) for r in result["runs"]]
     engines = ["bubblelab-d1", "bubblelab-d2"]
     assert order == [("writeup", r, e) for r in (-1, 0, 1) for e in engines] + [
@@ -254,37 +256,44 @@ def standin(tmp_path: Path, fail: str = "", tp: int = 1) -> tuple[Path, dict]:
     return root, env
 
 
-def test_standin_runs_interleaved_tensor_parallel(tmp_path):
+@pytest.mark.parametrize("tp", [1, 2])
+def test_standin_runs_interleaved(tmp_path, tp):
     """nano-vllm's child takes turns with bubblelab (A B C A B C), `generate` for (a) and a closed
     loop for (b); --tensor-parallel reaches it, with NVLink multicast off in its environment; the
-    speed-ups over it and the targets are reported; the child is gone afterwards."""
-    path, env = standin(tmp_path, tp=2)
+    speed-ups over it are reported, with issue #13's targets when both run on one GPU; the child is
+    gone afterwards."""
+    path, env = standin(tmp_path, tp=tp)
     out = tmp_path / "out"
-    args = ["--streams", "1,2", "--repeats", "2", "--tensor-parallel", "2"]
-    result = run_harness(out, *args, "--nanovllm-path", str(path), env=env)
+    parts = ("a", "b") if tp == 1 else ("a",)
+    args = ["--parts", ",".join(parts), "--streams", "1,2", "--repeats", "2"]
+    result = run_harness(
+        out, *args, "--tensor-parallel", str(tp), "--nanovllm-path", str(path), env=env
+    )
     assert result["not_run"] == []
-    nano = "nano-vllm (TP 2)"
+    nano = "nano-vllm" if tp == 1 else "nano-vllm (TP 2)"
     assert result["nanovllm"]["label"] == nano and result["nanovllm"]["commit"].startswith("0123")
     assert result["nanovllm"]["nanovllm_file"] == str(path / "nanovllm" / "__init__.py")
     engines = [nano, "bubblelab-d1", "bubblelab-d2"]
     order = [(r["case"], r["repeat"], r["engine"]) for r in result["runs"]]
-    assert order == [("writeup", r, e) for r in (-1, 0, 1) for e in engines] + [
-        (f"decode-{s}", r, e) for r in (-1, 0, 1) for s in (1, 2) for e in engines
+    cases = (["writeup"], ["decode-1", "decode-2"])[: len(parts)]
+    assert order == [
+        (c, r, e) for group in cases for r in (-1, 0, 1) for c in group for e in engines
     ]
     for run in result["runs"]:
         assert run["generated_tokens"] == result["cases"][run["case"]]["output_tokens"]
-        assert run["gpus"] == (2 if run["engine"] == nano else 1)
+        assert run["gpus"] == (tp if run["engine"] == nano else 1)
     check_floors(result)
     rows = {(r["case"], r["engine"]): r for r in result["summary"]}
     d2 = rows[("writeup", "bubblelab-d2")]
     assert d2["vs_nanovllm"] == pytest.approx(rows[("writeup", nano)]["wall_s"] / d2["wall_s"])
-    assert (d2["target"], rows[("decode-1", "bubblelab-d2")]["target"]) == (1.25, 1.15)
-    assert (
-        rows[("decode-2", "bubblelab-d1")]["target"] == 1.0
-        and "target" not in rows[("decode-2", nano)]
-    )
     markdown = (out / "compare_nanovllm.md").read_text()
-    assert "nano-vllm 0123456789ab" in markdown and ">= 1.25x: " in markdown
+    assert "nano-vllm 0123456789ab" in markdown
+    if tp == 1:
+        assert (d2["target"], rows[("decode-1", "bubblelab-d2")]["target"]) == (1.25, 1.15)
+        assert rows[("decode-2", "bubblelab-d1")]["target"] == 1.0
+        assert "target" not in rows[("decode-2", nano)] and ">= 1.25x: " in markdown
+    else:
+        assert not any("target" in r for r in result["summary"])
     assert_gone(tmp_path / "standin.pid")
 
 
