@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # tools/gpu_machine/stage_nanovllm.sh exports the source here
 NANOVLLM = ROOT / ".peers" / "nano-vllm"
 # a `flash_attn` with FA2's API over flash-attn-4
-SHIM = ROOT / "benchmarks" / "flash_attn_shim"
+SHIM = ROOT / "tools" / "gpu_machine" / "flash_attn_shim"
 NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
                 "NVSHMEM_DISABLE_NVLS": "1"}  # fmt: skip
 STANDIN_ENV = "BUBBLELAB_NANOVLLM_STANDIN"  # tests: a CPU stand-in package, no CUDA checks
@@ -191,7 +191,7 @@ def stub_tokenizer(eos_token_id: int) -> None:
         def from_pretrained(*args: Any, **kwargs: Any) -> StubTokenizer:
             return StubTokenizer(eos_token_id)
 
-    engine_module.AutoTokenizer = StubAutoTokenizer  # type: ignore[assignment]
+    engine_module.AutoTokenizer = StubAutoTokenizer
 
 
 def run_case(llm: Any, case: dict) -> dict:
