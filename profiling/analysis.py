@@ -2,7 +2,10 @@
 
 Each function runs one query of profiling/sql/ against a catalog (a path, or an open connection for
 in-memory catalogs). Attribution and idle-gap answers cover the steps you pass (default: steady state): the
-attributions add up to those steps' bubble_ms, the idle gaps to their period - busy.
+attributions add up to those steps' bubble_ms, the idle gaps to their period - busy. A foreign run (steps
+found by profiling/steps.py) gets the same answers, with the same columns, from its own queries
+(foreign_*.sql): its bubble is the idle gaps above the kernel-gap threshold, and its "phases" are what the
+engine thread was doing (host_activity.sql).
 """
 
 from __future__ import annotations
@@ -14,9 +17,10 @@ import pandas as pd
 
 from bubblelab.engine.timeline import Timeline
 from bubblelab.errors import BubblelabError
-from bubblelab.profiling import queries
+from bubblelab.profiling import foreign, queries
 from bubblelab.profiling.catalog import connect
 from bubblelab.profiling.ingest import ingest_timeline
+from bubblelab.profiling.steps import step_summary
 
 Catalog = Path | str | duckdb.DuckDBPyConnection
 WARMUP_STEPS = 5  # steady-state rule 3: steady candidates skipped at the start of a run
@@ -67,16 +71,37 @@ def idle_gaps(catalog: Catalog, run_id: str, steps: pd.DataFrame | None = None) 
     whether the host launched the work ending it only after the GPU went idle (launch_lag_us > 0)."""
     con = _open(catalog)
     steps = steady_state(per_step(con, run_id)) if steps is None else steps
-    return queries.run(con, "idle_gaps", {"run_id": run_id}, per_step=steps)
+    return queries.run(con, *_gaps_query(con, run_id), per_step=steps)
 
 
 def bubble_intervals(
     catalog: Catalog, run_id: str, steps: pd.DataFrame | None = None
 ) -> pd.DataFrame:
-    """The bubble of the given steps as intervals: each period minus the step's forward and sampling spans."""
+    """The bubble of the given steps as intervals (step, start, end): each period minus the step's forward
+    and sampling spans; for a foreign run, its idle gaps above the kernel-gap threshold."""
     con = _open(catalog)
     steps = steady_state(per_step(con, run_id)) if steps is None else steps
-    return queries.run(con, "bubble_intervals", {"run_id": run_id}, per_step=steps)
+    con.register("per_step", steps)
+    try:
+        return _bubble_relation(con, run_id).df()
+    finally:
+        con.unregister("per_step")
+
+
+def _gaps_query(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[str, dict]:
+    """The idle-gap query of the run's kind and its parameters."""
+    rule, gap_ns = foreign.rule(con, run_id)
+    if rule == foreign.OURS:
+        return "idle_gaps", {"run_id": run_id}
+    return "foreign_idle_gaps", {"run_id": run_id, "gap_ns": gap_ns}
+
+
+def _bubble_relation(con: duckdb.DuckDBPyConnection, run_id: str) -> duckdb.DuckDBPyRelation:
+    """The bubble intervals of the steps registered as `per_step`, as a lazy relation."""
+    if not foreign.is_foreign(con, run_id):
+        return queries.relation(con, "bubble_intervals", {"run_id": run_id})
+    gaps = queries.relation(con, *_gaps_query(con, run_id))
+    return gaps.filter("within IS NULL").project('step, start_ns AS start, end_ns AS "end"')
 
 
 def attribution(catalog: Catalog, run_id: str, steps: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -97,14 +122,27 @@ def _attribute(
 ) -> pd.DataFrame:
     con = _open(catalog)
     steps = steady_state(per_step(con, run_id)) if steps is None else steps
+    ours = not foreign.is_foreign(con, run_id)
+    params = {
+        "run_id": run_id,
+        "outside": "outside any phase" if ours else foreign.UNTRACED,
+    }
     con.register("per_step", steps)
     try:
-        intervals = queries.relation(con, "bubble_intervals", {"run_id": run_id})
-        table = queries.run(con, query, {"run_id": run_id}, bubble_intervals=intervals)
+        segments = queries.relation(
+            con, "engine_segments" if ours else "activity_segments", {"run_id": run_id}
+        )
+        intervals = _bubble_relation(con, run_id)
+        table = queries.run(con, query, params, bubble_intervals=intervals, segments=segments)
     finally:
         con.unregister("per_step")
-    table.insert(2, "top_level", table.phase.map(lambda phase: TOP_LEVEL.get(phase, phase)))
+    table.insert(2, "top_level", table.phase.map(top_level))
     return table
+
+
+def top_level(phase: str) -> str:
+    """The loop part a phase rolls up into (TOP_LEVEL), or a foreign label's layer (foreign.layer)."""
+    return TOP_LEVEL.get(phase) or foreign.layer(phase)
 
 
 def lane_ranges(
@@ -120,7 +158,9 @@ def lane_ranges(
         "last": int(steps["step"].max()),
         "min_gap_ns": min_gap_ns,
     }
-    return queries.run(_open(catalog), "lane_ranges", params).assign(run_id=run_id)
+    con = _open(catalog)
+    query = "foreign_lane_ranges" if foreign.is_foreign(con, run_id) else "lane_ranges"
+    return queries.run(con, query, params).assign(run_id=run_id)
 
 
 def middle(steps: pd.DataFrame, n: int) -> pd.DataFrame:
@@ -142,7 +182,7 @@ def idle_histogram(
     con = _open(catalog)
     con.register("per_step", steady_state(per_step(con, run_id)) if steps is None else steps)
     try:
-        gaps = queries.relation(con, "idle_gaps", {"run_id": run_id})
+        gaps = queries.relation(con, *_gaps_query(con, run_id))
         return queries.run(con, "idle_histogram", idle_gaps=gaps)
     finally:
         con.unregister("per_step")
@@ -155,8 +195,11 @@ def wake_latency(catalog: Catalog, run_id: str) -> pd.DataFrame:
 
 
 def sync_inventory(catalog: Catalog, run_id: str) -> pd.DataFrame:
-    """Host-blocking calls and DtoH/pageable copies with their phase; `flagged` ones stall the pipeline."""
-    return queries.run(_open(catalog), "sync_inventory", {"run_id": run_id})
+    """Host-blocking calls and DtoH/pageable copies with their phase; `flagged` ones stall the pipeline.
+    A foreign run's rows also say which sync point closes each step, the bytes and the kernel before."""
+    con = _open(catalog)
+    query = "foreign_sync_inventory" if foreign.is_foreign(con, run_id) else "sync_inventory"
+    return queries.run(con, query, {"run_id": run_id})
 
 
 def kernel_summary(catalog: Catalog, run_id: str) -> pd.DataFrame:
@@ -187,16 +230,19 @@ def summarize(df: pd.DataFrame) -> dict:
 
 
 def analyze(catalog: Catalog, run_ids: list[str] | None = None, warmup: int = WARMUP_STEPS) -> dict:
-    """Steady-state summary and bubble attribution per run, and pooled per (depth, streams).
+    """Steady-state summary and bubble attribution per run, and bubblelab runs pooled per (depth, streams).
 
-    A run without `streams` metadata gets its steady-state batch size (the streams of a closed loop).
+    A run without `streams` metadata gets its steady-state batch size (the streams of a closed loop). Every
+    run says how its steps were found (`steps_found`, steps.step_summary); a foreign run adds its idle split
+    (foreign.idle_split) and its host syncs per steady step (foreign.sync_summary).
     """
     con = _open(catalog)
     meta = runs(con).set_index("run_id")
     per_run, parts = [], {}
     for run_id in meta.index.tolist() if run_ids is None else run_ids:
         run = meta.loc[run_id]
-        steady = steady_state(per_step(con, run_id), warmup)
+        steps = per_step(con, run_id)
+        steady = steady_state(steps, warmup)
         parts[run_id] = (
             steady,
             attribution(con, run_id, steady),
@@ -204,21 +250,26 @@ def analyze(catalog: Catalog, run_ids: list[str] | None = None, warmup: int = WA
             idle_gaps(con, run_id, steady),
         )
         streams = run.streams if pd.notna(run.streams) else steady.batch_size.mode().max()
-        per_run.append(
-            {
-                "run_id": run_id,
-                "model": run.model,
-                "device": run.device,
-                "source": run.source,
-                "depth": _int(run.depth),
-                "streams": _int(streams),
-                **_digest([parts[run_id]]),
-                "flagged_syncs": int(sync_inventory(con, run_id).flagged.sum()),
-            }
-        )
+        syncs = sync_inventory(con, run_id)
+        entry = {
+            "run_id": run_id,
+            "model": run.model,
+            "device": run.device,
+            "source": run.source,
+            "depth": _int(run.depth),
+            "streams": _int(streams),
+            "steps_found": step_summary(con, run_id, steps, steady),
+            **_digest([parts[run_id]]),
+            "flagged_syncs": int(syncs.flagged.sum()),
+        }
+        if foreign.is_foreign(con, run_id):
+            entry["idle_split"] = foreign.idle_split(parts[run_id][3], len(steady))
+            entry["syncs_per_step"] = _records(foreign.sync_summary(syncs, steady))
+        per_run.append(entry)
     groups = []
-    for depth, streams in sorted({(r["depth"], r["streams"]) for r in per_run}, key=str):
-        members = [r["run_id"] for r in per_run if (r["depth"], r["streams"]) == (depth, streams)]
+    ours = [r for r in per_run if r["steps_found"]["rule"] == foreign.OURS]
+    for depth, streams in sorted({(r["depth"], r["streams"]) for r in ours}, key=str):
+        members = [r["run_id"] for r in ours if (r["depth"], r["streams"]) == (depth, streams)]
         groups.append(
             {
                 "depth": depth,
@@ -257,6 +308,14 @@ def _digest(parts: list[tuple[pd.DataFrame, ...]]) -> dict:
         },
         "host_late_share": None if late is None else _float(late),
     }
+
+
+def _records(table: pd.DataFrame) -> list[dict]:
+    """A table as JSON-ready records (numpy scalars to Python, NaN to None)."""
+    return [
+        {k: (None if pd.isna(v) else v.item() if hasattr(v, "item") else v) for k, v in row.items()}
+        for row in table.to_dict("records")
+    ]
 
 
 def _int(x) -> int | None:

@@ -1,7 +1,13 @@
-"""Ingest an nsys SQLite export (checked by trace_check) or an in-process Timeline into the catalog as one run.
+"""Ingest an nsys SQLite export (checked by trace_check) or an in-process Timeline into the catalog.
 
-A run is keyed by the sha256 of its content, so ingesting the same trace twice returns the same run_id and
-adds nothing. Everything a run adds happens in one transaction: an interrupted ingest leaves no half run.
+A run is one process on one GPU: a trace of several (a tensor-parallel engine) becomes one run each, never a
+merged table. Runs are keyed by the sha256 of the trace's content (and the process and GPU, when it holds
+several), so ingesting the same trace twice returns the same run_ids and adds nothing. Everything a run
+adds happens in one transaction: an interrupted ingest leaves no half run.
+
+Steps: a trace with bubblelab's own ranges is read by docs/phases.md (per_step.sql); any other trace is a
+foreign run whose steps profiling/steps.py finds (a --step-range, one CUDA-graph replay a step, or the host
+sync that closes each step) and whose per-step table foreign_per_step.sql builds.
 """
 
 from __future__ import annotations
@@ -23,7 +29,9 @@ from bubblelab.engine.timeline import Timeline
 from bubblelab.errors import BubblelabError
 from bubblelab.profiling import queries
 from bubblelab.profiling.catalog import RUN_COLUMNS, connect, load_sqlite_extension, sql_string
-from bubblelab.profiling.trace_check import inspect_trace
+from bubblelab.profiling.nsys import export_sqlite
+from bubblelab.profiling.steps import PREFILL_RATIO, StepOptions, find_steps
+from bubblelab.profiling.trace_check import Part, TraceFacts, inspect_trace
 
 # (nsys table, ingestion statement); tables are created lazily, so a missing one means "no such events".
 OPTIONAL_TABLES = (
@@ -46,52 +54,148 @@ def ingest(
     meta: dict | None = None,
     *,
     domain: str = DOMAIN,
+    steps: StepOptions | None = None,
     con: duckdb.DuckDBPyConnection | None = None,
 ) -> str:
-    """Add an nsys SQLite export (or a gzip of one) to the catalog; returns its run_id (the same on re-ingest)."""
+    """Add an nsys export (.sqlite, .sqlite.gz or .nsys-rep) of one process on one GPU to the catalog;
+    returns its run_id (the same on re-ingest). A trace of several: a one-line error naming them
+    (ingest_trace takes each as a run of its own)."""
+    return _ingest(trace, catalog, meta, domain, steps or StepOptions(), con, single=True)[0]
+
+
+def ingest_trace(
+    trace: Path,
+    catalog: Path | str | None,
+    meta: dict | None = None,
+    *,
+    domain: str = DOMAIN,
+    steps: StepOptions | None = None,
+    con: duckdb.DuckDBPyConnection | None = None,
+) -> list[str]:
+    """Add an nsys export to the catalog as one run per process and GPU that ran GPU work (most work
+    first); returns their run_ids."""
+    return _ingest(trace, catalog, meta, domain, steps or StepOptions(), con, single=False)
+
+
+def _ingest(
+    trace: Path,
+    catalog: Path | str | None,
+    meta: dict | None,
+    domain: str,
+    options: StepOptions,
+    con: duckdb.DuckDBPyConnection | None,
+    single: bool,
+) -> list[str]:
     trace = Path(trace)
     meta = _checked_meta(meta)
     with _plain_sqlite(trace) as plain:
         facts = inspect_trace(plain, domain)
+        if single and len(facts.parts) > 1:
+            raise BubblelabError(
+                f"{trace}: GPU work of {len(facts.parts)} processes or GPUs "
+                f"({'; '.join(map(str, facts.parts))}): one run each, use ingest_trace"
+            )
+        ours = facts.has_domain and options.step_range is None and options.rule == "auto"
         con = con or connect(catalog)
-        known = _known_run(con, facts.content_hash)
-        if known:
-            return known
-        run_id = facts.content_hash[:16]
         load_sqlite_extension(con)
+        run_ids = []
         try:
             con.execute(f"ATTACH {sql_string(str(plain))} AS ns (TYPE sqlite, READ_ONLY)")
-            with _transaction(con):
-                _insert_run(
-                    con,
-                    run_id,
-                    facts.content_hash,
-                    {**facts.run, **meta, "source": "nsys", "trace_path": str(trace.resolve())},
+            for part in facts.parts:
+                run_ids.append(
+                    _ingest_part(con, trace, facts, part, meta, domain if ours else None, options)
                 )
-                con.executemany(
-                    "INSERT INTO trace_meta VALUES (?, ?, ?)",
-                    [(run_id, k, v) for k, v in facts.export_meta.items()],
-                )
-                params = {"run_id": run_id}
-                queries.execute(con, "ingest_host_ranges", {**params, "domain": domain})
-                queries.execute(con, "ingest_step_info", {**params, "domain": domain})
-                queries.execute(con, "host_segments", params)
-                if "CUPTI_ACTIVITY_KIND_RUNTIME" in facts.tables:
-                    queries.execute(con, "ingest_api_calls", params)
-                for table, statement in OPTIONAL_TABLES:
-                    if table in facts.tables:
-                        queries.execute(con, statement, params)
-                queries.execute(con, "gpu_busy", params)
-                queries.execute(con, "step_spans", params)
-                queries.execute(con, "run_defaults", params)
-                queries.insert(con, "steps", "per_step", params)
         except duckdb.Error as e:
             raise BubblelabError(
                 f"{trace}: cannot read the trace ({str(e).splitlines()[0]})"
             ) from None
         finally:
             con.execute("DETACH DATABASE IF EXISTS ns")
+    return run_ids
+
+
+def _ingest_part(
+    con: duckdb.DuckDBPyConnection,
+    trace: Path,
+    facts: TraceFacts,
+    part: Part,
+    meta: dict,
+    domain: str | None,
+    options: StepOptions,
+) -> str:
+    """One process on one GPU as a run: by our ranges (domain given) or as a foreign run. The run's key is
+    the trace's sha256, plus, for a foreign run, how its steps were found (the same trace read by another
+    rule is another run), plus the process and GPU when the trace holds several."""
+    several = len(facts.parts) > 1
+    content_hash = facts.content_hash
+    if domain is None:
+        content_hash += f"|steps:{json.dumps(options.__dict__, sort_keys=True)}"
+    base = content_hash[:16] if domain is not None else hashlib.sha256(content_hash.encode()).hexdigest()[:16]
+    if several:
+        content_hash += f"|part:{part.pid}:{part.device}"
+    known = _known_run(con, content_hash)
+    if known:
+        return known
+    run_id = base + (f"-p{(part.pid >> 24) & 0xFFFFFF}-g{part.device}" if several else "")
+    params = {
+        "run_id": run_id,
+        "pid": part.pid if several else None,
+        "device": part.device if several else None,
+    }
+    with _transaction(con):
+        _insert_run(
+            con,
+            run_id,
+            content_hash,
+            {**facts.run, **meta, "source": "nsys", "trace_path": str(trace.resolve())},
+        )
+        con.executemany(
+            "INSERT INTO trace_meta VALUES (?, ?, ?)",
+            [(run_id, k, v) for k, v in facts.export_meta.items()],
+        )
+        queries.execute(con, "ingest_host_ranges", {**params, "domain": domain})
+        if domain is not None:
+            queries.execute(con, "ingest_step_info", {**params, "domain": domain})
+        queries.execute(con, "host_segments", {"run_id": run_id})
+        if "CUPTI_ACTIVITY_KIND_RUNTIME" in facts.tables:
+            queries.execute(con, "ingest_api_calls", params)
+        if "OSRT_API" in facts.tables:
+            queries.execute(con, "ingest_os_calls", params)
+        for table, statement in OPTIONAL_TABLES:
+            if table in facts.tables:
+                queries.execute(con, statement, params)
+        if domain is not None:
+            con.execute(
+                "INSERT INTO step_rules VALUES (?, 'bubblelab', ?, ?, ?, NULL, NULL)",
+                [run_id, f"NVTX ranges of domain {domain}", params["pid"], params["device"]],
+            )
+            _derive_ours(con, run_id)
+        else:
+            find_steps(con, run_id, (params["pid"], params["device"]), options, str(trace))
+            _derive_foreign(con, run_id, options)
     return run_id
+
+
+def _derive_ours(con: duckdb.DuckDBPyConnection, run_id: str) -> None:
+    params = {"run_id": run_id}
+    queries.execute(con, "gpu_busy", params)
+    queries.execute(con, "step_spans", params)
+    queries.execute(con, "run_defaults", params)
+    queries.insert(con, "steps", "per_step", params)
+
+
+def _derive_foreign(con: duckdb.DuckDBPyConnection, run_id: str, options: StepOptions) -> None:
+    params = {"run_id": run_id}
+    tid = con.execute("SELECT engine_tid FROM step_rules WHERE run_id = ?", [run_id]).fetchone()[0]
+    queries.execute(con, "gpu_busy", params)
+    queries.insert(
+        con,
+        "steps",
+        "foreign_per_step",
+        {**params, "gap_ns": options.gap_ns, "prefill_ratio": PREFILL_RATIO},
+    )
+    queries.execute(con, "run_defaults", params)
+    queries.execute(con, "host_activity", {**params, "tid": tid})
 
 
 def ingest_timeline(
@@ -130,10 +234,12 @@ def ingest_timeline(
             )
             queries.execute(con, "ingest_timeline")
             queries.execute(con, "host_segments", {"run_id": run_id})
-            queries.execute(con, "gpu_busy", {"run_id": run_id})
-            queries.execute(con, "step_spans", {"run_id": run_id})
-            queries.execute(con, "run_defaults", {"run_id": run_id})
-            queries.insert(con, "steps", "per_step", {"run_id": run_id})
+            con.execute(
+                "INSERT INTO step_rules VALUES (?, 'bubblelab', 'in-process timeline', "
+                "NULL, NULL, NULL, NULL)",
+                [run_id],
+            )
+            _derive_ours(con, run_id)
     finally:
         for name in ("tl_host", "tl_steps", "tl_device"):
             con.unregister(name)
@@ -165,18 +271,30 @@ def _insert_run(
 
 @contextmanager
 def _plain_sqlite(trace: Path) -> Iterator[Path]:
-    """The trace itself, or for a gzipped one (as committed) a decompressed temporary copy, since SQLite needs
-    random access. Errors name the file the user gave."""
-    if trace.suffix != ".gz":
+    """The trace itself; for a gzipped one (as committed) a decompressed temporary copy, since SQLite needs
+    random access; for a .nsys-rep its SQLite export (nsys must be on PATH or in $NSYS). Errors name the
+    file the user gave."""
+    if trace.suffix not in (".gz", ".nsys-rep"):
         yield trace
         return
+    if not trace.is_file():
+        raise BubblelabError(f"{trace}: no such trace file")
     with tempfile.TemporaryDirectory(prefix="bubblelab-") as tmp:
-        plain = Path(tmp) / trace.stem
-        try:
-            with gzip.open(trace) as src, plain.open("wb") as dst:
-                shutil.copyfileobj(src, dst, 1 << 20)
-        except (OSError, EOFError) as e:
-            raise BubblelabError(f"{trace}: cannot decompress ({e})") from None
+        plain = Path(tmp) / (trace.stem + (".sqlite" if trace.suffix == ".nsys-rep" else ""))
+        if trace.suffix == ".nsys-rep":
+            try:
+                export_sqlite(trace, plain)
+            except BubblelabError as e:
+                raise BubblelabError(
+                    f"{trace}: cannot export it to SQLite ({e}); or run `nsys export --type sqlite` "
+                    "on it where nsys is installed and analyse the .sqlite"
+                ) from None
+        else:
+            try:
+                with gzip.open(trace) as src, plain.open("wb") as dst:
+                    shutil.copyfileobj(src, dst, 1 << 20)
+            except (OSError, EOFError) as e:
+                raise BubblelabError(f"{trace}: cannot decompress ({e})") from None
         try:
             yield plain
         except BubblelabError as e:

@@ -90,6 +90,27 @@ def run_under_nsys(
     return trace
 
 
+def export_sqlite(report: Path, out: Path, timeout: float | None = 600) -> Path:
+    """`nsys export --type sqlite` of a .nsys-rep into `out` (a .sqlite path); returns out."""
+    _run(
+        [
+            find_nsys(),
+            "export",
+            "--type",
+            "sqlite",
+            "--force-overwrite",
+            "true",
+            "--output",
+            str(out),
+            str(report),
+        ],
+        timeout=timeout,
+    )
+    if not out.is_file():
+        raise BubblelabError(f"nsys export wrote no {out.name} for {report}")
+    return out
+
+
 def _run(
     cmd: list[str], *, timeout: float | None, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess:

@@ -2,7 +2,8 @@
 
 Checked before anything is copied: a missing file, not SQLite, a truncated file, SQLite that is not an nsys
 export, an export schema other than 3.x, a graph-mode capture (kernels hidden inside graph replays), and a
-trace without ranges of our NVTX domain. Also reads the run metadata the trace itself knows.
+trace without kernels. Also reads what the trace itself knows: the run metadata, whether it holds ranges of
+our NVTX domain, and which processes and GPUs ran GPU work (each becomes a run of its own).
 """
 
 from __future__ import annotations
@@ -20,12 +21,26 @@ from bubblelab.errors import BubblelabError
 SUPPORTED_SCHEMA_MAJOR = "3"  # nsys 2021-2025 exports; the probe trace is 3.20.3
 
 
+@dataclass(frozen=True)
+class Part:
+    """One process on one GPU: the unit a run covers (a tensor-parallel engine has one per rank)."""
+
+    pid: int  # nsys globalPid
+    device: int  # deviceId
+    ops: int  # kernels, copies and memsets it ran
+
+    def __str__(self) -> str:
+        return f"pid {(self.pid >> 24) & 0xFFFFFF} on GPU {self.device} ({self.ops} GPU ops)"
+
+
 @dataclass
 class TraceFacts:
     content_hash: str  # sha256 of the file: the run's identity in the catalog
     tables: set[str]  # nsys creates tables lazily: absent means no such events
     export_meta: dict[str, str]  # META_DATA_EXPORT
     run: dict  # run metadata columns the trace knows (device, driver, versions, start)
+    has_domain: bool  # holds push/pop ranges of our NVTX domain
+    parts: list[Part]  # processes x GPUs with GPU work, most ops first
 
 
 def inspect_trace(trace: Path, domain: str = DOMAIN) -> TraceFacts:
@@ -80,7 +95,12 @@ def _inspect(db: sqlite3.Connection, trace: Path, domain: str) -> TraceFacts:
             f"(bubblelab reads schema {SUPPORTED_SCHEMA_MAJOR}.x)"
         )
     _refuse_graph_mode(db, trace, tables)
-    has_domain = (
+    parts = _parts(db, tables)
+    if "CUPTI_ACTIVITY_KIND_KERNEL" not in tables or not db.execute(
+        "SELECT 1 FROM CUPTI_ACTIVITY_KIND_KERNEL LIMIT 1"
+    ).fetchone():
+        raise BubblelabError(f"{trace}: no kernels in the trace ({_found(db, tables)})")
+    has_domain = bool(
         "NVTX_EVENTS" in tables
         and db.execute(
             "SELECT 1 FROM NVTX_EVENTS d WHERE d.eventType = 75 AND d.text = ? AND EXISTS ("
@@ -88,12 +108,46 @@ def _inspect(db: sqlite3.Connection, trace: Path, domain: str) -> TraceFacts:
             [domain],
         ).fetchone()
     )
-    if not has_domain:
-        raise BubblelabError(
-            f"{trace}: no NVTX ranges of domain '{domain}' "
-            "(was the engine run with profiling on, and nsys with -t nvtx?)"
-        )
-    return TraceFacts(_sha256(trace), tables, meta, _run_facts(db, tables, meta))
+    return TraceFacts(
+        _sha256(trace), tables, meta, _run_facts(db, tables, meta), has_domain, parts
+    )
+
+
+GPU_TABLES = (
+    "CUPTI_ACTIVITY_KIND_KERNEL",
+    "CUPTI_ACTIVITY_KIND_MEMCPY",
+    "CUPTI_ACTIVITY_KIND_MEMSET",
+)
+
+
+def _parts(db: sqlite3.Connection, tables: set[str]) -> list[Part]:
+    """Processes x GPUs that ran kernels, copies or memsets."""
+    selects = [f"SELECT globalPid, deviceId FROM {t}" for t in GPU_TABLES if t in tables]
+    if not selects:
+        return []
+    rows = db.execute(
+        f"SELECT globalPid, deviceId, count(*) FROM ({' UNION ALL '.join(selects)}) "
+        "GROUP BY 1, 2 ORDER BY 3 DESC, 1, 2"
+    ).fetchall()
+    return [Part(pid, device, ops) for pid, device, ops in rows]
+
+
+def _found(db: sqlite3.Connection, tables: set[str]) -> str:
+    """What a trace without kernels holds instead, for the error line."""
+    counts = {
+        "CUDA API calls": "CUPTI_ACTIVITY_KIND_RUNTIME",
+        "copies": "CUPTI_ACTIVITY_KIND_MEMCPY",
+        "memsets": "CUPTI_ACTIVITY_KIND_MEMSET",
+        "NVTX events": "NVTX_EVENTS",
+    }
+    found = [
+        f"{db.execute(f'SELECT count(*) FROM {table}').fetchone()[0]} {what}"
+        for what, table in counts.items()
+        if table in tables
+    ]
+    return (", ".join(found) or "no CUDA events at all") + (
+        "; was CUDA traced (-t cuda) and did the capture range cover the GPU work?"
+    )
 
 
 def _refuse_graph_mode(db: sqlite3.Connection, trace: Path, tables: set[str]) -> None:

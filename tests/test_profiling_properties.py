@@ -132,7 +132,7 @@ def traces(draw) -> tuple[TraceBuilder, list]:
             at = draw(st.integers(100, clock))
             gpu = draw(st.integers(max(0, at - 30), at + 40))
             end = gpu + draw(st.integers(1, 12))
-            if draw(st.booleans()):
+            if draw(st.booleans()) or not launched:  # a trace without kernels is refused
                 b.kernel("k", at, gpu, end)
             else:
                 b.memcpy(at, gpu, end, draw(st.sampled_from([HTOD, DTOH])))

@@ -1,18 +1,12 @@
 -- What was the host doing while the GPU sat in the bubble? The idle intervals of relation `bubble_intervals`
--- split, time-weighted, by the innermost host phase open on the engine thread at each instant ('outside any
--- phase' when none was); adds up to the same total as bubble_attribution.sql.
+-- split, time-weighted, by the host segment open on the engine thread at each instant (relation `segments`,
+-- as in bubble_attribution.sql; $outside when none was); adds up to the same total as bubble_attribution.sql.
 -- Sweep line over interval and segment edges: between two consecutive edges both "inside an idle interval"
 -- and the phase are constant.
-WITH engine_thread AS (
-    SELECT tid FROM host_ranges WHERE run_id = $run_id GROUP BY tid ORDER BY count(*) DESC, tid LIMIT 1
-),
-segments AS (
-    SELECT start, "end", phase FROM host_segments WHERE run_id = $run_id AND tid = (FROM engine_thread)
-),
-edges AS (  -- interval edges change `inside`; segment edges change `phase`
+WITH edges AS (  -- interval edges change `inside`; segment edges change `phase`
     SELECT start AS ts, 1 AS inside_delta, NULL AS phase, 2 AS tie FROM bubble_intervals
     UNION ALL SELECT "end", -1, NULL, 2 FROM bubble_intervals
-    UNION ALL SELECT "end", 0, 'outside any phase', 0 FROM segments
+    UNION ALL SELECT "end", 0, $outside, 0 FROM segments
     UNION ALL SELECT start, 0, phase, 1 FROM segments
 ),
 ordered AS (
@@ -22,7 +16,7 @@ pieces AS (
     SELECT lead(ts) OVER (ORDER BY seq) - ts AS idle_ns,
            sum(inside_delta) OVER (ORDER BY seq ROWS UNBOUNDED PRECEDING) AS inside,
            COALESCE(last_value(phase IGNORE NULLS) OVER (ORDER BY seq ROWS UNBOUNDED PRECEDING),
-                    'outside any phase') AS phase
+                    $outside) AS phase
     FROM ordered
 )
 SELECT $run_id AS run_id, phase,

@@ -50,11 +50,12 @@ CREATE TABLE IF NOT EXISTS api_calls (
     name VARCHAR, phase VARCHAR, step BIGINT);
 
 -- Kernels, memcpys and memsets (op = 'kernel' | 'memcpy' | 'memset'; 'device' for timeline intervals),
--- with the host time of the CUDA call that launched them and that call's step and phase.
+-- with the host time and thread of the CUDA call that launched them and that call's step and phase;
+-- graph_node is set for the nodes of a CUDA graph replay (traced with --cuda-graph-trace=node).
 CREATE TABLE IF NOT EXISTS gpu_ops (
     run_id VARCHAR, op VARCHAR, start BIGINT, "end" BIGINT, stream_id BIGINT, pid BIGINT,
     correlation_id BIGINT, name VARCHAR, bytes BIGINT, copy_kind INTEGER, src_kind INTEGER,
-    dst_kind INTEGER, launched_at BIGINT, phase VARCHAR, step BIGINT);
+    dst_kind INTEGER, launched_at BIGINT, phase VARCHAR, step BIGINT, tid BIGINT, graph_node BIGINT);
 
 -- CUPTI synchronization records (host blocked until the GPU reached a point).
 CREATE TABLE IF NOT EXISTS syncs (
@@ -75,3 +76,29 @@ CREATE TABLE IF NOT EXISTS step_spans (
 
 -- The GPU's busy islands (union of all GPU ops) with the busy time before each (derived at ingest).
 CREATE TABLE IF NOT EXISTS gpu_busy (run_id VARCHAR, start BIGINT, "end" BIGINT, busy_before BIGINT);
+
+-- How the run's steps were found (profiling/steps.py): rule 'bubblelab' (our NVTX ranges), 'nvtx' (a range
+-- the user named, detail = the regex), 'graph' (one CUDA-graph launch per step) or 'sync' (the host sync
+-- that closes each step); the process and GPU the run covers; the engine thread; the kernel-gap threshold
+-- (idle shorter than it is a gap between kernels, longer is bubble; foreign runs only).
+CREATE TABLE IF NOT EXISTS step_rules (
+    run_id VARCHAR, rule VARCHAR, detail VARCHAR, pid BIGINT, device INTEGER, engine_tid BIGINT,
+    gap_threshold_ns BIGINT);
+
+-- Host window of each step of a foreign run: CUDA calls starting in [host_start, host_end) belong to it.
+CREATE TABLE IF NOT EXISTS step_windows (run_id VARCHAR, step BIGINT, host_start BIGINT, host_end BIGINT);
+
+-- OS runtime calls (nsys -t osrt), for what the host was doing while the GPU idled.
+CREATE TABLE IF NOT EXISTS os_calls (
+    run_id VARCHAR, tid BIGINT, start BIGINT, "end" BIGINT, name VARCHAR, nesting INTEGER);
+
+-- Host synchronisation points of the engine thread (sql/sync_points.sql): blocking calls and device-to-host
+-- copies with no other launch between them, the launch that followed, and the step they fall in.
+CREATE TABLE IF NOT EXISTS sync_points (
+    run_id VARCHAR, point BIGINT, start BIGINT, "end" BIGINT, calls INTEGER, next_launch BIGINT,
+    step BIGINT);
+
+-- What the engine thread was doing, as disjoint intervals (sql/host_activity.sql): the CUDA call, OS runtime
+-- call and innermost NVTX range open, and the label they give (CUDA call first, then OS call, then range).
+CREATE TABLE IF NOT EXISTS host_activity (
+    run_id VARCHAR, start BIGINT, "end" BIGINT, cuda VARCHAR, os VARCHAR, nvtx VARCHAR, label VARCHAR);

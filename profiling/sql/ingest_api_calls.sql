@@ -1,4 +1,5 @@
--- CUDA runtime/driver calls, each labelled with the innermost host range it started in (ASOF on segments).
+-- CUDA runtime/driver calls of the run's process ($pid; NULL: all), each labelled with the innermost host
+-- range it started in (ASOF on segments).
 INSERT INTO api_calls
 WITH calls AS (
     SELECT r.globalTid AS tid,
@@ -6,6 +7,7 @@ WITH calls AS (
            r.start, r."end", r.correlationId AS correlation_id, s.value AS name
     FROM ns.CUPTI_ACTIVITY_KIND_RUNTIME r
     JOIN ns.StringIds s ON s.id = r.nameId
+    WHERE $pid IS NULL OR r.globalTid - r.globalTid % 16777216 = $pid
 ),
 segments AS (
     SELECT tid, start, "end", phase, step FROM host_segments WHERE run_id = $run_id

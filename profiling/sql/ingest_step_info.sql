@@ -1,4 +1,4 @@
--- What each step was, from the `step_meta` marks: "kind=<decode|prefill> bs=<rows> tokens=<n> depth=<d>".
+-- What each step was, from the `step_meta` marks of the run's process ($pid; NULL: all): "kind=<decode|prefill> bs=<rows> tokens=<n> depth=<d>".
 INSERT INTO step_info
 WITH our_domain AS (
     SELECT DISTINCT domainId, globalTid - globalTid % 16777216 AS pid
@@ -11,7 +11,7 @@ marks AS (
     FROM ns.NVTX_EVENTS e
     JOIN our_domain d ON d.domainId = e.domainId AND d.pid = e.globalTid - e.globalTid % 16777216
     LEFT JOIN ns.StringIds s ON s.id = e.textId
-    WHERE e.eventType = 34 AND COALESCE(s.value, e.text) LIKE 'kind=%'
+    WHERE e.eventType = 34 AND COALESCE(s.value, e.text) LIKE 'kind=%' AND ($pid IS NULL OR d.pid = $pid)
     GROUP BY ALL
 )
 SELECT $run_id,

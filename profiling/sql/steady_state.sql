@@ -2,7 +2,8 @@
 -- Rule: a step is steady when
 --   1. it is a decode step whose next step is a decode step too (its period is decode to decode),
 --   2. its batch size is the run's modal decode batch size (ties: the larger), which drops the ramp-up
---      while requests are admitted and the end-of-run ramp-down as they finish,
+--      while requests are admitted and the end-of-run ramp-down as they finish (a foreign run's batch
+--      size is unknown, NULL, and rule 2 keeps all its decode steps),
 --   3. and it is not among the first $warmup steps that pass 1 and 2 (allocator, caches, clocks settle).
 WITH ordered AS (
     SELECT *, lead(kind) OVER (PARTITION BY run_id ORDER BY step) AS next_kind
@@ -16,7 +17,7 @@ modal AS (  -- the run's most common decode batch size, the larger on a tie
 ),
 candidates AS (
     SELECT o.*, row_number() OVER (PARTITION BY o.run_id ORDER BY o.step) AS nth
-    FROM ordered o JOIN modal m ON m.run_id = o.run_id AND m.batch_size = o.batch_size
+    FROM ordered o JOIN modal m ON m.run_id = o.run_id AND m.batch_size IS NOT DISTINCT FROM o.batch_size
     WHERE o.kind = 'decode' AND o.next_kind = 'decode' AND o.period_ms IS NOT NULL
 )
 SELECT * EXCLUDE (next_kind, nth)

@@ -1,0 +1,75 @@
+"""Answers that only a foreign run (steps found by profiling/steps.py, not by our NVTX ranges) has.
+
+analysis.py asks `rule()` which kind of run it holds and routes each question to the SQL of that kind
+(foreign_*.sql); the answers here summarise a foreign run's idle time and host syncs per step, the way the
+nano-vllm write-up did by hand (its 909 us post-sampling bubble, 53% of the idle in it, 12% in gaps between
+kernels).
+"""
+
+from __future__ import annotations
+
+import duckdb
+import pandas as pd
+
+OURS = "bubblelab"
+UNTRACED = "untraced host code"
+# A foreign run's host activity labels (host_activity.sql) roll up by their layer.
+LAYERS = {"cuda": "CUDA API", "os": "OS runtime", "nvtx": "NVTX range (untraced code in it)"}
+
+
+def rule(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[str, int | None]:
+    """(step rule, kernel-gap threshold in ns) of a run; bubblelab runs have no threshold."""
+    row = con.execute(
+        "SELECT rule, gap_threshold_ns FROM step_rules WHERE run_id = ?", [run_id]
+    ).fetchone()
+    return (row[0], row[1]) if row else (OURS, None)
+
+
+def is_foreign(con: duckdb.DuckDBPyConnection, run_id: str) -> bool:
+    return rule(con, run_id)[0] != OURS
+
+
+def layer(label: str) -> str:
+    """The top-level part of a foreign host-activity label: 'cuda: graph launch' -> 'CUDA API'."""
+    return LAYERS.get(label.split(": ", 1)[0], label) if ": " in label else label
+
+
+def idle_split(gaps: pd.DataFrame, steps: int) -> dict:
+    """A foreign run's idle time per step (gaps of foreign_idle_gaps.sql over `steps` steps), split as the
+    nano-vllm write-up split it: gaps between kernels (below the threshold), each step's longest bubble (the
+    post-sampling host bookkeeping of a blocking loop), and the other bubbles; ms per step and shares."""
+    if not steps or gaps.empty:
+        return {}
+    bubbles = gaps[gaps["within"].isna()]
+    longest = bubbles.groupby("step")["idle_us"].max().sum()
+    parts = {
+        "kernel_gaps": gaps.loc[gaps["within"].notna(), "idle_us"].sum(),
+        "longest_bubble": longest,
+        "other_bubbles": bubbles["idle_us"].sum() - longest,
+    }
+    total = sum(parts.values())
+    return {
+        "idle_ms_per_step": round(total / 1e3 / steps, 6),
+        **{f"{k}_ms_per_step": round(v / 1e3 / steps, 6) for k, v in parts.items()},
+        **{f"{k}_share": round(v / total, 6) if total else None for k, v in parts.items()},
+    }
+
+
+def sync_summary(inventory: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
+    """Host syncs per step of a foreign run (rows of foreign_sync_inventory.sql inside the given steps),
+    one row per kind of sync: event, api, detail, whether it closes the step, the NVTX range and the kernel
+    it followed; `per_step` = count / steps, `host_ms_per_step` = the host time blocked in it. Extra
+    (flagged) kinds first: those are the syncs a blocking engine did not need."""
+    columns = ["event", "api", "detail", "closing", "phase", "after"]
+    rows = inventory[inventory["step"].isin(steps["step"])]
+    if rows.empty or steps.empty:
+        return pd.DataFrame(columns=[*columns, "count", "per_step", "host_ms_per_step", "flagged"])
+    table = (
+        rows.fillna({"after": "-"})
+        .groupby(columns, dropna=False)
+        .agg(count=("step", "size"), host_us=("host_us", "sum"), flagged=("flagged", "any"))
+        .reset_index()
+    )
+    table["per_step"] = table["count"] / len(steps)
+    table["host_ms_per_step"] = table.pop("host_us") / 1e3 / len(steps)
+    return table.sort_values(["flagged", "count"], ascending=[False, False], ignore_index=True)

@@ -1,0 +1,55 @@
+-- Where does the engine thread ($tid) wait for the GPU? Its host synchronisation points: runs of blocking
+-- events with no other launch between them. A blocking event is a call that
+--   * CUPTI recorded as an event, stream or context synchronization (not a stream wait, syncType 2, which
+--     makes the device wait; not an EventQuery/StreamQuery poll, for which CUPTI writes a record too),
+--   * blocks by definition (cu*/cuda* Device/Ctx/Stream/Event Synchronize, a synchronous cu*/cudaMemcpy;
+--     nsys writes no sync records on some set-ups, so the name counts too),
+--   * or launched a device-to-host copy (matched by correlation id): the sampled tokens coming back; from
+--     pageable memory the host waits in that call itself.
+-- A torch `.tolist()` (a DtoH cudaMemcpyAsync, then cudaStreamSynchronize) is one point; 128 `.item()` calls
+-- in a Python loop that launches nothing in between are one point too (their calls are counted in `calls`).
+-- Any other launch (a kernel, an upload, a memset, a graph) ends a point; next_launch is when the engine
+-- thread made it, so next_launch - "end" is the host's work between the wait and the next GPU work: the
+-- step's bookkeeping when the point closes a step (profiling/steps.py splits on it).
+INSERT INTO sync_points
+WITH calls AS (
+    SELECT start, "end", pid, correlation_id, name FROM api_calls WHERE run_id = $run_id AND tid = $tid
+),
+launched AS (  -- what each launching call of the thread put on the GPU
+    SELECT pid, correlation_id,
+           bool_or(NOT (op = 'memcpy' AND copy_kind = 2)) AS compute,
+           bool_or(op = 'memcpy' AND copy_kind = 2) AS dtoh
+    FROM gpu_ops WHERE run_id = $run_id AND tid = $tid
+    GROUP BY ALL
+),
+sync_records AS (
+    SELECT pid, correlation_id, bool_or(sync_type IN (1, 3, 4)) AS blocks
+    FROM syncs WHERE run_id = $run_id
+    GROUP BY ALL
+),
+events AS (
+    SELECT c.start, c."end", COALESCE(l.compute, false) AS launch
+    FROM calls c
+    LEFT JOIN launched l USING (pid, correlation_id)
+    LEFT JOIN sync_records r USING (pid, correlation_id)
+    WHERE l.compute
+       OR ((l.dtoh OR r.blocks
+            OR regexp_matches(c.name, '^cu(da)?(Device|Ctx|Stream|Event)Synchronize')
+            OR regexp_matches(c.name, '^cu(da)?Memcpy(2D|3D|DtoH|HtoD|DtoD|AtoH|HtoA)?(_v\d+)?$'))
+           AND NOT regexp_matches(c.name, '^cu(da)?(EventQuery|StreamQuery|StreamWaitEvent)'))
+),
+grouped AS (  -- a point is the blocking events after the same number of launches
+    SELECT *, sum(launch::INTEGER) OVER (ORDER BY start, "end" ROWS UNBOUNDED PRECEDING) AS launches_before
+    FROM events
+),
+launches AS (
+    SELECT start, row_number() OVER (ORDER BY start, "end") AS nth FROM events WHERE launch
+),
+points AS (
+    SELECT launches_before, min(start) AS start, max("end") AS "end", count(*) AS calls
+    FROM grouped WHERE NOT launch
+    GROUP BY launches_before
+)
+SELECT $run_id, row_number() OVER (ORDER BY p.start), p.start, p."end", p.calls, l.start, NULL
+FROM points p
+LEFT JOIN launches l ON l.nth = p.launches_before + 1
