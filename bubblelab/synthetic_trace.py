@@ -36,6 +36,8 @@ COLUMNS = {
     "TARGET_INFO_GPU": "vmId id name busLocation isDiscrete",
     "TARGET_INFO_SESSION_START_TIME": "utcEpochNs utcTime localTime",
     "TARGET_INFO_SYSTEM_ENV": "globalVid devStateName name nameEnum value",
+    # OS runtime calls (nsys -t osrt); columns as the nsys export schema documents them.
+    "OSRT_API": "start end eventClass globalTid nameId returnValue nestingLevel callchainId",
 }
 
 PID = 486 << 24 | 0x10000000000  # a globalPid shaped like the probe's (vm bits | pid << 24)
@@ -72,6 +74,11 @@ def us(t: float) -> int:
     return round(t * 1000)
 
 
+def pid_of(tid: int) -> int:
+    """globalPid of a globalTid: the thread bits cleared."""
+    return tid - tid % 16777216
+
+
 @dataclass
 class TraceBuilder:
     domain: str = "bubblelab"
@@ -85,16 +92,26 @@ class TraceBuilder:
             self.strings[value] = len(self.strings) + 1
         return self.strings[value]
 
-    def range(self, name: str, step: int | None, start: float, end: float, tid: int = MAIN) -> None:
-        """A push/pop range of our domain; names are registered strings, as engine.phases does."""
+    def range(
+        self,
+        name: str,
+        step: int | None,
+        start: float,
+        end: float,
+        tid: int = MAIN,
+        domain_id: int = 1,
+        event_type: int = 59,
+    ) -> None:
+        """A push/pop range of our domain; names are registered strings, as engine.phases does.
+        domain_id 0: the default domain (a framework's ranges); event_type 60: a start/end range."""
         self.rows["NVTX_EVENTS"].append(
             dict(
                 start=us(start),
                 end=us(end),
-                eventType=59,
+                eventType=event_type,
                 globalTid=tid,
                 textId=self.string(name),
-                domainId=1,
+                domainId=domain_id,
                 int64Value=step,
             )
         )
@@ -129,18 +146,23 @@ class TraceBuilder:
         end: float,
         stream: int = COMPUTE,
         graph_node: int | None = None,
-    ) -> None:
-        """cudaLaunchKernel at host time `at` (2 us long), running on the GPU over [start, end)."""
-        corr = self.call("cudaLaunchKernel_v7000", at, at + 2)
+        api: str = "cudaLaunchKernel_v7000",
+        tid: int = MAIN,
+        device: int = 0,
+        correlation: int | None = None,
+    ) -> int:
+        """`api` (cudaLaunchKernel by default) at host time `at` (2 us long), running on the GPU over
+        [start, end); with `correlation`, a node of the graph launch that made that call instead."""
+        corr = correlation or self.call(api, at, at + 2, tid)
         self.rows["CUPTI_ACTIVITY_KIND_KERNEL"].append(
             dict(
                 start=us(start),
                 end=us(end),
-                deviceId=0,
+                deviceId=device,
                 contextId=1,
                 streamId=stream,
                 correlationId=corr,
-                globalPid=PID,
+                globalPid=pid_of(tid),
                 demangledName=self.string(name + "<T>"),
                 shortName=self.string(name),
                 registersPerThread=32,
@@ -158,6 +180,51 @@ class TraceBuilder:
                 graphNodeId=graph_node,
             )
         )
+        return corr
+
+    def graph_launch(
+        self,
+        at: float,
+        nodes: list[tuple[float, float]],
+        api: str = "cudaGraphLaunch_v10000",
+        tid: int = MAIN,
+        stream: int = COMPUTE,
+        device: int = 0,
+        host_us: float = 2,
+    ) -> int:
+        """One graph replay traced node by node: a call at `at` (host_us long) and a kernel per node,
+        each carrying the call's correlation id and a graph node id."""
+        corr = self.call(api, at, at + host_us, tid)
+        for i, (start, end) in enumerate(nodes):
+            self.kernel(
+                f"node_{i % 7}",
+                at,
+                start,
+                end,
+                stream,
+                100 + i,
+                tid=tid,
+                device=device,
+                correlation=corr,
+            )
+        return corr
+
+    def os_call(
+        self, name: str, start: float, end: float, tid: int = MAIN, nesting: int = 0
+    ) -> None:
+        """An OS runtime call (nsys -t osrt)."""
+        self.rows["OSRT_API"].append(
+            dict(
+                start=us(start),
+                end=us(end),
+                eventClass=27,
+                globalTid=tid,
+                nameId=self.string(name),
+                returnValue=0,
+                nestingLevel=nesting,
+                callchainId=0,
+            )
+        )
 
     def memcpy(
         self,
@@ -169,46 +236,65 @@ class TraceBuilder:
         stream: int = COPY,
         api: str = "cudaMemcpyAsync_v3020",
         nbytes: int = 64,
-    ) -> None:
-        corr = self.call(api, at, at + 2)
-        src, dst = (host_kind, DEVICE) if copy_kind == HTOD else (DEVICE, host_kind)
+        tid: int = MAIN,
+        device: int = 0,
+        host_us: float = 2,
+    ) -> int:
+        """A copy made by `api` at host time `at` (host_us long: a synchronous copy blocks there)."""
+        corr = self.call(api, at, at + host_us, tid)
+        ends = {HTOD: (host_kind, DEVICE), DTOH: (DEVICE, host_kind)}
+        src, dst = ends.get(copy_kind, (DEVICE, DEVICE))
         self.rows["CUPTI_ACTIVITY_KIND_MEMCPY"].append(
             dict(
                 start=us(start),
                 end=us(end),
-                deviceId=0,
+                deviceId=device,
                 contextId=1,
                 streamId=stream,
                 correlationId=corr,
-                globalPid=PID,
+                globalPid=pid_of(tid),
                 bytes=nbytes,
                 copyKind=copy_kind,
                 srcKind=src,
                 dstKind=dst,
             )
         )
+        return corr
 
-    def memset(self, at: float, start: float, end: float, stream: int = COMPUTE) -> None:
-        corr = self.call("cudaMemsetAsync_v3020", at, at + 2)
+    def memset(
+        self,
+        at: float,
+        start: float,
+        end: float,
+        stream: int = COMPUTE,
+        api: str = "cudaMemsetAsync_v3020",
+        tid: int = MAIN,
+        device: int = 0,
+    ) -> None:
+        corr = self.call(api, at, at + 2, tid)
         self.rows["CUPTI_ACTIVITY_KIND_MEMSET"].append(
             dict(
                 start=us(start),
                 end=us(end),
-                deviceId=0,
+                deviceId=device,
                 contextId=1,
                 streamId=stream,
                 correlationId=corr,
-                globalPid=PID,
+                globalPid=pid_of(tid),
                 value=0,
                 bytes=64,
                 memKind=DEVICE,
             )
         )
 
-    def sync(self, name: str, start: float, end: float, sync_type: int) -> None:
+    def sync(
+        self, name: str, start: float, end: float, sync_type: int | None, tid: int = MAIN
+    ) -> None:
         """A blocking call plus its CUPTI synchronization record (syncType 1 event, 3 stream, 4
-        context)."""
-        corr = self.call(name, start, end)
+        context; None: no record, as nsys writes none on some set-ups)."""
+        corr = self.call(name, start, end, tid)
+        if sync_type is None:
+            return
         self.rows["CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"].append(
             dict(
                 start=us(start),
@@ -217,7 +303,7 @@ class TraceBuilder:
                 contextId=1,
                 streamId=COPY,
                 correlationId=corr,
-                globalPid=PID,
+                globalPid=pid_of(tid),
                 syncType=sync_type,
                 eventId=1,
             )
@@ -239,8 +325,9 @@ class TraceBuilder:
             )
         )
 
-    def write(self, path: Path, omit: tuple[str, ...] = ()) -> Path:
-        """Write the export; tables with no rows are left out, as nsys creates tables lazily."""
+    def write(self, path: Path, omit: tuple[str, ...] = (), our_domain: bool = True) -> Path:
+        """Write the export; tables with no rows are left out, as nsys creates tables lazily.
+        our_domain=False: no creation event for our domain (a foreign trace)."""
         meta = {
             "EXPORT_PRODUCT_NAME": "NVIDIA Nsight Systems",
             "EXPORT_PRODUCT_VERSION": "2025.3.2.0",
@@ -249,7 +336,7 @@ class TraceBuilder:
         self.rows["META_DATA_EXPORT"] = [dict(name=k, value=v) for k, v in meta.items()]
         domain = dict(start=0, eventType=75, globalTid=MAIN, text=self.domain, domainId=1)
         self.rows["NVTX_EVENTS"] = [
-            domain,
+            *([domain] if our_domain else []),
             *(e for e in self.rows["NVTX_EVENTS"] if e["eventType"] != 75),
         ]
         self.rows["StringIds"] = [dict(id=i, value=v) for v, i in self.strings.items()]

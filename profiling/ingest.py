@@ -153,7 +153,8 @@ def _ingest_part(
             "INSERT INTO trace_meta VALUES (?, ?, ?)",
             [(run_id, k, v) for k, v in facts.export_meta.items()],
         )
-        queries.execute(con, "ingest_host_ranges", {**params, "domain": domain})
+        if "NVTX_EVENTS" in facts.tables:
+            queries.execute(con, "ingest_host_ranges", {**params, "domain": domain})
         if domain is not None:
             queries.execute(con, "ingest_step_info", {**params, "domain": domain})
         queries.execute(con, "host_segments", {"run_id": run_id})

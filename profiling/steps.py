@@ -149,6 +149,8 @@ def _engine_thread(con: duckdb.DuckDBPyConnection, run_id: str, what: str) -> in
 def _from_ranges(
     con: duckdb.DuckDBPyConnection, pid: int | None, regex: str, what: str
 ) -> Candidate:
+    if not _has_nvtx(con):
+        raise BubblelabError(f"{what}: --step-range {regex!r}: the trace holds no NVTX events")
     try:
         windows = queries.run(con, "step_range_matches", {"pid": pid, "regex": regex})
     except duckdb.Error as e:
@@ -238,7 +240,17 @@ def _spread(windows: pd.DataFrame) -> float:
     return 1.4826 * float(np.median(np.abs(lengths - median))) / median if median > 0 else math.inf
 
 
+def _has_nvtx(con: duckdb.DuckDBPyConnection) -> bool:
+    return bool(
+        con.execute(
+            "SELECT 1 FROM duckdb_tables() WHERE database_name = 'ns' AND table_name = 'NVTX_EVENTS'"
+        ).fetchone()
+    )
+
+
 def _ranges_found(con: duckdb.DuckDBPyConnection, pid: int | None) -> str:
+    if not _has_nvtx(con):
+        return "the trace holds no NVTX events"
     counts = queries.run(con, "nvtx_range_counts", {"pid": pid})
     if counts.empty:
         return "the trace holds no NVTX ranges"

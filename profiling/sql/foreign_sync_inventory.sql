@@ -71,4 +71,4 @@ SELECT event, api, detail, COALESCE(phase, 'outside any phase') AS phase, step,
            AS reason,
        bytes, COALESCE(in_point AND closes, false) AS closing, after
 FROM judged
-ORDER BY start_ns
+ORDER BY start_ns, event

@@ -1,0 +1,250 @@
+"""Traces bubblelab did not make: steps found by each rule, and every figure (period, busy, kernel gaps,
+bubble, idle gaps, attribution, sync inventory) checked against the truth the synthetic engine was built
+with and against a brute-force computation over the raw rows (tests/foreign_brute_force.py)."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from tests.foreign_brute_force import attribution, blocking_rows, load, per_step
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bubblelab.errors import BubblelabError
+from bubblelab.profiling import analysis
+from bubblelab.profiling.catalog import connect
+from bubblelab.profiling.ingest import ingest, ingest_trace
+from bubblelab.profiling.steps import GAP_THRESHOLD_US, StepOptions
+from bubblelab.synthetic_engines import Engine, engine_trace
+from bubblelab.synthetic_trace import MAIN, TraceBuilder
+
+GAP_NS = round(GAP_THRESHOLD_US * 1e3)
+OTHER = MAIN + (1 << 24)  # a thread of a second process
+
+
+def build(path: Path, *engines: Engine) -> tuple[Path, list]:
+    b = TraceBuilder()
+    truths = [engine_trace(b, e) for e in engines]
+    return b.write(path, our_domain=False), truths
+
+
+def windows(con, run_id: str) -> list[tuple[int, int]]:
+    rows = con.execute(
+        "SELECT host_start, host_end FROM step_windows WHERE run_id = ? ORDER BY step", [run_id]
+    ).fetchall()
+    return [tuple(r) for r in rows]
+
+
+def check_against_brute_force(con, run_id: str, trace: Path, truth_windows, tid=MAIN, **part):
+    """Every figure of the run equals its brute-force value over the raw rows."""
+    raw = load(trace, **part)
+    assert windows(con, run_id) == truth_windows
+    expected = per_step(raw, truth_windows, GAP_NS)
+    steps = analysis.per_step(con, run_id)
+    assert steps["step"].tolist() == list(range(len(expected)))
+    for row, want in zip(steps.itertuples(), expected):
+        assert (row.gpu_start_ns, row.gpu_end_ns) == (want["gpu_start"], want["gpu_end"])
+        if want["period"] is None:
+            assert row.period_ms != row.period_ms  # NaN
+            continue
+        assert round(row.period_ms * 1e6) == want["period"]
+        assert round(row.busy_ms * 1e6) == want["busy"]
+        assert round(row.kernel_gap_ms * 1e6) == want["kernel_gap"]
+        assert round(row.bubble_ms * 1e6) == want["bubble"]
+        assert round(row.forward_ms * 1e6) == want["period"] - want["bubble"]
+        # period = busy + kernel gaps + bubble, exactly
+        assert want["busy"] + want["kernel_gap"] + want["bubble"] == want["period"]
+    timed = steps[steps.period_ms.notna()]
+    gaps = analysis.idle_gaps(con, run_id, timed)
+    assert list(zip(gaps.start_ns, gaps.end_ns)) == [g for w in expected for g in w["gaps"]]
+    assert (gaps.within.notna() == (gaps.idle_us * 1e3 < GAP_NS)).all()
+    bubble_gaps = [g for w in expected for g in w["gaps"] if g[1] - g[0] >= GAP_NS]
+    began, by_time = attribution(raw, tid, bubble_gaps)
+    for rule, want in ((analysis.attribution, began), (analysis.attribution_by_time, by_time)):
+        table = rule(con, run_id, timed)
+        assert dict(zip(table.phase, (table.bubble_ms * 1e6).round())) == want
+    assert gaps.began_in.tolist() == [
+        next(iter(attribution(raw, tid, [(s, e)])[0])) for s, e in zip(gaps.start_ns, gaps.end_ns)
+    ]
+    # sync inventory: the same rows, each in the step whose window holds it
+    inventory = analysis.sync_inventory(con, run_id)
+    want_rows = blocking_rows(raw)
+    assert list(zip(inventory.event, inventory.api, inventory.start_ns)) == [
+        (r["event"], r["api"], r["start"]) for r in want_rows
+    ]
+    step_of = [
+        next((k for k, (h0, h1) in enumerate(truth_windows) if h0 <= r["start"] < h1), None)
+        for r in want_rows
+    ]
+    assert [None if pd.isna(s) else int(s) for s in inventory.step] == step_of
+    return steps, inventory
+
+
+def test_nano_vllm_shaped_engine(tmp_path):
+    """Graph replay per decode step, driver-API launches, DtoD copies and memsets, two streams, framework
+    NVTX ranges, OS calls, a `.tolist()` closing each step, one prefill first."""
+    trace, (truth,) = build(tmp_path / "nano.sqlite", Engine(steps=14))
+    con = connect(None)
+    run = ingest(trace, None, {}, con=con)
+    steps, inventory = check_against_brute_force(con, run, trace, truth.windows)
+    assert steps.kind.tolist() == truth.kinds
+    summary = analysis.analyze(con, [run])["runs"][0]
+    found = summary["steps_found"]
+    assert (found["rule"], found["steps"], found["prefill_steps"]) == ("sync", 14, 1)
+    assert found["confidence"] == "high" and found["gpu_coverage"] == 1.0
+    assert not inventory.flagged.any()  # one sync point a step: the closing one
+    # the bubble is the host's bookkeeping: mostly untraced code and OS calls, after the closing sync
+    assert max(summary["attribution_ms_per_step"]["top_level_by_time"].items(), key=lambda kv: kv[1])[
+        0
+    ] == "untraced host code"
+    assert summary["idle_split"]["longest_bubble_share"] > 0.9
+
+
+def test_fork_shaped_engine_names_its_extra_syncs(tmp_path):
+    """nano-vllm-fork: a `.item()` per sequence (here 16) between the LM head and sampling, each a 4-byte
+    pageable DtoH copy and a stream sync with nothing launched between them."""
+    trace, (truth,) = build(tmp_path / "fork.sqlite", Engine(steps=10, extra_syncs=16))
+    con = connect(None)
+    run = ingest(trace, None, {}, con=con)
+    _, inventory = check_against_brute_force(con, run, trace, truth.windows)
+    summary = analysis.analyze(con, [run], warmup=1)["runs"][0]
+    assert summary["steps_found"]["rule"] == "sync" and summary["steps_found"]["steps"] == 10
+    per_step = {
+        (r["api"], r["detail"], r["closing"]): r["per_step"] for r in summary["syncs_per_step"]
+    }
+    assert per_step == {
+        ("cudaStreamSynchronize_v3020", "stream sync", False): 16.0,
+        ("cudaMemcpyAsync_v3020", "DtoH pageable 4 B", False): 16.0,
+        ("cudaStreamSynchronize_v3020", "stream sync", True): 1.0,
+        ("cudaMemcpyAsync_v3020", "DtoH pageable 128 B", True): 1.0,
+    }
+    extra = [r for r in summary["syncs_per_step"] if r["flagged"]]
+    assert {r["after"] for r in extra} == {"lm_head_gemm"}  # what the host waited to read
+    assert inventory.flagged.sum() == 32 * 10
+
+
+@pytest.mark.parametrize(
+    "engine",
+    [
+        Engine(close="memcpy"),  # closed by a synchronous DtoH cudaMemcpy, no sync call, no record
+        Engine(close="event"),  # a pinned async copy and an event sync
+        Engine(driver_api=True, graph=False),  # JAX-like: driver API only, eager kernels
+        Engine(framework_ranges=False, osrt=False, prefill_first=False),
+    ],
+    ids=["sync-memcpy", "event-sync", "driver-eager", "bare"],
+)
+def test_steps_closed_many_ways(tmp_path, engine):
+    trace, (truth,) = build(tmp_path / "t.sqlite", engine)
+    con = connect(None)
+    run = ingest(trace, None, {}, con=con)
+    check_against_brute_force(con, run, trace, truth.windows)
+    assert analysis.analyze(con, [run])["runs"][0]["steps_found"]["rule"] == "sync"
+
+
+def test_step_range_and_graph_rules(tmp_path):
+    trace, (truth,) = build(tmp_path / "r.sqlite", Engine(steps=9, step_range="LLMEngine.step"))
+    con = connect(None)
+    by_range = ingest(trace, None, {}, steps=StepOptions(step_range=r"^LLMEngine\.step$"), con=con)
+    check_against_brute_force(con, by_range, trace, truth.range_windows)
+    by_graph = ingest(trace, None, {}, steps=StepOptions(rule="graph"), con=con)
+    g = truth.graph_launches
+    check_against_brute_force(con, by_graph, trace, list(zip(g[:-1], g[1:])))
+    rules = con.execute("SELECT run_id, rule FROM step_rules").fetchall()
+    assert dict(rules) == {by_range: "nvtx", by_graph: "graph"}  # the same trace, two runs
+
+
+def test_several_processes_and_gpus_are_separate_runs(tmp_path):
+    trace, truths = build(
+        tmp_path / "tp.sqlite",
+        Engine(steps=6),
+        Engine(steps=8, tid=OTHER, device=1, extra_syncs=2, t0=1500),
+    )
+    with pytest.raises(BubblelabError, match=r"GPU work of 2 processes or GPUs \(pid \d+ on GPU 1 \(\d+ GPU ops\); pid \d+ on GPU 0"):
+        ingest(trace, None, {}, con=connect(None))
+    con = connect(None)
+    runs = ingest_trace(trace, None, {}, con=con)
+    assert len(runs) == 2 and all("-p" in r and "-g" in r for r in runs)
+    rules = con.execute("SELECT run_id, pid, device FROM step_rules ORDER BY device").fetchall()
+    for (run, pid, device), truth, tid in zip(rules, truths, (MAIN, OTHER)):
+        steps, _ = check_against_brute_force(
+            con, run, trace, truth.windows, tid=tid, pid=pid, device=device
+        )
+        assert len(steps) == len(truth.windows)
+    assert ingest_trace(trace, None, {}, con=con) == runs  # re-ingest adds nothing
+
+
+def test_thousands_of_framework_ranges_are_not_steps(tmp_path):
+    b = TraceBuilder()
+    truth = engine_trace(b, Engine(steps=5))
+    for i in range(3000):  # a profiler's ranges everywhere, nested under one long range
+        b.range(f"aten::op_{i % 13}", None, 1000 + i, 1000 + i + 0.5, MAIN, domain_id=0)
+    trace = b.write(tmp_path / "ranges.sqlite", our_domain=False)
+    con = connect(None)
+    run = ingest(trace, None, {}, con=con)
+    assert windows(con, run) == truth.windows
+
+
+def _refused(trace: Path, match: str, **kw) -> None:
+    with pytest.raises(BubblelabError, match=match) as info:
+        ingest(trace, None, {}, con=connect(None), **kw)
+    assert "\n" not in str(info.value)
+
+
+def test_bad_foreign_inputs_are_one_line_errors(tmp_path):
+    trace, _ = build(tmp_path / "ok.sqlite", Engine(steps=5, step_range="step"))
+    _refused(
+        trace,
+        r"--step-range 'decode_step' matches no NVTX range; its most frequent NVTX ranges: "
+        r"'aten::copy_' x\d+",
+        steps=StepOptions(step_range="decode_step"),
+    )
+    few, _ = build(tmp_path / "few.sqlite", Engine(steps=2, graph=False))
+    _refused(few, r"cannot find the steps: .* 0 CUDA-graph replays and 2 host sync points give fewer")
+    _refused(few, r"cannot find the steps \(--step-rule graph\)", steps=StepOptions(rule="graph"))
+    nokernels = tmp_path / "nokernels.sqlite"
+    db = sqlite3.connect(few)  # eager: no graph launches, which would be refused first
+    db.execute(f"VACUUM INTO '{nokernels}'")
+    db.close()
+    db = sqlite3.connect(nokernels)
+    db.execute("DROP TABLE CUPTI_ACTIVITY_KIND_KERNEL")
+    db.commit()
+    db.close()
+    _refused(nokernels, r"no kernels in the trace \(\d+ CUDA API calls, \d+ copies, \d+ memsets")
+    b = TraceBuilder()
+    b.graph_replay(30, 40, 400)
+    b.kernel("k", 10, 12, 20)
+    _refused(b.write(tmp_path / "graph.sqlite", our_domain=False), "--cuda-graph-trace=node")
+    with pytest.raises(BubblelabError, match="not a regex"):
+        StepOptions(step_range="(")
+    with pytest.raises(BubblelabError, match="unknown step rule"):
+        StepOptions(rule="kernels")
+
+
+@st.composite
+def engines(draw) -> Engine:
+    return Engine(
+        steps=draw(st.integers(3, 8)),
+        extra_syncs=draw(st.sampled_from([0, 0, 1, 5])),
+        graph=draw(st.booleans()),
+        driver_api=draw(st.booleans()),
+        close=draw(st.sampled_from(["tolist", "memcpy", "event"])),
+        framework_ranges=draw(st.booleans()),
+        osrt=draw(st.booleans()),
+        prefill_first=draw(st.booleans()),
+        nodes=draw(st.integers(1, 12)),
+        node_us=draw(st.floats(2, 40)),
+        node_gap_us=draw(st.sampled_from([0.5, 1.0, 4.0, 6.0, 30.0])),
+        bookkeeping_us=draw(st.floats(300, 2000)),
+    )
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(engines())
+def test_random_engines_match_brute_force(tmp_path_factory, engine):
+    trace, (truth,) = build(tmp_path_factory.mktemp("h") / "t.sqlite", engine)
+    con = connect(None)
+    run = ingest(trace, None, {}, con=con)
+    check_against_brute_force(con, run, trace, truth.windows)
