@@ -10,7 +10,7 @@ from __future__ import annotations
 import pandas as pd
 
 from bubblelab.costmodel.model import host_tick_ms, step_gpu_ms
-from bubblelab.costmodel.predict import CONFIG_KEYS, pct, run_label
+from bubblelab.costmodel.predict import CONFIG_KEYS, known_int, pct, run_label
 from bubblelab.profiling.analysis import steady_state
 
 STEP_PARTS = ("forward_ms", "sampling_ms", "kernel_gap_ms", "bubble_ms", "period_ms", "busy_ms")
@@ -25,7 +25,7 @@ def step_summary(runs: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
         steady = steady_state(steps[steps["run_id"] == run["run_id"]])
         if steady.empty:
             continue
-        medians = {c: float(steady[c].median()) if c in steady else None for c in STEP_PARTS}
+        medians = {c: float(steady[c].astype(float).median()) if c in steady else None for c in STEP_PARTS}
         rows.append(
             dict(
                 run_id=run["run_id"],
@@ -33,14 +33,16 @@ def step_summary(runs: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
                 config=run_label(run, depth=False),
                 preset=run.get("preset"),
                 device=run["device"],
-                streams=int(run["streams"]),
-                depth=int(run["depth"]),
-                batch=int(steady["batch_size"].iloc[0]),
+                streams=known_int(run["streams"]),
+                depth=known_int(run["depth"]),
+                batch=known_int(steady["batch_size"].iloc[0]),
                 steps=len(steady),
                 **medians,
                 gpu_ms=float(step_gpu_ms(steady).median()),
                 host_tick_ms=float(host_tick_ms(steady).median()),
-                tokens_per_s=run["generated_tokens"] / run["wall_s"],
+                tokens_per_s=run["generated_tokens"] / run["wall_s"]
+                if run.get("wall_s")
+                else None,
             )
         )
     return pd.DataFrame(rows)

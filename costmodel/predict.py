@@ -94,14 +94,22 @@ def predict_blog() -> pd.DataFrame:
 
 
 def run_label(run: pd.Series | dict, depth: bool = True) -> str:
-    """ "preset · device · N streams[ · depth d]": how tables and figures name a run or
-    configuration."""
-    streams = int(run["streams"])
+    """ "preset · device · N streams[ · depth d]": how tables and figures name a run or configuration.
+    A trace of another engine knows neither streams nor depth: those parts are left out."""
     name = next(
         (v for v in (run.get("preset"), run.get("model")) if isinstance(v, str) and v), "model"
     )
-    label = f"{name} · {run['device']} · {streams} stream{'s' if streams > 1 else ''}"
-    return f"{label} · depth {int(run['depth'])}" if depth else label
+    label = f"{name} · {run['device']}"
+    streams = known_int(run.get("streams"))
+    if streams is not None:
+        label += f" · {streams} stream{'s' if streams > 1 else ''}"
+    run_depth = known_int(run.get("depth"))
+    return f"{label} · depth {run_depth}" if depth and run_depth is not None else label
+
+
+def known_int(value) -> int | None:
+    """An int, or None for a missing value (None, NaN, pd.NA)."""
+    return None if value is None or pd.isna(value) else int(value)
 
 
 def is_window(steps: pd.DataFrame, run) -> bool:

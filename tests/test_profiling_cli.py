@@ -90,3 +90,48 @@ def test_analyze_bad_trace_is_one_line_exit_2(tmp_path):
         "(expected `nsys export --type sqlite` output)"
     )
     assert bubblelab("analyze").returncode == 2
+
+
+@pytest.fixture(scope="module")
+def fork_trace(tmp_path_factory) -> Path:
+    """A nano-vllm-fork-shaped engine: 16 `.item()` syncs a step; its step range's name is rich markup."""
+    from foreign_trace_builder import Engine, engine_trace
+    from profiling_trace_builder import TraceBuilder
+
+    b = TraceBuilder()
+    engine_trace(b, Engine(steps=16, extra_syncs=16, step_range="[red]step[/red]"))
+    return b.write(tmp_path_factory.mktemp("foreign") / "fork.sqlite", our_domain=False)
+
+
+def test_analyze_foreign_trace_json(fork_trace):
+    result = bubblelab("analyze", str(fork_trace), "--json", "--output-len", "64")
+    assert result.returncode == 0, result.stderr
+    (run,) = json.loads(result.stdout)["runs"]
+    assert run["steps_found"]["rule"] == "sync" and run["steps_found"]["steps"] == 16
+    extra = {r["api"]: r["per_step"] for r in run["syncs_per_step"] if r["flagged"]}
+    assert extra == {"cudaStreamSynchronize_v3020": 16.0, "cudaMemcpyAsync_v3020": 16.0}
+    gain = run["pipelining"]
+    assert gain["output_len"] == 64 and gain["interval_pct"][0] <= gain["speedup_pct"]
+    assert any("16 x cudaStreamSynchronize_v3020 a step" in a for a in gain["assumptions"])
+    by_range = bubblelab("analyze", str(fork_trace), "--json", "--step-range", r"^\[red\]step")
+    assert json.loads(by_range.stdout)["runs"][0]["steps_found"]["rule"] == "nvtx"
+
+
+def test_analyze_foreign_trace_prints_names_as_text(fork_trace):
+    result = bubblelab("analyze", str(fork_trace), "--step-range", "step")
+    assert result.returncode == 0, result.stderr
+    assert "[red]step[/red]" in result.stdout  # trace text is data, not markup
+    assert "no: extra" in result.stdout and "pipelining would buy" in result.stdout
+
+
+def test_analyze_foreign_bad_input_exit_2(fork_trace):
+    result = bubblelab("analyze", str(fork_trace), "--step-range", "decode_step")
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "matches no NVTX range" in result.stderr
+    result = bubblelab("analyze", str(fork_trace), "--step-rule", "kernels")
+    assert result.returncode == 2 and "unknown step rule 'kernels'" in result.stderr
+    rep = fork_trace.with_suffix(".nsys-rep")
+    rep.write_bytes(b"not really a report")
+    result = bubblelab("analyze", str(rep))  # PATH holds no nsys here
+    assert result.returncode == 2 and "cannot export it to SQLite" in result.stderr
+    assert "nsys (Nsight Systems) not found" in result.stderr

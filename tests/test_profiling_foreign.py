@@ -248,3 +248,31 @@ def test_random_engines_match_brute_force(tmp_path_factory, engine):
     con = connect(None)
     run = ingest(trace, None, {}, con=con)
     check_against_brute_force(con, run, trace, truth.windows)
+
+
+def test_foreign_run_reaches_the_notebook_loader_and_the_report(tmp_path):
+    """A foreign trace listed in an index.json loads like the committed traces (runs.traces, what the
+    notebooks use), its tables go through runs.tables.collect into results.json, and the report renders."""
+    import json
+
+    from bubblelab.report.report import report_run_dir
+    from bubblelab.runs.rundir import write_results
+    from bubblelab.runs.traces import load_traces
+
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    build(traces / "fork.sqlite", Engine(steps=16, extra_syncs=4, step_range="<b>step</b>"))
+    index = {"fork.sqlite": {"model": "fork", "device": "NVIDIA H200", "step_range": "^<b>step"}}
+    (traces / "index.json").write_text(json.dumps(index))
+    results = load_traces(traces_dir=traces)
+    assert len(results.runs) == 1 and results.runs.depth.isna().all()
+    assert len(results.steps) == 16 and set(results.steps.kind) == {"prefill", "decode"}
+    assert results.attribution.bubble_ms.sum() > 0 and len(results.gaps) and len(results.timeline)
+    run_dir = tmp_path / "run"
+    write_results(
+        run_dir, results.runs, results.steps, results.attribution, results.gaps,
+        results.provenance, results.timeline,
+    )
+    html = report_run_dir(run_dir, n_boot=50).read_text()
+    assert 'id="timeline"' in html and "fork · NVIDIA H200" in html
+    assert "<b>step" not in html  # trace text escaped (and drawn as paths in the figures)

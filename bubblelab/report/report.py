@@ -18,7 +18,7 @@ import pandas as pd
 from markupsafe import Markup
 
 from bubblelab.costmodel.compare import step_summary
-from bubblelab.costmodel.predict import predict_blog, predict_runs, run_label
+from bubblelab.costmodel.predict import known_int, predict_blog, predict_runs, run_label
 from bubblelab.profiling.analysis import steady_state
 from bubblelab.report import figures
 from bubblelab.runs.rundir import Results, read_results
@@ -50,7 +50,8 @@ def timeline_charts(results: Results) -> list[dict]:
     """One lane chart per configuration: its first depth-1 run over its first depth-2 run."""
     by_config: dict[str, dict[int, dict]] = {}
     for run in results.runs.to_dict("records"):
-        by_config.setdefault(run_label(run, depth=False), {}).setdefault(int(run["depth"]), run)
+        depth = known_int(run["depth"])  # unknown for a trace of another engine
+        by_config.setdefault(run_label(run, depth=False), {}).setdefault(depth or 0, run)
     charts = []
     for title, by_depth in by_config.items():
         panels = []
@@ -62,9 +63,8 @@ def timeline_charts(results: Results) -> list[dict]:
                 else None
             )
             if len(steps) >= 2:
-                panels.append(
-                    (f"depth {depth} ({'blocking' if depth == 1 else 'pipelined'})", steps, ranges)
-                )
+                mode = "as traced" if not depth else "blocking" if depth == 1 else "pipelined"
+                panels.append((f"depth {depth or '?'} ({mode})", steps, ranges))
         if panels:
             has_host = any(r is not None and len(r) for _, _, r in panels)
             charts.append(
@@ -85,7 +85,7 @@ def gap_samples(results: Results) -> list[tuple[str, int, np.ndarray]]:
         tuple[str, int], list[np.ndarray]
     ] = {}  # repeats of a configuration share a histogram
     for run in results.runs.to_dict("records"):
-        pooled.setdefault((run_label(run), int(run["depth"])), []).append(
+        pooled.setdefault((run_label(run), known_int(run["depth"]) or 0), []).append(
             gaps.get(run["run_id"], np.array([]))
         )
     return [(label, depth, np.concatenate(arrays)) for (label, depth), arrays in pooled.items()]

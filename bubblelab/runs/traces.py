@@ -14,6 +14,7 @@ import duckdb
 from bubblelab.errors import BubblelabError
 from bubblelab.profiling.catalog import connect
 from bubblelab.profiling.ingest import META_KEYS, ingest
+from bubblelab.profiling.steps import StepOptions
 from bubblelab.runs.rundir import Results
 from bubblelab.runs.tables import collect
 
@@ -25,10 +26,10 @@ def load_traces(
     traces_dir: Path | str = TRACES_DIR,
     catalog: Path | str | duckdb.DuckDBPyConnection | None = None,
 ) -> Results:
-    """Ingest the indexed traces (all of index.json by default) and collect runs, steps,
-    attribution, gaps and a lane window per run. catalog: a DuckDB file to keep (re-ingesting a
-    trace adds nothing), or an open catalog connection to ask profiling.analysis more questions
-    afterwards; default in memory."""
+    """Ingest the indexed traces (all of index.json by default) and collect runs, steps, attribution, gaps
+    and a lane window per run. catalog: a DuckDB file to keep (re-ingesting a trace adds nothing), or an
+    open catalog connection to ask profiling.analysis more questions afterwards; default in memory.
+    A trace of another engine may name how to find its steps: "step_range" (a regex) or "step_rule"."""
     traces_dir = Path(traces_dir)
     index_path = traces_dir / "index.json"
     if not index_path.is_file():
@@ -42,6 +43,7 @@ def load_traces(
             traces_dir / name,
             None,
             {k: v for k, v in index[name].items() if k in META_KEYS},
+            steps=StepOptions(index[name].get("step_range"), index[name].get("step_rule", "auto")),
             con=con,
         )
         for name in names or index
