@@ -1,7 +1,9 @@
 """Trim an nsys SQLite export to a window of steps, keeping only what the analysis reads.
 
 Committed traces must stay small: a window of a few hundred steps, and the tables the ingestion queries
-(NVTX, kernels, copies, memsets, runtime calls, syncs) plus the small metadata tables, verbatim.
+(NVTX, kernels, copies, memsets, runtime calls, syncs, OS runtime calls) plus the small metadata tables,
+verbatim. A trace of ours is cut by its NVTX step payloads (`trim`); any other by the host windows of the
+steps profiling/steps.py finds in it (`trim_foreign`).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import sqlite3
 from pathlib import Path
 
 from bubblelab.errors import BubblelabError
+from bubblelab.profiling.steps import StepOptions
 
 TIMED_TABLES = (
     "NVTX_EVENTS",
@@ -18,7 +21,9 @@ TIMED_TABLES = (
     "CUPTI_ACTIVITY_KIND_MEMSET",
     "CUPTI_ACTIVITY_KIND_RUNTIME",
     "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
+    "OSRT_API",
 )
+GPU_TABLES = TIMED_TABLES[1:4]  # their rows start on the GPU, after the host launched them
 WHOLE_TABLES = (
     "StringIds",
     "META_DATA_EXPORT",
@@ -26,6 +31,7 @@ WHOLE_TABLES = (
     "TARGET_INFO_SESSION_START_TIME",
     "TARGET_INFO_GPU",
     "TARGET_INFO_CUDA_DEVICE",
+    "TARGET_INFO_SYSTEM_ENV",
     "ThreadNames",
     "PROCESSES",
 )
@@ -56,12 +62,46 @@ def trim(
     slack_ns: int = 2_000_000,
 ) -> Path:
     """Write to dst the rows of src inside the steps' window (plus slack for the GPU lagging the host)."""
+    db = sqlite3.connect(f"file:{src}?mode=ro", uri=True)
+    t0, t1 = step_window(db, first, last, domain)
+    db.close()
+    return trim_window(src, dst, t0, t1 + slack_ns, t1 + slack_ns)
+
+
+def trim_foreign(
+    src: Path,
+    dst: Path,
+    first: int,
+    last: int,
+    steps: StepOptions | None = None,
+    slack_ns: int = 2_000_000,
+) -> Path:
+    """Write to dst the rows of a foreign trace inside the host windows of its steps first..last (found by
+    profiling/steps.py with StepOptions `steps`): host rows that start in them, GPU rows up to slack_ns
+    later (the GPU lags the host), so the window's steps keep all their work and no step past it starts."""
+    from bubblelab.profiling.catalog import connect
+    from bubblelab.profiling.ingest import ingest
+
+    con = connect(None)
+    run = ingest(Path(src), None, {}, steps=steps, con=con)
+    t0, t1 = con.execute(
+        "SELECT min(host_start), max(host_end) FROM step_windows "
+        "WHERE run_id = ? AND step BETWEEN ? AND ?",
+        [run, first, last],
+    ).fetchone()
+    con.close()
+    if t0 is None:
+        raise BubblelabError(f"{src}: no steps {first}..{last} found")
+    return trim_window(src, dst, t0, t1 - 1, t1 + slack_ns)
+
+
+def trim_window(src: Path, dst: Path, t0: int, t1: int, gpu_t1: int) -> Path:
+    """Write to dst the whole small tables of src and its timed rows starting in [t0, t1] ([t0, gpu_t1]
+    for kernels, copies and memsets)."""
     src, dst = Path(src), Path(dst)
     if dst.exists():
         dst.unlink()
     db = sqlite3.connect(f"file:{src}?mode=ro", uri=True)
-    t0, t1 = step_window(db, first, last, domain)
-    t1 += slack_ns
     tables = {
         name: sql
         for name, sql in db.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'")
@@ -79,7 +119,7 @@ def trim(
             where = "WHERE start >= ? AND start <= ?"
         else:
             where = ""
-        params = (t0, t1) if where else ()
+        params = (t0, gpu_t1 if name in GPU_TABLES else t1) if where else ()
         out.execute(f'INSERT INTO main."{name}" SELECT * FROM src."{name}" {where}', params)
     out.commit()
     out.execute("DETACH src")
