@@ -14,16 +14,16 @@ from pathlib import Path
 from bubblelab.errors import BubblelabError
 from bubblelab.profiling.steps import StepOptions
 
-TIMED_TABLES = (
+TIMED_TABLES = (  # the CUDA calls first: the GPU tables keep the ops of the calls kept
     "NVTX_EVENTS",
+    "CUPTI_ACTIVITY_KIND_RUNTIME",
     "CUPTI_ACTIVITY_KIND_KERNEL",
     "CUPTI_ACTIVITY_KIND_MEMCPY",
     "CUPTI_ACTIVITY_KIND_MEMSET",
-    "CUPTI_ACTIVITY_KIND_RUNTIME",
     "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
     "OSRT_API",
 )
-GPU_TABLES = TIMED_TABLES[1:4]  # their rows start on the GPU, after the host launched them
+GPU_TABLES = TIMED_TABLES[2:5]  # their rows start on the GPU, after the host launched them
 WHOLE_TABLES = (
     "StringIds",
     "META_DATA_EXPORT",
@@ -96,8 +96,9 @@ def trim_foreign(
 
 
 def trim_window(src: Path, dst: Path, t0: int, t1: int, gpu_t1: int) -> Path:
-    """Write to dst the whole small tables of src and its timed rows starting in [t0, t1] ([t0, gpu_t1]
-    for kernels, copies and memsets)."""
+    """Write to dst the whole small tables of src and its timed rows starting in [t0, t1]; kernels, copies
+    and memsets starting in [t0, gpu_t1] whose launching call was kept (an op without its call would be
+    GPU time of no step)."""
     src, dst = Path(src), Path(dst)
     if dst.exists():
         dst.unlink()
@@ -115,6 +116,12 @@ def trim_window(src: Path, dst: Path, t0: int, t1: int, gpu_t1: int) -> Path:
         out.execute(tables[name])
         if name == "NVTX_EVENTS":  # domain creations and registered strings have no time window
             where = "WHERE eventType IN (33, 75) OR (start >= ? AND start <= ?)"
+        elif name in GPU_TABLES and "CUPTI_ACTIVITY_KIND_RUNTIME" in tables:
+            where = (
+                "WHERE start >= ? AND start <= ? AND (correlationId, globalPid) IN ("
+                " SELECT correlationId, globalTid - globalTid % 16777216"
+                " FROM main.CUPTI_ACTIVITY_KIND_RUNTIME)"
+            )
         elif name in TIMED_TABLES:
             where = "WHERE start >= ? AND start <= ?"
         else:

@@ -1,0 +1,116 @@
+"""Trimming traces to a window of steps (profiling/trim.py), and what tools/traces/make_foreign_traces.py
+does with a GPU machine's exports, on CPU: its dry run, and its trim, gzip and analysis of a trace."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from foreign_trace_builder import Engine, engine_trace
+from profiling_trace_builder import TraceBuilder
+
+from bubblelab.profiling import analysis
+from bubblelab.profiling.catalog import connect
+from bubblelab.profiling.ingest import ingest
+from bubblelab.profiling.steps import StepOptions
+from bubblelab.profiling.trim import trim, trim_foreign
+
+ROOT = Path(__file__).parents[1]
+PROBE = ROOT / "traces" / "nsys-h200-probe.sqlite"
+TOOL = ROOT / "tools" / "traces" / "make_foreign_traces.py"
+COLUMNS = ["kind", "forward_ms", "busy_ms", "bubble_ms", "kernel_gap_ms", "period_ms", "wait_ms"]
+
+
+def steps_of(trace: Path, **kw):
+    con = connect(None)
+    return analysis.per_step(con, ingest(trace, None, {}, con=con, **kw))
+
+
+@pytest.mark.parametrize("options", [StepOptions(), StepOptions(step_range="^LLMEngine")])
+def test_trimmed_foreign_trace_keeps_its_steps_exactly(tmp_path, options):
+    b = TraceBuilder()
+    engine_trace(b, Engine(steps=20, extra_syncs=3, step_range="LLMEngine.step"))
+    full = b.write(tmp_path / "full.sqlite", our_domain=False)
+    cut = trim_foreign(full, tmp_path / "cut.sqlite", 5, 14, options)
+    before, after = steps_of(full, steps=options), steps_of(cut, steps=options)
+    assert len(after) == 10
+    want = before[before.step.between(5, 14)].reset_index(drop=True)
+    got = after.reset_index(drop=True)
+    # the last step of the window has no next step in the cut trace: no period there
+    for column in COLUMNS:
+        assert got[column][:-1].tolist() == pytest.approx(want[column][:-1].tolist(), nan_ok=True)
+    assert got.gpu_start_ns.tolist() == want.gpu_start_ns.tolist()
+
+
+def test_trimmed_probe_by_its_own_ranges(tmp_path):
+    cut = trim(PROBE, tmp_path / "probe.sqlite", 10, 19, domain="probe", slack_ns=0)
+    con = connect(None)
+    steps = analysis.per_step(con, ingest(cut, None, {}, domain="probe", con=con))
+    assert len(steps) > 0 and cut.stat().st_size < PROBE.stat().st_size
+
+
+def _tool():
+    spec = importlib.util.spec_from_file_location("make_foreign_traces", TOOL)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_dry_run_checks_the_setup_and_trims_the_probe(tmp_path):
+    result = subprocess.run(
+        [sys.executable, str(TOOL), "--out", str(tmp_path), "--dry-run", "--work", str(tmp_path / "w")],
+        capture_output=True, text=True, cwd=ROOT, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    files = sorted(p.name for p in (tmp_path / "foreign").iterdir())
+    assert files == ["index.json", "summary.json"]  # a dry run writes no traces
+    checks = json.loads((tmp_path / "foreign" / "summary.json").read_text())["dry_run"]
+    assert checks["jobs"] == ["ckpt", "nano", "fork", "jax", "hf", "cupy"]
+    assert "--cuda-graph-trace=node" in checks["nsys command"] and "osrt" in checks["nsys command"]
+    assert checks["probe"]["analysis"]["steps"] == 20 and checks["probe"]["analysis"]["rule"] == "sync"
+
+
+def test_finishing_a_trace_cuts_gzips_and_analyses_it(tmp_path):
+    """What the tool does after nsys: the nano-vllm capture's raw half (before the idle between its two
+    generates) and its NVTX half become two small traces, each with its analysis and index entry."""
+    tool = _tool()
+    b = TraceBuilder()
+    engine_trace(b, Engine(steps=12))
+    engine_trace(b, Engine(steps=12, step_range="LLMEngine.step", t0=400_000))  # 0.38 s later
+    work, out = tmp_path / "work", tmp_path / "out"
+    work.mkdir()
+    out.mkdir()
+    b.write(work / "nano.sqlite", our_domain=False)
+    job = tool.Job("nano", 1, "nano-vllm", ["nanovllm-raw", "nanovllm-nvtx"],
+                   job={"ckpt": str(work / "ckpt-qwen3-4b"), "source": str(tmp_path)})
+    info = {"runs": {"raw": {"wall_s": 0.5, "generated_tokens": 8192}}, "mean_generated_len": 64}
+    raw_entry, raw = tool.finish("nanovllm-raw", job, info, work, out, keep=300)
+    nvtx_entry, nvtx = tool.finish("nanovllm-nvtx", job, info, work, out, keep=300)
+    assert (raw_entry["steps"], nvtx_entry["steps"]) == ([0, 11], [0, 11])
+    assert raw["steps_found"]["rule"] == "sync" and raw["steps_found"]["steps"] == 12
+    assert nvtx["steps_found"]["rule"] == "nvtx" and nvtx_entry["step_range"] == tool.STEP_RANGE
+    assert raw_entry["model"] == "qwen3-4b (seeded random weights)"
+    assert raw["pipelining"]["output_len"] == 64 and raw["pipelining"]["speedup_pct"] > 0
+    assert sorted(p.name for p in out.iterdir()) == ["nanovllm-nvtx.sqlite.gz", "nanovllm-raw.sqlite.gz"]
+
+
+def test_every_job_has_a_worker_and_the_workload_is_the_write_ups(tmp_path):
+    tool = _tool()
+    spec = importlib.util.spec_from_file_location("foreign_engines", tool.ENGINES)
+    engines = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(engines)
+    args = tool.argparse.Namespace(
+        nano_vllm=tmp_path, fa_shim=tmp_path, fork_site=None, nano_preset="qwen3-4b",
+        fork_preset="qwen3-0.6b",
+    )
+    jobs = tool.jobs(args, tmp_path)
+    assert {j.name for j in jobs} == set(engines.WORKERS)
+    assert sum(len(j.traces) for j in jobs) + 2 <= 8  # traces + index.json + summary.json come back
+    prompts = engines._prompts(2, 1000)
+    assert len(prompts) == 128 and {len(p) for p in prompts} <= set(range(20, 81))
+    assert engines.StubTokenizer.from_pretrained("x").decode([1, 2]) == ""

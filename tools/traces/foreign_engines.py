@@ -1,0 +1,356 @@
+"""The engines tools/traces/make_foreign_traces.py profiles, one per process: `python3 foreign_engines.py
+WORKER JOB_JSON`, run under nsys (except `ckpt`). Each brackets the work it wants traced with
+cudaProfilerStart/Stop (nsys --capture-range=cudaProfilerApi) after a warm-up, and writes JOB["info"]:
+what ran (engine version, workload, tokens, wall seconds).
+
+  ckpt    seeded random weights of bubblelab presets as HF checkpoints (engine.export.to_hf), for nano-vllm
+  nano    the original nano-vllm (GeeeekExplorer), the write-up's workload twice: raw, then 0.3 s idle, then
+          with one NVTX range per LLMEngine.step (patched from outside, domain "nano-vllm")
+  fork    PyPI nano-vllm-fork on the same workload (its `.item()` per sequence: 129 host syncs a step)
+  hf      transformers generate, static cache, eager (compile disabled), 4 requests
+  jax     a jitted decode step of a small transformer with host-side sampling (numpy), 200 steps
+  cupy    a small decode loop in CuPy (cuBLAS matmuls, elementwise kernels), host-side sampling, 200 steps
+"""
+
+from __future__ import annotations
+
+import atexit
+import inspect
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+PROMPTS, MIN_LEN, MAX_LEN, MAX_TOKENS, TEMPERATURE = 128, 20, 80, 64, 0.6  # the write-up's workload
+WORKLOAD = (
+    f"{PROMPTS} prompts of {MIN_LEN}-{MAX_LEN} random tokens, max_tokens {MAX_TOKENS}, "
+    f"temperature {TEMPERATURE}, ignore_eos"
+)
+
+
+def main() -> None:
+    worker, job = sys.argv[1], json.loads(sys.argv[2])
+    info = {"worker": worker, "python": sys.version.split()[0]}
+    try:
+        WORKERS[worker](job, info)
+    finally:
+        Path(job["info"]).write_text(json.dumps(info, indent=1, default=str))
+
+
+def write_checkpoints(job: dict, info: dict) -> None:
+    import torch
+    from safetensors.torch import save_file
+
+    from bubblelab.engine.export import to_hf
+    from bubblelab.engine.loader import load_model
+
+    for preset, directory in job["checkpoints"].items():
+        t = time.perf_counter()
+        loaded = load_model(preset, dtype="bf16", device="cuda", seed=0, attention_backend="torch")
+        raw, state = to_hf(loaded)
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        # a copy gives each split view its own storage (safetensors refuses shared ones)
+        save_file(
+            {n: t.detach().to("cpu", copy=True).contiguous() for n, t in state.items()},
+            str(Path(directory) / "model.safetensors"),
+        )
+        (Path(directory) / "config.json").write_text(json.dumps(raw))
+        info[preset] = {"seconds": round(time.perf_counter() - t, 1), "dir": directory}
+        del loaded, state
+        torch.cuda.empty_cache()
+
+
+class StubTokenizer:
+    """nano-vllm's tokenizer, for token-id prompts and random weights: it only needs eos and decode."""
+
+    eos_token_id = -1  # never sampled: every request runs to max_tokens (ignore_eos too)
+
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs) -> StubTokenizer:
+        return cls()
+
+    def encode(self, text: str) -> list[int]:
+        return [1]
+
+    def decode(self, ids) -> str:
+        return ""
+
+
+def _prompts(seed: int, vocab: int) -> list[list[int]]:
+    import random
+
+    rng = random.Random(seed)
+    return [
+        [rng.randrange(vocab) for _ in range(rng.randint(MIN_LEN, MAX_LEN))] for _ in range(PROMPTS)
+    ]
+
+
+def _patch_rope() -> None:
+    """Some nano-vllm versions cache get_rope and assert rope_scaling is None; transformers 5 reports the
+    default rope parameters there as a dict: hand them None for it."""
+    import nanovllm.models.qwen3 as nq
+
+    if "rope_scaling" not in inspect.signature(nq.get_rope).parameters:
+        return
+    original = nq.get_rope
+
+    def get_rope(*args, rope_scaling=None, **kw):
+        if isinstance(rope_scaling, dict) and rope_scaling.get("rope_type", "default") == "default":
+            rope_scaling = None
+        return original(*args, rope_scaling=rope_scaling, **kw)
+
+    nq.get_rope = get_rope
+
+
+def _nano_llm(job: dict, info: dict, is_fork: bool):
+    import nanovllm
+
+    info["nanovllm_file"] = nanovllm.__file__
+    inside = Path(nanovllm.__file__).resolve().is_relative_to(Path(job["source"]).resolve())
+    if is_fork == inside:
+        raise RuntimeError(f"imported the wrong nano-vllm: {nanovllm.__file__}")
+    import nanovllm.engine.llm_engine as engine
+
+    engine.AutoTokenizer = StubTokenizer  # the original loads one from the checkpoint directory
+    _patch_rope()
+    kwargs = dict(
+        enforce_eager=False,
+        max_model_len=1024,
+        max_num_seqs=PROMPTS,
+        gpu_memory_utilization=job.get("gpu_memory_utilization", 0.5),
+    )
+    if is_fork:
+        kwargs["tokenizer"] = StubTokenizer()
+    t = time.perf_counter()
+    llm = nanovllm.LLM(job["ckpt"], **kwargs)
+    atexit.unregister(llm.exit)  # exited explicitly, once
+    info["init_s"] = round(time.perf_counter() - t, 1)
+    return llm, engine
+
+
+def _generate(llm, prompts, params) -> tuple[float, int]:
+    import torch
+
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    outs = llm.generate(prompts, params, use_tqdm=False)
+    torch.cuda.synchronize()
+    return time.perf_counter() - t, sum(len(o["token_ids"]) for o in outs)
+
+
+def nano(job: dict, info: dict, is_fork: bool = False) -> None:
+    import torch
+    from nanovllm import SamplingParams
+
+    llm, engine = _nano_llm(job, info, is_fork)
+    vocab = json.loads((Path(job["ckpt"]) / "config.json").read_text())["vocab_size"]
+    params = SamplingParams(temperature=TEMPERATURE, max_tokens=MAX_TOKENS, ignore_eos=True)
+    _generate(llm, _prompts(1, vocab), params)  # warm-up: compiles, graphs, caches; other prompts
+    runs = {}
+    torch.cuda.profiler.start()
+    runs["raw"] = _generate(llm, _prompts(2, vocab), params)
+    if not is_fork:
+        time.sleep(0.3)  # the idle that make_foreign_traces.py cuts the trace at
+        import nvtx
+
+        step = engine.LLMEngine.step
+
+        def annotated_step(self):
+            with nvtx.annotate("LLMEngine.step", domain="nano-vllm"):
+                return step(self)
+
+        engine.LLMEngine.step = annotated_step
+        runs["nvtx"] = _generate(llm, _prompts(3, vocab), params)
+    torch.cuda.profiler.stop()
+    info.update(workload=WORKLOAD, requests=PROMPTS, mean_generated_len=MAX_TOKENS)
+    info["runs"] = {k: {"wall_s": w, "generated_tokens": n} for k, (w, n) in runs.items()}
+    info["torch"] = torch.__version__
+    llm.exit()
+
+
+def fork(job: dict, info: dict) -> None:
+    import importlib.metadata
+
+    info["engine_version"] = importlib.metadata.version("nano-vllm-fork")
+    nano(job, info, is_fork=True)
+
+
+def hf(job: dict, info: dict) -> None:
+    os.environ["TORCHDYNAMO_DISABLE"] = "1"  # eager generate: no auto-compile of the static cache path
+    import torch
+    import transformers
+    from transformers import GenerationConfig
+
+    from bubblelab.engine.export import hf_causal_lm
+    from bubblelab.engine.loader import load_model
+
+    loaded = load_model(job["preset"], dtype="bf16", device="cuda", seed=0, attention_backend="torch")
+    model = hf_causal_lm(loaded)
+    eos = list(loaded.config.eos_token_ids)
+    config = GenerationConfig(
+        do_sample=False,
+        max_new_tokens=MAX_TOKENS,
+        min_new_tokens=MAX_TOKENS,
+        cache_implementation="static",
+        disable_compile=True,
+        eos_token_id=eos or None,
+        pad_token_id=eos[0] if eos else 0,
+    )
+    gen = torch.Generator().manual_seed(0)
+    prompts = torch.randint(0, loaded.config.vocab_size, (4, 48), generator=gen).cuda()
+    mask = torch.ones_like(prompts)
+    model.generate(prompts, attention_mask=mask, generation_config=config)  # warm-up
+    torch.cuda.synchronize()
+    torch.cuda.profiler.start()
+    t = time.perf_counter()
+    ids = model.generate(prompts, attention_mask=mask, generation_config=config)
+    torch.cuda.synchronize()
+    wall = time.perf_counter() - t
+    torch.cuda.profiler.stop()
+    info.update(
+        engine_version=transformers.__version__,
+        torch=torch.__version__,
+        workload=f"4 requests of 48 random tokens, {MAX_TOKENS} new tokens each, greedy, static cache",
+        requests=4,
+        mean_generated_len=MAX_TOKENS,
+        runs={"raw": {"wall_s": wall, "generated_tokens": int((ids.shape[1] - 48) * 4)}},
+    )
+
+
+def _profiler(on: bool) -> None:
+    """cudaProfilerStart/Stop for a process that has no torch: CuPy's runtime call (one primary context
+    per device, which JAX uses as well)."""
+    import cupy
+
+    (cupy.cuda.runtime.profilerStart if on else cupy.cuda.runtime.profilerStop)()
+
+
+def jax_decode(job: dict, info: dict) -> None:
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    batch, length, dim, heads, layers, vocab, steps = 8, 256, 1024, 8, 8, 32000, job.get("steps", 200)
+    hd = dim // heads
+    keys = iter(jax.random.split(jax.random.PRNGKey(0), 4 * layers + 2))
+
+    def weight(*shape):
+        return (jax.random.normal(next(keys), shape, jnp.float32) / np.sqrt(shape[0])).astype(
+            jnp.bfloat16
+        )
+
+    params = {
+        "embed": weight(vocab, dim),
+        "head": weight(dim, vocab),
+        "layers": [
+            {"qkv": weight(dim, 3 * dim), "o": weight(dim, dim), "up": weight(dim, 4 * dim),
+             "down": weight(4 * dim, dim)}
+            for _ in range(layers)
+        ],
+    }
+
+    def norm(x):
+        return x * jax.lax.rsqrt(jnp.mean(x.astype(jnp.float32) ** 2, -1, keepdims=True) + 1e-6).astype(x.dtype)
+
+    def step(params, cache_k, cache_v, tokens, pos):
+        x = params["embed"][tokens]  # [batch, dim]
+        for i, p in enumerate(params["layers"]):
+            q, k, v = jnp.split(norm(x) @ p["qkv"], 3, axis=-1)
+            q, k, v = (t.reshape(batch, heads, hd) for t in (q, k, v))
+            cache_k = cache_k.at[i, :, :, pos].set(k)
+            cache_v = cache_v.at[i, :, :, pos].set(v)
+            scores = jnp.einsum("bhd,bhtd->bht", q, cache_k[i]).astype(jnp.float32) / np.sqrt(hd)
+            scores = jnp.where(jnp.arange(length) <= pos, scores, -jnp.inf)
+            attn = jnp.einsum("bht,bhtd->bhd", jax.nn.softmax(scores).astype(x.dtype), cache_v[i])
+            x = x + attn.reshape(batch, dim) @ p["o"]
+            x = x + jax.nn.silu(norm(x) @ p["up"]) @ p["down"]
+        return (norm(x) @ params["head"]).astype(jnp.float32), cache_k, cache_v
+
+    decode = jax.jit(step, donate_argnums=(1, 2))
+    rng = np.random.default_rng(0)
+
+    def run(n: int) -> float:
+        cache = [jnp.zeros((layers, batch, heads, length, hd), jnp.bfloat16) for _ in range(2)]
+        tokens = jnp.asarray(rng.integers(0, vocab, batch, dtype=np.int32))
+        t = time.perf_counter()
+        for pos in range(n):
+            logits, *cache = decode(params, *cache, tokens, pos)
+            probs = np.asarray(logits) / TEMPERATURE  # the host waits for the step here
+            probs = np.exp(probs - probs.max(-1, keepdims=True))
+            probs /= probs.sum(-1, keepdims=True)
+            ids = [rng.choice(vocab, p=row) for row in probs]  # host-side sampling
+            tokens = jnp.asarray(np.asarray(ids, np.int32))
+        return time.perf_counter() - t
+
+    run(4)  # compile
+    _profiler(True)
+    wall = run(steps)
+    _profiler(False)
+    info.update(
+        engine_version=f"jax {jax.__version__}",
+        workload=f"batch {batch}, {steps} decode steps of a {layers}-layer dim-{dim} transformer "
+        "(random bf16 weights), temperature sampling on the host (numpy)",
+        requests=batch,
+        mean_generated_len=steps,
+        runs={"raw": {"wall_s": wall, "generated_tokens": batch * steps}},
+    )
+
+
+def cupy_decode(job: dict, info: dict) -> None:
+    import cupy as cp
+    import numpy as np
+
+    batch, dim, layers, vocab, steps = 8, 2048, 8, 32000, job.get("steps", 200)
+    rng = np.random.default_rng(0)
+    cp.random.seed(0)
+    embed = (cp.random.standard_normal((vocab, dim), dtype=cp.float32) / 40).astype(cp.float16)
+    ws = [
+        ((cp.random.standard_normal((dim, dim), dtype=cp.float32) / np.sqrt(dim)).astype(cp.float16),
+         (cp.random.standard_normal((dim, dim), dtype=cp.float32) / np.sqrt(dim)).astype(cp.float16))
+        for _ in range(layers)
+    ]
+    head = (cp.random.standard_normal((dim, vocab), dtype=cp.float32) / np.sqrt(dim)).astype(cp.float16)
+    gelu = cp.ElementwiseKernel(
+        "T x", "T y", "y = x * 0.5 * (1 + tanh(0.79788456 * (x + 0.044715 * x * x * x)))", "gelu"
+    )
+
+    def run(n: int) -> float:
+        tokens = cp.asarray(rng.integers(0, vocab, batch))
+        t = time.perf_counter()
+        for _ in range(n):
+            x = embed[tokens]
+            for w1, w2 in ws:
+                x = x + gelu(x @ w1) @ w2
+            logits = (x @ head).astype(cp.float32).get() / TEMPERATURE  # the host waits here
+            probs = np.exp(logits - logits.max(-1, keepdims=True))
+            probs /= probs.sum(-1, keepdims=True)
+            tokens = cp.asarray([rng.choice(vocab, p=row) for row in probs])
+        return time.perf_counter() - t
+
+    run(4)
+    cp.cuda.runtime.profilerStart()
+    wall = run(steps)
+    cp.cuda.runtime.profilerStop()
+    info.update(
+        engine_version=f"cupy {cp.__version__}",
+        workload=f"batch {batch}, {steps} decode steps of an {layers}-layer dim-{dim} MLP stack "
+        "(random fp16 weights, cuBLAS matmuls, an elementwise GELU kernel), sampling on the host",
+        requests=batch,
+        mean_generated_len=steps,
+        runs={"raw": {"wall_s": wall, "generated_tokens": batch * steps}},
+    )
+
+
+WORKERS = {
+    "ckpt": write_checkpoints,
+    "nano": nano,
+    "fork": fork,
+    "hf": hf,
+    "jax": jax_decode,
+    "cupy": cupy_decode,
+}
+
+if __name__ == "__main__":
+    main()
