@@ -3,14 +3,20 @@
 Builds a scaled-up copy of a trace (by default an engine-shaped synthetic export: depth-2 decode
 steps of 400 kernels each, written with the real probe's tables and columns; or `--source` any nsys
 export of the engine) by replaying its events back to back until it holds at least --kernels
-kernels, then times ingestion and every query on it. Usage:
+kernels, then times ingestion and every query on it, in wall and CPU seconds (CPU time is what
+other jobs on the cores disturb least). `--mode` picks how the steps are found: bubblelab (our
+ranges), or for another engine's trace (bubblelab.synthetic_engines; --source works too): sync (the
+host sync closing each step; a decode graph of 400 nodes, 2 extra syncs a step), nvtx
+(--step-range on the same trace), graph (--step-rule graph), eager (400 eager kernels a step, each
+in a framework NVTX range). Usage:
 
-    .venv/bin/python -m benchmarks.analyze_1m_kernels [--source TRACE] [--kernels 1000000]
+    .venv/bin/python -m benchmarks.analyze_1m_kernels [--mode MODE] [--source TRACE] [--kernels N]
 """
 
 from __future__ import annotations
 
 import argparse
+import resource
 import tempfile
 import time
 from pathlib import Path
@@ -20,6 +26,8 @@ import duckdb
 from bubblelab.profiling import analysis
 from bubblelab.profiling.catalog import connect, load_sqlite_extension, sql_string
 from bubblelab.profiling.ingest import ingest
+from bubblelab.profiling.steps import StepOptions
+from bubblelab.synthetic_engines import Engine, engine_trace
 from bubblelab.synthetic_trace import COPY, DTOH, HTOD, TraceBuilder
 
 EVENT_TABLES = (
@@ -29,7 +37,9 @@ EVENT_TABLES = (
     "CUPTI_ACTIVITY_KIND_MEMCPY",
     "CUPTI_ACTIVITY_KIND_MEMSET",
     "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
+    "OSRT_API",
 )
+MODES = ("bubblelab", "sync", "nvtx", "graph", "eager")
 COPIED_ONCE = (
     "META_DATA_EXPORT",
     "StringIds",
@@ -81,6 +91,25 @@ def engine_shaped_seed(path: Path, steps: int = 8, kernels_per_forward: int = 40
                 stream=COPY,
             )
     return b.write(path)
+
+
+def foreign_seed(path: Path, eager: bool) -> Path:
+    """Another engine's trace: a prefill, then decode steps of 400 kernels (one node-traced graph
+    replay, or 400 eager launches each in a framework NVTX range), driver-API launches, two streams,
+    copies, memsets, OS calls, 2 `.item()` syncs and a `.tolist()` a step, one NVTX range per
+    step."""
+    b = TraceBuilder()
+    engine = Engine(
+        steps=8,
+        nodes=400,
+        graph=not eager,
+        extra_syncs=2,
+        step_range="LLMEngine.step",
+        node_us=4.0,
+        bookkeeping_us=300.0,
+    )
+    engine_trace(b, engine)
+    return b.write(path, our_domain=False)
 
 
 def one_row(con: duckdb.DuckDBPyConnection, sql: str) -> tuple:
@@ -149,11 +178,17 @@ def _quote(column: str) -> str:
     return f'"{column}"'
 
 
-def timed(label: str, fn, results: dict):
-    t0 = time.perf_counter()
+def cpu_s() -> float:
+    """CPU seconds of this process, DuckDB's threads included."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed(label: str, fn, results: dict, cpu: dict):
+    t0, c0 = time.perf_counter(), cpu_s()
     value = fn()
-    results[label] = time.perf_counter() - t0
-    print(f"  {label:<16} {results[label]:6.2f} s")
+    results[label], cpu[label] = time.perf_counter() - t0, cpu_s() - c0
+    print(f"  {label:<16} {results[label]:6.2f} s  (cpu {cpu[label]:6.2f} s)")
     return value
 
 
@@ -163,10 +198,20 @@ def main() -> None:
         "--source", type=Path, help="an nsys SQLite export of the engine (default: synthetic)"
     )
     parser.add_argument("--kernels", type=int, default=1_000_000)
+    parser.add_argument("--mode", choices=MODES, default="bubblelab")
     args = parser.parse_args()
+    options = {
+        "nvtx": StepOptions(step_range="^LLMEngine"),
+        "graph": StepOptions(rule="graph"),
+    }.get(args.mode, StepOptions())
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        source = args.source or engine_shaped_seed(tmp / "seed.sqlite")
+        if args.source:
+            source = args.source
+        elif args.mode == "bubblelab":
+            source = engine_shaped_seed(tmp / "seed.sqlite")
+        else:
+            source = foreign_seed(tmp / "seed.sqlite", eager=args.mode == "eager")
         t0 = time.perf_counter()
         copies = scale_up(source, tmp / "big.sqlite", args.kernels)
         con = duckdb.connect()
@@ -185,17 +230,24 @@ def main() -> None:
             f"{(tmp / 'big.sqlite').stat().st_size / 2**20:.0f} MiB"
         )
         results: dict[str, float] = {}
+        cpu: dict[str, float] = {}
         catalog = connect(tmp / "catalog.duckdb")
-        run = timed("ingest", lambda: ingest(tmp / "big.sqlite", None, {}, con=catalog), results)
-        steps = timed("per_step", lambda: analysis.per_step(catalog, run), results)
-        steady = timed("steady_state", lambda: analysis.steady_state(steps), results)
-        timed("attribution", lambda: analysis.attribution(catalog, run, steady), results)
-        timed("idle_histogram", lambda: analysis.idle_histogram(catalog, run, steady), results)
-        timed("sync_inventory", lambda: analysis.sync_inventory(catalog, run), results)
-        timed("kernel_summary", lambda: analysis.kernel_summary(catalog, run), results)
+        big = tmp / "big.sqlite"
+        run = timed(
+            "ingest", lambda: ingest(big, None, {}, steps=options, con=catalog), results, cpu
+        )
+        steps = timed("per_step", lambda: analysis.per_step(catalog, run), results, cpu)
+        steady = timed("steady_state", lambda: analysis.steady_state(steps), results, cpu)
+        timed("attribution", lambda: analysis.attribution(catalog, run, steady), results, cpu)
+        timed("by_time", lambda: analysis.attribution_by_time(catalog, run, steady), results, cpu)
+        timed("idle_histogram", lambda: analysis.idle_histogram(catalog, run, steady), results, cpu)
+        timed("sync_inventory", lambda: analysis.sync_inventory(catalog, run), results, cpu)
+        timed("kernel_summary", lambda: analysis.kernel_summary(catalog, run), results, cpu)
+        # what `bubblelab analyze` adds: every run's digest (steps found, idle gaps, syncs per step)
+        timed("analyze", lambda: analysis.analyze(catalog, [run]), results, cpu)
         print(
-            f"  {'total':<16} {sum(results.values()):6.2f} s  "
-            f"({len(steps):,} steps, {len(steady):,} steady)"
+            f"  {'total':<16} {sum(results.values()):6.2f} s  (cpu {sum(cpu.values()):6.2f} s; "
+            f"{len(steps):,} steps, {len(steady):,} steady)"
         )
 
 

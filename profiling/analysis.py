@@ -71,7 +71,9 @@ def idle_gaps(catalog: Catalog, run_id: str, steps: pd.DataFrame | None = None) 
     whether the host launched the work ending it only after the GPU went idle (launch_lag_us > 0)."""
     con = _open(catalog)
     steps = steady_state(per_step(con, run_id)) if steps is None else steps
-    return queries.run(con, *_gaps_query(con, run_id), per_step=steps)
+    if foreign.is_foreign(con, run_id):
+        return foreign.idle_gaps(con, run_id, steps)
+    return queries.run(con, "idle_gaps", {"run_id": run_id}, per_step=steps)
 
 
 def bubble_intervals(
@@ -81,27 +83,9 @@ def bubble_intervals(
     and sampling spans; for a foreign run, its idle gaps above the kernel-gap threshold."""
     con = _open(catalog)
     steps = steady_state(per_step(con, run_id)) if steps is None else steps
-    con.register("per_step", steps)
-    try:
-        return _bubble_relation(con, run_id).df()
-    finally:
-        con.unregister("per_step")
-
-
-def _gaps_query(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[str, dict]:
-    """The idle-gap query of the run's kind and its parameters."""
-    rule, gap_ns = foreign.rule(con, run_id)
-    if rule == foreign.OURS:
-        return "idle_gaps", {"run_id": run_id}
-    return "foreign_idle_gaps", {"run_id": run_id, "gap_ns": gap_ns}
-
-
-def _bubble_relation(con: duckdb.DuckDBPyConnection, run_id: str) -> duckdb.DuckDBPyRelation:
-    """The bubble intervals of the steps registered as `per_step`, as a lazy relation."""
-    if not foreign.is_foreign(con, run_id):
-        return queries.relation(con, "bubble_intervals", {"run_id": run_id})
-    gaps = queries.relation(con, *_gaps_query(con, run_id))
-    return gaps.filter("within IS NULL").project('step, start_ns AS start, end_ns AS "end"')
+    if foreign.is_foreign(con, run_id):
+        return foreign.bubble_gaps(con, run_id, steps)
+    return queries.run(con, "bubble_intervals", {"run_id": run_id}, per_step=steps)
 
 
 def attribution(catalog: Catalog, run_id: str, steps: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -122,20 +106,19 @@ def _attribute(
 ) -> pd.DataFrame:
     con = _open(catalog)
     steps = steady_state(per_step(con, run_id)) if steps is None else steps
-    ours = not foreign.is_foreign(con, run_id)
-    params = {
-        "run_id": run_id,
-        "outside": "outside any phase" if ours else foreign.UNTRACED,
-    }
-    con.register("per_step", steps)
-    try:
-        segments = queries.relation(
-            con, "engine_segments" if ours else "activity_segments", {"run_id": run_id}
-        )
-        intervals = _bubble_relation(con, run_id)
+    if foreign.is_foreign(con, run_id):
+        intervals, segments = foreign.attribution_inputs(con, run_id, steps)
+        params = {"run_id": run_id, "outside": foreign.UNTRACED}
         table = queries.run(con, query, params, bubble_intervals=intervals, segments=segments)
-    finally:
-        con.unregister("per_step")
+    else:
+        params = {"run_id": run_id, "outside": "outside any phase"}
+        con.register("per_step", steps)
+        try:
+            intervals = queries.relation(con, "bubble_intervals", {"run_id": run_id})
+            segments = queries.relation(con, "engine_segments", {"run_id": run_id})
+            table = queries.run(con, query, params, bubble_intervals=intervals, segments=segments)
+        finally:
+            con.unregister("per_step")
     table.insert(2, "top_level", table.phase.map(top_level))
     return table
 
@@ -180,9 +163,12 @@ def idle_histogram(
 ) -> pd.DataFrame:
     """Idle gaps of the given steps by length bucket (the gaps themselves stay inside DuckDB)."""
     con = _open(catalog)
-    con.register("per_step", steady_state(per_step(con, run_id)) if steps is None else steps)
+    steps = steady_state(per_step(con, run_id)) if steps is None else steps
+    if foreign.is_foreign(con, run_id):
+        return queries.run(con, "idle_histogram", idle_gaps=foreign.gaps(con, run_id, steps))
+    con.register("per_step", steps)
     try:
-        gaps = queries.relation(con, *_gaps_query(con, run_id))
+        gaps = queries.relation(con, "idle_gaps", {"run_id": run_id})
         return queries.run(con, "idle_histogram", idle_gaps=gaps)
     finally:
         con.unregister("per_step")
@@ -198,8 +184,9 @@ def sync_inventory(catalog: Catalog, run_id: str) -> pd.DataFrame:
     """Host-blocking calls and DtoH/pageable copies with their phase; `flagged` ones stall the pipeline.
     A foreign run's rows also say which sync point closes each step, the bytes and the kernel before."""
     con = _open(catalog)
-    query = "foreign_sync_inventory" if foreign.is_foreign(con, run_id) else "sync_inventory"
-    return queries.run(con, query, {"run_id": run_id})
+    if foreign.is_foreign(con, run_id):
+        return foreign.sync_inventory(con, run_id)
+    return queries.run(con, "sync_inventory", {"run_id": run_id})
 
 
 def kernel_summary(catalog: Catalog, run_id: str) -> pd.DataFrame:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import duckdb
 import pandas as pd
 
+from bubblelab.profiling import queries
+
 OURS = "bubblelab"
 UNTRACED = "untraced host code"
 # A foreign run's host activity labels (host_activity.sql) roll up by their layer.
@@ -27,6 +29,61 @@ def rule(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[str, int | None]:
 
 def is_foreign(con: duckdb.DuckDBPyConnection, run_id: str) -> bool:
     return rule(con, run_id)[0] != OURS
+
+
+def engine_thread(con: duckdb.DuckDBPyConnection, run_id: str) -> int:
+    return con.execute("SELECT engine_tid FROM step_rules WHERE run_id = ?", [run_id]).fetchone()[0]
+
+
+def gaps(
+    con: duckdb.DuckDBPyConnection, run_id: str, steps: pd.DataFrame, bubble_only: bool = False
+) -> pd.DataFrame:
+    """Every idle gap of the given steps (step_gaps.sql), bubble or kernel gap, without labels."""
+    gap_ns = rule(con, run_id)[1]
+    params = {"run_id": run_id, "gap_ns": gap_ns, "min_ns": gap_ns if bubble_only else 0}
+    return queries.run(con, "step_gaps", params, per_step=steps)
+
+
+def activity(con: duckdb.DuckDBPyConnection, run_id: str, intervals: pd.DataFrame) -> pd.DataFrame:
+    """What the engine thread was doing during the given disjoint intervals (start, end): labelled pieces
+    tiling them (host_activity.sql)."""
+    params = {"run_id": run_id, "tid": engine_thread(con, run_id)}
+    return queries.run(con, "host_activity", params, intervals=intervals.sort_values("start"))
+
+
+def bubble_gaps(con: duckdb.DuckDBPyConnection, run_id: str, steps: pd.DataFrame) -> pd.DataFrame:
+    """The bubble of the given steps as intervals (step, start, end): their idle gaps above the threshold."""
+    found = gaps(con, run_id, steps, bubble_only=True)
+    return pd.DataFrame({"step": found["step"], "start": found["start_ns"], "end": found["end_ns"]})
+
+
+def idle_gaps(con: duckdb.DuckDBPyConnection, run_id: str, steps: pd.DataFrame) -> pd.DataFrame:
+    """The steps' gaps (step_gaps.sql) with what the host was doing when each bubble gap began
+    (foreign_idle_gaps.sql)."""
+    found = gaps(con, run_id, steps)
+    bubbles = found[found["within"].isna()]
+    pieces = activity(con, run_id, bubbles.rename(columns={"start_ns": "start", "end_ns": "end"}))
+    return queries.run(con, "foreign_idle_gaps", gaps=found, activity=pieces)
+
+
+def attribution_inputs(
+    con: duckdb.DuckDBPyConnection, run_id: str, steps: pd.DataFrame
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(bubble intervals, host segments over them) for bubble_attribution*.sql."""
+    bubbles = bubble_gaps(con, run_id, steps)
+    pieces = activity(con, run_id, bubbles)
+    return bubbles, pieces.rename(columns={"label": "phase"})[["start", "end", "phase"]]
+
+
+def sync_inventory(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
+    """foreign_sync_inventory.sql, each engine-thread row's phase the innermost NVTX range it ran in."""
+    table = queries.run(con, "foreign_sync_inventory", {"run_id": run_id})
+    starts = table.loc[table["engine"], "start_ns"].drop_duplicates().sort_values()
+    pieces = activity(con, run_id, pd.DataFrame({"start": starts, "end": starts + 1}))
+    ranges = pd.Series(pieces["nvtx"].to_numpy(), index=pieces["start"].to_numpy())
+    phase = table["start_ns"].map(ranges).where(table["engine"])
+    table.insert(3, "phase", phase.fillna("outside any phase"))
+    return table.drop(columns="engine")
 
 
 def layer(label: str) -> str:

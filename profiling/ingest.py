@@ -155,9 +155,9 @@ def _ingest_part(
         )
         if "NVTX_EVENTS" in facts.tables:
             queries.execute(con, "ingest_host_ranges", {**params, "domain": domain})
-        if domain is not None:
+        if domain is not None:  # a foreign run's ranges are read lazily (host_activity.sql)
             queries.execute(con, "ingest_step_info", {**params, "domain": domain})
-        queries.execute(con, "host_segments", {"run_id": run_id})
+            queries.execute(con, "host_segments", {"run_id": run_id})
         if "CUPTI_ACTIVITY_KIND_RUNTIME" in facts.tables:
             queries.execute(con, "ingest_api_calls", params)
         if "OSRT_API" in facts.tables:
@@ -187,7 +187,6 @@ def _derive_ours(con: duckdb.DuckDBPyConnection, run_id: str) -> None:
 
 def _derive_foreign(con: duckdb.DuckDBPyConnection, run_id: str, options: StepOptions) -> None:
     params = {"run_id": run_id}
-    tid = con.execute("SELECT engine_tid FROM step_rules WHERE run_id = ?", [run_id]).fetchone()[0]
     queries.execute(con, "gpu_busy", params)
     queries.insert(
         con,
@@ -196,7 +195,7 @@ def _derive_foreign(con: duckdb.DuckDBPyConnection, run_id: str, options: StepOp
         {**params, "gap_ns": options.gap_ns, "prefill_ratio": PREFILL_RATIO},
     )
     queries.execute(con, "run_defaults", params)
-    queries.execute(con, "host_activity", {**params, "tid": tid})
+    queries.execute(con, "foreign_gaps", params)
 
 
 def ingest_timeline(

@@ -210,12 +210,9 @@ def _from_trace(
             f"{MIN_STEPS} steps; {_ranges_found(con, None)}"
         )
     for c in viable:
-        con.register("windows", c.windows)
-        try:
-            coverage = float(queries.run(con, "window_coverage", {"run_id": run_id}).iloc[0, 0])
-        finally:
-            con.unregister("windows")
-        c.score = coverage - _spread(c.windows)
+        span = {"first": int(c.windows["host_start"].min()), "last": int(c.windows["host_end"].max())}
+        coverage = queries.run(con, "window_coverage", {"run_id": run_id, **span}).iloc[0, 0]
+        c.score = float(coverage) - _spread(c.windows)
     return max(viable, key=lambda c: (c.score, c.rule == "sync"))
 
 

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from foreign_trace_builder import Engine, engine_trace
-from profiling_trace_builder import TraceBuilder
+from bubblelab.synthetic_engines import Engine, engine_trace
+from bubblelab.synthetic_trace import TraceBuilder
 
 from bubblelab.profiling import analysis
 from bubblelab.profiling.catalog import connect

@@ -98,7 +98,7 @@ CREATE TABLE IF NOT EXISTS sync_points (
     run_id VARCHAR, point BIGINT, start BIGINT, "end" BIGINT, calls INTEGER, next_launch BIGINT,
     step BIGINT);
 
--- What the engine thread was doing, as disjoint intervals (sql/host_activity.sql): the CUDA call, OS runtime
--- call and innermost NVTX range open, and the label they give (CUDA call first, then OS call, then range).
-CREATE TABLE IF NOT EXISTS host_activity (
-    run_id VARCHAR, start BIGINT, "end" BIGINT, cuda VARCHAR, os VARCHAR, nvtx VARCHAR, label VARCHAR);
+-- Every GPU idle gap inside a foreign run's step periods, with when the op ending it was launched
+-- (foreign_gaps.sql, derived at ingest).
+CREATE TABLE IF NOT EXISTS idle_gaps (
+    run_id VARCHAR, step BIGINT, start BIGINT, "end" BIGINT, launched_at BIGINT);

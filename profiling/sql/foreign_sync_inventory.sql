@@ -1,8 +1,9 @@
 -- Where does a foreign engine's host wait for the GPU? One row per host-blocking CUDA call (the rule of
 -- sync_points.sql: a CUPTI event/stream/context sync record or a *Synchronize / synchronous memcpy call;
 -- never a poll or a stream wait) and per device-to-host copy or copy touching pageable host memory, of any
--- thread of the run's process, with its step, its innermost NVTX range (phase), its bytes, and the kernel
--- the engine thread launched last before it (`after`: what the host is waiting to read).
+-- thread of the run's process, with its step, whether the engine thread made it (`engine`; the caller,
+-- profiling.foreign.sync_inventory, names the NVTX range it ran in: phase), its bytes, and the kernel the
+-- engine thread launched last before it (`after`: what the host is waiting to read).
 -- A blocking engine needs one sync point a step, the one that closes it (the last of its step); every
 -- other blocking row of the engine thread inside a step is `flagged`: the host waited for the GPU mid-step
 -- (PyPI nano-vllm-fork: one `.item()` per sequence, 128 extra a step at 128 sequences). A pipelined loop
@@ -14,13 +15,19 @@ sync_records AS (
     SELECT pid, correlation_id, any_value(sync_type) AS sync_type
     FROM syncs WHERE run_id = $run_id GROUP BY ALL
 ),
+names AS (  -- the names' rules, read once per distinct name, not once per call
+    SELECT name,
+           regexp_matches(name, '^cu(da)?(Device|Ctx|Stream|Event)Synchronize')
+             OR regexp_matches(name, '^cu(da)?Memcpy(2D|3D|DtoH|HtoD|DtoD|AtoH|HtoA)?(_v\d+)?$') AS blocks,
+           regexp_matches(name, '^cu(da)?(EventQuery|StreamQuery|StreamWaitEvent)') AS poll
+    FROM (SELECT DISTINCT name FROM calls)
+),
 blocking_calls AS (
     SELECT c.*, r.sync_type
-    FROM calls c LEFT JOIN sync_records r USING (pid, correlation_id)
-    WHERE NOT regexp_matches(c.name, '^cu(da)?(EventQuery|StreamQuery|StreamWaitEvent)')
-      AND (r.sync_type IN (1, 3, 4)
-           OR regexp_matches(c.name, '^cu(da)?(Device|Ctx|Stream|Event)Synchronize')
-           OR regexp_matches(c.name, '^cu(da)?Memcpy(2D|3D|DtoH|HtoD|DtoD|AtoH|HtoA)?(_v\d+)?$'))
+    FROM calls c
+    JOIN names n USING (name)
+    LEFT JOIN sync_records r USING (pid, correlation_id)
+    WHERE NOT n.poll AND (r.sync_type IN (1, 3, 4) OR n.blocks)
 ),
 copies AS (
     SELECT o.name AS copy, o.bytes, o.src_kind = 0 OR o.dst_kind = 0 AS pageable, c.*
@@ -64,7 +71,7 @@ judged AS (
     SELECT *, step IS NOT NULL AND tid = (FROM engine) AND NOT COALESCE(in_point AND closes, false) AS mid_step
     FROM placed
 )
-SELECT event, api, detail, COALESCE(phase, 'outside any phase') AS phase, step,
+SELECT event, api, detail, tid = (FROM engine) AS engine, step,
        start AS start_ns, ("end" - start) / 1e3 AS host_us,
        mid_step AS flagged,
        CASE WHEN mid_step THEN 'the host waits for the GPU mid-step, before the step''s closing sync' END

@@ -27,16 +27,20 @@ sync_records AS (
     FROM syncs WHERE run_id = $run_id
     GROUP BY ALL
 ),
+names AS (  -- the names' rules, read once per distinct name, not once per call
+    SELECT name,
+           regexp_matches(name, '^cu(da)?(Device|Ctx|Stream|Event)Synchronize')
+             OR regexp_matches(name, '^cu(da)?Memcpy(2D|3D|DtoH|HtoD|DtoD|AtoH|HtoA)?(_v\d+)?$') AS blocks,
+           regexp_matches(name, '^cu(da)?(EventQuery|StreamQuery|StreamWaitEvent)') AS poll
+    FROM (SELECT DISTINCT name FROM calls)
+),
 events AS (
     SELECT c.start, c."end", COALESCE(l.compute, false) AS launch
     FROM calls c
+    JOIN names n USING (name)
     LEFT JOIN launched l USING (pid, correlation_id)
     LEFT JOIN sync_records r USING (pid, correlation_id)
-    WHERE l.compute
-       OR ((l.dtoh OR r.blocks
-            OR regexp_matches(c.name, '^cu(da)?(Device|Ctx|Stream|Event)Synchronize')
-            OR regexp_matches(c.name, '^cu(da)?Memcpy(2D|3D|DtoH|HtoD|DtoD|AtoH|HtoA)?(_v\d+)?$'))
-           AND NOT regexp_matches(c.name, '^cu(da)?(EventQuery|StreamQuery|StreamWaitEvent)'))
+    WHERE l.compute OR ((l.dtoh OR r.blocks OR n.blocks) AND NOT n.poll)
 ),
 grouped AS (  -- a point is the blocking events after the same number of launches
     SELECT *, sum(launch::INTEGER) OVER (ORDER BY start, "end" ROWS UNBOUNDED PRECEDING) AS launches_before
