@@ -31,10 +31,6 @@ def is_foreign(con: duckdb.DuckDBPyConnection, run_id: str) -> bool:
     return rule(con, run_id)[0] != OURS
 
 
-def engine_thread(con: duckdb.DuckDBPyConnection, run_id: str) -> int:
-    return con.execute("SELECT engine_tid FROM step_rules WHERE run_id = ?", [run_id]).fetchone()[0]
-
-
 def gaps(
     con: duckdb.DuckDBPyConnection, run_id: str, steps: pd.DataFrame, bubble_only: bool = False
 ) -> pd.DataFrame:
@@ -42,13 +38,6 @@ def gaps(
     gap_ns = rule(con, run_id)[1]
     params = {"run_id": run_id, "gap_ns": gap_ns, "min_ns": gap_ns if bubble_only else 0}
     return queries.run(con, "step_gaps", params, per_step=steps)
-
-
-def activity(con: duckdb.DuckDBPyConnection, run_id: str, intervals: pd.DataFrame) -> pd.DataFrame:
-    """What the engine thread was doing during the given disjoint intervals (start, end): labelled pieces
-    tiling them (host_activity.sql)."""
-    params = {"run_id": run_id, "tid": engine_thread(con, run_id)}
-    return queries.run(con, "host_activity", params, intervals=intervals.sort_values("start"))
 
 
 def bubble_gaps(con: duckdb.DuckDBPyConnection, run_id: str, steps: pd.DataFrame) -> pd.DataFrame:
@@ -60,10 +49,7 @@ def bubble_gaps(con: duckdb.DuckDBPyConnection, run_id: str, steps: pd.DataFrame
 def idle_gaps(con: duckdb.DuckDBPyConnection, run_id: str, steps: pd.DataFrame) -> pd.DataFrame:
     """The steps' gaps (step_gaps.sql) with what the host was doing when each bubble gap began
     (foreign_idle_gaps.sql)."""
-    found = gaps(con, run_id, steps)
-    bubbles = found[found["within"].isna()]
-    pieces = activity(con, run_id, bubbles.rename(columns={"start_ns": "start", "end_ns": "end"}))
-    return queries.run(con, "foreign_idle_gaps", gaps=found, activity=pieces)
+    return queries.run(con, "foreign_idle_gaps", {"run_id": run_id}, gaps=gaps(con, run_id, steps))
 
 
 def attribution_inputs(
@@ -71,19 +57,12 @@ def attribution_inputs(
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(bubble intervals, host segments over them) for bubble_attribution*.sql."""
     bubbles = bubble_gaps(con, run_id, steps)
-    pieces = activity(con, run_id, bubbles)
-    return bubbles, pieces.rename(columns={"label": "phase"})[["start", "end", "phase"]]
+    return bubbles, queries.run(con, "gap_activity", {"run_id": run_id}, bubbles=bubbles)
 
 
 def sync_inventory(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
-    """foreign_sync_inventory.sql, each engine-thread row's phase the innermost NVTX range it ran in."""
-    table = queries.run(con, "foreign_sync_inventory", {"run_id": run_id})
-    starts = table.loc[table["engine"], "start_ns"].drop_duplicates().sort_values()
-    pieces = activity(con, run_id, pd.DataFrame({"start": starts, "end": starts + 1}))
-    ranges = pd.Series(pieces["nvtx"].to_numpy(), index=pieces["start"].to_numpy())
-    phase = table["start_ns"].map(ranges).where(table["engine"])
-    table.insert(3, "phase", phase.fillna("outside any phase"))
-    return table.drop(columns="engine")
+    """The run's host syncs (foreign_syncs.sql), each engine-thread row with the NVTX range it ran in."""
+    return queries.run(con, "foreign_syncs", {"run_id": run_id})
 
 
 def layer(label: str) -> str:

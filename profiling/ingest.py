@@ -196,6 +196,14 @@ def _derive_foreign(con: duckdb.DuckDBPyConnection, run_id: str, options: StepOp
     )
     queries.execute(con, "run_defaults", params)
     queries.execute(con, "foreign_gaps", params)
+    queries.execute(con, "foreign_sync_inventory", params)
+    tid = con.execute("SELECT engine_tid FROM step_rules WHERE run_id = ?", [run_id]).fetchone()[0]
+    intervals = queries.relation(con, "activity_intervals", {**params, "gap_ns": options.gap_ns})
+    con.register("intervals", intervals)
+    try:
+        queries.execute(con, "host_activity", {**params, "tid": tid})
+    finally:
+        con.unregister("intervals")
 
 
 def ingest_timeline(

@@ -102,3 +102,16 @@ CREATE TABLE IF NOT EXISTS sync_points (
 -- (foreign_gaps.sql, derived at ingest).
 CREATE TABLE IF NOT EXISTS idle_gaps (
     run_id VARCHAR, step BIGINT, start BIGINT, "end" BIGINT, launched_at BIGINT);
+
+-- A foreign run's host syncs (foreign_sync_inventory.sql, derived at ingest): blocking calls and DtoH or
+-- pageable copies, whether the engine thread made them, the step, and which close their step.
+CREATE TABLE IF NOT EXISTS host_syncs (
+    run_id VARCHAR, event VARCHAR, api VARCHAR, detail VARCHAR, engine BOOLEAN, step BIGINT,
+    start_ns BIGINT, host_us DOUBLE, flagged BOOLEAN, reason VARCHAR, bytes BIGINT, closing BOOLEAN,
+    after VARCHAR);
+
+-- What a foreign run's engine thread was doing during its bubble gaps and at its host syncs (host_activity.sql
+-- over activity_intervals.sql, derived at ingest): the CUDA call, OS runtime call and innermost NVTX range
+-- open, and the label they give (CUDA call first, then OS call, then range).
+CREATE TABLE IF NOT EXISTS host_activity (
+    run_id VARCHAR, start BIGINT, "end" BIGINT, cuda VARCHAR, os VARCHAR, nvtx VARCHAR, label VARCHAR);

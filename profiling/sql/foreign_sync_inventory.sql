@@ -1,15 +1,16 @@
 -- Where does a foreign engine's host wait for the GPU? One row per host-blocking CUDA call (the rule of
 -- sync_points.sql: a CUPTI event/stream/context sync record or a *Synchronize / synchronous memcpy call;
 -- never a poll or a stream wait) and per device-to-host copy or copy touching pageable host memory, of any
--- thread of the run's process, with its step, whether the engine thread made it (`engine`; the caller,
--- profiling.foreign.sync_inventory, names the NVTX range it ran in: phase), its bytes, and the kernel the
--- engine thread launched last before it (`after`: what the host is waiting to read).
+-- thread of the run's process, with its step, whether the engine thread made it (`engine`; foreign_syncs.sql
+-- adds the NVTX range it ran in), its bytes, and the kernel the engine thread launched last before it
+-- (`after`: what the host is waiting to read). Derived at ingest into host_syncs.
 -- A blocking engine needs one sync point a step, the one that closes it (the last of its step); every
 -- other blocking row of the engine thread inside a step is `flagged`: the host waited for the GPU mid-step
 -- (PyPI nano-vllm-fork: one `.item()` per sequence, 128 extra a step at 128 sequences). A pipelined loop
 -- must have none of them on its critical path.
+INSERT INTO host_syncs
 WITH calls AS (
-    SELECT tid, pid, start, "end", correlation_id, name, phase, step FROM api_calls WHERE run_id = $run_id
+    SELECT tid, pid, start, "end", correlation_id, name FROM api_calls WHERE run_id = $run_id
 ),
 sync_records AS (
     SELECT pid, correlation_id, any_value(sync_type) AS sync_type
@@ -34,16 +35,20 @@ copies AS (
     FROM gpu_ops o JOIN calls c USING (pid, correlation_id)
     WHERE o.run_id = $run_id AND o.op = 'memcpy' AND (o.copy_kind = 2 OR o.src_kind = 0 OR o.dst_kind = 0)
 ),
-inventory AS (
+rows AS (
     SELECT 'sync' AS event, name AS api,
            CASE sync_type WHEN 1 THEN 'event sync' WHEN 3 THEN 'stream sync' WHEN 4 THEN 'context sync'
                           ELSE 'blocking call' END AS detail,
-           NULL::BIGINT AS bytes, tid, start, "end", phase, step
+           NULL::BIGINT AS bytes, tid, start, "end"
     FROM blocking_calls
     UNION ALL
     SELECT 'copy', name, copy || CASE WHEN pageable THEN ' pageable' ELSE ' pinned' END || ' ' || bytes || ' B',
-           bytes, tid, start, "end", phase, step
+           bytes, tid, start, "end"
     FROM copies
+),
+inventory AS (  -- each row in the step whose host window holds its start
+    SELECT r.*, CASE WHEN r.start < w.host_end THEN w.step END AS step
+    FROM rows r ASOF LEFT JOIN (FROM step_windows WHERE run_id = $run_id) w ON r.start >= w.host_start
 ),
 closing AS (  -- the last sync point of each step
     SELECT step, max(point) AS point FROM sync_points WHERE run_id = $run_id AND step IS NOT NULL GROUP BY step
@@ -71,11 +76,10 @@ judged AS (
     SELECT *, step IS NOT NULL AND tid = (FROM engine) AND NOT COALESCE(in_point AND closes, false) AS mid_step
     FROM placed
 )
-SELECT event, api, detail, tid = (FROM engine) AS engine, step,
+SELECT $run_id, event, api, detail, tid = (FROM engine) AS engine, step,
        start AS start_ns, ("end" - start) / 1e3 AS host_us,
        mid_step AS flagged,
        CASE WHEN mid_step THEN 'the host waits for the GPU mid-step, before the step''s closing sync' END
            AS reason,
        bytes, COALESCE(in_point AND closes, false) AS closing, after
 FROM judged
-ORDER BY start_ns, event

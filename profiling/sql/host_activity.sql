@@ -1,5 +1,6 @@
 -- What was the engine thread ($tid) doing during each of the given intervals (relation `intervals`: start,
--- end; disjoint, e.g. the bubble gaps of a foreign run)? Labelled pieces that tile every interval.
+-- end; disjoint and sorted: activity_intervals.sql)? Labelled pieces that tile every interval, stored at
+-- ingest in host_activity.
 -- Three layers, each cut into segments of its innermost open interval (the sweep of host_segments.sql:
 -- running nesting depth, latest interval opened at that depth):
 --   cuda  its CUDA calls, named for what they did: 'graph launch', 'kernel launch', 'memcpy <kind>',
@@ -12,6 +13,7 @@
 -- Only the calls and ranges that overlap an interval take part (the last interval starting before a row's
 -- end tells: intervals are disjoint and sorted), so the sweep stays small however long the trace is; a
 -- range that contains an overlapping one overlaps too, so nesting is never cut.
+INSERT INTO host_activity
 WITH spans AS (
     SELECT start, "end" FROM intervals
 ),
@@ -95,11 +97,10 @@ swept AS (
     FROM (SELECT *, row_number() OVER (ORDER BY ts, tie, inside_delta) AS seq FROM all_edges)
     WINDOW w AS (ORDER BY seq ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
 )
-SELECT ts AS start, next_ts AS "end", cuda, os, nvtx,
+SELECT $run_id, ts AS start, next_ts AS "end", cuda, os, nvtx,
        CASE WHEN cuda IS NOT NULL THEN 'cuda: ' || cuda
             WHEN os IS NOT NULL THEN 'os: ' || os
             WHEN nvtx IS NOT NULL THEN 'nvtx: ' || nvtx
             ELSE 'untraced host code' END AS label
 FROM swept
 WHERE inside > 0 AND next_ts > ts
-ORDER BY start

@@ -1,11 +1,6 @@
--- Give a foreign run's CUDA calls, GPU ops and sync points the step whose host window (table
--- step_windows) holds their start (for GPU ops: the start of the call that launched them). Any thread of
--- the process counts: windows are times.
-UPDATE api_calls SET step = w.step
-FROM (SELECT a.rowid AS rid, s.step
-      FROM api_calls a ASOF JOIN (FROM step_windows WHERE run_id = $run_id) s ON a.start >= s.host_start
-      WHERE a.run_id = $run_id AND a.start < s.host_end) w
-WHERE api_calls.rowid = w.rid;
+-- Give a foreign run's GPU ops and sync points the step whose host window (table step_windows) holds their
+-- start (for GPU ops: the start of the call that launched them). Any thread of the process counts: windows
+-- are times. (A foreign run's api_calls keep no step: the few rows that need one look it up.)
 
 UPDATE gpu_ops SET step = w.step
 FROM (SELECT o.rowid AS rid, s.step

@@ -15,8 +15,8 @@ INSERT INTO sync_points
 WITH calls AS (
     SELECT start, "end", pid, correlation_id, name FROM api_calls WHERE run_id = $run_id AND tid = $tid
 ),
-launched AS (  -- what each launching call of the thread put on the GPU
-    SELECT pid, correlation_id,
+launched AS (  -- what each launching call of the thread put on the GPU (its ops carry its host time)
+    SELECT pid, correlation_id, min(launched_at) AS start,
            bool_or(NOT (op = 'memcpy' AND copy_kind = 2)) AS compute,
            bool_or(op = 'memcpy' AND copy_kind = 2) AS dtoh
     FROM gpu_ops WHERE run_id = $run_id AND tid = $tid
@@ -34,13 +34,21 @@ names AS (  -- the names' rules, read once per distinct name, not once per call
            regexp_matches(name, '^cu(da)?(EventQuery|StreamQuery|StreamWaitEvent)') AS poll
     FROM (SELECT DISTINCT name FROM calls)
 ),
-events AS (
-    SELECT c.start, c."end", COALESCE(l.compute, false) AS launch
+blocking AS (  -- blocking calls, and the calls that launched nothing but a DtoH copy
+    SELECT c.start, c."end"
     FROM calls c
     JOIN names n USING (name)
-    LEFT JOIN launched l USING (pid, correlation_id)
     LEFT JOIN sync_records r USING (pid, correlation_id)
-    WHERE l.compute OR ((l.dtoh OR r.blocks OR n.blocks) AND NOT n.poll)
+    WHERE (n.blocks OR r.blocks) AND NOT n.poll
+    UNION
+    SELECT c.start, c."end"
+    FROM (FROM launched WHERE dtoh AND NOT compute) l
+    JOIN calls c USING (pid, correlation_id)
+),
+events AS (
+    SELECT start, "end", false AS launch FROM blocking
+    UNION ALL
+    SELECT start, start, true FROM launched WHERE compute
 ),
 grouped AS (  -- a point is the blocking events after the same number of launches
     SELECT *, sum(launch::INTEGER) OVER (ORDER BY start, "end" ROWS UNBOUNDED PRECEDING) AS launches_before
