@@ -1,19 +1,21 @@
-"""Synthetic nsys exports of engines that are not bubblelab, with every mess of a real trace, and the truth
-about their steps (tests/test_profiling_foreign.py checks the analysis against it and against brute force;
-benchmarks.analyze_1m_kernels scales one up). For tests and benchmarks only, like synthetic_trace.
+"""Synthetic nsys exports of engines that are not bubblelab, with every mess of a real trace, and
+the truth about their steps (tests/test_profiling_foreign.py checks the analysis against it and
+against brute force; benchmarks.analyze_1m_kernels scales one up). For tests and benchmarks only,
+like synthetic_trace.
 
-A blocking engine loop, simulated on a clock: per step it uploads its inputs (pinned HtoD copies, a DtoD
-copy and a memset into the graph's buffers), runs the forward (one CUDA-graph replay traced node by node on
-the graph's own stream, or, for the prefill and eager engines, kernel by kernel), the LM head (driver API
-cuLaunchKernel), optionally N `.item()`-style syncs (a 4-byte pageable DtoH copy + cudaStreamSynchronize
-each, nothing launched in between: PyPI nano-vllm-fork does 128 a step), a clone kernel, sampling
-(cuLaunchKernelEx) beside a kernel on a second stream, then reads the tokens back (a pageable DtoH copy +
-cudaStreamSynchronize; or a synchronous cudaMemcpy with no sync record; or a pinned copy + an event sync)
-and does its bookkeeping (OS runtime calls and untraced host code) before the next step. Framework NVTX
-ranges (the default domain) wrap the calls; optionally one range per step in a domain of its own.
+A blocking engine loop, simulated on a clock: per step it uploads its inputs (pinned HtoD copies, a
+DtoD copy and a memset into the graph's buffers), runs the forward (one CUDA-graph replay traced
+node by node on the graph's own stream, or, for the prefill and eager engines, kernel by kernel),
+the LM head (driver API cuLaunchKernel), optionally N `.item()`-style syncs (a 4-byte pageable DtoH
+copy + cudaStreamSynchronize each, nothing launched in between: PyPI nano-vllm-fork does 128 a
+step), a clone kernel, sampling (cuLaunchKernelEx) beside a kernel on a second stream, then reads
+the tokens back (a pageable DtoH copy + cudaStreamSynchronize; or a synchronous cudaMemcpy with no
+sync record; or a pinned copy + an event sync) and does its bookkeeping (OS runtime calls and
+untraced host code) before the next step. Framework NVTX ranges (the default domain) wrap the calls;
+optionally one range per step in a domain of its own.
 
-Times are microseconds; the GPU runs each op when it is launched and the GPU has finished the ops before
-it (plus a 2 us launch latency), so every sync ends when the GPU is done.
+Times are microseconds; the GPU runs each op when it is launched and the GPU has finished the ops
+before it (plus a 2 us launch latency), so every sync ends when the GPU is done.
 """
 
 from __future__ import annotations
@@ -41,7 +43,9 @@ class Engine:
     steps: int = 12
     extra_syncs: int = 0  # .item()-style syncs a step, before sampling
     graph: bool = True  # decode forward as one graph replay (else eager kernels)
-    driver_api: bool = False  # every call through the driver API (cuLaunchKernel, cuMemcpy*, cuGraphLaunch)
+    driver_api: bool = (
+        False  # every call through the driver API (cuLaunchKernel, cuMemcpy*, cuGraphLaunch)
+    )
     close: str = "tolist"  # tolist | memcpy (synchronous cudaMemcpy, no sync record) | event
     framework_ranges: bool = True  # default-domain ranges around the calls (not steps)
     step_range: str | None = None  # one range of this name around each step (domain 2)
@@ -58,8 +62,9 @@ class Engine:
 
 @dataclass
 class Truth:
-    """What the trace is: each step's host window (ns; a sync-rule step runs from the previous step's
-    closing sync to the end of its own), the step range's windows (ns), graph launch times (ns)."""
+    """What the trace is: each step's host window (ns; a sync-rule step runs from the previous
+    step's closing sync to the end of its own), the step range's windows (ns), graph launch times
+    (ns)."""
 
     windows: list[tuple[int, int]] = field(default_factory=list)
     range_windows: list[tuple[int, int]] = field(default_factory=list)
@@ -91,22 +96,48 @@ class _Loop:
     def kernel(self, name: str, dur: float, api: str, stream: int = COMPUTE) -> None:
         at = self.t
         self.frame(f"aten::{name}", 4)
-        self.b.kernel(name, at + 1, *self.run_at(at + 1, dur), stream, api=api, tid=self.e.tid,
-                      device=self.e.device)
+        self.b.kernel(
+            name,
+            at + 1,
+            *self.run_at(at + 1, dur),
+            stream,
+            api=api,
+            tid=self.e.tid,
+            device=self.e.device,
+        )
         self.t += 5
 
     def copy(self, kind: int, dur: float, host_kind: int, nbytes: int, blocking: bool) -> None:
         at = self.t
-        api = self.api("cudaMemcpyAsync_v3020", "cuMemcpyDtoHAsync_v2" if kind == DTOH else
-                       "cuMemcpyHtoDAsync_v2" if kind == HTOD else "cuMemcpyDtoDAsync_v2")
+        api = self.api(
+            "cudaMemcpyAsync_v3020",
+            "cuMemcpyDtoHAsync_v2"
+            if kind == DTOH
+            else "cuMemcpyHtoDAsync_v2"
+            if kind == HTOD
+            else "cuMemcpyDtoDAsync_v2",
+        )
         start, end = self.run_at(at + 1, dur)
         host = (end - at + 2) if blocking else 3
         self.frame("aten::copy_", host + 1)
-        self.b.memcpy(at + 1, start, end, kind, host_kind, COMPUTE, api, nbytes, self.e.tid,
-                      self.e.device, host_us=host)
+        self.b.memcpy(
+            at + 1,
+            start,
+            end,
+            kind,
+            host_kind,
+            COMPUTE,
+            api,
+            nbytes,
+            self.e.tid,
+            self.e.device,
+            host_us=host,
+        )
         self.t += host + 2
 
-    def synchronize(self, record: int | None = 3, name: str = "cudaStreamSynchronize_v3020") -> None:
+    def synchronize(
+        self, record: int | None = 3, name: str = "cudaStreamSynchronize_v3020"
+    ) -> None:
         at = self.t
         end = max(at + 2, self.gpu_free + 3)
         self.b.sync(self.api(name, "cuStreamSynchronize"), at, end, record, self.e.tid)
@@ -127,23 +158,41 @@ def engine_trace(b: TraceBuilder, e: Engine) -> Truth:
             loop.copy(HTOD, 1, PINNED, 512, blocking=False)
         loop.copy(DTOD, 1, PINNED, 1024, blocking=False)
         at = loop.t
-        b.memset(at + 1, *loop.run_at(at + 1, 1), COMPUTE,
-                 loop.api("cudaMemsetAsync_v3020", "cuMemsetD8Async"), e.tid, e.device)
+        b.memset(
+            at + 1,
+            *loop.run_at(at + 1, 1),
+            COMPUTE,
+            loop.api("cudaMemsetAsync_v3020", "cuMemsetD8Async"),
+            e.tid,
+            e.device,
+        )
         loop.t += 4
         # forward
         if prefill or not e.graph:
             for i in range(e.nodes * (3 if prefill else 1)):
-                loop.kernel(f"eager_{i % 5}", 3 * e.node_us if prefill else e.node_us, launch_kernel)
+                loop.kernel(
+                    f"eager_{i % 5}", 3 * e.node_us if prefill else e.node_us, launch_kernel
+                )
         else:
             at, host = loop.t, 30.0
             start = max(at + 2, loop.gpu_free)
             nodes = [
-                (start + i * (e.node_us + e.node_gap_us), start + i * (e.node_us + e.node_gap_us) + e.node_us)
+                (
+                    start + i * (e.node_us + e.node_gap_us),
+                    start + i * (e.node_us + e.node_gap_us) + e.node_us,
+                )
                 for i in range(e.nodes)
             ]
             loop.frame("graph.replay", host + 1)
-            b.graph_launch(at, nodes, loop.api("cudaGraphLaunch_v10000", "cuGraphLaunch"), e.tid,
-                           GRAPH, e.device, host)
+            b.graph_launch(
+                at,
+                nodes,
+                loop.api("cudaGraphLaunch_v10000", "cuGraphLaunch"),
+                e.tid,
+                GRAPH,
+                e.device,
+                host,
+            )
             truth.graph_launches.append(us(at))
             loop.gpu_free = nodes[-1][1]
             loop.t += host + 2
@@ -162,15 +211,27 @@ def engine_trace(b: TraceBuilder, e: Engine) -> Truth:
         elif e.close == "memcpy":  # synchronous copy, no sync call and no sync record
             at = loop.t
             start, end = loop.run_at(at + 1, 1)
-            b.memcpy(at + 1, start, end, DTOH, PAGEABLE, COMPUTE,
-                     loop.api("cudaMemcpy_v3020", "cuMemcpyDtoH_v2"), 128, e.tid, e.device,
-                     host_us=end - at + 2)
+            b.memcpy(
+                at + 1,
+                start,
+                end,
+                DTOH,
+                PAGEABLE,
+                COMPUTE,
+                loop.api("cudaMemcpy_v3020", "cuMemcpyDtoH_v2"),
+                128,
+                e.tid,
+                e.device,
+                host_us=end - at + 2,
+            )
             loop.t = end + 4
         else:  # event: a pinned async copy and an event sync
             loop.copy(DTOH, 1, PINNED, 128, blocking=False)
             loop.synchronize(record=1, name="cudaEventSynchronize_v3020")
         close_end = us(loop.t - 1)
-        truth.windows.append((us(b_first_launch(b, e)) if previous_close is None else previous_close, close_end))
+        truth.windows.append(
+            (us(b_first_launch(b, e)) if previous_close is None else previous_close, close_end)
+        )
         previous_close = close_end
         # bookkeeping: OS calls and untraced host code
         if e.osrt:
@@ -190,13 +251,22 @@ def engine_trace(b: TraceBuilder, e: Engine) -> Truth:
 
 
 def b_first_launch(b: TraceBuilder, e: Engine) -> float:
-    """Host time (us) of the engine thread's first launching call (the first step's window opens there)."""
+    """Host time (us) of the engine thread's first launching call (the first step's window opens
+    there)."""
     launching = {
         row["correlationId"]
-        for table in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
+        for table in (
+            "CUPTI_ACTIVITY_KIND_KERNEL",
+            "CUPTI_ACTIVITY_KIND_MEMCPY",
+            "CUPTI_ACTIVITY_KIND_MEMSET",
+        )
         for row in b.rows[table]
     }
-    return min(
-        row["start"] for row in b.rows["CUPTI_ACTIVITY_KIND_RUNTIME"]
-        if row["correlationId"] in launching and row["globalTid"] == e.tid
-    ) / 1000
+    return (
+        min(
+            row["start"]
+            for row in b.rows["CUPTI_ACTIVITY_KIND_RUNTIME"]
+            if row["correlationId"] in launching and row["globalTid"] == e.tid
+        )
+        / 1000
+    )

@@ -25,7 +25,9 @@ def step_summary(runs: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
         steady = steady_state(steps[steps["run_id"] == run["run_id"]])
         if steady.empty:
             continue
-        medians = {c: float(steady[c].astype(float).median()) if c in steady else None for c in STEP_PARTS}
+        medians = {
+            c: float(steady[c].astype(float).median()) if c in steady else None for c in STEP_PARTS
+        }
         rows.append(
             dict(
                 run_id=run["run_id"],
@@ -40,9 +42,7 @@ def step_summary(runs: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
                 **medians,
                 gpu_ms=float(step_gpu_ms(steady).median()),
                 host_tick_ms=float(host_tick_ms(steady).median()),
-                tokens_per_s=run["generated_tokens"] / run["wall_s"]
-                if run.get("wall_s")
-                else None,
+                tokens_per_s=run["generated_tokens"] / run["wall_s"] if run.get("wall_s") else None,
             )
         )
     return pd.DataFrame(rows)

@@ -1,17 +1,18 @@
 """What pipelining would buy an engine bubblelab did not build, from one trace of its blocking loop.
 
-The post's model, speedup = T_block / T_pipe x (1 - z), with T_pipe predicted from the blocking trace
-alone, step by step, as the slower of what the GPU and the host still have to do once the loop is
-pipelined (README.md, "From depth 1 alone"):
+The post's model, speedup = T_block / T_pipe x (1 - z), with T_pipe predicted from the blocking
+trace alone, step by step, as the slower of what the GPU and the host still have to do once the loop
+is pipelined (README.md, "From depth 1 alone"):
 
 - GPU: the step's GPU work with its own gaps, period - bubble (profiling's foreign per-step table:
-  forward_ms = busy + the gaps between kernels below the kernel-gap threshold). Pipelining removes the
-  bubble, not the launch gaps between kernels.
-- host: period - wait, where wait is the time the engine thread sat in the step's host syncs. The rest of
-  the period is the host's own work (bookkeeping, scheduling, launching), which a pipelined loop still does
-  once a step, under the GPU's work instead of before it.
+  forward_ms = busy + the gaps between kernels below the kernel-gap threshold). Pipelining removes
+  the bubble, not the launch gaps between kernels.
+- host: period - wait, where wait is the time the engine thread sat in the step's host syncs. The
+  rest of the period is the host's own work (bookkeeping, scheduling, launching), which a pipelined
+  loop still does once a step, under the GPU's work instead of before it.
 
-Inputs are profiling's tables (the per-step table and the sync summary); profiling never imports this.
+Inputs are profiling's tables (the per-step table and the sync summary); profiling never imports
+this.
 """
 
 from __future__ import annotations
@@ -35,14 +36,15 @@ def pipelining_gain(
     n_boot: int = 1000,
     seed: int = 0,
 ) -> dict:
-    """The predicted throughput gain (percent) of pipelining the loop a foreign run's per-step table shows,
-    with its 95% interval and the assumptions it rests on (`assumptions`, sentences for the reader).
+    """The predicted throughput gain (percent) of pipelining the loop a foreign run's per-step table
+    shows, with its 95% interval and the assumptions it rests on (`assumptions`, sentences for the
+    reader).
 
-    output_len: the mean number of tokens a request generates (L, for the zombie tax z = 1/L, its upper
-    bound); default: the run's decode steps + 1 (one batch that started and finished inside the trace).
-    extra_syncs: how the run's mid-step host syncs read (e.g. "128 x cudaStreamSynchronize"), if any.
-    The interval resamples the steady steps (jointly for T_block and T_pipe) and spans z from 1/L (low end)
-    to 0 (high end).
+    output_len: the mean number of tokens a request generates (L, for the zombie tax z = 1/L, its
+    upper bound); default: the run's decode steps + 1 (one batch that started and finished inside
+    the trace). extra_syncs: how the run's mid-step host syncs read (e.g. "128 x
+    cudaStreamSynchronize"), if any. The interval resamples the steady steps (jointly for T_block
+    and T_pipe) and spans z from 1/L (low end) to 0 (high end).
     """
     steady = steady_state(steps, warmup)
     if steady.empty:
@@ -61,20 +63,30 @@ def pipelining_gain(
     hi = interval(pct(speedup(boot_block, boot_pipe, 0.0)))[1]
     gpu_ms, host_ms = float(gpu.median()), float(host.median())
     assumptions = [
-        f"T_block = {t_block:.3f} ms: the median period of {len(steady)} steady decode steps of the trace.",
+        f"T_block = {t_block:.3f} ms: the median period of {len(steady)} steady decode steps of "
+        "the trace.",
         f"T_pipe = {t_pipe:.3f} ms: per step the slower of the GPU's work (period - bubble, median "
-        f"{gpu_ms:.3f} ms: its kernels and the gaps between them stay) and the host's (period - time "
-        f"blocked in syncs, median {host_ms:.3f} ms: the host still does it once a step, just under the "
+        f"{gpu_ms:.3f} ms: its kernels and the gaps between them stay) and the host's (period - "
+        "time "
+        f"blocked in syncs, median {host_ms:.3f} ms: the host still does it once a step, just "
+        "under the "
         "GPU's work); pipelining moves the host's work, it does not shorten it.",
         f"z = 1/L = {z:.4f} with L = {L:g} tokens a request "
-        + ("(given)." if output_len else "(the run's decode steps + 1: one batch from start to end)."),
+        + (
+            "(given)."
+            if output_len
+            else "(the run's decode steps + 1: one batch from start to end)."
+        ),
         "The interval: steps resampled (95%), z from 1/L (low end) to 0 (high end).",
-        "Under nsys the host runs slower (CUDA API tracing; graph launches traced node by node), which "
-        "inflates the host side and the bubble: the unprofiled engine gains less (costmodel/README.md).",
+        "Under nsys the host runs slower (CUDA API tracing; graph launches traced node by node), "
+        "which "
+        "inflates the host side and the bubble: the unprofiled engine gains less "
+        "(costmodel/README.md).",
     ]
     if extra_syncs:
         assumptions.append(
-            f"The loop also waits for the GPU mid-step ({extra_syncs}): each such wait would drain a "
+            f"The loop also waits for the GPU mid-step ({extra_syncs}): each such wait would drain "
+            "a "
             "pipelined loop, so the number assumes they go (done on the GPU, or read a step late)."
         )
     return {

@@ -1,1 +1,2 @@
-"""Profiling: NVTX phases, the in-process timeline, nsys run-and-profile, DuckDB ingestion and queries."""
+"""Profiling: NVTX phases, the in-process timeline, nsys run-and-profile, DuckDB ingestion and
+queries."""

@@ -1,11 +1,12 @@
-"""Answers about ingested runs: the per-step table, steady state, bubble attribution, syncs, idle gaps, kernels.
+"""Answers about ingested runs: the per-step table, steady state, bubble attribution, syncs, idle
+gaps, kernels.
 
 Each function runs one query of profiling/sql/ against a catalog (a path, or an open connection for
-in-memory catalogs). Attribution and idle-gap answers cover the steps you pass (default: steady state): the
-attributions add up to those steps' bubble_ms, the idle gaps to their period - busy. A foreign run (steps
-found by profiling/steps.py) gets the same answers, with the same columns, from its own queries
-(foreign_*.sql): its bubble is the idle gaps above the kernel-gap threshold, and its "phases" are what the
-engine thread was doing (host_activity.sql).
+in-memory catalogs). Attribution and idle-gap answers cover the steps you pass (default: steady
+state): the attributions add up to those steps' bubble_ms, the idle gaps to their period - busy. A
+foreign run (steps found by profiling/steps.py) gets the same answers, with the same columns, from
+its own queries (foreign_*.sql): its bubble is the idle gaps above the kernel-gap threshold, and its
+"phases" are what the engine thread was doing (host_activity.sql).
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ SUMMARY_COLUMNS = (
     "period_ms",
     "busy_ms",
 )
-# Nested phases roll up into the loop's top-level parts (docs/phases.md); plan and commit have no children
-# but `wait`, and time outside any phase stays itself.
+# Nested phases roll up into the loop's top-level parts (docs/phases.md); plan and commit have no
+# children but `wait`, and time outside any phase stays itself.
 TOP_LEVEL = {
     "wait": "commit",
     "copy_h2d": "launch",
@@ -66,9 +67,10 @@ def steady_state(df: pd.DataFrame, warmup: int = WARMUP_STEPS) -> pd.DataFrame:
 
 
 def idle_gaps(catalog: Catalog, run_id: str, steps: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Every GPU idle gap (all streams idle) inside the given steps' periods: `within` a forward or sampling
-    span (a launch gap between kernels) or between them (bubble), the phase the host was in when it began, and
-    whether the host launched the work ending it only after the GPU went idle (launch_lag_us > 0)."""
+    """Every GPU idle gap (all streams idle) inside the given steps' periods: `within` a forward or
+    sampling span (a launch gap between kernels) or between them (bubble), the phase the host was in
+    when it began, and whether the host launched the work ending it only after the GPU went idle
+    (launch_lag_us > 0)."""
     con = _open(catalog)
     steps = steady_state(per_step(con, run_id)) if steps is None else steps
     if foreign.is_foreign(con, run_id):
@@ -79,8 +81,8 @@ def idle_gaps(catalog: Catalog, run_id: str, steps: pd.DataFrame | None = None) 
 def bubble_intervals(
     catalog: Catalog, run_id: str, steps: pd.DataFrame | None = None
 ) -> pd.DataFrame:
-    """The bubble of the given steps as intervals (step, start, end): each period minus the step's forward
-    and sampling spans; for a foreign run, its idle gaps above the kernel-gap threshold."""
+    """The bubble of the given steps as intervals (step, start, end): each period minus the step's
+    forward and sampling spans; for a foreign run, its idle gaps above the kernel-gap threshold."""
     con = _open(catalog)
     steps = steady_state(per_step(con, run_id)) if steps is None else steps
     if foreign.is_foreign(con, run_id):
@@ -89,8 +91,9 @@ def bubble_intervals(
 
 
 def attribution(catalog: Catalog, run_id: str, steps: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Bubble per host phase: each idle interval goes to the innermost phase open when it began (the issue's
-    rule); adds up to the steps' bubble_ms. Columns run_id, phase, top_level, bubble_ms, bubble_share."""
+    """Bubble per host phase: each idle interval goes to the innermost phase open when it began (the
+    issue's rule); adds up to the steps' bubble_ms. Columns run_id, phase, top_level, bubble_ms,
+    bubble_share."""
     return _attribute("bubble_attribution", catalog, run_id, steps)
 
 
@@ -124,15 +127,17 @@ def _attribute(
 
 
 def top_level(phase: str) -> str:
-    """The loop part a phase rolls up into (TOP_LEVEL), or a foreign label's layer (foreign.layer)."""
+    """The loop part a phase rolls up into (TOP_LEVEL), or a foreign label's layer
+    (foreign.layer)."""
     return TOP_LEVEL.get(phase) or foreign.layer(phase)
 
 
 def lane_ranges(
     catalog: Catalog, run_id: str, steps: pd.DataFrame, min_gap_ns: int = 20_000
 ) -> pd.DataFrame:
-    """Host ranges and GPU islands of the given steps (sql/lane_ranges.sql), for the lane chart. GPU idle
-    shorter than min_gap_ns is drawn as busy: a pixel of a chart tens of milliseconds wide is ~100 us."""
+    """Host ranges and GPU islands of the given steps (sql/lane_ranges.sql), for the lane chart. GPU
+    idle shorter than min_gap_ns is drawn as busy: a pixel of a chart tens of milliseconds wide is
+    ~100 us."""
     if steps.empty:
         return pd.DataFrame()
     params = {
@@ -154,7 +159,8 @@ def middle(steps: pd.DataFrame, n: int) -> pd.DataFrame:
 
 
 def rollup(table: pd.DataFrame) -> pd.Series:
-    """An attribution table's bubble_ms per top-level part of the loop (plan, launch, finalize, commit)."""
+    """An attribution table's bubble_ms per top-level part of the loop (plan, launch, finalize,
+    commit)."""
     return table.groupby("top_level").bubble_ms.sum().sort_values(ascending=False)
 
 
@@ -175,14 +181,16 @@ def idle_histogram(
 
 
 def wake_latency(catalog: Catalog, run_id: str) -> pd.DataFrame:
-    """Per step whose wait blocked: microseconds from the step's last GPU op (the copy of its sampled ids) to
-    the host returning from the wait. Meaningful for nsys runs only (sql/wake_latency.sql says why)."""
+    """Per step whose wait blocked: microseconds from the step's last GPU op (the copy of its
+    sampled ids) to the host returning from the wait. Meaningful for nsys runs only
+    (sql/wake_latency.sql says why)."""
     return queries.run(_open(catalog), "wake_latency", {"run_id": run_id})
 
 
 def sync_inventory(catalog: Catalog, run_id: str) -> pd.DataFrame:
-    """Host-blocking calls and DtoH/pageable copies with their phase; `flagged` ones stall the pipeline.
-    A foreign run's rows also say which sync point closes each step, the bytes and the kernel before."""
+    """Host-blocking calls and DtoH/pageable copies with their phase; `flagged` ones stall the
+    pipeline. A foreign run's rows also say which sync point closes each step, the bytes and the
+    kernel before."""
     con = _open(catalog)
     if foreign.is_foreign(con, run_id):
         return foreign.sync_inventory(con, run_id)
@@ -202,7 +210,8 @@ def runs(catalog: Catalog) -> pd.DataFrame:
 
 
 def summarize(df: pd.DataFrame) -> dict:
-    """Median and p10/p90 of the per-step times (pass steady-state rows), plus the bubble's share of the period."""
+    """Median and p10/p90 of the per-step times (pass steady-state rows), plus the bubble's share of
+    the period."""
     summary: dict = {"steps": len(df)}
     for column in SUMMARY_COLUMNS:
         values = df[column].dropna()
@@ -217,11 +226,13 @@ def summarize(df: pd.DataFrame) -> dict:
 
 
 def analyze(catalog: Catalog, run_ids: list[str] | None = None, warmup: int = WARMUP_STEPS) -> dict:
-    """Steady-state summary and bubble attribution per run, and bubblelab runs pooled per (depth, streams).
+    """Steady-state summary and bubble attribution per run, and bubblelab runs pooled per (depth,
+    streams).
 
-    A run without `streams` metadata gets its steady-state batch size (the streams of a closed loop). Every
-    run says how its steps were found (`steps_found`, steps.step_summary); a foreign run adds its idle split
-    (foreign.idle_split) and its host syncs per steady step (foreign.sync_summary).
+    A run without `streams` metadata gets its steady-state batch size (the streams of a closed
+    loop). Every run says how its steps were found (`steps_found`, steps.step_summary); a foreign
+    run adds its idle split (foreign.idle_split) and its host syncs per steady step
+    (foreign.sync_summary).
     """
     con = _open(catalog)
     meta = runs(con).set_index("run_id")
@@ -269,10 +280,10 @@ def analyze(catalog: Catalog, run_ids: list[str] | None = None, warmup: int = WA
 
 
 def _digest(parts: list[tuple[pd.DataFrame, ...]]) -> dict:
-    """summarize() of the pooled steady steps; their bubble per step by phase (began-in rule) and by top-level
-    part (began-in, and time-weighted); the share of the bubble in gaps the host ended late (it launched the
-    next work only after the GPU had gone idle)."""
-    steady, began, by_time, gaps = (pd.concat(frames) for frames in zip(*parts))
+    """summarize() of the pooled steady steps; their bubble per step by phase (began-in rule) and by
+    top-level part (began-in, and time-weighted); the share of the bubble in gaps the host ended
+    late (it launched the next work only after the GPU had gone idle)."""
+    steady, began, by_time, gaps = (pd.concat(frames) for frames in zip(*parts, strict=True))
     n = len(steady)
 
     def per_step_ms(totals: pd.Series) -> dict:

@@ -1,7 +1,8 @@
 """The DuckDB catalog that holds ingested runs, and the connection helpers around it.
 
-DuckDB's `sqlite` extension cannot be downloaded here; the `duckdb-extension-sqlite` wheel ships it, and DuckDB
-only loads an extension file named after the extension, so we copy it once to `sqlite_scanner.duckdb_extension`.
+DuckDB's `sqlite` extension cannot be downloaded here; the `duckdb-extension-sqlite` wheel ships it,
+and DuckDB only loads an extension file named after the extension, so we copy it once to
+`sqlite_scanner.duckdb_extension`.
 """
 
 from __future__ import annotations
@@ -51,8 +52,9 @@ def connect(catalog: Path | str | None = None) -> duckdb.DuckDBPyConnection:
         con = duckdb.connect(path)
     except duckdb.Error as e:
         raise BubblelabError(f"cannot open catalog {path}: {str(e).splitlines()[0]}") from None
-    # Row estimates of data inserted in the open ingest transaction are tiny, which would make DuckDB run
-    # ASOF joins as nested loops (steps x ops); the sort-merge ASOF join is linear at any size.
+    # Row estimates of data inserted in the open ingest transaction are tiny, which would make
+    # DuckDB run ASOF joins as nested loops (steps x ops); the sort-merge ASOF join is linear at any
+    # size.
     con.execute("SET asof_loop_join_threshold = 0")
     con.execute(
         "SET preserve_insertion_order = false"
@@ -62,9 +64,17 @@ def connect(catalog: Path | str | None = None) -> duckdb.DuckDBPyConnection:
     return con
 
 
+def one_row(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> tuple:
+    """The one row of a query that always returns one (an aggregate, a lookup known to hit)."""
+    row = con.execute(sql, params or []).fetchone()
+    if row is None:
+        raise BubblelabError(f"the catalog answered nothing to: {sql.split()[0:4]}")
+    return row
+
+
 def _check_version(con: duckdb.DuckDBPyConnection, path: str) -> None:
-    found = con.execute("SELECT max(version) FROM catalog_info").fetchone()[0]
-    if found is None and con.execute("SELECT count(*) FROM runs").fetchone()[0]:
+    found = one_row(con, "SELECT max(version) FROM catalog_info")[0]
+    if found is None and one_row(con, "SELECT count(*) FROM runs")[0]:
         found = 1  # runs but no version: written before catalogs carried one
     if found is None:
         con.execute("INSERT INTO catalog_info VALUES (?)", [CATALOG_VERSION])

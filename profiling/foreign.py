@@ -1,9 +1,9 @@
 """Answers that only a foreign run (steps found by profiling/steps.py, not by our NVTX ranges) has.
 
-analysis.py asks `rule()` which kind of run it holds and routes each question to the SQL of that kind
-(foreign_*.sql); the answers here summarise a foreign run's idle time and host syncs per step, the way the
-nano-vllm write-up did by hand (its 909 us post-sampling bubble, 53% of the idle in it, 12% in gaps between
-kernels).
+analysis.py asks `rule()` which kind of run it holds and routes each question to the SQL of that
+kind (foreign_*.sql); the answers here summarise a foreign run's idle time and host syncs per step,
+the way the nano-vllm write-up did by hand (its 909 us post-sampling bubble, 53% of the idle in it,
+12% in gaps between kernels).
 """
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ def gaps(
 
 
 def bubble_gaps(con: duckdb.DuckDBPyConnection, run_id: str, steps: pd.DataFrame) -> pd.DataFrame:
-    """The bubble of the given steps as intervals (step, start, end): their idle gaps above the threshold."""
+    """The bubble of the given steps as intervals (step, start, end): their idle gaps above the
+    threshold."""
     found = gaps(con, run_id, steps, bubble_only=True)
     return pd.DataFrame({"step": found["step"], "start": found["start_ns"], "end": found["end_ns"]})
 
@@ -61,7 +62,8 @@ def attribution_inputs(
 
 
 def sync_inventory(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
-    """The run's host syncs (foreign_syncs.sql), each engine-thread row with the NVTX range it ran in."""
+    """The run's host syncs (foreign_syncs.sql), each engine-thread row with the NVTX range it ran
+    in."""
     return queries.run(con, "foreign_syncs", {"run_id": run_id})
 
 
@@ -71,9 +73,10 @@ def layer(label: str) -> str:
 
 
 def idle_split(gaps: pd.DataFrame, steps: int) -> dict:
-    """A foreign run's idle time per step (gaps of foreign_idle_gaps.sql over `steps` steps), split as the
-    nano-vllm write-up split it: gaps between kernels (below the threshold), each step's longest bubble (the
-    post-sampling host bookkeeping of a blocking loop), and the other bubbles; ms per step and shares."""
+    """A foreign run's idle time per step (gaps of foreign_idle_gaps.sql over `steps` steps), split
+    as the nano-vllm write-up split it: gaps between kernels (below the threshold), each step's
+    longest bubble (the post-sampling host bookkeeping of a blocking loop), and the other bubbles;
+    ms per step and shares."""
     if not steps or gaps.empty:
         return {}
     bubbles = gaps[gaps["within"].isna()]
@@ -92,10 +95,11 @@ def idle_split(gaps: pd.DataFrame, steps: int) -> dict:
 
 
 def sync_summary(inventory: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
-    """Host syncs per step of a foreign run (rows of foreign_sync_inventory.sql inside the given steps),
-    one row per kind of sync: event, api, detail, whether it closes the step, the NVTX range and the kernel
-    it followed; `per_step` = count / steps, `host_ms_per_step` = the host time blocked in it. Extra
-    (flagged) kinds first: those are the syncs a blocking engine did not need."""
+    """Host syncs per step of a foreign run (rows of foreign_sync_inventory.sql inside the given
+    steps), one row per kind of sync: event, api, detail, whether it closes the step, the NVTX range
+    and the kernel it followed; `per_step` = count / steps, `host_ms_per_step` = the host time
+    blocked in it. Extra (flagged) kinds first: those are the syncs a blocking engine did not
+    need."""
     columns = ["event", "api", "detail", "closing", "phase", "after"]
     rows = inventory[inventory["step"].isin(steps["step"])]
     if rows.empty or steps.empty:

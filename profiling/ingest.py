@@ -1,13 +1,13 @@
 """Ingest an nsys SQLite export (checked by trace_check) or an in-process Timeline into the catalog.
 
-A run is one process on one GPU: a trace of several (a tensor-parallel engine) becomes one run each, never a
-merged table. Runs are keyed by the sha256 of the trace's content (and the process and GPU, when it holds
-several), so ingesting the same trace twice returns the same run_ids and adds nothing. Everything a run
-adds happens in one transaction: an interrupted ingest leaves no half run.
+A run is one process on one GPU: a trace of several (a tensor-parallel engine) becomes one run each,
+never a merged table. Runs are keyed by the sha256 of the trace's content (and the process and GPU,
+when it holds several), so ingesting the same trace twice returns the same run_ids and adds nothing.
+Everything a run adds happens in one transaction: an interrupted ingest leaves no half run.
 
-Steps: a trace with bubblelab's own ranges is read by docs/phases.md (per_step.sql); any other trace is a
-foreign run whose steps profiling/steps.py finds (a --step-range, one CUDA-graph replay a step, or the host
-sync that closes each step) and whose per-step table foreign_per_step.sql builds.
+Steps: a trace with bubblelab's own ranges is read by docs/phases.md (per_step.sql); any other trace
+is a foreign run whose steps profiling/steps.py finds (a --step-range, one CUDA-graph replay a step,
+or the host sync that closes each step) and whose per-step table foreign_per_step.sql builds.
 """
 
 from __future__ import annotations
@@ -28,12 +28,19 @@ from bubblelab.engine.phases import DOMAIN
 from bubblelab.engine.timeline import Timeline
 from bubblelab.errors import BubblelabError
 from bubblelab.profiling import queries
-from bubblelab.profiling.catalog import RUN_COLUMNS, connect, load_sqlite_extension, sql_string
+from bubblelab.profiling.catalog import (
+    RUN_COLUMNS,
+    connect,
+    load_sqlite_extension,
+    one_row,
+    sql_string,
+)
 from bubblelab.profiling.nsys import export_sqlite
 from bubblelab.profiling.steps import PREFILL_RATIO, StepOptions, find_steps
 from bubblelab.profiling.trace_check import Part, TraceFacts, inspect_trace
 
-# (nsys table, ingestion statement); tables are created lazily, so a missing one means "no such events".
+# (nsys table, ingestion statement); tables are created lazily, so a missing one means "no such
+# events".
 OPTIONAL_TABLES = (
     ("CUPTI_ACTIVITY_KIND_KERNEL", "ingest_kernels"),
     ("CUPTI_ACTIVITY_KIND_MEMCPY", "ingest_memcpys"),
@@ -57,9 +64,9 @@ def ingest(
     steps: StepOptions | None = None,
     con: duckdb.DuckDBPyConnection | None = None,
 ) -> str:
-    """Add an nsys export (.sqlite, .sqlite.gz or .nsys-rep) of one process on one GPU to the catalog;
-    returns its run_id (the same on re-ingest). A trace of several: a one-line error naming them
-    (ingest_trace takes each as a run of its own)."""
+    """Add an nsys export (.sqlite, .sqlite.gz or .nsys-rep) of one process on one GPU to the
+    catalog; returns its run_id (the same on re-ingest). A trace of several: a one-line error naming
+    them (ingest_trace takes each as a run of its own)."""
     return _ingest(trace, catalog, meta, domain, steps or StepOptions(), con, single=True)[0]
 
 
@@ -123,25 +130,26 @@ def _ingest_part(
     domain: str | None,
     options: StepOptions,
 ) -> str:
-    """One process on one GPU as a run: by our ranges (domain given) or as a foreign run. The run's key is
-    the trace's sha256, plus, for a foreign run, how its steps were found (the same trace read by another
-    rule is another run), plus the process and GPU when the trace holds several."""
+    """One process on one GPU as a run: by our ranges (domain given) or as a foreign run. The run's
+    key is the trace's sha256, plus, for a foreign run, how its steps were found (the same trace
+    read by another rule is another run), plus the process and GPU when the trace holds several."""
     several = len(facts.parts) > 1
     content_hash = facts.content_hash
     if domain is None:
         content_hash += f"|steps:{json.dumps(options.__dict__, sort_keys=True)}"
-    base = content_hash[:16] if domain is not None else hashlib.sha256(content_hash.encode()).hexdigest()[:16]
+    base = (
+        content_hash[:16]
+        if domain is not None
+        else hashlib.sha256(content_hash.encode()).hexdigest()[:16]
+    )
     if several:
         content_hash += f"|part:{part.pid}:{part.device}"
     known = _known_run(con, content_hash)
     if known:
         return known
     run_id = base + (f"-p{(part.pid >> 24) & 0xFFFFFF}-g{part.device}" if several else "")
-    params = {
-        "run_id": run_id,
-        "pid": part.pid if several else None,
-        "device": part.device if several else None,
-    }
+    pid, device = (part.pid, part.device) if several else (None, None)
+    params = {"run_id": run_id, "pid": pid, "device": device}
     with _transaction(con):
         _insert_run(
             con,
@@ -168,11 +176,12 @@ def _ingest_part(
         if domain is not None:
             con.execute(
                 "INSERT INTO step_rules VALUES (?, 'bubblelab', ?, ?, ?, NULL, NULL)",
-                [run_id, f"NVTX ranges of domain {domain}", params["pid"], params["device"]],
+                [run_id, f"NVTX ranges of domain {domain}", pid, device],
             )
             _derive_ours(con, run_id)
         else:
-            find_steps(con, run_id, (params["pid"], params["device"]), options, str(trace))
+            what = f"{trace} ({part})" if several else str(trace)
+            find_steps(con, run_id, (pid, device), options, what)
             _derive_foreign(con, run_id, options)
     return run_id
 
@@ -197,7 +206,7 @@ def _derive_foreign(con: duckdb.DuckDBPyConnection, run_id: str, options: StepOp
     queries.execute(con, "run_defaults", params)
     queries.execute(con, "foreign_gaps", params)
     queries.execute(con, "foreign_sync_inventory", params)
-    tid = con.execute("SELECT engine_tid FROM step_rules WHERE run_id = ?", [run_id]).fetchone()[0]
+    tid = one_row(con, "SELECT engine_tid FROM step_rules WHERE run_id = ?", [run_id])[0]
     intervals = queries.relation(con, "activity_intervals", {**params, "gap_ns": options.gap_ns})
     con.register("intervals", intervals)
     try:
@@ -212,7 +221,8 @@ def ingest_timeline(
     meta: dict | None = None,
     run_id: str | None = None,
 ) -> str:
-    """Store an in-process Timeline as a run (source 'timeline') in the same tables an nsys run fills."""
+    """Store an in-process Timeline as a run (source 'timeline') in the same tables an nsys run
+    fills."""
     meta = _checked_meta(meta)
     host, device, steps = timeline.host_frame(), timeline.device_frame(), timeline.steps_frame()
     digest = hashlib.sha256()
@@ -272,16 +282,17 @@ def _insert_run(
         row["command"] = json.dumps(list(row["command"]))
     columns = ", ".join(f'"{c}"' for c in RUN_COLUMNS)
     con.execute(
-        f"INSERT INTO runs (content_hash, {columns}) VALUES (?, {', '.join('?' * len(RUN_COLUMNS))})",
+        f"INSERT INTO runs (content_hash, {columns}) VALUES (?, "
+        f"{', '.join('?' * len(RUN_COLUMNS))})",
         [content_hash, *(row[c] for c in RUN_COLUMNS)],
     )
 
 
 @contextmanager
 def _plain_sqlite(trace: Path) -> Iterator[Path]:
-    """The trace itself; for a gzipped one (as committed) a decompressed temporary copy, since SQLite needs
-    random access; for a .nsys-rep its SQLite export (nsys must be on PATH or in $NSYS). Errors name the
-    file the user gave."""
+    """The trace itself; for a gzipped one (as committed) a decompressed temporary copy, since
+    SQLite needs random access; for a .nsys-rep its SQLite export (nsys must be on PATH or in
+    $NSYS). Errors name the file the user gave."""
     if trace.suffix not in (".gz", ".nsys-rep"):
         yield trace
         return
@@ -294,7 +305,8 @@ def _plain_sqlite(trace: Path) -> Iterator[Path]:
                 export_sqlite(trace, plain)
             except BubblelabError as e:
                 raise BubblelabError(
-                    f"{trace}: cannot export it to SQLite ({e}); or run `nsys export --type sqlite` "
+                    f"{trace}: cannot export it to SQLite ({e}); or run `nsys export --type "
+                    "sqlite` "
                     "on it where nsys is installed and analyse the .sqlite"
                 ) from None
         else:

@@ -1,8 +1,9 @@
 """Run a command under Nsight Systems and get its SQLite export.
 
-The capture covers only what the run brackets with cudaProfilerStart/Stop (torch.cuda.profiler.start/stop
-after warm-up), traces CUDA and NVTX, and expands CUDA graphs node by node so their kernels are visible.
-Commands are argument lists handed to subprocess, never a shell, so any path or argument is safe.
+The capture covers only what the run brackets with cudaProfilerStart/Stop
+(torch.cuda.profiler.start/stop after warm-up), traces CUDA and NVTX, and expands CUDA graphs node
+by node so their kernels are visible. Commands are argument lists handed to subprocess, never a
+shell, so any path or argument is safe.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Loads the .sql files of profiling/sql/ and runs them with named parameters.
 
 Each file answers one question. A query may read earlier answers by name: pass them as `relations`
-(DataFrames, or lazy DuckDB relations from `relation()` that never leave DuckDB), e.g. the attribution
-query reads the `per_step` table of the steps it should cover.
+(DataFrames, or lazy DuckDB relations from `relation()` that never leave DuckDB), e.g. the
+attribution query reads the `per_step` table of the steps it should cover.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from functools import cache
 from pathlib import Path
+from typing import TypeAlias
 
 import duckdb
 import pandas as pd
@@ -22,7 +23,7 @@ def read_sql(name: str) -> str:
     return (SQL_DIR / f"{name}.sql").read_text()
 
 
-Relation = pd.DataFrame | duckdb.DuckDBPyRelation
+Relation: TypeAlias = pd.DataFrame | duckdb.DuckDBPyRelation
 
 
 def _used(name: str, params: dict | None) -> dict:
@@ -52,8 +53,8 @@ def relation(
 
 
 def execute(con: duckdb.DuckDBPyConnection, name: str, params: dict | None = None) -> None:
-    """Run a statement file for its effect (ingestion steps); statements end with `;` at a line's end
-    (DuckDB binds parameters one statement at a time)."""
+    """Run a statement file for its effect (ingestion steps); statements end with `;` at a line's
+    end (DuckDB binds parameters one statement at a time)."""
     for statement in filter(str.strip, re.split(r";\s*$", read_sql(name), flags=re.M)):
         used = {k: v for k, v in (params or {}).items() if re.search(rf"\${k}\b", statement)}
         con.execute(statement, used)

@@ -1,24 +1,27 @@
-"""Where are the steps of a trace bubblelab did not make? The rules, in order, and how sure they are.
+"""Where are the steps of a trace bubblelab did not make? The rules, in order, and how sure they
+are.
 
-1. bubblelab: our NVTX ranges (domain `bubblelab`, step id as payload; docs/phases.md). ingest.py handles
-   these runs the old way; everything below is for the others ("foreign" runs).
-2. nvtx: a range the user names (`--step-range REGEX`), e.g. one `nvtx.annotate` around an engine's step
-   function, in any domain (sql/step_range_matches.sql).
+1. bubblelab: our NVTX ranges (domain `bubblelab`, step id as payload; docs/phases.md). ingest.py
+   handles these runs the old way; everything below is for the others ("foreign" runs).
+2. nvtx: a range the user names (`--step-range REGEX`), e.g. one `nvtx.annotate` around an engine's
+   step function, in any domain (sql/step_range_matches.sql).
 3. From the trace itself, on the engine thread (the thread that launched the most GPU work):
-   - sync: the host sync point that closes each step (sql/sync_points.sql). A blocking engine waits for
-     each step's tokens once; an engine that waits more often (nano-vllm-fork: a `.item()` per sequence) is
-     told apart by what the host does after each wait: after the closing one it does the step's
-     bookkeeping (~1 ms) before launching again, after the others it launches at once (tens of us).
-     The closing points are those above the largest jump (>= SPLIT_RATIO x) in the sorted host gaps,
-     provided they recur in a regular pattern; otherwise every point closes a step.
-   - graph: one CUDA-graph replay per step (the replays of the largest graphs, so a small sampling graph
-     beside the forward's does not count twice).
-   With both available, the rule whose steps hold more of the GPU's time and come more regularly wins
-   (coverage - spread of the step windows); `StepOptions.rule` forces one.
+   - sync: the host sync point that closes each step (sql/sync_points.sql). A blocking engine waits
+     for each step's tokens once; an engine that waits more often (nano-vllm-fork: a `.item()` per
+     sequence) is told apart by what the host does after each wait: after the closing one it does
+     the step's bookkeeping (~1 ms) before launching again, after the others it launches at once
+     (tens of us). The closing points are those above the largest jump (>= SPLIT_RATIO x) in the
+     sorted host gaps, provided they recur in a regular pattern; otherwise every point closes a
+     step.
+   - graph: one CUDA-graph replay per step (the replays of the largest graphs, so a small sampling
+     graph beside the forward's does not count twice).
+   With both available, the rule whose steps hold more of the GPU's time and come more regularly
+   wins (coverage - spread of the step windows); `StepOptions.rule` forces one.
 Fewer than MIN_STEPS steps is an error naming what the trace holds instead.
 
-Every GPU op then belongs to the step whose host window holds its launching call (sql/step_assignment.sql),
-and sql/foreign_per_step.sql builds the per-step table. `step_summary` says how sure it all is.
+Every GPU op then belongs to the step whose host window holds its launching call
+(sql/step_assignment.sql), and sql/foreign_per_step.sql builds the per-step table. `step_summary`
+says how sure it all is.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import pandas as pd
 
 from bubblelab.errors import BubblelabError
 from bubblelab.profiling import queries
+from bubblelab.profiling.catalog import one_row
 
 RULES = ("auto", "sync", "graph")
 MIN_STEPS = 3
@@ -49,18 +53,24 @@ class StepOptions:
 
     step_range: str | None = None  # regex (RE2, searched) naming the NVTX range around one step
     rule: str = "auto"  # auto | sync | graph, when no step_range is given
-    gap_threshold_us: float = GAP_THRESHOLD_US  # idle shorter than this is a kernel gap, longer is bubble
+    gap_threshold_us: float = (
+        GAP_THRESHOLD_US  # idle shorter than this is a kernel gap, longer is bubble
+    )
 
     def __post_init__(self) -> None:
         if self.rule not in RULES:
             raise BubblelabError(f"unknown step rule {self.rule!r} (known: {', '.join(RULES)})")
         if not self.gap_threshold_us > 0:
-            raise BubblelabError(f"the kernel-gap threshold must be positive, got {self.gap_threshold_us}")
+            raise BubblelabError(
+                f"the kernel-gap threshold must be positive, got {self.gap_threshold_us}"
+            )
         if self.step_range is not None:
             try:
                 re.compile(self.step_range)
             except re.error as e:
-                raise BubblelabError(f"--step-range {self.step_range!r} is not a regex ({e})") from None
+                raise BubblelabError(
+                    f"--step-range {self.step_range!r} is not a regex ({e})"
+                ) from None
 
     @property
     def gap_ns(self) -> int:
@@ -69,7 +79,8 @@ class StepOptions:
 
 @dataclass
 class Candidate:
-    """Step windows one rule proposes: CUDA calls starting in [host_start, host_end) belong to the step."""
+    """Step windows one rule proposes: CUDA calls starting in [host_start, host_end) belong to the
+    step."""
 
     rule: str
     detail: str
@@ -84,9 +95,10 @@ def find_steps(
     options: StepOptions,
     what: str,
 ) -> Candidate:
-    """Find a foreign run's steps (its gpu_ops and api_calls ingested, the trace attached as `ns`), store
-    them (step_windows, step_rules, the step of every call, op and sync point) and return the rule used.
-    part: the run's (globalPid, deviceId), None for all; `what` starts every error line (the trace)."""
+    """Find a foreign run's steps (its gpu_ops and api_calls ingested, the trace attached as `ns`),
+    store them (step_windows, step_rules, the step of every call, op and sync point) and return the
+    rule used. part: the run's (globalPid, deviceId), None for all; `what` starts every error line
+    (the trace)."""
     pid, device = part
     tid = _engine_thread(con, run_id, what)
     queries.execute(con, "sync_points", {"run_id": run_id, "tid": tid})
@@ -116,7 +128,8 @@ def find_steps(
 
 
 def closing_points(points: pd.DataFrame) -> pd.DataFrame:
-    """The sync points (start, end, next_launch) that close a step (module docstring, rule 'sync')."""
+    """The sync points (start, end, next_launch) that close a step (module docstring, rule
+    'sync')."""
     gaps = np.maximum((points["next_launch"] - points["end"]).to_numpy(float), 1e3)
     known = np.sort(np.log(gaps[~np.isnan(gaps)]))
     if len(known) >= 2:
@@ -130,8 +143,8 @@ def closing_points(points: pd.DataFrame) -> pd.DataFrame:
 
 
 def _regular(closing: np.ndarray) -> bool:
-    """Do the other points recur in a fixed pattern between closing ones (most steps the same count)? A
-    few slow bookkeeping rounds (a GC pause) among one-sync steps do not."""
+    """Do the other points recur in a fixed pattern between closing ones (most steps the same
+    count)? A few slow bookkeeping rounds (a GC pause) among one-sync steps do not."""
     between = np.diff(np.flatnonzero(closing)) - 1
     return len(between) > 0 and np.bincount(between).max() >= 0.5 * len(between)
 
@@ -140,7 +153,8 @@ def _engine_thread(con: duckdb.DuckDBPyConnection, run_id: str, what: str) -> in
     row = queries.run(con, "engine_thread", {"run_id": run_id})
     if row.empty:
         raise BubblelabError(
-            f"{what}: cannot find the steps: no GPU op could be matched to the CUDA call that launched it "
+            f"{what}: cannot find the steps: no GPU op could be matched to the CUDA call that "
+            "launched it "
             "(was the CUDA API traced, nsys -t cuda?)"
         )
     return int(row["tid"].iloc[0])
@@ -173,7 +187,8 @@ def _from_trace(
     what: str,
 ) -> Candidate:
     points = con.execute(
-        'SELECT start, "end", next_launch FROM sync_points WHERE run_id = ? ORDER BY start', [run_id]
+        'SELECT start, "end", next_launch FROM sync_points WHERE run_id = ? ORDER BY start',
+        [run_id],
     ).df()
     graphs = queries.run(con, "graph_launches", {"run_id": run_id, "tid": tid})
     candidates = []
@@ -204,13 +219,17 @@ def _from_trace(
     if not viable:
         forced = "" if rule == "auto" else f" (--step-rule {rule})"
         raise BubblelabError(
-            f"{what}: cannot find the steps{forced}: no bubblelab ranges, no --step-range, and on the "
+            f"{what}: cannot find the steps{forced}: no bubblelab ranges, no --step-range, and on "
+            "the "
             f"engine thread {tid & 0xFFFFFF} "
             f"{len(graphs)} CUDA-graph replays and {len(points)} host sync points give fewer than "
             f"{MIN_STEPS} steps; {_ranges_found(con, None)}"
         )
     for c in viable:
-        span = {"first": int(c.windows["host_start"].min()), "last": int(c.windows["host_end"].max())}
+        span = {
+            "first": int(c.windows["host_start"].min()),
+            "last": int(c.windows["host_end"].max()),
+        }
         coverage = queries.run(con, "window_coverage", {"run_id": run_id, **span}).iloc[0, 0]
         c.score = float(coverage) - _spread(c.windows)
     return max(viable, key=lambda c: (c.score, c.rule == "sync"))
@@ -240,7 +259,8 @@ def _spread(windows: pd.DataFrame) -> float:
 def _has_nvtx(con: duckdb.DuckDBPyConnection) -> bool:
     return bool(
         con.execute(
-            "SELECT 1 FROM duckdb_tables() WHERE database_name = 'ns' AND table_name = 'NVTX_EVENTS'"
+            "SELECT 1 FROM duckdb_tables() WHERE database_name = 'ns' AND table_name = "
+            "'NVTX_EVENTS'"
         ).fetchone()
     )
 
@@ -251,27 +271,30 @@ def _ranges_found(con: duckdb.DuckDBPyConnection, pid: int | None) -> str:
     counts = queries.run(con, "nvtx_range_counts", {"pid": pid})
     if counts.empty:
         return "the trace holds no NVTX ranges"
-    names = ", ".join(f"{n!r} x{c}" for n, c in zip(counts["name"], counts["ranges"]))
+    names = ", ".join(f"{n!r} x{c}" for n, c in zip(counts["name"], counts["ranges"], strict=True))
     return f"its most frequent NVTX ranges: {names} (name the step's range with --step-range REGEX)"
 
 
 def step_summary(
     con: duckdb.DuckDBPyConnection, run_id: str, steps: pd.DataFrame, steady: pd.DataFrame
 ) -> dict:
-    """How the run's steps were found and how sure that is: the rule, steps found (decode, prefill-like),
-    the coefficient of variation of the steady steps' periods (how regular the steps are; `steady` is
-    analysis.steady_state of `steps`), the share of the GPU's time inside found steps, and a word for it
-    (high: CV <= 0.15 and >= 80% covered; medium: CV <= 0.5 and >= 50%; else low)."""
-    rule = con.execute(
+    """How the run's steps were found and how sure that is: the rule, steps found (decode,
+    prefill-like), the coefficient of variation of the steady steps' periods (how regular the steps
+    are; `steady` is analysis.steady_state of `steps`), the share of the GPU's time inside found
+    steps, and a word for it (high: CV <= 0.15 and >= 80% covered; medium: CV <= 0.5 and >= 50%;
+    else low)."""
+    found = con.execute(
         "SELECT rule, detail, pid, engine_tid, gap_threshold_ns FROM step_rules WHERE run_id = ?",
         [run_id],
     ).fetchone()
-    rule, detail, pid, tid, gap_ns = rule or ("bubblelab", "NVTX ranges of domain bubblelab", None, None, None)
-    covered, total = con.execute(
+    default = ("bubblelab", "NVTX ranges of domain bubblelab", None, None, None)
+    rule, detail, pid, tid, gap_ns = found or default
+    covered, total = one_row(
+        con,
         'SELECT sum("end" - start) FILTER (step IS NOT NULL), sum("end" - start) FROM gpu_ops '
         "WHERE run_id = ?",
         [run_id],
-    ).fetchone()
+    )
     periods = steady["period_ms"].dropna()
     cv = float(periods.std(ddof=0) / periods.mean()) if len(periods) >= 2 else None
     coverage = float(covered / total) if total else None

@@ -1,9 +1,10 @@
 """Is this file an nsys SQLite export we can analyse? One BubblelabError line per kind of bad input.
 
-Checked before anything is copied: a missing file, not SQLite, a truncated file, SQLite that is not an nsys
-export, an export schema other than 3.x, a graph-mode capture (kernels hidden inside graph replays), and a
-trace without kernels. Also reads what the trace itself knows: the run metadata, whether it holds ranges of
-our NVTX domain, and which processes and GPUs ran GPU work (each becomes a run of its own).
+Checked before anything is copied: a missing file, not SQLite, a truncated file, SQLite that is not
+an nsys export, an export schema other than 3.x, a graph-mode capture (kernels hidden inside graph
+replays), and a trace without kernels. Also reads what the trace itself knows: the run metadata,
+whether it holds ranges of our NVTX domain, and which processes and GPUs ran GPU work (each becomes
+a run of its own).
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ class TraceFacts:
 
 
 def inspect_trace(trace: Path, domain: str = DOMAIN) -> TraceFacts:
-    """Check that `trace` is an nsys SQLite export we can analyse; return what ingestion needs to know."""
+    """Check that `trace` is an nsys SQLite export we can analyse; return what ingestion needs to
+    know."""
     _check_sqlite_file(trace)
     try:
         db = sqlite3.connect(f"{trace.resolve().as_uri()}?mode=ro", uri=True)
@@ -65,7 +67,8 @@ def _check_sqlite_file(trace: Path) -> None:
         raise BubblelabError(
             f"{trace}: not an SQLite file (expected `nsys export --type sqlite` output)"
         )
-    # The header records the database size in pages; a shorter file was cut off (copy or export interrupted).
+    # The header records the database size in pages; a shorter file was cut off (copy or export
+    # interrupted).
     page_size = struct.unpack(">H", header[16:18])[0]
     page_size = 65536 if page_size == 1 else page_size
     change_counter, pages, valid_for = (
@@ -96,21 +99,21 @@ def _inspect(db: sqlite3.Connection, trace: Path, domain: str) -> TraceFacts:
         )
     _refuse_graph_mode(db, trace, tables)
     parts = _parts(db, tables)
-    if "CUPTI_ACTIVITY_KIND_KERNEL" not in tables or not db.execute(
-        "SELECT 1 FROM CUPTI_ACTIVITY_KIND_KERNEL LIMIT 1"
-    ).fetchone():
+    if (
+        "CUPTI_ACTIVITY_KIND_KERNEL" not in tables
+        or not db.execute("SELECT 1 FROM CUPTI_ACTIVITY_KIND_KERNEL LIMIT 1").fetchone()
+    ):
         raise BubblelabError(f"{trace}: no kernels in the trace ({_found(db, tables)})")
     has_domain = bool(
         "NVTX_EVENTS" in tables
         and db.execute(
             "SELECT 1 FROM NVTX_EVENTS d WHERE d.eventType = 75 AND d.text = ? AND EXISTS ("
-            " SELECT 1 FROM NVTX_EVENTS r WHERE r.domainId = d.domainId AND r.eventType = 59) LIMIT 1",
+            " SELECT 1 FROM NVTX_EVENTS r WHERE r.domainId = d.domainId AND r.eventType = 59) "
+            "LIMIT 1",
             [domain],
         ).fetchone()
     )
-    return TraceFacts(
-        _sha256(trace), tables, meta, _run_facts(db, tables, meta), has_domain, parts
-    )
+    return TraceFacts(_sha256(trace), tables, meta, _run_facts(db, tables, meta), has_domain, parts)
 
 
 GPU_TABLES = (
@@ -151,7 +154,8 @@ def _found(db: sqlite3.Connection, tables: set[str]) -> str:
 
 
 def _refuse_graph_mode(db: sqlite3.Connection, trace: Path, tables: set[str]) -> None:
-    """Graph replays traced as whole graphs hide their kernels: an empty kernel table is not an idle GPU."""
+    """Graph replays traced as whole graphs hide their kernels: an empty kernel table is not an idle
+    GPU."""
     hint = "re-profile with --cuda-graph-trace=node"
     if (
         "CUPTI_ACTIVITY_KIND_GRAPH_TRACE" in tables
@@ -163,7 +167,8 @@ def _refuse_graph_mode(db: sqlite3.Connection, trace: Path, tables: set[str]) ->
     if "CUPTI_ACTIVITY_KIND_RUNTIME" not in tables:
         return
     graph_launches = db.execute(
-        "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE nameId IN (SELECT id FROM StringIds "
+        "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE nameId IN (SELECT id FROM "
+        "StringIds "
         "WHERE value LIKE 'cudaGraphLaunch%' OR value LIKE 'cuGraphLaunch%')"
     ).fetchone()[0]
     node_kernels = (
@@ -197,10 +202,8 @@ def _run_facts(db: sqlite3.Connection, tables: set[str], meta: dict) -> dict:
         )
     if "TARGET_INFO_SESSION_START_TIME" in tables:
         epoch_ns = one("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME")
-        if epoch_ns is not None:
-            facts["started_at"] = datetime.fromtimestamp(epoch_ns / 1e9, UTC).replace(
-                tzinfo=None
-            )
+        if isinstance(epoch_ns, int):
+            facts["started_at"] = datetime.fromtimestamp(epoch_ns / 1e9, UTC).replace(tzinfo=None)
     return facts
 
 

@@ -1,9 +1,9 @@
 """Trim an nsys SQLite export to a window of steps, keeping only what the analysis reads.
 
-Committed traces must stay small: a window of a few hundred steps, and the tables the ingestion queries
-(NVTX, kernels, copies, memsets, runtime calls, syncs, OS runtime calls) plus the small metadata tables,
-verbatim. A trace of ours is cut by its NVTX step payloads (`trim`); any other by the host windows of the
-steps profiling/steps.py finds in it (`trim_foreign`).
+Committed traces must stay small: a window of a few hundred steps, and the tables the ingestion
+queries (NVTX, kernels, copies, memsets, runtime calls, syncs, OS runtime calls) plus the small
+metadata tables, verbatim. A trace of ours is cut by its NVTX step payloads (`trim`); any other by
+the host windows of the steps profiling/steps.py finds in it (`trim_foreign`).
 """
 
 from __future__ import annotations
@@ -61,7 +61,8 @@ def trim(
     domain: str = "bubblelab",
     slack_ns: int = 2_000_000,
 ) -> Path:
-    """Write to dst the rows of src inside the steps' window (plus slack for the GPU lagging the host)."""
+    """Write to dst the rows of src inside the steps' window (plus slack for the GPU lagging the
+    host)."""
     db = sqlite3.connect(f"file:{src}?mode=ro", uri=True)
     t0, t1 = step_window(db, first, last, domain)
     db.close()
@@ -76,19 +77,21 @@ def trim_foreign(
     steps: StepOptions | None = None,
     slack_ns: int = 2_000_000,
 ) -> Path:
-    """Write to dst the rows of a foreign trace inside the host windows of its steps first..last (found by
-    profiling/steps.py with StepOptions `steps`): host rows that start in them, GPU rows up to slack_ns
-    later (the GPU lags the host), so the window's steps keep all their work and no step past it starts."""
-    from bubblelab.profiling.catalog import connect
+    """Write to dst the rows of a foreign trace inside the host windows of its steps first..last
+    (found by profiling/steps.py with StepOptions `steps`): host rows that start in them, GPU rows
+    up to slack_ns later (the GPU lags the host), so the window's steps keep all their work and no
+    step past it starts."""
+    from bubblelab.profiling.catalog import connect, one_row
     from bubblelab.profiling.ingest import ingest
 
     con = connect(None)
     run = ingest(Path(src), None, {}, steps=steps, con=con)
-    t0, t1 = con.execute(
+    t0, t1 = one_row(
+        con,
         "SELECT min(host_start), max(host_end) FROM step_windows "
         "WHERE run_id = ? AND step BETWEEN ? AND ?",
         [run, first, last],
-    ).fetchone()
+    )
     con.close()
     if t0 is None:
         raise BubblelabError(f"{src}: no steps {first}..{last} found")
@@ -96,9 +99,9 @@ def trim_foreign(
 
 
 def trim_window(src: Path, dst: Path, t0: int, t1: int, gpu_t1: int) -> Path:
-    """Write to dst the whole small tables of src and its timed rows starting in [t0, t1]; kernels, copies
-    and memsets starting in [t0, gpu_t1] whose launching call was kept (an op without its call would be
-    GPU time of no step)."""
+    """Write to dst the whole small tables of src and its timed rows starting in [t0, t1]; kernels,
+    copies and memsets starting in [t0, gpu_t1] whose launching call was kept (an op without its
+    call would be GPU time of no step)."""
     src, dst = Path(src), Path(dst)
     if dst.exists():
         dst.unlink()

@@ -1,7 +1,7 @@
-"""The foreign-run figures computed again by brute force in Python over the raw rows of an nsys export,
-independently of the SQL: GPU ops matched to their CUDA call by (correlationId, globalPid), each step's ops
-those launched in its host window, the busy union and the idle gaps by sorting, the host's activity by
-looking at every interval open at an instant.
+"""The foreign-run figures computed again by brute force in Python over the raw rows of an nsys
+export, independently of the SQL: GPU ops matched to their CUDA call by (correlationId, globalPid),
+each step's ops those launched in its host window, the busy union and the idle gaps by sorting, the
+host's activity by looking at every interval open at an instant.
 """
 
 from __future__ import annotations
@@ -35,11 +35,19 @@ def load(path: Path, pid: int | None = None, device: int | None = None) -> Raw:
         return db.execute(f"SELECT * FROM {table}").fetchall() if table in tables else []
 
     def mine(global_pid: int, dev: int | None = None) -> bool:
-        return (pid is None or global_pid == pid) and (device is None or dev is None or dev == device)
+        return (pid is None or global_pid == pid) and (
+            device is None or dev is None or dev == device
+        )
 
     calls = [
-        dict(tid=r["globalTid"], pid=r["globalTid"] - r["globalTid"] % 16777216, start=r["start"],
-             end=r["end"], corr=r["correlationId"], name=names[r["nameId"]])
+        dict(
+            tid=r["globalTid"],
+            pid=r["globalTid"] - r["globalTid"] % 16777216,
+            start=r["start"],
+            end=r["end"],
+            corr=r["correlationId"],
+            name=names[r["nameId"]],
+        )
         for r in rows("CUPTI_ACTIVITY_KIND_RUNTIME")
     ]
     calls = [c for c in calls if mine(c["pid"])]
@@ -54,22 +62,35 @@ def load(path: Path, pid: int | None = None, device: int | None = None) -> Raw:
                 continue
             keys = r.keys()
             ops.append(
-                dict(op=op, start=r["start"], end=r["end"], pid=r["globalPid"], corr=r["correlationId"],
-                     graph=r["graphNodeId"] is not None,
-                     copy_kind=r["copyKind"] if "copyKind" in keys else None,
-                     src=r["srcKind"] if "srcKind" in keys else None,
-                     dst=r["dstKind"] if "dstKind" in keys else None,
-                     bytes=r["bytes"] if "bytes" in keys else None,
-                     name=names.get(r["shortName"]) if op == "kernel" else op)
+                dict(
+                    op=op,
+                    start=r["start"],
+                    end=r["end"],
+                    pid=r["globalPid"],
+                    corr=r["correlationId"],
+                    graph=r["graphNodeId"] is not None,
+                    copy_kind=r["copyKind"] if "copyKind" in keys else None,
+                    src=r["srcKind"] if "srcKind" in keys else None,
+                    dst=r["dstKind"] if "dstKind" in keys else None,
+                    bytes=r["bytes"] if "bytes" in keys else None,
+                    name=names.get(r["shortName"]) if op == "kernel" else op,
+                )
             )
     sync_types = {
-        (r["globalPid"], r["correlationId"]): r["syncType"] for r in rows("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION")
+        (r["globalPid"], r["correlationId"]): r["syncType"]
+        for r in rows("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION")
     }
     ranges = [
-        dict(tid=r["globalTid"], start=r["start"], end=r["end"],
-             name=names.get(r["textId"]) if r["textId"] is not None else r["text"])
+        dict(
+            tid=r["globalTid"],
+            start=r["start"],
+            end=r["end"],
+            name=names.get(r["textId"]) if r["textId"] is not None else r["text"],
+        )
         for r in rows("NVTX_EVENTS")
-        if r["eventType"] == 59 and r["end"] is not None and mine(r["globalTid"] - r["globalTid"] % 16777216)
+        if r["eventType"] == 59
+        and r["end"] is not None
+        and mine(r["globalTid"] - r["globalTid"] % 16777216)
     ]
     os_calls = [
         dict(tid=r["globalTid"], start=r["start"], end=r["end"], name=names[r["nameId"]])
@@ -99,7 +120,8 @@ def union(intervals: list[tuple[int, int]], lo: int, hi: int) -> list[tuple[int,
 
 
 def per_step(raw: Raw, windows: list[tuple[int, int]], gap_ns: int) -> list[dict]:
-    """Per step: gpu_start, gpu_end, period, busy, kernel gaps and bubble (ns), and the idle gaps."""
+    """Per step: gpu_start, gpu_end, period, busy, kernel gaps and bubble (ns), and the idle
+    gaps."""
     calls = launching_call(raw)
     step_of = []
     for o in raw.ops:
@@ -109,17 +131,25 @@ def per_step(raw: Raw, windows: list[tuple[int, int]], gap_ns: int) -> list[dict
     every = [(o["start"], o["end"]) for o in raw.ops]
     rows = []
     for k in range(len(windows)):
-        mine = [o for o, s in zip(raw.ops, step_of) if s == k]
-        rows.append(dict(step=k, gpu_start=min(o["start"] for o in mine), gpu_end=max(o["end"] for o in mine),
-                         op_ns=sum(o["end"] - o["start"] for o in mine)))
-    for row, nxt in zip(rows, rows[1:] + [None]):
+        mine = [o for o, s in zip(raw.ops, step_of, strict=True) if s == k]
+        rows.append(
+            dict(
+                step=k,
+                gpu_start=min(o["start"] for o in mine),
+                gpu_end=max(o["end"] for o in mine),
+                op_ns=sum(o["end"] - o["start"] for o in mine),
+            )
+        )
+    for row, nxt in zip(rows, rows[1:] + [None], strict=True):
         if nxt is None:
             row.update(period=None, busy=None, gaps=[], kernel_gap=None, bubble=None)
             continue
         lo, hi = row["gpu_start"], nxt["gpu_start"]
         busy = union(every, lo, hi)
         edges = [lo] + [x for s, e in busy for x in (s, e)] + [hi]
-        gaps = [(edges[i], edges[i + 1]) for i in range(0, len(edges), 2) if edges[i + 1] > edges[i]]
+        gaps = [
+            (edges[i], edges[i + 1]) for i in range(0, len(edges), 2) if edges[i + 1] > edges[i]
+        ]
         row.update(
             period=hi - lo,
             busy=sum(e - s for s, e in busy),
@@ -149,7 +179,9 @@ def call_label(raw: Raw, call: dict) -> str:
         return "memset"
     if re.match(r"^cu(da)?(EventQuery|StreamQuery)", call["name"]):
         return "query (poll)"
-    if raw.sync_types.get((call["pid"], call["corr"])) in (1, 3, 4) or BLOCKING_NAME.match(call["name"]):
+    if raw.sync_types.get((call["pid"], call["corr"])) in (1, 3, 4) or BLOCKING_NAME.match(
+        call["name"]
+    ):
         return "synchronize"
     if re.match(r"^cu(da)?GraphExec", call["name"]):
         return "graph-exec update"
@@ -157,7 +189,8 @@ def call_label(raw: Raw, call: dict) -> str:
 
 
 def host_label(raw: Raw, tid: int, t: int) -> str:
-    """What the engine thread was doing at t: its CUDA call, else OS call, else NVTX range, else nothing."""
+    """What the engine thread was doing at t: its CUDA call, else OS call, else NVTX range, else
+    nothing."""
     call = innermost([c for c in raw.calls if c["tid"] == tid], t)
     if call:
         return "cuda: " + call_label(raw, call)
@@ -171,8 +204,13 @@ def host_label(raw: Raw, tid: int, t: int) -> str:
 def attribution(raw: Raw, tid: int, gaps: list[tuple[int, int]]) -> tuple[dict, dict]:
     """(began-in, time-weighted) idle ns per host label over the given idle intervals."""
     edges = sorted(
-        {x for group in (raw.calls, raw.os_calls, raw.ranges) for i in group if i["tid"] == tid
-         for x in (i["start"], i["end"])}
+        {
+            x
+            for group in (raw.calls, raw.os_calls, raw.ranges)
+            for i in group
+            if i["tid"] == tid
+            for x in (i["start"], i["end"])
+        }
     )
     began: dict[str, int] = {}
     by_time: dict[str, int] = {}
@@ -180,7 +218,7 @@ def attribution(raw: Raw, tid: int, gaps: list[tuple[int, int]]) -> tuple[dict, 
         label = host_label(raw, tid, s)
         began[label] = began.get(label, 0) + e - s
         cuts = [s] + [x for x in edges if s < x < e] + [e]
-        for a, b in zip(cuts, cuts[1:]):
+        for a, b in zip(cuts, cuts[1:], strict=False):
             label = host_label(raw, tid, a)
             by_time[label] = by_time.get(label, 0) + b - a
     return began, by_time
@@ -192,11 +230,14 @@ def blocking_rows(raw: Raw) -> list[dict]:
     rows = []
     for c in raw.calls:
         kind = raw.sync_types.get((c["pid"], c["corr"]))
-        if not POLL.match(c["name"]) and (kind in (1, 3, 4) or BLOCKING_NAME.match(c["name"])
-                                         or SYNC_MEMCPY.match(c["name"])):
+        if not POLL.match(c["name"]) and (
+            kind in (1, 3, 4) or BLOCKING_NAME.match(c["name"]) or SYNC_MEMCPY.match(c["name"])
+        ):
             rows.append(dict(event="sync", tid=c["tid"], start=c["start"], api=c["name"]))
     for o in raw.ops:
         if o["op"] == "memcpy" and (o["copy_kind"] == 2 or o["src"] == 0 or o["dst"] == 0):
             c = calls[(o["pid"], o["corr"])]
-            rows.append(dict(event="copy", tid=c["tid"], start=c["start"], api=c["name"], bytes=o["bytes"]))
+            rows.append(
+                dict(event="copy", tid=c["tid"], start=c["start"], api=c["name"], bytes=o["bytes"])
+            )
     return sorted(rows, key=lambda r: (r["start"], r["event"]))

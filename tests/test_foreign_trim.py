@@ -1,5 +1,6 @@
-"""Trimming traces to a window of steps (profiling/trim.py), and what tools/traces/make_foreign_traces.py
-does with a GPU machine's exports, on CPU: its dry run, and its trim, gzip and analysis of a trace."""
+"""Trimming traces to a window of steps (profiling/trim.py), and what
+tools/traces/make_foreign_traces.py does with a GPU machine's exports, on CPU: its dry run, and its
+trim, gzip and analysis of a trace."""
 
 from __future__ import annotations
 
@@ -63,8 +64,19 @@ def _tool():
 
 def test_dry_run_checks_the_setup_and_trims_the_probe(tmp_path):
     result = subprocess.run(
-        [sys.executable, str(TOOL), "--out", str(tmp_path), "--dry-run", "--work", str(tmp_path / "w")],
-        capture_output=True, text=True, cwd=ROOT, timeout=300,
+        [
+            sys.executable,
+            str(TOOL),
+            "--out",
+            str(tmp_path),
+            "--dry-run",
+            "--work",
+            str(tmp_path / "w"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr
     files = sorted(p.name for p in (tmp_path / "foreign").iterdir())
@@ -72,12 +84,15 @@ def test_dry_run_checks_the_setup_and_trims_the_probe(tmp_path):
     checks = json.loads((tmp_path / "foreign" / "summary.json").read_text())["dry_run"]
     assert checks["jobs"] == ["ckpt", "nano", "fork", "jax", "hf", "cupy"]
     assert "--cuda-graph-trace=node" in checks["nsys command"] and "osrt" in checks["nsys command"]
-    assert checks["probe"]["analysis"]["steps"] == 20 and checks["probe"]["analysis"]["rule"] == "sync"
+    assert (
+        checks["probe"]["analysis"]["steps"] == 20 and checks["probe"]["analysis"]["rule"] == "sync"
+    )
 
 
 def test_finishing_a_trace_cuts_gzips_and_analyses_it(tmp_path):
-    """What the tool does after nsys: the nano-vllm capture's raw half (before the idle between its two
-    generates) and its NVTX half become two small traces, each with its analysis and index entry."""
+    """What the tool does after nsys: the nano-vllm capture's raw half (before the idle between its
+    two generates) and its NVTX half become two small traces, each with its analysis and index
+    entry."""
     tool = _tool()
     b = TraceBuilder()
     engine_trace(b, Engine(steps=12))
@@ -86,8 +101,13 @@ def test_finishing_a_trace_cuts_gzips_and_analyses_it(tmp_path):
     work.mkdir()
     out.mkdir()
     b.write(work / "nano.sqlite", our_domain=False)
-    job = tool.Job("nano", 1, "nano-vllm", ["nanovllm-raw", "nanovllm-nvtx"],
-                   job={"ckpt": str(work / "ckpt-qwen3-4b"), "source": str(tmp_path)})
+    job = tool.Job(
+        "nano",
+        1,
+        "nano-vllm",
+        ["nanovllm-raw", "nanovllm-nvtx"],
+        job={"ckpt": str(work / "ckpt-qwen3-4b"), "source": str(tmp_path)},
+    )
     info = {"runs": {"raw": {"wall_s": 0.5, "generated_tokens": 8192}}, "mean_generated_len": 64}
     raw_entry, raw = tool.finish("nanovllm-raw", job, info, work, out, keep=300)
     nvtx_entry, nvtx = tool.finish("nanovllm-nvtx", job, info, work, out, keep=300)
@@ -96,7 +116,10 @@ def test_finishing_a_trace_cuts_gzips_and_analyses_it(tmp_path):
     assert nvtx["steps_found"]["rule"] == "nvtx" and nvtx_entry["step_range"] == tool.STEP_RANGE
     assert raw_entry["model"] == "qwen3-4b (seeded random weights)"
     assert raw["pipelining"]["output_len"] == 64 and raw["pipelining"]["speedup_pct"] > 0
-    assert sorted(p.name for p in out.iterdir()) == ["nanovllm-nvtx.sqlite.gz", "nanovllm-raw.sqlite.gz"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "nanovllm-nvtx.sqlite.gz",
+        "nanovllm-raw.sqlite.gz",
+    ]
 
 
 def test_every_job_has_a_worker_and_the_workload_is_the_write_ups(tmp_path):
@@ -105,7 +128,10 @@ def test_every_job_has_a_worker_and_the_workload_is_the_write_ups(tmp_path):
     engines = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(engines)
     args = tool.argparse.Namespace(
-        nano_vllm=tmp_path, fa_shim=tmp_path, fork_site=None, nano_preset="qwen3-4b",
+        nano_vllm=tmp_path,
+        fa_shim=tmp_path,
+        fork_site=None,
+        nano_preset="qwen3-4b",
         fork_preset="qwen3-0.6b",
     )
     jobs = tool.jobs(args, tmp_path)
@@ -114,3 +140,20 @@ def test_every_job_has_a_worker_and_the_workload_is_the_write_ups(tmp_path):
     prompts = engines._prompts(2, 1000)
     assert len(prompts) == 128 and {len(p) for p in prompts} <= set(range(20, 81))
     assert engines.StubTokenizer.from_pretrained("x").decode([1, 2]) == ""
+
+
+def test_hf_worker_runs_on_cpu(tmp_path):
+    """The transformers worker end to end on a tiny preset, in its own process as on the GPU machine
+    (there: qwen3-0.6b on CUDA, under nsys; it disables torch.compile for its whole process)."""
+    info = tmp_path / "hf.info.json"
+    job = json.dumps({"preset": "tiny-qwen3", "device": "cpu", "info": str(info)})
+    result = subprocess.run(
+        [sys.executable, str(_tool().ENGINES), "hf", job],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    found = json.loads(info.read_text())
+    assert found["runs"]["raw"]["generated_tokens"] == 4 * 64 and found["requests"] == 4

@@ -1,6 +1,7 @@
-"""Traces bubblelab did not make: steps found by each rule, and every figure (period, busy, kernel gaps,
-bubble, idle gaps, attribution, sync inventory) checked against the truth the synthetic engine was built
-with and against a brute-force computation over the raw rows (tests/foreign_brute_force.py)."""
+"""Traces bubblelab did not make: steps found by each rule, and every figure (period, busy, kernel
+gaps, bubble, idle gaps, attribution, sync inventory) checked against the truth the synthetic engine
+was built with and against a brute-force computation over the raw rows
+(tests/foreign_brute_force.py)."""
 
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ def check_against_brute_force(con, run_id: str, trace: Path, truth_windows, tid=
     expected = per_step(raw, truth_windows, GAP_NS)
     steps = analysis.per_step(con, run_id)
     assert steps["step"].tolist() == list(range(len(expected)))
-    for row, want in zip(steps.itertuples(), expected):
+    for row, want in zip(steps.itertuples(), expected, strict=True):
         assert (row.gpu_start_ns, row.gpu_end_ns) == (want["gpu_start"], want["gpu_end"])
         if want["period"] is None:
             assert row.period_ms != row.period_ms  # NaN
@@ -59,22 +60,25 @@ def check_against_brute_force(con, run_id: str, trace: Path, truth_windows, tid=
         assert want["busy"] + want["kernel_gap"] + want["bubble"] == want["period"]
     timed = steps[steps.period_ms.notna()]
     gaps = analysis.idle_gaps(con, run_id, timed)
-    assert list(zip(gaps.start_ns, gaps.end_ns)) == [g for w in expected for g in w["gaps"]]
+    assert list(zip(gaps.start_ns, gaps.end_ns, strict=True)) == [
+        g for w in expected for g in w["gaps"]
+    ]
     assert (gaps.within.notna() == (gaps.idle_us * 1e3 < GAP_NS)).all()
     bubble_gaps = [g for w in expected for g in w["gaps"] if g[1] - g[0] >= GAP_NS]
     began, by_time = attribution(raw, tid, bubble_gaps)
     for rule, want in ((analysis.attribution, began), (analysis.attribution_by_time, by_time)):
         table = rule(con, run_id, timed)
-        assert dict(zip(table.phase, (table.bubble_ms * 1e6).round())) == want
+        assert dict(zip(table.phase, (table.bubble_ms * 1e6).round(), strict=True)) == want
     bubbles = gaps[gaps.within.isna()]
     assert bubbles.began_in.tolist() == [
-        next(iter(attribution(raw, tid, [(s, e)])[0])) for s, e in zip(bubbles.start_ns, bubbles.end_ns)
+        next(iter(attribution(raw, tid, [(s, e)])[0]))
+        for s, e in zip(bubbles.start_ns, bubbles.end_ns, strict=True)
     ]
     assert gaps[gaps.within.notna()].began_in.isna().all()  # kernel gaps are not looked up
     # sync inventory: the same rows, each in the step whose window holds it
     inventory = analysis.sync_inventory(con, run_id)
     want_rows = blocking_rows(raw)
-    assert list(zip(inventory.event, inventory.api, inventory.start_ns)) == [
+    assert list(zip(inventory.event, inventory.api, inventory.start_ns, strict=True)) == [
         (r["event"], r["api"], r["start"]) for r in want_rows
     ]
     step_of = [
@@ -86,8 +90,8 @@ def check_against_brute_force(con, run_id: str, trace: Path, truth_windows, tid=
 
 
 def test_nano_vllm_shaped_engine(tmp_path):
-    """Graph replay per decode step, driver-API launches, DtoD copies and memsets, two streams, framework
-    NVTX ranges, OS calls, a `.tolist()` closing each step, one prefill first."""
+    """Graph replay per decode step, driver-API launches, DtoD copies and memsets, two streams,
+    framework NVTX ranges, OS calls, a `.tolist()` closing each step, one prefill first."""
     trace, (truth,) = build(tmp_path / "nano.sqlite", Engine(steps=14))
     con = connect(None)
     run = ingest(trace, None, {}, con=con)
@@ -98,16 +102,20 @@ def test_nano_vllm_shaped_engine(tmp_path):
     assert (found["rule"], found["steps"], found["prefill_steps"]) == ("sync", 14, 1)
     assert found["confidence"] == "high" and found["gpu_coverage"] == 1.0
     assert not inventory.flagged.any()  # one sync point a step: the closing one
-    # the bubble is the host's bookkeeping: mostly untraced code and OS calls, after the closing sync
-    assert max(summary["attribution_ms_per_step"]["top_level_by_time"].items(), key=lambda kv: kv[1])[
-        0
-    ] == "untraced host code"
+    # the bubble is the host's bookkeeping: mostly untraced code and OS calls, after the closing
+    # sync
+    assert (
+        max(summary["attribution_ms_per_step"]["top_level_by_time"].items(), key=lambda kv: kv[1])[
+            0
+        ]
+        == "untraced host code"
+    )
     assert summary["idle_split"]["longest_bubble_share"] > 0.9
 
 
 def test_fork_shaped_engine_names_its_extra_syncs(tmp_path):
-    """nano-vllm-fork: a `.item()` per sequence (here 16) between the LM head and sampling, each a 4-byte
-    pageable DtoH copy and a stream sync with nothing launched between them."""
+    """nano-vllm-fork: a `.item()` per sequence (here 16) between the LM head and sampling, each a
+    4-byte pageable DtoH copy and a stream sync with nothing launched between them."""
     trace, (truth,) = build(tmp_path / "fork.sqlite", Engine(steps=10, extra_syncs=16))
     con = connect(None)
     run = ingest(trace, None, {}, con=con)
@@ -153,7 +161,7 @@ def test_step_range_and_graph_rules(tmp_path):
     check_against_brute_force(con, by_range, trace, truth.range_windows)
     by_graph = ingest(trace, None, {}, steps=StepOptions(rule="graph"), con=con)
     g = truth.graph_launches
-    check_against_brute_force(con, by_graph, trace, list(zip(g[:-1], g[1:])))
+    check_against_brute_force(con, by_graph, trace, list(zip(g[:-1], g[1:], strict=True)))
     rules = con.execute("SELECT run_id, rule FROM step_rules").fetchall()
     assert dict(rules) == {by_range: "nvtx", by_graph: "graph"}  # the same trace, two runs
 
@@ -164,13 +172,17 @@ def test_several_processes_and_gpus_are_separate_runs(tmp_path):
         Engine(steps=6),
         Engine(steps=8, tid=OTHER, device=1, extra_syncs=2, t0=1500),
     )
-    with pytest.raises(BubblelabError, match=r"GPU work of 2 processes or GPUs \(pid \d+ on GPU 1 \(\d+ GPU ops\); pid \d+ on GPU 0"):
+    with pytest.raises(
+        BubblelabError,
+        match=r"GPU work of 2 processes or GPUs \(pid \d+ on GPU 1 \(\d+ GPU ops\); pid \d+ on GPU "
+        r"0",
+    ):
         ingest(trace, None, {}, con=connect(None))
     con = connect(None)
     runs = ingest_trace(trace, None, {}, con=con)
     assert len(runs) == 2 and all("-p" in r and "-g" in r for r in runs)
     rules = con.execute("SELECT run_id, pid, device FROM step_rules ORDER BY device").fetchall()
-    for (run, pid, device), truth, tid in zip(rules, truths, (MAIN, OTHER)):
+    for (run, pid, device), truth, tid in zip(rules, truths, (MAIN, OTHER), strict=True):
         steps, _ = check_against_brute_force(
             con, run, trace, truth.windows, tid=tid, pid=pid, device=device
         )
@@ -204,7 +216,9 @@ def test_bad_foreign_inputs_are_one_line_errors(tmp_path):
         steps=StepOptions(step_range="decode_step"),
     )
     few, _ = build(tmp_path / "few.sqlite", Engine(steps=2, graph=False))
-    _refused(few, r"cannot find the steps: .* 0 CUDA-graph replays and 2 host sync points give fewer")
+    _refused(
+        few, r"cannot find the steps: .* 0 CUDA-graph replays and 2 host sync points give fewer"
+    )
     _refused(few, r"cannot find the steps \(--step-rule graph\)", steps=StepOptions(rule="graph"))
     nokernels = tmp_path / "nokernels.sqlite"
     db = sqlite3.connect(few)  # eager: no graph launches, which would be refused first
@@ -243,7 +257,9 @@ def engines(draw) -> Engine:
     )
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(engines())
 def test_random_engines_match_brute_force(tmp_path_factory, engine):
     trace, (truth,) = build(tmp_path_factory.mktemp("h") / "t.sqlite", engine)
@@ -253,8 +269,9 @@ def test_random_engines_match_brute_force(tmp_path_factory, engine):
 
 
 def test_foreign_run_reaches_the_notebook_loader_and_the_report(tmp_path):
-    """A foreign trace listed in an index.json loads like the committed traces (runs.traces, what the
-    notebooks use), its tables go through runs.tables.collect into results.json, and the report renders."""
+    """A foreign trace listed in an index.json loads like the committed traces (runs.traces, what
+    the notebooks use), its tables go through runs.tables.collect into results.json, and the report
+    renders."""
     import json
 
     from bubblelab.report.report import report_run_dir
@@ -272,8 +289,13 @@ def test_foreign_run_reaches_the_notebook_loader_and_the_report(tmp_path):
     assert results.attribution.bubble_ms.sum() > 0 and len(results.gaps) and len(results.timeline)
     run_dir = tmp_path / "run"
     write_results(
-        run_dir, results.runs, results.steps, results.attribution, results.gaps,
-        results.provenance, results.timeline,
+        run_dir,
+        results.runs,
+        results.steps,
+        results.attribution,
+        results.gaps,
+        results.provenance,
+        results.timeline,
     )
     html = report_run_dir(run_dir, n_boot=50).read_text()
     assert 'id="timeline"' in html and "fork · NVIDIA H200" in html

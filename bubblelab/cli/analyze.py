@@ -1,8 +1,8 @@
 """`bubblelab analyze`: ingest nsys traces into a catalog and print the per-run bubble breakdown.
 
-Any nsys export: bubblelab's own traces by their NVTX ranges, others by the steps profiling/steps.py finds
-(--step-range, --step-rule). Trace-derived text (range, kernel and API names) is data, never rich markup:
-it reaches the console as rich Text.
+Any nsys export: bubblelab's own traces by their NVTX ranges, others by the steps profiling/steps.py
+finds (--step-range, --step-rule). Trace-derived text (range, kernel and API names) is data, never
+rich markup: it reaches the console as rich Text.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ def register(app: typer.Typer) -> None:
 def analyze(
     traces: list[Path] = typer.Argument(
         None,
-        help="nsys exports: .sqlite, .sqlite.gz or .nsys-rep (none: every run already in --catalog).",
+        help="nsys exports: .sqlite, .sqlite.gz or .nsys-rep (none: every run already in "
+        "--catalog).",
     ),
     catalog: Path = typer.Option(
         None, "--catalog", help="DuckDB catalog to add the runs to (default: in memory)."
@@ -46,7 +47,8 @@ def analyze(
     step_rule: str = typer.Option(
         "auto",
         "--step-rule",
-        help="Without bubblelab ranges or --step-range: auto, sync (the host sync closing each step) "
+        help="Without bubblelab ranges or --step-range: auto, sync (the host sync closing each "
+        "step) "
         "or graph (one CUDA-graph replay a step).",
     ),
     gap_threshold_us: float = typer.Option(
@@ -55,11 +57,12 @@ def analyze(
     output_len: float = typer.Option(
         None,
         "--output-len",
-        help="Foreign runs: tokens a request generates, for the zombie tax (default: decode steps + 1).",
+        help="Foreign runs: tokens a request generates, for the zombie tax (default: decode steps "
+        "+ 1).",
     ),
 ) -> None:
-    """Per-step breakdown of each run: steps found, forward, bubble and period, where the bubble went,
-    and for a foreign engine its host syncs and what pipelining would buy it."""
+    """Per-step breakdown of each run: steps found, forward, bubble and period, where the bubble
+    went, and for a foreign engine its host syncs and what pipelining would buy it."""
     from bubblelab.costmodel.foreign import pipelining_gain
     from bubblelab.errors import BubblelabError
     from bubblelab.profiling import analysis
@@ -72,7 +75,11 @@ def analyze(
     options = StepOptions(step_range, step_rule, gap_threshold_us)
     con = connect(catalog)
     run_ids = (
-        [r for trace in traces for r in ingest_trace(trace, None, {}, domain=domain, steps=options, con=con)]
+        [
+            r
+            for trace in traces
+            for r in ingest_trace(trace, None, {}, domain=domain, steps=options, con=con)
+        ]
         if traces
         else None
     )
@@ -113,7 +120,16 @@ def _extra_syncs(run: dict) -> str | None:
 
 def _found_table(runs: list[dict]) -> Table:
     table = Table(title="Steps found", title_justify="left", header_style="bold")
-    for column in ("run", "rule", "steps", "decode", "prefill-like", "period CV", "GPU covered", "sure"):
+    for column in (
+        "run",
+        "rule",
+        "steps",
+        "decode",
+        "prefill-like",
+        "period CV",
+        "GPU covered",
+        "sure",
+    ):
         table.add_column(column, justify="left" if column in ("run", "rule", "sure") else "right")
     for run in runs:
         found = run["steps_found"]
@@ -221,7 +237,8 @@ def _attribution_table(runs: list[dict]) -> Table:
 
 
 def _print_foreign(run: dict) -> None:
-    """A foreign run's idle split, host syncs per step, what its host did in the bubble, and the gain."""
+    """A foreign run's idle split, host syncs per step, what its host did in the bubble, and the
+    gain."""
     rid, split = run["run_id"][:8], run["idle_split"]
     if split:
         console.print(
@@ -232,7 +249,10 @@ def _print_foreign(run: dict) -> None:
         )
     phases = run["attribution_ms_per_step"]["phase"]
     if phases:
-        table = Table(title=f"run {rid}: bubble by what the host was doing when it began", title_justify="left")
+        table = Table(
+            title=f"run {rid}: bubble by what the host was doing when it began",
+            title_justify="left",
+        )
         table.add_column("host activity")
         table.add_column("ms/step", justify="right")
         for phase, ms in list(phases.items())[:8]:
@@ -240,7 +260,15 @@ def _print_foreign(run: dict) -> None:
         console.print(table)
     if run["syncs_per_step"]:
         table = Table(title=f"run {rid}: host syncs per steady step", title_justify="left")
-        for column in ("per step", "event", "API", "detail", "closes step", "after kernel", "NVTX range"):
+        for column in (
+            "per step",
+            "event",
+            "API",
+            "detail",
+            "closes step",
+            "after kernel",
+            "NVTX range",
+        ):
             table.add_column(column, justify="right" if column == "per step" else "left")
         for row in run["syncs_per_step"]:
             table.add_row(

@@ -1,15 +1,17 @@
-"""The engines tools/traces/make_foreign_traces.py profiles, one per process: `python3 foreign_engines.py
-WORKER JOB_JSON`, run under nsys (except `ckpt`). Each brackets the work it wants traced with
-cudaProfilerStart/Stop (nsys --capture-range=cudaProfilerApi) after a warm-up, and writes JOB["info"]:
-what ran (engine version, workload, tokens, wall seconds).
+"""The engines tools/traces/make_foreign_traces.py profiles, one per process: `python3
+foreign_engines.py WORKER JOB_JSON`, run under nsys (except `ckpt`). Each brackets the work it wants
+traced with cudaProfilerStart/Stop (nsys --capture-range=cudaProfilerApi) after a warm-up, and
+writes JOB["info"]: what ran (engine version, workload, tokens, wall seconds).
 
-  ckpt    seeded random weights of bubblelab presets as HF checkpoints (engine.export.to_hf), for nano-vllm
-  nano    the original nano-vllm (GeeeekExplorer), the write-up's workload twice: raw, then 0.3 s idle, then
+  ckpt    seeded random weights of bubblelab presets as HF checkpoints (engine.export.to_hf), for
+  nano-vllm nano    the original nano-vllm (GeeeekExplorer), the write-up's workload twice: raw,
+  then 0.3 s idle, then
           with one NVTX range per LLMEngine.step (patched from outside, domain "nano-vllm")
-  fork    PyPI nano-vllm-fork on the same workload (its `.item()` per sequence: 129 host syncs a step)
-  hf      transformers generate, static cache, eager (compile disabled), 4 requests
+  fork    PyPI nano-vllm-fork on the same workload (its `.item()` per sequence: 129 host syncs a
+  step) hf      transformers generate, static cache, eager (compile disabled), 4 requests
   jax     a jitted decode step of a small transformer with host-side sampling (numpy), 200 steps
-  cupy    a small decode loop in CuPy (cuBLAS matmuls, elementwise kernels), host-side sampling, 200 steps
+  cupy    a small decode loop in CuPy (cuBLAS matmuls, elementwise kernels), host-side sampling, 200
+  steps
 """
 
 from __future__ import annotations
@@ -62,7 +64,8 @@ def write_checkpoints(job: dict, info: dict) -> None:
 
 
 class StubTokenizer:
-    """nano-vllm's tokenizer, for token-id prompts and random weights: it only needs eos and decode."""
+    """nano-vllm's tokenizer, for token-id prompts and random weights: it only needs eos and
+    decode."""
 
     eos_token_id = -1  # never sampled: every request runs to max_tokens (ignore_eos too)
 
@@ -87,8 +90,8 @@ def _prompts(seed: int, vocab: int) -> list[list[int]]:
 
 
 def _patch_rope() -> None:
-    """Some nano-vllm versions cache get_rope and assert rope_scaling is None; transformers 5 reports the
-    default rope parameters there as a dict: hand them None for it."""
+    """Some nano-vllm versions cache get_rope and assert rope_scaling is None; transformers 5
+    reports the default rope parameters there as a dict: hand them None for it."""
     import nanovllm.models.qwen3 as nq
 
     if "rope_scaling" not in inspect.signature(nq.get_rope).parameters:
@@ -177,7 +180,8 @@ def fork(job: dict, info: dict) -> None:
 
 
 def hf(job: dict, info: dict) -> None:
-    os.environ["TORCHDYNAMO_DISABLE"] = "1"  # eager generate: no auto-compile of the static cache path
+    # eager generate: no auto-compile of the static-cache path
+    os.environ["TORCHDYNAMO_DISABLE"] = "1"
     import torch
     import transformers
     from transformers import GenerationConfig
@@ -185,7 +189,9 @@ def hf(job: dict, info: dict) -> None:
     from bubblelab.engine.export import hf_causal_lm
     from bubblelab.engine.loader import load_model
 
-    loaded = load_model(job["preset"], dtype="bf16", device="cuda", seed=0, attention_backend="torch")
+    device = job.get("device", "cuda")  # "cpu": the CPU test's dry run of this worker
+    dtype = "bf16" if device == "cuda" else "fp32"
+    loaded = load_model(job["preset"], dtype=dtype, device=device, attention_backend="torch")
     model = hf_causal_lm(loaded)
     eos = list(loaded.config.eos_token_ids)
     config = GenerationConfig(
@@ -198,20 +204,26 @@ def hf(job: dict, info: dict) -> None:
         pad_token_id=eos[0] if eos else 0,
     )
     gen = torch.Generator().manual_seed(0)
-    prompts = torch.randint(0, loaded.config.vocab_size, (4, 48), generator=gen).cuda()
+    prompts = torch.randint(0, loaded.config.vocab_size, (4, 48), generator=gen).to(device)
     mask = torch.ones_like(prompts)
     model.generate(prompts, attention_mask=mask, generation_config=config)  # warm-up
-    torch.cuda.synchronize()
-    torch.cuda.profiler.start()
+    cuda = device == "cuda"
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.profiler.start()
     t = time.perf_counter()
     ids = model.generate(prompts, attention_mask=mask, generation_config=config)
-    torch.cuda.synchronize()
+    if cuda:
+        torch.cuda.synchronize()
     wall = time.perf_counter() - t
-    torch.cuda.profiler.stop()
+    if cuda:
+        torch.cuda.profiler.stop()
     info.update(
         engine_version=transformers.__version__,
         torch=torch.__version__,
-        workload=f"4 requests of 48 random tokens, {MAX_TOKENS} new tokens each, greedy, static cache",
+        model=f"{job['preset']} (seeded random weights)",
+        workload=f"4 requests of 48 random tokens, {MAX_TOKENS} new tokens each, greedy, "
+        "static cache, eager",
         requests=4,
         mean_generated_len=MAX_TOKENS,
         runs={"raw": {"wall_s": wall, "generated_tokens": int((ids.shape[1] - 48) * 4)}},
@@ -219,8 +231,8 @@ def hf(job: dict, info: dict) -> None:
 
 
 def _profiler(on: bool) -> None:
-    """cudaProfilerStart/Stop for a process that has no torch: CuPy's runtime call (one primary context
-    per device, which JAX uses as well)."""
+    """cudaProfilerStart/Stop for a process that has no torch: CuPy's runtime call (one primary
+    context per device, which JAX uses as well)."""
     import cupy
 
     (cupy.cuda.runtime.profilerStart if on else cupy.cuda.runtime.profilerStop)()
@@ -232,7 +244,15 @@ def jax_decode(job: dict, info: dict) -> None:
     import jax.numpy as jnp
     import numpy as np
 
-    batch, length, dim, heads, layers, vocab, steps = 8, 256, 1024, 8, 8, 32000, job.get("steps", 200)
+    batch, length, dim, heads, layers, vocab, steps = (
+        8,
+        256,
+        1024,
+        8,
+        8,
+        32000,
+        job.get("steps", 200),
+    )
     hd = dim // heads
     keys = iter(jax.random.split(jax.random.PRNGKey(0), 4 * layers + 2))
 
@@ -245,14 +265,20 @@ def jax_decode(job: dict, info: dict) -> None:
         "embed": weight(vocab, dim),
         "head": weight(dim, vocab),
         "layers": [
-            {"qkv": weight(dim, 3 * dim), "o": weight(dim, dim), "up": weight(dim, 4 * dim),
-             "down": weight(4 * dim, dim)}
+            {
+                "qkv": weight(dim, 3 * dim),
+                "o": weight(dim, dim),
+                "up": weight(dim, 4 * dim),
+                "down": weight(4 * dim, dim),
+            }
             for _ in range(layers)
         ],
     }
 
     def norm(x):
-        return x * jax.lax.rsqrt(jnp.mean(x.astype(jnp.float32) ** 2, -1, keepdims=True) + 1e-6).astype(x.dtype)
+        return x * jax.lax.rsqrt(
+            jnp.mean(x.astype(jnp.float32) ** 2, -1, keepdims=True) + 1e-6
+        ).astype(x.dtype)
 
     def step(params, cache_k, cache_v, tokens, pos):
         x = params["embed"][tokens]  # [batch, dim]
@@ -277,7 +303,7 @@ def jax_decode(job: dict, info: dict) -> None:
         t = time.perf_counter()
         for pos in range(n):
             logits, *cache = decode(params, *cache, tokens, pos)
-            probs = np.asarray(logits) / TEMPERATURE  # the host waits for the step here
+            probs = np.asarray(logits, np.float64) / TEMPERATURE  # the host waits for the step here
             probs = np.exp(probs - probs.max(-1, keepdims=True))
             probs /= probs.sum(-1, keepdims=True)
             ids = [rng.choice(vocab, p=row) for row in probs]  # host-side sampling
@@ -305,13 +331,21 @@ def cupy_decode(job: dict, info: dict) -> None:
     batch, dim, layers, vocab, steps = 8, 2048, 8, 32000, job.get("steps", 200)
     rng = np.random.default_rng(0)
     cp.random.seed(0)
-    embed = (cp.random.standard_normal((vocab, dim), dtype=cp.float32) / 40).astype(cp.float16)
+    embed = (cp.random.standard_normal((vocab, dim), dtype=cp.float32) / 40).astype(cp.float32)
     ws = [
-        ((cp.random.standard_normal((dim, dim), dtype=cp.float32) / np.sqrt(dim)).astype(cp.float16),
-         (cp.random.standard_normal((dim, dim), dtype=cp.float32) / np.sqrt(dim)).astype(cp.float16))
+        (
+            (cp.random.standard_normal((dim, dim), dtype=cp.float32) / np.sqrt(dim)).astype(
+                cp.float32
+            ),
+            (cp.random.standard_normal((dim, dim), dtype=cp.float32) / np.sqrt(dim)).astype(
+                cp.float32
+            ),
+        )
         for _ in range(layers)
     ]
-    head = (cp.random.standard_normal((dim, vocab), dtype=cp.float32) / np.sqrt(dim)).astype(cp.float16)
+    head = (cp.random.standard_normal((dim, vocab), dtype=cp.float32) / np.sqrt(dim)).astype(
+        cp.float32
+    )
     gelu = cp.ElementwiseKernel(
         "T x", "T y", "y = x * 0.5 * (1 + tanh(0.79788456 * (x + 0.044715 * x * x * x)))", "gelu"
     )
@@ -323,7 +357,7 @@ def cupy_decode(job: dict, info: dict) -> None:
             x = embed[tokens]
             for w1, w2 in ws:
                 x = x + gelu(x @ w1) @ w2
-            logits = (x @ head).astype(cp.float32).get() / TEMPERATURE  # the host waits here
+            logits = (x @ head).get().astype(np.float64) / TEMPERATURE  # the host waits here
             probs = np.exp(logits - logits.max(-1, keepdims=True))
             probs /= probs.sum(-1, keepdims=True)
             tokens = cp.asarray([rng.choice(vocab, p=row) for row in probs])
@@ -336,7 +370,7 @@ def cupy_decode(job: dict, info: dict) -> None:
     info.update(
         engine_version=f"cupy {cp.__version__}",
         workload=f"batch {batch}, {steps} decode steps of an {layers}-layer dim-{dim} MLP stack "
-        "(random fp16 weights, cuBLAS matmuls, an elementwise GELU kernel), sampling on the host",
+        "(random fp32 weights, cuBLAS matmuls, an elementwise GELU kernel), sampling on the host",
         requests=batch,
         mean_generated_len=steps,
         runs={"raw": {"wall_s": wall, "generated_tokens": batch * steps}},

@@ -1,24 +1,29 @@
-"""Profile engines bubblelab did not build on the GPU machine and write small trimmed nsys traces of them.
+"""Profile engines bubblelab did not build on the GPU machine and write small trimmed nsys traces of
+them.
 
-On the GPU machine (H200), from the checkout's root, with flash-attn-4 staged (benchmarks/README.md):
+On the GPU machine (H200), from the checkout's root, with flash-attn-4 staged
+(benchmarks/README.md):
 
     source tools/gpu_machine/setup.sh && bash benchmarks/unstage_flash_attn.sh && \\
       source /tmp/fa4site/env.sh && python3 tools/traces/make_foreign_traces.py --out $OUT
 
 Each engine (tools/traces/foreign_engines.py) runs in its own process under
 `nsys profile -t cuda,nvtx,osrt -s none --cpuctxsw=none --cuda-graph-trace=node
---capture-range=cudaProfilerApi --capture-range-end=stop --export sqlite`, with a timeout; a failure is one
-line in the summary and the others still run. Each export is then analysed (bubblelab's foreign step
-finder), cut to at most --keep-steps steps (profiling.trim.trim_foreign) and gzipped:
+--capture-range=cudaProfilerApi --capture-range-end=stop --export sqlite`, with a timeout; a failure
+is one line in the summary and the others still run. Each export is then analysed (bubblelab's
+foreign step finder), cut to at most --keep-steps steps (profiling.trim.trim_foreign) and gzipped:
 
-    $OUT/foreign/<name>.sqlite.gz   one per trace: nanovllm-raw, nanovllm-nvtx (one process, one capture:
-                                    the same workload raw, then with an NVTX range per LLMEngine.step),
-                                    nano-vllm-fork, jax-decode, hf-generate, cupy-decode
-    $OUT/foreign/index.json         per trace: engine, version, command, workload (traces/index.json's form)
-    $OUT/foreign/summary.json       per engine: ok or why not, seconds, and the analysis of each trace
+    $OUT/foreign/<name>.sqlite.gz   one per trace: nanovllm-raw, nanovllm-nvtx (one process, one
+    capture:
+                                    the same workload raw, then with an NVTX range per
+                                    LLMEngine.step), nano-vllm-fork, jax-decode, hf-generate,
+                                    cupy-decode
+    $OUT/foreign/index.json         per trace: engine, version, command, workload
+    (traces/index.json's form) $OUT/foreign/summary.json       per engine: ok or why not, seconds,
+    and the analysis of each trace
 
-At most 8 files, two folders deep. `--dry-run` (any machine) checks the set-up and runs the trimming and
-analysis on the probe trace instead.
+At most 8 files, two folders deep. `--dry-run` (any machine) checks the set-up and runs the trimming
+and analysis on the probe trace instead.
 """
 
 from __future__ import annotations
@@ -40,10 +45,21 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 ENGINES = Path(__file__).resolve().parent / "foreign_engines.py"
-NSYS = (
-    "profile -t cuda,nvtx,osrt -s none --cpuctxsw=none --cuda-graph-trace=node "
-    "--capture-range=cudaProfilerApi --capture-range-end=stop --export sqlite --force-overwrite true"
-).split()
+TRACED = "cuda,nvtx,osrt"  # without osrt if this nsys cannot trace OS calls (then retried once)
+
+
+def nsys_args(traced: str = TRACED) -> list[str]:
+    return [
+        "profile", "-t", traced, "-s", "none", "--cpuctxsw=none", "--cuda-graph-trace=node",
+        "--capture-range=cudaProfilerApi", "--capture-range-end=stop", "--export", "sqlite",
+        "--force-overwrite", "true",
+    ]  # fmt: skip
+
+
+SHIMS = (
+    ROOT / "tools" / "gpu_machine" / "flash_attn_shim",
+    ROOT / "benchmarks" / "flash_attn_shim",
+)
 STEP_RANGE = r"^LLMEngine\.step$"
 MAX_GZ_BYTES = 12 << 20  # files come back at up to 16 MiB each
 
@@ -64,13 +80,31 @@ def jobs(args: argparse.Namespace, work: Path) -> list[Job]:
     nano_ckpt, fork_ckpt = work / f"ckpt-{args.nano_preset}", work / f"ckpt-{args.fork_preset}"
     fork_path = [str(args.fork_site)] if args.fork_site else []
     return [
-        Job("ckpt", 150, "seeded random weights",  [], job={
-            "checkpoints": {args.nano_preset: str(nano_ckpt), args.fork_preset: str(fork_ckpt)}}),
-        Job("nano", 200, "nano-vllm (github GeeeekExplorer/nano-vllm)", ["nanovllm-raw", "nanovllm-nvtx"],
-            env={"PYTHONPATH": [source, shim]}, job={"ckpt": str(nano_ckpt), "source": source}),
-        Job("fork", 120, "nano-vllm-fork (PyPI)", ["nano-vllm-fork"],
+        Job(
+            "ckpt",
+            150,
+            "seeded random weights",
+            [],
+            job={
+                "checkpoints": {args.nano_preset: str(nano_ckpt), args.fork_preset: str(fork_ckpt)}
+            },
+        ),
+        Job(
+            "nano",
+            200,
+            "nano-vllm (github GeeeekExplorer/nano-vllm)",
+            ["nanovllm-raw", "nanovllm-nvtx"],
+            env={"PYTHONPATH": [source, shim]},
+            job={"ckpt": str(nano_ckpt), "source": source},
+        ),
+        Job(
+            "fork",
+            120,
+            "nano-vllm-fork (PyPI)",
+            ["nano-vllm-fork"],
             env={"PYTHONPATH": [*fork_path, shim]},
-            job={"ckpt": str(fork_ckpt), "source": source, "gpu_memory_utilization": 0.3}),
+            job={"ckpt": str(fork_ckpt), "source": source, "gpu_memory_utilization": 0.3},
+        ),
         Job("jax", 90, "JAX jitted decode loop", ["jax-decode"], job={"steps": 200}),
         Job("hf", 90, "transformers generate", ["hf-generate"], job={"preset": args.fork_preset}),
         Job("cupy", 60, "CuPy decode loop", ["cupy-decode"], job={"steps": 200}),
@@ -80,18 +114,38 @@ def jobs(args: argparse.Namespace, work: Path) -> list[Job]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="$OUT: traces land in OUT/foreign/")
-    parser.add_argument("--nano-vllm", type=Path, default=ROOT / ".peers" / "nano-vllm",
-                        help="source checkout of the original nano-vllm (holds nanovllm/)")
-    parser.add_argument("--fa-shim", type=Path, default=ROOT / "benchmarks" / "flash_attn_shim",
-                        help="folder holding the FA2-API `flash_attn` shim over flash-attn-4")
-    parser.add_argument("--fork-site", type=Path, default=None,
-                        help="folder where nano-vllm-fork is installed (default: importable as is)")
+    parser.add_argument(
+        "--nano-vllm",
+        type=Path,
+        default=ROOT / ".peers" / "nano-vllm",
+        help="source checkout of the original nano-vllm (holds nanovllm/)",
+    )
+    parser.add_argument(
+        "--fa-shim",
+        type=Path,
+        default=next(
+            (d for d in SHIMS if (d / "flash_attn").is_dir()), SHIMS[0]
+        ),  # it is moving from benchmarks/ to tools/gpu_machine/
+        help="folder holding the FA2-API `flash_attn` shim over flash-attn-4",
+    )
+    parser.add_argument(
+        "--fork-site",
+        type=Path,
+        default=None,
+        help="folder where nano-vllm-fork is installed (default: importable as is)",
+    )
     parser.add_argument("--nano-preset", default="qwen3-4b", help="bubblelab preset for nano-vllm")
     parser.add_argument("--fork-preset", default="qwen3-0.6b", help="preset for the fork and HF")
-    parser.add_argument("--only", default=None, help="comma-separated jobs (ckpt,nano,fork,jax,hf,cupy)")
+    parser.add_argument(
+        "--only", default=None, help="comma-separated jobs (ckpt,nano,fork,jax,hf,cupy)"
+    )
     parser.add_argument("--budget-s", type=float, default=420, help="no job starts past this")
-    parser.add_argument("--keep-steps", type=int, default=300, help="steps kept per trace (the middle)")
-    parser.add_argument("--work", type=Path, default=None, help="scratch folder (default: a temp dir)")
+    parser.add_argument(
+        "--keep-steps", type=int, default=300, help="steps kept per trace (the middle)"
+    )
+    parser.add_argument(
+        "--work", type=Path, default=None, help="scratch folder (default: a temp dir)"
+    )
     parser.add_argument("--dry-run", action="store_true", help="check the set-up; trim the probe")
     args = parser.parse_args(argv)
     out = args.out / "foreign"
@@ -101,7 +155,11 @@ def main(argv: list[str] | None = None) -> int:
     planned = jobs(args, work)
     if args.only:
         wanted = set(args.only.split(","))
-        planned = [j for j in planned if j.name in wanted or (j.name == "ckpt" and wanted & {"nano", "fork"})]
+        planned = [
+            j
+            for j in planned
+            if j.name in wanted or (j.name == "ckpt" and wanted & {"nano", "fork"})
+        ]
     summary: dict = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "jobs": {}, "traces": {}}
     index: dict = {}
     if args.dry_run:
@@ -111,7 +169,10 @@ def main(argv: list[str] | None = None) -> int:
     (out / "index.json").write_text(json.dumps(index, indent=1))
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     for name, status in summary["jobs"].items():
-        print(f"{name:6} {status['status']}: {status.get('why', '')} ({status.get('seconds', 0):.0f} s)")
+        print(
+            f"{name:6} {status['status']}: {status.get('why', '')} ({status.get('seconds', 0):.0f} "
+            "s)"
+        )
     return 0
 
 
@@ -123,38 +184,60 @@ def run_all(args, planned: list[Job], out: Path, work: Path, summary: dict, inde
     for job in planned:
         left = args.budget_s - (time.monotonic() - t0)
         if left < 20:
-            summary["jobs"][job.name] = {"status": "skipped", "why": f"past --budget-s {args.budget_s}"}
+            summary["jobs"][job.name] = {
+                "status": "skipped",
+                "why": f"past --budget-s {args.budget_s}",
+            }
             continue
         started = time.monotonic()
         try:
-            info = run_job(job, work, nsys, min(job.timeout_s, left))
+            try:
+                info = run_job(job, work, nsys, min(job.timeout_s, left))
+            except RuntimeError as e:
+                if job.name == "ckpt" or "osrt" not in str(e).lower():
+                    raise
+                left = args.budget_s - (time.monotonic() - t0)
+                info = run_job(job, work, nsys, min(job.timeout_s, left), traced="cuda,nvtx")
+                info["note"] = "OS runtime calls not traced: this nsys refused -t osrt"
             for trace in job.traces:
                 entry, digest = finish(trace, job, info, work, out, args.keep_steps)
                 index[f"{trace}.sqlite.gz"] = entry
                 summary["traces"][trace] = digest
             summary["jobs"][job.name] = {"status": "ok", "info": info}
         except Exception as e:  # noqa: BLE001 - one engine's failure is one line, the others still run
-            summary["jobs"][job.name] = {"status": "failed", "why": f"{type(e).__name__}: {e}"[:400]}
+            summary["jobs"][job.name] = {
+                "status": "failed",
+                "why": f"{type(e).__name__}: {e}"[:400],
+            }
         summary["jobs"][job.name]["seconds"] = round(time.monotonic() - started, 1)
-        print(f"[{time.monotonic() - t0:5.0f} s] {job.name}: {summary['jobs'][job.name]['status']}",
-              flush=True)
+        print(
+            f"[{time.monotonic() - t0:5.0f} s] {job.name}: {summary['jobs'][job.name]['status']}",
+            flush=True,
+        )
 
 
-def run_job(job: Job, work: Path, nsys: str | None, timeout: float) -> dict:
+def run_job(job: Job, work: Path, nsys: str | None, timeout: float, traced: str = TRACED) -> dict:
     """Run one worker (under nsys unless it only writes checkpoints); returns its info JSON."""
     info_path = work / f"{job.name}.info.json"
     info_path.unlink(missing_ok=True)
     payload = json.dumps({**job.job, "info": str(info_path)})
     command = [sys.executable, str(ENGINES), job.name, payload]
     if job.name != "ckpt":
-        command = [nsys, *NSYS, "-o", str(work / job.name), *command]
+        command = [nsys, *nsys_args(traced), "-o", str(work / job.name), *command]
     env = dict(os.environ)
     for key, parts in job.env.items():
         env[key] = os.pathsep.join([*parts, env.get(key, "")])
     log = work / f"{job.name}.log"
+    started = time.monotonic()
     with log.open("w") as log_f:  # a file, not a pipe: a child's leftovers could hold a pipe open
-        proc = subprocess.Popen(command, env=env, stdout=log_f, stderr=subprocess.STDOUT,
-                                start_new_session=True, cwd=ROOT)
+        proc = subprocess.Popen(
+            command,
+            env=env,
+            stdout=log_f,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=ROOT,
+        )
         try:
             rc = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -164,20 +247,24 @@ def run_job(job: Job, work: Path, nsys: str | None, timeout: float) -> dict:
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=10)
     info = json.loads(info_path.read_text()) if info_path.is_file() else {}
-    info["command"] = " ".join(["nsys", *NSYS, "-o", job.name, "python3", str(ENGINES.relative_to(ROOT)),
-                                job.name, "JOB"] if job.name != "ckpt" else command[1:3])
+    info["command"] = " ".join(
+        ["nsys", *nsys_args(traced), "-o", job.name, "python3", str(ENGINES.relative_to(ROOT))]
+        + [job.name, "JOB"]
+        if job.name != "ckpt"
+        else command[1:3]
+    )
     if rc != 0:
         tail = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()][-3:]
         why = "timed out" if rc is None else f"exit {rc}"
-        raise RuntimeError(f"{why} after {timeout:.0f} s: {' | '.join(tail)}")
+        raise RuntimeError(f"{why} after {time.monotonic() - started:.0f} s: {' | '.join(tail)}")
     if job.name != "ckpt" and not (work / f"{job.name}.sqlite").is_file():
         raise RuntimeError("nsys wrote no SQLite export (did the capture range start?)")
     return info
 
 
 def finish(trace: str, job: Job, info: dict, work: Path, out: Path, keep: int) -> tuple[dict, dict]:
-    """Cut the job's export to this trace's steps, gzip it into OUT, and analyse it; returns the trace's
-    index entry and the analysis digest."""
+    """Cut the job's export to this trace's steps, gzip it into OUT, and analyse it; returns the
+    trace's index entry and the analysis digest."""
     from bubblelab.profiling.steps import StepOptions
 
     export = work / f"{job.name}.sqlite"
@@ -187,7 +274,8 @@ def finish(trace: str, job: Job, info: dict, work: Path, out: Path, keep: int) -
     gz = trim_and_gzip(export, out / f"{trace}.sqlite", first, last, options, keep)
     entry = {
         "engine": job.engine,
-        "engine_version": info.get("engine_version") or source_version(Path(job.job.get("source", "."))),
+        "engine_version": info.get("engine_version")
+        or source_version(Path(job.job.get("source", "."))),
         "model": info.get("model", job.job.get("preset") or "see workload"),
         "workload": info.get("workload"),
         "command": info.get("command"),
@@ -200,13 +288,15 @@ def finish(trace: str, job: Job, info: dict, work: Path, out: Path, keep: int) -
         **({"step_range": STEP_RANGE} if trace.endswith("-nvtx") else {}),
     }
     if job.name == "nano":
-        entry["model"] = f"{Path(job.job['ckpt']).name.removeprefix('ckpt-')} (seeded random weights)"
+        entry["model"] = (
+            f"{Path(job.job['ckpt']).name.removeprefix('ckpt-')} (seeded random weights)"
+        )
     return entry, digest(gz, options, entry.get("mean_generated_len"))
 
 
 def step_window(export: Path, options, keep: int, raw_half: bool = False) -> tuple[int, int]:
-    """The steps to keep: the middle `keep` of the run's steps; for the raw half of the nano-vllm capture,
-    the steps before the 0.3 s idle between its two generates."""
+    """The steps to keep: the middle `keep` of the run's steps; for the raw half of the nano-vllm
+    capture, the steps before the 0.3 s idle between its two generates."""
     from bubblelab.profiling import analysis
     from bubblelab.profiling.catalog import connect
     from bubblelab.profiling.ingest import ingest
@@ -257,7 +347,9 @@ def digest(trace: Path, options, output_len: float | None) -> dict:
 
 def source_version(source: Path) -> str | None:
     """The git commit of a source checkout, else a hash of its Python files."""
-    head = subprocess.run(["git", "-C", str(source), "rev-parse", "HEAD"], capture_output=True, text=True)
+    head = subprocess.run(
+        ["git", "-C", str(source), "rev-parse", "HEAD"], capture_output=True, text=True
+    )
     if head.returncode == 0:
         return head.stdout.strip()
     files = sorted(source.glob("nanovllm/**/*.py"))
@@ -268,29 +360,42 @@ def source_version(source: Path) -> str | None:
 
 
 def dry_run(args, planned: list[Job], out: Path, work: Path) -> dict:
-    """Check what each job needs, without a GPU; then trim, gzip and analyse the probe trace the way the
-    real traces will be (into the scratch folder, not OUT)."""
+    """Check what each job needs, without a GPU; then trim, gzip and analyse the probe trace the way
+    the real traces will be (into the scratch folder, not OUT)."""
     import importlib.util
 
     def have(module: str) -> bool:
         return importlib.util.find_spec(module) is not None
 
     checks = {
-        "nsys": shutil.which("nsys") or os.environ.get("NSYS") or "missing (source .device/remote-setup.sh)",
-        "nano-vllm source": "ok" if (args.nano_vllm / "nanovllm" / "__init__.py").is_file()
+        "nsys": shutil.which("nsys")
+        or os.environ.get("NSYS")
+        or "missing (source .device/remote-setup.sh)",
+        "nano-vllm source": "ok"
+        if (args.nano_vllm / "nanovllm" / "__init__.py").is_file()
         else f"missing: {args.nano_vllm}/nanovllm",
-        "flash_attn shim": "ok" if (args.fa_shim / "flash_attn").is_dir() else f"missing: {args.fa_shim}",
-        **{m: "ok" if have(m) else "missing" for m in ("torch", "transformers", "nvtx", "jax", "cupy")},
+        "flash_attn shim": "ok"
+        if (args.fa_shim / "flash_attn").is_dir()
+        else f"missing: {args.fa_shim}",
+        **{
+            m: "ok" if have(m) else "missing"
+            for m in ("torch", "transformers", "nvtx", "jax", "cupy")
+        },
         "jobs": [j.name for j in planned],
-        "nsys command": " ".join(["nsys", *NSYS, "-o", "<work>/<job>", "python3", str(ENGINES), "<job>", "<json>"]),
+        "nsys command": " ".join(
+            ["nsys", *nsys_args(), "-o", "<work>/<job>", "python3", str(ENGINES), "<job>", "<json>"]
+        ),
     }
     probe = ROOT / "traces" / "nsys-h200-probe.sqlite"
     from bubblelab.profiling.steps import StepOptions
 
     first, last = step_window(probe, StepOptions(), 20)
     gz = trim_and_gzip(probe, work / "probe-trimmed.sqlite", first, last, StepOptions(), 20)
-    checks["probe"] = {"steps": [first, last], "gz_bytes": gz.stat().st_size,
-                       "analysis": digest(gz, StepOptions(), None)["steps_found"]}
+    checks["probe"] = {
+        "steps": [first, last],
+        "gz_bytes": gz.stat().st_size,
+        "analysis": digest(gz, StepOptions(), None)["steps_found"],
+    }
     for name, status in checks.items():
         print(f"{name}: {status}")
     return checks
