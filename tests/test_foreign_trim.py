@@ -157,3 +157,57 @@ def test_hf_worker_runs_on_cpu(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     found = json.loads(info.read_text())
     assert found["runs"]["raw"]["generated_tokens"] == 4 * 64 and found["requests"] == 4
+
+
+FAKE_NSYS = """#!{python}
+# Stands in for nsys: writes a synthetic foreign trace where nsys would write its export, and the
+# worker's info file, instead of running the worker.
+import json, sys
+sys.path[:0] = {paths!r}
+from foreign_trace_builder import Engine, engine_trace
+from profiling_trace_builder import TraceBuilder
+args = sys.argv[1:]
+base = args[args.index("-o") + 1]
+job = json.loads(args[-1])
+b = TraceBuilder()
+engine_trace(b, Engine(steps=12, extra_syncs=16 if "fork" in base else 0))
+if base.endswith("nano"):
+    engine_trace(b, Engine(steps=12, step_range="LLMEngine.step", t0=400_000))
+b.write(base + ".sqlite", our_domain=False)
+info = {{"runs": {{"raw": {{"wall_s": 0.5, "generated_tokens": 8192}}}}, "mean_generated_len": 64}}
+open(job["info"], "w").write(json.dumps(info))
+"""
+
+
+def test_the_tool_end_to_end_with_a_stand_in_for_nsys(tmp_path):
+    """Every job of the tool run (ckpt skipped) with a fake nsys that writes synthetic traces: the
+    files that come back, the index, the summary and one trace's analysis."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "nsys"
+    fake.write_text(FAKE_NSYS.format(python=sys.executable, paths=[str(ROOT / "tests")]))
+    fake.chmod(0o755)
+    out = tmp_path / "out"
+    env = {**__import__("os").environ, "NSYS": str(fake)}
+    result = subprocess.run(
+        [sys.executable, str(TOOL), "--out", str(out), "--only", "nano,fork,jax,hf,cupy",
+         "--work", str(tmp_path / "work"), "--budget-s", "300"],
+        capture_output=True, text=True, cwd=ROOT, timeout=600, env=env,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+    assert len(files) <= 8 and all(f.count("/") <= 1 for f in files)
+    summary = json.loads((out / "foreign" / "summary.json").read_text())
+    assert summary["jobs"]["ckpt"]["status"] == "failed"  # its worker needs a GPU here
+    assert {k: v["status"] for k, v in summary["jobs"].items() if k != "ckpt"} == dict.fromkeys(
+        ["nano", "fork", "jax", "hf", "cupy"], "ok"
+    )
+    index = json.loads((out / "foreign" / "index.json").read_text())
+    assert set(index) == {
+        f"{t}.sqlite.gz"
+        for t in ("nanovllm-raw", "nanovllm-nvtx", "nano-vllm-fork", "jax-decode", "hf-generate")
+    } | {"cupy-decode.sqlite.gz"}
+    assert index["nanovllm-nvtx.sqlite.gz"]["step_range"] == r"^LLMEngine\.step$"
+    fork = summary["traces"]["nano-vllm-fork"]
+    assert fork["steps_found"]["rule"] == "sync" and fork["steps_found"]["steps"] == 12
+    assert [r["per_step"] for r in fork["syncs_per_step"] if r["flagged"]] == [16.0, 16.0]

@@ -134,6 +134,12 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="folder where nano-vllm-fork is installed (default: importable as is)",
     )
+    parser.add_argument(
+        "--fork-wheel",
+        type=Path,
+        default=None,
+        help="nano-vllm-fork wheel to install (pip --no-deps --target) for the fork's run",
+    )
     parser.add_argument("--nano-preset", default="qwen3-4b", help="bubblelab preset for nano-vllm")
     parser.add_argument("--fork-preset", default="qwen3-0.6b", help="preset for the fork and HF")
     parser.add_argument(
@@ -152,6 +158,11 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     work = args.work or Path(tempfile.mkdtemp(prefix="foreign-traces-"))
     work.mkdir(parents=True, exist_ok=True)
+    if args.fork_wheel and not args.dry_run:
+        try:  # a failure here is the fork job's to report (it will not import), not the run's
+            args.fork_site = install_wheel(args.fork_wheel, work / "fork-site")
+        except (OSError, subprocess.CalledProcessError) as e:
+            print(f"cannot install {args.fork_wheel}: {e}", flush=True)
     planned = jobs(args, work)
     if args.only:
         wanted = set(args.only.split(","))
@@ -162,21 +173,39 @@ def main(argv: list[str] | None = None) -> int:
         ]
     summary: dict = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "jobs": {}, "traces": {}}
     index: dict = {}
-    if args.dry_run:
-        summary["dry_run"] = dry_run(args, planned, out, work)
-    else:
-        run_all(args, planned, out, work, summary, index)
-    (out / "index.json").write_text(json.dumps(index, indent=1))
-    (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+
+    def save() -> None:  # after every job: a run killed at its time limit keeps what it finished
+        (out / "index.json").write_text(json.dumps(index, indent=1))
+        (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+
+    try:
+        if args.dry_run:
+            summary["dry_run"] = dry_run(args, planned, out, work)
+        else:
+            run_all(args, planned, out, work, summary, index, save)
+    except Exception as e:  # noqa: BLE001 - e.g. no nsys: say so in the summary, still write it
+        summary["fatal"] = f"{type(e).__name__}: {e}"
+        print(f"fatal: {summary['fatal']}", flush=True)
+    save()
     for name, status in summary["jobs"].items():
-        print(
-            f"{name:6} {status['status']}: {status.get('why', '')} ({status.get('seconds', 0):.0f} "
-            "s)"
-        )
+        why, seconds = status.get("why", ""), status.get("seconds", 0)
+        print(f"{name:6} {status['status']}: {why} ({seconds:.0f} s)")
     return 0
 
 
-def run_all(args, planned: list[Job], out: Path, work: Path, summary: dict, index: dict) -> None:
+def install_wheel(wheel: Path, target: Path) -> Path:
+    """pip install --no-deps --target: the fork's own dependencies are the GPU machine's."""
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target",
+         str(target), str(wheel)],
+        check=True,
+    )  # fmt: skip
+    return target
+
+
+def run_all(
+    args, planned: list[Job], out: Path, work: Path, summary: dict, index: dict, save
+) -> None:
     from bubblelab.profiling.nsys import find_nsys
 
     t0 = time.monotonic()
@@ -199,17 +228,21 @@ def run_all(args, planned: list[Job], out: Path, work: Path, summary: dict, inde
                 left = args.budget_s - (time.monotonic() - t0)
                 info = run_job(job, work, nsys, min(job.timeout_s, left), traced="cuda,nvtx")
                 info["note"] = "OS runtime calls not traced: this nsys refused -t osrt"
-            for trace in job.traces:
-                entry, digest = finish(trace, job, info, work, out, args.keep_steps)
-                index[f"{trace}.sqlite.gz"] = entry
-                summary["traces"][trace] = digest
             summary["jobs"][job.name] = {"status": "ok", "info": info}
+            for trace in job.traces:  # one trace's failure does not cost the job's other trace
+                try:
+                    entry, digest = finish(trace, job, info, work, out, args.keep_steps)
+                    index[f"{trace}.sqlite.gz"] = entry
+                    summary["traces"][trace] = digest
+                except Exception as e:  # noqa: BLE001
+                    summary["traces"][trace] = {"failed": f"{type(e).__name__}: {e}"[:400]}
         except Exception as e:  # noqa: BLE001 - one engine's failure is one line, the others still run
             summary["jobs"][job.name] = {
                 "status": "failed",
                 "why": f"{type(e).__name__}: {e}"[:400],
             }
         summary["jobs"][job.name]["seconds"] = round(time.monotonic() - started, 1)
+        save()
         print(
             f"[{time.monotonic() - t0:5.0f} s] {job.name}: {summary['jobs'][job.name]['status']}",
             flush=True,
