@@ -300,3 +300,26 @@ def test_foreign_run_reaches_the_notebook_loader_and_the_report(tmp_path):
     html = report_run_dir(run_dir, n_boot=50).read_text()
     assert 'id="timeline"' in html and "fork · NVIDIA H200" in html
     assert "<b>step" not in html  # trace text escaped (and drawn as paths in the figures)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [f"qwen3-0.6b-s{s}-d{d}.sqlite.gz" for s in (1, 32) for d in (1, 2)],
+)
+def test_our_h200_traces_read_as_foreign(name):
+    """Our own committed H200 traces, read without their NVTX phases (the sync rule) or by their
+    graph replays: the prefills ours labels are found, and the steady period agrees within 2% (a
+    foreign run's steady state cannot keep to the modal batch size, which at 32 streams changes as
+    requests come and go)."""
+    trace = Path(__file__).parents[1] / "traces" / name
+    con = connect(None)
+    ours = analysis.per_step(con, ingest(trace, None, {}, con=con))
+    for rule in ("sync", "graph"):
+        run = ingest(trace, None, {}, steps=StepOptions(rule=rule), con=con)
+        found = analysis.analyze(con, [run])["runs"][0]
+        assert found["steps_found"]["rule"] == rule
+        assert found["steps_found"]["confidence"] == "high"
+        if rule == "sync":  # the graph rule merges an eager prefill into the step before it
+            assert found["steps_found"]["prefill_steps"] == (ours.kind == "prefill").sum()
+        want = analysis.steady_state(ours).period_ms.median()
+        assert found["period_ms"]["median"] == pytest.approx(want, rel=0.02)

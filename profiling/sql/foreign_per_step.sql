@@ -10,19 +10,23 @@
 --   forward     the step's GPU work with its own gaps: period - bubble (busy + kernel_gap); for the last
 --               step, its ops' span. sampling is NULL: a foreign trace does not say which kernels sample.
 --   wait        host time the engine thread spent in the step's sync points (blocked on the GPU)
---   kind        'prefill' when the summed time of the step's ops exceeds $prefill_ratio x the run's median
---               step (a prefill runs every prompt token, a decode step one per sequence, and the median step
---               of a generation run is a decode step); else 'decode'. batch_size and depth are unknown (NULL).
+--   kind        'prefill' when the summed time of the step's ops, or the number of calls that launched them,
+--               exceeds $prefill_ratio x the run's median step (a prefill runs every prompt token, a decode
+--               step one per sequence; an eager prefill beside graph-replayed decode steps launches its
+--               kernels one by one; and the median step of a generation run is a decode step); else
+--               'decode'. batch_size and depth are unknown (NULL).
 WITH ops AS (
-    SELECT step, start, "end" FROM gpu_ops WHERE run_id = $run_id AND step IS NOT NULL
+    SELECT step, start, "end", correlation_id FROM gpu_ops WHERE run_id = $run_id AND step IS NOT NULL
 ),
 step_ops AS (
-    SELECT step, min(start) AS gpu_start_ns, max("end") AS gpu_end_ns, sum("end" - start) AS op_ns
+    SELECT step, min(start) AS gpu_start_ns, max("end") AS gpu_end_ns, sum("end" - start) AS op_ns,
+           count(DISTINCT correlation_id) AS launches
     FROM ops GROUP BY step
 ),
 periods AS (
     SELECT *, lead(gpu_start_ns) OVER (ORDER BY step) AS next_start_ns,
-           op_ns > $prefill_ratio * median(op_ns) OVER () AS prefill_like
+           op_ns > $prefill_ratio * median(op_ns) OVER ()
+             OR launches > $prefill_ratio * median(launches) OVER () AS prefill_like
     FROM step_ops
 ),
 busy AS (
