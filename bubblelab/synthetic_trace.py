@@ -151,8 +151,9 @@ class TraceBuilder:
         device: int = 0,
         correlation: int | None = None,
     ) -> int:
-        """`api` (cudaLaunchKernel by default) at host time `at` (2 us long), running on the GPU over
-        [start, end); with `correlation`, a node of the graph launch that made that call instead."""
+        """`api` (cudaLaunchKernel by default) at host time `at` (2 us long), running on the GPU
+        over [start, end); with `correlation`, a node of the graph launch that made that call
+        instead."""
         corr = correlation or self.call(api, at, at + 2, tid)
         self.rows["CUPTI_ACTIVITY_KIND_KERNEL"].append(
             dict(
@@ -192,8 +193,8 @@ class TraceBuilder:
         device: int = 0,
         host_us: float = 2,
     ) -> int:
-        """One graph replay traced node by node: a call at `at` (host_us long) and a kernel per node,
-        each carrying the call's correlation id and a graph node id."""
+        """One graph replay traced node by node: a call at `at` (host_us long) and a kernel per
+        node, each carrying the call's correlation id and a graph node id."""
         corr = self.call(api, at, at + host_us, tid)
         for i, (start, end) in enumerate(nodes):
             self.kernel(
@@ -240,7 +241,8 @@ class TraceBuilder:
         device: int = 0,
         host_us: float = 2,
     ) -> int:
-        """A copy made by `api` at host time `at` (host_us long: a synchronous copy blocks there)."""
+        """A copy made by `api` at host time `at` (host_us long: a synchronous copy blocks
+        there)."""
         corr = self.call(api, at, at + host_us, tid)
         ends = {HTOD: (host_kind, DEVICE), DTOH: (DEVICE, host_kind)}
         src, dst = ends.get(copy_kind, (DEVICE, DEVICE))

@@ -94,8 +94,9 @@ def predict_blog() -> pd.DataFrame:
 
 
 def run_label(run: pd.Series | dict, depth: bool = True) -> str:
-    """ "preset · device · N streams[ · depth d]": how tables and figures name a run or configuration.
-    A trace of another engine knows neither streams nor depth: those parts are left out."""
+    """ "preset · device · N streams[ · depth d]": how tables and figures name a run or
+    configuration. A trace of another engine knows neither streams nor depth: those parts are left
+    out."""
     name = next(
         (v for v in (run.get("preset"), run.get("model")) if isinstance(v, str) and v), "model"
     )

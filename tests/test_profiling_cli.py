@@ -94,7 +94,8 @@ def test_analyze_bad_trace_is_one_line_exit_2(tmp_path):
 
 @pytest.fixture(scope="module")
 def fork_trace(tmp_path_factory) -> Path:
-    """A nano-vllm-fork-shaped engine: 16 `.item()` syncs a step; its step range's name is rich markup."""
+    """A nano-vllm-fork-shaped engine: 16 `.item()` syncs a step; its step range's name is rich
+    markup."""
     from bubblelab.synthetic_engines import Engine, engine_trace
     from bubblelab.synthetic_trace import TraceBuilder
 

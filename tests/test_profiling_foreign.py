@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from tests.foreign_brute_force import attribution, blocking_rows, load, per_step
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -21,6 +20,7 @@ from bubblelab.profiling.ingest import ingest, ingest_trace
 from bubblelab.profiling.steps import GAP_THRESHOLD_US, StepOptions
 from bubblelab.synthetic_engines import Engine, engine_trace
 from bubblelab.synthetic_trace import MAIN, TraceBuilder
+from tests.foreign_brute_force import attribution, blocking_rows, load, per_step
 
 GAP_NS = round(GAP_THRESHOLD_US * 1e3)
 OTHER = MAIN + (1 << 24)  # a thread of a second process

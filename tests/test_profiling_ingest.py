@@ -235,7 +235,8 @@ def test_gzipped_trace_is_the_same_run(tmp_path):
     )  # keyed by the decompressed content
     assert analysis.runs(con).trace_path.tolist() == [str(packed)]
     assert counts(con)["gpu_ops"] == 252
-    # without the probe's domain it is a foreign trace: another analysis of the same file, another run
+    # without the probe's domain it is a foreign trace: another analysis of the same file, another
+    # run
     foreign = ingest(packed, None, {}, con=con)
     assert foreign != run and ingest(PROBE, None, {}, con=con) == foreign
     broken = tmp_path / "broken.sqlite.gz"

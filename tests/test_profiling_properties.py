@@ -116,7 +116,8 @@ def union_length(intervals: list[tuple[int, int]], lo: int, hi: int) -> int:
 def traces(draw) -> tuple[TraceBuilder, list]:
     """Nested ranges on two threads; CUDA calls inside or between them launch kernels/copies
     anywhere."""
-    b, launched, clock = TraceBuilder(), [], 100
+    b, clock = TraceBuilder(), 100
+    launched: list[tuple[int, int, int]] = []
     for step in range(draw(st.integers(2, 4))):
         b.mark(step, "kind=decode bs=1 tokens=1 depth=1", clock)
         for name in PHASES:

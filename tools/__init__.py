@@ -1,2 +1,3 @@
-"""Helpers around the project, not measurements: GPU-machine staging (gpu_machine/) and docs
-generators (docs/). Run them from the repository root: `python -m tools.<folder>.<name>`."""
+"""Helpers around the project, not measurements: GPU-machine staging (gpu_machine/), docs
+generators (docs/) and other engines' traces (traces/). Run them from the repository root:
+`python -m tools.<folder>.<name>`."""

@@ -26,10 +26,11 @@ def load_traces(
     traces_dir: Path | str = TRACES_DIR,
     catalog: Path | str | duckdb.DuckDBPyConnection | None = None,
 ) -> Results:
-    """Ingest the indexed traces (all of index.json by default) and collect runs, steps, attribution, gaps
-    and a lane window per run. catalog: a DuckDB file to keep (re-ingesting a trace adds nothing), or an
-    open catalog connection to ask profiling.analysis more questions afterwards; default in memory.
-    A trace of another engine may name how to find its steps: "step_range" (a regex) or "step_rule"."""
+    """Ingest the indexed traces (all of index.json by default) and collect runs, steps,
+    attribution, gaps and a lane window per run. catalog: a DuckDB file to keep (re-ingesting a
+    trace adds nothing), or an open catalog connection to ask profiling.analysis more questions
+    afterwards; default in memory. A trace of another engine may name how to find its steps:
+    "step_range" (a regex) or "step_rule"."""
     traces_dir = Path(traces_dir)
     index_path = traces_dir / "index.json"
     if not index_path.is_file():

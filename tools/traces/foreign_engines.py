@@ -184,7 +184,7 @@ def hf(job: dict, info: dict) -> None:
     os.environ["TORCHDYNAMO_DISABLE"] = "1"
     import torch
     import transformers
-    from transformers import GenerationConfig
+    from transformers import GenerationConfig, GenerationMixin
 
     from bubblelab.engine.export import hf_causal_lm
     from bubblelab.engine.loader import load_model
@@ -193,6 +193,7 @@ def hf(job: dict, info: dict) -> None:
     dtype = "bf16" if device == "cuda" else "fp32"
     loaded = load_model(job["preset"], dtype=dtype, device=device, attention_backend="torch")
     model = hf_causal_lm(loaded)
+    assert isinstance(model, GenerationMixin), type(model)  # every *ForCausalLM generates
     eos = list(loaded.config.eos_token_ids)
     config = GenerationConfig(
         do_sample=False,
@@ -206,13 +207,14 @@ def hf(job: dict, info: dict) -> None:
     gen = torch.Generator().manual_seed(0)
     prompts = torch.randint(0, loaded.config.vocab_size, (4, 48), generator=gen).to(device)
     mask = torch.ones_like(prompts)
-    model.generate(prompts, attention_mask=mask, generation_config=config)  # warm-up
+    model.generate(prompts, attention_mask=mask, generation_config=config)  # type: ignore[misc]
     cuda = device == "cuda"
     if cuda:
         torch.cuda.synchronize()
         torch.cuda.profiler.start()
     t = time.perf_counter()
-    ids = model.generate(prompts, attention_mask=mask, generation_config=config)
+    ids = model.generate(prompts, attention_mask=mask, generation_config=config)  # type: ignore[misc]
+    assert isinstance(ids, torch.Tensor)  # not a dict: return_dict_in_generate is off
     if cuda:
         torch.cuda.synchronize()
     wall = time.perf_counter() - t

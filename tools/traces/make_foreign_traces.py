@@ -2,10 +2,10 @@
 them.
 
 On the GPU machine (H200), from the checkout's root, with flash-attn-4 staged
-(benchmarks/README.md):
+(tools/gpu_machine/README.md):
 
-    source tools/gpu_machine/setup.sh && bash benchmarks/unstage_flash_attn.sh && \\
-      source /tmp/fa4site/env.sh && python3 tools/traces/make_foreign_traces.py --out $OUT
+    source tools/gpu_machine/setup.sh && bash tools/gpu_machine/unstage_flash_attn.sh && \\
+      source /tmp/fa4site/env.sh && python3 -m tools.traces.make_foreign_traces --out $OUT
 
 Each engine (tools/traces/foreign_engines.py) runs in its own process under
 `nsys profile -t cuda,nvtx,osrt -s none --cpuctxsw=none --cuda-graph-trace=node
@@ -249,7 +249,7 @@ def run_all(
         )
 
 
-def run_job(job: Job, work: Path, nsys: str | None, timeout: float, traced: str = TRACED) -> dict:
+def run_job(job: Job, work: Path, nsys: str, timeout: float, traced: str = TRACED) -> dict:
     """Run one worker (under nsys unless it only writes checkpoints); returns its info JSON."""
     info_path = work / f"{job.name}.info.json"
     info_path.unlink(missing_ok=True)
@@ -400,7 +400,7 @@ def dry_run(args, planned: list[Job], out: Path, work: Path) -> dict:
     def have(module: str) -> bool:
         return importlib.util.find_spec(module) is not None
 
-    checks = {
+    checks: dict[str, object] = {
         "nsys": shutil.which("nsys")
         or os.environ.get("NSYS")
         or "missing (source .device/remote-setup.sh)",
