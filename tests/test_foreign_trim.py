@@ -4,7 +4,6 @@ trim, gzip and analysis of a trace."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -55,11 +54,9 @@ def test_trimmed_probe_by_its_own_ranges(tmp_path):
 
 
 def _tool():
-    spec = importlib.util.spec_from_file_location("make_foreign_traces", TOOL)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    from tools.traces import make_foreign_traces
+
+    return make_foreign_traces
 
 
 def test_dry_run_checks_the_setup_and_trims_the_probe(tmp_path):
@@ -124,9 +121,8 @@ def test_finishing_a_trace_cuts_gzips_and_analyses_it(tmp_path):
 
 def test_every_job_has_a_worker_and_the_workload_is_the_write_ups(tmp_path):
     tool = _tool()
-    spec = importlib.util.spec_from_file_location("foreign_engines", tool.ENGINES)
-    engines = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(engines)
+    from tools.traces import foreign_engines as engines
+
     args = tool.argparse.Namespace(
         nano_vllm=tmp_path,
         fa_shim=tmp_path,
