@@ -379,7 +379,10 @@ def digest(trace: Path, options, output_len: float | None) -> dict:
 
 
 def source_version(source: Path) -> str | None:
-    """The git commit of a source checkout, else a hash of its Python files."""
+    """The commit tools/gpu_machine/stage_nanovllm.sh recorded, or the git commit of a checkout,
+    else a hash of its Python files."""
+    if (source / "COMMIT").is_file():
+        return (source / "COMMIT").read_text().strip()
     head = subprocess.run(
         ["git", "-C", str(source), "rev-parse", "HEAD"], capture_output=True, text=True
     )
