@@ -1,26 +1,26 @@
-"""Profile engines bubblelab did not build on the GPU machine and write small trimmed nsys traces of
-them.
+"""Profile engines bubblelab did not build on the GPU machine; write small trimmed nsys traces.
 
-On the GPU machine (H200), from the checkout's root, with flash-attn-4 staged
-(tools/gpu_machine/README.md):
+Staged first, here: `bash tools/gpu_machine/stage_nanovllm.sh` (the original nano-vllm as source
+in .peers/nano-vllm), flash-attn-4 unstaged in the same warm session (tools/gpu_machine/README.md),
+and the nano-vllm-fork wheel (`--fork-wheel`, or in .device/whl). Then on the GPU machine (H200),
+from the checkout's root, carrying .device, .peers and the wheel's folder:
 
     source tools/gpu_machine/setup.sh && bash tools/gpu_machine/unstage_flash_attn.sh && \\
-      source /tmp/fa4site/env.sh && python3 -m tools.traces.make_foreign_traces --out $OUT
+      source /tmp/fa4site/env.sh && python3 -m tools.traces.make_foreign_traces --out $OUT \\
+      --fork-wheel .whl-fork/nano_vllm_fork-20260210-py3-none-any.whl
 
-Each engine (tools/traces/foreign_engines.py) runs in its own process under
-`nsys profile -t cuda,nvtx,osrt -s none --cpuctxsw=none --cuda-graph-trace=node
---capture-range=cudaProfilerApi --capture-range-end=stop --export sqlite`, with a timeout; a failure
-is one line in the summary and the others still run. Each export is then analysed (bubblelab's
-foreign step finder), cut to at most --keep-steps steps (profiling.trim.trim_foreign) and gzipped:
+Each engine (tools/traces/foreign_engines.py) runs in its own process under `nsys profile -t
+cuda,nvtx,osrt -s none --cpuctxsw=none --cuda-graph-trace=node --capture-range=cudaProfilerApi
+--capture-range-end=stop --export sqlite`, with a timeout; a failure is one line in the summary and
+the others still run; no job starts past --budget-s. Each export is then analysed (the foreign step
+finder), cut to at most --keep-steps steps (profiling.trim.trim_foreign) and gzipped. Under
+$OUT/foreign/:
 
-    $OUT/foreign/<name>.sqlite.gz   one per trace: nanovllm-raw, nanovllm-nvtx (one process, one
-    capture:
-                                    the same workload raw, then with an NVTX range per
-                                    LLMEngine.step), nano-vllm-fork, jax-decode, hf-generate,
-                                    cupy-decode
-    $OUT/foreign/index.json         per trace: engine, version, command, workload
-    (traces/index.json's form) $OUT/foreign/summary.json       per engine: ok or why not, seconds,
-    and the analysis of each trace
+    <name>.sqlite.gz   one per trace: nanovllm-raw and nanovllm-nvtx (one process, one capture: the
+                       workload raw, then with an NVTX range per LLMEngine.step), nano-vllm-fork,
+                       jax-decode, hf-generate, cupy-decode
+    index.json         per trace: engine, version, command, workload (traces/index.json's form)
+    summary.json       per engine: ok or why not, seconds; per trace its analysis and prediction
 
 At most 8 files, two folders deep. `--dry-run` (any machine) checks the set-up and runs the trimming
 and analysis on the probe trace instead.
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only", default=None, help="comma-separated jobs (ckpt,nano,fork,jax,hf,cupy)"
     )
-    parser.add_argument("--budget-s", type=float, default=420, help="no job starts past this")
+    parser.add_argument("--budget-s", type=float, default=360, help="no job starts past this")
     parser.add_argument(
         "--keep-steps", type=int, default=300, help="steps kept per trace (the middle)"
     )
