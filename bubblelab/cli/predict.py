@@ -28,9 +28,9 @@ def _errors(predicted: float, error: float) -> str:
 
 
 def prediction_table(table: pd.DataFrame, blog: bool) -> Table:
-    """The post's table (blog) or ours: per configuration, the post's per-step model, the whole-run model
-    (both runs' pieces) and the same from depth 1 alone, each with its error in points, and the observed
-    speedup with its interval over repeat pairs."""
+    """The post's table (blog) or ours: per configuration, the post's per-step model, the whole-run
+    model (both runs' pieces) and the same from depth 1 alone, each with its error in points, and the
+    observed speedup with its interval over repeat pairs."""
     title = (
         "The post's table, re-predicted" if blog else "Predicted vs observed, depth 2 over depth 1"
     )
@@ -57,7 +57,7 @@ def prediction_table(table: pd.DataFrame, blog: bool) -> Table:
         else:
             observed = _pct(r.observed_pct, r.observed_lo, r.observed_hi)
             if not r.observed_known:
-                observed += f" [yellow]not known to ±1 ({r.pairs} pairs)[/yellow]"
+                observed += " [yellow]?[/yellow]"
             whole = _errors(r.wall_predicted_pct, r.wall_error_pts)
             if r.wall_scope == "window":  # a trimmed trace: the model predicts its window
                 whole += f" [dim]window, measured {_pct(r.wall_observed_pct)}[/dim]"
@@ -68,6 +68,11 @@ def prediction_table(table: pd.DataFrame, blog: bool) -> Table:
                 observed,
             ]
         out.add_row(*cells)
+    if not blog:
+        out.caption = (
+            "error: observed − predicted, points. ?: the observed speedup is not known to ±1 point "
+            "(its 95% interval over repeat pairs is wider, or there are fewer than 5 pairs)"
+        )
     return out
 
 

@@ -10,8 +10,8 @@ results.json holds {"schema_version": 2, "runs": [...], "steps": [...], "attribu
 "gaps": [...], "timeline": [...], "requests": [...], "provenance": {...}}, each table a list of records:
 
 - runs: the "Run metadata" columns of docs/phases.md, one record per run.
-- requests: run_id, request, prompt_len, output_len, max_tokens, constrained: what each run was asked
-  (in the order sent) and produced; the cost model replays the schedule from it.
+- requests: run_id, request, prompt_len, output_len, max_tokens, constrained: what each run was
+  asked (in the order sent) and produced; the cost model replays the schedule from it.
 - steps: the per-step table of docs/phases.md, all runs together (run_id tells them apart).
 - attribution: run_id, phase, bubble_ms: GPU idle time (summed over the run) during which `phase`
   was the innermost host range running ("other" when none was).
@@ -125,7 +125,7 @@ def read_results(run_dir: Path | str) -> Results:
     except (json.JSONDecodeError, OSError, EOFError) as e:
         raise BubblelabError(f"{path} is not valid (gzipped) JSON: {e}") from None
     if doc.get("schema_version") == 1:
-        from bubblelab.runs.schema import migrate  # pulls in the engine's workload: only when needed
+        from bubblelab.runs.schema import migrate  # imports the engine's workload: only if needed
 
         doc = migrate(doc)
     if doc.get("schema_version") != SCHEMA_VERSION:
