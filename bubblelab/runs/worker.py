@@ -11,6 +11,7 @@ run.
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -50,12 +51,12 @@ def run_plan(
     timings = {"setup_s": time.perf_counter() - t0, "runs_s": {}}
     try:
         for run in plan["runs"]:
-            started = time.perf_counter()
+            started, started_at = time.perf_counter(), time.strftime("%Y-%m-%d %H:%M:%S")
             engine.set_depth(run["depth"])
             engine.timeline = engine.phases.timeline = Timeline()
             result = run_workload(engine, WorkloadSpec(**run["workload"]), profile=profile)
             record = result_record(result)
-            record["summary"]["started_at"] = time.strftime("%Y-%m-%d %H:%M:%S")
+            record["summary"]["started_at"] = started_at
             (out_dir / f"{run['tag']}.json").write_text(json.dumps(record))
             timings["runs_s"][run["tag"]] = time.perf_counter() - started
             if on_run is not None:
@@ -70,7 +71,7 @@ def run_plan(
 def result_record(result: RunResult) -> dict:
     t = result.timeline
     return {
-        "summary": {**result.summary, **machine_facts()},
+        "summary": {**result.summary, **machine_facts()},  # once a process: nvidia-smi is slow
         "timeline": {
             "depth": t.depth,
             "host": t.host,
@@ -102,6 +103,7 @@ def timeline_from_record(record: dict) -> Timeline:
     return t
 
 
+@functools.cache
 def machine_facts() -> dict:
     facts = {"torch": torch.__version__, "driver": None}
     if torch.cuda.is_available():
