@@ -161,7 +161,7 @@ class RunCosts:
         # launch).
         paced = float(step_gpu_ms(steps).iloc[0] - own.iloc[0])
         inside = float(steps["period_ms"].sum()) + tail_ms(steps) + float(host.iloc[0]) - paced
-        overhead = 0.0 if window else max(0.0, float(wall_s) * 1e3 - inside)
+        overhead = 0.0 if window or wall_s is None else max(0.0, float(wall_s) * 1e3 - inside)
         return cls(gpu, hosts, exposes, max(0.0, handoff), overhead)
 
     def step_gpu(self, kinds, sizes) -> np.ndarray:

@@ -1,24 +1,25 @@
 """The prediction table: the post's model applied to measured runs (and to the post's own numbers).
 
-Inputs are the contract's frames (docs/phases.md): `runs` (one row per run), `steps` (the per-step table
-of every run) and, when recorded, `requests`. Runs that differ only in depth form a configuration; its
-depth-1 and depth-2 runs pair up by repeat (costmodel.observed). Runs under a profiler are left out when
-unprofiled runs are there: the model is fed what the engine does without one. Speedups are in percent,
-like the post (+7.6 means depth 2 delivers 7.6% more tokens per second).
+Inputs are the contract's frames (docs/phases.md): `runs` (one row per run), `steps` (the per-step
+table of every run) and, when recorded, `requests`. Runs that differ only in depth form a
+configuration; its depth-1 and depth-2 runs pair up by repeat (costmodel.observed). Runs under a
+profiler are left out when unprofiled runs are there: the model is fed what the engine does without
+one. Speedups are in percent, like the post (+7.6 means depth 2 delivers 7.6% more tokens per
+second).
 
 Per configuration:
 - observed_pct: depth 2's tokens/s over depth 1's, pooled over the pairs; observed_lo / _hi its 95%
   interval from resampling pairs; observed_known: the interval is within ±1 point over >= 5 pairs.
 - blocking_ms / pipelined_ms: median period of the steady state (profiling.analysis.steady_state).
-- predicted_pct: the post's model on those two periods, z from the measured step-cost curve (per step;
-  *_lo / *_hi from resampling steps); error_pts = observed − predicted.
+- predicted_pct: the post's model on those two periods, z from the measured step-cost curve (per
+  step; *_lo / *_hi from resampling steps); error_pts = observed − predicted.
 - d1_predicted_pct: the same with T_pipe predicted from the depth-1 table alone.
-- wall_predicted_pct: the whole-run model (costmodel.wholerun): the schedule depth 2 ran, costed with
-  both runs' measured pieces; wall_error_pts = observed − it, with a 95% interval over pairs.
+- wall_predicted_pct: the whole-run model (costmodel.wholerun): the schedule depth 2 ran, costed
+  with both runs' measured pieces; wall_error_pts = observed − it, with a 95% interval over pairs.
 - wall_d1_predicted_pct / wall_d1_error_pts: the whole-run model from depth 1 alone (its schedule
   replayed from the requests); term_<name>_pts: what each measured depth-2 piece moves it by.
-- A trimmed trace (fewer decode steps than its run's `decode_steps`) is modelled as a window: the walls
-  are its periods and wall_observed_pct its measured token-rate ratio.
+- A trimmed trace (fewer decode steps than its run's `decode_steps`) is modelled as a window: the
+  walls are its periods and wall_observed_pct its measured token-rate ratio.
 """
 
 from __future__ import annotations
@@ -160,14 +161,15 @@ def _whole_runs(pairs, steps, requests, window) -> list[WholeRun]:
 def _wall_columns(pairs, whole: list[WholeRun], window: bool, n_boot, rng) -> dict:
     """Observed and whole-run predicted speedups pooled over the pairs, with intervals over pairs.
 
-    observed_pct is always the runs' tokens over wall clock. The whole-run model predicts what its tables
-    hold: the runs, or for trimmed traces their windows (wall_observed_pct: the windows' token rates)."""
+    observed_pct is always the runs' tokens over wall clock. The whole-run model predicts what its
+    tables hold: the runs, or for trimmed traces their windows (wall_observed_pct: their token
+    rates)."""
     n = len(whole)
     run_tok1 = np.array([float(r1["generated_tokens"]) for r1, _ in pairs])
     run_tok2 = np.array([float(r2["generated_tokens"]) for _, r2 in pairs])
     run_wall1 = np.array([float(r1["wall_s"]) for r1, _ in pairs])
     run_wall2 = np.array([float(r2["wall_s"]) for _, r2 in pairs])
-    # The model's tables: whole runs (tokens of each run) or windows (depth 2's rows over depth 1's).
+    # The model's tables: whole runs (each run's tokens) or windows (depth 2's rows over depth 1's).
     tok1 = np.ones(n) if window else run_tok1
     tok2 = np.array([w.rate_scale for w in whole]) if window else run_tok2
     wall1 = np.array([w.wall_block_ms for w in whole])
@@ -198,9 +200,11 @@ def _wall_columns(pairs, whole: list[WholeRun], window: bool, n_boot, rng) -> di
     )
     for name, prefix in (("model", "wall"), ("d1", "wall_d1")):
         predicted = speedup(name, every)
-        err_lo, err_hi = pairs_interval(
-            lambda i, m=name: speedup("measured", i) - speedup(m, i), n, n_boot, rng
-        )
+
+        def error(idx: np.ndarray, model: str = name) -> float:
+            return speedup("measured", idx) - speedup(model, idx)
+
+        err_lo, err_hi = pairs_interval(error, n, n_boot, rng)
         out |= {
             f"{prefix}_predicted_pct": predicted,
             f"{prefix}_error_pts": target - predicted,

@@ -115,7 +115,8 @@ class _Loop:
 
     def launch(self, tick: int) -> bool:
         """Plan the next step: admit waiting requests into a prefill, else decode those running."""
-        admitted, tokens = [], 0
+        admitted: list[_Seq] = []
+        tokens = 0
         while self.waiting and self.free_rows:
             seq = self.waiting[0]
             if admitted and tokens + seq.req.prompt_len > self.limits.max_num_batched_tokens:

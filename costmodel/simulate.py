@@ -162,7 +162,8 @@ def _play(schedule: pd.DataFrame, depth: int, costs: LoopCosts, clock: _Clock) -
         by_tick["launch", s["launch_tick"]].append(s)
         by_tick["late" if s["sample_late"] else "sample", s["sample_tick"]].append(s)
         by_tick["commit", s["commit_tick"]].append(s)
-    forward_end, sampled_at = {}, {}
+    forward_end: dict[int, int] = {}
+    sampled_at: dict[int, int] = {}
     clock.host_ns = clock.ns(costs.startup, costs.host_speed)
     ticks = int(schedule["commit_tick"].max()) + 1 if len(schedule) else 0
     launched = in_flight = 0
@@ -244,7 +245,8 @@ def idle_gaps(timeline: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         gpu["start_ns"].to_numpy()[1:],
         np.maximum.accumulate(gpu["end_ns"].to_numpy())[:-1],
     )
-    gaps, charged = [], {}
+    gaps: list[tuple] = []
+    charged: dict[str, int] = {}
     for step, g0, g1 in zip(gpu["step"].to_numpy()[1:], ends, starts, strict=True):
         if g1 <= g0:
             continue

@@ -40,6 +40,7 @@ import pandas as pd
 
 from bubblelab.costmodel.costs import RunCosts, launched
 from bubblelab.costmodel.schedule import Limits, Request, replay
+from bubblelab.errors import BubblelabError
 
 # The terms between the two predictions, in the order they are swapped in (WholeRun.terms_pts).
 TERMS = ("admission", "replay", "forward", "host", "handoff", "overhead")
@@ -69,7 +70,9 @@ def depth2_order(steps: pd.DataFrame) -> pd.DataFrame:
     decode later. Prefills before the first decode wait for no finish and stay put.
     """
     ordered = steps.sort_values("step")
-    decodes, admissions, cause = [], {}, None  # admissions: decode index -> the prefills after it
+    decodes: list = []
+    admissions: dict = {}  # decode index -> the prefills after it
+    cause = None
     for i, kind in zip(ordered.index, ordered["kind"], strict=True):
         if kind == "decode":
             decodes.append(i)
@@ -152,12 +155,17 @@ def predict_pair_wall(
     c1 = RunCosts.measure(steps1, wall1_s, 1, window)
     c2 = RunCosts.measure(steps2, wall2_s, 2, window)
     replayed = requests is not None and limits is not None and not window
-    hat = replay(requests, streams, 2, limits) if replayed else depth2_order(steps1)
+    if requests is not None and limits is not None and not window:
+        hat = replay(requests, streams, 2, limits)
+    else:
+        hat = depth2_order(steps1)
     match = replayed and same_schedule(hat, steps2)
     ran = hat if match else steps2  # with its tick structure when the replay reproduced it
     whole = not window
-    wall1 = float(wall1_s) * 1e3 if whole else float(steps1["period_ms"].iloc[:-1].sum())
-    wall2 = float(wall2_s) * 1e3 if whole else float(steps2["period_ms"].iloc[:-1].sum())
+    if whole and (wall1_s is None or wall2_s is None):
+        raise BubblelabError("a whole run's prediction needs both runs' wall clocks")
+    wall1 = float(wall1_s or 0) * 1e3 if whole else float(steps1["period_ms"].iloc[:-1].sum())
+    wall2 = float(wall2_s or 0) * 1e3 if whole else float(steps2["period_ms"].iloc[:-1].sum())
 
     def pts(wall_ms: float, schedule: pd.DataFrame) -> float:
         scale = 1.0 if whole else _window_tokens(schedule) / _window_tokens(steps1)

@@ -109,13 +109,15 @@ def test_simulated_frames_follow_the_contract(sim):
     assert set(STEP_COLUMNS) <= set(steps.columns) and set(RUN_COLUMNS) <= set(runs.columns)
     d1 = steps[steps.run_id == "sim-d1-s1-1"]
     d2 = steps[steps.run_id == "sim-d2-s1-1"]
-    # Capped requests leave no zombie (the scheduler knows the cap was launched): same steps at both depths.
+    # Capped requests leave no zombie (the scheduler knows the cap was launched): the same steps at
+    # both depths.
     assert (d2.kind == "decode").sum() == (d1.kind == "decode").sum()
     assert steady_state(d2)["bubble_ms"].median() < 0.05 < steady_state(d1)["bubble_ms"].median()
     mine = requests[requests.run_id == "sim-d1-s8-8"]
-    assert len(mine) == 32 and mine.output_len.sum() == runs.set_index("run_id").generated_tokens[
-        "sim-d1-s8-8"
-    ]
+    assert (
+        len(mine) == 32
+        and mine.output_len.sum() == runs.set_index("run_id").generated_tokens["sim-d1-s8-8"]
+    )
 
 
 def test_predictions_match_the_simulated_loop(sim):
@@ -127,10 +129,11 @@ def test_predictions_match_the_simulated_loop(sim):
         assert row.pairs == 1 and np.isnan(row.observed_lo) and not row.observed_known
         # Depth 1 alone predicts the pipelined period: GPU-bound here, so forward + sampling.
         assert row.d1_pipelined_ms == pytest.approx(row.pipelined_ms, rel=0.05)
-        # The whole-run model (prefill, ramp-down, admission) tracks the wall clock to half a point, from
-        # depth 1 alone too (the simulated host is equally fast in both runs). At one stream each admission
-        # follows a tick with nothing to launch, whose plan (0.1 ms here, ~0.01 ms on the engine) the
-        # per-step table books on the step after it: counted as exposed once too often.
+        # The whole-run model (prefill, ramp-down, admission) tracks the wall clock to half a point,
+        # from depth 1 alone too (the simulated host is equally fast in both runs). At one stream
+        # each admission follows a tick with nothing to launch, whose plan (0.1 ms here, ~0.01 ms on
+        # the engine) the per-step table books on the step after it: counted as exposed once too
+        # often.
         assert row.wall_predicted_pct == pytest.approx(row.observed_pct, abs=0.5)
         assert row.wall_d1_predicted_pct == pytest.approx(row.observed_pct, abs=1.0)
         assert row.schedule_match == 1.0 and row.replayed
@@ -139,9 +142,9 @@ def test_predictions_match_the_simulated_loop(sim):
 
 
 def test_whole_run_with_host_bound_ticks():
-    """When the host tick outlasts the forward, depth 2 is host-bound: T_pipe = host critical path. Around a
-    prefill (GPU-bound) in a host-bound loop the host gets one tick ahead, which max(gpu_t, host_t+1) does
-    not credit: 1.3 points here (1.6 from depth 1 alone)."""
+    """When the host tick outlasts the forward, depth 2 is host-bound: T_pipe = host critical path.
+    Around a prefill (GPU-bound) in a host-bound loop the host gets one tick ahead, which
+    max(gpu_t, host_t+1) does not credit: 1.3 points here (1.6 from depth 1 alone)."""
     costs = LoopCosts(
         fwd_base=0.2,
         fwd_per_row=0.0,
@@ -232,5 +235,3 @@ def test_a_run_without_steady_steps_is_skipped_and_named(sim):
     assert table.attrs["skipped"] == [
         "sim · simulated · 8 streams: no steady-state decode steps in runs sim-d1-s8-8, sim-d2-s8-8"
     ]
-
-

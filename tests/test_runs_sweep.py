@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from profiling_trace_builder import blocking_trace
 
 from bubblelab.costmodel.perturbation import profiler_perturbation
 from bubblelab.costmodel.simulate import LoopCosts, simulate_run
@@ -26,6 +25,7 @@ from bubblelab.runs.sweep import (
     run_sweep,
 )
 from tests.engine_helpers import make_engine
+from tests.profiling_trace_builder import blocking_trace
 
 
 def test_one_engine_serves_both_depths(tiny_llama):

@@ -29,8 +29,8 @@ def _errors(predicted: float, error: float) -> str:
 
 def prediction_table(table: pd.DataFrame, blog: bool) -> Table:
     """The post's table (blog) or ours: per configuration, the post's per-step model, the whole-run
-    model (both runs' pieces) and the same from depth 1 alone, each with its error in points, and the
-    observed speedup with its interval over repeat pairs."""
+    model (both runs' pieces) and the same from depth 1 alone, each with its error in points, and
+    the observed speedup with its interval over repeat pairs."""
     title = (
         "The post's table, re-predicted" if blog else "Predicted vs observed, depth 2 over depth 1"
     )

@@ -57,7 +57,7 @@ def run_and_profile(
         None, "--nsys/--no-nsys", help="Force or forbid nsys (default: use it when found)."
     ),
 ) -> None:
-    """Measure depth 1 vs depth 2 over a sweep, unprofiled and under nsys; analyse; write a report."""
+    """Measure depth 1 vs depth 2 over a sweep, unprofiled and under nsys; analyse; report."""
     from bubblelab.cli.predict import prediction_table
     from bubblelab.costmodel.perturbation import profiler_perturbation
     from bubblelab.costmodel.predict import predict_runs

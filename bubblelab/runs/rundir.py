@@ -7,7 +7,8 @@ Layout of a run directory (written by run-and-profile, read by `bubblelab report
     DIR/report.html       written by bubblelab.report.report.report_run_dir
 
 results.json holds {"schema_version": 2, "runs": [...], "steps": [...], "attribution": [...],
-"gaps": [...], "timeline": [...], "requests": [...], "provenance": {...}}, each table a list of records:
+"gaps": [...], "timeline": [...], "requests": [...], "provenance": {...}}, each table a list of
+records:
 
 - runs: the "Run metadata" columns of docs/phases.md, one record per run.
 - requests: run_id, request, prompt_len, output_len, max_tokens, constrained: what each run was

@@ -72,15 +72,16 @@ def _requests(run: dict, steps: pd.DataFrame, sweep: dict) -> pd.DataFrame | Non
         prompt_len=int(run["prompt_len"]),
         seed=int(sweep.get("seed", 0)) + int(run["repeat"]),
     )
-    caps = output_lengths(spec, np.random.default_rng(spec.seed))  # make_requests' first draw
+    caps = np.asarray(output_lengths(spec, np.random.default_rng(spec.seed)))  # its first draw
     constrained = bool(sweep.get("constrained_share"))
     if constrained:  # the grammar ends a request; its cap only bounds it (engine.workload)
         caps = np.maximum(caps, 64)
-    if not constrained and int(caps.sum()) == int(run["generated_tokens"]):
-        lengths = caps
-    elif int(run["depth"]) == 2:  # zombies hide the lengths in a depth-2 sequence; depth 1 has them
-        return None
-    else:
+    lengths: np.ndarray | list[int] = caps  # unconstrained: every request produced its cap
+    if constrained or int(caps.sum()) != int(run["generated_tokens"]):
+        if (
+            int(run["depth"]) == 2
+        ):  # zombies hide the lengths in a depth-2 sequence; depth 1 has them
+            return None
         mine = launched(steps[steps["run_id"] == run["run_id"]])
         found = requests_from_steps(mine, spec.prompt_len, caps.tolist(), constrained)
         if len(found) != len(caps):

@@ -48,7 +48,8 @@ def run_plan(
     )  # fmt: skip
     first = plan["runs"][0]["depth"] if plan["runs"] else 1
     engine = LLMEngine(EngineConfig(**e, depth=first), loaded, timeline=Timeline(), nvtx=profile)
-    timings = {"setup_s": time.perf_counter() - t0, "runs_s": {}}
+    runs_s: dict[str, float] = {}
+    timings: dict[str, object] = {"setup_s": time.perf_counter() - t0, "runs_s": runs_s}
     try:
         for run in plan["runs"]:
             started, started_at = time.perf_counter(), time.strftime("%Y-%m-%d %H:%M:%S")
@@ -58,7 +59,7 @@ def run_plan(
             record = result_record(result)
             record["summary"]["started_at"] = started_at
             (out_dir / f"{run['tag']}.json").write_text(json.dumps(record))
-            timings["runs_s"][run["tag"]] = time.perf_counter() - started
+            runs_s[run["tag"]] = time.perf_counter() - started
             if on_run is not None:
                 on_run(run["tag"], record["summary"])
     finally:
@@ -105,7 +106,7 @@ def timeline_from_record(record: dict) -> Timeline:
 
 @functools.cache
 def machine_facts() -> dict:
-    facts = {"torch": torch.__version__, "driver": None}
+    facts: dict[str, str | None] = {"torch": str(torch.__version__), "driver": None}
     if torch.cuda.is_available():
         try:
             out = subprocess.run(
