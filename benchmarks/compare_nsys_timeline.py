@@ -35,11 +35,14 @@ def compare(run_dir: Path) -> dict:
     summaries = {
         (s["streams"], s["depth"]): s
         for s in (
-            json.loads(p.read_text())["summary"] for p in (run_dir / "runs").glob("*-r0.json")
+            json.loads(p.read_text())["summary"]
+            for p in (run_dir / "runs" / "nsys").glob("*-r0.json")
         )
     }
     rows = []
     for run in analysis.runs(nsys).itertuples():
+        if run.source != "nsys":  # the catalog holds the unprofiled runs too
+            continue
         t_id = t_runs.loc[(run.streams, run.depth)].run_id
         a = analysis.steady_state(analysis.per_step(nsys, run.run_id))
         b = analysis.steady_state(analysis.per_step(timeline, t_id))

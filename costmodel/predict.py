@@ -1,25 +1,25 @@
 """The prediction table: the post's model applied to measured runs (and to the post's own numbers).
 
-Inputs are the contract's frames (docs/phases.md): `runs` (one row per run) and `steps` (the
-per-step table of every run). Runs that differ only in depth form a pair; repeats of a configuration
-pool together. Speedups are in percent, like the post (+7.6 means depth 2 delivers 7.6% more tokens
-per second).
+Inputs are the contract's frames (docs/phases.md): `runs` (one row per run), `steps` (the per-step
+table of every run) and, when recorded, `requests`. Runs that differ only in depth form a
+configuration; its depth-1 and depth-2 runs pair up by repeat (costmodel.observed). Runs under a
+profiler are left out when unprofiled runs are there: the model is fed what the engine does without
+one. Speedups are in percent, like the post (+7.6 means depth 2 delivers 7.6% more tokens per
+second).
 
-Per pair:
-- blocking_ms / pipelined_ms: median period of the steady state (profiling.analysis.steady_state,
-  the rule `bubblelab analyze` and the report use too).
-- predicted_pct: the post's model on those two periods, z from the measured step-cost curve.
-- d1_predicted_pct: the same, with T_pipe predicted from the depth-1 table alone, step by step:
-  max(GPU span of the step, host time of its tick) (costmodel.model.step_gpu_ms / host_tick_ms).
-- wall_predicted_pct: the whole-run model (costmodel.wholerun) from the depth-1 step sequence, the
-  mean over the depth-1 repeats (wall_predicted_min / _max: the spread over them). When a
-  trace holds only a window of its run (fewer decode steps than the run's `decode_steps`), it
-  predicts the window, and wall_observed_pct is the window's measured token rate ratio; otherwise
-  both are walls.
-- observed_pct: measured throughput ratio, generated_tokens / wall_s; error_pts = observed −
-  predicted.
-- *_lo / *_hi: 95% bootstrap intervals (steps resampled; repeats resampled for observed when there
-  are at least two a side).
+Per configuration:
+- observed_pct: depth 2's tokens/s over depth 1's, pooled over the pairs; observed_lo / _hi its 95%
+  interval from resampling pairs; observed_known: the interval is within ±1 point over >= 5 pairs.
+- blocking_ms / pipelined_ms: median period of the steady state (profiling.analysis.steady_state).
+- predicted_pct: the post's model on those two periods, z from the measured step-cost curve (per
+  step; *_lo / *_hi from resampling steps); error_pts = observed − predicted.
+- d1_predicted_pct: the same with T_pipe predicted from the depth-1 table alone.
+- wall_predicted_pct: the whole-run model (costmodel.wholerun): the schedule depth 2 ran, costed
+  with both runs' measured pieces; wall_error_pts = observed − it, with a 95% interval over pairs.
+- wall_d1_predicted_pct / wall_d1_error_pts: the whole-run model from depth 1 alone (its schedule
+  replayed from the requests); term_<name>_pts: what each measured depth-2 piece moves it by.
+- A trimmed trace (fewer decode steps than its run's `decode_steps`) is modelled as a window: the
+  walls are its periods and wall_observed_pct its measured token-rate ratio.
 """
 
 from __future__ import annotations
@@ -41,13 +41,17 @@ from bubblelab.costmodel.model import (
     step_gpu_ms,
     zombie_tax,
 )
-from bubblelab.costmodel.wholerun import finish_events, predict_whole_run
+from bubblelab.costmodel.observed import known, pair_repeats, pairs_interval, pooled
+from bubblelab.costmodel.schedule import Limits, requests_from_table
+from bubblelab.costmodel.wholerun import TERMS, WholeRun, predict_pair_wall
 from bubblelab.errors import BubblelabError
-from bubblelab.profiling.analysis import (
-    steady_state,
-)  # the project's one steady-state rule (profiling/sql/steady_state.sql)
+from bubblelab.profiling.analysis import steady_state  # the project's one steady-state rule
 
-CONFIG_KEYS = ("model", "preset", "device", "streams", "requests", "output_len_mean")
+CONFIG_KEYS = (
+    "model", "preset", "device", "streams", "requests", "output_len_mean", "prompt_len",
+    "constraint", "constrained_share", "profiled",
+)  # fmt: skip
+LIMITS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len")
 
 
 def pct(ratio):
@@ -123,22 +127,11 @@ def is_window(steps: pd.DataFrame, run) -> bool:
     )
 
 
-def token_rate(steps: pd.DataFrame) -> float:
-    """Tokens per ms over the steps of a (windowed) table: every row of a step samples a token,
-    except a zombie's, and each row that leaves the batch rode its last step as a zombie (at depth
-    2; none at 1)."""
-    timed = steps[steps["period_ms"].notna()]
-    rows = 0.0
-    for _, run in timed.groupby("run_id"):
-        zombies = (
-            finish_events(run, window=True)["finished"].sum() if (run["depth"] == 2).all() else 0
-        )
-        rows += float(run["batch_size"].sum()) - zombies
-    return rows / float(timed["period_ms"].sum())
-
-
 def pair_runs(runs: pd.DataFrame) -> list[tuple[pd.DataFrame, pd.DataFrame]]:
-    """(depth-1 runs, depth-2 runs) per configuration that has both."""
+    """(depth-1 runs, depth-2 runs) per configuration that has both; profiled runs only when no
+    unprofiled run is there."""
+    if "profiled" in runs and runs["profiled"].eq(False).any():
+        runs = runs[runs["profiled"].eq(False)]
     keys = [k for k in CONFIG_KEYS if k in runs]
     pairs = []
     for _, group in runs.groupby(keys, dropna=False, sort=True):
@@ -148,28 +141,94 @@ def pair_runs(runs: pd.DataFrame) -> list[tuple[pd.DataFrame, pd.DataFrame]]:
     return pairs
 
 
-def _observed(
-    d1: pd.DataFrame,
-    d2: pd.DataFrame,
-    s1: pd.DataFrame,
-    s2: pd.DataFrame,
-    n_boot: int,
-    rng: np.random.Generator,
-) -> tuple[float, float, float]:
-    tp1 = (d1["generated_tokens"] / d1["wall_s"]).to_numpy(float)
-    tp2 = (d2["generated_tokens"] / d2["wall_s"]).to_numpy(float)
-    observed = tp2.mean() / tp1.mean()
-    if len(tp1) >= 2 and len(tp2) >= 2:
-        boots = bs.resample_means(tp2, n_boot, rng) / bs.resample_means(tp1, n_boot, rng)
-    else:  # one run a side: the steps' spread (mean period ratio) carried over to the wall clock
-        b1, b2 = (
-            bs.resample_means(s1["period_ms"], n_boot, rng),
-            bs.resample_means(s2["period_ms"], n_boot, rng),
+def _limits(run: pd.Series) -> Limits | None:
+    values = [run.get(k) for k in LIMITS]
+    if any(v is None or pd.isna(v) for v in values):
+        return None
+    return Limits(*(int(v) for v in values))
+
+
+def _whole_runs(pairs, steps, requests, window) -> list[WholeRun]:
+    out = []
+    for r1, r2 in pairs:
+        mine = requests[requests["run_id"] == r1["run_id"]] if len(requests) else requests
+        out.append(
+            predict_pair_wall(
+                steps[steps["run_id"] == r1["run_id"]],
+                r1["wall_s"],
+                steps[steps["run_id"] == r2["run_id"]],
+                r2["wall_s"],
+                requests=requests_from_table(mine) if len(mine) else None,
+                streams=int(r1["streams"]),
+                limits=_limits(r1),
+                window=window,
+            )
         )
-        point = s1["period_ms"].mean() / s2["period_ms"].mean()
-        boots = observed * (b1 / b2) / point
-    lo, hi = bs.interval(boots)
-    return pct(observed), pct(lo), pct(hi)
+    return out
+
+
+def _wall_columns(pairs, whole: list[WholeRun], window: bool, n_boot, rng) -> dict:
+    """Observed and whole-run predicted speedups pooled over the pairs, with intervals over pairs.
+
+    observed_pct is always the runs' tokens over wall clock. The whole-run model predicts what its
+    tables hold: the runs, or for trimmed traces their windows (wall_observed_pct: their token
+    rates)."""
+    n = len(whole)
+    run_tok1 = np.array([float(r1["generated_tokens"]) for r1, _ in pairs])
+    run_tok2 = np.array([float(r2["generated_tokens"]) for _, r2 in pairs])
+    run_wall1 = np.array([float(r1["wall_s"]) for r1, _ in pairs])
+    run_wall2 = np.array([float(r2["wall_s"]) for _, r2 in pairs])
+    # The model's tables: whole runs (each run's tokens) or windows (depth 2's rows over depth 1's).
+    tok1 = np.ones(n) if window else run_tok1
+    tok2 = np.array([w.rate_scale for w in whole]) if window else run_tok2
+    wall1 = np.array([w.wall_block_ms for w in whole])
+    walls = {
+        "measured": (tok2, np.array([w.wall_pipe_ms for w in whole])),
+        "model": (tok2, np.array([w.model_ms for w in whole])),
+        "d1": (tok1, np.array([w.from_d1_ms for w in whole])),  # depth 1's own steps, replayed
+    }
+
+    def speedup(name, idx):
+        t2, w2 = walls[name]
+        return pct(pooled(tok1[idx], wall1[idx], t2[idx], w2[idx]))
+
+    def observed(idx):
+        return pct(pooled(run_tok1[idx], run_wall1[idx], run_tok2[idx], run_wall2[idx]))
+
+    every = np.arange(n)
+    lo, hi = pairs_interval(observed, n, n_boot, rng)
+    target = speedup("measured", every)
+    out = dict(
+        pairs=n,
+        observed_pct=observed(every),
+        observed_lo=lo,
+        observed_hi=hi,
+        observed_known=known(lo, hi, n),
+        wall_scope="window" if window else "run",
+        wall_observed_pct=target,
+    )
+    for name, prefix in (("model", "wall"), ("d1", "wall_d1")):
+        predicted = speedup(name, every)
+
+        def error(idx: np.ndarray, model: str = name) -> float:
+            return speedup("measured", idx) - speedup(model, idx)
+
+        err_lo, err_hi = pairs_interval(error, n, n_boot, rng)
+        out |= {
+            f"{prefix}_predicted_pct": predicted,
+            f"{prefix}_error_pts": target - predicted,
+            f"{prefix}_error_lo": err_lo,
+            f"{prefix}_error_hi": err_hi,
+        }
+    per_pair = [pct(w.predicted) for w in whole]
+    out |= dict(
+        wall_predicted_min=min(per_pair),
+        wall_predicted_max=max(per_pair),
+        replayed=all(w.replayed for w in whole),
+        schedule_match=float(np.mean([w.schedule_match for w in whole])),
+        **{f"term_{t}_pts": float(np.mean([w.terms_pts[t] for w in whole])) for t in TERMS},
+    )
+    return out
 
 
 def predict_pair(
@@ -177,6 +236,7 @@ def predict_pair(
     d2: pd.DataFrame,
     steps: pd.DataFrame,
     *,
+    requests: pd.DataFrame | None = None,
     buckets: tuple[int, ...] | None | Literal["auto"] = "auto",
     n_boot: int = 1000,
     seed: int = 0,
@@ -194,6 +254,9 @@ def predict_pair(
         raise BubblelabError(
             f"no steady-state decode steps in runs {', '.join(map(str, [*d1.run_id, *d2.run_id]))}"
         )
+    pairs = pair_repeats(d1, d2)
+    if not pairs:
+        raise BubblelabError("no repeat ran at both depths")
 
     streams = int(d1["streams"].iloc[0])
     if isinstance(buckets, str):  # "auto"
@@ -215,16 +278,13 @@ def predict_pair(
     boot_hat = speedup(boot_block, bs.resample_medians(pipe_hat, n_boot, rng), z)
     d1_lo, d1_hi = bs.interval(pct(boot_hat))
 
-    windows = [
+    window = any(
         is_window(steps[steps["run_id"] == r.run_id], r)
         for r in (*d1.itertuples(), *d2.itertuples())
-    ]
-    window = any(windows)
-    whole = [
-        predict_whole_run(steps1[steps1["run_id"] == r.run_id], r.wall_s, cost, window)
-        for r in d1.itertuples()
-    ]
-    observed, observed_lo, observed_hi = _observed(d1, d2, s1, s2, n_boot, rng)
+    )
+    requests = requests if requests is not None else pd.DataFrame()
+    whole = _whole_runs(pairs, steps, requests, window)
+    walls = _wall_columns(pairs, whole, window, n_boot, rng)
     predicted = pct(speedup(t_block, t_pipe, z))
     first = d1.iloc[0]
     return dict(
@@ -245,21 +305,16 @@ def predict_pair(
         d1_predicted_pct=pct(speedup(t_block, t_pipe_hat, z)),
         d1_predicted_lo=d1_lo,
         d1_predicted_hi=d1_hi,
-        wall_predicted_pct=pct(np.mean([w.speedup for w in whole])),
-        wall_scope="window" if window else "run",
-        wall_predicted_min=pct(min(w.speedup for w in whole)),
-        wall_predicted_max=pct(max(w.speedup for w in whole)),
-        wall_observed_pct=pct(token_rate(steps2) / token_rate(steps1)) if window else observed,
-        observed_pct=observed,
-        observed_lo=observed_lo,
-        observed_hi=observed_hi,
-        error_pts=observed - predicted,
-        runs_block=",".join(map(str, d1["run_id"])),
-        runs_pipe=",".join(map(str, d2["run_id"])),
+        **walls,
+        error_pts=walls["observed_pct"] - predicted,
+        runs_block=",".join(str(r1["run_id"]) for r1, _ in pairs),
+        runs_pipe=",".join(str(r2["run_id"]) for _, r2 in pairs),
     )
 
 
-def predict_runs(runs: pd.DataFrame, steps: pd.DataFrame, **kw) -> pd.DataFrame:
+def predict_runs(
+    runs: pd.DataFrame, steps: pd.DataFrame, requests: pd.DataFrame | None = None, **kw
+) -> pd.DataFrame:
     """The prediction table for every configuration measured at both depths.
 
     A configuration that cannot be predicted (no steady decode steps) is left out and named, with
@@ -268,7 +323,7 @@ def predict_runs(runs: pd.DataFrame, steps: pd.DataFrame, **kw) -> pd.DataFrame:
     rows, skipped = [], []
     for d1, d2 in pair_runs(runs):
         try:
-            rows.append(predict_pair(d1, d2, steps, **kw))
+            rows.append(predict_pair(d1, d2, steps, requests=requests, **kw))
         except BubblelabError as e:
             skipped.append(f"{run_label(d1.iloc[0], depth=False)}: {e}")
     table = pd.DataFrame(rows)

@@ -1,76 +1,88 @@
-"""A small discrete-event model of the engine loop at depth 1 and depth 2, for tests and demo
-reports.
+"""A discrete-event model of the engine loop at depth 1 and 2, for tests and demo reports.
 
-It plays the loop of docs/phases.md with made-up phase costs: one host thread running plan / launch
-/ finalize / commit, one GPU stream running forward then sampling of each step, a closed loop of
-`streams` clients. At depth 2 the batch of step t+1 is planned before step t commits, so requests
-that finish at t ride along in t+1 as zombies. The output has the contract's shapes (runs, per-step
-table, timeline, attribution, gaps), so everything downstream of a real trace can be exercised
-without a GPU.
+The steps come from the engine's own rules (costmodel.schedule.replay, checked against the engine);
+this module times them with made-up costs: one host thread running plan / launch / finalize / commit
+per tick, one GPU stream running each step's forward then its sampling, a closed loop of `streams`
+clients. Knobs that the whole-run model must see through, each with a known answer: an eager prefill
+whose kernels follow its host launch, constrained rows (sampling after the commit before), a GPU
+hand-over between queued ops, unnamed loop code, start-up time, and a host or GPU that is faster or
+slower in one run than in another. The output has the contract's shapes (runs, per-step table,
+timeline, requests), so everything downstream of a real trace can be exercised without a GPU.
 """
 
 from __future__ import annotations
 
-from collections import deque
-from dataclasses import dataclass, field
+from collections import defaultdict
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from bubblelab.costmodel.model import VLLM_BUCKETS, graph_bucket
+from bubblelab.costmodel.schedule import Limits, Request, replay
 
 MS = 1_000_000  # ns per ms
 
 
 @dataclass
 class LoopCosts:
-    """Phase costs in ms. The forward of b rows costs fwd_base + fwd_per_row · bucket(b)."""
+    """Phase costs in ms. A decode forward of b rows costs fwd_base + fwd_per_row · bucket(b); a
+    prefill
+    prefill_base + prefill_per_token · tokens."""
 
     fwd_base: float = 2.0
     fwd_per_row: float = 0.02
-    prefill_per_row: float = 3.0
+    prefill_base: float = 1.0
+    prefill_per_token: float = 0.01
+    prefill_launch_per_token: float = (
+        0.0  # eager prefill: host ms per prompt token, its kernels follow it
+    )
     sampling: float = 0.15
+    handoff: float = 0.0  # GPU idle between two ops queued back to back
     plan: float = 0.10
     launch: float = 0.15
     finalize: float = 0.08
+    mask_per_row: float = 0.0  # finalize: host ms per constrained row (the grammar's mask)
     commit: float = 0.12
+    commit_per_row: float = 0.0
+    loop: float = 0.0  # host code between the named phases, per tick
+    startup: float = 0.0  # host ms before the first tick
+    host_speed: float = 1.0  # every host cost × this (a slower host in this run: > 1)
+    gpu_speed: float = 1.0  # every GPU cost × this (a depth-2 forward tax: > 1)
     jitter: float = 0.03  # lognormal sigma on every cost
     buckets: tuple[int, ...] | None = VLLM_BUCKETS
 
-    def forward(self, kind: str, rows: int) -> float:
+    def forward(self, kind: str, rows: int, tokens: int) -> float:
         if kind == "prefill":
-            return self.prefill_per_row * rows
+            return self.prefill_base + self.prefill_per_token * tokens
         return self.fwd_base + self.fwd_per_row * graph_bucket(rows, self.buckets)
 
 
-@dataclass
-class _Request:
-    rid: int
-    length: int
-    produced: int = 0
-    finalized: bool = False
+class _Clock:
+    """The host thread and the GPU stream, each a running clock, and the ranges they recorded."""
 
+    def __init__(self, costs: LoopCosts, rng: np.random.Generator):
+        self.costs, self.rng = costs, rng
+        self.host_ns = self.gpu_free_ns = 0
+        self.host: list[tuple[str, int, int, int]] = []
+        self.device: list[tuple[str, int, int, int]] = []
 
-@dataclass
-class _Loop:
-    costs: LoopCosts
-    rng: np.random.Generator
-    host_ns: int = 0
-    gpu_free_ns: int = 0
-    host: list = field(default_factory=list)
-    device: list = field(default_factory=list)
+    def ns(self, ms: float, speed: float) -> int:
+        return int(ms * speed * self.rng.lognormal(0.0, self.costs.jitter) * MS) if ms > 0 else 0
 
-    def cost_ns(self, ms: float) -> int:
-        return int(ms * self.rng.lognormal(0.0, self.costs.jitter) * MS) if ms > 0 else 0
-
-    def host_phase(self, phase: str, step: int, ms: float, not_before: int = 0) -> None:
+    def on_host(self, phase: str, step: int, ms: float) -> tuple[int, int]:
         start = self.host_ns
-        self.host_ns = max(start + self.cost_ns(ms), not_before)
+        self.host_ns += self.ns(ms, self.costs.host_speed)
         self.host.append((phase, step, start, self.host_ns))
+        return start, self.host_ns
 
-    def gpu(self, phase: str, step: int, ms: float, not_before: int) -> int:
-        start = max(self.gpu_free_ns, not_before)
-        self.gpu_free_ns = start + self.cost_ns(ms)
+    def on_gpu(self, phase: str, step: int, ms: float, ready: int, paced_until: int = 0) -> int:
+        """Run an op once it is ready and the stream is free (plus the hand-over); paced_until: an
+        eager
+        op cannot end before the host has finished issuing it."""
+        handoff = self.ns(self.costs.handoff, 1.0)
+        start = max(self.gpu_free_ns + handoff, ready)
+        self.gpu_free_ns = max(start + self.ns(ms, self.costs.gpu_speed), paced_until)
         self.device.append((phase, step, start, self.gpu_free_ns))
         return self.gpu_free_ns
 
@@ -83,77 +95,112 @@ def simulate_run(
     costs: LoopCosts | None = None,
     seed: int = 0,
     run_id: str | None = None,
+    *,
+    prompt_len: int = 32,
+    stop_share: float = 0.0,
+    constrained: bool = False,
+    max_num_seqs: int | None = None,
+    repeat: int = 0,
 ) -> dict:
-    """One run: {"run": metadata dict, "steps": per-step table, "timeline": host + gpu ranges}."""
+    """One run: {"run": metadata dict, "steps": per-step table, "timeline": host + gpu ranges,
+    "requests": what each request was asked and produced}.
+
+    stop_share: requests that stop on their own (EOS) before their cap, so depth 2 carries them one
+    step as zombies; constrained: every request is under a grammar (and stops on its own).
+    """
     costs = costs or LoopCosts()
     rng = np.random.default_rng(seed)
     lengths = np.maximum(1, rng.poisson(output_len, size=requests))
-    todo = deque(_Request(i, int(n)) for i, n in enumerate(lengths))
-    waiting = deque(todo.popleft() for _ in range(min(streams, requests)))
-    running: list[_Request] = []
-    loop = _Loop(costs, np.random.default_rng(seed + 1))
-    steps: list[dict] = []
-    pending: list[
-        tuple[int, list[_Request], int]
-    ] = []  # launched, not yet committed: (step, rows, sampled_at)
-
-    def plan_and_launch(step: int) -> bool:
-        if waiting:
-            kind, rows = "prefill", list(waiting)
-            waiting.clear()
-            running.extend(rows)
-        else:
-            kind, rows = "decode", [r for r in running if not r.finalized]
-            if not rows:
-                return False
-        loop.host_phase("plan", step, costs.plan)
-        loop.host_phase("launch", step, costs.launch)
-        fwd_start = max(loop.gpu_free_ns, loop.host_ns)
-        loop.gpu("forward", step, costs.forward(kind, len(rows)), loop.host_ns)
-        steps.append(dict(step=step, kind=kind, batch_size=len(rows), gpu_start_ns=fwd_start))
-        pending.append((step, rows, 0))
-        return True
-
-    def finalize(step: int) -> None:
-        loop.host_phase("finalize", step, costs.finalize)
-        i = next(i for i, p in enumerate(pending) if p[0] == step)
-        pending[i] = (step, pending[i][1], loop.gpu("sampling", step, costs.sampling, loop.host_ns))
-
-    def commit() -> None:
-        step, rows, sampled_at = pending.pop(0)
-        start = loop.host_ns
-        loop.host_phase("wait", step, 0.0, not_before=sampled_at)
-        loop.host_ns += loop.cost_ns(costs.commit)
-        loop.host.append(("commit", step, start, loop.host_ns))
-        for r in rows:
-            if r.finalized:  # a zombie: its row was computed, its token is dropped
-                continue
-            r.produced += 1
-            if r.produced >= r.length:
-                r.finalized = True
-                running.remove(r)
-                if todo:  # closed loop: the client sends its next request
-                    waiting.append(todo.popleft())
-
-    step = 0
-    if depth == 1:
-        while plan_and_launch(step):
-            finalize(step)
-            commit()
-            step += 1
-    else:
-        launched = plan_and_launch(step)
-        if launched:
-            finalize(step)
-        while launched:
-            launched = plan_and_launch(step + 1)
-            commit()
-            if launched:
-                finalize(step + 1)
-            step += 1
+    stops = constrained | (rng.random(requests) < stop_share)
+    reqs = [
+        Request(prompt_len, int(n), int(n + output_len) if stop else int(n), constrained)
+        for n, stop in zip(lengths, stops, strict=True)
+    ]
+    limits = Limits(max_num_seqs or max(8, streams), 8192, 4096)
+    schedule = replay(reqs, streams, depth, limits)
+    clock = _Clock(costs, np.random.default_rng(seed + 1))
+    _play(schedule, depth, costs, clock)
 
     run_id = run_id or f"sim-d{depth}-s{streams}-{seed}"
-    return _tables(run_id, depth, streams, requests, output_len, lengths, loop, steps)
+    table = _step_table(run_id, depth, schedule, clock)
+    timeline = pd.concat(
+        [
+            pd.DataFrame(clock.host, columns=["phase", "step", "start_ns", "end_ns"]).assign(
+                lane="host"
+            ),
+            pd.DataFrame(clock.device, columns=["phase", "step", "start_ns", "end_ns"]).assign(
+                lane="gpu"
+            ),
+        ]
+    ).assign(run_id=run_id)
+    request_table = pd.DataFrame(
+        [(run_id, i, r.prompt_len, r.output_len, r.max_tokens, r.constrained)
+         for i, r in enumerate(reqs)],
+        columns=["run_id", "request", "prompt_len", "output_len", "max_tokens", "constrained"],
+    )  # fmt: skip
+    run = dict(
+        run_id=run_id, model="simulated", preset="sim", depth=depth, streams=streams,
+        output_len_mean=output_len, mean_generated_len=float(np.mean(lengths)), requests=requests,
+        device="simulated", driver="", torch="", nsys_version="", schema_version=2,
+        command=f"simulate_run(depth={depth}, streams={streams})", started_at="",
+        wall_s=max(clock.host_ns, clock.gpu_free_ns) / 1e9, generated_tokens=int(np.sum(lengths)),
+        decode_steps=int((table.kind == "decode").sum()), source="timeline", trace_path="",
+        repeat=repeat, profiled=False, prompt_len=prompt_len,
+        constraint="detect" if constrained else None, constrained_share=float(constrained),
+        max_num_seqs=limits.max_num_seqs, max_num_batched_tokens=limits.max_num_batched_tokens,
+        max_model_len=limits.max_model_len,
+    )  # fmt: skip
+    return {"run": run, "steps": table, "timeline": timeline, "requests": request_table}
+
+
+def _play(schedule: pd.DataFrame, depth: int, costs: LoopCosts, clock: _Clock) -> None:
+    """Time the schedule tick by tick, in the engine's order: plan, launch, sample what may be
+    sampled,
+    commit the oldest (waiting for its sampled ids), sample what that commit made ready."""
+    by_tick: dict[tuple[str, int], list[dict]] = defaultdict(list)
+    for s in schedule.to_dict("records"):
+        by_tick["launch", s["launch_tick"]].append(s)
+        by_tick["late" if s["sample_late"] else "sample", s["sample_tick"]].append(s)
+        by_tick["commit", s["commit_tick"]].append(s)
+    forward_end: dict[int, int] = {}
+    sampled_at: dict[int, int] = {}
+    clock.host_ns = clock.ns(costs.startup, costs.host_speed)
+    ticks = int(schedule["commit_tick"].max()) + 1 if len(schedule) else 0
+    launched = in_flight = 0
+
+    def sample(s: dict) -> None:
+        i = s["step"]
+        _, end = clock.on_host(
+            "finalize", i, costs.finalize + costs.mask_per_row * s["constrained"]
+        )
+        sampled_at[i] = clock.on_gpu("sampling", i, costs.sampling, max(end, forward_end[i]))
+
+    for tick in range(ticks):
+        if in_flight < depth:
+            clock.on_host("plan", launched, costs.plan)
+        for s in by_tick["launch", tick]:
+            eager = s["kind"] == "prefill" and costs.prefill_launch_per_token > 0
+            extra = costs.prefill_launch_per_token * s["tokens"] if eager else 0.0
+            start, end = clock.on_host("launch", s["step"], costs.launch + extra)
+            forward = costs.forward(s["kind"], s["batch_size"], s["tokens"])
+            ready, paced = (start, end) if eager else (end, 0)
+            forward_end[s["step"]] = clock.on_gpu("forward", s["step"], forward, ready, paced)
+            launched += 1
+            in_flight += 1
+        for s in by_tick["sample", tick]:
+            sample(s)
+        for s in by_tick["commit", tick]:
+            start = clock.host_ns
+            clock.host_ns = max(clock.host_ns, sampled_at[s["step"]])
+            clock.host.append(("wait", s["step"], start, clock.host_ns))
+            clock.host_ns += clock.ns(
+                costs.commit + costs.commit_per_row * s["batch_size"], costs.host_speed
+            )
+            clock.host.append(("commit", s["step"], start, clock.host_ns))
+            in_flight -= 1
+        for s in by_tick["late", tick]:
+            sample(s)
+        clock.host_ns += clock.ns(costs.loop, costs.host_speed)
 
 
 def _ms_per_step(ranges: pd.DataFrame, phase: str) -> pd.Series:
@@ -161,10 +208,13 @@ def _ms_per_step(ranges: pd.DataFrame, phase: str) -> pd.Series:
     return ((mine["end_ns"] - mine["start_ns"]) / MS).groupby(mine["step"]).sum()
 
 
-def _tables(run_id, depth, streams, requests, output_len, lengths, loop, steps) -> dict:
-    host = pd.DataFrame(loop.host, columns=["phase", "step", "start_ns", "end_ns"])
-    device = pd.DataFrame(loop.device, columns=["phase", "step", "start_ns", "end_ns"])
-    table = pd.DataFrame(steps)
+def _step_table(run_id: str, depth: int, schedule: pd.DataFrame, clock: _Clock) -> pd.DataFrame:
+    """The contract's per-step table (docs/phases.md) from the recorded ranges."""
+    host = pd.DataFrame(clock.host, columns=["phase", "step", "start_ns", "end_ns"])
+    device = pd.DataFrame(clock.device, columns=["phase", "step", "start_ns", "end_ns"])
+    table = schedule[["step", "kind", "batch_size"]].copy()
+    forward = device[device["phase"] == "forward"].set_index("step")
+    table["gpu_start_ns"] = table["step"].map(forward["start_ns"])
     for ranges, phases in (
         (device, ("forward", "sampling")),
         (host, ("plan", "launch", "commit", "finalize", "wait")),
@@ -174,36 +224,11 @@ def _tables(run_id, depth, streams, requests, output_len, lengths, loop, steps) 
     table["gpu_end_ns"] = table["step"].map(device.groupby("step")["end_ns"].max())
     table["period_ms"] = (table["gpu_start_ns"].shift(-1) - table["gpu_start_ns"]) / MS
     table["busy_ms"] = table["forward_ms"] + table["sampling_ms"]
+    table["kernel_gap_ms"] = 0.0  # spans only, like the in-process timeline
     table["bubble_ms"] = table["period_ms"] - table["busy_ms"]
     table.insert(0, "run_id", run_id)
     table.insert(3, "depth", depth)
-    timeline = pd.concat([host.assign(lane="host"), device.assign(lane="gpu")]).assign(
-        run_id=run_id
-    )
-    wall_ns = max(loop.host_ns, loop.gpu_free_ns)
-    run = dict(
-        run_id=run_id,
-        model="simulated",
-        preset="sim",
-        depth=depth,
-        streams=streams,
-        output_len_mean=output_len,
-        mean_generated_len=float(np.mean(lengths)),
-        requests=requests,
-        device="simulated",
-        driver="",
-        torch="",
-        nsys_version="",
-        schema_version=1,
-        command=f"simulate_run(depth={depth}, streams={streams})",
-        started_at="",
-        wall_s=wall_ns / 1e9,
-        generated_tokens=int(np.sum(lengths)),
-        decode_steps=int((table.kind == "decode").sum()),
-        source="timeline",
-        trace_path="",
-    )
-    return {"run": run, "steps": table, "timeline": timeline}
+    return table
 
 
 def idle_gaps(timeline: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -220,8 +245,8 @@ def idle_gaps(timeline: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         gpu["start_ns"].to_numpy()[1:],
         np.maximum.accumulate(gpu["end_ns"].to_numpy())[:-1],
     )
-    gaps: list[tuple[str, int, float]] = []
-    charged: dict[str, float] = {}  # phase -> idle ns it was running during
+    gaps: list[tuple] = []
+    charged: dict[str, int] = {}
     for step, g0, g1 in zip(gpu["step"].to_numpy()[1:], ends, starts, strict=True):
         if g1 <= g0:
             continue

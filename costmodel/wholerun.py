@@ -1,79 +1,78 @@
-"""Whole-run model: predict the pipelined run's wall clock from the blocking run's actual step
-sequence.
+"""Whole-run model: the pipelined run's wall clock, from a schedule of steps and measured step
+costs.
 
-The per-step ratio T_block / T_pipe describes the steady state only. A real run also has prefill
-steps, admission and an end-of-run ramp-down where the batch shrinks to nothing, and at a few ms per
-step those are a visible slice of the wall (the post's B200 32-stream row). So instead of one ratio
-we replay the depth-1 step sequence and sum predicted depth-2 periods:
+The per-step ratio T_block / T_pipe describes the steady state only. A run also has prefills,
+admission and an end-of-run ramp-down, and at a few ms per step those are a visible slice of the
+wall (the post's B200 32-stream row). So the model sums a depth-2 period per step of a schedule:
 
-    wall_2 = overhead + host_1 + Σ_t max(own_t, host_t+1) + Σ zombie costs
+    wall_2 = overhead + host_0 + Σ_t max(gpu_t + handoff, host_t+1) + (gpu + host of the last step)
 
-- host_t = the host work of tick t (model.host_tick_ms: period − wait at depth 1): plan, launch,
-  finalize and commit's bookkeeping. At depth 2, tick t+1 runs while the GPU executes step t, so
-  step t's period is the slower of the two. This pairs each step with the NEXT tick, not its own: a
-  host-bound prefill (eager, ~35 ms of Python launching kernels one by one) launched as step t+1
-  hides the whole GPU work of decode step t under it, which the same-step pairing max(gpu_t, host_t)
-  cannot see.
-- own_t = the GPU work of step t that its own launch does not pace (own_gpu_ms). A graph replay is
-  enqueued at once and runs on its own: own = its span (model.step_gpu_ms). An eager prefill's
-  kernels start while its launch is still issuing them, so its span stretches over the launch; that
-  part is already inside host_t and must not be counted again on the GPU side.
-- host_1: the first tick has nothing to overlap.
-- overhead = wall_1 − Σ_t period_t: time outside steps (start-up, tokenizer, ...), assumed the same
-  at depth 2.
-- zombies: f_t requests finish at decode step t (f_t = b_t + rows admitted before the next decode
-  step − b_next). Depth 2 learns this one step late, so each of them holds its seat for one more
-  step:
-  * replaced by a waiting request (the loop is seat-limited): the replacement starts a step later,
-    so the run needs 1/b_t of a step more per finished request: f·T_pipe,t/b_t. At one stream that
-    is the whole wasted step; at any batch it adds up to z = 1/(L + 1), not the row cost below.
-  * not replaced (the ramp-down: nothing waiting): the zombie rides in the next decode step as one
-    more row, g(b + f) − g(b), the post's "almost free" row; after the last step it costs a step of
-    its own.
+- gpu_t: the GPU work of step t that its own launch does not pace (costs.own_gpu_ms), by kind and
+  batch size.
+- host_t+1: the host work of the tick that launches step t+1 (costs.tick_host_ms). Depth 2 launches
+  t+1 while the GPU runs t, so step t lasts the slower of the two. The next tick, not t's own: a
+  long prefill launch hides the decode step before it.
+- handoff: the GPU's own idle between two queued steps (depth 2's leftover bubble, ~0.01 ms).
+- host_0: the first tick, which nothing overlaps; a step launched after a tick that had nothing to
+  launch (serial, from the replay) waits for the commit before it: gpu_t + host_t+1 less its
+  finalize (which runs once the step's GPU work has started).
+- overhead: the wall clock outside the steps (start-up, the last commit), per run.
+
+Two predictions of one depth-1 / depth-2 pair, both from measured pieces, neither fitted to a
+speedup:
+
+- from depth 1 alone: the depth-2 schedule replayed from the requests (costmodel.schedule: admission
+  one tick later, merged prefills, the ramp-down, zombies), costed with the depth-1 run's pieces;
+- the model: the schedule depth 2 ran, costed with the depth-2 run's own pieces (its GPU spans, host
+  ticks, hand-over and overhead): what a depth-2 forward tax, a faster or slower host, or a longer
+  start-up did.
+
+The gap between the two is split into terms (WholeRun.terms_pts), each one measured piece swapped
+in.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
+import numpy as np
 import pandas as pd
 
-from bubblelab.costmodel.model import StepCost, host_tick_ms, pipelined_period, step_gpu_ms
+from bubblelab.costmodel.costs import RunCosts, launched
+from bubblelab.costmodel.schedule import Limits, Request, replay
+from bubblelab.errors import BubblelabError
+
+# The terms between the two predictions, in the order they are swapped in (WholeRun.terms_pts).
+TERMS = ("admission", "replay", "forward", "host", "handoff", "overhead")
 
 
-def own_gpu_ms(steps: pd.DataFrame) -> pd.Series:
-    """GPU time of each step that its own launch does not pace, from a depth-1 table.
+def pipelined_wall_ms(schedule: pd.DataFrame, costs: RunCosts, tail: bool = True) -> float:
+    """Depth-2 wall clock of a schedule (kind and batch_size per step, in launch order).
 
-    At depth 1 a tick runs plan, launch, finalize, then waits; the step's GPU span ends inside that
-    wait. The part of the span the host spent neither in finalize nor waiting ran under the launch.
-    For an eager step (the prefill: Python issuing kernels one by one) that is most of the span, and
-    it is the host's pace, not the GPU's: it sits inside host_tick_ms already and depth 2 cannot run
-    it sooner. A graph replay is issued whole; its first kernels merely start before cudaGraphLaunch
-    returns (~30 µs), and all of its span is GPU work. So a step counts as paced when most of its
-    span ran under its launch.
-    """
-    gpu = step_gpu_ms(steps)
-    under_launch = (gpu - steps["finalize_ms"].fillna(0) - steps["wait_ms"].fillna(0)).clip(lower=0)
-    under_launch = under_launch.clip(upper=steps["launch_ms"].fillna(0))
-    return gpu.where(under_launch <= gpu / 2, gpu - under_launch)
+    tail: add the first tick, the last step's GPU and host work and the run's overhead (a whole
+    run); without it, just the periods (a window)."""
+    kinds, sizes = schedule["kind"].to_numpy(), schedule["batch_size"].to_numpy()
+    gpu, host = costs.step_gpu(kinds, sizes), costs.step_host(kinds, sizes)
+    overlapped = np.maximum(gpu[:-1] + costs.handoff_ms, host[1:])
+    if "serial" in schedule:  # nothing queued while the next step was planned: host after GPU
+        exposed = costs.step_exposed(kinds, sizes)
+        overlapped = np.where(schedule["serial"].to_numpy()[1:], gpu[:-1] + exposed[1:], overlapped)
+    periods = float(overlapped.sum())
+    return periods + (costs.overhead_ms + host[0] + gpu[-1] + host[-1] if tail else 0.0)
 
 
 def depth2_order(steps: pd.DataFrame) -> pd.DataFrame:
-    """The depth-1 step sequence in the order depth 2 runs it: each admission two ticks after its
-    finishes.
+    """When the requests are not known (a trimmed trace): depth 1's steps in the order depth 2 runs
+    them, each admission one tick after its finishes.
 
-    The rows that finish at decode step m are known when m commits. At depth 1 that is in tick m, so
-    the prefill that admits their replacements is step m+1. At depth 2, tick m+1 launches the next
-    step before it commits m, so that prefill can be planned in tick m+2 at the earliest. Depth 1's
-    decode, prefill, decode, prefill thus runs as decode, decode, prefill, prefill: admissions bunch
-    up, and a prefill's launch may have only another host-bound prefill to hide, not a decode's GPU
-    work. Prefills before the first decode (the initial admission) wait for no finish and stay put.
+    The rows that finish at decode m are committed in tick m at depth 1, so their prefill is step
+    m+1; at depth 2 tick m+1 launches the next step before it commits m, so that prefill comes one
+    decode later. Prefills before the first decode wait for no finish and stay put.
     """
     ordered = steps.sort_values("step")
-    decodes: list[int] = []
-    # decode index (None: before the first decode) -> the prefills that follow it
-    admissions: dict[int | None, list[int]] = {}
-    cause: int | None = None
+    decodes: list = []
+    admissions: dict = {}  # decode index -> the prefills after it
+    cause = None
     for i, kind in zip(ordered.index, ordered["kind"], strict=True):
         if kind == "decode":
             decodes.append(i)
@@ -81,7 +80,7 @@ def depth2_order(steps: pd.DataFrame) -> pd.DataFrame:
         else:
             admissions.setdefault(cause, []).append(i)
     order = list(admissions.pop(None, []))
-    ready: list[tuple[int, list]] = []  # (tick it can be planned in, prefills), in order
+    ready: list[tuple[int, list]] = []  # (position it can take, prefills), in order
     for d in decodes:
         while ready and ready[0][0] <= len(order):
             order.extend(ready.pop(0)[1])
@@ -93,98 +92,108 @@ def depth2_order(steps: pd.DataFrame) -> pd.DataFrame:
     return ordered.loc[order]
 
 
-def pipelined_periods(steps: pd.DataFrame) -> pd.Series:
-    """Predicted depth-2 period of each step of a depth-1 table: max(own_t, host_t+1), in depth 2's
-    order (depth2_order). The first tick's host work, which nothing overlaps, is not in it (add
-    it)."""
-    steps = depth2_order(steps)
-    host_next = host_tick_ms(steps).shift(-1).fillna(0)
-    return pd.Series(
-        pipelined_period(own_gpu_ms(steps), host_next).to_numpy(), index=steps["step"].to_numpy()
+def same_schedule(a: pd.DataFrame, b: pd.DataFrame) -> bool:
+    """Do two schedules take the same steps (kind and rows, in order)?"""
+    left, right = a.sort_values("step"), b.sort_values("step")
+    return (
+        len(left) == len(right)
+        and (left["kind"].to_numpy() == right["kind"].to_numpy()).all()
+        and (left["batch_size"].to_numpy() == right["batch_size"].to_numpy()).all()
     )
 
 
-def finish_events(steps: pd.DataFrame, window: bool = False) -> pd.DataFrame:
-    """Per decode step: rows that finished there, rows admitted before the next decode step, next
-    batch.
-
-    window: the table is a window of a longer run, so its last decode step is not where everyone
-    finished.
-    """
-    ordered = steps.sort_values("step")
-    events, current, admitted = [], None, 0
-    for step, kind, rows in zip(
-        ordered["step"], ordered["kind"], ordered["batch_size"], strict=True
-    ):
-        if kind == "prefill":
-            admitted += int(rows)
-            continue
-        if current is not None:
-            events.append(
-                (*current, max(0, current[1] + admitted - int(rows)), admitted, int(rows))
-            )
-        current, admitted = (int(step), int(rows)), 0
-    if current is not None and not window:
-        events.append((*current, current[1], admitted, 0))
-    return pd.DataFrame(
-        events, columns=["step", "batch_size", "finished", "admitted", "next_batch"]
-    )
-
-
-def _zombie_ms(steps: pd.DataFrame, pipe: pd.Series, cost: StepCost, window: bool):
-    """Per finish event, what its zombies cost the pipelined run.
-
-    pipe: by step, the period of one more decode step like it, max(own_t, host_t). Not the step's
-    own predicted period: the tick after a finish is often a prefill's, and the zombie step hides
-    under it.
-    """
-    for e in finish_events(steps, window).itertuples():
-        replaced = min(e.finished, e.admitted)
-        riding = e.finished - replaced
-        yield replaced * pipe[e.step] / e.batch_size
-        if riding:
-            yield cost(e.next_batch + riding) - cost(e.next_batch)
+def _window_tokens(schedule: pd.DataFrame) -> float:
+    """Tokens a window's periods cover: a row per step but the last (its period runs past it)."""
+    return float(schedule["batch_size"].iloc[:-1].sum())
 
 
 @dataclass(frozen=True)
 class WholeRun:
-    wall_block_ms: float  # measured depth-1 wall clock
-    wall_pipe_ms: float  # predicted depth-2 wall clock
-    overhead_ms: float  # time outside the step periods (same at both depths)
-    steps_block_ms: float  # Σ measured depth-1 periods
-    steps_pipe_ms: float  # Σ predicted depth-2 periods
-    zombie_ms: float  # part of steps_pipe_ms spent on zombie rows
-    window: bool = False  # the table was a window of the run: walls are the window's steps only
+    """One depth-1 / depth-2 pair. Walls in ms; speedups as ratios (1.10 = +10%)."""
+
+    wall_block_ms: float  # depth 1, measured (a window: the sum of its periods)
+    wall_pipe_ms: float  # depth 2, measured
+    model_ms: float  # depth 2 predicted: the schedule depth 2 ran, costed with its own pieces
+    from_d1_ms: float  # depth 2 predicted from depth 1 alone
+    replayed: bool  # the depth-2 schedule was replayed from the requests (else depth2_order)
+    schedule_match: bool  # ...and is the one depth 2 ran
+    terms_pts: dict[str, float] = field(default_factory=dict)  # from_d1 -> model, points per term
+    rate_scale: float = 1.0  # window: tokens of depth 2's window over depth 1's (1 for whole runs)
 
     @property
-    def speedup(self) -> float:
-        return self.wall_block_ms / self.wall_pipe_ms
+    def observed(self) -> float:
+        return self.wall_block_ms / self.wall_pipe_ms * self.rate_scale
+
+    @property
+    def predicted(self) -> float:
+        return self.wall_block_ms / self.model_ms * self.rate_scale
+
+    @property
+    def predicted_d1(self) -> float:
+        return self.wall_block_ms / self.from_d1_ms
 
 
-def predict_whole_run(
-    steps: pd.DataFrame, wall_s: float, cost: StepCost, window: bool = False
+def predict_pair_wall(
+    steps1: pd.DataFrame,
+    wall1_s: float | None,
+    steps2: pd.DataFrame,
+    wall2_s: float | None,
+    *,
+    requests: list[Request] | None,
+    streams: int,
+    limits: Limits | None,
+    window: bool = False,
 ) -> WholeRun:
-    """Predict depth 2's wall clock from one depth-1 run's per-step table and wall time.
+    """Both predictions of depth 2's wall clock for one pair, with the terms between them.
 
-    window: the table holds only some of the run's steps (a trimmed trace). The run's wall clock
-    then says nothing about them, so the model predicts the window itself: its steps' periods, no
-    overhead.
+    requests/limits: the depth-1 run's requests in the order sent and the engine's limits; None (a
+    trimmed trace) falls back to depth2_order. window: the tables are windows of longer runs.
     """
-    steps = steps.sort_values("step")
-    if window:  # a window's last step has no period; the run went on past it
-        steps = steps[steps["period_ms"].notna()]
-    gpu, host = step_gpu_ms(steps), host_tick_ms(steps)
-    # The last step has no successor, so no period: it lasts its host and GPU work in series.
-    period = steps["period_ms"].fillna(gpu + host)
-    pipe = pipelined_periods(steps)
-    repeat = pd.Series(
-        pipelined_period(own_gpu_ms(steps), host).to_numpy(), index=steps["step"].to_numpy()
-    )
+    steps1, steps2 = launched(steps1), launched(steps2)
+    if window:  # a window's steps are those whose period it holds; the last one's runs past it
+        steps1, steps2 = (s[s["period_ms"].notna()] for s in (steps1, steps2))
+    c1 = RunCosts.measure(steps1, wall1_s, 1, window)
+    c2 = RunCosts.measure(steps2, wall2_s, 2, window)
+    replayed = requests is not None and limits is not None and not window
+    if requests is not None and limits is not None and not window:
+        hat = replay(requests, streams, 2, limits)
+    else:
+        hat = depth2_order(steps1)
+    match = replayed and same_schedule(hat, steps2)
+    ran = hat if match else steps2  # with its tick structure when the replay reproduced it
+    whole = not window
+    if whole and (wall1_s is None or wall2_s is None):
+        raise BubblelabError("a whole run's prediction needs both runs' wall clocks")
+    wall1 = float(wall1_s or 0) * 1e3 if whole else float(steps1["period_ms"].iloc[:-1].sum())
+    wall2 = float(wall2_s or 0) * 1e3 if whole else float(steps2["period_ms"].iloc[:-1].sum())
 
-    zombie = sum(_zombie_ms(steps, repeat, cost, window))
-    wall_block = float(period.sum()) if window else float(wall_s) * 1e3
-    overhead = max(0.0, wall_block - float(period.sum()))
-    steps_pipe = float(host.iloc[0]) + float(pipe.sum()) + zombie
+    def pts(wall_ms: float, schedule: pd.DataFrame) -> float:
+        scale = 1.0 if whole else _window_tokens(schedule) / _window_tokens(steps1)
+        return (wall1 / wall_ms * scale - 1.0) * 100.0
+
+    # From depth 1 alone to the model, one measured piece at a time.
+    steps = {"start": steps1, "admission": hat}
+    walls = {
+        "start": pipelined_wall_ms(steps1, c1, whole),
+        "admission": pipelined_wall_ms(hat, c1, whole),
+        "replay": pipelined_wall_ms(ran, c1, whole),
+        "forward": pipelined_wall_ms(ran, replace(c1, gpu=c2.gpu), whole),
+        "host": pipelined_wall_ms(
+            ran, replace(c1, gpu=c2.gpu, host=c2.host, exposed=c2.exposed), whole
+        ),
+        "handoff": pipelined_wall_ms(ran, replace(c2, overhead_ms=c1.overhead_ms), whole),
+        "overhead": pipelined_wall_ms(ran, c2, whole),
+    }
+    points = {name: pts(wall, steps.get(name, ran)) for name, wall in walls.items()}
+    names = list(points)
+    terms = {b: points[b] - points[a] for a, b in zip(names, names[1:], strict=False)}
     return WholeRun(
-        wall_block, overhead + steps_pipe, overhead, float(period.sum()), steps_pipe, zombie, window
+        wall_block_ms=wall1,
+        wall_pipe_ms=wall2,
+        model_ms=walls["overhead"],
+        from_d1_ms=walls["admission"],
+        replayed=replayed,
+        schedule_match=match,
+        terms_pts=terms,
+        rate_scale=1.0 if whole else _window_tokens(ran) / _window_tokens(steps1),
     )

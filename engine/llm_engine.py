@@ -23,7 +23,7 @@ from bubblelab.engine.scheduler import Scheduler
 from bubblelab.engine.sequence import Sequence, SequenceStatus
 from bubblelab.engine.streams import Streams
 from bubblelab.engine.timeline import StepInfo, Timeline
-from bubblelab.errors import RequestError
+from bubblelab.errors import BubblelabError, RequestError
 
 
 @dataclass
@@ -127,6 +127,16 @@ class LLMEngine:
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_work() or bool(self.pipeline.in_flight)
+
+    def set_depth(self, depth: int) -> None:
+        """Switch between blocking (1) and pipelined (2) between runs. The pipeline's bound is the
+        only difference, so one engine (one model load, one graph capture) serves both depths."""
+        if depth not in (1, 2):
+            raise BubblelabError(f"depth must be 1 (blocking) or 2 (pipelined), got {depth}")
+        if self.has_unfinished():
+            raise RuntimeError("set_depth while requests are running")
+        self.config.depth = depth
+        self.pipeline = Pipeline(depth, debug=self.config.debug)
 
     # -- the loop ------------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:

@@ -1,9 +1,10 @@
-"""Run a command under Nsight Systems and get its SQLite export.
+"""Run a command under Nsight Systems and get its SQLite export(s).
 
-The capture covers only what the run brackets with cudaProfilerStart/Stop
-(torch.cuda.profiler.start/stop after warm-up), traces CUDA and NVTX, and expands CUDA graphs node
-by node so their kernels are visible. Commands are argument lists handed to subprocess, never a
-shell, so any path or argument is safe.
+The capture covers only what the run brackets with cudaProfilerStart/Stop (torch.cuda.profiler.start/stop
+after warm-up), traces CUDA and NVTX, and expands CUDA graphs node by node so their kernels are visible.
+One process may bracket many runs: with --capture-range-end=repeat (nsys 2025.3) every range is its
+own report, <out>.1.nsys-rep, <out>.2.nsys-rep, ... in the order they ran (profile_ranges).
+Commands are argument lists handed to subprocess, never a shell, so any path or argument is safe.
 """
 
 from __future__ import annotations
@@ -57,12 +58,15 @@ def export_path(out_base: Path) -> Path:
     return out_base.parent / f"{out_base.name}.sqlite"
 
 
-def profile_command(out_base: Path, argv: list[str]) -> list[str]:
-    """The full argument list that profiles `argv` and exports `<out_base>.sqlite`."""
+def profile_command(out_base: Path, argv: list[str], capture_end: str = "stop") -> list[str]:
+    """The full argument list that profiles `argv` and exports `<out_base>.sqlite` (capture_end
+    "stop": the first capture range) or `<out_base>.<n>.sqlite` per range ("repeat")."""
+    options = [f"--capture-range-end={capture_end}" if o.startswith("--capture-range-end") else o
+               for o in PROFILE_OPTIONS]  # fmt: skip
     return [
         find_nsys(),
         "profile",
-        *PROFILE_OPTIONS,
+        *options,
         "-o",
         str(out_base),
         "--force-overwrite",
@@ -110,6 +114,36 @@ def export_sqlite(report: Path, out: Path, timeout: float | None = 600) -> Path:
     if not out.is_file():
         raise BubblelabError(f"nsys export wrote no {out.name} for {report}")
     return out
+
+
+def profile_ranges(
+    out_base: Path,
+    argv: list[str],
+    *,
+    timeout: float | None = None,
+    env: dict[str, str] | None = None,
+) -> list[Path]:
+    """Profile `argv`, one report per cudaProfilerApi range; return their SQLite exports in the order
+    the ranges ran. A report nsys left unexported is exported here."""
+    out_base = Path(out_base)
+    out_base.parent.mkdir(parents=True, exist_ok=True)
+    result = _run(profile_command(out_base, argv, "repeat"), timeout=timeout, env=env)
+    pattern = re.compile(re.escape(out_base.name) + r"\.(\d+)\.nsys-rep$")
+    reports = sorted(
+        (int(m.group(1)), p) for p in out_base.parent.iterdir() if (m := pattern.match(p.name))
+    )
+    exports = []
+    for _, report in reports:
+        export = report.with_suffix(".sqlite")
+        if not export.is_file():
+            export_sqlite(report, export, timeout)
+        exports.append(export)
+    if not exports:
+        raise BubblelabError(
+            f"nsys wrote no {out_base.name}.<n>.nsys-rep: did the runs call "
+            f"torch.cuda.profiler.start()? ({_last_line(result.stderr or result.stdout)})"
+        )
+    return exports
 
 
 def _run(

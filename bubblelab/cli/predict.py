@@ -23,54 +23,65 @@ def _pct(v: float, lo: float | None = None, hi: float | None = None) -> str:
     return text
 
 
+def _errors(predicted: float, error: float) -> str:
+    return f"{_pct(predicted)} [dim]({error:+.1f})[/dim]"
+
+
 def prediction_table(table: pd.DataFrame, blog: bool) -> Table:
+    """The post's table (blog) or ours: per configuration, the post's per-step model, the whole-run
+    model (both runs' pieces) and the same from depth 1 alone, each with its error in points, and
+    the observed speedup with its interval over repeat pairs."""
     title = (
-        "The post's table, re-predicted"
-        if blog
-        else "Predicted vs observed speedup, depth 2 over depth 1"
+        "The post's table, re-predicted" if blog else "Predicted vs observed, depth 2 over depth 1"
     )
     out = Table(title=title, title_justify="left", header_style="bold")
     out.add_column("configuration")
-    for name in (
-        "blocking ms",
-        "pipelined ms",
-        "L",
-        "z",
-        "predicted [95%]" if not blog else "predicted [z: 1/L..0]",
-    ):
+    per_step = "predicted [z: 1/L..0]" if blog else "per step (error)"
+    for name in ("blocking ms", "pipelined ms", "L", "z", per_step):
         out.add_column(name, justify="right", no_wrap=True)
-    extra = ["post's prediction"] if blog else ["from depth 1", "whole run"]
-    for name in (*extra, "observed", "error"):
+    extra = ["post's prediction"] if blog else ["whole run (error)", "depth 1 alone (error)"]
+    for name in (*extra, "observed [95%]"):
         out.add_column(name, justify="right", no_wrap=True)
+    if blog:
+        out.add_column("error", justify="right", no_wrap=True)
     for r in table.itertuples():
-        cells = [
-            r.label,
-            f"{r.blocking_ms:.2f}",
-            f"{r.pipelined_ms:.2f}",
-            f"{r.L:.0f}",
-            f"{100 * r.z:.2f}%",
-            _pct(r.predicted_pct, r.predicted_lo, r.predicted_hi),
-        ]
+        cells = [r.label, f"{r.blocking_ms:.2f}", f"{r.pipelined_ms:.2f}", f"{r.L:.0f}",
+                 f"{100 * r.z:.2f}%"]  # fmt: skip
         if blog:
-            cells.append(_pct(r.published_pct))
+            cells += [
+                _pct(r.predicted_pct, r.predicted_lo, r.predicted_hi),
+                _pct(r.published_pct),
+                _pct(r.observed_pct),
+                f"{r.error_pts:+.1f} pts",
+            ]
         else:
-            whole = _pct(r.wall_predicted_pct)
-            if (
-                getattr(r, "wall_scope", "run") == "window"
-            ):  # a trimmed trace: the model predicts its window
-                whole += f" [dim](window; measured {_pct(r.wall_observed_pct)})[/dim]"
-            cells += [_pct(r.d1_predicted_pct, r.d1_predicted_lo, r.d1_predicted_hi), whole]
-        cells += [
-            _pct(r.observed_pct, getattr(r, "observed_lo", None), getattr(r, "observed_hi", None)),
-            f"{r.error_pts:+.1f} pts",
-        ]
+            observed = _pct(r.observed_pct, r.observed_lo, r.observed_hi)
+            if not r.observed_known:
+                observed += " [yellow]?[/yellow]"
+            whole = _errors(r.wall_predicted_pct, r.wall_error_pts)
+            if r.wall_scope == "window":  # a trimmed trace: the model predicts its window
+                whole += f" [dim]window, measured {_pct(r.wall_observed_pct)}[/dim]"
+            cells += [
+                _errors(r.predicted_pct, r.error_pts),
+                whole,
+                _errors(r.wall_d1_predicted_pct, r.wall_d1_error_pts),
+                observed,
+            ]
         out.add_row(*cells)
+    if not blog:
+        out.caption = (
+            "error: observed − predicted, points. ?: the observed speedup is not known to ±1 point "
+            "(its 95% interval over repeat pairs is wider, or there are fewer than 5 pairs)"
+        )
     return out
 
 
 def register(app: typer.Typer) -> None:
     @app.command()
     def predict(
+        run_dir: Path | None = typer.Argument(
+            None, help="A run directory (results.json, any schema version)."
+        ),
         blog: bool = typer.Option(False, "--blog", help="Use the Photon post's published inputs."),
         catalog: Path | None = typer.Option(
             None, "--catalog", help="A run directory (results.json) or a DuckDB catalog."
@@ -83,13 +94,15 @@ def register(app: typer.Typer) -> None:
         from bubblelab.costmodel.predict import predict_blog, predict_runs
         from bubblelab.runs.rundir import load_runs
 
-        if blog == (catalog is not None):
-            raise BubblelabError("give exactly one of --blog or --catalog PATH")
-        if catalog is None:  # --blog
+        sources = [x for x in (run_dir, catalog) if x is not None]
+        if blog == bool(sources) or len(sources) > 1:
+            raise BubblelabError("give exactly one of RUN_DIR, --catalog PATH or --blog")
+        if blog:
             table = predict_blog()
         else:
+            catalog = sources[0]
             results = load_runs(catalog)
-            table = predict_runs(results.runs, results.steps, n_boot=n_boot)
+            table = predict_runs(results.runs, results.steps, results.requests, n_boot=n_boot)
             for reason in table.attrs["skipped"]:
                 typer.echo(f"skipped {reason}", err=True)
             if table.empty:

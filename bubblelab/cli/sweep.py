@@ -3,12 +3,14 @@ report."""
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
 from bubblelab.errors import BubblelabError
 
@@ -40,9 +42,13 @@ def run_and_profile(
     depths: str = typer.Option("1,2", help="Pipeline depths, run back to back."),
     streams: str = typer.Option("1,8,32", help="Concurrent streams per configuration."),
     output_len_mean: float = typer.Option(110.0, help="Mean generated length L."),
-    requests_per_stream: int = typer.Option(4, help="Requests per stream in each run."),
+    requests_per_stream: int = typer.Option(
+        None, help="Requests per stream in each run (default: enough for ~400 decode steps)."
+    ),
     prompt_len: int = typer.Option(32, help="Prompt tokens per request."),
-    repeats: int = typer.Option(1, help="Repeats of the whole sweep."),
+    repeats: int = typer.Option(
+        5, help="Unprofiled repeats (depth 1 and 2 paired on the same requests); nsys runs one."
+    ),
     constraint: str | None = typer.Option(None, help="point or detect: constrain every request."),
     max_model_len: int = typer.Option(512, help="Longest sequence."),
     attention_backend: str = typer.Option("auto", help="auto, torch, flash-attn or triton."),
@@ -51,9 +57,9 @@ def run_and_profile(
         None, "--nsys/--no-nsys", help="Force or forbid nsys (default: use it when found)."
     ),
 ) -> None:
-    """Profile depth 1 vs depth 2 over a sweep, ingest into DuckDB, analyse, and write an HTML
-    report."""
+    """Measure depth 1 vs depth 2 over a sweep, unprofiled and under nsys; analyse; report."""
     from bubblelab.cli.predict import prediction_table
+    from bubblelab.costmodel.perturbation import profiler_perturbation
     from bubblelab.costmodel.predict import predict_runs
     from bubblelab.engine.config import default_dtype
     from bubblelab.report.report import report_run_dir
@@ -76,7 +82,7 @@ def run_and_profile(
         attention_backend=attention_backend,
     )
     out = out or Path("reports") / time.strftime("%Y%m%d-%H%M%S")
-    configs = spec.configs()
+    runs = len(spec.runs()) + (len(spec.runs(spec.nsys_repeats)) if nsys is not False else 0)
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -84,7 +90,7 @@ def run_and_profile(
         TimeElapsedColumn(),
         console=console,
     ) as bar:
-        task = bar.add_task("runs", total=len(configs))
+        task = bar.add_task("runs", total=runs)
 
         def on_run(tag: str, s: dict) -> None:
             bar.console.print(
@@ -95,7 +101,30 @@ def run_and_profile(
         run_sweep(spec, out, use_nsys=nsys, on_run=on_run, say=bar.console.print)
     report = report_run_dir(out)
     results = read_results(out)
-    table = predict_runs(results.runs, results.steps)
+    wide = Console(width=max(console.width, 160))
+    table = predict_runs(results.runs, results.steps, results.requests)
     if len(table):
-        Console(width=max(console.width, 160)).print(prediction_table(table, blog=False))
+        wide.print(prediction_table(table, blog=False))
+    perturbation = profiler_perturbation(results.runs, results.steps)
+    if len(perturbation):
+        wide.print(perturbation_table(perturbation))
     console.print(f"report: {report}")
+
+
+def perturbation_table(table) -> Table:
+    """What nsys did to each phase's steady-state median (ms, unprofiled → under nsys)."""
+    out = Table(
+        title="Under nsys: steady-state medians, unprofiled → profiled",
+        title_justify="left",
+        header_style="bold",
+    )
+    parts = ("period", "forward", "sampling", "bubble", "host_tick", "launch", "commit")
+    for name in ("configuration", "depth", *parts, "speedup"):
+        out.add_column(name, justify="left" if name == "configuration" else "right", no_wrap=True)
+    for r in table.to_dict("records"):
+        cells = [f"{r[f'{p}_plain']:.3f} → {r[f'{p}_nsys']:.3f} ({100 * r[f'{p}_inflation']:+.0f}%)"
+                 if r.get(f"{p}_plain") else "–" for p in parts]  # fmt: skip
+        plain, nsys = r.get("speedup_plain_pct", math.nan), r.get("speedup_nsys_pct", math.nan)
+        speedup = "–" if math.isnan(plain) else f"{plain:+.1f}% → {nsys:+.1f}%"
+        out.add_row(r["label"], str(r["depth"]), *cells, speedup)
+    return out

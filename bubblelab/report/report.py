@@ -18,12 +18,14 @@ import pandas as pd
 from markupsafe import Markup
 
 from bubblelab.costmodel.compare import step_summary
+from bubblelab.costmodel.perturbation import profiler_perturbation
 from bubblelab.costmodel.predict import known_int, predict_blog, predict_runs, run_label
 from bubblelab.profiling.analysis import steady_state
 from bubblelab.report import figures
 from bubblelab.runs.rundir import Results, read_results
 
 REPORT_FILE = "report.html"
+HEADLINE = 3  # configurations on the page's headline: the first ones, by a stated rule
 TEMPLATES = Path(__file__).parent / "templates"
 
 
@@ -137,11 +139,14 @@ def _machine() -> dict:
 
 
 def render_report(results: Results, title: str, n_boot: int = 1000) -> str:
-    table = predict_runs(results.runs, results.steps, n_boot=n_boot)
+    table = predict_runs(results.runs, results.steps, results.requests, n_boot=n_boot)
     blog = predict_blog()
     attribution = attribution_per_step(results)
     summary = step_summary(results.runs, results.steps)
-    headline = table.sort_values("observed_pct", ascending=False).head(3) if len(table) else table
+    # Headline by a stated rule, never by size: the first HEADLINE configurations in the table's
+    # order (model, then stream count).
+    headline = table.head(HEADLINE)
+    perturbation = profiler_perturbation(results.runs, results.steps)
     context = dict(
         title=title,
         runs=results.runs.to_dict("records"),
@@ -149,12 +154,12 @@ def render_report(results: Results, title: str, n_boot: int = 1000) -> str:
         predictions=table.to_dict("records"),
         skipped=table.attrs.get("skipped", []),
         headline=headline.to_dict("records"),
+        headline_rule=f"the first {HEADLINE} configurations in model and stream order",
         mean_abs_error=float(table["error_pts"].abs().mean()) if len(table) else None,
-        whole_run_error=float(
-            (table["wall_observed_pct"] - table["wall_predicted_pct"]).abs().mean()
-        )
-        if len(table)
-        else None,
+        whole_run_error=float(table["wall_error_pts"].abs().max()) if len(table) else None,
+        d1_error=float(table["wall_d1_error_pts"].abs().max()) if len(table) else None,
+        known=int(table["observed_known"].sum()) if len(table) else 0,
+        perturbation=perturbation.to_dict("records"),
         blog=blog.to_dict("records"),
         summary=summary.to_dict("records"),
         fig_pred=Markup(figures.predicted_vs_observed(table, blog)) if len(table) else None,

@@ -6,10 +6,13 @@ Layout of a run directory (written by run-and-profile, read by `bubblelab report
     DIR/*.nsys-rep, *.sqlite   traces, referenced from runs.trace_path (optional, not read here)
     DIR/report.html       written by bubblelab.report.report.report_run_dir
 
-results.json holds {"schema_version": 1, "runs": [...], "steps": [...], "attribution": [...],
-"gaps": [...], "timeline": [...], "provenance": {...}}, each table a list of records:
+results.json holds {"schema_version": 2, "runs": [...], "steps": [...], "attribution": [...],
+"gaps": [...], "timeline": [...], "requests": [...], "provenance": {...}}, each table a list of
+records:
 
 - runs: the "Run metadata" columns of docs/phases.md, one record per run.
+- requests: run_id, request, prompt_len, output_len, max_tokens, constrained: what each run was
+  asked (in the order sent) and produced; the cost model replays the schedule from it.
 - steps: the per-step table of docs/phases.md, all runs together (run_id tells them apart).
 - attribution: run_id, phase, bubble_ms: GPU idle time (summed over the run) during which `phase`
   was the innermost host range running ("other" when none was).
@@ -18,6 +21,8 @@ results.json holds {"schema_version": 1, "runs": [...], "steps": [...], "attribu
   of engine.timeline.Timeline (host_frame / device_frame), for the lane chart.
 - provenance: free-form JSON object; the report shows keys such as commands, versions, machine,
   traces.
+
+Older documents are read as the current schema (bubblelab.runs.schema.migrate).
 """
 
 from __future__ import annotations
@@ -33,8 +38,8 @@ import pandas as pd
 from bubblelab.errors import BubblelabError
 
 RESULTS_FILE = "results.json"
-SCHEMA_VERSION = 1
-TABLES = ("runs", "steps", "attribution", "gaps", "timeline")
+SCHEMA_VERSION = 2
+TABLES = ("runs", "steps", "attribution", "gaps", "timeline", "requests")
 # docs/phases.md: "Run metadata" and the per-step table.
 RUN_COLUMNS = (
     "run_id, model, preset, depth, streams, output_len_mean, mean_generated_len, requests, device, "
@@ -64,6 +69,7 @@ class Results:
     gaps: pd.DataFrame = field(default_factory=pd.DataFrame)
     timeline: pd.DataFrame = field(default_factory=pd.DataFrame)
     provenance: dict = field(default_factory=dict)
+    requests: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def _records(df: pd.DataFrame | None) -> list[dict]:
@@ -83,13 +89,13 @@ def write_results(
     gaps_df: pd.DataFrame | None = None,
     provenance: dict | None = None,
     timeline_df: pd.DataFrame | None = None,
+    requests_df: pd.DataFrame | None = None,
 ) -> Path:
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     doc: dict[str, Any] = {"schema_version": SCHEMA_VERSION}
-    for name, df in zip(
-        TABLES, (runs_df, steps_df, attribution_df, gaps_df, timeline_df), strict=True
-    ):
+    tables = (runs_df, steps_df, attribution_df, gaps_df, timeline_df, requests_df)
+    for name, df in zip(TABLES, tables, strict=True):
         doc[name] = _records(df)
     doc["provenance"] = provenance or {}
     path = run_dir / RESULTS_FILE
@@ -119,11 +125,16 @@ def read_results(run_dir: Path | str) -> Results:
         doc = json.loads(text)
     except (json.JSONDecodeError, OSError, EOFError) as e:
         raise BubblelabError(f"{path} is not valid (gzipped) JSON: {e}") from None
+    if doc.get("schema_version") == 1:
+        from bubblelab.runs.schema import migrate  # imports the engine's workload: only if needed
+
+        doc = migrate(doc)
     if doc.get("schema_version") != SCHEMA_VERSION:
         raise BubblelabError(
             f"{path} has schema_version {doc.get('schema_version')!r}, expected {SCHEMA_VERSION}"
         )
     tables = {name: pd.DataFrame.from_records(doc.get(name) or []) for name in TABLES}
+    requests = tables.pop("requests")
     runs, steps = tables["runs"], tables["steps"]
     if runs.empty or steps.empty:
         raise BubblelabError(f"{path} has no runs or no steps")
@@ -137,7 +148,7 @@ def read_results(run_dir: Path | str) -> Results:
     tables["runs"] = runs.reindex(
         columns=[*RUN_COLUMNS, *(c for c in runs if c not in RUN_COLUMNS)]
     )
-    return Results(**tables, provenance=doc.get("provenance") or {})
+    return Results(**tables, provenance=doc.get("provenance") or {}, requests=requests)
 
 
 def load_runs(source: Path | str) -> Results:

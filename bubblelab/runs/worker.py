@@ -1,15 +1,22 @@
-"""One measured run, in its own process so Nsight Systems can wrap it:
-`python -m bubblelab.runs.worker CONFIG.json`.
+"""Measured runs, many per process: `python -m bubblelab.runs.worker PLAN.json`.
 
-The config names the engine options, the workload and where to write the result: a JSON with the
-run's summary and its in-process timeline (host ranges, device intervals, step infos).
+A plan names one engine configuration and the runs to make with it, in order. The model is loaded,
+its fused ops compiled and its CUDA graphs captured once; each run then sets the engine's depth,
+warms up and runs its workload with a fresh timeline, and writes RUN_DIR/<tag>.json: the run's
+summary, its in-process timeline (host ranges, device intervals, step infos) and its requests. When
+profiled, each run is its own cudaProfilerApi capture range (torch.cuda.profiler start/stop around
+it, after its warm-up), so one nsys session with --capture-range-end=repeat writes one report per
+run.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -17,38 +24,71 @@ import torch
 from bubblelab.engine.config import EngineConfig
 from bubblelab.engine.driver import RunResult, run_workload
 from bubblelab.engine.llm_engine import LLMEngine
-from bubblelab.engine.loader import LoadedModel
+from bubblelab.engine.loader import LoadedModel, load_model
 from bubblelab.engine.timeline import StepInfo, Timeline
 from bubblelab.engine.workload import WorkloadSpec
 
 
-def run_one(config: dict, loaded: LoadedModel | None = None) -> RunResult:
-    """Run one configuration: {"engine": EngineConfig kwargs, "workload": WorkloadSpec kwargs,
-    "nvtx": bool}."""
-    engine = LLMEngine(
-        EngineConfig(**config["engine"]),
-        loaded,
-        timeline=Timeline(),
-        nvtx=config.get("nvtx", False),
-    )
+def run_plan(
+    plan: dict,
+    loaded: LoadedModel | None = None,
+    on_run: Callable[[str, dict], None] | None = None,
+) -> dict:
+    """Make every run of `plan` with one engine: {"engine": EngineConfig kwargs (depth aside),
+    "runs": [{"tag", "depth", "workload": WorkloadSpec kwargs}], "out_dir", "profile": bool}. Writes
+    out_dir/<tag>.json per run; returns the timings (also out_dir/worker.json)."""
+    out_dir = Path(plan["out_dir"])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    profile = bool(plan.get("profile", False))
+    t0 = time.perf_counter()
+    e = plan["engine"]
+    loaded = loaded or load_model(
+        e["model"], dtype=e["dtype"], device=e["device"], seed=e["seed"],
+        attention_backend=e["attention_backend"],
+    )  # fmt: skip
+    first = plan["runs"][0]["depth"] if plan["runs"] else 1
+    engine = LLMEngine(EngineConfig(**e, depth=first), loaded, timeline=Timeline(), nvtx=profile)
+    runs_s: dict[str, float] = {}
+    timings: dict[str, object] = {"setup_s": time.perf_counter() - t0, "runs_s": runs_s}
     try:
-        return run_workload(
-            engine, WorkloadSpec(**config["workload"]), profile=config.get("profile", False)
-        )
+        for run in plan["runs"]:
+            started, started_at = time.perf_counter(), time.strftime("%Y-%m-%d %H:%M:%S")
+            engine.set_depth(run["depth"])
+            engine.timeline = engine.phases.timeline = Timeline()
+            result = run_workload(engine, WorkloadSpec(**run["workload"]), profile=profile)
+            record = result_record(result)
+            record["summary"]["started_at"] = started_at
+            (out_dir / f"{run['tag']}.json").write_text(json.dumps(record))
+            runs_s[run["tag"]] = time.perf_counter() - started
+            if on_run is not None:
+                on_run(run["tag"], record["summary"])
     finally:
         engine.close()
+    timings["total_s"] = time.perf_counter() - t0
+    (out_dir / "worker.json").write_text(json.dumps(timings, indent=1))
+    return timings
 
 
 def result_record(result: RunResult) -> dict:
     t = result.timeline
     return {
-        "summary": {**result.summary, **machine_facts()},
+        "summary": {**result.summary, **machine_facts()},  # once a process: nvidia-smi is slow
         "timeline": {
             "depth": t.depth,
             "host": t.host,
             "device": t.device,
             "steps": [vars(s) for s in t.steps.values()],
         },
+        "requests": [
+            {
+                "request": i,
+                "prompt_len": len(r.prompt_ids),
+                "output_len": len(result.outputs[r.request_id]),
+                "max_tokens": r.params.max_tokens,
+                "constrained": r.params.constraint is not None,
+            }
+            for i, r in enumerate(result.requests)
+        ],
     }
 
 
@@ -64,8 +104,9 @@ def timeline_from_record(record: dict) -> Timeline:
     return t
 
 
+@functools.cache
 def machine_facts() -> dict:
-    facts: dict[str, str | None] = {"torch": torch.__version__, "driver": None}
+    facts: dict[str, str | None] = {"torch": str(torch.__version__), "driver": None}
     if torch.cuda.is_available():
         try:
             out = subprocess.run(
@@ -81,9 +122,7 @@ def machine_facts() -> dict:
 
 
 def main(argv: list[str]) -> None:
-    config = json.loads(Path(argv[0]).read_text())
-    result = run_one(config)
-    Path(config["out_json"]).write_text(json.dumps(result_record(result)))
+    run_plan(json.loads(Path(argv[0]).read_text()))
 
 
 if __name__ == "__main__":

@@ -1,14 +1,12 @@
-"""The cost model against the H200 sweep: the post-style table, the plot, and one report for the
-sweep.
+"""The cost model against H200 run directories: the table, the plot, and one report for them.
 
-    .venv/bin/python -m tools.docs.h200_costmodel_table             # markdown table on stdout
-    .venv/bin/python -m tools.docs.h200_costmodel_table --plot docs/h200-costmodel.png \\
-        --report reports/h200-sweep/report.html
+    .venv/bin/python -m tools.docs.h200_costmodel_table                       # the schema-1 sweep
+    .venv/bin/python -m tools.docs.h200_costmodel_table --sweep DIR \\
+        --plot docs/h200-costmodel.png --report reports/h200-sweep/report.html
 
-Reads docs/measurements/h200-sweep/<name>/results.json.gz (one directory per model or workload). Per
-configuration: the per-step model (the post's T_block / T_pipe × (1 − z), steady-state medians) and
-the whole-run model (costmodel.wholerun, from the depth-1 step sequence), against the observed
-tokens/s ratio.
+--sweep is a folder of run directories (each DIR/results.json[.gz], any schema version). Per
+configuration: the observed speedup over repeat pairs, the post's per-step model, the whole-run
+model (both runs' pieces) and the same from depth 1 alone, each with its error; the terms between.
 """
 
 from __future__ import annotations
@@ -20,8 +18,9 @@ import matplotlib
 import pandas as pd
 
 from bubblelab.costmodel.predict import predict_runs
+from bubblelab.costmodel.wholerun import TERMS
 from bubblelab.report.report import render_report
-from bubblelab.runs.rundir import merge_results, read_results
+from bubblelab.runs.rundir import merge_results, read_results, results_path
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
@@ -30,124 +29,90 @@ SWEEP = Path("docs/measurements/h200-sweep")
 TARGET_PTS = 1.0  # the accuracy the model is held to, in points of speedup
 
 
-def prefills(results, run_ids) -> tuple[float, float]:
-    """Prefill steps per run, and their mean host launch time (ms): the host-bound part of the
-    wall."""
-    steps = results.steps[results.steps["run_id"].isin(run_ids)]
-    prefill = steps[steps["kind"] == "prefill"]
-    return len(prefill) / len(run_ids), float(prefill["launch_ms"].mean())
-
-
 def sweep_table(sweep: Path, n_boot: int) -> tuple[pd.DataFrame, dict]:
     rows, named = [], {}
-    for run_dir in sorted(p for p in sweep.iterdir() if p.is_dir()):
+    for run_dir in sorted(p for p in sweep.iterdir() if results_path(p)):
         results = named[run_dir.name] = read_results(run_dir)
-        table = predict_runs(results.runs, results.steps, n_boot=n_boot)
-        for r in table.itertuples():
-            blocking, pipelined = r.runs_block.split(","), r.runs_pipe.split(",")
-            (n1, launch1), (n2, launch2) = prefills(results, blocking), prefills(results, pipelined)
-            rows.append(
-                dict(
-                    name=run_dir.name,
-                    **r._asdict(),
-                    prefills_d1=n1,
-                    prefills_d2=n2,
-                    prefill_launch_d1=launch1,
-                    prefill_launch_d2=launch2,
-                )
-            )
-    table = pd.DataFrame(rows).drop(columns="Index")
-    table["step_error_pts"] = table["observed_pct"] - table["predicted_pct"]
-    table["wall_error_pts"] = table["observed_pct"] - table["wall_predicted_pct"]
-    return table, named
+        table = predict_runs(results.runs, results.steps, results.requests, n_boot=n_boot)
+        rows.append(table.assign(name=run_dir.name))
+    return pd.concat(rows, ignore_index=True), named
+
+
+def _pct(v: float, lo: float | None = None, hi: float | None = None) -> str:
+    text = f"{v:+.1f}%"
+    return text if lo is None or lo != lo else f"{text} [{lo:.1f}, {hi:.1f}]"
 
 
 def markdown(table: pd.DataFrame) -> str:
     head = (
-        "| run · streams | blocking ms | pipelined ms | L | predicted per-step [95%] "
-        "| predicted whole-run [repeats] | observed [95%] | error per-step | error whole-run "
-        "| prefills per run d1 / d2 | prefill launch ms d1 / d2 |"
+        "| run · streams | pairs | observed [95%] | per step (error) | whole run (error [95%]) "
+        "| from depth 1 alone (error) | " + " | ".join(TERMS[1:]) + " |"
     )
     lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
     for r in table.itertuples():
+        known = "" if r.observed_known else " ?"
         miss = "" if abs(r.wall_error_pts) <= TARGET_PTS else " ✗"
+        miss_d1 = "" if abs(r.wall_d1_error_pts) <= TARGET_PTS else " ✗"
+        terms = " | ".join(f"{getattr(r, f'term_{t}_pts'):+.1f}" for t in TERMS[1:])
         lines.append(
-            f"| {r.name} · {r.streams} | {r.blocking_ms:.2f} | {r.pipelined_ms:.2f} | {r.L:.0f} "
-            f"| {r.predicted_pct:+.1f}% [{r.predicted_lo:.1f}, {r.predicted_hi:.1f}] "
-            f"| {r.wall_predicted_pct:+.1f}% "
-            f"[{r.wall_predicted_min:.1f}, {r.wall_predicted_max:.1f}] "
-            f"| {r.observed_pct:+.1f}% [{r.observed_lo:.1f}, {r.observed_hi:.1f}] "
-            f"| {r.step_error_pts:+.1f} | {r.wall_error_pts:+.1f}{miss} "
-            f"| {r.prefills_d1:.0f} / {r.prefills_d2:.0f} "
-            f"| {r.prefill_launch_d1:.1f} / {r.prefill_launch_d2:.1f} |"
+            f"| {r.name} · {r.streams} | {r.pairs} "
+            f"| {_pct(r.observed_pct, r.observed_lo, r.observed_hi)}{known} "
+            f"| {_pct(r.predicted_pct)} ({r.error_pts:+.1f}) "
+            f"| {_pct(r.wall_predicted_pct)} ({r.wall_error_pts:+.1f} [{r.wall_error_lo:.1f}, "
+            f"{r.wall_error_hi:.1f}]){miss} | {_pct(r.wall_d1_predicted_pct)} "
+            f"({r.wall_d1_error_pts:+.1f}){miss_d1} | {terms} |"
         )
     return "\n".join(lines)
 
 
-def plot(table: pd.DataFrame, path: Path) -> None:
-    """Predicted vs observed, one panel per model: observed 95% intervals across, the model's spread
-    up."""
-    models = (
-        (
-            "predicted_pct",
-            "predicted_lo",
-            "predicted_hi",
-            "per-step model (the post's), 95%",
-            "tab:blue",
-        ),
-        (
-            "wall_predicted_pct",
-            "wall_predicted_min",
-            "wall_predicted_max",
-            "whole-run model, range over repeats",
-            "tab:red",
-        ),
+def summary(table: pd.DataFrame) -> str:
+    out = []
+    predictions = (
+        ("wall_error_pts", "whole-run model"),
+        ("wall_d1_error_pts", "from depth 1 alone"),
+        ("error_pts", "the post's per-step model"),
     )
-    points = table[["observed_pct", "predicted_pct", "wall_predicted_pct"]]
-    lim = [min(points.min()) - 3, max(points.max()) + 3]
-    fig, axes = plt.subplots(1, 2, figsize=(12, 6), sharey=True)
-    for ax, (col, lo, hi, label, color) in zip(axes, models, strict=True):
+    for col, name in predictions:
+        err = table[col].abs()
+        out.append(f"{name}: within {TARGET_PTS:.0f} point on {(err <= TARGET_PTS).sum()} of "
+                   f"{len(table)} rows, largest miss {err.max():.1f} points")  # fmt: skip
+    out.append(f"observed known to ±1 point: {int(table['observed_known'].sum())} of {len(table)}")
+    return "\n".join(out)
+
+
+def plot(table: pd.DataFrame, path: Path) -> None:
+    """Predicted against observed, one panel per prediction; observed 95% intervals across, the
+    error's 95% interval (over repeat pairs) up for the whole-run models."""
+    panels = (
+        ("predicted_pct", None, "the post's per-step model", "tab:blue"),
+        ("wall_d1_predicted_pct", "wall_d1_error", "whole run, from depth 1 alone", "tab:orange"),
+        ("wall_predicted_pct", "wall_error", "whole run, both runs' pieces", "tab:red"),
+    )
+    points = table[["observed_pct", "predicted_pct", "wall_predicted_pct", "wall_d1_predicted_pct"]]
+    lim = [float(points.min().min()) - 3, float(points.max().max()) + 3]
+    fig, axes = plt.subplots(1, 3, figsize=(16, 5.6), sharey=True)
+    for ax, (col, err, label, color) in zip(axes, panels, strict=True):
         ax.plot(lim, lim, color="black", lw=0.8)
-        ax.fill_between(
-            lim,
-            [v - TARGET_PTS for v in lim],
-            [v + TARGET_PTS for v in lim],
-            color="0.85",
-            label=f"±{TARGET_PTS:.0f} point",
-        )
-        ax.errorbar(
-            table["observed_pct"],
-            table[col],
-            xerr=[
-                table["observed_pct"] - table["observed_lo"],
-                table["observed_hi"] - table["observed_pct"],
-            ],
-            yerr=[table[col] - table[lo], table[hi] - table[col]],
-            fmt="o",
-            color=color,
-            ms=5,
-            capsize=2,
-            lw=0.8,
-            label=label,
-        )
+        ax.fill_between(lim, [v - TARGET_PTS for v in lim], [v + TARGET_PTS for v in lim],
+                        color="0.85", label=f"±{TARGET_PTS:.0f} point")  # fmt: skip
+        yerr = None
+        if err:  # the error's interval, drawn around the prediction
+            yerr = [
+                table[f"{err}_hi"] - table[f"{err}_pts"],
+                table[f"{err}_pts"] - table[f"{err}_lo"],
+            ]
+        xerr = [table["observed_pct"] - table["observed_lo"],
+                table["observed_hi"] - table["observed_pct"]]  # fmt: skip
+        ax.errorbar(table["observed_pct"], table[col], xerr=xerr, yerr=yerr, fmt="o", color=color,
+                    ms=5, capsize=2, lw=0.8, label=label)  # fmt: skip
         for r in table.itertuples():
             short = r.name.replace("qwen3-", "").replace("smollm2-", "").replace("-detect", "-det")
-            ax.annotate(
-                f"{short}·{r.streams}",
-                (r.observed_pct, getattr(r, col)),
-                fontsize=6,
-                xytext=(3, 3),
-                textcoords="offset points",
-            )
-        ax.set(
-            xlim=lim,
-            ylim=lim,
-            xlabel="observed: tokens/s depth 2 over depth 1 (%), 95% over repeats",
-            title=label,
-        )
+            ax.annotate(f"{short}·{r.streams}", (r.observed_pct, getattr(r, col)), fontsize=6,
+                        xytext=(3, 3), textcoords="offset points")  # fmt: skip
+        xlabel = "observed: tokens/s depth 2 over depth 1 (%), 95% over repeat pairs"
+        ax.set(xlim=lim, ylim=lim, title=label, xlabel=xlabel)
         ax.legend(loc="upper left", fontsize=8)
     axes[0].set_ylabel("predicted speedup (%)")
-    fig.suptitle("Cost model vs the H200 sweep (in-process timeline, 3 repeats a side)")
     fig.tight_layout()
     fig.savefig(path, dpi=130)
 
@@ -161,16 +126,12 @@ def main() -> None:
     args = parser.parse_args()
     table, named = sweep_table(args.sweep, args.n_boot)
     print(markdown(table))
-    inside = (table["wall_error_pts"].abs() <= TARGET_PTS).sum()
-    print(
-        f"\nwhole-run model within {TARGET_PTS:.0f} point: {inside} of {len(table)} rows; "
-        f"per-step model: {(table['step_error_pts'].abs() <= TARGET_PTS).sum()} of {len(table)}"
-    )
+    print("\n" + summary(table))
     if args.plot:
         plot(table, args.plot)
     if args.report:
         args.report.parent.mkdir(parents=True, exist_ok=True)
-        html = render_report(merge_results(named), title="H200 sweep", n_boot=args.n_boot)
+        html = render_report(merge_results(named), title=args.sweep.name, n_boot=args.n_boot)
         args.report.write_text(html, encoding="utf-8")
         print(f"{args.report}: {len(html.encode()) / 1e6:.2f} MB")
 

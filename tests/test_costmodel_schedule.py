@@ -1,0 +1,118 @@
+"""The schedule replay against the engine itself: the same steps (kind, rows) at depth 1 and 2."""
+
+import numpy as np
+import pytest
+
+from bubblelab.costmodel.costs import launched
+from bubblelab.costmodel.schedule import Limits, Request, replay, requests_from_steps
+from bubblelab.engine.driver import drive
+from bubblelab.engine.sampling_params import SamplingParams
+from bubblelab.engine.timeline import Timeline
+from bubblelab.engine.workload import Request as Sent
+from bubblelab.engine.workload import WorkloadSpec, make_requests
+from bubblelab.errors import BubblelabError
+from tests.engine_helpers import make_engine
+
+
+def run_engine(loaded, requests, streams, depth, **limits):
+    engine = make_engine(loaded, depth=depth, num_kv_blocks=4096, **limits)
+    engine.timeline = engine.phases.timeline = Timeline()
+    outputs, _ = drive(engine, requests, streams)
+    engine.check_idle()
+    steps = engine.timeline.steps_frame().sort_values("step")
+    return list(zip(steps["kind"], steps["batch_size"], strict=True)), outputs
+
+
+def mixed_requests(n: int, seed: int) -> list[Sent]:
+    """Prompts of 2-11 tokens; a third stop on their own (1 in 5 tokens), the rest at their cap."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        stop = tuple(range(0, 512, 5)) if i % 3 == 0 else ()
+        params = SamplingParams(
+            max_tokens=int(rng.integers(3, 20)), ignore_eos=not stop, stop_token_ids=stop
+        )
+        out.append(
+            Sent(f"r{i}", rng.integers(10, 500, int(rng.integers(2, 12))).tolist(), params, 0)
+        )
+    return out
+
+
+@pytest.mark.parametrize("depth", [1, 2])
+@pytest.mark.parametrize(
+    "streams, limits",
+    [
+        (1, dict(max_num_seqs=8)),
+        (
+            3,
+            dict(max_num_seqs=8, max_num_batched_tokens=20),
+        ),  # admissions split by the token budget
+        (8, dict(max_num_seqs=8, max_num_batched_tokens=20)),  # rows full: zombies hold them a tick
+    ],
+)
+def test_replay_takes_the_engines_steps(tiny_llama, depth, streams, limits):
+    sent = mixed_requests(24, seed=3)
+    engine_steps, outputs = run_engine(tiny_llama, sent, streams, depth, **limits)
+    requests = [
+        Request(len(r.prompt_ids), len(outputs[r.request_id]), r.params.max_tokens) for r in sent
+    ]
+    full = Limits(limits["max_num_seqs"], limits.get("max_num_batched_tokens", 8192), 128)
+    schedule = replay(requests, streams, depth, full)
+    assert list(zip(schedule["kind"], schedule["batch_size"], strict=True)) == engine_steps
+    assert schedule["finished"].sum() == len(sent)
+    if depth == 1:
+        assert schedule["serial"].all() and schedule["zombies"].sum() == 0
+
+
+def test_constrained_rows_sample_after_the_commit_and_ride_as_zombies(tiny_llama):
+    spec = WorkloadSpec(
+        streams=8, requests=32, output_len_mean=40, prompt_len=8, constraint="detect",
+        constrained_share=1.0,
+    )  # fmt: skip
+    sent = make_requests(spec, tiny_llama.config.vocab_size)
+    for depth in (1, 2):
+        engine_steps, outputs = run_engine(tiny_llama, sent, 8, depth, max_num_seqs=32,
+                                           max_model_len=256)  # fmt: skip
+        requests = [Request(8, len(outputs[r.request_id]), r.params.max_tokens, True) for r in sent]
+        schedule = replay(requests, 8, depth, Limits(32, 8192, 256))
+        assert list(zip(schedule["kind"], schedule["batch_size"], strict=True)) == engine_steps
+    # Depth 2: every grammar stop rides one more decode step; a decode's sampling waits for the
+    # commit.
+    assert schedule["zombies"].sum() == 32
+    decodes = schedule[schedule["kind"] == "decode"].iloc[1:]
+    assert decodes["sample_late"].all() and not decodes["serial"].any()
+
+
+def test_at_one_stream_an_admission_waits_for_the_finish_at_both_depths():
+    """A capped request is never launched past its cap, so depth 2 has nothing to launch in the tick
+    after
+    its last step: the next prefill is planned after that step's commit, like depth 1's (serial)."""
+    requests = [Request(4, 3, 3), Request(4, 2, 2)]
+    schedule = replay(requests, 1, 2, Limits(8))
+    assert list(schedule["kind"]) == ["prefill", "decode", "decode", "prefill", "decode"]
+    assert schedule["serial"].tolist() == [True, False, False, True, False]
+    assert schedule["zombies"].sum() == 0
+
+
+def test_replay_refuses_lengths_over_the_cap():
+    with pytest.raises(BubblelabError, match="cannot produce 5 tokens"):
+        replay([Request(4, 5, 3)], 1, 1, Limits(8))
+
+
+def test_request_lengths_read_off_a_depth_one_sequence_reproduce_it():
+    rng = np.random.default_rng(0)
+    requests = [Request(16, int(n), int(n)) for n in rng.integers(5, 40, 48)]
+    schedule = replay(requests, 8, 1, Limits(8))
+    found = requests_from_steps(schedule, 16, [1000] * 48, constrained=False)
+    again = replay(found, 8, 1, Limits(8))
+    assert list(zip(again["kind"], again["batch_size"], strict=True)) == list(
+        zip(schedule["kind"], schedule["batch_size"], strict=True)
+    )
+    assert sum(r.output_len for r in found) == sum(r.output_len for r in requests)
+
+
+def test_a_tick_that_planned_nothing_leaves_no_step():
+    import pandas as pd
+
+    steps = pd.DataFrame({"step": [1, 0, 2], "kind": ["decode", "prefill", None]})
+    assert launched(steps)["step"].tolist() == [0, 1]

@@ -1,0 +1,68 @@
+"""Run directories written by an earlier version (schema 1) read as the current schema."""
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bubblelab.costmodel.costs import launched
+from bubblelab.costmodel.schedule import Limits, replay, requests_from_table
+from bubblelab.runs.rundir import SCHEMA_VERSION, read_results
+
+ROOT = Path(__file__).parents[1]
+SWEEP = ROOT / "docs" / "measurements" / "h200-sweep"
+needs_sweep = pytest.mark.skipif(not SWEEP.is_dir(), reason="H200 sweep not in this checkout")
+
+
+@needs_sweep
+def test_a_schema_1_sweep_gets_repeats_and_its_requests_back():
+    results = read_results(SWEEP / "qwen3-4b")
+    runs = results.runs
+    assert SCHEMA_VERSION == 2 and not runs["profiled"].any()
+    assert sorted(runs["repeat"].unique()) == [0, 1, 2]
+    assert (runs["prompt_len"] == 32).all() and (runs["max_num_seqs"] == 64).all()
+    # Unconstrained: each request produced its cap, regenerated from the sweep's seed.
+    tokens = results.requests.groupby("run_id")["output_len"].sum()
+    assert tokens.to_dict() == runs.set_index("run_id")["generated_tokens"].to_dict()
+
+
+@needs_sweep
+def test_a_constrained_schema_1_run_gets_the_lengths_its_depth_1_steps_imply():
+    results = read_results(SWEEP / "qwen3-0.6b-detect")
+    depth1 = results.runs[results.runs["depth"] == 1]
+    assert set(results.requests["run_id"]) == set(depth1["run_id"])  # depth 2's zombies hide them
+    for run in depth1.itertuples():
+        mine = requests_from_table(results.requests[results.requests["run_id"] == run.run_id])
+        schedule = replay(mine, run.streams, 1, Limits(32, 8192, 512))
+        steps = launched(results.steps[results.steps["run_id"] == run.run_id])
+        assert list(schedule["batch_size"]) == steps["batch_size"].astype(int).tolist()
+
+
+def test_a_schema_1_document_without_a_sweep_still_reads(tmp_path):
+    doc = {
+        "schema_version": 1,
+        "runs": [dict(run_id="s4-d1-r3-timeline", depth=1, streams=4, device="cpu",
+                      mean_generated_len=3.0, wall_s=0.1, generated_tokens=12, source="timeline")],
+        "steps": [dict(run_id="s4-d1-r3-timeline", step=0, kind="decode", depth=1, batch_size=4,
+                       forward_ms=1.0, sampling_ms=0.1, busy_ms=1.1, bubble_ms=0.0, period_ms=None,
+                       plan_ms=0.0, launch_ms=0.1, commit_ms=0.1, finalize_ms=0.0, wait_ms=0.0,
+                       gpu_start_ns=0, gpu_end_ns=1)],
+        "provenance": {},
+    }  # fmt: skip
+    (tmp_path / "results.json.gz").write_bytes(gzip.compress(json.dumps(doc).encode()))
+    results = read_results(tmp_path)
+    assert results.runs["repeat"].tolist() == [3] and results.requests.empty
+
+
+@needs_sweep
+def test_predict_reads_a_schema_1_run_directory():
+    result = subprocess.run(
+        [sys.executable, "-m", "bubblelab", "predict", str(SWEEP / "qwen3-1.7b"), "--n-boot", "50"],
+        capture_output=True, text=True, cwd=ROOT, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "qwen3-1.7b · NVIDIA H200 · 64 streams" in result.stdout
+    assert "?" in result.stdout and "not known to ±1 point" in result.stdout
