@@ -1,8 +1,8 @@
 """Run a command under Nsight Systems and get its SQLite export(s).
 
-The capture covers only what the run brackets with cudaProfilerStart/Stop (torch.cuda.profiler.start/stop
-after warm-up), traces CUDA and NVTX, and expands CUDA graphs node by node so their kernels are visible.
-One process may bracket many runs: with --capture-range-end=repeat (nsys 2025.3) every range is its
+The capture covers only what the run brackets with cudaProfilerStart/Stop
+(torch.cuda.profiler.start/stop after warm-up), traces CUDA and NVTX, and expands CUDA graphs node
+by node so their kernels are visible. One process may bracket many runs: with --capture-range-end=repeat (nsys 2025.3) every range is its
 own report, <out>.1.nsys-rep, <out>.2.nsys-rep, ... in the order they ran (profile_ranges).
 Commands are argument lists handed to subprocess, never a shell, so any path or argument is safe.
 """
