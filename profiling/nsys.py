@@ -2,8 +2,9 @@
 
 The capture covers only what the run brackets with cudaProfilerStart/Stop
 (torch.cuda.profiler.start/stop after warm-up), traces CUDA and NVTX, and expands CUDA graphs node
-by node so their kernels are visible. One process may bracket many runs: with --capture-range-end=repeat (nsys 2025.3) every range is its
-own report, <out>.1.nsys-rep, <out>.2.nsys-rep, ... in the order they ran (profile_ranges).
+by node so their kernels are visible. One process may bracket many runs: with
+--capture-range-end=repeat (nsys 2025.3) every range is its own report, <out>.1.nsys-rep,
+<out>.2.nsys-rep, ... in the order they ran (profile_ranges).
 Commands are argument lists handed to subprocess, never a shell, so any path or argument is safe.
 """
 
@@ -123,8 +124,8 @@ def profile_ranges(
     timeout: float | None = None,
     env: dict[str, str] | None = None,
 ) -> list[Path]:
-    """Profile `argv`, one report per cudaProfilerApi range; return their SQLite exports in the order
-    the ranges ran. A report nsys left unexported is exported here."""
+    """Profile `argv`, one report per cudaProfilerApi range; return their SQLite exports in the
+    order the ranges ran. A report nsys left unexported is exported here."""
     out_base = Path(out_base)
     out_base.parent.mkdir(parents=True, exist_ok=True)
     result = _run(profile_command(out_base, argv, "repeat"), timeout=timeout, env=env)
