@@ -5,13 +5,18 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from bubblelab.cli import options
+from bubblelab.cli.output import check_json_dest, console_for, emit_json
 from bubblelab.errors import BubblelabError
+
+if TYPE_CHECKING:  # pandas is imported by the commands, not for --help
+    import pandas as pd
 
 
 def _pct(v: float, lo: float | None = None, hi: float | None = None) -> str:
@@ -86,38 +91,45 @@ def register(app: typer.Typer) -> None:
         catalog: Path | None = typer.Option(
             None, "--catalog", help="A run directory (results.json) or a DuckDB catalog."
         ),
-        as_json: bool = typer.Option(False, "--json", help="Print the table as JSON records."),
-        n_boot: int = typer.Option(1000, help="Bootstrap resamples for the intervals."),
+        json_out: str | None = options.JSON,
+        n_boot: int = options.N_BOOT,
     ) -> None:
         """The post's prediction table: blocking and pipelined ms, L, predicted, observed, interval,
         error."""
+        from bubblelab.costmodel.bootstrap import check_n_boot
         from bubblelab.costmodel.predict import predict_blog, predict_runs
         from bubblelab.runs.rundir import load_runs
 
         sources = [x for x in (run_dir, catalog) if x is not None]
         if blog == bool(sources) or len(sources) > 1:
             raise BubblelabError("give exactly one of RUN_DIR, --catalog PATH or --blog")
+        check_n_boot(n_boot)
+        dest = check_json_dest(json_out)
+        console = console_for(dest)
         if blog:
             table = predict_blog()
         else:
             catalog = sources[0]
             results = load_runs(catalog)
-            table = predict_runs(results.runs, results.steps, results.requests, n_boot=n_boot)
+            with console.status(f"predicting ({n_boot} bootstrap resamples)"):
+                table = predict_runs(results.runs, results.steps, results.requests, n_boot=n_boot)
             for reason in table.attrs["skipped"]:
-                typer.echo(f"skipped {reason}", err=True)
+                console.print(f"skipped {reason}", markup=False)
             if table.empty:
                 raise BubblelabError(
                     f"{catalog} has no configuration measured at both depth 1 and depth 2"
                 )
-        if as_json:
-            typer.echo(table.to_json(orient="records", indent=1))
-        else:
-            console = Console()
-            if (
-                not console.is_terminal
-            ):  # piped or captured: don't squeeze the table into 80 columns
-                console = Console(width=200)
-            console.print(prediction_table(table, blog))
+        if dest is not None:
+            import json
+
+            written = emit_json(dest, json.loads(table.to_json(orient="records")))
+            if written is not None:
+                console.print(f"wrote {written}", markup=False)
+            if dest == "-":
+                return
+        if not console.is_terminal:  # piped or captured: don't squeeze the table into 80 columns
+            console = console_for(dest, width=200)
+        console.print(prediction_table(table, blog))
 
     @app.command()
     def report(
@@ -125,15 +137,25 @@ def register(app: typer.Typer) -> None:
         demo: bool = typer.Option(
             False, "--demo", help="First fill RUN_DIR with a simulated run (no GPU needed)."
         ),
-        n_boot: int = typer.Option(1000, help="Bootstrap resamples for the intervals."),
+        n_boot: int = options.N_BOOT,
     ) -> None:
-        """Write RUN_DIR/report.html: one self-contained page of tables and figures."""
+        """Write RUN_DIR/report.html: one self-contained page of tables and figures. For a sweep
+        that was interrupted or failed, from the runs that finished."""
+        from bubblelab.costmodel.bootstrap import check_n_boot
         from bubblelab.report.report import report_run_dir
+        from bubblelab.runs.assemble import assemble, needs_assembly
 
+        check_n_boot(n_boot)
+        console = Console(stderr=True)
         if demo:
             from bubblelab.runs.demo import write_demo_run_dir
 
             write_demo_run_dir(run_dir, streams=(1, 8, 32))
         elif not run_dir.is_dir():
             raise BubblelabError(f"{run_dir} is not a directory")
-        typer.echo(report_run_dir(run_dir, n_boot=n_boot))
+        elif needs_assembly(run_dir):
+            with console.status("assembling the finished runs"):
+                assemble(run_dir)
+        with console.status("writing the report"):
+            path = report_run_dir(run_dir, n_boot=n_boot)
+        typer.echo(path)

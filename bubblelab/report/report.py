@@ -20,6 +20,7 @@ from markupsafe import Markup
 from bubblelab.costmodel.compare import step_summary
 from bubblelab.costmodel.perturbation import profiler_perturbation
 from bubblelab.costmodel.predict import known_int, predict_blog, predict_runs, run_label
+from bubblelab.files import write_atomic
 from bubblelab.profiling.analysis import steady_state
 from bubblelab.report import figures
 from bubblelab.runs.rundir import Results, read_results
@@ -59,6 +60,7 @@ def timeline_charts(results: Results) -> list[dict]:
         panels = []
         for depth, run in sorted(by_depth.items()):
             steps = results.steps[results.steps["run_id"] == run["run_id"]]
+            steps = steps[steps["gpu_start_ns"].notna()]  # a last planned step may have no GPU span
             ranges = (
                 results.timeline[results.timeline["run_id"] == run["run_id"]]
                 if len(results.timeline)
@@ -179,8 +181,5 @@ def report_run_dir(run_dir: Path | str, n_boot: int = 1000) -> Path:
     """Write DIR/report.html from DIR/results.json and return its path."""
     run_dir = Path(run_dir)
     results = read_results(run_dir)
-    out = run_dir / REPORT_FILE
-    out.write_text(
-        render_report(results, title=run_dir.resolve().name, n_boot=n_boot), encoding="utf-8"
-    )
-    return out
+    html = render_report(results, title=run_dir.resolve().name, n_boot=n_boot)
+    return write_atomic(run_dir / REPORT_FILE, html)
