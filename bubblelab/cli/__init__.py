@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> None:
     _register_all()
     args = json_option_values(sys.argv[1:] if argv is None else argv)
     try:
-        app(args=args, prog_name="bubblelab", standalone_mode=False)
+        status = app(args=args, prog_name="bubblelab", standalone_mode=False)
     except OptionError as e:  # the option as typed on the command line
         _fail(e.message("--" + e.option.replace("_", "-")))
     except BubblelabError as e:  # user mistakes: one line, no traceback, non-zero exit
@@ -95,6 +95,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(e.exit_code)
     except (KeyboardInterrupt, typer.Abort):
         _fail("interrupted", 130)
+    if isinstance(status, int) and status:  # typer.Exit(code) returned, not raised, here
+        sys.exit(status)
 
 
 if __name__ == "__main__":

@@ -58,6 +58,7 @@ plt.rcParams.update(
         "axes.titlesize": 10,
         "legend.frameon": False,
         "svg.fonttype": "path",
+        "text.parse_math": False,  # trace names are data: a `$` in one is not mathtext
     }
 )
 
