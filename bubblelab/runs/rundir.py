@@ -51,9 +51,19 @@ STEP_COLUMNS = (
     "run_id, step, kind, depth, batch_size, forward_ms, sampling_ms, busy_ms, bubble_ms, "
     "period_ms, plan_ms, launch_ms, commit_ms, finalize_ms, wait_ms, gpu_start_ns, gpu_end_ns"
 ).split(", ")
-TEXT_COLUMNS = ("run_id", "kind")
-FREE_COLUMNS = ("device",)  # shown as given
-MAX_RESULTS_BYTES = 1 << 30  # a run directory's results.json is a few MiB; refuse absurd ones
+# The columns readers compute with, by kind: checked on reading so that a damaged or hand-edited
+# file fails in one line here, not with a TypeError deep in the report.
+TEXT, NUMBER = "text", "number"
+TYPED_COLUMNS = {
+    "runs": {"run_id": TEXT, "model": TEXT, "preset": TEXT, "device": TEXT, **dict.fromkeys(("depth", "streams", "mean_generated_len", "wall_s",
+             "generated_tokens", "requests", "decode_steps", "output_len_mean"), NUMBER)},
+    "steps": {"run_id": TEXT, "kind": TEXT, "batch_size": NUMBER},
+    "attribution": {"run_id": TEXT, "phase": TEXT, "bubble_ms": NUMBER},
+    "gaps": {"run_id": TEXT, "step": NUMBER, "gap_ms": NUMBER, "began_in": TEXT},
+    "timeline": {"run_id": TEXT, "lane": TEXT, "phase": TEXT, "step": NUMBER, "start_ns": NUMBER,
+                 "end_ns": NUMBER},
+}  # fmt: skip
+MAX_RESULTS_BYTES = 256 << 20  # an H200 sweep's results.json is 8 MiB; refuse absurd ones
 NEEDED_RUN_COLUMNS = (
     "run_id",
     "depth",
@@ -148,8 +158,15 @@ def read_results(run_dir: Path | str) -> Results:
             raise BubblelabError(
                 f"{path}: {name} lack the column(s) {', '.join(missing)} (see docs/phases.md)"
             )
-        for column in (c for c in needed if c not in FREE_COLUMNS):
-            table[column] = _typed(path, name, column, table[column])
+    for name, table in tables.items():
+        kinds = (
+            {**dict.fromkeys(STEP_COLUMNS, NUMBER), **TYPED_COLUMNS["steps"]}
+            if name == "steps"
+            else TYPED_COLUMNS[name]
+        )
+        for column, kind in kinds.items():
+            if column in table:
+                table[column] = _typed(path, name, column, table[column], kind)
     provenance = doc.get("provenance") or {}
     if not isinstance(provenance, dict):
         raise BubblelabError(f"{path}: provenance is not a JSON object")
@@ -176,9 +193,9 @@ def _load_json(path: Path) -> Any:
         raise BubblelabError(f"{path} is not valid (gzipped) JSON: {_one_line(e)}") from None
 
 
-def _typed(path: Path, table: str, column: str, values: pd.Series) -> pd.Series:
-    """The contract's columns as the readers use them: ids and kinds as text, the rest numbers."""
-    if column in TEXT_COLUMNS:
+def _typed(path: Path, table: str, column: str, values: pd.Series, kind: str) -> pd.Series:
+    """A column as its readers use it: text (run ids never missing), or numbers (missing: NaN)."""
+    if kind == TEXT:
         missing = values.map(lambda v: v is None or (isinstance(v, float) and v != v))
         text = values.map(lambda v: isinstance(v, str)) | (missing & (column != "run_id"))
         if not text.all():
