@@ -31,9 +31,10 @@ def check_int(name: str, value: object, lo: int | None = None, hi: int | None = 
     rule = f"must be an integer {_range(lo, hi)}".rstrip()
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise OptionError(name, rule, value)
-    if (lo is not None and value < lo) or (hi is not None and value > hi):
+    v = int(value)
+    if (lo is not None and v < lo) or (hi is not None and v > hi):
         raise OptionError(name, rule, value)
-    return int(value)
+    return v
 
 
 def check_float(
@@ -72,12 +73,14 @@ def parse_ints(name: str, text: str | int | list[int], lo: int, hi: int) -> list
             values: list = [int(x) for x in text.split(",") if x.strip()]
         except ValueError:
             raise OptionError(name, rule, text) from None
+    elif isinstance(text, list):
+        values = list(text)
     else:
-        values = [text] if isinstance(text, numbers.Integral) else list(text)
+        values = [text]
     if not values:
         raise OptionError(name, rule, text)
     for v in values:
-        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or not lo <= v <= hi:
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or not lo <= int(v) <= hi:
             raise OptionError(name, rule, text)
     if len(set(values)) != len(values):
         raise OptionError(name, rule + " without repeats", text)

@@ -34,11 +34,13 @@ def drive(
     requests: list[Request],
     streams: int,
     progress: Callable[[int], None] | None = None,
-) -> dict[str, Sequence]:
-    """Closed loop with `streams` requests in flight (or timed arrivals), until every request has finished;
-    returns the finished sequences by request id."""
+    finished: dict[str, Sequence] | None = None,
+) -> tuple[dict[str, list[int]], dict[str, str | None]]:
+    """Closed loop with `streams` requests in flight (or timed arrivals), until every request has finished.
+    Returns each request's tokens and finish reason; `finished` also collects their Sequences."""
     pending = list(requests)
-    finished: dict[str, Sequence] = {}
+    outputs: dict[str, list[int]] = {}
+    reasons: dict[str, str | None] = {}
     active = 0
     start = time.perf_counter()
     while pending or engine.has_unfinished():
@@ -54,11 +56,15 @@ def drive(
             continue
         for out in engine.step():
             if out.finished:
-                finished[out.request_id] = engine.seqs.pop(out.request_id, out.seq)
+                outputs[out.request_id] = out.token_ids
+                reasons[out.request_id] = out.finish_reason
+                seq = engine.seqs.pop(out.request_id, out.seq)
+                if finished is not None:
+                    finished[out.request_id] = seq
                 active -= 1
                 if progress is not None:
                     progress(1)
-    return finished
+    return outputs, reasons
 
 
 def run_workload(
@@ -102,17 +108,16 @@ def run_workload(
         torch.cuda.profiler.start()
     t0 = time.perf_counter()
     engine.record_token_times = latency
+    finished: dict[str, Sequence] = {}
     try:
         with GpuClocks(engine.streams.device if engine.streams.is_cuda else None) as clocks:
-            finished = drive(engine, requests, spec.streams, progress)
+            outputs, reasons = drive(engine, requests, spec.streams, progress, finished)
             engine.streams.synchronize()
     finally:
         engine.record_token_times = False
     wall = time.perf_counter() - t0
     if profile and engine.streams.is_cuda:
         torch.cuda.profiler.stop()
-    outputs = {rid: seq.output_ids for rid, seq in finished.items()}
-    reasons = {rid: seq.finish_reason for rid, seq in finished.items()}
     summary = {**summarize(engine, spec, timeline, outputs, wall), **clocks.summary()}
     result = RunResult(summary, outputs, reasons, timeline, requests)
     if latency:

@@ -20,7 +20,7 @@ from bubblelab.profiling.queries import read_sql
 
 # No network, ever: DuckDB would otherwise download an extension it lacks over HTTP (users run
 # this on air-gapped GPU boxes). The one extension we load comes from duckdb-extension-sqlite.
-OFFLINE = {
+OFFLINE: dict[str, str | bool | int | float | list[str]] = {
     "autoinstall_known_extensions": False,
     "autoload_known_extensions": False,
     "allow_community_extensions": False,

@@ -54,15 +54,20 @@ STEP_COLUMNS = (
 # The columns readers compute with, by kind: checked on reading so that a damaged or hand-edited
 # file fails in one line here, not with a TypeError deep in the report.
 TEXT, NUMBER = "text", "number"
+RUN_NUMBERS = "depth streams mean_generated_len wall_s generated_tokens requests decode_steps"
 TYPED_COLUMNS = {
-    "runs": {"run_id": TEXT, "model": TEXT, "preset": TEXT, "device": TEXT, **dict.fromkeys(("depth", "streams", "mean_generated_len", "wall_s",
-             "generated_tokens", "requests", "decode_steps", "output_len_mean"), NUMBER)},
+    "runs": {
+        **dict.fromkeys(("run_id", "model", "preset", "device"), TEXT),
+        **dict.fromkeys((*RUN_NUMBERS.split(), "output_len_mean"), NUMBER),
+    },
     "steps": {"run_id": TEXT, "kind": TEXT, "batch_size": NUMBER},
     "attribution": {"run_id": TEXT, "phase": TEXT, "bubble_ms": NUMBER},
     "gaps": {"run_id": TEXT, "step": NUMBER, "gap_ms": NUMBER, "began_in": TEXT},
-    "timeline": {"run_id": TEXT, "lane": TEXT, "phase": TEXT, "step": NUMBER, "start_ns": NUMBER,
-                 "end_ns": NUMBER},
-}  # fmt: skip
+    "timeline": {
+        **dict.fromkeys(("run_id", "lane", "phase"), TEXT),
+        **dict.fromkeys(("step", "start_ns", "end_ns"), NUMBER),
+    },
+}
 MAX_RESULTS_BYTES = 256 << 20  # an H200 sweep's results.json is 8 MiB; refuse absurd ones
 NEEDED_RUN_COLUMNS = (
     "run_id",

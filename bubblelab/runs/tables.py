@@ -56,7 +56,8 @@ def _cat(frames: list[pd.DataFrame]) -> pd.DataFrame:
 def config_names(runs: list[dict]) -> dict[str, str]:
     """Each run named by its configuration, e.g. `qwen3-0.6b·s8·d2·r0` (r: the repeat, in the
     order given), not by its hash. Runs without a model are named by the start of their id."""
-    names, seen = {}, {}
+    names: dict[str, str] = {}
+    seen: dict[str, int] = {}
     for run in runs:
         model = run.get("model")
         parts = [str(model) if isinstance(model, str) and model else str(run["run_id"])[:8]]

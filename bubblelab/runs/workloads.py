@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from bubblelab.checks import parse_ints
 from bubblelab.engine.config import MAX_NUM_SEQS, EngineConfig, default_dtype
@@ -34,7 +35,7 @@ def plan_runs(
     seed: int = 0,
     constraint: str | None = None,
     constrained_share: float | None = None,
-    **workload: object,
+    **workload: Any,
 ) -> RunPlan:
     """The engine and one workload per streams value, every option checked; nothing loaded yet.
     workload: the other WorkloadSpec fields (requests, output_len_mean, prompt_len, ...)."""
@@ -58,7 +59,7 @@ def plan_runs(
     specs = [
         WorkloadSpec(
             streams=s, constraint=constraint, constrained_share=share, seed=seed, **workload
-        )  # type: ignore[arg-type]
+        )
         for s in counts
     ]
     for spec in specs:
