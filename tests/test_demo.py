@@ -46,4 +46,4 @@ def test_demo_answers_and_profiles(tmp_path):
     assert "No configuration was measured at both depths" not in html
     for section in ("prediction", "step", "timeline", "gaps", "attribution", "provenance"):
         assert f'id="{section}"' in html
-    assert json.loads((out / "sweep.json").read_text())["status"] == "complete"
+    assert json.loads((out / "status.json").read_text())["status"] == "complete"

@@ -117,7 +117,7 @@ def test_a_failure_midway_leaves_a_resumable_directory_that_says_what_failed(tmp
     out = tmp_path / "run"
     with pytest.raises(BubblelabError, match=r"run s2-d2-r0 failed: .* \(3 finished runs kept"):
         sweep(tiny(), out)
-    state = json.loads((out / "sweep.json").read_text())
+    state = json.loads((out / "status.json").read_text())
     assert state["status"] == "failed"
     assert state["failed"] == {"run": "s2-d2-r0", "error": "the profiler died"}
     assert finished_tags(out) == set(TAGS[:3])

@@ -167,7 +167,7 @@ def read_results(run_dir: Path | str) -> Results:
         kinds = (
             {**dict.fromkeys(STEP_COLUMNS, NUMBER), **TYPED_COLUMNS["steps"]}
             if name == "steps"
-            else TYPED_COLUMNS[name]
+            else TYPED_COLUMNS.get(name, {})
         )
         for column, kind in kinds.items():
             if column in table:

@@ -2,8 +2,9 @@
 
 - A run is finished when its record DIR/runs/<pass>/<tag>.json exists: the worker writes it whole
   (write_atomic) after the run, so a crash, Ctrl-C or a dying profiler never half-finishes one.
-- DIR/sweep.json says what the directory is: the sweep's options, how it profiles, and its status
-  (running, interrupted, failed with the run and the reason, complete).
+- DIR/sweep.json holds the sweep's options (asdict(SweepSpec)); DIR/status.json how it profiles,
+  the runs it plans, and how it stands (running, interrupted, failed with the run and the reason,
+  complete).
 - An existing run directory is touched only when asked: `resume` runs what is missing with the
   saved options, `force` replaces bubblelab's files (and only those) with a new sweep.
 - catalog.duckdb, results.json and report.html are derived from the finished runs
@@ -22,10 +23,12 @@ from typing import Any
 from bubblelab.errors import BubblelabError
 from bubblelab.files import write_atomic
 
-STATE_FILE = "sweep.json"
+SPEC_FILE = "sweep.json"
+STATE_FILE = "status.json"
 STATE_VERSION = 1
 # Everything a sweep puts in its directory: what --force removes, and what marks a run directory.
 OURS = (
+    SPEC_FILE,
     STATE_FILE,
     "runs",
     "traces",
@@ -55,22 +58,32 @@ def holds_run(run_dir: Path) -> bool:
 
 
 def read_state(run_dir: Path) -> dict[str, Any] | None:
-    """DIR/sweep.json, or None where there is none (a run directory written before it existed, or
-    one made by write_results directly)."""
-    path = run_dir / STATE_FILE
-    if not path.is_file():
+    """DIR/status.json with the options of DIR/sweep.json under "spec"; None where there is no
+    sweep (a run directory made by write_results directly, or before these files existed)."""
+    if not (run_dir / STATE_FILE).is_file():
         return None
+    state, spec = _read_json(run_dir / STATE_FILE), _read_json(run_dir / SPEC_FILE)
+    if state.get("version") != STATE_VERSION:
+        raise BubblelabError(
+            f"{run_dir / STATE_FILE} was not written by this bubblelab (version {STATE_VERSION})"
+        )
+    return {**state, "spec": spec}
+
+
+def _read_json(path: Path) -> dict[str, Any]:
     try:
-        state = json.loads(path.read_text())
+        doc = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise BubblelabError(f"{path} is not valid JSON ({e})") from None
-    if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
-        raise BubblelabError(f"{path} was not written by this bubblelab (version {STATE_VERSION})")
-    return state
+    if not isinstance(doc, dict):
+        raise BubblelabError(f"{path} is not a JSON object")
+    return doc
 
 
 def write_state(run_dir: Path, state: dict[str, Any]) -> None:
-    write_atomic(run_dir / STATE_FILE, json.dumps(state, indent=1) + "\n")
+    """status.json (the options in sweep.json are written once, when the sweep begins)."""
+    status = {k: v for k, v in state.items() if k != "spec"}
+    write_atomic(run_dir / STATE_FILE, json.dumps(status, indent=1) + "\n")
 
 
 def open_run_dir(
@@ -111,6 +124,7 @@ def open_run_dir(
     check_new_run_dir(run_dir, force=force)
     if force:
         _remove_ours(run_dir)
+    write_atomic(run_dir / SPEC_FILE, json.dumps(spec, indent=1) + "\n")
     state = {
         "version": STATE_VERSION,
         "spec": spec,
