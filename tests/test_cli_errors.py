@@ -82,7 +82,7 @@ BAD = [
     ("run --dtype fp8", "--dtype"),
     ("run --device tpu", "--device"),
     ("run --attention-backend magic", "--attention-backend"),
-    ("run --json DIR", "--json"),
+    ("run --json=DIR", "--json"),
     ("run --json FILE/out.json", "--json"),
     ("run --model MISSING", "MISSING"),
     ("run --no-such-option", "--no-such-option"),
@@ -112,14 +112,14 @@ BAD = [
     ("analyze --catalog SQLITE", "SQLITE"),
     ("analyze --catalog JUNKDB", "JUNKDB"),
     ("analyze --catalog MISSING", "MISSING"),
-    ("analyze --json DIR JUNK", "--json"),
+    ("analyze --json=DIR JUNK", "--json"),
     ("predict", "--blog"),
     ("predict --blog --n-boot 0", "--n-boot"),
     ("predict --blog --n-boot 1000000000", "--n-boot"),
     ("predict --catalog MISSING", "MISSING"),
     ("predict --catalog FILE", "FILE"),
     ("predict --catalog JUNKDB", "JUNKDB"),
-    ("predict --blog --json DIR", "--json"),
+    ("predict --blog --json=DIR", "--json"),
     ("report MISSING", "MISSING"),
     ("report FILE", "FILE"),
     ("report EMPTY", "EMPTY"),
@@ -133,11 +133,12 @@ BAD = [
 def _argv(line: str, paths: dict[str, Path]) -> list[str]:
     words = []
     for word in shlex.split(line):
+        flag, eq, value = word.rpartition("=") if word.startswith("--") else ("", "", word)
         for name in sorted(paths, key=len, reverse=True):  # JUNKDB before JUNK
-            if word.startswith(name):
-                word = str(paths[name]) + word[len(name) :]
+            if value.startswith(name):
+                value = str(paths[name]) + value[len(name) :]
                 break
-        words.append(word)
+        words.append(flag + eq + value)
     return words
 
 

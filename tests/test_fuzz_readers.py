@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import resource
 import shutil
 import sqlite3
@@ -24,10 +25,11 @@ from bubblelab.runs.rundir import read_results
 from tests.profiling_trace_builder import blocking_trace
 
 FUZZ = settings(
-    max_examples=40,
+    # BUBBLELAB_FUZZ_EXAMPLES=2000 for a deeper pass than CI's
+    max_examples=int(os.environ.get("BUBBLELAB_FUZZ_EXAMPLES", 40)),
     deadline=20_000,  # ms per example: a hang fails the test
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-    derandomize=True,  # the same corpus every run: a failure reproduces
+    derandomize="BUBBLELAB_FUZZ_EXAMPLES" not in os.environ,  # CI: the same corpus every run
 )
 MEMORY_GROWTH_MB = 1500
 

@@ -14,14 +14,15 @@ import pytest
 from bubblelab.cli import main
 from bubblelab.errors import BubblelabError
 from bubblelab.report.report import report_run_dir
-from bubblelab.runs import sweep as sweep_module
+from bubblelab.runs import worker
 from bubblelab.runs.assemble import assemble, needs_assembly
 from bubblelab.runs.demo import write_demo_run_dir
 from bubblelab.runs.rundir import read_results
-from bubblelab.runs.state import finished_tags, read_state
+from bubblelab.runs.state import finished_runs, read_state
 from bubblelab.runs.sweep import SweepSpec, run_sweep
 
 TAGS = ["s1-d1-r0", "s1-d2-r0", "s2-d1-r0", "s2-d2-r0"]
+RUNS = [f"plain/{tag}" for tag in TAGS]
 
 
 def tiny(**options) -> SweepSpec:
@@ -30,6 +31,7 @@ def tiny(**options) -> SweepSpec:
         streams=[1, 2],
         output_len_mean=4,
         requests_per_stream=1,
+        repeats=1,
         max_model_len=64,
     )
     return SweepSpec(**{**base, **options})
@@ -63,7 +65,7 @@ def test_interrupt_keep_report_refuse_resume_force(tmp_path):
         sweep(tiny(), out, on_run=ctrl_c_after_two)
     state = read_state(out)
     assert state is not None and state["status"] == "interrupted"
-    assert finished_tags(out) == set(TAGS[:2]) and not (out / "results.json").exists()
+    assert finished_runs(out) == set(RUNS[:2]) and not (out / "results.json").exists()
 
     # `bubblelab report DIR` writes the report from what finished.
     assert needs_assembly(out)
@@ -72,7 +74,7 @@ def test_interrupt_keep_report_refuse_resume_force(tmp_path):
     assert "s1-d2-r0-timeline" in html and "s2-d1-r0-timeline" not in html
     assert re.search(r"\b1 stream\b", html) and not re.search(r"\b2 streams", html)
     provenance = read_results(out).provenance
-    assert provenance["finished_runs"] == TAGS[:2] and provenance["missing_runs"] == TAGS[2:]
+    assert provenance["finished_runs"] == RUNS[:2] and provenance["missing_runs"] == RUNS[2:]
 
     # An existing run directory is touched only with resume or force.
     before = snapshot(out)
@@ -92,22 +94,23 @@ def test_interrupt_keep_report_refuse_resume_force(tmp_path):
 
 
 def failing_after(monkeypatch, n: int) -> None:
-    real = sweep_module._run_in_process
+    """The worker's n+1-th run dies (a profiler that dies, a worker killed)."""
+    real = worker.run_workload
     calls = []
 
-    def run(config, cache):
-        calls.append(config)
+    def run(*args, **kwargs):
+        calls.append(args)
         if len(calls) > n:
             raise BubblelabError("the profiler died")
-        return real(config, cache)
+        return real(*args, **kwargs)
 
-    monkeypatch.setattr(sweep_module, "_run_in_process", run)
+    monkeypatch.setattr(worker, "run_workload", run)
 
 
 def test_a_sweep_that_finishes_nothing_leaves_nothing(tmp_path, monkeypatch):
     failing_after(monkeypatch, 0)
     out = tmp_path / "run"
-    with pytest.raises(BubblelabError, match="run s1-d1-r0 failed: the profiler died"):
+    with pytest.raises(BubblelabError, match="run plain/s1-d1-r0 failed: the profiler died"):
         sweep(tiny(), out)
     assert not out.exists()
 
@@ -115,12 +118,14 @@ def test_a_sweep_that_finishes_nothing_leaves_nothing(tmp_path, monkeypatch):
 def test_a_failure_midway_leaves_a_resumable_directory_that_says_what_failed(tmp_path, monkeypatch):
     failing_after(monkeypatch, 3)
     out = tmp_path / "run"
-    with pytest.raises(BubblelabError, match=r"run s2-d2-r0 failed: .* \(3 finished runs kept"):
+    with pytest.raises(
+        BubblelabError, match=r"run plain/s2-d2-r0 failed: .* \(3 finished runs kept"
+    ):
         sweep(tiny(), out)
     state = json.loads((out / "status.json").read_text())
     assert state["status"] == "failed"
-    assert state["failed"] == {"run": "s2-d2-r0", "error": "the profiler died"}
-    assert finished_tags(out) == set(TAGS[:3])
+    assert state["failed"] == {"run": "plain/s2-d2-r0", "error": "the profiler died"}
+    assert finished_runs(out) == set(RUNS[:3])
     monkeypatch.undo()
     main(["run-and-profile", "--resume", str(out)])  # the CLI: the saved options, the rest
     assert read_state(out)["status"] == "complete"
@@ -132,6 +137,7 @@ def test_a_single_depth_sweep_reports(tmp_path):
     out = tmp_path / "d2"
     argv = ["run-and-profile", "--model", "tiny-llama", "--depths", "2", "--streams", "1"]
     argv += ["--output-len-mean", "4", "--requests-per-stream", "1", "--max-model-len", "64"]
+    argv += ["--repeats", "1"]
     main([*argv, "--no-nsys", "--out", str(out)])
     html = (out / "report.html").read_text()
     assert "No configuration was measured at both depths" in html
