@@ -20,6 +20,7 @@ from bubblelab.errors import BubblelabError
 from bubblelab.profiling import analysis
 from bubblelab.profiling.catalog import connect
 from bubblelab.profiling.ingest import ingest
+from bubblelab.report.report import render_report
 from bubblelab.runs.demo import write_demo_run_dir
 from bubblelab.runs.rundir import read_results
 from tests.profiling_trace_builder import blocking_trace
@@ -204,6 +205,33 @@ def test_mutated_results_read_or_fail_in_one_line(results_doc, tmp_path, edits, 
         (run_dir / "results.json").write_bytes(text)
     try:
         read_results(run_dir)
+    except BubblelabError as e:
+        assert "\n" not in str(e)
+
+
+@settings(FUZZ, max_examples=max(20, FUZZ.max_examples // 4))  # a report takes a second
+@given(
+    edits=st.lists(
+        st.tuples(
+            st.lists(st.integers(0, 100), min_size=1, max_size=5), JSON_VALUES, st.booleans()
+        ),
+        min_size=1,
+        max_size=3,
+    )
+)
+def test_a_report_of_a_mutated_results_json_renders_or_fails_in_one_line(
+    results_doc, tmp_path, edits
+):
+    """`bubblelab report` reads what read_results accepted: no TypeError deep in a figure."""
+    doc = json.loads(json.dumps(results_doc))
+    for path, value, delete in edits:
+        doc = mutate_doc(doc, path, value, delete)
+    run_dir = tmp_path / "run"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir()
+    (run_dir / "results.json").write_text(json.dumps(doc))
+    try:
+        render_report(read_results(run_dir), "fuzz", n_boot=10)
     except BubblelabError as e:
         assert "\n" not in str(e)
 
