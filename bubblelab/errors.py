@@ -8,3 +8,8 @@ class BubblelabError(Exception):
 
 class RequestError(BubblelabError):
     """A single request is invalid; the engine rejects it and keeps serving the others."""
+
+
+class WorkerError(BubblelabError):
+    """A tensor-parallel worker process died or stopped answering: the run ends, the engine is
+    unusable."""

@@ -22,6 +22,8 @@ class RunResult:
     finish_reasons: dict[str, str | None]
     timeline: Timeline
     requests: list[Request] = field(default_factory=list)
+    # Tensor parallel: the timelines of ranks 1..N-1 over the same run (rank 0's is `timeline`).
+    rank_timelines: list[Timeline] = field(default_factory=list)
 
 
 def drive(
@@ -92,6 +94,8 @@ def run_workload(
     timeline.depth = engine.config.depth
     engine.streams.synchronize()
     engine.streams.calibrate()  # a fresh device-clock reference for this run's timeline
+    if engine.workers is not None:  # every rank: a fresh timeline, and the profiler range
+        engine.workers.begin_run(profile)
     if profile and engine.streams.is_cuda:
         torch.cuda.profiler.start()
     t0 = time.perf_counter()
@@ -101,8 +105,9 @@ def run_workload(
     wall = time.perf_counter() - t0
     if profile and engine.streams.is_cuda:
         torch.cuda.profiler.stop()
+    ranks = engine.workers.end_run() if engine.workers is not None else []
     summary = {**summarize(engine, spec, timeline, outputs, wall), **clocks.summary()}
-    return RunResult(summary, outputs, reasons, timeline, requests)
+    return RunResult(summary, outputs, reasons, timeline, requests, ranks)
 
 
 class GpuClocks:
@@ -171,6 +176,7 @@ def summarize(
         "device": _device_name(engine),
         "dtype": c.dtype,
         "depth": c.depth,
+        "tensor_parallel": c.tensor_parallel,
         "streams": spec.streams,
         "requests": spec.requests,
         "output_len_mean": spec.output_len_mean,

@@ -14,6 +14,7 @@ import torch
 
 from bubblelab.engine.block_manager import BlockManager
 from bubblelab.engine.config import EngineConfig
+from bubblelab.engine.distributed.comm import TensorParallel
 from bubblelab.engine.loader import LoadedModel, load_model
 from bubblelab.engine.model_runner import ModelRunner
 from bubblelab.engine.phases import Phases
@@ -51,17 +52,18 @@ class LLMEngine:
         nvtx: bool = False,
     ):
         self.config = config
-        self.loaded = loaded or load_model(
-            config.model,
-            dtype=config.dtype,
-            device=config.device,
-            seed=config.seed,
-            attention_backend=config.attention_backend,
-        )
-        self.tokenizer = self.loaded.tokenizer
-        # Timing events always: a timeline may be attached later (run_workload does), and they cost next to nothing.
-        self.streams = Streams(torch.device(config.device), timing=True)
-        self.runner = ModelRunner(config, self.loaded, self.streams)
+        # Tensor parallel: this process is rank 0 and starts the other ranks' processes (none at 1).
+        self.workers = None
+        if config.tensor_parallel > 1:
+            from bubblelab.engine.distributed.workers import TPWorkers
+
+            self.workers = TPWorkers(config, nvtx)
+        try:
+            self._init_device_side(config, loaded)
+        except BaseException:
+            if self.workers is not None:
+                self.workers.close()
+            raise
         self.blocks = BlockManager(self.runner.num_blocks, config.block_size)
         self.scheduler = Scheduler(config, self.blocks)
         self.pipeline = Pipeline(config.depth, debug=config.debug)
@@ -71,6 +73,29 @@ class LLMEngine:
         if self.tokenizer is not None and self.tokenizer.eos_token_id is not None:
             self.eos_token_ids.add(self.tokenizer.eos_token_id)
         self.seqs: dict[str, Sequence] = {}
+
+    def _init_device_side(self, config: EngineConfig, loaded: LoadedModel | None) -> None:
+        tp = TensorParallel(0, config.tensor_parallel)
+        if loaded is not None and loaded.model.tp != tp:
+            raise BubblelabError(f"the model was loaded as {loaded.model.tp}, the engine runs {tp}")
+        self.loaded = loaded or load_model(
+            config.model,
+            dtype=config.dtype,
+            device=config.device,
+            seed=config.seed,
+            attention_backend=config.attention_backend,
+            tp=tp,
+        )
+        self.tokenizer = self.loaded.tokenizer
+        # Timing events always: a timeline may be attached later (run_workload does), and they cost next to nothing.
+        self.streams = Streams(torch.device(config.device), timing=True)
+        if self.workers is None:
+            self.runner = ModelRunner(config, self.loaded, self.streams)
+        else:
+            from bubblelab.engine.distributed.runner import TPModelRunner
+
+            self.runner = TPModelRunner(config, self.loaded, self.streams, self.workers)
+            self.workers.start_handoff(self.runner.slots)
 
     # -- requests ------------------------------------------------------------------------------------
     def add_request(self, request_id: str, prompt: str | list[int], params: SamplingParams) -> None:
@@ -218,7 +243,14 @@ class LLMEngine:
         self.blocks.check_all_free()
         assert all(s.inflight_refs == 0 for s in self.seqs.values()), "inflight_refs left non-zero"
         assert len(self.scheduler.free_rows) == self.config.max_num_seqs, "batch rows leaked"
+        if self.workers is not None:  # and every worker has sampled every step it was handed
+            self.workers.check_idle()
 
     def close(self) -> None:
-        self.runner.close()
+        # Rank 0's device work first (its collectives need the workers), unless a worker is gone:
+        # then it cannot finish, and closing the workers (kill, abort the group) comes first.
+        if self.workers is None or self.workers.healthy():
+            self.runner.close()
+        if self.workers is not None:
+            self.workers.close()
         self.streams.close()

@@ -40,6 +40,8 @@ RUN_COLUMNS = (
     "decode_steps",
     "source",
     "trace_path",
+    "tensor_parallel",
+    "rank",
 )
 
 

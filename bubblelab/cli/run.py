@@ -35,6 +35,7 @@ def run(
         None, help="fp32, bf16 or fp16 (default: fp32 on CPU, bf16 on CUDA)."
     ),
     depth: int = typer.Option(2, help="Pipeline depth: 1 = blocking, 2 = pipelined."),
+    tensor_parallel: int = typer.Option(1, help="GPUs (processes) the model is split over."),
     streams: int = typer.Option(8, help="Concurrent requests."),
     requests: int | None = typer.Option(None, help="Total requests (default 4 x streams)."),
     output_len_mean: float = typer.Option(110.0, help="Mean generated length L."),
@@ -90,6 +91,7 @@ def run(
         device=device,
         dtype=dtype or default_dtype(device),
         depth=depth,
+        tensor_parallel=tensor_parallel,
         max_num_seqs=max_num_seqs or max(streams, 8),
         max_model_len=max_model_len,
         enforce_eager=enforce_eager,
@@ -186,6 +188,7 @@ def demo(
         device="cpu",
         dtype="fp32",
         depths="1,2",
+        tensor_parallel=1,
         streams=streams,
         output_len_mean=output_len_mean,
         requests_per_stream=2,

@@ -40,6 +40,7 @@ def run_and_profile(
         None, help="fp32/bf16/fp16 (default fp32 on CPU, bf16 on CUDA)."
     ),
     depths: str = typer.Option("1,2", help="Pipeline depths, run back to back."),
+    tensor_parallel: int = typer.Option(1, help="GPUs (processes) the model is split over."),
     streams: str = typer.Option("1,8,32", help="Concurrent streams per configuration."),
     output_len_mean: float = typer.Option(110.0, help="Mean generated length L."),
     requests_per_stream: int = typer.Option(
@@ -71,6 +72,7 @@ def run_and_profile(
         device=device,
         dtype=dtype or default_dtype(device),
         depths=_ints(depths, "depths"),
+        tensor_parallel=tensor_parallel,
         streams=_ints(streams, "streams"),
         output_len_mean=output_len_mean,
         requests_per_stream=requests_per_stream,

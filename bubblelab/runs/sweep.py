@@ -33,7 +33,7 @@ from bubblelab.profiling.ingest import ingest, ingest_timeline
 from bubblelab.profiling.nsys import find_nsys, nsys_version, profile_ranges
 from bubblelab.runs.rundir import write_results
 from bubblelab.runs.tables import collect
-from bubblelab.runs.worker import run_plan, timeline_from_record
+from bubblelab.runs.worker import rank_timelines_from_record, run_plan, timeline_from_record
 
 MIN_DECODE_STEPS = (
     400  # a run long enough to predict: ~400 decode steps (4 requests a stream at L=110)
@@ -59,6 +59,7 @@ class SweepSpec:
     enforce_eager: bool = False
     attention_backend: str = "auto"
     seed: int = 0
+    tensor_parallel: int = 1
 
     def per_stream(self) -> int:
         if self.requests_per_stream is not None:
@@ -74,6 +75,7 @@ class SweepSpec:
             max_num_seqs=max(8, *self.streams), max_model_len=self.max_model_len,
             max_num_batched_tokens=self.max_num_batched_tokens, enforce_eager=self.enforce_eager,
             attention_backend=self.attention_backend, seed=self.seed,
+            tensor_parallel=self.tensor_parallel,
         )  # fmt: skip
 
     def runs(self, repeats: int | None = None) -> list[dict]:
@@ -149,9 +151,12 @@ def assemble(out_dir: Path, strict: bool = True) -> Path:
             record = json.loads((run_dir / f"{run['tag']}.json").read_text())
             meta = _meta(record["summary"], spec, plan)
             run_id = ingest_timeline(
-                timeline_from_record(record), timelines, meta,
+                timeline_from_record(record), timelines, {**meta, "rank": 0},
                 run_id=f"{run['tag']}-{'nsys-' if profiled else ''}timeline",
             )  # fmt: skip
+            for rank, timeline in enumerate(rank_timelines_from_record(record), 1):
+                ingest_timeline(timeline, timelines, {**meta, "rank": rank},
+                                run_id=f"{run_id}-rank{rank}")  # fmt: skip
             if profiled:
                 meta = {**meta, "nsys_version": nsys_version()}
                 run_id = _ingest_trace(traces[i], record, meta, catalog)
@@ -261,6 +266,7 @@ def _meta(summary: dict, spec: SweepSpec, plan: dict) -> dict:
     )
     command = ["bubblelab", *sys.argv[1:]] if sys.argv[0].endswith("bubblelab") else [repr(spec)]
     return {**{k: summary.get(k) for k in keys}, "preset": plan["engine"]["model"],
+            "tensor_parallel": plan["engine"].get("tensor_parallel", 1),
             "command": " ".join(command)}  # fmt: skip
 
 
