@@ -44,7 +44,7 @@ TABLES = ("runs", "steps", "attribution", "gaps", "timeline", "requests")
 RUN_COLUMNS = (
     "run_id, model, preset, depth, streams, output_len_mean, mean_generated_len, requests, device, "
     "driver, torch, nsys_version, schema_version, command, started_at, wall_s, generated_tokens, "
-    "decode_steps, source, trace_path, tensor_parallel, rank"
+    "decode_steps, source, trace_path"
 ).split(", ")
 STEP_COLUMNS = (
     "run_id, step, kind, depth, batch_size, forward_ms, sampling_ms, busy_ms, bubble_ms, "
