@@ -95,7 +95,7 @@ def run_workload(
     engine.streams.synchronize()
     engine.streams.calibrate()  # a fresh device-clock reference for this run's timeline
     if engine.workers is not None:  # every rank: a fresh timeline, and the profiler range
-        engine.workers.begin_run(profile)
+        engine.workers.begin_run(profile, engine.config.depth)
     if profile and engine.streams.is_cuda:
         torch.cuda.profiler.start()
     t0 = time.perf_counter()

@@ -155,7 +155,8 @@ class LLMEngine:
 
     def set_depth(self, depth: int) -> None:
         """Switch between blocking (1) and pipelined (2) between runs. The pipeline's bound is the
-        only difference, so one engine (one model load, one graph capture) serves both depths."""
+        only difference, so one engine (one model load, one graph capture) serves both depths; under
+        tensor parallelism the pipeline is rank 0's alone, so one set of worker processes too."""
         if depth not in (1, 2):
             raise BubblelabError(f"depth must be 1 (blocking) or 2 (pipelined), got {depth}")
         if self.has_unfinished():

@@ -258,12 +258,14 @@ def test_run_and_profile_records_each_rank_as_its_own_run(tmp_path):
     from bubblelab.profiling.catalog import connect
     from bubblelab.runs.sweep import SweepSpec, run_sweep
 
-    spec = SweepSpec(model="tiny-llama", depths=[2], streams=[2], output_len_mean=6,
+    spec = SweepSpec(model="tiny-llama", depths=[1, 2], streams=[2], output_len_mean=6, repeats=1,
                      requests_per_stream=1, max_model_len=64, tensor_parallel=2)  # fmt: skip
     run_sweep(spec, tmp_path, use_nsys=False, say=lambda _: None)
+    assert not mp.active_children()  # one engine served both depths, closed at the end
     con = connect(tmp_path / "catalog.duckdb")
-    runs = con.sql("SELECT run_id, tensor_parallel, rank FROM runs ORDER BY rank").fetchall()
-    assert runs == [("s2-d2-r0-timeline", 2, 0), ("s2-d2-r0-timeline-rank1", 2, 1)]
-    launched = "SELECT run_id, count(*) FROM steps WHERE kind IS NOT NULL GROUP BY run_id"
-    steps = con.sql(launched).fetchall()  # (rank 0 also has its last, empty plan)
-    assert len(steps) == 2 and steps[0][1] == steps[1][1] > 3
+    runs = con.sql("SELECT run_id, depth, tensor_parallel, rank FROM runs ORDER BY ALL").fetchall()
+    assert runs == [(f"s2-d{d}-r0-timeline{s}", d, 2, r) for d in (1, 2)
+                    for r, s in ((0, ""), (1, "-rank1"))]  # fmt: skip
+    launched = "SELECT count(*) FROM steps WHERE kind IS NOT NULL GROUP BY run_id ORDER BY run_id"
+    counts = [n for (n,) in con.sql(launched).fetchall()]  # (rank 0 also has its last, empty plan)
+    assert counts[0] == counts[1] > 3 and counts[2] == counts[3] > 3

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
@@ -55,7 +56,8 @@ class H(IntEnum):
     ANY_TOP_P = 10
     MAX_TOP_K = 11
     MASKED = 12
-    ARG = 13
+    ARG = 13  # a control message's argument
+    DEPTH = 14  # BEGIN_RUN: rank 0's pipeline depth (for the worker's timeline and step marks)
 
 
 @dataclass
@@ -127,11 +129,20 @@ class ShmRing:
         return self.spec.slots - self.space[reader].get_value()
 
     # -- reader (a worker) -------------------------------------------------------------------------
-    def recv(self, reader: int, idle: Callable[[], None]) -> tuple[np.ndarray, np.ndarray]:
-        """The next message: (header copy, payload view valid until release()). idle() runs every
-        POLL_S while there is none (a worker checks that rank 0 is still alive there)."""
-        while not self.ready[reader].acquire(timeout=POLL_S):
-            idle()
+    def recv(
+        self, reader: int, idle: Callable[[], None], spin_s: float = 0.0
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The next message: (header copy, payload view valid until release()). The reader spins up
+        to spin_s first (waking a sleeping process costs the writer ~16 us and the reader more on
+        the CPU machine, ~1 us while it spins), then sleeps, running idle() every POLL_S (a worker
+        checks
+        there that rank 0 is still alive)."""
+        sem, deadline = self.ready[reader], time.perf_counter() + spin_s
+        while not sem.acquire(False):
+            if time.perf_counter() > deadline:
+                while not sem.acquire(timeout=POLL_S):
+                    idle()
+                break
         k = self.received % self.spec.slots
         header = self.headers[k].copy()
         return header, self.payloads[k][: header[H.NBYTES]]

@@ -44,6 +44,8 @@ from bubblelab.engine.sampler import SamplingFlags
 from bubblelab.engine.streams import Streams
 from bubblelab.engine.timeline import StepInfo, Timeline
 
+SPIN_S = 0.05
+
 
 @dataclass
 class WorkerArgs:
@@ -114,9 +116,14 @@ class Worker:
         spec = RingSpec(**json.loads(store.get("bubblelab-ring")))
         self.ring = ShmRing(spec, a.ready, a.space, create=False)
         self.reader = a.rank - 1
+        # On a GPU host the worker spins on the ring between messages (up to a step's time; a core
+        # each, as vLLM's workers do): waking a sleeping process costs both sides. On the CPU the
+        # worker's device thread needs the interpreter, so it sleeps at once.
+        self.spin_s = SPIN_S if device.type == "cuda" else 0.0
         self.host_bytes = [slot.meta.host.numpy() for slot in self.runner.slots]
         self.held: list[_Held | None] = [None] * NUM_SLOTS
         self.profiled = False
+        self.depth = config.depth  # rank 0's, as of the last BEGIN_RUN
         env = {k: os.environ.get(k) for k in NO_MULTICAST_ENV}
         self.replies.put(("ready", self.rank, env))
 
@@ -124,7 +131,7 @@ class Worker:
         handlers = {Op.LAUNCH: self.launch, Op.FINALIZE: self.finalize}
         while True:
             waited = time.perf_counter_ns()
-            header, payload = self.ring.recv(self.reader, self._check_parent)
+            header, payload = self.ring.recv(self.reader, self._check_parent, self.spin_s)
             op = Op(int(header[H.OP]))
             try:
                 if op in handlers:
@@ -135,7 +142,7 @@ class Worker:
                 elif op is Op.SHUTDOWN:
                     break
                 else:
-                    self.control(op, int(header[H.ARG]))
+                    self.control(op, header)
             finally:
                 self.ring.release(self.reader)
         self.ring.close()
@@ -149,9 +156,7 @@ class Worker:
         slot = self.runner.slots[i]
         kind = StepKind.PREFILL if h[H.KIND] else StepKind.DECODE
         with self.phases.range("launch", step):
-            self.phases.step_meta(
-                StepInfo(step, kind.value, rows, int(h[H.TOKENS])), self.config.depth
-            )
+            self.phases.step_meta(StepInfo(step, kind.value, rows, int(h[H.TOKENS])), self.depth)
             self.host_bytes[i][: payload.nbytes] = payload
             flags = SamplingFlags(
                 bool(h[H.ALL_GREEDY]),
@@ -199,7 +204,7 @@ class Worker:
         self.held[i] = None
 
     # -- control -----------------------------------------------------------------------------------
-    def control(self, op: Op, arg: int) -> None:
+    def control(self, op: Op, h: np.ndarray) -> None:
         if (
             op is Op.CHECK_IDLE
         ):  # rank 0 drained its pipeline: every step it launched here has sampled
@@ -213,9 +218,10 @@ class Worker:
         self.streams.synchronize()
         if op is Op.BEGIN_RUN:
             self.timeline.clear()
-            self.timeline.enabled, self.timeline.depth = True, self.config.depth
+            self.depth = int(h[H.DEPTH])
+            self.timeline.enabled, self.timeline.depth = True, self.depth
             self.streams.calibrate()
-            self.profiled = bool(arg) and self.streams.is_cuda
+            self.profiled = bool(h[H.ARG]) and self.streams.is_cuda
             if self.profiled:
                 torch.cuda.profiler.start()
             self.replies.put(("begun", self.rank, None))

@@ -169,8 +169,10 @@ class TPWorkers:
         raise self.failed
 
     # -- runs (timelines, profiler range) and idle checks ------------------------------------------
-    def begin_run(self, profile: bool) -> None:
-        self._send(self._new_header(Op.BEGIN_RUN, arg=int(profile)), None, "a run's start")
+    def begin_run(self, profile: bool, depth: int) -> None:
+        h = self._new_header(Op.BEGIN_RUN, arg=int(profile))
+        h[H.DEPTH] = depth
+        self._send(h, None, "a run's start")
         self._replies("begun", self.timeout_s)
 
     def end_run(self) -> list[Timeline]:
