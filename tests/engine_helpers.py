@@ -81,7 +81,9 @@ def random_workload(data, vocab: int = 512) -> list[Req]:
 def make_tp_engine(preset: str, seed: int, tensor_parallel: int = 2, **options) -> LLMEngine:
     """make_engine's configuration for a tensor-parallel engine, which loads its own shards of a
     preset."""
-    defaults = dict(max_num_seqs=8, max_model_len=128, block_size=4, num_kv_blocks=128, debug=True)
+    defaults: dict[str, Any] = dict(
+        max_num_seqs=8, max_model_len=128, block_size=4, num_kv_blocks=128, debug=True
+    )
     defaults.update(options)
     config = EngineConfig(model=preset, seed=seed, tensor_parallel=tensor_parallel, **defaults)
     return LLMEngine(config)
