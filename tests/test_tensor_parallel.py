@@ -178,6 +178,25 @@ def test_depth_1_and_depth_2_give_identical_tokens_at_tp_2(data):
             assert a == b and out[1].reasons[r.rid] == out[2].reasons[r.rid]
 
 
+def test_the_python_api_splits_a_checkpoint_over_three_ranks():
+    """LLM(tensor_parallel=3): the embedded SmolLM2 GGUF (9 heads, 3 KV heads) sharded at load over
+    three processes answers as one process does (nothing assumes two ranks)."""
+    from bubblelab.engine import LLM
+
+    prompt, params = "The capital of France is", SamplingParams(max_tokens=8)
+    one = LLM()
+    expected = one.generate(prompt, params)[0]
+    one.close()
+    three = LLM(tensor_parallel=3)
+    try:
+        got = three.generate(prompt, params)[0]
+        three.engine.check_idle()
+    finally:
+        three.close()
+    assert got.token_ids == expected.token_ids and got.text == expected.text
+    assert not mp.active_children()
+
+
 def test_tp_1_is_one_process_on_the_single_gpu_path(tiny_llama):
     engine = make_engine(tiny_llama)
     assert engine.workers is None and type(engine.runner) is ModelRunner

@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 
 from bubblelab.engine.config import ModelConfig
+from bubblelab.errors import BubblelabError
 
 # NVLink multicast (NVLS) and symmetric-memory multimem ops stay off: the GPU machines require it,
 # and these are set in every process the engine starts and in the parent before NCCL initialises.
@@ -35,8 +36,6 @@ class TensorParallel:
 
     def split(self, n: int, what: str) -> int:
         """n / size, refusing a split that would not be even."""
-        from bubblelab.errors import BubblelabError
-
         if n % self.size:
             raise BubblelabError(
                 f"tensor parallel {self.size} does not divide the model's {what} ({n})"
@@ -56,6 +55,7 @@ def check_split(cfg: ModelConfig, size: int) -> None:
 
 
 def set_no_multicast_env() -> None:
+    """In this process, and so in every process it starts from now on."""
     os.environ.update(NO_MULTICAST_ENV)
 
 

@@ -72,6 +72,8 @@ class RingSpec:
 class ShmRing:
     """One writer (rank 0), `len(ready)` readers (the workers, reader i = rank i + 1), K slots."""
 
+    SLOTS = 8  # room for a few steps of lag; a worker normally reads each message at once
+
     def __init__(
         self,
         spec: RingSpec,
@@ -82,13 +84,11 @@ class ShmRing:
         self.spec, self.ready, self.space = spec, ready, space
         self.slot_bytes = HEADER_BYTES + -(-spec.capacity // 64) * 64
         size = spec.slots * self.slot_bytes
-        self.shm = _attach(spec.name, size) if not create else _create(spec.name, size)
+        self.shm = _create(spec.name, size) if create else _attach(spec.name)
         buf = np.ndarray((spec.slots, self.slot_bytes), np.uint8, self.shm.buf)
         self.headers = [row[:HEADER_BYTES].view(np.int64) for row in buf]
         self.payloads = [row[HEADER_BYTES:] for row in buf]
         self.sent = self.received = 0  # the writer's and this reader's message counts
-
-    SLOTS = 8  # room for a few steps of lag; a worker normally reads each message at once
 
     @staticmethod
     def make(capacity: int, ready: list, space: list) -> ShmRing:
@@ -166,7 +166,7 @@ def _create(name: str, size: int) -> shared_memory.SharedMemory:
     return shared_memory.SharedMemory(name=name, create=True, size=size)
 
 
-def _attach(name: str, size: int) -> shared_memory.SharedMemory:
+def _attach(name: str) -> shared_memory.SharedMemory:
     """Attach without taking ownership: rank 0 unlinks the block. (Spawned workers share rank 0's
     resource tracker, so registering the name again is harmless; Python >= 3.13 skips it.)"""
     try:

@@ -22,6 +22,7 @@ import os
 import time
 import traceback
 from dataclasses import dataclass
+from datetime import timedelta
 
 import numpy as np
 import torch
@@ -96,7 +97,8 @@ class Worker:
         if device.type == "cuda":
             torch.cuda.set_device(device)
         tp = TensorParallel(a.rank, a.size)
-        store = dist.TCPStore("127.0.0.1", a.store_port, a.size, is_master=False)
+        wait = timedelta(seconds=a.init_timeout_s)  # rank 0 publishes the ring after its own init
+        store = dist.TCPStore("127.0.0.1", a.store_port, a.size, is_master=False, timeout=wait)
         init_group(tp, device, store, a.init_timeout_s)
         self.config = config = dataclasses.replace(a.config, device=str(device))
         loaded = load_model(
@@ -110,9 +112,8 @@ class Worker:
         self.timeline = Timeline(enabled=False)
         self.phases = Phases(nvtx_enabled=a.nvtx, timeline=self.timeline)
         self.streams = Streams(device)
-        self.runner = ModelRunner(
-            config, loaded, self.streams
-        )  # collectives: every rank builds one
+        # Its KV pool size and its graph warm-up run collectives: every rank builds one, in step.
+        self.runner = ModelRunner(config, loaded, self.streams)
         spec = RingSpec(**json.loads(store.get("bubblelab-ring")))
         self.ring = ShmRing(spec, a.ready, a.space, create=False)
         self.reader = a.rank - 1
@@ -135,9 +136,8 @@ class Worker:
             op = Op(int(header[H.OP]))
             try:
                 if op in handlers:
-                    self.timeline.add_host(
-                        "recv", int(header[H.STEP]), waited, time.perf_counter_ns()
-                    )
+                    step = int(header[H.STEP])
+                    self.timeline.add_host("recv", step, waited, time.perf_counter_ns())
                     handlers[op](header, payload)
                 elif op is Op.SHUTDOWN:
                     break
@@ -205,10 +205,8 @@ class Worker:
 
     # -- control -----------------------------------------------------------------------------------
     def control(self, op: Op, h: np.ndarray) -> None:
-        if (
-            op is Op.CHECK_IDLE
-        ):  # rank 0 drained its pipeline: every step it launched here has sampled
-            unsampled = [h.record.step_id for h in self.held if h and not h.sampled]
+        if op is Op.CHECK_IDLE:  # rank 0 drained its pipeline: every step here has sampled
+            unsampled = [x.record.step_id for x in self.held if x and not x.sampled]
             problem = f"steps {unsampled} launched but never sampled" if unsampled else None
             self.replies.put(("idle", self.rank, problem))
             if unsampled:

@@ -27,7 +27,13 @@ import torch.multiprocessing as tmp
 
 from bubblelab.engine.config import PRESETS, EngineConfig
 from bubblelab.engine.decode_slot import DecodeSlot, LaunchRecord
-from bubblelab.engine.distributed.comm import TensorParallel, check_split, close_group, init_group
+from bubblelab.engine.distributed.comm import (
+    TensorParallel,
+    check_split,
+    close_group,
+    init_group,
+    set_no_multicast_env,
+)
 from bubblelab.engine.distributed.handoff import HEADER_WORDS, H, Op, ShmRing
 from bubblelab.engine.distributed.worker import WorkerArgs, rank_device, worker_main
 from bubblelab.engine.pipeline import StepKind
@@ -51,14 +57,14 @@ class TPWorkers:
                 f"tensor parallel {self.size} needs {self.size} GPUs from {self.device}; "
                 f"{torch.cuda.device_count()} visible"
             )
-        if (
-            config.model in PRESETS
-        ):  # a split that cannot work fails here, before any process starts
+        # A split that cannot work fails here, before any process starts.
+        if config.model in PRESETS:
             check_split(PRESETS[config.model], self.size)
         if dist.is_initialized():
             raise BubblelabError(
                 "a tensor-parallel engine is already running in this process; close it first"
             )
+        set_no_multicast_env()  # before any worker is spawned: they inherit it
         self.failed: WorkerError | None = None
         self.ring: ShmRing | None = None
         self.errors: dict[int, str] = {}
@@ -73,10 +79,9 @@ class TPWorkers:
         for rank in range(1, self.size):
             args = WorkerArgs(rank, self.size, config, self.store.port, self.ready, self.space,
                               self.replies, nvtx, INIT_TIMEOUT_S)  # fmt: skip
+            # A daemon: multiprocessing terminates it if this process exits without close().
             proc = ctx.Process(target=worker_main, args=(args,), name=f"bubblelab-tp{rank}")
-            proc.daemon = (
-                True  # multiprocessing terminates it if this process exits without close()
-            )
+            proc.daemon = True
             proc.start()
             self.procs.append(proc)
         atexit.register(self.close)
@@ -89,9 +94,8 @@ class TPWorkers:
         capacity = max(max(s.meta.nbytes, s.mask_host.numel() * 4) for s in slots)
         self.ring = ShmRing.make(capacity, self.ready, self.space)
         self.store.set("bubblelab-ring", json.dumps(asdict(self.ring.spec)))
-        self.worker_env = self._replies(
-            "ready", INIT_TIMEOUT_S
-        )  # what NO_MULTICAST_ENV reads there
+        # Each worker answers with what the NO_MULTICAST_ENV variables read in its process.
+        self.worker_env = self._replies("ready", INIT_TIMEOUT_S)
 
     # -- the hand-off ------------------------------------------------------------------------------
     def send_launch(self, record: LaunchRecord, slot: DecodeSlot, host_bytes: np.ndarray) -> None:
@@ -222,8 +226,8 @@ class TPWorkers:
         """Stop the workers (cleanly unless one failed), leave the group, remove the ring.
         Idempotent."""
         atexit.unregister(self.close)
-        clean = self.healthy()
-        if clean and self.ring is not None:
+        clean = self.healthy() and self.ring is not None  # without the ring they are still in init
+        if clean:
             try:
                 self._send(self._new_header(Op.SHUTDOWN), None, "the shutdown")
             except WorkerError:
