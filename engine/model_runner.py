@@ -147,14 +147,17 @@ class ModelRunner:
         self.enqueue_forward(slot, record, phases)
 
     def finalize(self, step: Step, phases: Phases) -> None:
-        slot, record = self.slots[step.slot], self._record(step)
+        slot, n = self.slots[step.slot], len(step.seqs)
+        record = slot.record
+        assert record is not None and record.step_id == step.step_id, (
+            "I2: slot record of another step"
+        )
         masked = any(s.constraint is not None for s in step.seqs)
         if masked:
             with phases.range("mask", step.step_id):
                 slot.fill_mask(step.seqs)
-                self.enqueue_mask(slot, record.rows)
+                self.enqueue_mask(slot, n)
         self.enqueue_sampling(slot, record, masked, phases)
-        self.enqueue_copy_back(slot, record, phases)
 
     # -- their host and device halves (tensor-parallel workers run the device halves) --------------
     def fill_launch(self, step: Step, slot: DecodeSlot, blocks: BlockManager) -> LaunchRecord:
@@ -214,9 +217,16 @@ class ModelRunner:
         self.streams.compute.wait(slot.ev_mask_ready)
 
     def enqueue_sampling(
-        self, slot: DecodeSlot, record: LaunchRecord, masked: bool, phases: Phases
+        self,
+        slot: DecodeSlot,
+        record: LaunchRecord,
+        masked: bool,
+        phases: Phases,
+        copy_back: bool = True,
     ) -> None:
-        n, compute = record.rows, self.streams.compute
+        """Sampling on the compute stream; then (copy_back: rank 0) the sampled ids to the host on
+        the copy stream, anchored to exactly this step's outputs."""
+        n, compute, copy = record.rows, self.streams.compute, self.streams.copy
         variant = sampling_variant(record.flags, masked)
         bucket = self.graphs.sample_bucket(n, variant)
         record.sample_graph = bucket is not None
@@ -227,24 +237,14 @@ class ModelRunner:
             else:
                 compute.submit(lambda: self._sample_body(slot, n, record.flags, masked))
             compute.record(slot.ev_done)
-
-    def enqueue_copy_back(self, slot: DecodeSlot, record: LaunchRecord, phases: Phases) -> None:
-        """The sampled ids to the host on the copy stream, anchored to exactly this step's
-        outputs."""
-        n, copy = record.rows, self.streams.copy
+        if not copy_back:
+            return
         with phases.range("copy_d2h", record.step_id):
             copy.wait(slot.ev_done)  # nothing queued behind this step's sampling delays the copy
             copy.submit(
                 lambda: slot.sampled_host[: n + 1].copy_(slot.sampled[: n + 1], non_blocking=True)
             )
             copy.record(slot.ev_copied)
-
-    def _record(self, step: Step) -> LaunchRecord:
-        record = self.slots[step.slot].record
-        assert record is not None and record.step_id == step.step_id, (
-            "I2: slot record of another step"
-        )
-        return record
 
     def wait(self, step: Step) -> list[int]:
         slot = self.slots[step.slot]

@@ -36,7 +36,8 @@ class TPModelRunner(ModelRunner):
         self.enqueue_forward(slot, record, phases)
 
     def finalize(self, step: Step, phases: Phases) -> None:
-        slot, record = self.slots[step.slot], self._record(step)
+        slot, record = self.slots[step.slot], self.slots[step.slot].record
+        assert record is not None and record.step_id == step.step_id, "I2: record of another step"
         masked = any(s.constraint is not None for s in step.seqs)
         if masked:
             with phases.range("mask", step.step_id):
@@ -45,7 +46,6 @@ class TPModelRunner(ModelRunner):
         with phases.range("handoff", step.step_id):
             self.workers.send_finalize(record, slot, masked)
         self.enqueue_sampling(slot, record, masked, phases)
-        self.enqueue_copy_back(slot, record, phases)
 
     def wait(self, step: Step) -> list[int]:
         slot = self.slots[step.slot]

@@ -186,7 +186,7 @@ class Worker:
                 with self.phases.range("mask", step):
                     slot.mask_np[:rows] = payload.view(np.int32).reshape(rows, -1)
                     self.runner.enqueue_mask(slot, rows)
-            self.runner.enqueue_sampling(slot, held.record, masked, self.phases)
+            self.runner.enqueue_sampling(slot, held.record, masked, self.phases, copy_back=False)
         held.sampled = True
 
     def _retire(self, i: int) -> None:
