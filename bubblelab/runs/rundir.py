@@ -175,8 +175,8 @@ def merge_results(named: dict[str, Results]) -> Results:
     """Several run directories as one Results (one report for a whole sweep).
 
     Each name becomes its runs' `preset` (so configurations of different directories never pair up,
-    e.g. qwen3-0.6b with and without a grammar) and prefixes their run ids, which repeat across
-    directories.
+    e.g. qwen3-0.6b with and without a grammar) and `run_dir`, and prefixes their run ids, which
+    repeat across directories.
     """
     merged: dict[str, list[pd.DataFrame]] = {name: [] for name in TABLES}
     for source, results in named.items():
@@ -188,7 +188,7 @@ def merge_results(named: dict[str, Results]) -> Results:
             if "run_id" in table:
                 table["run_id"] = source + "/" + table["run_id"].astype(str)
             if name == "runs":
-                table["preset"] = source
+                table["preset"] = table["run_dir"] = source
             merged[name].append(table)
     tables = {
         name: pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()

@@ -1,0 +1,77 @@
+"""Where measured runs come from, opened one way: a run directory, a single nsys trace, or (nothing
+given) the committed traces.
+
+`open_source` gives the tables (`Results`) and, where one exists, the catalog they came from, so a
+caller can ask profiling.analysis more (every host range of every step, the bubble split by time).
+The notebooks, `bubblelab export` and the report's exports open their input here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+from bubblelab.errors import BubblelabError
+from bubblelab.profiling.catalog import connect
+from bubblelab.profiling.ingest import ingest
+from bubblelab.runs.rundir import Results, read_results, results_path
+from bubblelab.runs.tables import collect
+from bubblelab.runs.traces import load_traces
+
+CATALOG_FILE = "catalog.duckdb"  # what run-and-profile leaves beside results.json
+TRACE_SUFFIXES = (".sqlite", ".sqlite.gz")
+
+
+@dataclass
+class Source:
+    results: Results
+    catalog: duckdb.DuckDBPyConnection | None  # holds every run of `results`, or None
+    name: str
+
+
+def open_source(path: Path | str | None = None) -> Source:
+    """A run directory (DIR/results.json[.gz], with DIR/catalog.duckdb when the sweep left one), an
+    nsys SQLite export (.sqlite or .sqlite.gz, ingested into a catalog in memory), or None for the
+    committed traces (traces/index.json)."""
+    if path is None:
+        con = connect(None)
+        return Source(load_traces(catalog=con), con, "committed traces")
+    path = Path(path)
+    if path.is_dir():
+        if results_path(path) is None:
+            raise BubblelabError(
+                f"no results.json in {path} (run `bubblelab run-and-profile` first)"
+            )
+        results = read_results(path)
+        return Source(results, _catalog_holding(path / CATALOG_FILE, results), path.resolve().name)
+    if path.is_file() and path.name.endswith(TRACE_SUFFIXES):
+        con = connect(None)
+        run_id = ingest(path, None, {}, con=con)
+        results = collect(con, [run_id], provenance={"traces": {path.name: str(path)}})
+        return Source(results, con, path.name.removesuffix(".gz").removesuffix(".sqlite"))
+    if not path.exists():
+        raise BubblelabError(f"{path} does not exist")
+    raise BubblelabError(
+        f"{path} is neither a run directory nor an nsys SQLite export (.sqlite, .sqlite.gz)"
+    )
+
+
+def _catalog_holding(path: Path, results: Results) -> duckdb.DuckDBPyConnection | None:
+    """The sweep's catalog, if it is there and holds every run of results.json (a copied or trimmed
+    run directory may have lost it)."""
+    if not path.is_file():
+        return None
+    try:
+        con = duckdb.connect(str(path), read_only=True)
+    except duckdb.Error:
+        return None  # locked by a running sweep, or not a catalog: the tables alone will do
+    try:
+        known = set(con.execute("SELECT run_id FROM runs").df()["run_id"])
+    except duckdb.Error:
+        known = set()
+    if not set(results.runs["run_id"]) <= known:
+        con.close()
+        return None
+    return con
