@@ -15,6 +15,7 @@ from bubblelab.report import summary
 from bubblelab.report.report import REPORT_FILE, report_dirs, report_run_dir
 from bubblelab.runs.demo import write_demo_run_dir
 from bubblelab.runs.rundir import Results, read_results, write_results
+from bubblelab.runs.traces import TRACES_DIR
 
 EVIL = "<script>alert(1)</script>"
 SECTIONS = (
@@ -307,7 +308,18 @@ def test_cli_compares_directories_into_out(tmp_path, demo_dir):
         text=True,
         timeout=300,
     )
-    assert done.returncode == 2 and "is not a directory" in done.stderr
+    assert done.returncode == 2 and "x does not exist" in done.stderr
+
+
+def test_report_of_a_single_trace(tmp_path):
+    """An nsys export without metadata gets a page too: its stream count read from its steps, said
+    so, and every host range of every step in the exported trace."""
+    trace = TRACES_DIR / "qwen3-0.6b-s32-d2.sqlite.gz"
+    html = report_run_dir(trace, n_boot=20, out=tmp_path / REPORT_FILE).read_text()
+    assert "1 run, 1 configuration" in html and "32 streams" in html
+    assert "the steady decode batch: the trace names no stream count" in html
+    assert "No configuration was measured at both depths" in html
+    assert (tmp_path / "export" / "trace.json.gz").is_file()
 
 
 def test_report_names_a_configuration_it_cannot_predict(tmp_path, demo_dir):

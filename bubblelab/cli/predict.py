@@ -122,7 +122,9 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def report(
         run_dirs: list[Path] = typer.Argument(
-            ..., help="Run directories holding results.json; two or more are compared side by side."
+            ...,
+            help="Run directories holding results.json (or one nsys export); two or more are "
+            "compared side by side.",
         ),
         out: Path | None = typer.Option(
             None, "--out", help="The page to write (default RUN_DIR/report.html for one directory)."
@@ -142,9 +144,6 @@ def register(app: typer.Typer) -> None:
             if len(run_dirs) != 1:
                 raise BubblelabError("--demo fills one run directory")
             write_demo_run_dir(run_dirs[0], streams=(1, 8, 32))
-        for run_dir in run_dirs:
-            if not run_dir.is_dir():
-                raise BubblelabError(f"{run_dir} is not a directory")
         if len(run_dirs) == 1:
             page = report_run_dir(run_dirs[0], n_boot=n_boot, out=out)
         elif out is None:

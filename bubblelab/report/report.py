@@ -114,13 +114,17 @@ def render_report(
 
 
 def report_run_dir(
-    run_dir: Path | str, n_boot: int = 1000, export: bool = True, out: Path | None = None
+    source: Path | str, n_boot: int = 1000, export: bool = True, out: Path | None = None
 ) -> Path:
-    """Write DIR/report.html (or out) and export/ beside it from DIR/results.json; returns the
-    page's path."""
-    run_dir = Path(run_dir)
-    page = Path(out) if out is not None else run_dir / REPORT_FILE
-    return _write([open_source(run_dir)], page, run_dir.resolve().name, n_boot, export)
+    """Write the page of a run directory (DIR/report.html) or of one nsys export (out, default
+    NAME-report/report.html here), with export/ beside it; returns the page's path."""
+    source = Path(source)
+    opened = open_source(source)
+    if out is None:
+        folder = source if source.is_dir() else Path(f"{opened.name}-report")
+        out = folder / REPORT_FILE
+    title = source.resolve().name if source.is_dir() else opened.name
+    return _write([opened], Path(out), title, n_boot, export)
 
 
 def report_dirs(

@@ -12,8 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
+import pandas as pd
 
 from bubblelab.errors import BubblelabError
+from bubblelab.profiling.analysis import steady_state
 from bubblelab.profiling.catalog import connect
 from bubblelab.profiling.ingest import ingest
 from bubblelab.runs.rundir import Results, read_results, results_path
@@ -50,12 +52,29 @@ def open_source(path: Path | str | None = None) -> Source:
         con = connect(None)
         run_id = ingest(path, None, {}, con=con)
         results = collect(con, [run_id], provenance={"traces": {path.name: str(path)}})
-        return Source(results, con, path.name.removesuffix(".gz").removesuffix(".sqlite"))
+        name = path.name.removesuffix(".gz").removesuffix(".sqlite")
+        return Source(_bare_trace(results), con, name)
     if not path.exists():
         raise BubblelabError(f"{path} does not exist")
     raise BubblelabError(
         f"{path} is neither a run directory nor an nsys SQLite export (.sqlite, .sqlite.gz)"
     )
+
+
+def _bare_trace(results: Results) -> Results:
+    """A trace ingested without metadata: its unknown counts as missing numbers, and its stream
+    count read as each run's usual decode batch (the steady state's, which the stream count sets),
+    said so in the provenance."""
+    runs = results.runs
+    for column in ("requests", "generated_tokens", "wall_s", "mean_generated_len"):
+        runs[column] = pd.to_numeric(runs[column], errors="coerce").astype(float)
+    missing = runs["streams"].isna()
+    if missing.any():
+        steady = steady_state(results.steps)
+        batch = steady.groupby("run_id")["batch_size"].median()
+        runs.loc[missing, "streams"] = runs.loc[missing, "run_id"].map(batch)
+        results.provenance["streams"] = "the steady decode batch: the trace names no stream count"
+    return results
 
 
 def _catalog_holding(path: Path, results: Results) -> duckdb.DuckDBPyConnection | None:
