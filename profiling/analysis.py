@@ -152,8 +152,8 @@ def lane_ranges(
 
 
 def trace_ranges(catalog: Catalog, run_id: str) -> pd.DataFrame:
-    """Every host range and every step's forward and sampling span of a run (sql/trace_ranges.sql): what
-    a timeline viewer shows, for the Chrome/Perfetto export."""
+    """Every host range and every step's forward and sampling span of a run
+    (sql/trace_ranges.sql): what a timeline viewer shows, for the Chrome/Perfetto export."""
     return queries.run(_open(catalog), "trace_ranges", {"run_id": run_id}).assign(run_id=run_id)
 
 

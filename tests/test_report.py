@@ -175,14 +175,16 @@ def test_headline_is_the_median_configuration():
             "observed_pct": [1.0, 5.0, 30.0],
             "predicted_pct": [2.0, 4.0, 6.0],
             "error_pts": [-1.0, 1.0, 24.0],
-            "wall_observed_pct": [1.0, 5.0, 30.0],
-            "wall_predicted_pct": [1.0, 5.0, 30.0],
+            "wall_error_pts": [0.5, -2.0, 1.0],
+            "wall_d1_error_pts": [1.5, 0.0, -3.0],
+            "observed_known": [True, False, True],
         }
     )
     line = summary.headline(predictions, [])
     assert line is not None
     assert (line["observed_median"], line["observed_min"], line["observed_max"]) == (5, 1, 30)
-    assert line["configs"] == 3
+    assert line["configs"] == 3 and line["known"] == 2
+    assert (line["wall_error_max"], line["d1_error_max"]) == (2.0, 3.0)  # the largest misses
 
 
 def test_page_headline_follows_the_rule(demo_dir):
@@ -320,6 +322,14 @@ def test_report_of_a_single_trace(tmp_path):
     assert "the steady decode batch: the trace names no stream count" in html
     assert "No configuration was measured at both depths" in html
     assert (tmp_path / "export" / "trace.json.gz").is_file()
+
+
+def test_report_of_another_engines_trace(tmp_path):
+    """A trace bubblelab did not make (depth, streams and batch unknown) reads as traced."""
+    trace = TRACES_DIR / "nsys-h200-probe.sqlite"
+    html = report_run_dir(trace, n_boot=20, out=tmp_path / REPORT_FILE).read_text()
+    assert body_rows(html)["step"] == 1 and "1 as traced" in html
+    assert "No configuration was measured at both depths" in html
 
 
 def test_report_names_a_configuration_it_cannot_predict(tmp_path, demo_dir):

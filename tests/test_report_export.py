@@ -92,6 +92,17 @@ def test_trace_of_an_nsys_export_has_every_step(trace_export):
     assert first["args"]["bubble_ms"] == pytest.approx(row["bubble_ms"])
 
 
+def test_trace_of_another_engine(tmp_path):
+    """A foreign trace (the probe's matmul loop, steps found by the host sync closing each) exports
+    too: its own ranges on the host, each found step's GPU span, its steps."""
+    exported = export(TRACES_DIR / "nsys-h200-probe.sqlite", tmp_path)
+    slices = check_trace_format(read_trace(exported.trace))
+    names = {tid: [e["name"] for e in events] for (_, tid), events in slices.items()}
+    assert names[1].count("step") == 50  # the probe's own NVTX ranges
+    assert names[100] == ["forward"] * 50  # one GPU span a found step, no sampling of its own
+    assert len(names[200]) == 49  # the last step has no period
+
+
 def test_parquet_reads_back_as_the_tables(trace_export):
     exported, out = trace_export
     assert sorted(p.name for p in exported.tables) == [
@@ -109,7 +120,8 @@ def test_parquet_reads_back_as_the_tables(trace_export):
     )
     runs = pq.read_table(out / "runs.parquet")
     provenance = json.loads(runs.schema.metadata[b"bubblelab.provenance"])
-    assert provenance == {"traces": {TRACE.name: str(TRACE)}}
+    assert provenance["traces"] == {TRACE.name: str(TRACE)}
+    assert provenance["streams"].startswith("the steady decode batch")  # a bare trace says none
     assert "config" in runs.column_names
 
 

@@ -57,10 +57,10 @@ def chrome_trace(results: Results, ranges: pd.DataFrame | None = None) -> dict:
             own = ranges[ranges["run_id"] == run_id]
         else:
             host = results.timeline
-            host = (
-                host[(host["run_id"] == run_id) & (host["lane"] == "host")] if len(host) else host
-            )
-            own = pd.concat([host, spans_from_steps(steps)], ignore_index=True)
+            own = host[(host["run_id"] == run_id) & (host["lane"] == "host")] if len(host) else host
+        if not (own.get("lane", pd.Series(dtype=str)) == "gpu").any():
+            # No spans recorded: results.json keeps durations only, a foreign run may have none.
+            own = pd.concat([own, spans_from_steps(steps)], ignore_index=True)
         events += _run_events(pid, run, steps, own)
     window = "every step" if ranges is not None else "the window of steps results.json keeps"
     return {
@@ -125,6 +125,8 @@ def _track(
     """One lane's slices, on as many tracks as needed: a slice that overlaps one before it without
     nesting inside it (which one thread's slices must) goes to the next track of the lane."""
     rows = rows.dropna(subset=["start_ns", "end_ns"])  # a span the step did not have
+    if kinds is not None:  # the device lane: a part the step did not run (no sampling) is no span
+        rows = rows[rows["end_ns"] > rows["start_ns"]]
     rows = rows.sort_values(["start_ns", "end_ns"], ascending=[True, False])
     stacks: list[list[float]] = []  # per track: the ends of its open slices
     out = []

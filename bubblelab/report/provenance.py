@@ -127,8 +127,8 @@ def _describe_gpu(gpu: dict) -> str:
 def _clocks(runs: pd.DataFrame) -> str | None:
     parts = []
     for column, what, unit in (
-        ("sm_clock_mhz_median", "SM clock", "MHz"),
-        ("power_w_median", "power", "W"),
+        ("sm_clock_mhz", "SM clock", "MHz"),
+        ("power_w", "power", "W"),
     ):
         values = pd.to_numeric(runs.get(column, pd.Series(dtype=float)), errors="coerce").dropna()
         if len(values):

@@ -26,26 +26,35 @@ STEP_VALUES = (
     "busy_pct",
     "tokens_per_s",
 )
-CLOCK_VALUES = ("sm_clock_mhz_median", "power_w_median")  # recorded by CUDA runs only
+CLOCK_VALUES = ("sm_clock_mhz", "power_w")  # recorded by CUDA runs only
 
 
 def config_table(results: Results) -> list[dict]:
     """One record per configuration: for each value and depth, the median over its repeats
     (`<value>_d1`), and the spread (`<value>_d1_lo`, `_hi`: the smallest and largest repeat) when
-    there are several."""
+    there are several. A run of unknown depth (a trace of another engine) fills the first slot, and
+    its record says `as_traced`."""
     per_run = step_summary(results.runs, results.steps)
     if per_run.empty:
         return []
-    per_run = per_run.assign(busy_pct=100 * per_run["busy_ms"] / per_run["period_ms"])
+    names = {r["run_id"]: run_name(r, depth=False) for r in results.runs.to_dict("records")}
+    per_run = per_run.assign(
+        config=per_run["run_id"].map(names),  # the name the figures use too
+        busy_pct=100 * per_run["busy_ms"] / per_run["period_ms"],
+    )
     clocks = [c for c in CLOCK_VALUES if c in results.runs and results.runs[c].notna().any()]
     if clocks:
         per_run = per_run.merge(results.runs[["run_id", *clocks]], on="run_id", how="left")
     values = [*STEP_VALUES, *clocks]
     rows = []
     for config, runs in per_run.groupby("config", sort=False):
-        row: dict = {"config": config, "batch": int(runs["batch"].median())}
+        batch = pd.to_numeric(runs["batch"], errors="coerce").median()  # unknown: another engine
+        depths = [known_int(d) or 0 for d in runs["depth"]]
+        as_traced = 0 in depths
+        row: dict = {"config": config, "batch": None if pd.isna(batch) else int(batch)}
+        row["as_traced"] = as_traced
         for depth in (1, 2):
-            at = runs[runs["depth"] == depth]
+            at = runs[[d == (0 if as_traced and depth == 1 else depth) for d in depths]]
             row[f"repeats_d{depth}"] = len(at)
             for value in values:
                 v = pd.to_numeric(at[value], errors="coerce").dropna()
@@ -70,8 +79,8 @@ def step_columns(configs: list[dict], device: str) -> list[dict]:
         ("bubble_ms", "bubble ms", 3, True),
         ("busy_pct", f"{device} busy %", 0, False),
         ("tokens_per_s", "tokens/s", 0, True),
-        ("sm_clock_mhz_median", "SM clock MHz", 0, False),
-        ("power_w_median", "power W", 0, False),
+        ("sm_clock_mhz", "SM clock MHz", 0, False),
+        ("power_w", "power W", 0, False),
     ]
     return [
         dict(key=key, header=header, nd=nd, spread=spread)

@@ -22,8 +22,9 @@ records:
 - gaps: run_id, step, gap_ms: one record per GPU idle gap.
 - timeline (optional): run_id, lane ("host" | "gpu"), phase, step, start_ns, end_ns: the raw ranges
   of engine.timeline.Timeline (host_frame / device_frame), for the lane chart.
-- provenance: free-form JSON object; a sweep writes sweep, command, timings, catalog and machine (git
-  revision, CPU, GPUs: runs.machine), which the report shows once; other keys are shown as JSON.
+- provenance: free-form JSON object; a sweep writes sweep, command, timings, catalog and machine
+  (git revision, CPU, GPUs: runs.machine), which the report shows once; other keys are shown as
+  JSON.
 
 Older documents are read as the current schema (bubblelab.runs.schema.migrate).
 """

@@ -17,13 +17,13 @@ import pandas as pd
 from bubblelab.errors import BubblelabError
 from bubblelab.profiling.analysis import steady_state
 from bubblelab.profiling.catalog import connect
-from bubblelab.profiling.ingest import ingest
+from bubblelab.profiling.ingest import ingest_trace
 from bubblelab.runs.rundir import Results, read_results, results_path
 from bubblelab.runs.tables import collect
 from bubblelab.runs.traces import load_traces
 
 CATALOG_FILE = "catalog.duckdb"  # what run-and-profile leaves beside results.json
-TRACE_SUFFIXES = (".sqlite", ".sqlite.gz")
+TRACE_SUFFIXES = (".sqlite", ".sqlite.gz", ".nsys-rep")
 
 
 @dataclass
@@ -35,8 +35,8 @@ class Source:
 
 def open_source(path: Path | str | None = None) -> Source:
     """A run directory (DIR/results.json[.gz], with DIR/catalog.duckdb when the sweep left one), an
-    nsys SQLite export (.sqlite or .sqlite.gz, ingested into a catalog in memory), or None for the
-    committed traces (traces/index.json)."""
+    nsys export (.sqlite, .sqlite.gz or .nsys-rep, of bubblelab or of another engine, ingested into
+    a catalog in memory), or None for the committed traces (traces/index.json)."""
     if path is None:
         con = connect(None)
         return Source(load_traces(catalog=con), con, "committed traces")
@@ -50,14 +50,15 @@ def open_source(path: Path | str | None = None) -> Source:
         return Source(results, _catalog_holding(path / CATALOG_FILE, results), path.resolve().name)
     if path.is_file() and path.name.endswith(TRACE_SUFFIXES):
         con = connect(None)
-        run_id = ingest(path, None, {}, con=con)
-        results = collect(con, [run_id], provenance={"traces": {path.name: str(path)}})
-        name = path.name.removesuffix(".gz").removesuffix(".sqlite")
+        # One run per process and GPU: a trace of another engine may hold several.
+        run_ids = ingest_trace(path, None, {}, con=con)
+        results = collect(con, run_ids, provenance={"traces": {path.name: str(path)}})
+        name = path.name.removesuffix(".gz").removesuffix(".sqlite").removesuffix(".nsys-rep")
         return Source(_bare_trace(results), con, name)
     if not path.exists():
         raise BubblelabError(f"{path} does not exist")
     raise BubblelabError(
-        f"{path} is neither a run directory nor an nsys SQLite export (.sqlite, .sqlite.gz)"
+        f"{path} is neither a run directory nor an nsys export (.sqlite, .sqlite.gz, .nsys-rep)"
     )
 
 

@@ -283,5 +283,6 @@ def _extra(run_id: str, run: dict, spec: SweepSpec, profiled: bool, summary: dic
         constraint=spec.constraint, constrained_share=spec.constrained_share,
         max_num_seqs=engine["max_num_seqs"], max_num_batched_tokens=spec.max_num_batched_tokens,
         max_model_len=spec.max_model_len, sm_clock_mhz=summary.get("sm_clock_mhz_median"),
-        power_w=summary.get("power_w_median"), clock_anchor_us_max=summary.get("clock_anchor_us_max"),
+        power_w=summary.get("power_w_median"),
+        clock_anchor_us_max=summary.get("clock_anchor_us_max"),
     )  # fmt: skip

@@ -16,12 +16,13 @@ from bubblelab.report.figures.style import (
     FULL_WIDTH_IN,
     GPU_COLORS,
     HOST_COLORS,
+    OTHER,
     SMALL_FONT_PT,
     SPARE,
     svg_figure,
 )
 
-DEPTH_NAMES = {1: "depth 1 (blocking)", 2: "depth 2 (pipelined)"}
+DEPTH_NAMES = {0: "as traced (depth unknown)", 1: "depth 1 (blocking)", 2: "depth 2 (pipelined)"}
 GAP_COLUMNS = 4  # small multiples per row
 
 
@@ -46,7 +47,7 @@ def gap_histogram(gaps: list[tuple[str, int, np.ndarray]], device: str = "GPU") 
     for (config, depth, _), g in zip(gaps, positive, strict=True):
         ax = axes.flat[configs.index(config)]
         if len(g):
-            filled = depth == 1
+            filled = depth != 2
             ax.hist(
                 g,
                 bins=bins,
@@ -54,7 +55,7 @@ def gap_histogram(gaps: list[tuple[str, int, np.ndarray]], device: str = "GPU") 
                 histtype="stepfilled" if filled else "step",
                 alpha=0.45 if filled else 1.0,
                 lw=0 if filled else 1.4,
-                color=DEPTH_COLORS.get(depth, "#5b6470"),
+                color=DEPTH_COLORS.get(depth, OTHER),
             )
     for i, ax in enumerate(axes.flat):
         if i >= len(configs):
@@ -73,9 +74,9 @@ def gap_histogram(gaps: list[tuple[str, int, np.ndarray]], device: str = "GPU") 
             ax.set_xlabel(f"{device} idle gap (ms)", fontsize=SMALL_FONT_PT)
     depths = sorted({d for _, d, _ in gaps})
     handles = [
-        Patch(facecolor=DEPTH_COLORS[d], alpha=0.45, lw=0)
-        if d == 1
-        else Patch(facecolor="none", edgecolor=DEPTH_COLORS.get(d, "#5b6470"), lw=1.4)
+        Patch(facecolor=DEPTH_COLORS.get(d, OTHER), alpha=0.45, lw=0)
+        if d != 2
+        else Patch(facecolor="none", edgecolor=DEPTH_COLORS[2], lw=1.4)
         for d in depths
     ]
     fig.legend(
