@@ -1,5 +1,5 @@
 """How the report and the exports name runs and devices: a run whose metadata may be incomplete (a
-bare nsys trace has no preset, streams or depth in its run row), and a CPU device as a CPU."""
+bare nsys trace has no model, streams or depth in its run row), and a CPU device as a CPU."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ from bubblelab.costmodel.predict import run_label
 
 
 def run_name(run: dict | pd.Series, depth: bool = True) -> str:
-    """costmodel.predict.run_label where the run says what it was; else its run id."""
-    if pd.notna(run.get("streams")) and (not depth or pd.notna(run.get("depth"))):
+    """costmodel.predict.run_label (it leaves out what a trace does not know); a run that names no
+    model at all goes by its run id."""
+    if any(isinstance(run.get(k), str) and run.get(k) for k in ("preset", "model")):
         return run_label(run, depth=depth)
-    return f"run {run['run_id']}"
+    return f"run {run['run_id']} · {run.get('device')}"
 
 
 def device_word(devices: Iterable[object]) -> str:
