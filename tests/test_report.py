@@ -162,6 +162,25 @@ def test_one_row_per_configuration_with_the_spread_over_repeats(tmp_path):
     assert one["period_ms_d1_lo"] < one["period_ms_d1"] < one["period_ms_d1_hi"]
 
 
+def test_the_step_table_shows_the_unprofiled_runs(tmp_path, demo_dir):
+    """A sweep runs each configuration unprofiled and under nsys: the per-configuration table shows
+    the former (what the engine does), never a mix of both as if they were repeats."""
+    r = read_results(demo_dir)
+    nsys = {name: getattr(r, name).copy() for name in ("runs", "steps", "attribution", "gaps")}
+    for frame in nsys.values():
+        frame["run_id"] = frame["run_id"] + "-nsys"
+    nsys["steps"]["period_ms"] *= 1.5  # the profiler's slower host
+    runs = pd.concat([r.runs.assign(profiled=False), nsys["runs"].assign(profiled=True)])
+    tables = {n: pd.concat([getattr(r, n), nsys[n]]) for n in ("steps", "attribution", "gaps")}
+    write_results(tmp_path, runs, tables["steps"], tables["attribution"], tables["gaps"], {})
+    html = report_run_dir(tmp_path, n_boot=20).read_text()
+    assert html.count("<td>1 · 1</td>") == 2  # one unprofiled run a depth, not two "repeats"
+    assert "4 runs under nsys are compared with them" in html
+    plain = summary.config_table(read_results(demo_dir))
+    shown = summary.config_table(summary.unprofiled(read_results(tmp_path)))
+    assert [c["period_ms_d1"] for c in shown] == [c["period_ms_d1"] for c in plain]
+
+
 def test_provenance_is_said_once(tmp_path):
     run_dir = with_repeats(tmp_path, repeats=2, streams=(1, 8), output_len=32)
     html = report_run_dir(run_dir, n_boot=50).read_text()

@@ -79,9 +79,10 @@ def render_report(
     """The page. exported: the files written beside it, linked relative to it (EXPORT_DIR/)."""
     table = predict_runs(results.runs, results.steps, results.requests, n_boot=n_boot)
     blog = predict_blog()
-    configs = summary.config_table(results)
-    attribution = summary.attribution_per_step(results)
-    gaps = summary.gap_samples(results)
+    measured = summary.unprofiled(results)  # what the engine does; the profiler's own section
+    configs = summary.config_table(measured)
+    attribution = summary.attribution_per_step(measured)
+    gaps = summary.gap_samples(measured)
     devices = provenance.device_names(results.runs)
     word = device_word(results.runs["device"])
     context = dict(
@@ -100,9 +101,10 @@ def render_report(
         fig_pred=Markup(figures.predicted_vs_observed(table, blog)) if len(table) else None,
         fig_whatif=Markup(figures.whatif_curves(table if len(table) else blog, device=word)),
         whatif_is_blog=not len(table),
-        timelines=timeline_charts(results),
+        timelines=timeline_charts(measured),
         fig_gaps=Markup(figures.gap_histogram(gaps, device=word)) if gaps else None,
-        gaps_from_steps=results.gaps.empty,
+        gaps_from_steps=measured.gaps.empty,
+        profiled_left_out=len(results.runs) - len(measured.runs),
         fig_attr=Markup(figures.attribution_bars(attribution, device=word))
         if len(attribution)
         else None,

@@ -7,6 +7,8 @@ streams); its repeats at one depth pool here, so a sweep of 3 repeats reads as o
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 
@@ -27,6 +29,30 @@ STEP_VALUES = (
     "tokens_per_s",
 )
 CLOCK_VALUES = ("sm_clock_mhz", "power_w")  # recorded by CUDA runs only
+
+
+def unprofiled(results: Results) -> Results:
+    """The runs made without a profiler when a sweep has both kinds (the cost model's rule,
+    costmodel.predict.pair_runs): per-configuration tables and figures then show what the engine
+    does, not what nsys made of it."""
+    runs = results.runs
+    if "profiled" not in runs or not runs["profiled"].eq(False).any():
+        return results
+    keep = runs[runs["profiled"].eq(False)]
+    ids = set(keep["run_id"])
+
+    def only(frame: pd.DataFrame) -> pd.DataFrame:
+        return frame[frame["run_id"].isin(ids)] if "run_id" in frame else frame
+
+    return replace(
+        results,
+        runs=keep,
+        steps=only(results.steps),
+        attribution=only(results.attribution),
+        gaps=only(results.gaps),
+        timeline=only(results.timeline),
+        requests=only(results.requests),
+    )
 
 
 def config_table(results: Results) -> list[dict]:
