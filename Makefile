@@ -37,6 +37,6 @@ lint: $(STAMP)
 	rm -rf $(LINT) && mkdir -p $(LINT)
 	$(PY) -m pip install -q --no-deps --no-build-isolation --no-index --target $(LINT) . \
 		> $(LINT).log 2>&1 || { cat $(LINT).log; exit 1; }
-	for d in benchmarks tests tools; do ln -s ../../$$d $(LINT)/$$d; done
+	for d in benchmarks tests tools; do ln -sfn ../../$$d $(LINT)/$$d; done
 	cd $(LINT) && ../../$(VENV)/bin/mypy --config-file ../../pyproject.toml
 	cd $(LINT) && ../../$(VENV)/bin/lint-imports --config ../../pyproject.toml

@@ -23,3 +23,8 @@ class OptionError(BubblelabError):
     def message(self, name: str) -> str:
         # repr keeps a hostile value on one line (newlines become \n).
         return f"{name} {self.rule}, got {self.value!r}"
+
+
+class WorkerError(BubblelabError):
+    """A tensor-parallel worker process died or stopped answering: the run ends, the engine is
+    unusable."""

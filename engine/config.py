@@ -128,6 +128,20 @@ PRESETS: dict[str, ModelConfig] = {
         max_position_embeddings=40960,
         eos_token_ids=(151645, 151643),
     ),
+    "qwen3-32b": ModelConfig(
+        "qwen3",
+        151936,
+        5120,
+        25600,
+        64,
+        64,
+        8,
+        128,
+        rope_theta=1e6,
+        tie_word_embeddings=False,
+        max_position_embeddings=40960,
+        eos_token_ids=(151645, 151643),
+    ),
     "llama-3.2-1b": ModelConfig(
         "llama",
         128256,
@@ -216,12 +230,18 @@ class EngineConfig:
         None  # torch.compile the fused elementwise ops; None: on for CUDA, off for CPU
     )
     seed: int = 0  # weights of random presets
+    # Processes, one per GPU (rank r on cuda:r; on the CPU, processes too). 1: this process only.
+    tensor_parallel: int = 1
+    # A worker that has not taken a step's inputs, or a step not finished, after this long is hung.
+    tensor_parallel_timeout_s: float = 15.0
     debug: bool = False  # check pipeline invariant I4 in full on every transition (tests)
 
     def __post_init__(self) -> None:
         if self.depth not in (1, 2):
             raise OptionError("depth", "must be 1 (blocking) or 2 (pipelined)", self.depth)
         check_device(self.device)
+        if self.tensor_parallel < 1:
+            raise OptionError("tensor_parallel", "must be >= 1", self.tensor_parallel)
         if self.dtype is None:
             self.dtype = default_dtype(self.device)
         parse_dtype(self.dtype)

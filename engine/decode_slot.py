@@ -72,6 +72,10 @@ class LaunchRecord:
     kind: StepKind
     rows: int
     flags: SamplingFlags
+    bucket: int | None = None  # the captured graph's rows (decode) or tokens (prefill); None: eager
+    nbytes: int = 0  # the packed inputs' upload size
+    tokens: int = 0  # a prefill's tokens
+    lens: list[int] | None = None  # an eager prefill's sequence lengths, on the host
     forward_graph: bool = False  # the forward replayed a captured graph
     forward_launched_ns: int = 0  # host clock when that replay call returned
     sample_graph: bool = False
@@ -193,6 +197,14 @@ class DecodeSlot:
                 tables[i] = list(s.block_table)
         if bucket is not None:
             self.pad_decode(n, bucket)
+
+    def fill_mask(self, seqs: list[Sequence]) -> None:
+        """Constrained-decoding bitmask rows from committed state (commit-before-finalize)."""
+        for i, s in enumerate(seqs):
+            if s.constraint is None or s.finalized:
+                self.mask_np[i] = -1  # plain rows and zombies sample unmasked
+            else:
+                s.constraint.fill_bitmask(self.mask_np[i], s.params.max_tokens - s.num_generated)
 
     def pad_decode(self, start: int, end: int) -> None:
         h = self.meta.np

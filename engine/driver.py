@@ -27,6 +27,8 @@ class RunResult:
     # With run_workload(latency=True): TTFT/TPOT/ITL/E2E stats, and each request's own (engine.latency).
     latency: dict = field(default_factory=dict)
     request_latency: dict[str, dict] = field(default_factory=dict)
+    # Tensor parallel: the timelines of ranks 1..N-1 over the same run (rank 0's is `timeline`).
+    rank_timelines: list[Timeline] = field(default_factory=list)
 
 
 def drive(
@@ -104,6 +106,8 @@ def run_workload(
     timeline.depth = engine.config.depth
     engine.streams.synchronize()
     engine.streams.calibrate()  # a fresh device-clock reference for this run's timeline
+    if engine.workers is not None:  # every rank: a fresh timeline, and the profiler range
+        engine.workers.begin_run(profile, engine.config.depth)
     if profile and engine.streams.is_cuda:
         torch.cuda.profiler.start()
     t0 = time.perf_counter()
@@ -118,8 +122,9 @@ def run_workload(
     wall = time.perf_counter() - t0
     if profile and engine.streams.is_cuda:
         torch.cuda.profiler.stop()
+    ranks = engine.workers.end_run() if engine.workers is not None else []
     summary = {**summarize(engine, spec, timeline, outputs, wall), **clocks.summary()}
-    result = RunResult(summary, outputs, reasons, timeline, requests)
+    result = RunResult(summary, outputs, reasons, timeline, requests, rank_timelines=ranks)
     if latency:
         result.latency = latency_summary(finished.values())
         result.request_latency = {rid: request_latency(seq) for rid, seq in finished.items()}
@@ -192,6 +197,7 @@ def summarize(
         "device": _device_name(engine),
         "dtype": c.dtype,
         "depth": c.depth,
+        "tensor_parallel": c.tensor_parallel,
         "streams": spec.streams,
         "requests": spec.requests,
         "output_len_mean": spec.output_len_mean,

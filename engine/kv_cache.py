@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from bubblelab.engine.config import EngineConfig, ModelConfig
+from bubblelab.engine.distributed.comm import SINGLE, TensorParallel, min_over_ranks
 from bubblelab.errors import BubblelabError
 
 # GPU memory kept out of the pool: slots, logits, graph pools and activations of the largest prefill.
@@ -16,12 +17,21 @@ GPU_HEADROOM_BYTES = 2 << 30
 
 
 def allocate_kv_pool(
-    config: EngineConfig, mc: ModelConfig, dtype: torch.dtype, device: torch.device
+    config: EngineConfig,
+    mc: ModelConfig,
+    dtype: torch.dtype,
+    device: torch.device,
+    tp: TensorParallel = SINGLE,
 ) -> torch.Tensor:
     """[2, layers, num_blocks + 1, block_size, kv_heads, head_dim] zeros: enough pages for every sequence at
-    max_model_len, or what the budget allows (config.num_kv_blocks when given)."""
+    max_model_len, or what the budget allows (config.num_kv_blocks when given).
+
+    Under tensor parallelism a rank holds its KV heads only, and every rank takes the smallest page
+    count any rank can afford: rank 0's block manager hands out page ids that index every rank's
+    pool."""
     bs = config.block_size
-    per_block = 2 * mc.num_layers * bs * mc.num_kv_heads * mc.head_dim * dtype.itemsize
+    kv_heads = tp.split(mc.num_kv_heads, "KV heads")
+    per_block = 2 * mc.num_layers * bs * kv_heads * mc.head_dim * dtype.itemsize
     pages_per_seq = -(-config.max_model_len // bs)
     wanted = config.max_num_seqs * pages_per_seq
     if config.num_kv_blocks is not None:
@@ -32,10 +42,12 @@ def allocate_kv_pool(
         num_blocks = min(wanted, int(budget // per_block))
     else:
         num_blocks = min(wanted, config.kv_cache_bytes // per_block)
+    if tp.size > 1:
+        num_blocks = min_over_ranks(num_blocks, device)
     if num_blocks < pages_per_seq:
         raise BubblelabError(
             f"KV cache of {num_blocks} pages cannot hold one sequence of max_model_len="
             f"{config.max_model_len} ({pages_per_seq} pages); lower max_model_len or raise the budget"
         )
-    shape = (2, mc.num_layers, num_blocks + 1, bs, mc.num_kv_heads, mc.head_dim)
+    shape = (2, mc.num_layers, num_blocks + 1, bs, kv_heads, mc.head_dim)
     return torch.zeros(shape, dtype=dtype, device=device)

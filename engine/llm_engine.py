@@ -17,6 +17,7 @@ import torch
 
 from bubblelab.engine.block_manager import BlockManager
 from bubblelab.engine.config import EngineConfig
+from bubblelab.engine.distributed.comm import TensorParallel
 from bubblelab.engine.loader import LoadedModel, load_model
 from bubblelab.engine.model_runner import ModelRunner
 from bubblelab.engine.phases import Phases
@@ -54,17 +55,18 @@ class LLMEngine:
         nvtx: bool = False,
     ):
         self.config = config
-        self.loaded = loaded or load_model(
-            config.model,
-            dtype=config.dtype,
-            device=config.device,
-            seed=config.seed,
-            attention_backend=config.attention_backend,
-        )
-        self.tokenizer = self.loaded.tokenizer
-        # Timing events always: a timeline may be attached later (run_workload does), and they cost next to nothing.
-        self.streams = Streams(torch.device(config.device), timing=True)
-        self.runner = ModelRunner(config, self.loaded, self.streams)
+        # Tensor parallel: this process is rank 0 and starts the other ranks' processes (none at 1).
+        self.workers = None
+        if config.tensor_parallel > 1:
+            from bubblelab.engine.distributed.workers import TPWorkers
+
+            self.workers = TPWorkers(config, nvtx)
+        try:
+            self._init_device_side(config, loaded)
+        except BaseException:
+            if self.workers is not None:
+                self.workers.close()
+            raise
         self.blocks = BlockManager(self.runner.num_blocks, config.block_size)
         self.scheduler = Scheduler(config, self.blocks)
         self.pipeline = Pipeline(config.depth, debug=config.debug)
@@ -77,6 +79,29 @@ class LLMEngine:
         # Per-token commit times for latency (TTFT, TPOT, ITL): one clock read per commit and one
         # append per token, so off unless asked for (run_workload(latency=True)).
         self.record_token_times = False
+
+    def _init_device_side(self, config: EngineConfig, loaded: LoadedModel | None) -> None:
+        tp = TensorParallel(0, config.tensor_parallel)
+        if loaded is not None and loaded.model.tp != tp:
+            raise BubblelabError(f"the model was loaded as {loaded.model.tp}, the engine runs {tp}")
+        self.loaded = loaded or load_model(
+            config.model,
+            dtype=config.dtype,
+            device=config.device,
+            seed=config.seed,
+            attention_backend=config.attention_backend,
+            tp=tp,
+        )
+        self.tokenizer = self.loaded.tokenizer
+        # Timing events always: a timeline may be attached later (run_workload does), and they cost next to nothing.
+        self.streams = Streams(torch.device(config.device), timing=True)
+        if self.workers is None:
+            self.runner = ModelRunner(config, self.loaded, self.streams)
+        else:
+            from bubblelab.engine.distributed.runner import TPModelRunner
+
+            self.runner = TPModelRunner(config, self.loaded, self.streams, self.workers)
+            self.workers.start_handoff(self.runner.slots)
 
     # -- requests ------------------------------------------------------------------------------------
     def add_request(self, request_id: str, prompt: str | list[int], params: SamplingParams) -> None:
@@ -163,7 +188,8 @@ class LLMEngine:
 
     def set_depth(self, depth: int) -> None:
         """Switch between blocking (1) and pipelined (2) between runs. The pipeline's bound is the
-        only difference, so one engine (one model load, one graph capture) serves both depths."""
+        only difference, so one engine (one model load, one graph capture) serves both depths; under
+        tensor parallelism the pipeline is rank 0's alone, so one set of worker processes too."""
         if depth not in (1, 2):
             raise BubblelabError(f"depth must be 1 (blocking) or 2 (pipelined), got {depth}")
         if self.has_unfinished():
@@ -254,7 +280,14 @@ class LLMEngine:
         self.blocks.check_all_free()
         assert all(s.inflight_refs == 0 for s in self.seqs.values()), "inflight_refs left non-zero"
         assert len(self.scheduler.free_rows) == self.config.max_num_seqs, "batch rows leaked"
+        if self.workers is not None:  # and every worker has sampled every step it was handed
+            self.workers.check_idle()
 
     def close(self) -> None:
-        self.runner.close()
+        # Rank 0's device work first (its collectives need the workers), unless a worker is gone:
+        # then it cannot finish, and closing the workers (kill, abort the group) comes first.
+        if self.workers is None or self.workers.healthy():
+            self.runner.close()
+        if self.workers is not None:
+            self.workers.close()
         self.streams.close()

@@ -19,6 +19,8 @@ from transformers import PreTrainedTokenizerFast
 
 from bubblelab.engine.attention import AttentionBackend, select_backend
 from bubblelab.engine.config import PRESETS, ModelConfig, parse_dtype
+from bubblelab.engine.distributed.comm import SINGLE, TensorParallel
+from bubblelab.engine.distributed.layers import ParallelModule
 from bubblelab.engine.gguf_loader import gguf_checkpoint
 from bubblelab.engine.models import TransformerLM
 from bubblelab.engine.tokenizer import load_gguf_tokenizer
@@ -55,8 +57,10 @@ def load_model(
     device: str = "cpu",
     seed: int = 0,
     attention_backend: str = "auto",
+    tp: TensorParallel = SINGLE,
 ) -> LoadedModel:
-    """Load `spec` (see the module docstring) in `dtype` on `device`; user mistakes raise one-line BubblelabErrors."""
+    """Load `spec` (see the module docstring) in `dtype` on `device`; user mistakes raise one-line
+    BubblelabErrors. `tp`: load only this rank's shard of every split layer (all of it at 1)."""
     torch_dtype = parse_dtype(dtype)
     device = _check_device(device)
     backend = select_backend(attention_backend, device)
@@ -65,12 +69,12 @@ def load_model(
     path = Path(spec).expanduser()
     if path.is_file():
         model = _load_checkpoint(
-            gguf_checkpoint(path), backend, torch_dtype, device
+            gguf_checkpoint(path), backend, torch_dtype, device, tp
         )  # validates the file first
         tokenizer = load_gguf_tokenizer(path)
         return LoadedModel(model, model.config, tokenizer, path.stem, "gguf")
     if path.is_dir():
-        model = _load_checkpoint(path, backend, torch_dtype, device)
+        model = _load_checkpoint(path, backend, torch_dtype, device, tp)
         tokenizer = (
             PreTrainedTokenizerFast.from_pretrained(path)
             if (path / "tokenizer.json").is_file()
@@ -78,7 +82,7 @@ def load_model(
         )
         return LoadedModel(model, model.config, tokenizer, path.name, "hf")
     if spec in PRESETS:
-        model = _build(PRESETS[spec], backend, torch_dtype, device)
+        model = _build(PRESETS[spec], backend, torch_dtype, device, tp)
         _init_random(model, seed)
         return LoadedModel(model, model.config, None, spec, "preset")
     if "/" in spec or spec.endswith(".gguf"):
@@ -126,14 +130,18 @@ def hf_model_config(raw: dict) -> ModelConfig:
 
 
 def _load_checkpoint(
-    path: Path, backend: AttentionBackend, dtype: torch.dtype, device: torch.device
+    path: Path,
+    backend: AttentionBackend,
+    dtype: torch.dtype,
+    device: torch.device,
+    tp: TensorParallel = SINGLE,
 ) -> TransformerLM:
     config_file, weight_files = path / "config.json", sorted(path.glob("*.safetensors"))
     if not config_file.is_file() or not weight_files:
         raise BubblelabError(
             f"{path} is not a checkpoint directory (needs config.json and *.safetensors)"
         )
-    model = _build(hf_model_config(json.loads(config_file.read_text())), backend, dtype, device)
+    model = _build(hf_model_config(json.loads(config_file.read_text())), backend, dtype, device, tp)
     model.load_weights(_safetensors_weights(weight_files, device))
     return model
 
@@ -158,14 +166,18 @@ def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
 
 
 def _build(
-    cfg: ModelConfig, backend: AttentionBackend, dtype: torch.dtype, device: torch.device
+    cfg: ModelConfig,
+    backend: AttentionBackend,
+    dtype: torch.dtype,
+    device: torch.device,
+    tp: TensorParallel = SINGLE,
 ) -> TransformerLM:
     """Uninitialised parameters straight on the device in the target dtype; the caller fills every one.
 
     Building on the meta device skips nn.Linear's default init, which alone took ~2 s for the 135M model.
     """
     with torch.device("meta"), _default_dtype(dtype):
-        model = TransformerLM(cfg, backend)
+        model = TransformerLM(cfg, backend, tp)
     model.to_empty(device=device)
     model.rotary_emb.reset_cache()  # the one buffer that is computed, not loaded
     return model.eval().requires_grad_(False)
@@ -173,11 +185,19 @@ def _build(
 
 @torch.no_grad()
 def _init_random(model: TransformerLM, seed: int) -> None:
-    """Deterministic per seed and device: N(0, 0.02) matrices keep logits spread out; norms start at 1."""
+    """Deterministic per seed and device: N(0, 0.02) matrices keep logits spread out; norms start
+    at 1.
+
+    A tensor-parallel rank draws every full matrix in the same order and keeps its shard, so its
+    weights are exactly the single-GPU model's."""
     generator = torch.Generator(device=model.embed_tokens.weight.device).manual_seed(seed)
+    split = {f"{n}.weight": m for n, m in model.named_modules() if isinstance(m, ParallelModule)}
     for name, param in model.named_parameters():
         if name.endswith("norm.weight"):
             param.fill_(1.0)
+        elif model.tp.size > 1 and name in split:
+            full = param.new_empty(split[name].full_shape()).normal_(0.0, 0.02, generator=generator)
+            param.copy_(split[name].shard_full(full))
         else:
             param.normal_(0.0, 0.02, generator=generator)
 

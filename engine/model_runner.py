@@ -44,7 +44,7 @@ class ModelRunner:
         self.device = torch.device(config.device)
         self.streams = streams
         dtype = next(self.model.parameters()).dtype
-        self.kv = allocate_kv_pool(config, mc, dtype, self.device)
+        self.kv = allocate_kv_pool(config, mc, dtype, self.device, self.model.tp)
         self.num_blocks = self.kv.shape[2] - 1  # the last page is the scratch page
         self.activate()
         self.max_rows = config.max_num_seqs
@@ -142,36 +142,9 @@ class ModelRunner:
 
     # -- the three phases ----------------------------------------------------------------------------
     def launch(self, step: Step, blocks: BlockManager, phases: Phases) -> None:
-        slot, seqs, n = self.slots[step.slot], step.seqs, len(step.seqs)
-        flags = slot.fill_sampling(seqs, step.step_id)
-        record = slot.record = LaunchRecord(step.step_id, step.kind, n, flags)
-        if step.kind is StepKind.DECODE:
-            bucket = self.graphs.decode_bucket(n)
-            slot.fill_decode(seqs, blocks, bucket)
-            nbytes, phase = slot.decode_nbytes, "forward"
-            if bucket is not None:
-                forward = lambda: self.graphs.replay_decode(slot, bucket)  # noqa: E731
-            else:
-                forward = lambda: self._decode_body(slot, n)  # noqa: E731
-        else:
-            lens = [s.num_tokens for s in seqs]
-            bucket = self.graphs.prefill_bucket(sum(lens))
-            if bucket is not None:
-                slot.fill_prefill(seqs, bucket, prefill_rows(bucket, self.max_rows))
-                forward = lambda: self.graphs.replay_prefill(slot, bucket)  # noqa: E731
-            else:
-                slot.fill_prefill(seqs, sum(lens), n)
-                forward = lambda: self._prefill_body(slot, sum(lens), n, lens)  # noqa: E731
-            nbytes, phase = slot.meta.nbytes, "prefill"
-        record.forward_graph = bucket is not None
-        compute = self.streams.compute
-        compute.record(slot.ev_forward_start)
-        with phases.range("copy_h2d", step.step_id):
-            compute.submit(lambda: slot.meta.upload(nbytes))
-        with phases.range(phase, step.step_id):
-            compute.submit(forward)
-            record.forward_launched_ns = time.perf_counter_ns()
-        compute.record(slot.ev_forward_end)
+        slot = self.slots[step.slot]
+        record = self.fill_launch(step, slot, blocks)
+        self.enqueue_forward(slot, record, phases)
 
     def finalize(self, step: Step, phases: Phases) -> None:
         slot, n = self.slots[step.slot], len(step.seqs)
@@ -179,35 +152,95 @@ class ModelRunner:
         assert record is not None and record.step_id == step.step_id, (
             "I2: slot record of another step"
         )
-        compute, copy = self.streams.compute, self.streams.copy
         masked = any(s.constraint is not None for s in step.seqs)
         if masked:
             with phases.range("mask", step.step_id):
-                for i, s in enumerate(step.seqs):
-                    if s.constraint is None or s.finalized:
-                        slot.mask_np[i] = -1  # plain rows and zombies sample unmasked
-                    else:
-                        s.constraint.fill_bitmask(
-                            slot.mask_np[i], s.params.max_tokens - s.num_generated
-                        )
-                # Upload on the copy stream; sampling waits on an event, never on the host.
-                copy.submit(lambda: slot.mask_dev[:n].copy_(slot.mask_host[:n], non_blocking=True))
-                copy.record(slot.ev_mask_ready)
-                compute.wait(slot.ev_mask_ready)
+                slot.fill_mask(step.seqs)
+                self.enqueue_mask(slot, n)
+        self.enqueue_sampling(slot, record, masked, phases)
+
+    # -- their host and device halves (tensor-parallel workers run the device halves) --------------
+    def fill_launch(self, step: Step, slot: DecodeSlot, blocks: BlockManager) -> LaunchRecord:
+        """Host half of a launch: the slot's packed inputs, and which forward runs (graph bucket or
+        eager)."""
+        seqs, n = step.seqs, len(step.seqs)
+        flags = slot.fill_sampling(seqs, step.step_id)
+        record = slot.record = LaunchRecord(step.step_id, step.kind, n, flags)
+        if step.kind is StepKind.DECODE:
+            record.bucket = self.graphs.decode_bucket(n)
+            slot.fill_decode(seqs, blocks, record.bucket)
+            record.nbytes = slot.decode_nbytes
+        else:
+            lens = [s.num_tokens for s in seqs]
+            record.tokens = sum(lens)
+            record.bucket = self.graphs.prefill_bucket(record.tokens)
+            if record.bucket is not None:
+                slot.fill_prefill(seqs, record.bucket, prefill_rows(record.bucket, self.max_rows))
+            else:
+                slot.fill_prefill(seqs, record.tokens, n)
+                record.lens = lens
+            record.nbytes = slot.meta.nbytes
+        return record
+
+    def enqueue_forward(self, slot: DecodeSlot, record: LaunchRecord, phases: Phases) -> None:
+        """Device half of a launch: the one packed upload, then the forward (graph or eager)."""
+        bucket, n = record.bucket, record.rows
+        if record.kind is StepKind.DECODE:
+            phase = "forward"
+            if bucket is not None:
+                forward = lambda: self.graphs.replay_decode(slot, bucket)  # noqa: E731
+            else:
+                forward = lambda: self._decode_body(slot, n)  # noqa: E731
+        else:
+            phase = "prefill"
+            if bucket is not None:
+                forward = lambda: self.graphs.replay_prefill(slot, bucket)  # noqa: E731
+            else:
+                tokens, lens = record.tokens, record.lens
+                forward = lambda: self._prefill_body(slot, tokens, n, lens)  # noqa: E731
+        record.forward_graph = bucket is not None
+        compute = self.streams.compute
+        compute.record(slot.ev_forward_start)
+        with phases.range("copy_h2d", record.step_id):
+            compute.submit(lambda: slot.meta.upload(record.nbytes))
+        with phases.range(phase, record.step_id):
+            compute.submit(forward)
+            record.forward_launched_ns = time.perf_counter_ns()
+        compute.record(slot.ev_forward_end)
+
+    def enqueue_mask(self, slot: DecodeSlot, n: int) -> None:
+        """Upload the filled bitmask rows on the copy stream; sampling waits on an event, never on
+        the host."""
+        copy = self.streams.copy
+        copy.submit(lambda: slot.mask_dev[:n].copy_(slot.mask_host[:n], non_blocking=True))
+        copy.record(slot.ev_mask_ready)
+        self.streams.compute.wait(slot.ev_mask_ready)
+
+    def enqueue_sampling(
+        self,
+        slot: DecodeSlot,
+        record: LaunchRecord,
+        masked: bool,
+        phases: Phases,
+        copy_back: bool = True,
+    ) -> None:
+        """Sampling on the compute stream; then (copy_back: rank 0) the sampled ids to the host on
+        the copy stream, anchored to exactly this step's outputs."""
+        n, compute, copy = record.rows, self.streams.compute, self.streams.copy
         variant = sampling_variant(record.flags, masked)
         bucket = self.graphs.sample_bucket(n, variant)
         record.sample_graph = bucket is not None
-        with phases.range("sampling", step.step_id):
+        with phases.range("sampling", record.step_id):
             record.sampling_launched_ns = time.perf_counter_ns()
             if bucket is not None and variant is not None:
                 compute.submit(lambda: self.graphs.replay_sampling(slot, bucket, variant))
             else:
                 compute.submit(lambda: self._sample_body(slot, n, record.flags, masked))
             compute.record(slot.ev_done)
-        with phases.range("copy_d2h", step.step_id):
-            copy.wait(
-                slot.ev_done
-            )  # anchored to exactly this step's outputs, nothing queued behind them
+        if not copy_back:
+            return
+        with phases.range("copy_d2h", record.step_id):
+            copy.wait(slot.ev_done)  # nothing queued behind this step's sampling delays the copy
             copy.submit(
                 lambda: slot.sampled_host[: n + 1].copy_(slot.sampled[: n + 1], non_blocking=True)
             )

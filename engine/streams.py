@@ -36,6 +36,10 @@ class CpuEvent:
     def query(self) -> bool:
         return self._done.is_set()
 
+    def wait_for(self, timeout_s: float) -> bool:
+        """Block up to timeout_s; True once fired."""
+        return self._done.wait(timeout_s)
+
     def time_ns(self) -> int:
         return self.t_ns
 
@@ -68,7 +72,12 @@ class CpuStream:
         self._queue.put(_Fire(event))
 
     def wait(self, event: CpuEvent) -> None:
-        self._queue.put(event._done.wait)
+        def wait_and_check() -> None:  # a failure upstream fails this stream too: no stale reads
+            event._done.wait()
+            if event._stream is not None and event._stream.error is not None:
+                raise RuntimeError("device worker failed") from event._stream.error
+
+        self._queue.put(wait_and_check)
 
     def close(self) -> None:
         self._queue.put(None)
@@ -93,6 +102,14 @@ class CudaEvent:
 
     def query(self) -> bool:
         return self.event.query()
+
+    def wait_for(self, timeout_s: float) -> bool:
+        """Spin on the event up to timeout_s (as a spin-mode synchronize would); True once fired."""
+        end = time.perf_counter() + timeout_s
+        while not self.event.query():
+            if time.perf_counter() > end:
+                return False
+        return True
 
     def time_ns(self) -> int:
         return self._clock.to_host_ns(self.event)
@@ -175,14 +192,29 @@ class Streams:
         if self.is_cuda:
             self.clock.calibrate()
 
-    def wait(self, event) -> None:
+    def wait(self, event, check: Callable[[], None] | None = None) -> None:
         """Block the host until `event` has fired. On CUDA, a wait that really blocked also re-anchors the
-        device clock (CudaClock.anchor)."""
+        device clock (CudaClock.anchor). `check` (tensor parallel) runs every CHECK_S while the
+        event has not fired: it raises when a peer process died or hangs, so the host never waits
+        on it forever."""
+        if check is not None:
+            self._watched_wait(event, check)
+            return
         if not self.is_cuda or event.query():
             event.synchronize()
             return
         event.synchronize()
         self.clock.anchor(event.event, time.perf_counter_ns())
+
+    CHECK_S = 0.05
+
+    def _watched_wait(self, event, check: Callable[[], None]) -> None:
+        blocked = not event.query()
+        while not event.wait_for(self.CHECK_S):
+            check()
+        event.synchronize()  # on the CPU: raises what the device worker raised
+        if blocked and self.is_cuda:
+            self.clock.anchor(event.event, time.perf_counter_ns())
 
     def synchronize(self) -> None:
         if self.is_cuda:

@@ -48,6 +48,8 @@ RUN_COLUMNS = (
     "decode_steps",
     "source",
     "trace_path",
+    "tensor_parallel",
+    "rank",
 )
 
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from hypothesis import strategies as st
 
 from bubblelab.engine.attention.metadata import AttentionMetadata
 from bubblelab.engine.config import EngineConfig
@@ -41,6 +42,51 @@ def make_engine(loaded: LoadedModel, **options: Any) -> LLMEngine:
         debug=True,
     )
     return LLMEngine(EngineConfig(**{**defaults, **options}), loaded)
+
+
+def random_workload(data, vocab: int = 512) -> list[Req]:
+    """A hypothesis-drawn mix: plain and constrained rows, sampling options, stop tokens, arrivals,
+    aborts."""
+    n = data.draw(st.integers(1, 8), label="requests")
+    reqs = []
+    for i in range(n):
+        kind = data.draw(st.sampled_from(["plain", "plain", "point", "detect"]))
+        params = SamplingParams(
+            max_tokens=data.draw(st.integers(1, 40))
+            if kind == "plain"
+            else data.draw(st.integers(20, 48)),
+            temperature=data.draw(st.sampled_from([0.0, 0.7, 1.3])),
+            top_k=data.draw(st.sampled_from([0, 5])),
+            top_p=data.draw(st.sampled_from([1.0, 0.9])),
+            seed=data.draw(st.integers(0, 2**31 - 1)),
+            # Stop tokens drawn from the whole vocabulary: EOS lands at every position somewhere in
+            # the suite.
+            stop_token_ids=tuple(data.draw(st.sets(st.integers(3, vocab - 1), max_size=60)))
+            if kind == "plain"
+            else (),
+            constraint=None if kind == "plain" else kind,
+        )
+        reqs.append(
+            Req(
+                f"r{i}",
+                data.draw(st.lists(st.integers(3, vocab - 1), min_size=1, max_size=24)),
+                params,
+                arrive_tick=data.draw(st.integers(0, 40)),
+                abort_tick=data.draw(st.one_of(st.none(), st.none(), st.integers(0, 80))),
+            )
+        )
+    return reqs
+
+
+def make_tp_engine(preset: str, seed: int, tensor_parallel: int = 2, **options) -> LLMEngine:
+    """make_engine's configuration for a tensor-parallel engine, which loads its own shards of a
+    preset."""
+    defaults: dict[str, Any] = dict(
+        max_num_seqs=8, max_model_len=128, block_size=4, num_kv_blocks=128, debug=True
+    )
+    defaults.update(options)
+    config = EngineConfig(model=preset, seed=seed, tensor_parallel=tensor_parallel, **defaults)
+    return LLMEngine(config)
 
 
 def run_script(engine: LLMEngine, reqs: list[Req], max_ticks: int = 20000) -> Outcome:

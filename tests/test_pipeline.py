@@ -12,39 +12,7 @@ from hypothesis import strategies as st
 from bubblelab.engine.pipeline import Pipeline
 from bubblelab.engine.sampling_params import SamplingParams
 from bubblelab.engine.timeline import Timeline
-from tests.engine_helpers import Req, make_engine, run_script
-
-
-def _workload(data, vocab: int = 512) -> list[Req]:
-    n = data.draw(st.integers(1, 8), label="requests")
-    reqs = []
-    for i in range(n):
-        kind = data.draw(st.sampled_from(["plain", "plain", "point", "detect"]))
-        params = SamplingParams(
-            max_tokens=data.draw(st.integers(1, 40))
-            if kind == "plain"
-            else data.draw(st.integers(20, 48)),
-            temperature=data.draw(st.sampled_from([0.0, 0.7, 1.3])),
-            top_k=data.draw(st.sampled_from([0, 5])),
-            top_p=data.draw(st.sampled_from([1.0, 0.9])),
-            seed=data.draw(st.integers(0, 2**31 - 1)),
-            # Stop tokens drawn from the whole vocabulary: EOS lands at every position somewhere in
-            # the suite.
-            stop_token_ids=tuple(data.draw(st.sets(st.integers(3, vocab - 1), max_size=60)))
-            if kind == "plain"
-            else (),
-            constraint=None if kind == "plain" else kind,
-        )
-        reqs.append(
-            Req(
-                f"r{i}",
-                data.draw(st.lists(st.integers(3, vocab - 1), min_size=1, max_size=24)),
-                params,
-                arrive_tick=data.draw(st.integers(0, 40)),
-                abort_tick=data.draw(st.one_of(st.none(), st.none(), st.integers(0, 80))),
-            )
-        )
-    return reqs
+from tests.engine_helpers import Req, make_engine, random_workload, run_script
 
 
 @settings(
@@ -52,7 +20,7 @@ def _workload(data, vocab: int = 512) -> list[Req]:
 )
 @given(data=st.data())
 def test_depth_1_and_depth_2_give_identical_tokens(tiny_llama, data):
-    reqs = _workload(data)
+    reqs = random_workload(data)
     pages = data.draw(
         st.sampled_from([24, 48, 256]), label="kv pages"
     )  # small pools force preemption

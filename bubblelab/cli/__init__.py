@@ -42,10 +42,10 @@ def _root(
 
 
 def _register_all() -> None:
-    from bubblelab.cli import analyze, predict, run, sweep
+    from bubblelab.cli import analyze, export, predict, run, sweep
 
     if not app.registered_commands:  # main() may run more than once in a process (tests)
-        for module in (run, sweep, analyze, predict):
+        for module in (run, sweep, analyze, predict, export):
             module.register(app)
 
 

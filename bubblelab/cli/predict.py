@@ -133,29 +133,49 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def report(
-        run_dir: Path = typer.Argument(..., help="Run directory holding results.json."),
+        run_dirs: list[Path] = typer.Argument(
+            ...,
+            help="Run directories holding results.json (or one nsys export); two or more are "
+            "compared side by side.",
+        ),
+        out: Path | None = typer.Option(
+            None, "--out", help="The page to write (default RUN_DIR/report.html for one directory)."
+        ),
         demo: bool = typer.Option(
             False, "--demo", help="First fill RUN_DIR with a simulated run (no GPU needed)."
         ),
         n_boot: int = options.N_BOOT,
     ) -> None:
-        """Write RUN_DIR/report.html: one self-contained page of tables and figures. For a sweep
-        that was interrupted or failed, from the runs that finished."""
+        """Write one self-contained page of tables and figures, and its data (trace, Parquet)
+        beside it in export/. For a sweep that was interrupted or failed, from the runs that
+        finished."""
         from bubblelab.costmodel.bootstrap import check_n_boot
-        from bubblelab.report.report import report_run_dir
+        from bubblelab.files import check_output_path
+        from bubblelab.report.report import report_dirs, report_run_dir
         from bubblelab.runs.assemble import assemble, needs_assembly
 
         check_n_boot(n_boot)
+        if out is not None:
+            check_output_path(out, "--out")
+        if len(run_dirs) > 1 and out is None:
+            raise BubblelabError("a report of several run directories needs --out PATH")
         console = Console(stderr=True)
         if demo:
             from bubblelab.runs.demo import write_demo_run_dir
 
-            write_demo_run_dir(run_dir, streams=(1, 8, 32))
-        elif not run_dir.is_dir():
-            raise BubblelabError(f"{run_dir} is not a directory")
-        elif needs_assembly(run_dir):
-            with console.status("assembling the finished runs"):
-                assemble(run_dir)
+            if len(run_dirs) != 1:
+                raise BubblelabError("--demo fills one run directory")
+            write_demo_run_dir(run_dirs[0], streams=(1, 8, 32))
+        for source in run_dirs:
+            if not source.exists():
+                raise BubblelabError(f"{source} does not exist")
+            if source.is_dir() and needs_assembly(source):
+                with console.status(f"assembling the finished runs of {source}"):
+                    assemble(source)
         with console.status("writing the report"):
-            path = report_run_dir(run_dir, n_boot=n_boot)
-        typer.echo(path)
+            if len(run_dirs) == 1:
+                page = report_run_dir(run_dirs[0], n_boot=n_boot, out=out)
+            else:
+                assert out is not None
+                page = report_dirs(run_dirs, out, n_boot=n_boot)
+        typer.echo(page)

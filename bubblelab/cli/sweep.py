@@ -28,6 +28,7 @@ def run_and_profile(
     device: str = options.DEVICE,
     dtype: str | None = options.DTYPE,
     depths: str = typer.Option("1,2", help="Pipeline depths, run back to back."),
+    tensor_parallel: int = typer.Option(1, help="GPUs (processes) the model is split over."),
     streams: str = options.STREAMS,
     output_len_mean: float = options.OUTPUT_LEN_MEAN,
     requests_per_stream: int | None = typer.Option(
@@ -74,6 +75,7 @@ def run_and_profile(
             model=model,
             device=device,
             dtype=dtype,
+            tensor_parallel=tensor_parallel,
             output_len_mean=output_len_mean,
             requests_per_stream=requests_per_stream,
             prompt_len=prompt_len,

@@ -21,9 +21,10 @@ from bubblelab.profiling.catalog import connect
 from bubblelab.profiling.ingest import ingest, ingest_timeline
 from bubblelab.profiling.nsys import nsys_version
 from bubblelab.runs import state as run_state
+from bubblelab.runs.machine import machine_facts
 from bubblelab.runs.rundir import RESULTS_FILE, write_results
 from bubblelab.runs.tables import collect
-from bubblelab.runs.worker import timeline_from_record
+from bubblelab.runs.worker import rank_timelines_from_record, timeline_from_record
 
 PASSES = ("plain", "nsys")
 
@@ -80,7 +81,8 @@ def assemble(out_dir: Path, strict: bool = True) -> Path:
     catalog_path = write_atomic(out_dir / "catalog.duckdb", build)
     provenance = {
         "sweep": state["spec"], "command": state["command"], "timings": timings,
-        "catalog": str(catalog_path), "finished_runs": found["finished"],
+        "catalog": str(catalog_path), "machine": machine_facts(),
+        "finished_runs": found["finished"],
         "missing_runs": [run for run in state["planned"] if run not in found["finished"]],
     }  # fmt: skip
     con = connect(catalog_path)
@@ -135,9 +137,12 @@ def _ingest_passes(
                 record = json.loads((out_dir / "runs" / name / f"{run['tag']}.json").read_text())
                 meta = _meta(record["summary"], plan, state["command"])
                 run_id = ingest_timeline(
-                    timeline_from_record(record), timelines, meta,
+                    timeline_from_record(record), timelines, {**meta, "rank": 0},
                     run_id=f"{run['tag']}-{'nsys-' if profiled else ''}timeline",
                 )  # fmt: skip
+                for rank, timeline in enumerate(rank_timelines_from_record(record), 1):
+                    ingest_timeline(timeline, timelines, {**meta, "rank": rank},
+                                    run_id=f"{run_id}-rank{rank}")  # fmt: skip
                 if profiled:
                     meta = {**meta, "nsys_version": nsys_version()}
                     run_id = _ingest_trace(traces[i], record, meta, catalog)
@@ -191,6 +196,7 @@ def _meta(summary: dict, plan: dict, command: str) -> dict:
         "started_at",
     )
     return {**{k: summary.get(k) for k in keys}, "preset": plan["engine"]["model"],
+            "tensor_parallel": plan["engine"].get("tensor_parallel", 1),
             "command": command}  # fmt: skip
 
 
@@ -203,4 +209,6 @@ def _extra(run_id: str, run: dict, spec: dict, plan: dict, summary: dict) -> dic
         constrained_share=spec["constrained_share"], max_num_seqs=engine["max_num_seqs"],
         max_num_batched_tokens=engine["max_num_batched_tokens"],
         max_model_len=engine["max_model_len"], sm_clock_mhz=summary.get("sm_clock_mhz_median"),
+        power_w=summary.get("power_w_median"),
+        clock_anchor_us_max=summary.get("clock_anchor_us_max"),
     )  # fmt: skip

@@ -21,6 +21,7 @@ and `bubblelab report` reports from what finished (bubblelab.runs.state).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import sys
@@ -64,6 +65,7 @@ class SweepSpec:
     enforce_eager: bool = False
     attention_backend: str = "auto"
     seed: int = 0
+    tensor_parallel: int = 1
 
     def __post_init__(self) -> None:
         """Every option checked here, before a directory is made or a model loaded."""
@@ -97,6 +99,7 @@ class SweepSpec:
             max_model_len=self.max_model_len,
             max_num_batched_tokens=self.max_num_batched_tokens, enforce_eager=self.enforce_eager,
             attention_backend=self.attention_backend, seed=self.seed,
+            tensor_parallel=self.tensor_parallel,
         )  # fmt: skip
 
     def runs(self, repeats: int | None = None) -> list[dict]:
@@ -259,9 +262,12 @@ def _nsys_or_none(
     if use_nsys is False:
         return None
     try:
-        return find_nsys()
+        nsys = find_nsys()
+        if importlib.util.find_spec("nvtx") is None:  # the engine's ranges are what nsys reads
+            raise BubblelabError("nsys needs the nvtx package: pip install 'bubblelab[cuda]'")
+        return nsys
     except BubblelabError as e:
         if use_nsys:
             raise
-        say(f"nsys not found ({e}); using the in-process timeline instead")
+        say(f"not profiling under nsys ({e}); using the in-process timeline instead")
         return None

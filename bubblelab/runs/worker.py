@@ -44,10 +44,11 @@ def run_plan(
     profile = bool(plan.get("profile", False))
     t0 = time.perf_counter()
     e = plan["engine"]
-    loaded = loaded or load_model(
-        e["model"], dtype=e["dtype"], device=e["device"], seed=e["seed"],
-        attention_backend=e["attention_backend"],
-    )  # fmt: skip
+    if e.get("tensor_parallel", 1) == 1:  # a tensor-parallel engine loads each rank's shard itself
+        loaded = loaded or load_model(
+            e["model"], dtype=e["dtype"], device=e["device"], seed=e["seed"],
+            attention_backend=e["attention_backend"],
+        )  # fmt: skip
     first = plan["runs"][0]["depth"] if plan["runs"] else 1
     engine = LLMEngine(EngineConfig(**e, depth=first), loaded, timeline=Timeline(), nvtx=profile)
     runs_s: dict[str, float] = {}
@@ -74,15 +75,11 @@ def run_plan(
 
 
 def result_record(result: RunResult) -> dict:
-    t = result.timeline
-    return {
+    """The run's summary, rank 0's timeline and its requests; under tensor parallelism `ranks`
+    holds ranks 1..N-1's timelines."""
+    record: dict = {
         "summary": {**result.summary, **machine_facts()},  # once a process: nvidia-smi is slow
-        "timeline": {
-            "depth": t.depth,
-            "host": t.host,
-            "device": t.device,
-            "steps": [vars(s) for s in t.steps.values()],
-        },
+        "timeline": _timeline_dict(result.timeline),
         "requests": [
             {
                 "request": i,
@@ -94,6 +91,23 @@ def result_record(result: RunResult) -> dict:
             for i, r in enumerate(result.requests)
         ],
     }
+    if result.rank_timelines:
+        record["ranks"] = [_timeline_dict(t) for t in result.rank_timelines]
+    return record
+
+
+def _timeline_dict(t: Timeline) -> dict:
+    return {
+        "depth": t.depth,
+        "host": t.host,
+        "device": t.device,
+        "steps": [vars(s) for s in t.steps.values()],
+    }
+
+
+def rank_timelines_from_record(record: dict) -> list[Timeline]:
+    """Ranks 1..N-1's timelines of a tensor-parallel run (empty for one GPU)."""
+    return [timeline_from_record({"timeline": t}) for t in record.get("ranks", [])]
 
 
 def timeline_from_record(record: dict) -> Timeline:

@@ -27,6 +27,7 @@ def plan_runs(
     device: str = "cpu",
     dtype: str | None = None,
     depth: int = 2,
+    tensor_parallel: int = 1,
     max_num_seqs: int | None = None,
     max_model_len: int = 512,
     enforce_eager: bool = False,
@@ -45,6 +46,7 @@ def plan_runs(
         device=device,
         dtype=dtype or default_dtype(device),
         depth=depth,
+        tensor_parallel=tensor_parallel,
         # One batch-row budget for every run: one engine, as a sweep has.
         max_num_seqs=max_num_seqs
         if max_num_seqs is not None

@@ -14,28 +14,38 @@ import shutil
 from collections.abc import Iterable
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from bubblelab.engine.attention import AttentionBackend, store_kv_cache
 from bubblelab.engine.attention.metadata import AttentionMetadata
 from bubblelab.engine.config import ModelConfig
+from bubblelab.engine.distributed.comm import SINGLE, TensorParallel
+from bubblelab.engine.distributed.layers import (
+    MergedColumnParallelLinear,
+    ParallelLMHead,
+    ParallelModule,
+    QKVParallelLinear,
+    RowParallelLinear,
+    VocabParallelEmbedding,
+    vocab_logits,
+)
 from bubblelab.engine.models.layers import Fusable, RMSNorm, RotaryEmbedding, SiluAndMul, fused
 from bubblelab.errors import BubblelabError
 
 
 class Attention(Fusable):
-    def __init__(self, cfg: ModelConfig, backend: AttentionBackend):
+    def __init__(self, cfg: ModelConfig, backend: AttentionBackend, tp: TensorParallel = SINGLE):
         super().__init__()
-        self.num_heads, self.num_kv_heads, self.head_dim = (
-            cfg.num_heads,
-            cfg.num_kv_heads,
-            cfg.head_dim,
-        )
-        self.q_size, self.kv_size = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+        # This rank's heads: all of them at tensor parallel 1.
+        self.num_heads = tp.split(cfg.num_heads, "attention heads")
+        self.num_kv_heads = tp.split(cfg.num_kv_heads, "KV heads")
+        self.head_dim = cfg.head_dim
+        self.q_size, self.kv_size = self.num_heads * cfg.head_dim, self.num_kv_heads * cfg.head_dim
         self.scale = cfg.head_dim**-0.5
-        self.qkv_proj = nn.Linear(cfg.hidden_size, self.q_size + 2 * self.kv_size, bias=False)
-        self.o_proj = nn.Linear(self.q_size, cfg.hidden_size, bias=False)
+        self.qkv_proj = QKVParallelLinear(
+            cfg.hidden_size, cfg.head_dim, cfg.num_heads, cfg.num_kv_heads, tp
+        )
+        self.o_proj = RowParallelLinear(cfg.num_heads * cfg.head_dim, cfg.hidden_size, tp)
         self.qk_norm = cfg.qk_norm
         if cfg.qk_norm:
             self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
@@ -80,10 +90,11 @@ class Attention(Fusable):
 
 
 class MLP(nn.Module):
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, tp: TensorParallel = SINGLE):
         super().__init__()
-        self.gate_up_proj = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+        inter = cfg.intermediate_size
+        self.gate_up_proj = MergedColumnParallelLinear(cfg.hidden_size, [inter, inter], tp)
+        self.down_proj = RowParallelLinear(inter, cfg.hidden_size, tp)
         self.act = SiluAndMul()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -91,12 +102,12 @@ class MLP(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg: ModelConfig, backend: AttentionBackend):
+    def __init__(self, cfg: ModelConfig, backend: AttentionBackend, tp: TensorParallel = SINGLE):
         super().__init__()
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.self_attn = Attention(cfg, backend)
+        self.self_attn = Attention(cfg, backend, tp)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.mlp = MLP(cfg)
+        self.mlp = MLP(cfg, tp)
 
     def forward(
         self,
@@ -126,21 +137,24 @@ def _triton_usable() -> bool:
 
 
 class TransformerLM(nn.Module):
-    def __init__(self, cfg: ModelConfig, attn_backend: AttentionBackend):
+    def __init__(
+        self, cfg: ModelConfig, attn_backend: AttentionBackend, tp: TensorParallel = SINGLE
+    ):
         super().__init__()
         self.config = cfg
+        self.tp = tp  # this rank's shard of every split layer (the whole model at size 1)
         self.attn_backend = attn_backend
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.embed_tokens = VocabParallelEmbedding(cfg.vocab_size, cfg.hidden_size, tp)
         self.rotary_emb = RotaryEmbedding(
             cfg.head_dim, cfg.max_position_embeddings, cfg.rope_theta, cfg.rope_scaling
         )
-        self.layers = nn.ModuleList(DecoderLayer(cfg, attn_backend) for _ in range(cfg.num_layers))
+        self.layers = nn.ModuleList(
+            DecoderLayer(cfg, attn_backend, tp) for _ in range(cfg.num_layers)
+        )
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         # Tied models read the embedding matrix in compute_logits: no shared Parameter to keep tied on moves.
         self.lm_head = (
-            None
-            if cfg.tie_word_embeddings
-            else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+            None if cfg.tie_word_embeddings else ParallelLMHead(cfg.vocab_size, cfg.hidden_size, tp)
         )
 
     def forward(
@@ -179,8 +193,9 @@ class TransformerLM(nn.Module):
         return self.norm.compiled
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Full-vocabulary logits on every rank (vocab_logits: one all-gather above size 1)."""
         weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return F.linear(hidden, weight)
+        return vocab_logits(hidden, weight, self.config.vocab_size, self.tp)
 
     def bind_kv_cache(self, k_caches: list[torch.Tensor], v_caches: list[torch.Tensor]) -> None:
         """Attach one paged cache per layer, each [num_blocks, block_size, kv_heads, head_dim]."""
@@ -225,15 +240,25 @@ class TransformerLM(nn.Module):
                 raise BubblelabError(
                     f"checkpoint tensor {hf_name!r} has no place in a {cfg.architecture} model"
                 )
-            dest = params[target] if rows is None else params[target].narrow(0, offset, rows)
-            if dest.shape != tensor.shape:
-                raise BubblelabError(
-                    f"checkpoint tensor {hf_name!r} has shape {tuple(tensor.shape)}, "
-                    f"expected {tuple(dest.shape)}"
-                )
-            dest.copy_(tensor)
             loaded.add((target, offset))
+            module = self.get_submodule(target.rpartition(".")[0])
+            if isinstance(module, ParallelModule) and self.tp.size > 1:
+                full = (rows or module.full_shape()[0], *module.full_shape()[1:])
+                _check_shape(hf_name, tensor, full)
+                tensor = module.shard_weight(tensor)  # this rank's part of the weight or section
+                offset, rows = offset // self.tp.size, rows and rows // self.tp.size
+            dest = params[target] if rows is None else params[target].narrow(0, offset, rows)
+            _check_shape(hf_name, tensor, dest.shape)
+            dest.copy_(tensor)
         for name in params:
             offsets = {off for fused, off, _ in shards.values() if f".{fused}." in name} or {0}
             if any((name, off) not in loaded for off in offsets):
                 raise BubblelabError(f"checkpoint lacks weights for {name!r}")
+
+
+def _check_shape(name: str, tensor: torch.Tensor, expected: Iterable[int]) -> None:
+    if tuple(tensor.shape) != tuple(expected):
+        raise BubblelabError(
+            f"checkpoint tensor {name!r} has shape {tuple(tensor.shape)}, "
+            f"expected {tuple(expected)}"
+        )

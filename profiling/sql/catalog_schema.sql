@@ -26,7 +26,9 @@ CREATE TABLE IF NOT EXISTS runs (
     generated_tokens   BIGINT,
     decode_steps       INTEGER,
     source             VARCHAR NOT NULL,          -- 'nsys' | 'timeline'
-    trace_path         VARCHAR
+    trace_path         VARCHAR,
+    tensor_parallel    INTEGER,                   -- ranks of the engine (1: one GPU)
+    rank               INTEGER                    -- whose timeline this run is; NULL: all ranks
 );
 
 -- META_DATA_EXPORT and TARGET_INFO_* facts, kept as name/value pairs.

@@ -19,8 +19,8 @@ import pandas as pd
 
 from bubblelab.costmodel.predict import predict_runs
 from bubblelab.costmodel.wholerun import TERMS
-from bubblelab.report.report import render_report
-from bubblelab.runs.rundir import merge_results, read_results, results_path
+from bubblelab.report.report import report_dirs
+from bubblelab.runs.rundir import read_results, results_path
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
@@ -29,13 +29,13 @@ SWEEP = Path("docs/measurements/h200-sweep")
 TARGET_PTS = 1.0  # the accuracy the model is held to, in points of speedup
 
 
-def sweep_table(sweep: Path, n_boot: int) -> tuple[pd.DataFrame, dict]:
-    rows, named = [], {}
+def sweep_table(sweep: Path, n_boot: int) -> pd.DataFrame:
+    rows = []
     for run_dir in sorted(p for p in sweep.iterdir() if results_path(p)):
-        results = named[run_dir.name] = read_results(run_dir)
+        results = read_results(run_dir)
         table = predict_runs(results.runs, results.steps, results.requests, n_boot=n_boot)
         rows.append(table.assign(name=run_dir.name))
-    return pd.concat(rows, ignore_index=True), named
+    return pd.concat(rows, ignore_index=True)
 
 
 def _pct(v: float, lo: float | None = None, hi: float | None = None) -> str:
@@ -124,16 +124,18 @@ def main() -> None:
     parser.add_argument("--report", type=Path, help="write one HTML report of the whole sweep here")
     parser.add_argument("--n-boot", type=int, default=1000)
     args = parser.parse_args()
-    table, named = sweep_table(args.sweep, args.n_boot)
+    table = sweep_table(args.sweep, args.n_boot)
     print(markdown(table))
     print("\n" + summary(table))
     if args.plot:
         plot(table, args.plot)
     if args.report:
-        args.report.parent.mkdir(parents=True, exist_ok=True)
-        html = render_report(merge_results(named), title=args.sweep.name, n_boot=args.n_boot)
-        args.report.write_text(html, encoding="utf-8")
-        print(f"{args.report}: {len(html.encode()) / 1e6:.2f} MB")
+        dirs = sorted(p for p in args.sweep.iterdir() if results_path(p))
+        # Without export/: the trace and tables (~8 MB, all derived from the committed
+        # results.json.gz) stay out of git; the page says how to write them.
+        page = report_dirs(dirs, args.report, title=args.sweep.name, n_boot=args.n_boot,
+                           export=False)  # fmt: skip
+        print(f"{page}: {page.stat().st_size / 1e6:.2f} MB")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,57 @@
+"""Rank 0's ModelRunner under tensor parallelism: the same three phases, each step also handed to
+the workers.
+
+launch fills the slot's packed inputs on the host, hands exactly those bytes to the workers (before
+enqueueing its own forward, so the workers start as early as possible), then uploads and enqueues
+like a single GPU. finalize fills the constrained-decoding mask from rank 0's committed state and
+hands the rows over with the sampling order. wait is the single-GPU wait, watched: it raises
+WorkerError when a worker dies or hangs.
+"""
+
+from __future__ import annotations
+
+from bubblelab.engine.block_manager import BlockManager
+from bubblelab.engine.config import EngineConfig
+from bubblelab.engine.distributed.workers import TPWorkers
+from bubblelab.engine.loader import LoadedModel
+from bubblelab.engine.model_runner import ModelRunner
+from bubblelab.engine.phases import Phases
+from bubblelab.engine.pipeline import Step
+from bubblelab.engine.streams import Streams
+
+
+class TPModelRunner(ModelRunner):
+    def __init__(
+        self, config: EngineConfig, loaded: LoadedModel, streams: Streams, workers: TPWorkers
+    ):
+        super().__init__(config, loaded, streams)
+        self.workers = workers
+        self.host_bytes = [slot.meta.host.numpy() for slot in self.slots]
+
+    def launch(self, step: Step, blocks: BlockManager, phases: Phases) -> None:
+        slot = self.slots[step.slot]
+        record = self.fill_launch(step, slot, blocks)
+        with phases.range("handoff", step.step_id):
+            self.workers.send_launch(record, slot, self.host_bytes[slot.index])
+        self.enqueue_forward(slot, record, phases)
+
+    def finalize(self, step: Step, phases: Phases) -> None:
+        slot, record = self.slots[step.slot], self.slots[step.slot].record
+        assert record is not None and record.step_id == step.step_id, "I2: record of another step"
+        masked = any(s.constraint is not None for s in step.seqs)
+        if masked:
+            with phases.range("mask", step.step_id):
+                slot.fill_mask(step.seqs)
+                self.enqueue_mask(slot, record.rows)
+        with phases.range("handoff", step.step_id):
+            self.workers.send_finalize(record, slot, masked)
+        self.enqueue_sampling(slot, record, masked, phases)
+
+    def wait(self, step: Step) -> list[int]:
+        slot = self.slots[step.slot]
+        try:
+            self.streams.wait(slot.ev_copied, self.workers.watch(f"step {step.step_id}"))
+        except RuntimeError:  # the CPU device thread's collective failed: a peer is gone
+            self.workers.check_alive(grace_s=1.0)
+            raise
+        return slot.read_sampled(len(step.seqs), step.step_id)
