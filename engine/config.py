@@ -256,7 +256,8 @@ class EngineConfig:
         check_int("seed", self.seed, 0, 2**63 - 1)
         if self.attention_backend not in ATTENTION_BACKENDS:
             raise OptionError(
-                "attention_backend", f"must be one of {', '.join(ATTENTION_BACKENDS)}",
+                "attention_backend",
+                f"must be one of {', '.join(ATTENTION_BACKENDS)}",
                 self.attention_backend,
             )
 

@@ -115,7 +115,9 @@ def convert_gguf(reader: GGUFReader, out: Path) -> None:
                 .reshape(weight.shape)
             )
         tensors[name] = weight.contiguous()
-    write_atomic(out / "model.safetensors", lambda path: save_file(tensors, path, metadata={"format": "pt"}))
+    write_atomic(
+        out / "model.safetensors", lambda path: save_file(tensors, path, metadata={"format": "pt"})
+    )
     write_atomic(out / "config.json", json.dumps(config, indent=2))
 
 

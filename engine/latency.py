@@ -44,4 +44,8 @@ def latency_summary(seqs: Iterable[Sequence]) -> dict[str, dict[str, float | Non
 def _stats(x: np.ndarray) -> dict[str, float | None]:
     if not len(x):
         return dict.fromkeys(STATS)
-    return {"mean": float(x.mean()), "median": float(np.median(x)), "p99": float(np.percentile(x, 99))}
+    return {
+        "mean": float(x.mean()),
+        "median": float(np.median(x)),
+        "p99": float(np.percentile(x, 99)),
+    }

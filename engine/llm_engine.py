@@ -122,19 +122,25 @@ class LLMEngine:
             self.seqs[request_id] = seq
             self.scheduler.add(seq)
 
-    def _new_sequence(self, request_id: str, prompt: str | list[int], params: SamplingParams) -> Sequence:
+    def _new_sequence(
+        self, request_id: str, prompt: str | list[int], params: SamplingParams
+    ) -> Sequence:
         """The request as a Sequence, or a RequestError; touches no engine state."""
         if not isinstance(request_id, str):
             raise RequestError(f"request id must be a string, got {request_id!r}")
         if request_id in self.seqs and self.seqs[request_id].status is not SequenceStatus.FINISHED:
             raise RequestError(f"request id {request_id!r} is already running")
         if not isinstance(params, SamplingParams):
-            raise RequestError(f"request {request_id!r}: params must be SamplingParams, got {type(params).__name__}")
+            raise RequestError(
+                f"request {request_id!r}: params must be SamplingParams, got {type(params).__name__}"
+            )
         ids = self._tokenize(prompt)
         if not ids:
             raise RequestError(f"request {request_id!r}: empty prompt")
         if not all(isinstance(t, numbers.Integral) and not isinstance(t, bool) for t in ids):
-            raise RequestError(f"request {request_id!r}: a prompt is a string or a list of token ids (int)")
+            raise RequestError(
+                f"request {request_id!r}: a prompt is a string or a list of token ids (int)"
+            )
         if len(ids) >= self.config.max_model_len:
             raise RequestError(
                 f"request {request_id!r}: prompt of {len(ids)} tokens does not fit "
@@ -146,7 +152,9 @@ class LLMEngine:
             )
         constraint = self._make_constraint(request_id, params)
         seed = params.seed if params.seed is not None else zlib.crc32(request_id.encode())
-        return Sequence(request_id, [int(t) for t in ids], params, constraint=constraint, seed=seed & 0x7FFFFFFF)
+        return Sequence(
+            request_id, [int(t) for t in ids], params, constraint=constraint, seed=seed & 0x7FFFFFFF
+        )
 
     def _tokenize(self, prompt: str | list[int]) -> list[int]:
         if isinstance(prompt, str):
@@ -158,7 +166,9 @@ class LLMEngine:
         try:
             return list(prompt)
         except TypeError:
-            raise RequestError(f"a prompt is a string or a list of token ids, got {type(prompt).__name__}") from None
+            raise RequestError(
+                f"a prompt is a string or a list of token ids, got {type(prompt).__name__}"
+            ) from None
 
     def _make_constraint(self, request_id: str, params: SamplingParams):
         if params.constraint is None:

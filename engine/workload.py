@@ -64,7 +64,9 @@ class WorkloadSpec:
         """A prompt leaves room for output in a sequence, and the mean length fits: else every
         request is refused, or L is not the L asked for."""
         if self.prompt_len >= max_model_len:
-            raise OptionError("prompt_len", f"must be < max_model_len ({max_model_len})", self.prompt_len)
+            raise OptionError(
+                "prompt_len", f"must be < max_model_len ({max_model_len})", self.prompt_len
+            )
         if self.prompt_len + self.output_len_mean > max_model_len:
             raise OptionError(
                 "output_len_mean",
