@@ -59,17 +59,15 @@ def to_hf(loaded: LoadedModel) -> tuple[dict, dict[str, torch.Tensor]]:
         "gate_up_proj": {"gate_proj": inter, "up_proj": inter},
     }
     state: dict[str, torch.Tensor] = {}
-    for (
-        name,
-        param,
-    ) in model.named_parameters():  # parameters only: the RoPE table is computed, not loaded
+    # Parameters only: the RoPE table is computed, not loaded.
+    for name, param in model.named_parameters():
         hf_name = name if name == "lm_head.weight" else f"model.{name}"
         fused_name = next((f for f in fused if f".{f}." in name), None)
         if fused_name is None:
             state[hf_name] = param
             continue
         shards = fused[fused_name]
-        for shard, part in zip(shards, param.split(list(shards.values()))):
+        for shard, part in zip(shards, param.split(list(shards.values())), strict=True):
             state[hf_name.replace(fused_name, shard)] = part
     return hf_config_dict(cfg, next(model.parameters()).dtype), state
 

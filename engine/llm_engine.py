@@ -250,7 +250,7 @@ class LLMEngine:
             with self.phases.range("wait", step.step_id):
                 ids = self.runner.wait(step)
             now = time.perf_counter_ns() if self.record_token_times else None
-            for seq, token in zip(step.seqs, ids):
+            for seq, token in zip(step.seqs, ids, strict=True):
                 if seq.finalized:
                     continue  # a zombie: finished at an earlier commit, skip this one
                 seq.token_ids.append(token)

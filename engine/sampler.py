@@ -201,7 +201,8 @@ def _sampled_ids(
         return _compiled_noisy_argmax(logits, row_key, columns)
     except Exception as e:  # a compiler problem must not take the engine down: go on eager
         warnings.warn(
-            f"torch.compile of the sampler failed, sampling eagerly: {str(e).splitlines()[0]}"
+            f"torch.compile of the sampler failed, sampling eagerly: {str(e).splitlines()[0]}",
+            stacklevel=2,
         )
         _compiled_noisy_argmax = None
         return noisy_argmax(logits, row_key, columns)

@@ -27,7 +27,7 @@ def _prefill_kernel(
     Q,
     K,
     V,
-    O,
+    O,  # noqa: E741 -- attention's Q, K, V, O, as the compile test names them
     CU,
     num_seqs,
     num_tokens,

@@ -54,10 +54,10 @@ def compile_grammar(
     """Compiles a regex or JSON schema for this tokenizer (xgrammar caches compiled grammars itself)."""
     try:
         import xgrammar
-    except ImportError:
+    except ImportError as e:
         raise RequestError(
             f"{kind}: constraints need xgrammar, which is not installed (pip install xgrammar)"
-        )
+        ) from e
     if tokenizer is None:
         raise RequestError(f"{kind}: constraints need a tokenizer; this model has none")
     per_tokenizer = _compilers.setdefault(tokenizer, {})

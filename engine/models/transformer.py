@@ -203,7 +203,7 @@ class TransformerLM(nn.Module):
             raise ValueError(
                 f"need {len(self.layers)} K and V caches, got {len(k_caches)} and {len(v_caches)}"
             )
-        for layer, k_cache, v_cache in zip(self.layers, k_caches, v_caches):
+        for layer, k_cache, v_cache in zip(self.layers, k_caches, v_caches, strict=True):
             layer.self_attn.k_cache, layer.self_attn.v_cache = k_cache, v_cache
 
     @torch.no_grad()
