@@ -1,8 +1,8 @@
-"""LLMEngine: the serving loop. One tick = launch step t+1, commit step t, finalize (sample) step t+1.
+"""LLMEngine, the serving loop. A tick: launch step t+1, commit step t, finalize (sample) t+1.
 
-`depth` (1 or 2) is the only difference between blocking and pipelined decoding: the Pipeline allows at
-most `depth` steps in flight, and the same three phases run in the same code. At depth 1 a tick becomes
-launch t, finalize t, commit t, because the step to commit is the one just launched.
+`depth` (1 or 2) is the only difference between blocking and pipelined decoding: the Pipeline allows
+at most `depth` steps in flight, and the same three phases run in the same code. At depth 1 a tick
+becomes launch t, finalize t, commit t, because the step to commit is the one just launched.
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ class RequestOutput:
 
     @property
     def token_ids(self) -> list[int]:
-        """Every generated token so far, copied when read: building it at every commit cost O(length) host
-        time per row per step, inside the very bookkeeping the bubble measures."""
+        """Every generated token so far, copied when read: building it at every commit cost
+        O(length) host time per row per step, inside the very bookkeeping the bubble measures."""
         return self.seq.output_ids
 
 
@@ -93,7 +93,8 @@ class LLMEngine:
             tp=tp,
         )
         self.tokenizer = self.loaded.tokenizer
-        # Timing events always: a timeline may be attached later (run_workload does), and they cost next to nothing.
+        # Timing events always: a timeline may be attached later (run_workload does), and they
+        # cost next to nothing.
         self.streams = Streams(torch.device(config.device), timing=True)
         if self.workers is None:
             self.runner = ModelRunner(config, self.loaded, self.streams)
@@ -103,9 +104,9 @@ class LLMEngine:
             self.runner = TPModelRunner(config, self.loaded, self.streams, self.workers)
             self.workers.start_handoff(self.runner.slots)
 
-    # -- requests ------------------------------------------------------------------------------------
+    # -- requests ----------------------------------------------------------------------------------
     def add_request(self, request_id: str, prompt: str | list[int], params: SamplingParams) -> None:
-        """Validate and queue one request. A bad request raises RequestError; the others keep running."""
+        """Validates and queues one request; a bad one raises RequestError, others keep running."""
         self.add_requests([(request_id, prompt, params)])
 
     def add_requests(self, requests: Iterable[tuple[str, str | list[int], SamplingParams]]) -> None:
@@ -132,7 +133,8 @@ class LLMEngine:
             raise RequestError(f"request id {request_id!r} is already running")
         if not isinstance(params, SamplingParams):
             raise RequestError(
-                f"request {request_id!r}: params must be SamplingParams, got {type(params).__name__}"
+                f"request {request_id!r}: params must be SamplingParams, "
+                f"got {type(params).__name__}"
             )
         ids = self._tokenize(prompt)
         if not ids:
@@ -148,7 +150,8 @@ class LLMEngine:
             )
         if max(ids) >= self.loaded.config.vocab_size or min(ids) < 0:
             raise RequestError(
-                f"request {request_id!r}: token id out of the vocabulary [0, {self.loaded.config.vocab_size})"
+                f"request {request_id!r}: token id out of the vocabulary "
+                f"[0, {self.loaded.config.vocab_size})"
             )
         constraint = self._make_constraint(request_id, params)
         seed = params.seed if params.seed is not None else zlib.crc32(request_id.encode())
@@ -207,9 +210,9 @@ class LLMEngine:
         self.config.depth = depth
         self.pipeline = Pipeline(depth, debug=self.config.debug)
 
-    # -- the loop ------------------------------------------------------------------------------------
+    # -- the loop ----------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
-        """One tick: launch the next step if a slot is free, sample what may be sampled, commit the oldest."""
+        """A tick: launch the next step if a slot is free, sample what may be, commit the oldest."""
         self.runner.activate()
         launched = False
         if self.pipeline.can_launch():
@@ -283,7 +286,7 @@ class LLMEngine:
             return "length"
         return None
 
-    # -- housekeeping --------------------------------------------------------------------------------
+    # -- housekeeping ------------------------------------------------------------------------------
     def check_idle(self) -> None:
         """After a run: every page free, every inflight_refs zero, both slots free."""
         self.pipeline.check_drained()

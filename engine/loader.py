@@ -1,7 +1,8 @@
 """load_model(): one entry point for every model source.
 
-spec None -> the embedded SmolLM2 GGUF; a *.gguf file -> GGUF; a directory with config.json + *.safetensors
--> Hugging Face checkpoint; a name in engine.config.PRESETS -> seeded random weights of that shape.
+spec None -> the embedded SmolLM2 GGUF; a *.gguf file -> GGUF; a directory with config.json and
+*.safetensors -> Hugging Face checkpoint; a name in engine.config.PRESETS -> seeded random weights
+of that shape.
 """
 
 from __future__ import annotations
@@ -68,9 +69,8 @@ def load_model(
         spec = str(embedded_model_path())
     path = Path(spec).expanduser()
     if path.is_file():
-        model = _load_checkpoint(
-            gguf_checkpoint(path), backend, torch_dtype, device, tp
-        )  # validates the file first
+        # gguf_checkpoint validates the file first.
+        model = _load_checkpoint(gguf_checkpoint(path), backend, torch_dtype, device, tp)
         tokenizer = load_gguf_tokenizer(path)
         return LoadedModel(model, model.config, tokenizer, path.stem, "gguf")
     if path.is_dir():
@@ -94,7 +94,7 @@ def load_model(
 
 
 def hf_model_config(raw: dict) -> ModelConfig:
-    """ModelConfig from a Hugging Face config.json (both the rope_scaling and rope_parameters spellings)."""
+    """ModelConfig from a Hugging Face config.json (rope_scaling and rope_parameters spellings)."""
     arch = raw.get("model_type")
     if arch not in SUPPORTED_ARCHITECTURES:
         raise BubblelabError(
@@ -172,9 +172,9 @@ def _build(
     device: torch.device,
     tp: TensorParallel = SINGLE,
 ) -> TransformerLM:
-    """Uninitialised parameters straight on the device in the target dtype; the caller fills every one.
+    """Uninitialised parameters straight on the device in the target dtype; the caller fills each.
 
-    Building on the meta device skips nn.Linear's default init, which alone took ~2 s for the 135M model.
+    Building on the meta device skips nn.Linear's default init, which alone took ~2 s for 135M.
     """
     with torch.device("meta"), _default_dtype(dtype):
         model = TransformerLM(cfg, backend, tp)

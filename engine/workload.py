@@ -1,4 +1,5 @@
-"""Benchmark workloads: N concurrent streams, output lengths with a given mean, optional arrivals and constraints."""
+"""Benchmark workloads: N concurrent streams, output lengths of a given mean, optional arrivals and
+constraints."""
 
 from __future__ import annotations
 
@@ -93,7 +94,7 @@ def output_lengths(spec: WorkloadSpec, rng: np.random.Generator) -> np.ndarray:
 
 
 def make_requests(spec: WorkloadSpec, vocab_size: int) -> list[Request]:
-    """Random-token prompts (the forward cost does not depend on token values) with seeded lengths."""
+    """Random-token prompts (a forward's cost does not depend on token values), seeded lengths."""
     rng = np.random.default_rng(spec.seed)
     lengths = output_lengths(spec, rng)
     constrained = rng.random(spec.requests) < spec.constrained_share
@@ -102,15 +103,13 @@ def make_requests(spec: WorkloadSpec, vocab_size: int) -> list[Request]:
         if spec.arrival_rate
         else np.zeros(spec.requests)
     )
-    low, high = (
-        min(100, vocab_size // 4),
-        max(101, vocab_size - 1000),
-    )  # stay clear of special tokens
+    # Stay clear of special tokens.
+    low, high = min(100, vocab_size // 4), max(101, vocab_size - 1000)
     requests = []
     for i in range(spec.requests):
         prompt = rng.integers(low, high, spec.prompt_len).tolist()
         if constrained[i]:
-            # Grammar decides the length; EOS ends it. max_tokens is the budget the constraint must fit.
+            # The grammar decides the length and EOS ends it; max_tokens is the budget it must fit.
             params = SamplingParams(
                 temperature=spec.temperature,
                 max_tokens=max(int(lengths[i]), 64),
