@@ -84,6 +84,7 @@ class LLMEngine:
         tp = TensorParallel(0, config.tensor_parallel)
         if loaded is not None and loaded.model.tp != tp:
             raise BubblelabError(f"the model was loaded as {loaded.model.tp}, the engine runs {tp}")
+        assert config.dtype is not None  # EngineConfig.__post_init__ filled in the default
         self.loaded = loaded or load_model(
             config.model,
             dtype=config.dtype,

@@ -63,18 +63,18 @@ def load_model(
     """Load `spec` (see the module docstring) in `dtype` on `device`; user mistakes raise one-line
     BubblelabErrors. `tp`: load only this rank's shard of every split layer (all of it at 1)."""
     torch_dtype = parse_dtype(dtype)
-    device = _check_device(device)
-    backend = select_backend(attention_backend, device)
+    torch_device = _check_device(device)
+    backend = select_backend(attention_backend, torch_device)
     if spec is None:
         spec = str(embedded_model_path())
     path = Path(spec).expanduser()
     if path.is_file():
         # gguf_checkpoint validates the file first.
-        model = _load_checkpoint(gguf_checkpoint(path), backend, torch_dtype, device, tp)
-        tokenizer = load_gguf_tokenizer(path)
+        model = _load_checkpoint(gguf_checkpoint(path), backend, torch_dtype, torch_device, tp)
+        tokenizer: PreTrainedTokenizerFast | None = load_gguf_tokenizer(path)
         return LoadedModel(model, model.config, tokenizer, path.stem, "gguf")
     if path.is_dir():
-        model = _load_checkpoint(path, backend, torch_dtype, device, tp)
+        model = _load_checkpoint(path, backend, torch_dtype, torch_device, tp)
         tokenizer = (
             PreTrainedTokenizerFast.from_pretrained(path)
             if (path / "tokenizer.json").is_file()
@@ -82,7 +82,7 @@ def load_model(
         )
         return LoadedModel(model, model.config, tokenizer, path.name, "hf")
     if spec in PRESETS:
-        model = _build(PRESETS[spec], backend, torch_dtype, device, tp)
+        model = _build(PRESETS[spec], backend, torch_dtype, torch_device, tp)
         _init_random(model, seed)
         return LoadedModel(model, model.config, None, spec, "preset")
     if "/" in spec or spec.endswith(".gguf"):
@@ -204,9 +204,9 @@ def _init_random(model: TransformerLM, seed: int) -> None:
 
 def _check_device(device: str) -> torch.device:
     try:
-        device = torch.device(device)
+        checked = torch.device(device)
     except RuntimeError:
         raise BubblelabError(f"unknown device {device!r}; use cpu or cuda") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
+    if checked.type == "cuda" and not torch.cuda.is_available():
         raise BubblelabError("device cuda requested but no CUDA GPU is available")
-    return device
+    return checked

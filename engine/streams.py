@@ -63,7 +63,7 @@ class CpuStream:
             except BaseException as e:  # surfaced on the host at the next synchronize
                 self.error = e
 
-    def submit(self, fn: Callable[[], None]) -> None:
+    def submit(self, fn: Callable[[], object]) -> None:
         self._queue.put(fn)
 
     def record(self, event: CpuEvent) -> None:
@@ -160,7 +160,7 @@ class CudaStream:
     def __init__(self, stream: torch.cuda.Stream):
         self.stream = stream
 
-    def submit(self, fn: Callable[[], None]) -> None:
+    def submit(self, fn: Callable[[], object]) -> None:
         with torch.cuda.stream(self.stream):
             fn()
 
@@ -178,6 +178,8 @@ class Streams:
         self.device = device
         self.is_cuda = device.type == "cuda"
         self.timing = timing
+        self.compute: CudaStream | CpuStream
+        self.copy: CudaStream | CpuStream
         if self.is_cuda:
             self.clock = CudaClock()
             self.compute = CudaStream(torch.cuda.current_stream(device))
@@ -224,11 +226,12 @@ class Streams:
             torch.cuda.synchronize(self.device)
         else:
             for stream in (self.compute, self.copy):
+                assert isinstance(stream, CpuStream)
                 ev = CpuEvent()
                 stream.record(ev)
                 ev.synchronize()
 
     def close(self) -> None:
-        if not self.is_cuda:
-            self.compute.close()
-            self.copy.close()
+        for stream in (self.compute, self.copy):
+            if isinstance(stream, CpuStream):  # a CPU stream's worker thread ends
+                stream.close()

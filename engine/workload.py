@@ -86,6 +86,7 @@ class Request:
 
 def output_lengths(spec: WorkloadSpec, rng: np.random.Generator) -> np.ndarray:
     L, n = spec.output_len_mean, spec.requests
+    assert n is not None  # WorkloadSpec.__post_init__ filled in the default
     if spec.output_len_dist == "fixed":
         return np.full(n, round(L))
     if spec.output_len_dist == "exponential":
@@ -95,6 +96,7 @@ def output_lengths(spec: WorkloadSpec, rng: np.random.Generator) -> np.ndarray:
 
 def make_requests(spec: WorkloadSpec, vocab_size: int) -> list[Request]:
     """Random-token prompts (a forward's cost does not depend on token values), seeded lengths."""
+    assert spec.requests is not None  # WorkloadSpec.__post_init__ filled in the default
     rng = np.random.default_rng(spec.seed)
     lengths = output_lengths(spec, rng)
     constrained = rng.random(spec.requests) < spec.constrained_share

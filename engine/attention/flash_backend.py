@@ -148,6 +148,7 @@ class FlashAttention:
         return self._forward_fa2(q, k, v, k_cache, v_cache, meta, scale)
 
     def _forward_fa4(self, q, k, v, k_cache, v_cache, meta, scale) -> torch.Tensor:
+        assert self._fa4 is not None
         if meta.is_prefill:
             check_fa4_shapes(q, k.shape[-2])
             out, _ = self._fa4(q, k, v, **fa4_prefill_kwargs(meta, scale))
@@ -159,6 +160,7 @@ class FlashAttention:
         return out.squeeze(1)
 
     def _forward_fa2(self, q, k, v, k_cache, v_cache, meta, scale) -> torch.Tensor:
+        assert self._fa2 is not None  # __init__ found FA4 or FA2
         varlen, with_kvcache = self._fa2
         if k_cache is not None and k_cache.shape[1] % FA2_BLOCK_SIZE_MULTIPLE:
             raise BubblelabError(

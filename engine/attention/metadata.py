@@ -39,8 +39,10 @@ class AttentionMetadata:
         """
         index = self.step_cache.get("padded_index")
         if index is None:
-            cu, total = self.cu_seqlens, sum(self.seq_lens)
-            starts = torch.arange(len(self.seq_lens), device=cu.device) * self.max_seqlen - cu[:-1]
+            cu, lens = self.cu_seqlens, self.seq_lens
+            assert cu is not None and lens is not None, "a padded prefill needs its lengths"
+            total = sum(lens)
+            starts = torch.arange(len(lens), device=cu.device) * self.max_seqlen - cu[:-1]
             index = torch.arange(total, device=cu.device) + starts.repeat_interleave(
                 cu.diff(), output_size=total
             )

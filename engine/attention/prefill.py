@@ -55,6 +55,7 @@ def loop_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata, scale: float
 ) -> torch.Tensor:
     """The reference: one causal SDPA per sequence (host-side lengths, so no sync to read them)."""
+    assert meta.seq_lens is not None, "the per-sequence loop needs the lengths on the host"
     out = torch.empty_like(q)
     start = 0
     for length in meta.seq_lens:
@@ -77,6 +78,7 @@ PAD_WORK_RATIO = 1.5
 
 def dense_prefill(q, k, v, meta: AttentionMetadata, scale: float) -> torch.Tensor:
     lens = meta.seq_lens
+    assert lens is not None, "dense prefill needs the lengths on the host"
     if len(lens) > 1 and len(lens) * meta.max_seqlen**2 <= PAD_WORK_RATIO * sum(
         n * n for n in lens
     ):
@@ -92,6 +94,7 @@ def padded_attention(
     Causal masking is top-left aligned, so a real query never sees the padding behind it; the padded
     queries compute garbage that is never gathered back.
     """
+    assert meta.seq_lens is not None, "a padded prefill needs the lengths on the host"
     batch, max_len, index = len(meta.seq_lens), meta.max_seqlen, meta.padded_index()
 
     def pad(x: torch.Tensor) -> torch.Tensor:

@@ -24,6 +24,7 @@ class TorchAttention:
         if meta.is_prefill or k_cache is None or meta.context_lens is None:
             return meta
         block_size, block_tables = k_cache.shape[1], meta.block_tables
+        assert block_tables is not None, "a decode step has block tables"
         if block_tables.device.type == "cpu":
             # No graphs and no device to wait for on CPU: gather only the pages in use, not the
             # table's full width (max_model_len), which made a CPU decode step ~10x slower.
@@ -51,7 +52,7 @@ class TorchAttention:
     ) -> torch.Tensor:
         if meta.is_prefill:
             return self._prefill(q, k, v, meta, scale)
-        if k_cache is None:
+        if k_cache is None or v_cache is None:
             raise ValueError("decode attention needs a bound KV cache")
         if meta.attn_bias is None:
             # A caller that skipped TransformerLM.forward, which prepares once per step.

@@ -37,6 +37,7 @@ class TritonAttention:
         if k_cache is None or v_cache is None:
             raise ValueError("decode attention needs a bound KV cache")
         # The current token's K/V are already in the cache (store_kv_cache); context_lens counts it.
+        assert meta.block_tables is not None and meta.context_lens is not None
         return paged_decode_attention(
             q, k_cache, v_cache, meta.block_tables, meta.context_lens, scale
         )

@@ -38,9 +38,10 @@ class CharAutomaton:
 
     def walk(self, state: int, text: str) -> int | None:
         for ch in text:
-            state = self.transitions[state].get(ch)
-            if state is None:
+            nxt = self.transitions[state].get(ch)
+            if nxt is None:
                 return None
+            state = nxt
         return state
 
 

@@ -88,7 +88,8 @@ class SiluAndMul(Fusable):
 def rope_inv_freq(head_dim: int, theta: float, scaling: dict | None) -> torch.Tensor:
     """Inverse frequencies [head_dim // 2] in fp32, for rope scaling none, linear or llama3."""
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
-    rope_type = (scaling or {}).get("rope_type", (scaling or {}).get("type", "default"))
+    scaling = scaling or {}
+    rope_type = scaling.get("rope_type", scaling.get("type", "default"))
     if rope_type == "default":
         return inv_freq
     if rope_type == "linear":
@@ -108,6 +109,8 @@ def rope_inv_freq(head_dim: int, theta: float, scaling: dict | None) -> torch.Te
 
 class RotaryEmbedding(nn.Module):
     """Neox-style RoPE from a cos|sin table precomputed once in fp32 and indexed by position."""
+
+    cos_sin_cache: torch.Tensor  # a non-persistent buffer, [max_positions, head_dim]
 
     def __init__(self, head_dim: int, max_positions: int, theta: float, scaling: dict | None):
         super().__init__()

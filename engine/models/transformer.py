@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterable
+from typing import cast
 
 import torch
 from torch import nn
@@ -83,7 +84,7 @@ class Attention(Fusable):
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = rotary(positions, q, k)
-        if self.k_cache is not None and slot_mapping is not None:
+        if self.k_cache is not None and self.v_cache is not None and slot_mapping is not None:
             store_kv_cache(k, v, self.k_cache, self.v_cache, slot_mapping)
         return q, k, v
 
@@ -163,8 +164,9 @@ class TransformerLM(nn.Module):
     ) -> torch.Tensor:
         """input_ids, positions: [N], flat over the step's sequences. Returns the final hidden
         states [N, hidden]."""
+        first = cast(DecoderLayer, self.layers[0])  # nn.ModuleList items are typed as Module
         meta = self.attn_backend.prepare(
-            meta, self.layers[0].self_attn.k_cache, self.embed_tokens.weight.dtype
+            meta, first.self_attn.k_cache, self.embed_tokens.weight.dtype
         )
         x, residual = self.embed_tokens(input_ids), None
         for layer in self.layers:
@@ -207,7 +209,8 @@ class TransformerLM(nn.Module):
                 f"need {len(self.layers)} K and V caches, got {len(k_caches)} and {len(v_caches)}"
             )
         for layer, k_cache, v_cache in zip(self.layers, k_caches, v_caches, strict=True):
-            layer.self_attn.k_cache, layer.self_attn.v_cache = k_cache, v_cache
+            attn = cast(DecoderLayer, layer).self_attn
+            attn.k_cache, attn.v_cache = k_cache, v_cache
 
     @torch.no_grad()
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
