@@ -144,6 +144,11 @@ class ModelRunner:
     def _graph_sample_body(self, slot: DecodeSlot, n: int, all_greedy: bool, masked: bool) -> None:
         self._sample_body(slot, n, SamplingFlags(all_greedy, False, False), masked)
 
+    def eager_decode(self, slot: DecodeSlot, rows: int) -> None:
+        """The decode forward over `slot`'s first `rows` rows, launched eagerly: the work a decode
+        graph captures. For benchmarks that time it or count its kernels against the graph's."""
+        self._decode_body(slot, rows)
+
     # -- the three phases --------------------------------------------------------------------------
     def launch(self, step: Step, blocks: BlockManager, phases: Phases) -> None:
         slot = self.slots[step.slot]
