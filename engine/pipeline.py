@@ -69,8 +69,7 @@ class Pipeline:
         return self.in_flight[0]
 
     def ready_to_sample(self) -> list[Step]:
-        """Unsampled steps whose sampling may be enqueued now, oldest first, up to the first that
-        must wait."""
+        """Unsampled steps whose sampling may be enqueued now, oldest first, until one must wait."""
         ready = []
         for step in self.in_flight:
             if step.sampled:

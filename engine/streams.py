@@ -192,8 +192,7 @@ class Streams:
         return CudaEvent(self.clock, self.timing, external) if self.is_cuda else CpuEvent()
 
     def calibrate(self) -> None:
-        """A fresh clock reference for device times (CUDA); the CPU device thread uses the host
-        clock."""
+        """A fresh clock reference for device times (CUDA); the CPU device thread uses host time."""
         if self.is_cuda:
             self.clock.calibrate()
 

@@ -179,8 +179,7 @@ def _sm_count(device: torch.device) -> int:
 def default_num_splits(
     batch: int, kv_heads: int, max_blocks: int, block_size: int, device: torch.device
 ) -> int:
-    """Enough (row, KV head, split) programs to fill every SM once; no more splits than the table
-    has tiles."""
+    """Enough (row, KV head, split) programs to fill every SM once, at most one split per tile."""
     max_tiles = triton.cdiv(max_blocks * block_size, BLOCK_N)
     want = triton.cdiv(_sm_count(device), batch * kv_heads)
     return max(1, min(want, max_tiles, MAX_SPLITS))
