@@ -230,7 +230,7 @@ def bench_forward(
                 step = (
                     runner.graphs.decode_graphs[0][b].replay
                     if cuda
-                    else functools.partial(runner._decode_body, slot, b)
+                    else functools.partial(runner.eager_decode, slot, b)
                 )
                 ms = time_steps(step, args.iters, cuda)
                 row = {

@@ -136,7 +136,7 @@ def bench_preset(
     slot = runner.slots[0]
     for b in batches:
         fill_decode_rows(runner, slot, b, args.context)
-        body = functools.partial(runner._decode_body, slot, b)
+        body = functools.partial(runner.eager_decode, slot, b)
         step = runner.graphs.decode_graphs[0][b].replay if cuda else body
         kernels, kernel_us = count_kernels(step, cuda)
         row: dict[str, Any] = {

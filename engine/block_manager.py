@@ -1,8 +1,8 @@
 """Paged KV cache bookkeeping: fixed-size pages from one pool, per-sequence page tables, refcounts.
 
-Policy: pages grow on demand. Admission takes pages for the prompt; each decode step that crosses a page
-boundary takes one more. When the pool runs dry the scheduler preempts (recompute). One scratch page beyond
-the pool absorbs writes from padded CUDA-graph rows and is never handed out.
+Policy: pages grow on demand. Admission takes pages for the prompt; each decode step that crosses a
+page boundary takes one more. When the pool runs dry the scheduler preempts (recompute). One scratch
+page beyond the pool absorbs writes from padded CUDA-graph rows and is never handed out.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Model shapes (ModelConfig), the named presets with published shapes, and engine options (EngineConfig)."""
+"""Model shapes (ModelConfig), named presets with published shapes, and engine options
+(EngineConfig)."""
 
 from __future__ import annotations
 
@@ -226,9 +227,8 @@ class EngineConfig:
     num_kv_blocks: int | None = None  # explicit pool size (tests use it to force preemption)
     attention_backend: str = "auto"  # auto | torch | flash-attn | triton
     enforce_eager: bool = False  # True: no CUDA graphs
-    compile: bool | None = (
-        None  # torch.compile the fused elementwise ops; None: on for CUDA, off for CPU
-    )
+    # torch.compile the fused elementwise ops; None: on for CUDA, off for CPU.
+    compile: bool | None = None
     seed: int = 0  # weights of random presets
     # Processes, one per GPU (rank r on cuda:r; on the CPU, processes too). 1: this process only.
     tensor_parallel: int = 1
@@ -256,13 +256,14 @@ class EngineConfig:
         check_int("seed", self.seed, 0, 2**63 - 1)
         if self.attention_backend not in ATTENTION_BACKENDS:
             raise OptionError(
-                "attention_backend", f"must be one of {', '.join(ATTENTION_BACKENDS)}",
+                "attention_backend",
+                f"must be one of {', '.join(ATTENTION_BACKENDS)}",
                 self.attention_backend,
             )
 
 
 def check_device(device: str) -> str:
-    """cpu, cuda or cuda:N, and CUDA only where there is a GPU (else torch fails deep in loading)."""
+    """cpu, cuda or cuda:N, and CUDA only where there is a GPU (else torch fails deep loading)."""
     if not isinstance(device, str) or not re.fullmatch(r"cpu|cuda(:\d+)?", device):
         raise OptionError("device", "must be cpu, cuda or cuda:N", device)
     if device.startswith("cuda") and not torch.cuda.is_available():

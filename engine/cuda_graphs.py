@@ -1,12 +1,12 @@
-"""Captured CUDA graphs, per DecodeSlot: decode forwards per batch bucket, sampling per bucket and variant,
-prefill forwards per token bucket.
+"""Captured CUDA graphs, per DecodeSlot: decode forwards per batch bucket, sampling per bucket and
+variant, prefill forwards per token bucket.
 
-A graph replays over its slot's fixed buffers, so each slot has its own set; a step runs the smallest bucket
-that holds it, its padding rows or tokens pointed at the pad row and the scratch page (DecodeSlot.fill_*).
-One launch replaces hundreds: a decode step's host cost no longer grows with the model's depth, and a prefill
-of any size up to the largest bucket is one launch too (vLLM captures per batch size the same way). A prefill
-beyond the largest bucket, or on an attention backend whose prefill kernel needs host-side lengths, runs
-eagerly: same outputs, host-bound launch.
+A graph replays over its slot's fixed buffers, so each slot has its own set; a step runs the
+smallest bucket that holds it, its padding rows or tokens pointed at the pad row and the scratch
+page (DecodeSlot.fill_*). One launch replaces hundreds: a decode step's host cost no longer grows
+with the model's depth, and a prefill of any size up to the largest bucket is one launch too (vLLM
+captures per batch size the same way). A prefill beyond the largest bucket, or on an attention
+backend whose prefill kernel needs host-side lengths, runs eagerly: same outputs, host-bound launch.
 """
 
 from __future__ import annotations
@@ -17,22 +17,23 @@ import torch
 
 from bubblelab.engine.decode_slot import DecodeSlot
 
-# Sampling variants with captured graphs, as (all_greedy, masked): greedy or temperature-only rows, with or
-# without a constrained-decoding mask. Batches with top-k / top-p sample eagerly (their sort width is a batch
-# parameter).
+# Sampling variants with captured graphs, as (all_greedy, masked): greedy or temperature-only rows,
+# with or without a constrained-decoding mask. Batches with top-k / top-p sample eagerly (their sort
+# width is a batch parameter).
 SAMPLING_VARIANTS = [(True, False), (True, True), (False, False), (False, True)]
 
 
 def decode_buckets(max_rows: int) -> list[int]:
-    """Batch sizes with a captured decode graph (a batch runs the smallest bucket that fits), like vLLM's."""
+    """Batch sizes with captured decode graphs, like vLLM's; a batch runs the smallest that fits."""
     return sorted(
         {b for b in [1, 2, 4, 8, *range(16, max_rows + 1, 16)] if b <= max_rows} | {max_rows}
     )
 
 
 def prefill_buckets(max_tokens: int) -> list[int]:
-    """Token counts with a captured prefill graph: powers of two up to 512, then steps of 512, so padding
-    costs at most a 2x forward for short prompts (weight-bound there anyway) and under 2x beyond."""
+    """Token counts with a captured prefill graph: powers of two up to 512, then steps of 512, so
+    padding costs at most a 2x forward for short prompts (weight-bound there anyway), under 2x
+    beyond."""
     small = [b for b in (16, 32, 64, 128, 256, 512) if b < max_tokens]
     return sorted({*small, *range(512, max_tokens, 512), max_tokens})
 
@@ -69,7 +70,7 @@ class CudaGraphs:
     def captured(self) -> bool:
         return bool(self.decode_graphs[0])
 
-    # -- lookups (None: run eagerly) -------------------------------------------------------------------
+    # -- lookups (None: run eagerly) ---------------------------------------------------------------
     def decode_bucket(self, rows: int) -> int | None:
         return _smallest(self.buckets, rows) if self.decode_graphs[0] else None
 
@@ -91,13 +92,14 @@ class CudaGraphs:
         self.prefill_replays += 1
         self.prefill_graphs[slot.index][tokens].replay()
 
-    # -- capture -----------------------------------------------------------------------------------------
+    # -- capture -----------------------------------------------------------------------------------
     def capture(self, decode: DecodeBody, sample: SampleBody, prefill: PrefillBody) -> None:
-        """Warm every shape up, then capture, largest first so smaller graphs reuse the pool's memory.
+        """Warm every shape up, then capture, largest first so smaller graphs reuse pool memory.
 
         Warm-up runs every bucket before capturing any: lazy inits, autotuning and torch.compile's
-        recompiles (static first shape, then dynamic) all settle, so every graph captures the same final
-        kernels. The caller has filled every slot's buffers with padding (valid indices everywhere)."""
+        recompiles (static first shape, then dynamic) all settle, so every graph captures the same
+        final kernels. The caller has filled every slot's buffers with padding (valid indices
+        throughout)."""
         for b in reversed(self.buckets):
             for slot in self.slots:
                 decode(slot, b)
@@ -122,7 +124,8 @@ class CudaGraphs:
                     graph = torch.cuda.CUDAGraph()
                     with torch.cuda.graph(graph, pool=pool):
                         sample(slot, b, all_greedy, masked)
-                        slot.ev_graph_sample_end.event.record()  # the last node: when the work ended
+                        # The last node: when the work ended.
+                        slot.ev_graph_sample_end.event.record()
                     self.sample_graphs[slot.index][(b, all_greedy, masked)] = graph
         torch.cuda.synchronize()
 
@@ -130,8 +133,8 @@ class CudaGraphs:
     def _capture(
         pool, slot: DecodeSlot, body: Callable[..., None], *args: int
     ) -> torch.cuda.CUDAGraph:
-        """A forward graph whose first and last nodes record the slot's graph events: when the replay's
-        work really started and ended on the GPU."""
+        """A forward graph whose first and last nodes record the slot's graph events: when the
+        replay's work really started and ended on the GPU."""
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=pool):
             slot.ev_graph_start.event.record()

@@ -1,15 +1,15 @@
 """DecodeSlot: one step's preallocated working set. Two of them are used ping-pong.
 
-Everything a step needs lives here at a fixed address (CUDA graphs replay over these buffers): the packed
-per-step metadata (host staging buffer + device copy, uploaded in ONE non-blocking copy), the logits, the
-sampled ids and their host landing buffer, the constrained-decoding bitmask, and the events that order them.
-A slot is reacquired only after the commit that read its host buffers (pipeline invariant I6). Each copy
-lands the step id ahead of the sampled ids (a tag); commit checks it, so a host buffer overwritten by a later
-step before its commit is caught, never silently read.
+Everything a step needs lives here at a fixed address (CUDA graphs replay over these buffers): the
+packed per-step metadata (host staging buffer + device copy, uploaded in ONE non-blocking copy), the
+logits, the sampled ids and their host landing buffer, the constrained-decoding bitmask, and the
+events that order them. A slot is reacquired only after the commit that read its host buffers
+(pipeline invariant I6). Each copy lands the step id ahead of the sampled ids (a tag); commit checks
+it, so a host buffer overwritten by a later step before its commit is caught, never silently read.
 
-The slot also fills its own inputs (`fill_decode`, `fill_prefill`, `fill_sampling`: host work, vectorised where
-it scales with the batch), keeps a `LaunchRecord` of what the runner did for the step that holds it, and turns
-its events into the step's device times (`device_times`).
+The slot also fills its own inputs (`fill_decode`, `fill_prefill`, `fill_sampling`: host work,
+vectorised where it scales with the batch), keeps a `LaunchRecord` of what the runner did for the
+step that holds it, and turns its events into the step's device times (`device_times`).
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ class PackedBuffer:
         return offset + f.numel * f.dtype.itemsize
 
     def upload(self, nbytes: int) -> None:
-        """Enqueue on the current stream: the one packed host-to-device copy of this step's metadata."""
+        """Enqueue on the current stream the step's one packed host-to-device copy of metadata."""
         self.dev[:nbytes].copy_(self.host[:nbytes], non_blocking=True)
 
 
@@ -101,7 +101,7 @@ class DecodeSlot:
     ):
         self.index = index
         self.max_rows, self.max_tokens = R, T = max_rows, max_tokens
-        # Decode + sampling fields first so a decode step uploads only that prefix; prefill-only fields last.
+        # Decode and sampling fields first, so a decode step uploads only that prefix; prefill last.
         self.meta = PackedBuffer(
             [
                 Field("rows", torch.int64, R),  # batch row of each sequence (pending-token index)
@@ -130,25 +130,21 @@ class DecodeSlot:
         self.block_tables_d = self.meta.d["block_tables"].view(R, max_blocks)
         self.words = (vocab_size + 31) // 32
         self.logits = torch.zeros(R, vocab_size, dtype=logits_dtype, device=device)
-        # The step id tag, then the sampled ids of the step's rows (a sampling graph writes a whole bucket of
-        # rows; the tag comes first so padded rows never overwrite it).
+        # The step id tag, then the sampled ids of the step's rows (a sampling graph writes a whole
+        # bucket of rows; the tag comes first so padded rows never overwrite it).
         self.sampled = torch.zeros(R + 1, dtype=torch.int64, device=device)
         self.sampled_host = torch.full((R + 1,), -1, dtype=torch.int64, pin_memory=pin)
         self.mask_host = torch.zeros(R, self.words, dtype=torch.int32, pin_memory=pin)
         self.mask_dev = torch.zeros(R, self.words, dtype=torch.int32, device=device)
         self.mask_np = self.mask_host.numpy()
-        # Events: forward start/end and sampling end on the compute stream, mask upload and result copy
-        # on the copy stream. Re-recorded every time the slot is reused.
+        # Events: forward start/end and sampling end on the compute stream, mask upload and result
+        # copy on the copy stream. Re-recorded every time the slot is reused.
         self.ev_forward_start = streams.event()
-        self.ev_graph_start = streams.event(
-            external=True
-        )  # recorded by the decode graph's first node
+        self.ev_graph_start = streams.event(external=True)  # by the decode graph's first node
         self.ev_graph_end = streams.event(external=True)  # and by its last
         self.ev_forward_end = streams.event()
         self.ev_graph_sample_end = streams.event(external=True)  # the last node of a sampling graph
-        self.ev_done = (
-            streams.event()
-        )  # this step's outputs (sampled ids, pending tokens) are written
+        self.ev_done = streams.event()  # the step's outputs (sampled ids, pending tokens) written
         self.ev_mask_ready = streams.event()
         self.ev_copied = streams.event()  # sampled ids have landed in sampled_host
 
@@ -158,9 +154,9 @@ class DecodeSlot:
         self.block_tables_h[:] = scratch_page  # every unused table entry points at the scratch page
         self._tables: list[list[int] | None] = [None] * max_rows  # each row's table as last written
 
-    # -- host-side inputs ----------------------------------------------------------------------------
+    # -- host-side inputs --------------------------------------------------------------------------
     def fill_sampling(self, seqs: list[Sequence], step_id: int) -> SamplingFlags:
-        """Per-row sampling parameters, the step id tag, and the host-side facts the sampler branches on."""
+        """Per-row sampling parameters, the step id tag, and host facts the sampler branches on."""
         h, n = self.meta.np, len(seqs)
         params = [s.params for s in seqs]
         h["rows"][:n] = [s.row for s in seqs]
@@ -179,8 +175,8 @@ class DecodeSlot:
         )
 
     def fill_decode(self, seqs: list[Sequence], blocks: BlockManager, bucket: int | None) -> None:
-        """Positions, KV slots, context lengths and page tables of a decode step; rows past the batch up to
-        `bucket` (a captured graph's size) point at the pad row and the scratch page."""
+        """Positions, KV slots, context lengths and page tables of a decode step; rows past the
+        batch up to `bucket` (a captured graph's size) point at the pad row and the scratch page."""
         h, n = self.meta.np, len(seqs)
         sampled_pos = [s.num_launched - 1 for s in seqs]
         h["positions"][:n] = [p - 1 for p in sampled_pos]
@@ -189,9 +185,8 @@ class DecodeSlot:
             blocks.slot(s, p - 1) for s, p in zip(seqs, sampled_pos, strict=True)
         ]
         tables = self._tables
-        for i, s in enumerate(
-            seqs
-        ):  # rewrite only the rows whose table changed (~1 us each otherwise)
+        # Rewrite only the rows whose table changed (~1 us each otherwise).
+        for i, s in enumerate(seqs):
             if tables[i] != s.block_table:
                 self.block_tables_h[i, : len(s.block_table)] = s.block_table
                 tables[i] = list(s.block_table)
@@ -216,10 +211,10 @@ class DecodeSlot:
         self._tables[start:end] = [None] * (end - start)
 
     def fill_prefill(self, seqs: list[Sequence], tokens: int, rows: int) -> None:
-        """Flat token ids, positions and KV slots of a prefill, with cu_seqlens and each sequence's last
-        token. Vectorised over the batch (per-sequence numpy calls cost ~5 us each, 0.6 ms at 128 prompts).
-        `tokens` x `rows` is the shape the forward runs at: a captured graph's bucket (padding tokens write
-        into the scratch page, padding rows are empty), or exactly the batch."""
+        """Flat token ids, positions and KV slots of a prefill, with cu_seqlens and each sequence's
+        last token. Vectorised over the batch (per-sequence numpy calls cost ~5 us each, 0.6 ms at
+        128 prompts). `tokens` x `rows` is the shape the forward runs at: a captured graph's bucket
+        (padding tokens write into the scratch page, padding rows are empty), or just the batch."""
         h, n = self.meta.np, len(seqs)
         lens = [s.num_tokens for s in seqs]
         cu = np.cumsum([0, *lens])
@@ -238,7 +233,7 @@ class DecodeSlot:
         self.pad_prefill(total, n, tokens, rows)
 
     def pad_prefill(self, total: int, n: int, tokens: int, rows: int) -> None:
-        """Tokens [total, tokens) and rows [n, rows) as padding: empty rows, K/V into the scratch page."""
+        """Pads tokens [total, tokens) and rows [n, rows): empty rows, K/V into the scratch page."""
         h = self.meta.np
         h["p_input_ids"][total:tokens] = 0
         h["p_positions"][total:tokens] = 0
@@ -246,9 +241,10 @@ class DecodeSlot:
         h["p_cu_seqlens"][n + 1 : rows + 1] = total
         h["p_last_index"][n:rows] = 0
 
-    # -- results -------------------------------------------------------------------------------------
+    # -- results -----------------------------------------------------------------------------------
     def read_sampled(self, n: int, step_id: int) -> list[int]:
-        """The n sampled ids of `step_id`, after its copy landed; refuses a buffer another step overwrote (I6)."""
+        """The n sampled ids of `step_id` once its copy landed; refuses a buffer a later step
+        overwrote (I6)."""
         values = self.sampled_host[: n + 1].tolist()
         if values[0] != step_id:
             raise AssertionError(
@@ -258,16 +254,17 @@ class DecodeSlot:
         return values[1:]
 
     def device_times(self, profiled: bool) -> tuple[tuple[int, int], tuple[int, int]]:
-        """(forward start, end) and (sampling start, end) of the step holding the slot, in host perf_counter
-        ns, once its commit has waited for it. `profiled`: under nsys (see below)."""
+        """(forward start, end) and (sampling start, end) of the step holding the slot, in host
+        perf_counter ns, once its commit has waited for it. `profiled`: under nsys (see below)."""
         r = self.record
         assert r is not None
-        # On an idle stream ev_forward_start fires at once, before the host has even launched the graph; the
-        # graph's own first node says when its work started (so launch latency is bubble, not forward).
-        # Under nsys's node-level graph tracing that first node runs ~0.3 ms before the kernels, which start
-        # only as the launch call returns: there (and only there) the forward starts no earlier than the
-        # return, as profiling/sql/step_spans.sql reads nsys traces. Unprofiled, the kernels may start
-        # before a long launch call returns, and clamping would cut real forward time at depth 1.
+        # On an idle stream ev_forward_start fires at once, before the host has even launched the
+        # graph; the graph's own first node says when its work started (so launch latency is bubble,
+        # not forward). Under nsys's node-level graph tracing that first node runs ~0.3 ms before
+        # the kernels, which start only as the launch call returns: there (and only there) the
+        # forward starts no earlier than the return, as profiling/sql/step_spans.sql reads nsys
+        # traces. Unprofiled, the kernels may start before a long launch call returns, and clamping
+        # would cut real forward time at depth 1.
         if r.forward_graph:
             start = self.ev_graph_start.time_ns()
             if profiled:
@@ -275,10 +272,10 @@ class DecodeSlot:
             forward_end = self.ev_graph_end.time_ns()
         else:
             start, forward_end = self.ev_forward_start.time_ns(), self.ev_forward_end.time_ns()
-        # Sampling starts when the GPU could start it: when the forward ended, or when the host launched it if
-        # that was later. Getting it going on the GPU (graph launch, the event between the two) is sampling's
-        # cost, not bubble; nsys spans read the same way (step_spans.sql). Events bracketing ~20 us of kernels
-        # would instead add ~1-3 us of their own.
+        # Sampling starts when the GPU could start it: when the forward ended, or when the host
+        # launched it if that was later. Getting it going on the GPU (graph launch, the event
+        # between the two) is sampling's cost, not bubble; nsys spans read the same way
+        # (step_spans.sql). Events bracketing ~20 us of kernels would add ~1-3 us of their own.
         sampling_start = max(forward_end, r.sampling_launched_ns)
         end = (self.ev_graph_sample_end if r.sample_graph else self.ev_done).time_ns()
         return (start, forward_end), (sampling_start, end)

@@ -1,4 +1,5 @@
-"""Run a workload through the engine and summarise it: the core of `bubblelab run` and run-and-profile."""
+"""Run a workload through the engine and summarise it: the core of `bubblelab run` and of
+run-and-profile."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ class RunResult:
     finish_reasons: dict[str, str | None]
     timeline: Timeline
     requests: list[Request] = field(default_factory=list)
-    # With run_workload(latency=True): TTFT/TPOT/ITL/E2E stats, and each request's own (engine.latency).
+    # run_workload(latency=True): TTFT/TPOT/ITL/E2E stats and each request's own (engine.latency).
     latency: dict = field(default_factory=dict)
     request_latency: dict[str, dict] = field(default_factory=dict)
     # Tensor parallel: the timelines of ranks 1..N-1 over the same run (rank 0's is `timeline`).
@@ -38,8 +39,8 @@ def drive(
     progress: Callable[[int], None] | None = None,
     finished: dict[str, Sequence] | None = None,
 ) -> tuple[dict[str, list[int]], dict[str, str | None]]:
-    """Closed loop with `streams` requests in flight (or timed arrivals), until every request has finished.
-    Returns each request's tokens and finish reason; `finished` also collects their Sequences."""
+    """Closed loop with `streams` requests in flight (or timed arrivals) until every request has
+    finished. Returns each request's tokens and finish reason; `finished` collects the Sequences."""
     pending = list(requests)
     outputs: dict[str, list[int]] = {}
     reasons: dict[str, str | None] = {}
@@ -52,9 +53,8 @@ def drive(
             engine.add_request(r.request_id, r.prompt_ids, r.params)
             active += 1
         if not engine.has_unfinished():
-            time.sleep(
-                max(0.0, min(0.001, pending[0].arrival_s - now))
-            )  # idle until the next arrival
+            # Idle until the next arrival.
+            time.sleep(max(0.0, min(0.001, pending[0].arrival_s - now)))
             continue
         for out in engine.step():
             if out.finished:
@@ -78,15 +78,15 @@ def run_workload(
     progress: Callable[[int], None] | None = None,
     latency: bool = False,
 ) -> RunResult:
-    """Warm up, then run `spec` with the in-process timeline on (and the CUDA profiler range when profiling).
-    latency: also time every token's commit for TTFT / TPOT / ITL (RunResult.latency)."""
+    """Warm up, then run `spec` with the in-process timeline on (and the CUDA profiler range when
+    profiling). latency: also time each token's commit, for TTFT / TPOT / ITL
+    (RunResult.latency)."""
     spec.check_fits(engine.config.max_model_len)
     requests = make_requests(spec, engine.loaded.config.vocab_size)
     timeline = engine.timeline if engine.timeline is not None else Timeline()
     engine.timeline = engine.phases.timeline = timeline
-    if (
-        warmup
-    ):  # lazy initialisation, allocator growth, first graph replays: keep them out of the figures
+    # Lazy initialisation, allocator growth, first graph replays: keep them out of the figures.
+    if warmup:
         timeline.enabled = False
         warm = WorkloadSpec(
             streams=spec.streams,
@@ -132,8 +132,9 @@ def run_workload(
 
 
 class GpuClocks:
-    """SM clock and power, sampled every `period_s` on a thread while a run lasts (CUDA only): a GPU that
-    idles between steps may boost higher, so depth 1 and depth 2 forwards can differ for that reason alone."""
+    """SM clock and power, sampled every `period_s` on a thread while a run lasts (CUDA only): a GPU
+    that idles between steps may boost higher, so depth 1 and depth 2 forwards can differ for that
+    alone."""
 
     def __init__(self, device: torch.device | None, period_s: float = 0.05):
         self.device, self.period_s = device, period_s
@@ -224,7 +225,7 @@ def summarize(
 
 
 def _clock_anchors(engine: LLMEngine) -> dict:
-    """How far the device clock had drifted at each re-anchoring (CudaClock.anchor), in microseconds."""
+    """How far the device clock had drifted at each re-anchoring (CudaClock.anchor), in us."""
     shifts = np.abs(engine.streams.clock.anchored_us) if engine.streams.is_cuda else np.array([])
     if not len(shifts):
         return {}

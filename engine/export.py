@@ -1,7 +1,9 @@
-"""to_hf(): our model as a Hugging Face config.json dict and state dict, the inverse of TransformerLM.load_weights.
+"""to_hf(): our model as a Hugging Face config.json dict and state dict, the inverse of
+TransformerLM.load_weights.
 
-The fused projections are split back into HF's names (qkv_proj -> q/k/v_proj, gate_up_proj -> gate/up_proj),
-so transformers' own Llama / Qwen3 classes can run the very same weights (benchmarks/compare_engines.py).
+The fused projections are split back into HF's names (qkv_proj -> q/k/v_proj,
+gate_up_proj -> gate/up_proj), so transformers' own Llama / Qwen3 classes can run the very same
+weights (benchmarks/compare_engines.py).
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ def hf_config_dict(cfg: ModelConfig, dtype: torch.dtype | None = None) -> dict:
 
 
 def to_hf(loaded: LoadedModel) -> tuple[dict, dict[str, torch.Tensor]]:
-    """(config.json dict, state dict in HF names). The tensors are views of the model's: nothing is copied."""
+    """(config.json dict, state dict in HF names); tensors are views of the model's, no copy."""
     model, cfg = loaded.model, loaded.config
     q, kv, inter = (
         cfg.num_heads * cfg.head_dim,
@@ -59,30 +61,27 @@ def to_hf(loaded: LoadedModel) -> tuple[dict, dict[str, torch.Tensor]]:
         "gate_up_proj": {"gate_proj": inter, "up_proj": inter},
     }
     state: dict[str, torch.Tensor] = {}
-    for (
-        name,
-        param,
-    ) in model.named_parameters():  # parameters only: the RoPE table is computed, not loaded
+    # Parameters only: the RoPE table is computed, not loaded.
+    for name, param in model.named_parameters():
         hf_name = name if name == "lm_head.weight" else f"model.{name}"
         fused_name = next((f for f in fused if f".{f}." in name), None)
         if fused_name is None:
             state[hf_name] = param
             continue
         shards = fused[fused_name]
-        for shard, part in zip(shards, param.split(list(shards.values()))):
+        for shard, part in zip(shards, param.split(list(shards.values())), strict=True):
             state[hf_name.replace(fused_name, shard)] = part
     return hf_config_dict(cfg, next(model.parameters()).dtype), state
 
 
 def hf_causal_lm(loaded: LoadedModel) -> PreTrainedModel:
-    """transformers' own LlamaForCausalLM / Qwen3ForCausalLM holding a copy of `loaded`'s weights, same device
-    and dtype, in eval mode."""
+    """transformers' own LlamaForCausalLM / Qwen3ForCausalLM holding a copy of `loaded`'s weights,
+    same device and dtype, in eval mode."""
     raw, state = to_hf(loaded)
     weight = next(loaded.model.parameters())
     config = AutoConfig.for_model(**raw)
-    with torch.device(
-        weight.device
-    ):  # allocate (and throw-away initialise) on the target device directly
+    # Allocate (and throw-away initialise) on the target device directly.
+    with torch.device(weight.device):
         hf = AutoModelForCausalLM.from_config(config, dtype=weight.dtype)
     missing, unexpected = hf.load_state_dict(state, strict=False)
     tied = {"lm_head.weight"} if loaded.config.tie_word_embeddings else set()

@@ -1,8 +1,9 @@
-"""GGUF (llama.cpp) files -> Hugging Face-style checkpoint directories, converted once and cached on disk.
+"""GGUF (llama.cpp) files -> Hugging Face-style checkpoint directories, converted once, cached.
 
-Parsing and dequantizing a GGUF takes seconds; the cached copy (config.json + fp32 model.safetensors)
-loads in a fraction of that through the ordinary checkpoint path. The cache key is the file's name, size
-and mtime, so an edited or truncated copy never reuses another file's conversion.
+Parsing and dequantizing a GGUF takes seconds; the cached copy (config.json + fp32
+model.safetensors) loads in a fraction of that through the ordinary checkpoint path. The cache key
+is the file's name, size and mtime, so an edited or truncated copy never reuses another file's
+conversion.
 """
 
 from __future__ import annotations
@@ -57,7 +58,8 @@ def gguf_cache_dir(path: Path) -> Path:
 
 @contextmanager
 def building(final: Path) -> Iterator[Path]:
-    """A scratch directory that becomes `final` only if the block succeeds: no half-written cache entries."""
+    """A scratch directory that becomes `final` only if the block succeeds: no half-written cache
+    entries."""
     final.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}-"))
     try:
@@ -84,7 +86,7 @@ def open_gguf(path: Path) -> GGUFReader:
 
 
 def gguf_checkpoint(path: Path) -> Path:
-    """The cached Hugging Face-style checkpoint directory of this GGUF, converting it on first use."""
+    """The cached Hugging Face-style checkpoint directory of a GGUF, converted on first use."""
     out = gguf_cache_dir(path) / "model"
     if not (out / "config.json").exists():
         with building(out) as scratch:
@@ -93,18 +95,20 @@ def gguf_checkpoint(path: Path) -> Path:
 
 
 def convert_gguf(reader: GGUFReader, out: Path) -> None:
-    """Write config.json and fp32 model.safetensors (Hugging Face names) for a llama / qwen3 GGUF."""
+    """Writes config.json and fp32 model.safetensors (HF names) of a llama or qwen3 GGUF."""
     arch = _field(reader, "general.architecture")
     if arch not in SUPPORTED_ARCHITECTURES:
         raise BubblelabError(
-            f"unsupported GGUF architecture {arch!r}; supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
+            f"unsupported GGUF architecture {arch!r}; "
+            f"supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
         )
     config = _hf_config(reader, arch)
     tensors = {}
     for t in reader.tensors:
         weight = torch.from_numpy(np.array(dequantize(t.data, t.tensor_type), dtype=np.float32))
         name = _hf_name(t.name)
-        # llama.cpp interleaves the two rotary halves of each llama q/k head; HF's (neox-style) RoPE wants halves.
+        # llama.cpp interleaves the two rotary halves of each llama q/k head; HF's (neox-style)
+        # RoPE wants them as halves.
         if arch == "llama" and name.endswith(("q_proj.weight", "k_proj.weight")):
             heads = (
                 config["num_attention_heads"] if "q_proj" in name else config["num_key_value_heads"]
@@ -115,7 +119,9 @@ def convert_gguf(reader: GGUFReader, out: Path) -> None:
                 .reshape(weight.shape)
             )
         tensors[name] = weight.contiguous()
-    write_atomic(out / "model.safetensors", lambda path: save_file(tensors, path, metadata={"format": "pt"}))
+    write_atomic(
+        out / "model.safetensors", lambda path: save_file(tensors, path, metadata={"format": "pt"})
+    )
     write_atomic(out / "config.json", json.dumps(config, indent=2))
 
 
@@ -145,9 +151,8 @@ def _hf_config(reader: GGUFReader, arch: str) -> dict:
             "GGUF stores per-frequency rope factors (llama3 rope scaling), which is not supported"
         )
 
-    def f(
-        key: str, default: Any = None
-    ) -> Any:  # architecture-prefixed metadata, e.g. llama.block_count
+    # Architecture-prefixed metadata, e.g. llama.block_count.
+    def f(key: str, default: Any = None) -> Any:
         return _field(reader, f"{arch}.{key}", default)
 
     heads, hidden = f("attention.head_count"), f("embedding_length")

@@ -1,7 +1,7 @@
 """The paged KV pool: how many pages fit, and one tensor holding every layer's K and V pages.
 
-Page index `num_blocks` (one past the pool) is the scratch page: padded graph rows and padding prefill tokens
-write their K/V there, and it is never handed out.
+Page index `num_blocks` (one past the pool) is the scratch page: padded graph rows and padding
+prefill tokens write their K/V there, and it is never handed out.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from bubblelab.engine.config import EngineConfig, ModelConfig
 from bubblelab.engine.distributed.comm import SINGLE, TensorParallel, min_over_ranks
 from bubblelab.errors import BubblelabError
 
-# GPU memory kept out of the pool: slots, logits, graph pools and activations of the largest prefill.
+# GPU memory kept out of the pool: slots, logits, graph pools, the largest prefill's activations.
 GPU_HEADROOM_BYTES = 2 << 30
 
 
@@ -23,8 +23,8 @@ def allocate_kv_pool(
     device: torch.device,
     tp: TensorParallel = SINGLE,
 ) -> torch.Tensor:
-    """[2, layers, num_blocks + 1, block_size, kv_heads, head_dim] zeros: enough pages for every sequence at
-    max_model_len, or what the budget allows (config.num_kv_blocks when given).
+    """[2, layers, num_blocks + 1, block_size, kv_heads, head_dim] zeros: enough pages for every
+    sequence at max_model_len, or what the budget allows (config.num_kv_blocks when given).
 
     Under tensor parallelism a rank holds its KV heads only, and every rank takes the smallest page
     count any rank can afford: rank 0's block manager hands out page ids that index every rank's
@@ -47,7 +47,8 @@ def allocate_kv_pool(
     if num_blocks < pages_per_seq:
         raise BubblelabError(
             f"KV cache of {num_blocks} pages cannot hold one sequence of max_model_len="
-            f"{config.max_model_len} ({pages_per_seq} pages); lower max_model_len or raise the budget"
+            f"{config.max_model_len} ({pages_per_seq} pages); "
+            "lower max_model_len or raise the budget"
         )
     shape = (2, mc.num_layers, num_blocks + 1, bs, kv_heads, mc.head_dim)
     return torch.zeros(shape, dtype=dtype, device=device)

@@ -1,8 +1,9 @@
 """Per-request latency the way serving benchmarks report it, from the engine's host timestamps.
 
-TTFT: queued -> first token committed. TPOT: (last - first token) / (tokens - 1), per request with two
-or more tokens. ITL: every gap between consecutive tokens of a request, pooled. E2E: queued -> last
-token. A token counts when its commit makes it visible to the caller (what a streaming server sends).
+TTFT: queued -> first token committed. TPOT: (last - first token) / (tokens - 1), per request with
+two or more tokens. ITL: every gap between consecutive tokens of a request, pooled. E2E: queued ->
+last token. A token counts when its commit makes it visible to the caller (when a streaming server
+would send it).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def request_latency(seq: Sequence) -> dict[str, float | None]:
 
 
 def latency_summary(seqs: Iterable[Sequence]) -> dict[str, dict[str, float | None]]:
-    """{ttft_ms, tpot_ms, itl_ms, e2e_ms} -> {mean, median, p99} over the requests (ITL over gaps)."""
+    """{ttft_ms, tpot_ms, itl_ms, e2e_ms} -> {mean, median, p99} over requests (ITL: over gaps)."""
     seqs = list(seqs)
     per_request = [request_latency(s) for s in seqs]
     itl = [np.diff(s.token_ns) / 1e6 for s in seqs if len(s.token_ns) > 1]
@@ -44,4 +45,8 @@ def latency_summary(seqs: Iterable[Sequence]) -> dict[str, dict[str, float | Non
 def _stats(x: np.ndarray) -> dict[str, float | None]:
     if not len(x):
         return dict.fromkeys(STATS)
-    return {"mean": float(x.mean()), "median": float(np.median(x)), "p99": float(np.percentile(x, 99))}
+    return {
+        "mean": float(x.mean()),
+        "median": float(np.median(x)),
+        "p99": float(np.percentile(x, 99)),
+    }

@@ -6,6 +6,7 @@ import numbers
 from collections.abc import Callable
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass
+from typing import cast
 
 from bubblelab.engine.config import EngineConfig
 from bubblelab.engine.llm_engine import LLMEngine
@@ -61,8 +62,9 @@ class LLM:
         results = []
         for rid in ids:
             seq = engine.seqs.pop(rid)
+            # One sequence's ids decode to one string (transformers annotates str | list[str]).
             text = (
-                self.tokenizer.decode(seq.output_ids, skip_special_tokens=True)
+                cast(str, self.tokenizer.decode(seq.output_ids, skip_special_tokens=True))
                 if self.tokenizer
                 else None
             )

@@ -1,8 +1,8 @@
-"""LLMEngine: the serving loop. One tick = launch step t+1, commit step t, finalize (sample) step t+1.
+"""LLMEngine, the serving loop. A tick: launch step t+1, commit step t, finalize (sample) t+1.
 
-`depth` (1 or 2) is the only difference between blocking and pipelined decoding: the Pipeline allows at
-most `depth` steps in flight, and the same three phases run in the same code. At depth 1 a tick becomes
-launch t, finalize t, commit t, because the step to commit is the one just launched.
+`depth` (1 or 2) is the only difference between blocking and pipelined decoding: the Pipeline allows
+at most `depth` steps in flight, and the same three phases run in the same code. At depth 1 a tick
+becomes launch t, finalize t, commit t, because the step to commit is the one just launched.
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ class RequestOutput:
 
     @property
     def token_ids(self) -> list[int]:
-        """Every generated token so far, copied when read: building it at every commit cost O(length) host
-        time per row per step, inside the very bookkeeping the bubble measures."""
+        """Every generated token so far, copied when read: building it at every commit cost
+        O(length) host time per row per step, inside the very bookkeeping the bubble measures."""
         return self.seq.output_ids
 
 
@@ -84,6 +84,7 @@ class LLMEngine:
         tp = TensorParallel(0, config.tensor_parallel)
         if loaded is not None and loaded.model.tp != tp:
             raise BubblelabError(f"the model was loaded as {loaded.model.tp}, the engine runs {tp}")
+        assert config.dtype is not None  # EngineConfig.__post_init__ filled in the default
         self.loaded = loaded or load_model(
             config.model,
             dtype=config.dtype,
@@ -93,7 +94,8 @@ class LLMEngine:
             tp=tp,
         )
         self.tokenizer = self.loaded.tokenizer
-        # Timing events always: a timeline may be attached later (run_workload does), and they cost next to nothing.
+        # Timing events always: a timeline may be attached later (run_workload does), and they
+        # cost next to nothing.
         self.streams = Streams(torch.device(config.device), timing=True)
         if self.workers is None:
             self.runner = ModelRunner(config, self.loaded, self.streams)
@@ -103,9 +105,9 @@ class LLMEngine:
             self.runner = TPModelRunner(config, self.loaded, self.streams, self.workers)
             self.workers.start_handoff(self.runner.slots)
 
-    # -- requests ------------------------------------------------------------------------------------
+    # -- requests ----------------------------------------------------------------------------------
     def add_request(self, request_id: str, prompt: str | list[int], params: SamplingParams) -> None:
-        """Validate and queue one request. A bad request raises RequestError; the others keep running."""
+        """Validates and queues one request; a bad one raises RequestError, others keep running."""
         self.add_requests([(request_id, prompt, params)])
 
     def add_requests(self, requests: Iterable[tuple[str, str | list[int], SamplingParams]]) -> None:
@@ -122,19 +124,26 @@ class LLMEngine:
             self.seqs[request_id] = seq
             self.scheduler.add(seq)
 
-    def _new_sequence(self, request_id: str, prompt: str | list[int], params: SamplingParams) -> Sequence:
+    def _new_sequence(
+        self, request_id: str, prompt: str | list[int], params: SamplingParams
+    ) -> Sequence:
         """The request as a Sequence, or a RequestError; touches no engine state."""
         if not isinstance(request_id, str):
             raise RequestError(f"request id must be a string, got {request_id!r}")
         if request_id in self.seqs and self.seqs[request_id].status is not SequenceStatus.FINISHED:
             raise RequestError(f"request id {request_id!r} is already running")
         if not isinstance(params, SamplingParams):
-            raise RequestError(f"request {request_id!r}: params must be SamplingParams, got {type(params).__name__}")
+            raise RequestError(
+                f"request {request_id!r}: params must be SamplingParams, "
+                f"got {type(params).__name__}"
+            )
         ids = self._tokenize(prompt)
         if not ids:
             raise RequestError(f"request {request_id!r}: empty prompt")
         if not all(isinstance(t, numbers.Integral) and not isinstance(t, bool) for t in ids):
-            raise RequestError(f"request {request_id!r}: a prompt is a string or a list of token ids (int)")
+            raise RequestError(
+                f"request {request_id!r}: a prompt is a string or a list of token ids (int)"
+            )
         if len(ids) >= self.config.max_model_len:
             raise RequestError(
                 f"request {request_id!r}: prompt of {len(ids)} tokens does not fit "
@@ -142,11 +151,14 @@ class LLMEngine:
             )
         if max(ids) >= self.loaded.config.vocab_size or min(ids) < 0:
             raise RequestError(
-                f"request {request_id!r}: token id out of the vocabulary [0, {self.loaded.config.vocab_size})"
+                f"request {request_id!r}: token id out of the vocabulary "
+                f"[0, {self.loaded.config.vocab_size})"
             )
         constraint = self._make_constraint(request_id, params)
         seed = params.seed if params.seed is not None else zlib.crc32(request_id.encode())
-        return Sequence(request_id, [int(t) for t in ids], params, constraint=constraint, seed=seed & 0x7FFFFFFF)
+        return Sequence(
+            request_id, [int(t) for t in ids], params, constraint=constraint, seed=seed & 0x7FFFFFFF
+        )
 
     def _tokenize(self, prompt: str | list[int]) -> list[int]:
         if isinstance(prompt, str):
@@ -158,7 +170,9 @@ class LLMEngine:
         try:
             return list(prompt)
         except TypeError:
-            raise RequestError(f"a prompt is a string or a list of token ids, got {type(prompt).__name__}") from None
+            raise RequestError(
+                f"a prompt is a string or a list of token ids, got {type(prompt).__name__}"
+            ) from None
 
     def _make_constraint(self, request_id: str, params: SamplingParams):
         if params.constraint is None:
@@ -197,9 +211,9 @@ class LLMEngine:
         self.config.depth = depth
         self.pipeline = Pipeline(depth, debug=self.config.debug)
 
-    # -- the loop ------------------------------------------------------------------------------------
+    # -- the loop ----------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
-        """One tick: launch the next step if a slot is free, sample what may be sampled, commit the oldest."""
+        """A tick: launch the next step if a slot is free, sample what may be, commit the oldest."""
         self.runner.activate()
         launched = False
         if self.pipeline.can_launch():
@@ -240,7 +254,7 @@ class LLMEngine:
             with self.phases.range("wait", step.step_id):
                 ids = self.runner.wait(step)
             now = time.perf_counter_ns() if self.record_token_times else None
-            for seq, token in zip(step.seqs, ids):
+            for seq, token in zip(step.seqs, ids, strict=True):
                 if seq.finalized:
                     continue  # a zombie: finished at an earlier commit, skip this one
                 seq.token_ids.append(token)
@@ -273,7 +287,7 @@ class LLMEngine:
             return "length"
         return None
 
-    # -- housekeeping --------------------------------------------------------------------------------
+    # -- housekeeping ------------------------------------------------------------------------------
     def check_idle(self) -> None:
         """After a run: every page free, every inflight_refs zero, both slots free."""
         self.pipeline.check_drained()

@@ -1,7 +1,8 @@
 """load_model(): one entry point for every model source.
 
-spec None -> the embedded SmolLM2 GGUF; a *.gguf file -> GGUF; a directory with config.json + *.safetensors
--> Hugging Face checkpoint; a name in engine.config.PRESETS -> seeded random weights of that shape.
+spec None -> the embedded SmolLM2 GGUF; a *.gguf file -> GGUF; a directory with config.json and
+*.safetensors -> Hugging Face checkpoint; a name in engine.config.PRESETS -> seeded random weights
+of that shape.
 """
 
 from __future__ import annotations
@@ -62,19 +63,18 @@ def load_model(
     """Load `spec` (see the module docstring) in `dtype` on `device`; user mistakes raise one-line
     BubblelabErrors. `tp`: load only this rank's shard of every split layer (all of it at 1)."""
     torch_dtype = parse_dtype(dtype)
-    device = _check_device(device)
-    backend = select_backend(attention_backend, device)
+    torch_device = _check_device(device)
+    backend = select_backend(attention_backend, torch_device)
     if spec is None:
         spec = str(embedded_model_path())
     path = Path(spec).expanduser()
     if path.is_file():
-        model = _load_checkpoint(
-            gguf_checkpoint(path), backend, torch_dtype, device, tp
-        )  # validates the file first
-        tokenizer = load_gguf_tokenizer(path)
+        # gguf_checkpoint validates the file first.
+        model = _load_checkpoint(gguf_checkpoint(path), backend, torch_dtype, torch_device, tp)
+        tokenizer: PreTrainedTokenizerFast | None = load_gguf_tokenizer(path)
         return LoadedModel(model, model.config, tokenizer, path.stem, "gguf")
     if path.is_dir():
-        model = _load_checkpoint(path, backend, torch_dtype, device, tp)
+        model = _load_checkpoint(path, backend, torch_dtype, torch_device, tp)
         tokenizer = (
             PreTrainedTokenizerFast.from_pretrained(path)
             if (path / "tokenizer.json").is_file()
@@ -82,7 +82,7 @@ def load_model(
         )
         return LoadedModel(model, model.config, tokenizer, path.name, "hf")
     if spec in PRESETS:
-        model = _build(PRESETS[spec], backend, torch_dtype, device, tp)
+        model = _build(PRESETS[spec], backend, torch_dtype, torch_device, tp)
         _init_random(model, seed)
         return LoadedModel(model, model.config, None, spec, "preset")
     if "/" in spec or spec.endswith(".gguf"):
@@ -94,7 +94,7 @@ def load_model(
 
 
 def hf_model_config(raw: dict) -> ModelConfig:
-    """ModelConfig from a Hugging Face config.json (both the rope_scaling and rope_parameters spellings)."""
+    """ModelConfig from a Hugging Face config.json (rope_scaling and rope_parameters spellings)."""
     arch = raw.get("model_type")
     if arch not in SUPPORTED_ARCHITECTURES:
         raise BubblelabError(
@@ -172,9 +172,9 @@ def _build(
     device: torch.device,
     tp: TensorParallel = SINGLE,
 ) -> TransformerLM:
-    """Uninitialised parameters straight on the device in the target dtype; the caller fills every one.
+    """Uninitialised parameters straight on the device in the target dtype; the caller fills each.
 
-    Building on the meta device skips nn.Linear's default init, which alone took ~2 s for the 135M model.
+    Building on the meta device skips nn.Linear's default init, which alone took ~2 s for 135M.
     """
     with torch.device("meta"), _default_dtype(dtype):
         model = TransformerLM(cfg, backend, tp)
@@ -204,9 +204,9 @@ def _init_random(model: TransformerLM, seed: int) -> None:
 
 def _check_device(device: str) -> torch.device:
     try:
-        device = torch.device(device)
+        checked = torch.device(device)
     except RuntimeError:
         raise BubblelabError(f"unknown device {device!r}; use cpu or cuda") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
+    if checked.type == "cuda" and not torch.cuda.is_available():
         raise BubblelabError("device cuda requested but no CUDA GPU is available")
-    return device
+    return checked

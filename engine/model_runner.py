@@ -1,13 +1,14 @@
-"""ModelRunner: the device side of a step. It owns the model, the paged KV pool, the two DecodeSlots, the
-CUDA graphs and the streams, and turns a launched Step into device work in three calls that mirror the post:
+"""ModelRunner: the device side of a step. It owns the model, the paged KV pool, the two
+DecodeSlots, the CUDA graphs and the streams, and turns a launched Step into device work in three
+calls that mirror the post:
 
-  launch(step)    fill the slot's inputs on the host, one non-blocking upload, enqueue the forward (a
-                  captured graph per decode bucket or prefill token bucket, else eagerly);
-  finalize(step)  fill constrained masks from committed state, upload them on the copy stream, enqueue
-                  sampling (sampled ids also scattered into the pending-token buffer the next forward reads;
-                  a captured graph per bucket and variant), then enqueue the device-to-host copy of the ids on
-                  the copy stream;
-  wait(step)      the host blocks on that copy (the only intended synchronisation) and reads the ids.
+  launch(step)    fill the slot's inputs on the host, one non-blocking upload, enqueue the forward
+                  (a captured graph per decode bucket or prefill token bucket, else eagerly);
+  finalize(step)  fill constrained masks from committed state, upload them on the copy stream,
+                  enqueue sampling (sampled ids also scattered into the pending-token buffer the
+                  next forward reads; a captured graph per bucket and variant), then enqueue the
+                  device-to-host copy of the ids on the copy stream;
+  wait(step)      the host blocks on that copy (the only intended synchronisation), reads the ids.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from bubblelab.engine.streams import Streams
 
 
 def sampling_variant(flags: SamplingFlags, masked: bool) -> tuple[bool, bool] | None:
-    """(all_greedy, masked) of a batch a sampling graph can serve; None for top-k / top-p batches."""
+    """(all_greedy, masked) of a batch a sampling graph can serve; None for top-k / top-p."""
     return None if flags.any_top_k or flags.any_top_p else (flags.all_greedy, masked)
 
 
@@ -48,8 +49,8 @@ class ModelRunner:
         self.num_blocks = self.kv.shape[2] - 1  # the last page is the scratch page
         self.activate()
         self.max_rows = config.max_num_seqs
-        # Sampled tokens stay on the device: row r holds the last token of the sequence in batch row r; the
-        # extra row takes what padded graph rows sample.
+        # Sampled tokens stay on the device: row r holds the last token of the sequence in batch
+        # row r; the extra row takes what padded graph rows sample.
         self.pending = torch.zeros(self.max_rows + 1, dtype=torch.int64, device=self.device)
         pin = self.device.type == "cuda"
         self.slots = [
@@ -79,7 +80,8 @@ class ModelRunner:
             self._capture_graphs()
 
     def activate(self) -> None:
-        """Point the (possibly shared) model's attention at this runner's KV pool; graphs captured their own."""
+        """Points the (possibly shared) model's attention at this runner's KV pool (graphs captured
+        their own)."""
         if getattr(self.model, "_bound_kv", None) is not self.kv:
             self.model.bind_kv_cache(list(self.kv[0]), list(self.kv[1]))
             self.model._bound_kv = self.kv
@@ -95,7 +97,7 @@ class ModelRunner:
         torch.cuda.synchronize()
         self.graphs.capture(self._decode_body, self._graph_sample_body, self._prefill_body)
 
-    # -- device work (enqueued on the compute stream) ------------------------------------------------
+    # -- device work (enqueued on the compute stream) ----------------------------------------------
     def _decode_body(self, slot: DecodeSlot, rows: int) -> None:
         d = slot.meta.d
         meta = AttentionMetadata(
@@ -110,9 +112,10 @@ class ModelRunner:
     def _prefill_body(
         self, slot: DecodeSlot, tokens: int, rows: int, lens: list[int] | None = None
     ) -> None:
-        """The forward over `tokens` flat tokens of `rows` sequences, logits of each one's last token.
-        lens: the sequences' lengths on the host (an eager prefill of exactly the batch); None for a graph's
-        static shape, where the attention kernel reads the lengths from cu_seqlens on the device."""
+        """The forward over `tokens` flat tokens of `rows` sequences, logits of each one's last
+        token. lens: the sequences' lengths on the host (an eager prefill of exactly the batch);
+        None for a graph's static shape, where the attention kernel reads the lengths from
+        cu_seqlens on the device."""
         d = slot.meta.d
         meta = AttentionMetadata(
             is_prefill=True,
@@ -126,7 +129,8 @@ class ModelRunner:
         slot.logits[:rows].copy_(self.model.compute_logits(last))
 
     def _sample_body(self, slot: DecodeSlot, n: int, flags: SamplingFlags, masked: bool) -> None:
-        """Samples rows [0, n); everything it reads is on the device, so a graph can capture it per bucket."""
+        """Samples rows [0, n); what it reads is all on the device, so a graph per bucket can
+        capture it."""
         d = slot.meta.d
         batch = SamplingBatch(
             d["temperature"][:n], d["top_k"][:n], d["top_p"][:n], d["seed"][:n], d["counter"][:n],
@@ -140,7 +144,12 @@ class ModelRunner:
     def _graph_sample_body(self, slot: DecodeSlot, n: int, all_greedy: bool, masked: bool) -> None:
         self._sample_body(slot, n, SamplingFlags(all_greedy, False, False), masked)
 
-    # -- the three phases ----------------------------------------------------------------------------
+    def eager_decode(self, slot: DecodeSlot, rows: int) -> None:
+        """The decode forward over `slot`'s first `rows` rows, launched eagerly: the work a decode
+        graph captures. For benchmarks that time it or count its kernels against the graph's."""
+        self._decode_body(slot, rows)
+
+    # -- the three phases --------------------------------------------------------------------------
     def launch(self, step: Step, blocks: BlockManager, phases: Phases) -> None:
         slot = self.slots[step.slot]
         record = self.fill_launch(step, slot, blocks)
@@ -252,7 +261,8 @@ class ModelRunner:
         return slot.read_sampled(len(step.seqs), step.step_id)
 
     def device_times(self, step: Step, profiled: bool) -> tuple[tuple[int, int], tuple[int, int]]:
-        """(forward start, end) and (sampling start, end) of a committed step, in host perf_counter ns."""
+        """(forward start, end) and (sampling start, end) of a committed step, in host
+        perf_counter ns."""
         return self.slots[step.slot].device_times(profiled)
 
     def close(self) -> None:

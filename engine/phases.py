@@ -1,7 +1,9 @@
-"""Named host phases: one NVTX range (domain "bubblelab", payload = step id) and one timeline record each.
+"""Named host phases, each one NVTX range (domain "bubblelab", payload = step id) and one timeline
+record.
 
-The engine wraps every phase of its loop in `phases.range(name, step)`. It runs on every tick, so it is a
-small class rather than a generator, and with NVTX off and no timeline it hands back one shared no-op.
+The engine wraps every phase of its loop in `phases.range(name, step)`. It runs on every tick, so
+it is a small class rather than a generator, and with NVTX off and no timeline it hands back one
+shared no-op.
 """
 
 from __future__ import annotations
@@ -55,10 +57,11 @@ class Phases:
         self.timeline = timeline
         self._domain = None
         if nvtx_enabled:
-            import nvtx  # only imported when profiling: the package is cheap but optional at run time
+            # Imported only when profiling: the package is cheap but optional at run time.
+            import nvtx
 
-            # Plain-string messages: nsys stores each distinct one once (StringIds); registered strings break
-            # nvtx's attribute builder once a profiler is attached.
+            # Plain-string messages: nsys stores each distinct one once (StringIds); registered
+            # strings break nvtx's attribute builder once a profiler is attached.
             self._domain = nvtx.get_domain(DOMAIN)
 
     @property

@@ -1,20 +1,24 @@
-"""The decode pipeline's state machine: DecodeSlots, steps in flight and inflight_refs. Plain Python, no CUDA.
+"""The decode pipeline's state machine: DecodeSlots, steps in flight and inflight_refs, in plain
+Python (no CUDA).
 
-`depth` bounds the steps in flight: 1 = blocking (launch t, sample t, commit t), 2 = pipelined (launch t+1
-while t is still being copied back and committed). Both depths run this same code; only the bound differs.
+`depth` bounds the steps in flight: 1 = blocking (launch t, sample t, commit t), 2 = pipelined
+(launch t+1 while t is still being copied back and committed). Both depths run this same code; only
+the bound differs.
 
 Invariants, asserted on every transition (numbers appear in the assertion messages):
   I1  0 <= steps in flight <= depth <= number of slots (2).
-  I2  every step in flight holds exactly one slot; a slot is held by at most one step; held + free = all.
+  I2  every step in flight holds exactly one slot; a slot is held by at most one step;
+      held + free = all.
   I3  steps are sampled and committed oldest first, each exactly once, sampled before committed.
-  I4  0 <= seq.inflight_refs <= depth, and equals the number of steps in flight containing seq (checked in full
-      in debug mode; cheaply for the sequences a transition touches otherwise).
+  I4  0 <= seq.inflight_refs <= depth, and equals the number of steps in flight containing seq
+      (checked in full in debug mode; cheaply for the sequences a transition touches otherwise).
   I5  a constrained sequence is sampled only once every older step containing it is committed
       (its mask comes from committed state: commit-before-finalize).
   I6  a slot returns to the free list only when the commit that reads its host buffer has finished.
 
-The post's two words that look alike: `finalize` is the tick's third phase (enqueue a step's sampling), while a
-sequence's `finalized` flag means it has finished (EOS, length cap, abort) and takes no more tokens.
+The post's two words that look alike: `finalize` is the tick's third phase (enqueue a step's
+sampling), while a sequence's `finalized` flag means it has finished (EOS, length cap, abort) and
+takes no more tokens.
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ class Pipeline:
         self.in_flight: deque[Step] = deque()
         self.next_step_id = 0
 
-    # -- queries -------------------------------------------------------------------------------------
+    # -- queries -----------------------------------------------------------------------------------
     def can_launch(self) -> bool:
         return len(self.in_flight) < self.depth
 
@@ -65,7 +69,7 @@ class Pipeline:
         return self.in_flight[0]
 
     def ready_to_sample(self) -> list[Step]:
-        """Unsampled steps whose sampling may be enqueued now, oldest first (stops at the first that must wait)."""
+        """Unsampled steps whose sampling may be enqueued now, oldest first, until one must wait."""
         ready = []
         for step in self.in_flight:
             if step.sampled:
@@ -75,7 +79,7 @@ class Pipeline:
             ready.append(step)
         return ready
 
-    # -- transitions ---------------------------------------------------------------------------------
+    # -- transitions -------------------------------------------------------------------------------
     def launch(self, kind: StepKind, seqs: list[Sequence]) -> Step:
         assert self.can_launch(), "I1: launch beyond depth"
         step = Step(self.next_step_id, kind, seqs, self.free_slots.popleft())
@@ -96,7 +100,8 @@ class Pipeline:
         step.sampled = True
 
     def retire(self, step: Step) -> None:
-        """The commit of `step` has finished reading its slot: drop its references and free the slot (I6)."""
+        """The commit of `step` has finished reading its slot: drops its references and frees the
+        slot (I6)."""
         assert self.in_flight and step is self.in_flight[0], "I3: commit out of order"
         assert step.sampled, "I3: commit before sampling"
         self.in_flight.popleft()

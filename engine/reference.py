@@ -17,7 +17,7 @@ def greedy_reference(
     max_new_tokens: int,
     stop_token_ids: Collection[int] = (),
 ) -> list[int]:
-    """Generated ids (a stop token, if hit, is the last one). Recomputes the whole prefix each token: no cache."""
+    """Generated ids (a stop token, if hit, is the last). Recomputes the whole prefix per token."""
     model = loaded.model
     device = model.embed_tokens.weight.device
     ids, generated = list(prompt_ids), []

@@ -1,11 +1,12 @@
 """Token sampling on the device: bitmask, temperature, top-k, top-p, then Gumbel-max.
 
 Two properties the pipelined loop relies on:
-- No host synchronisation. Every branch is on host-side flags of the SamplingBatch, never on device data,
-  and every shape is known on the host, so finalize only enqueues kernels.
-- Batch invariance. Row i's token depends only on logits[i] and row i's parameters. Randomness comes from
-  a counter-based hash of (seed, counter, token id) instead of a torch.Generator, so a row samples the same
-  token whatever batch it lands in, whichever step it is replayed on after preemption, at any depth.
+- No host synchronisation. Every branch is on host-side flags of the SamplingBatch, never on device
+  data, and every shape is known on the host, so finalize only enqueues kernels.
+- Batch invariance. Row i's token depends only on logits[i] and row i's parameters. Randomness comes
+  from a counter-based hash of (seed, counter, token id) instead of a torch.Generator, so a row
+  samples the same token whatever batch it lands in, whichever step it is replayed on after
+  preemption, at any depth.
 """
 
 from __future__ import annotations
@@ -20,15 +21,16 @@ import torch
 from bubblelab.engine.sampling_params import SamplingParams
 
 _M32 = 0xFFFFFFFF
-# Multipliers of a lowbias32-style integer hash (Wellons' hash-prospector). Both are below 2^31, so with
-# 32-bit inputs every product stays below 2^63 and int64 tensor arithmetic is exact on every device.
+# Multipliers of a lowbias32-style integer hash (Wellons' hash-prospector). Both are below 2^31,
+# so with 32-bit inputs every product stays below 2^63: int64 tensor arithmetic is exact anywhere.
 _MUL1, _MUL2 = 0x21F0AAAD, 0x735A2D97
 _GOLDEN = 0x1E3779B9  # odd, < 2^31: spreads consecutive ids/counters over 32 bits
 _TOP_P_ONE = 1 << 40  # fixed-point scale of the exact integer top-p prefix sums
 
 
 class SamplingFlags(NamedTuple):
-    """Host-side facts about a batch's parameters: the sampler branches on these, never on device data."""
+    """Host-side facts about a batch's parameters: the sampler branches on these, not on the
+    device's data."""
 
     all_greedy: bool
     any_top_k: bool
@@ -86,7 +88,7 @@ _bit_shifts: dict[torch.device, torch.Tensor] = {}
 
 
 def apply_bitmask(logits: torch.Tensor, bitmask: torch.Tensor) -> torch.Tensor:
-    """Returns logits with every token whose bit is clear set to -inf. Bit j of word w allows token 32*w+j."""
+    """Logits with each token whose bit is clear set to -inf (bit j of word w: token 32*w+j)."""
     shifts = _bit_shifts.get(logits.device)
     if shifts is None:
         shifts = _bit_shifts[logits.device] = torch.arange(
@@ -116,9 +118,8 @@ def sample(
         sorted_desc = logits.sort(dim=-1, descending=True).values
         if batch.any_top_k:
             k_floor = _top_k_floor(sorted_desc, batch.top_k)
-            sorted_desc = sorted_desc.masked_fill(
-                sorted_desc < k_floor, float("-inf")
-            )  # nucleus within top-k
+            # The nucleus is taken within the top k.
+            sorted_desc = sorted_desc.masked_fill(sorted_desc < k_floor, float("-inf"))
         floor = _top_p_floor(sorted_desc, batch.top_p)
         if batch.any_top_k:
             floor = torch.maximum(floor, k_floor)
@@ -134,14 +135,15 @@ def sample(
 
 
 def _top_k_floor(sorted_desc: torch.Tensor, top_k: torch.Tensor) -> torch.Tensor:
-    """[B, 1] smallest logit inside each row's top k (-inf where top-k is off). Ties at the floor are kept."""
+    """[B, 1] smallest logit in each row's top k (-inf where top-k is off); ties at it are kept."""
     k = top_k.long().clamp(1, sorted_desc.shape[-1]).unsqueeze(-1)
     kth = sorted_desc.gather(-1, k - 1)
     return torch.where(top_k.unsqueeze(-1) > 0, kth, float("-inf"))
 
 
 def _top_p_floor(sorted_desc: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
-    """[B, 1] smallest logit of each row's nucleus: the shortest prefix whose probability reaches top_p.
+    """[B, 1] smallest logit of each row's nucleus, the shortest prefix whose probability reaches
+    top_p.
 
     The prefix sums are taken over probabilities rounded to 2^-40 in int64, which is exact: a float
     cumsum's rounding depends on which kernel runs, and that depends on the batch shape.
@@ -150,7 +152,7 @@ def _top_p_floor(sorted_desc: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor
     fixed = (probs * _TOP_P_ONE).long()  # float32 * 2^40 truncates to int64 exactly
     mass_before = fixed.cumsum(dim=-1) - fixed
     limit = (top_p.double() * _TOP_P_ONE).long().unsqueeze(-1)
-    # >= 1 (the top token has nothing before it); the clamp only guards a row whose mask allowed nothing.
+    # >= 1 (the top token has nothing before it); the clamp guards a row whose mask allowed nothing.
     n_keep = (mass_before < limit).sum(dim=-1, keepdim=True).clamp_(min=1)
     floor = sorted_desc.gather(-1, n_keep - 1)
     return torch.where(top_p.unsqueeze(-1) < 1.0, floor, float("-inf"))
@@ -177,7 +179,7 @@ def column_keys(vocab_size: int, device: torch.device) -> torch.Tensor:
 def gumbel_noise(row_key: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
     """[B, V] float32 Gumbel(0, 1) noise from hash(row key xor token key).
 
-    The top 23 bits of the hash make a uniform in (0, 1) that float32 holds exactly, so the noise is finite.
+    The top 23 bits of the hash make a uniform in (0, 1) that float32 holds exactly: finite noise.
     """
     bits = _mix32(row_key.unsqueeze(-1) ^ columns) >> 9
     uniform = (bits.float() + 0.5) * (1.0 / (1 << 23))
@@ -201,16 +203,18 @@ def _sampled_ids(
         return _compiled_noisy_argmax(logits, row_key, columns)
     except Exception as e:  # a compiler problem must not take the engine down: go on eager
         warnings.warn(
-            f"torch.compile of the sampler failed, sampling eagerly: {str(e).splitlines()[0]}"
+            f"torch.compile of the sampler failed, sampling eagerly: {str(e).splitlines()[0]}",
+            stacklevel=2,
         )
         _compiled_noisy_argmax = None
         return noisy_argmax(logits, row_key, columns)
 
 
 def warmup(vocab_size: int, device: torch.device | str) -> None:
-    """Call before timing starts. On CUDA, switches Gumbel-max to one torch.compile'd kernel instead of ~20
-    eager passes over [B, V] int64 (its math is elementwise plus an exact argmax, so rows stay batch-invariant)
-    and compiles it now, for a batch of 1 and for larger ones. Without warmup sampling stays eager."""
+    """Call before timing starts. On CUDA, switches Gumbel-max to one torch.compile'd kernel instead
+    of ~20 eager passes over [B, V] int64 (its math is elementwise plus an exact argmax, so rows
+    stay batch-invariant) and compiles it now, for a batch of 1 and for larger ones. Without
+    warmup, sampling stays eager."""
     global _compiled_noisy_argmax
     if torch.device(device).type == "cuda" and _compiled_noisy_argmax is None:
         _compiled_noisy_argmax = torch.compile(noisy_argmax, dynamic=True, fullgraph=True)
@@ -225,7 +229,7 @@ def warmup(vocab_size: int, device: torch.device | str) -> None:
 
 
 def _mix32(x: torch.Tensor) -> torch.Tensor:
-    """A bijective 32-bit integer hash (lowbias32 shape) on int64 tensors holding values in [0, 2^32)."""
+    """A bijective 32-bit integer hash (lowbias32 shape) on int64 tensors of values in [0, 2^32)."""
     x = x ^ (x >> 16)
     x = (x * _MUL1) & _M32
     x = x ^ (x >> 15)

@@ -1,10 +1,10 @@
-"""Continuous batching: waiting and running queues, admission, page growth and preemption by recompute.
+"""Continuous batching: waiting and running queues, admission, page growth, preemption (recompute).
 
-The scheduler plans step t+1 before step t is committed (depth 2), so it works from *launched* lengths
-(Sequence.num_launched), never from committed ones, and never touches a sequence's pages or batch row while
-a launched step still references it (inflight_refs > 0). Zombies (the post's "finalize early, release late"):
-a finalized or preempted sequence gives its pages and row back in `release_if_done`, the one place that rule
-lives, once no step in flight references it.
+The scheduler plans step t+1 before step t is committed (depth 2), so it works from *launched*
+lengths (Sequence.num_launched), never from committed ones, and never touches a sequence's pages or
+batch row while a launched step still references it (inflight_refs > 0). Zombies (the post's
+"finalize early, release late"): a finalized or preempted sequence gives its pages and row back in
+`release_if_done`, the one place that rule lives, once no step in flight references it.
 """
 
 from __future__ import annotations
@@ -41,9 +41,10 @@ class Scheduler:
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
 
-    # -- planning ------------------------------------------------------------------------------------
+    # -- planning ----------------------------------------------------------------------------------
     def plan(self) -> StepPlan | None:
-        """The next step: a prefill of newly admitted sequences if any fit, else a decode of the running ones."""
+        """The next step: a prefill of newly admitted sequences if any fit, else a decode of the
+        running."""
         admitted = self._admit()
         if admitted:
             return StepPlan(StepKind.PREFILL, admitted)
@@ -52,7 +53,7 @@ class Scheduler:
         for seq in list(self.running):
             if not seq.schedulable or seq.num_launched >= self.max_model_len:
                 continue
-            # Most steps write inside the sequence's last page: no page to reserve (a hot loop at 128 rows).
+            # Most steps write inside the sequence's last page: nothing to reserve (hot: 128 rows).
             if len(seq.block_table) * page_tokens >= seq.num_launched or self._reserve_page(
                 seq, batch
             ):
@@ -66,7 +67,8 @@ class Scheduler:
         if not (self.waiting and self.free_rows):
             return admitted
         tokens = 0
-        # Pages the running sequences need for their next decode: keep them so admission does not force preemption.
+        # Pages the running sequences need for their next decode: kept, so admission does not force
+        # preemption.
         reserve = sum(
             1
             for s in self.running
@@ -90,11 +92,13 @@ class Scheduler:
         return admitted
 
     def _release_pending(self) -> bool:
-        """A preempted sequence still in flight: its pages are coming back, so neither admit nor preempt more."""
+        """A preempted sequence is still in flight: its pages are coming back, so admit and preempt
+        no more."""
         return any(s.preempted for s in self.running)
 
     def _reserve_page(self, seq: Sequence, batch: list[Sequence]) -> bool:
-        """Make sure the position this decode writes (num_launched - 1) has a page; preempt the youngest if needed."""
+        """Makes sure the position this decode writes (num_launched - 1) has a page, preempting the
+        youngest if needed."""
         need = self.blocks.blocks_needed(seq, seq.num_launched)
         while not self.blocks.can_allocate(need):
             if self._release_pending():
@@ -115,15 +119,17 @@ class Scheduler:
         self.blocks.allocate(seq, seq.num_launched)
         return True
 
-    # -- leaving the batch ---------------------------------------------------------------------------
+    # -- leaving the batch -------------------------------------------------------------------------
     def preempt(self, seq: Sequence) -> None:
-        """Recompute later: the sequence leaves the batch now, its pages come back once nothing references it."""
+        """Recompute later: the sequence leaves the batch now; its pages come back once nothing
+        references them."""
         seq.preempted = True
         self.num_preemptions += 1
         self.release_if_done(seq)
 
     def abort(self, seq: Sequence) -> None:
-        """Finish a request early: a queued one leaves at once, a running one becomes a zombie until released."""
+        """Finishes a request early: a queued one leaves at once, a running one is a zombie until
+        released."""
         seq.finalized, seq.finish_reason = True, "abort"
         if seq.status is SequenceStatus.WAITING:
             self.waiting.remove(seq)
@@ -132,9 +138,10 @@ class Scheduler:
             self.release_if_done(seq)
 
     def release_if_done(self, seq: Sequence) -> bool:
-        """Zombie release: free the pages and row of a finalized or preempted sequence once no step in flight
-        references it (inflight_refs == 0). A finalized one is finished; a preempted one queues for
-        recompute. Called after every commit for the step's rows, and on preemption and abort."""
+        """Zombie release: free the pages and row of a finalized or preempted sequence once no step
+        in flight references it (inflight_refs == 0). A finalized one is finished; a preempted one
+        queues for recompute. Called after every commit for the step's rows, on preemption and on
+        abort."""
         if seq.row is None or seq.inflight_refs or not (seq.finalized or seq.preempted):
             return False
         self.blocks.free(seq)

@@ -22,8 +22,9 @@ class SequenceStatus(Enum):
 class Sequence:
     """Committed tokens live in `token_ids`; `num_launched` also counts tokens still in flight.
 
-    Positions: a prefill launch over n committed tokens samples position n; each decode launch feeds the
-    last launched token (read on the device from the pending-token buffer) and samples the next position.
+    Positions: a prefill launch over n committed tokens samples position n; each decode launch feeds
+    the last launched token (read on the device from the pending-token buffer) and samples the next
+    position.
     """
 
     request_id: str
@@ -42,8 +43,8 @@ class Sequence:
     inflight_refs: int = 0  # launched-but-uncommitted steps that contain this sequence (0..2)
     preempted: bool = False  # leaving the batch to be recomputed once inflight_refs reaches 0
     finish_reason: str | None = None
-    # Latency, on the host's perf_counter_ns clock: when the request was queued, and when each output
-    # token was committed (recorded only while the engine's record_token_times is on).
+    # Latency, on the host's perf_counter_ns clock: when the request was queued, and when each
+    # output token was committed (recorded only while the engine's record_token_times is on).
     arrival_ns: int = 0
     token_ns: list[int] = field(default_factory=list)
 
@@ -68,7 +69,7 @@ class Sequence:
 
     @property
     def schedulable(self) -> bool:
-        """May join the next decode step: running, not finished, not leaving, and its cap not yet launched."""
+        """May join the next decode step: running, not finished or leaving, cap not yet launched."""
         return (
             self.status is SequenceStatus.RUNNING
             and not self.finalized

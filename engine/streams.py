@@ -1,10 +1,10 @@
 """In-order device queues (streams) and events, on CUDA or emulated on the CPU.
 
-The engine enqueues device work as closures: `stream.submit(fn)`. On CUDA, fn runs at once inside the
-stream's context and only *enqueues* kernels. On the CPU there are no streams, so each stream is a worker
-thread that runs its closures in order: the host thread goes on with its bookkeeping while the "device"
-computes (torch releases the GIL inside its kernels). That gives a CPU run a real bubble at depth 1 and
-real overlap at depth 2, with the same engine code.
+The engine enqueues device work as closures: `stream.submit(fn)`. On CUDA, fn runs at once inside
+the stream's context and only *enqueues* kernels. On the CPU there are no streams, so each stream is
+a worker thread that runs its closures in order: the host thread goes on with its bookkeeping while
+the "device" computes (torch releases the GIL inside its kernels). That gives a CPU run a real
+bubble at depth 1 and real overlap at depth 2, with the same engine code.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ class CpuStream:
             except BaseException as e:  # surfaced on the host at the next synchronize
                 self.error = e
 
-    def submit(self, fn: Callable[[], None]) -> None:
+    def submit(self, fn: Callable[[], object]) -> None:
         self._queue.put(fn)
 
     def record(self, event: CpuEvent) -> None:
@@ -93,7 +93,7 @@ class _Fire:
 
 class CudaEvent:
     def __init__(self, clock: CudaClock, timing: bool, external: bool = False):
-        # external: recorded inside a CUDA graph it becomes a graph node, re-recorded by every replay.
+        # external: recorded inside a CUDA graph it becomes a node, re-recorded by every replay.
         self.event = torch.cuda.Event(enable_timing=timing, external=external)
         self._clock = clock
 
@@ -118,17 +118,19 @@ class CudaEvent:
 class CudaClock:
     """Maps CUDA event times onto the host perf_counter_ns clock.
 
-    An event's time is its elapsed time since a reference event, whose host time was read when a synchronize
-    on it returned. Two things degrade that mapping over a long run, so it is kept fresh:
-    - cudaEventElapsedTime is float32 milliseconds: 600 s after the reference it resolves only ~40 us. So
-      `calibrate()` takes a new reference at the start of every measured run.
+    An event's time is its elapsed time since a reference event, whose host time was read when a
+    synchronize on it returned. Two things degrade that mapping over a long run, so it is kept
+    fresh:
+    - cudaEventElapsedTime is float32 milliseconds: 600 s after the reference it resolves only
+      ~40 us. So `calibrate()` takes a new reference at the start of every measured run.
     - the GPU's timer and the host's clock drift apart (tens of ppm: tens of microseconds over a few
-      seconds). So `anchor()` re-pins the mapping whenever the host has just woken from a wait that really
-      blocked: the awaited event completed no later than the wake-up (within a spin-wait's few us).
-    A wake-up is an upper bound on the event's time: a late one (a descheduled thread) would drag the mapping
-    late, so an anchor moves it earlier in full (the event cannot have completed after the wake-up) but later
-    by at most LATE_STEP_NS, enough to follow the drift (~1 us a step measured on the H200).
-    `anchored_us` keeps each correction applied.
+      seconds). So `anchor()` re-pins the mapping whenever the host has just woken from a wait that
+      really blocked: the awaited event completed no later than the wake-up (within a spin-wait's
+      few us).
+    A wake-up is an upper bound on the event's time: a late one (a descheduled thread) would drag
+    the mapping late, so an anchor moves it earlier in full (the event cannot have completed after
+    the wake-up) but later by at most LATE_STEP_NS, enough to follow the drift (~1 us a step
+    measured on the H200). `anchored_us` keeps each correction applied.
     """
 
     LATE_STEP_NS = 5_000
@@ -158,7 +160,7 @@ class CudaStream:
     def __init__(self, stream: torch.cuda.Stream):
         self.stream = stream
 
-    def submit(self, fn: Callable[[], None]) -> None:
+    def submit(self, fn: Callable[[], object]) -> None:
         with torch.cuda.stream(self.stream):
             fn()
 
@@ -170,12 +172,14 @@ class CudaStream:
 
 
 class Streams:
-    """The compute stream (forwards and sampling, in order) and the copy stream (device-to-host results, masks)."""
+    """The compute stream (forwards and sampling, in order) and the copy stream (results, masks)."""
 
     def __init__(self, device: torch.device, timing: bool = True):
         self.device = device
         self.is_cuda = device.type == "cuda"
         self.timing = timing
+        self.compute: CudaStream | CpuStream
+        self.copy: CudaStream | CpuStream
         if self.is_cuda:
             self.clock = CudaClock()
             self.compute = CudaStream(torch.cuda.current_stream(device))
@@ -188,15 +192,15 @@ class Streams:
         return CudaEvent(self.clock, self.timing, external) if self.is_cuda else CpuEvent()
 
     def calibrate(self) -> None:
-        """A fresh clock reference for device times (CUDA); the CPU device thread times on the host clock."""
+        """A fresh clock reference for device times (CUDA); the CPU device thread uses host time."""
         if self.is_cuda:
             self.clock.calibrate()
 
     def wait(self, event, check: Callable[[], None] | None = None) -> None:
-        """Block the host until `event` has fired. On CUDA, a wait that really blocked also re-anchors the
-        device clock (CudaClock.anchor). `check` (tensor parallel) runs every CHECK_S while the
-        event has not fired: it raises when a peer process died or hangs, so the host never waits
-        on it forever."""
+        """Block the host until `event` has fired. On CUDA, a wait that really blocked also
+        re-anchors the device clock (CudaClock.anchor). `check` (tensor parallel) runs every CHECK_S
+        while the event has not fired: it raises when a peer process died or hangs, so the host
+        never waits on it forever."""
         if check is not None:
             self._watched_wait(event, check)
             return
@@ -221,11 +225,12 @@ class Streams:
             torch.cuda.synchronize(self.device)
         else:
             for stream in (self.compute, self.copy):
+                assert isinstance(stream, CpuStream)
                 ev = CpuEvent()
                 stream.record(ev)
                 ev.synchronize()
 
     def close(self) -> None:
-        if not self.is_cuda:
-            self.compute.close()
-            self.copy.close()
+        for stream in (self.compute, self.copy):
+            if isinstance(stream, CpuStream):  # a CPU stream's worker thread ends
+                stream.close()

@@ -1,7 +1,8 @@
 """The in-process timeline: the same phases NVTX shows, recorded without any profiler attached.
 
-Host ranges come from perf_counter_ns; device intervals (forward, sampling) come from CUDA events on a GPU
-or from the CPU device worker's own clock, converted to the same host nanosecond clock by the engine.
+Host ranges come from perf_counter_ns; device intervals (forward, sampling) from CUDA events on a
+GPU or from the CPU device worker's own clock, which the engine converts to the same host nanosecond
+clock.
 """
 
 from __future__ import annotations
@@ -22,12 +23,9 @@ class StepInfo:
 @dataclass
 class Timeline:
     depth: int = 0
-    host: list[tuple[str, int, int, int]] = field(
-        default_factory=list
-    )  # (phase, step, start_ns, end_ns)
-    device: list[tuple[str, int, int, int]] = field(
-        default_factory=list
-    )  # (phase, step, start_ns, end_ns)
+    # Host and device ranges, each (phase, step, start_ns, end_ns).
+    host: list[tuple[str, int, int, int]] = field(default_factory=list)
+    device: list[tuple[str, int, int, int]] = field(default_factory=list)
     steps: dict[int, StepInfo] = field(default_factory=dict)
     enabled: bool = True
 

@@ -1,4 +1,5 @@
-"""Tokenizers: built from GGUF metadata through transformers (slow, so cached on disk) and chat prompts."""
+"""Tokenizers built from GGUF metadata through transformers (slow, so cached on disk), and chat
+prompts."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from bubblelab.errors import BubblelabError
 
 
 def load_gguf_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
-    """The GGUF's tokenizer (vocab, merges, special tokens, chat template), converted once then cached."""
+    """The GGUF's tokenizer (vocab, merges, special tokens, chat template), converted once and
+    cached."""
     path = Path(path)
     out = gguf_cache_dir(path) / "tokenizer"
     if not (out / "tokenizer.json").exists():
@@ -27,12 +29,12 @@ def load_gguf_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
 
 
 def chat_prompt_ids(tokenizer: PreTrainedTokenizerFast, user_text: str) -> list[int]:
-    """Token ids of one user turn in the model's chat template, ending where the assistant's answer starts."""
+    """Token ids of one user turn in the model's chat template, up to where the assistant's answer
+    starts."""
     if not tokenizer.chat_template:
         raise BubblelabError("this tokenizer has no chat template")
     text = tokenizer.apply_chat_template(
         [{"role": "user", "content": user_text}], add_generation_prompt=True, tokenize=False
     )
-    return tokenizer.encode(
-        text, add_special_tokens=False
-    )  # the template already holds the special tokens
+    # The template already holds the special tokens.
+    return tokenizer.encode(text, add_special_tokens=False)

@@ -1,4 +1,5 @@
-"""Benchmark workloads: N concurrent streams, output lengths with a given mean, optional arrivals and constraints."""
+"""Benchmark workloads: N concurrent streams, output lengths of a given mean, optional arrivals and
+constraints."""
 
 from __future__ import annotations
 
@@ -64,7 +65,9 @@ class WorkloadSpec:
         """A prompt leaves room for output in a sequence, and the mean length fits: else every
         request is refused, or L is not the L asked for."""
         if self.prompt_len >= max_model_len:
-            raise OptionError("prompt_len", f"must be < max_model_len ({max_model_len})", self.prompt_len)
+            raise OptionError(
+                "prompt_len", f"must be < max_model_len ({max_model_len})", self.prompt_len
+            )
         if self.prompt_len + self.output_len_mean > max_model_len:
             raise OptionError(
                 "output_len_mean",
@@ -83,6 +86,7 @@ class Request:
 
 def output_lengths(spec: WorkloadSpec, rng: np.random.Generator) -> np.ndarray:
     L, n = spec.output_len_mean, spec.requests
+    assert n is not None  # WorkloadSpec.__post_init__ filled in the default
     if spec.output_len_dist == "fixed":
         return np.full(n, round(L))
     if spec.output_len_dist == "exponential":
@@ -91,7 +95,8 @@ def output_lengths(spec: WorkloadSpec, rng: np.random.Generator) -> np.ndarray:
 
 
 def make_requests(spec: WorkloadSpec, vocab_size: int) -> list[Request]:
-    """Random-token prompts (the forward cost does not depend on token values) with seeded lengths."""
+    """Random-token prompts (a forward's cost does not depend on token values), seeded lengths."""
+    assert spec.requests is not None  # WorkloadSpec.__post_init__ filled in the default
     rng = np.random.default_rng(spec.seed)
     lengths = output_lengths(spec, rng)
     constrained = rng.random(spec.requests) < spec.constrained_share
@@ -100,15 +105,13 @@ def make_requests(spec: WorkloadSpec, vocab_size: int) -> list[Request]:
         if spec.arrival_rate
         else np.zeros(spec.requests)
     )
-    low, high = (
-        min(100, vocab_size // 4),
-        max(101, vocab_size - 1000),
-    )  # stay clear of special tokens
+    # Stay clear of special tokens.
+    low, high = min(100, vocab_size // 4), max(101, vocab_size - 1000)
     requests = []
     for i in range(spec.requests):
         prompt = rng.integers(low, high, spec.prompt_len).tolist()
         if constrained[i]:
-            # Grammar decides the length; EOS ends it. max_tokens is the budget the constraint must fit.
+            # The grammar decides the length and EOS ends it; max_tokens is the budget it must fit.
             params = SamplingParams(
                 temperature=spec.temperature,
                 max_tokens=max(int(lengths[i]), 64),

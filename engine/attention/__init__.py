@@ -1,5 +1,5 @@
-"""Attention backends: `select_backend(name, device)` picks flash-attn on CUDA when it imports, else the Triton
-paged decode kernel on CUDA when Triton is usable, else torch."""
+"""Attention backends: `select_backend(name, device)` picks flash-attn on CUDA when it imports, else
+the Triton paged decode kernel on CUDA when Triton is usable, else torch."""
 
 from __future__ import annotations
 
@@ -16,14 +16,16 @@ __all__ = ["AttentionBackend", "AttentionMetadata", "select_backend", "store_kv_
 
 
 def _flash_attn_importable() -> bool:
-    """flash-attn-4 (`flash_attn.cute`) or a real FA2 imports; benchmarks/flash_attn_shim alone does not count."""
+    """flash-attn-4 (`flash_attn.cute`) or a real FA2 imports; a stand-in with FA2's API alone (such
+    as tools/gpu_machine/flash_attn_shim) does not count."""
     from bubblelab.engine.attention.flash_backend import available_impl
 
     return available_impl() is not None
 
 
 def _triton_problem() -> str | None:
-    """Why the Triton backend cannot run here, or None. Triton builds its launcher with a C compiler at first use."""
+    """Why the Triton backend cannot run here, or None (Triton builds its launcher with a C compiler
+    at first use)."""
     try:
         import triton  # noqa: F401
     except ImportError as exc:
@@ -34,7 +36,8 @@ def _triton_problem() -> str | None:
 
 
 def select_backend(name: str, device: torch.device | str) -> AttentionBackend:
-    """ "auto" on CUDA = flash-attn when it imports, else triton when usable, else torch; torch off CUDA."""
+    """ "auto": on CUDA flash-attn when it imports, else triton when usable, else torch; off CUDA
+    torch."""
     is_cuda = torch.device(device).type == "cuda"
     if name == "auto":
         if is_cuda and _flash_attn_importable():
@@ -60,7 +63,7 @@ def select_backend(name: str, device: torch.device | str) -> AttentionBackend:
 
         return FlashAttention()
     if name == "triton":
-        # Off CUDA only the Triton interpreter (TRITON_INTERPRET=1) could run it: far too slow for an engine.
+        # Off CUDA only the Triton interpreter (TRITON_INTERPRET=1) could run it: far too slow.
         if not is_cuda:
             raise BubblelabError(f"attention backend triton needs a CUDA device, got {device}")
         problem = _triton_problem()

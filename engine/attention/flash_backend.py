@@ -1,20 +1,23 @@
-"""Attention through flash-attn (CUDA only): flash-attn-4 (`flash_attn.cute`, CuTe DSL) when it imports, else FA2.
+"""Attention through flash-attn (CUDA only): FA4 (`flash_attn.cute`) when it imports, else FA2.
 
 FA4 (4.0.0b36 + nvidia-cutlass-dsl 4.8.1; see tools/gpu_machine/README.md):
-  - SM90/SM100, bf16 or fp16, head_dim a multiple of 8 up to 256 (SM90), GQA with heads % kv_heads == 0,
-    int32 cu_seqlens / context_lens / block_tables (the engine's metadata already is).
-  - Pages of any size (block_size_multiple = 1). block_size == the kernel's key tile (128 at head_dim 128 on
-    SM90) loads whole pages by TMA, the fast path; other sizes use a cp.async gather. The TMA path reads the
-    unused tail rows of a sequence's last page: they must be finite (the engine's cache starts zeroed).
-  - The first call per shape family compiles (CuTe DSL JIT, seconds; cached on disk): the engine's warm-up
-    runs every bucket before CUDA-graph capture, so capture sees compiled kernels. No host syncs: the grid is
-    sized from host-known max_seqlen / shapes.
+  - SM90/SM100, bf16 or fp16, head_dim a multiple of 8 up to 256 (SM90), GQA with
+    heads % kv_heads == 0, int32 cu_seqlens / context_lens / block_tables (the engine's metadata
+    already is).
+  - Pages of any size (block_size_multiple = 1). block_size == the kernel's key tile (128 at
+    head_dim 128 on SM90) loads whole pages by TMA, the fast path; other sizes use a cp.async
+    gather. The TMA path reads the unused tail rows of a sequence's last page: they must be finite
+    (the engine's cache starts zeroed).
+  - The first call per shape family compiles (CuTe DSL JIT, seconds; cached on disk): the engine's
+    warm-up runs every bucket before CUDA-graph capture, so capture sees compiled kernels. No host
+    syncs: the grid is sized from host-known max_seqlen / shapes.
 FA2: the paged KV path (flash_attn_with_kvcache with block_table) needs block_size % 256 == 0
-  (Dao-AILab/flash-attention#828); smaller pages are rejected with a clear error instead of a kernel failure.
+  (Dao-AILab/flash-attention#828); smaller pages are rejected with a clear error instead of a
+  kernel failure.
 
-A real FA2 is recognised by its own `flash_attn.flash_attn_interface`, which loads the compiled kernels
-(`flash_attn_2_cuda`): a `flash_attn` that only offers FA2's API (a stand-in over FA4 such as nano-vllm runs
-on) or FA4's namespace portion is never taken for FA2.
+A real FA2 is recognised by its own `flash_attn.flash_attn_interface`, which loads the compiled
+kernels (`flash_attn_2_cuda`): a `flash_attn` that only offers FA2's API (a stand-in over FA4 such
+as nano-vllm runs on) or FA4's namespace portion is never taken for FA2.
 """
 
 from __future__ import annotations
@@ -34,8 +37,8 @@ FA4_MAX_HEAD_DIM = 256
 
 
 def fa4_entry() -> Callable | None:
-    """flash_attn.cute.flash_attn_varlen_func, or None when FA4 does not import (any error: a broken CUDA
-    library or a missing cutlass-dsl is as good as absent)."""
+    """flash_attn.cute.flash_attn_varlen_func, or None when FA4 does not import (any error: a broken
+    CUDA library or a missing cutlass-dsl is as good as absent)."""
     try:
         return importlib.import_module("flash_attn.cute").flash_attn_varlen_func
     except Exception:  # noqa: BLE001
@@ -45,10 +48,11 @@ def fa4_entry() -> Callable | None:
 def fa2_entries() -> tuple[Callable, Callable] | None:
     """(flash_attn_varlen_func, flash_attn_with_kvcache) of a real FA2, or None."""
     try:
-        # FA2's own module, which loads its compiled kernels (flash_attn_2_cuda): only a real FA2 has both.
+        # FA2's own module, loading its compiled kernels (flash_attn_2_cuda): only real FA2 has it.
         module = importlib.import_module("flash_attn.flash_attn_interface")
         return module.flash_attn_varlen_func, module.flash_attn_with_kvcache
-    except Exception:  # noqa: BLE001 - ImportError, AttributeError (namespace package), CUDA library errors
+    # ImportError, AttributeError (a namespace package), CUDA library errors: all mean no FA2.
+    except Exception:  # noqa: BLE001
         return None
 
 
@@ -62,7 +66,8 @@ def available_impl() -> str | None:
 
 
 def fa4_prefill_kwargs(meta: AttentionMetadata, scale: float) -> dict:
-    """Keyword arguments of FA4's varlen causal prefill (host-side max_seqlen: FA4 sizes its grid from it)."""
+    """Keyword arguments of FA4's varlen causal prefill (max_seqlen on the host: FA4 sizes its grid
+    from it)."""
     return dict(
         cu_seqlens_q=meta.cu_seqlens,
         cu_seqlens_k=meta.cu_seqlens,
@@ -74,15 +79,17 @@ def fa4_prefill_kwargs(meta: AttentionMetadata, scale: float) -> dict:
 
 
 def fa4_decode_kwargs(meta: AttentionMetadata, scale: float) -> dict:
-    """Keyword arguments of FA4's paged decode: one query token per row as a batched [B, 1, H, D] query; the
-    current token's K/V are already in the cache, so context_lens (which counts it) is each row's key length."""
+    """Keyword arguments of FA4's paged decode: one query token per row as a batched [B, 1, H, D]
+    query; the current token's K/V are already in the cache, so context_lens (which counts it) is
+    each row's key length."""
     return dict(
         seqused_k=meta.context_lens, page_table=meta.block_tables, softmax_scale=scale, causal=True
     )
 
 
 def check_fa4_shapes(q: torch.Tensor, kv_heads: int) -> None:
-    """BubblelabError for what FA4 cannot run (host-known shapes and dtypes only: no sync, capture-safe)."""
+    """BubblelabError for what FA4 cannot run, from host-known shapes and dtypes (no sync, so
+    capture-safe)."""
     heads, head_dim = q.shape[-2], q.shape[-1]
     if q.dtype not in FA4_DTYPES:
         raise BubblelabError(
@@ -100,7 +107,8 @@ def check_fa4_shapes(q: torch.Tensor, kv_heads: int) -> None:
 
 
 class FlashAttention:
-    """`impl` None: FA4 when it imports, else FA2; "fa4" / "fa2" force one (BubblelabError if missing)."""
+    """`impl` None: FA4 when it imports, else FA2; "fa4" / "fa2" force one (BubblelabError if
+    missing)."""
 
     name = "flash-attn"
     static_prefill = False  # the varlen kernels size their grid from the host's max_seqlen
@@ -140,6 +148,7 @@ class FlashAttention:
         return self._forward_fa2(q, k, v, k_cache, v_cache, meta, scale)
 
     def _forward_fa4(self, q, k, v, k_cache, v_cache, meta, scale) -> torch.Tensor:
+        assert self._fa4 is not None
         if meta.is_prefill:
             check_fa4_shapes(q, k.shape[-2])
             out, _ = self._fa4(q, k, v, **fa4_prefill_kwargs(meta, scale))
@@ -151,6 +160,7 @@ class FlashAttention:
         return out.squeeze(1)
 
     def _forward_fa2(self, q, k, v, k_cache, v_cache, meta, scale) -> torch.Tensor:
+        assert self._fa2 is not None  # __init__ found FA4 or FA2
         varlen, with_kvcache = self._fa2
         if k_cache is not None and k_cache.shape[1] % FA2_BLOCK_SIZE_MULTIPLE:
             raise BubblelabError(
@@ -171,7 +181,7 @@ class FlashAttention:
             )
         if k_cache is None:
             raise ValueError("decode attention needs a bound KV cache")
-        # K/V of the current token are already in the cache, so context_lens (which counts it) is the length.
+        # The current token's K/V are already in the cache, and context_lens counts it.
         o = with_kvcache(
             q.unsqueeze(1),
             k_cache,

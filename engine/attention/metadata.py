@@ -14,32 +14,35 @@ import torch
 @dataclass
 class AttentionMetadata:
     is_prefill: bool
-    # [N] int64: flat KV slot (page * block_size + offset) each token's K/V is written to.
-    # None: no KV cache (reference/parity runs). Padded graph rows point at a scratch page nobody reads.
+    # [N] int64: flat KV slot (page * block_size + offset) each token's K/V is written to. None: no
+    # KV cache (reference/parity runs). Padded graph rows point at a scratch page nobody reads.
     slot_mapping: torch.Tensor | None = None
     # Prefill: varlen causal attention over each sequence's own tokens (no prefix cache).
     cu_seqlens: torch.Tensor | None = None  # [B+1] int32
     max_seqlen: int = 0
-    seq_lens: list[int] | None = (
-        None  # the same lengths on the host, so no backend syncs to read them
-    )
+    # The same lengths on the host, so no backend syncs to read them.
+    seq_lens: list[int] | None = None
     # Decode: one query token per row attending to its paged cache.
     context_lens: torch.Tensor | None = None  # [B] int32, includes the current token
     block_tables: torch.Tensor | None = None  # [B, max_blocks] int32
-    # Set by the backend's prepare(), once per step: the torch backend's additive decode mask [B, 1, 1, L].
+    # Set by the backend's prepare(), once per step: the torch backend's additive decode mask
+    # [B, 1, 1, L].
     attn_bias: torch.Tensor | None = None
     # Per-step values a prefill backend derives once and every layer reuses (see padded_index).
     step_cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     def padded_index(self) -> torch.Tensor:
-        """[N] int64: where each flat prefill token sits in a [B * max_seqlen] padded layout (b * max + pos).
+        """[N] int64: where each flat prefill token sits in a [B * max_seqlen] padded layout
+        (b * max + pos).
 
         Built from cu_seqlens on its own device with host-known sizes (no sync), once per step.
         """
         index = self.step_cache.get("padded_index")
         if index is None:
-            cu, total = self.cu_seqlens, sum(self.seq_lens)
-            starts = torch.arange(len(self.seq_lens), device=cu.device) * self.max_seqlen - cu[:-1]
+            cu, lens = self.cu_seqlens, self.seq_lens
+            assert cu is not None and lens is not None, "a padded prefill needs its lengths"
+            total = sum(lens)
+            starts = torch.arange(len(lens), device=cu.device) * self.max_seqlen - cu[:-1]
             index = torch.arange(total, device=cu.device) + starts.repeat_interleave(
                 cu.diff(), output_size=total
             )

@@ -19,13 +19,15 @@ class TorchAttention:
     def prepare(
         self, meta: AttentionMetadata, k_cache: torch.Tensor | None, dtype: torch.dtype
     ) -> AttentionMetadata:
-        """Decode: the additive length mask over the gathered pages, built once per step instead of per layer."""
+        """Decode: the additive length mask over the gathered pages, built once per step instead of
+        once per layer."""
         if meta.is_prefill or k_cache is None or meta.context_lens is None:
             return meta
         block_size, block_tables = k_cache.shape[1], meta.block_tables
+        assert block_tables is not None, "a decode step has block tables"
         if block_tables.device.type == "cpu":
-            # No graphs and no device to wait for on CPU: gather only the pages in use, not the table's full
-            # width (max_model_len), which made a CPU decode step ~10x slower.
+            # No graphs and no device to wait for on CPU: gather only the pages in use, not the
+            # table's full width (max_model_len), which made a CPU decode step ~10x slower.
             pages_in_use = -(-int(meta.context_lens.max()) // block_size)
             block_tables = block_tables[:, : max(pages_in_use, 1)]
         pos = torch.arange(block_tables.shape[1] * block_size, device=block_tables.device)
@@ -50,19 +52,18 @@ class TorchAttention:
     ) -> torch.Tensor:
         if meta.is_prefill:
             return self._prefill(q, k, v, meta, scale)
-        if k_cache is None:
+        if k_cache is None or v_cache is None:
             raise ValueError("decode attention needs a bound KV cache")
         if meta.attn_bias is None:
-            meta = self.prepare(
-                meta, k_cache, q.dtype
-            )  # a caller that skipped TransformerLM.forward
+            # A caller that skipped TransformerLM.forward, which prepares once per step.
+            meta = self.prepare(meta, k_cache, q.dtype)
         return self._decode(q, k_cache, v_cache, meta, scale)
 
     @staticmethod
     def _prefill(
         q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata, scale: float
     ) -> torch.Tensor:
-        # One kernel call for all the step's sequences (flash varlen on CUDA); see engine/attention/prefill.py.
+        # One kernel call for all the step's sequences (flash varlen on CUDA): see prefill.py.
         return prefill_attention(q, k, v, meta, scale)
 
     @staticmethod
@@ -73,14 +74,16 @@ class TorchAttention:
         meta: AttentionMetadata,
         scale: float,
     ) -> torch.Tensor:
-        # Gather every row's pages into [B, kv_heads, L, D] under the step's mask: static shapes and no host
-        # sync, so on CUDA this path can be graph-captured too.
+        # Gather every row's pages into [B, kv_heads, L, D] under the step's mask: static shapes and
+        # no host sync, so on CUDA this path can be graph-captured too.
         ks = k_cache[meta.block_tables].flatten(1, 2).transpose(1, 2)
         vs = v_cache[meta.block_tables].flatten(1, 2).transpose(1, 2)
-        # Grouped-query attention as grouped queries: the query heads sharing a KV head are that head's query
-        # rows, so no K/V repeat and no enable_gqa, and every SDPA kernel (memory-efficient included) applies.
+        # Grouped-query attention as grouped queries: the query heads sharing a KV head are that
+        # head's query rows, so no K/V repeat and no enable_gqa, and every SDPA kernel
+        # (memory-efficient included) applies.
         batch, kv_heads, head_dim = q.shape[0], k_cache.shape[2], q.shape[-1]
+        # o: [B, kv_heads, group, D]
         o = F.scaled_dot_product_attention(
             q.reshape(batch, kv_heads, -1, head_dim), ks, vs, attn_mask=meta.attn_bias, scale=scale
-        )  # [B, kv_heads, group, D]
+        )
         return o.reshape(batch, -1, head_dim)

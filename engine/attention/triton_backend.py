@@ -1,6 +1,6 @@
-"""Attention in Triton (CUDA only): paged decode reads K/V pages in place through the block table, and prefill
-runs a varlen causal kernel whose grid depends only on the token count, so whole prefills are captured in CUDA
-graphs per token bucket (static_prefill)."""
+"""Attention in Triton (CUDA only): paged decode reads K/V pages in place through the block table,
+and prefill runs a varlen causal kernel whose grid depends only on the token count, so whole
+prefills are captured in CUDA graphs per token bucket (static_prefill)."""
 
 from __future__ import annotations
 
@@ -36,7 +36,8 @@ class TritonAttention:
             return varlen_prefill_attention(q, k, v, meta.cu_seqlens, scale)
         if k_cache is None or v_cache is None:
             raise ValueError("decode attention needs a bound KV cache")
-        # K/V of the current token are already in the cache (store_kv_cache), and context_lens counts it.
+        # The current token's K/V are already in the cache (store_kv_cache); context_lens counts it.
+        assert meta.block_tables is not None and meta.context_lens is not None
         return paged_decode_attention(
             q, k_cache, v_cache, meta.block_tables, meta.context_lens, scale
         )

@@ -1,10 +1,12 @@
-"""Paged decode attention in Triton: one query token per row reads its K/V pages in place through the block table.
+"""Paged decode attention in Triton: one query token per row reads its K/V pages in place
+through the block table.
 
-One program per (row, KV head, split) handles all query heads of that KV head (GQA), so every page is read once
-per KV head; the group dim is padded to 16 so QK^T and PV are tensor-core dots. Split-K (flash-decoding): each
-row's context is cut into `num_splits` equal spans of whole tiles, each program keeps an fp32 online softmax over
-its span, and a small kernel merges the spans by their log-sum-exp. The split count comes from shapes only (batch,
-KV heads, table width, SM count), never from context_lens values, so the launch is CUDA-graph capturable.
+One program per (row, KV head, split) handles all query heads of that KV head (GQA), so every page
+is read once per KV head; the group dim is padded to 16 so QK^T and PV are tensor-core dots. Split-K
+(flash-decoding): each row's context is cut into `num_splits` equal spans of whole tiles, each
+program keeps an fp32 online softmax over its span, and a small kernel merges the spans by their
+log-sum-exp. The split count comes from shapes only (batch, KV heads, table width, SM count), never
+from context_lens values, so the launch is CUDA-graph capturable.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ def _decode_kernel(
     V,
     BT,
     CTX,
-    O,
+    O,  # noqa: E741 -- attention's Q, K, V, O, as the compile test names them
     PART_O,
     PART_LSE,
     stride_qb,
@@ -54,7 +56,7 @@ def _decode_kernel(
 ):
     b, kvh, s = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     ctx = tl.load(CTX + b)
-    # This split's span: whole tiles, so spans never share a tile; trailing splits of a short row are empty.
+    # This split's span: whole tiles, so spans share no tile; a short row's last splits are empty.
     tiles_per_split = tl.cdiv(tl.cdiv(ctx, BLOCK_N), num_splits)
     start = s * tiles_per_split * BLOCK_N
     end = tl.minimum(start + tiles_per_split * BLOCK_N, ctx)
@@ -114,9 +116,8 @@ def _decode_kernel(
     has = l_i > 0
     out = acc / tl.where(has, l_i, 1.0)[:, None]
     if SPLIT:
-        part = (
-            b * tl.num_programs(1) * GROUP + heads
-        ) * num_splits + s  # PART_* are [B, heads, splits(, D)]
+        # PART_* are [B, heads, splits(, D)]
+        part = (b * tl.num_programs(1) * GROUP + heads) * num_splits + s
         tl.store(PART_O + part[:, None] * HEAD_DIM + d[None, :], out, mask=g_mask[:, None])
         tl.store(
             PART_LSE + part,
@@ -135,7 +136,7 @@ def _decode_kernel(
 def _merge_kernel(
     PART_O,
     PART_LSE,
-    O,
+    O,  # noqa: E741 -- attention's Q, K, V, O, as the compile test names them
     stride_ob,
     stride_oh,
     num_splits,
@@ -149,9 +150,8 @@ def _merge_kernel(
     s_mask = s < num_splits
     lse = tl.load(PART_LSE + row * num_splits + s, mask=s_mask, other=float("-inf"))
     m = tl.max(lse, 0)
-    m = tl.where(
-        m == float("-inf"), 0.0, m
-    )  # all spans empty (context 0): every weight is exp2(-inf) = 0, not NaN
+    # All spans empty (context 0): every weight is exp2(-inf) = 0, not NaN.
+    m = tl.where(m == float("-inf"), 0.0, m)
     w = tl.exp2(lse - m)
     part = tl.load(
         PART_O + (row * num_splits + s)[:, None] * HEAD_DIM + d[None, :],
@@ -163,8 +163,9 @@ def _merge_kernel(
     tl.store(O + b * stride_ob + h * stride_oh + d, out.to(O.dtype.element_ty))
 
 
-# Triton's CPU interpreter (TRITON_INTERPRET=1, read when the kernels above were decorated) multiplies bf16 as raw
-# uint16 bits in tl.dot; there the kernel upcasts dot operands to fp32 (bf16-rounded values, so the same math).
+# Triton's CPU interpreter (TRITON_INTERPRET=1, read when the kernels above were decorated)
+# multiplies bf16 as raw uint16 bits in tl.dot; there the kernel upcasts dot operands to fp32
+# (bf16-rounded values, so the same math).
 _INTERPRETED = bool(triton.knobs.runtime.interpret)
 
 
@@ -178,7 +179,7 @@ def _sm_count(device: torch.device) -> int:
 def default_num_splits(
     batch: int, kv_heads: int, max_blocks: int, block_size: int, device: torch.device
 ) -> int:
-    """Enough (row, KV head, split) programs to fill every SM once, and no more splits than the table has tiles."""
+    """Enough (row, KV head, split) programs to fill every SM once, at most one split per tile."""
     max_tiles = triton.cdiv(max_blocks * block_size, BLOCK_N)
     want = triton.cdiv(_sm_count(device), batch * kv_heads)
     return max(1, min(want, max_tiles, MAX_SPLITS))
@@ -193,9 +194,9 @@ def paged_decode_attention(
     scale: float,
     num_splits: int | None = None,
 ) -> torch.Tensor:
-    """q [B, heads, D]; k/v_cache [num_blocks, block_size, kv_heads, D]; block_tables [B, max_blocks] int32;
-    context_lens [B] int32 (the current token included, already in the cache). Returns [B, heads, D] in q's dtype.
-    Rows with context 0 get zeros."""
+    """q [B, heads, D]; k/v_cache [num_blocks, block_size, kv_heads, D];
+    block_tables [B, max_blocks] int32; context_lens [B] int32 (the current token included, already
+    in the cache). Returns [B, heads, D] in q's dtype. Rows with context 0 get zeros."""
     batch, heads, head_dim = q.shape
     _, block_size, kv_heads, _ = k_cache.shape
     group = heads // kv_heads

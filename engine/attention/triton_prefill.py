@@ -1,12 +1,13 @@
 """Varlen causal prefill attention in Triton, shaped for CUDA-graph capture.
 
 Queries are tiled over the flat token stream, not per sequence: program (tile, head) covers tokens
-[tile * BLOCK_M, (tile + 1) * BLOCK_M) whatever sequences they belong to, and finds each token's sequence
-start on the device from cu_seqlens. So the grid depends only on the number of tokens the buffers hold (a
-graph's token bucket), never on how many sequences there are or how long they are: padded sequences (zero
-length, cu_seqlens repeating its last value) and padded tokens (past cu_seqlens[-1]) cost nothing but their
-own tile. A tile's keys run from the earliest sequence start among its tokens to its last token; each token
-sees keys of its own sequence up to itself (causal), so a tile spanning short prompts reads only their keys.
+[tile * BLOCK_M, (tile + 1) * BLOCK_M) whatever sequences they belong to, and finds each token's
+sequence start on the device from cu_seqlens. So the grid depends only on the number of tokens the
+buffers hold (a graph's token bucket), never on how many sequences there are or how long they are:
+padded sequences (zero length, cu_seqlens repeating its last value) and padded tokens (past
+cu_seqlens[-1]) cost nothing but their own tile. A tile's keys run from the earliest sequence start
+among its tokens to its last token; each token sees keys of its own sequence up to itself (causal),
+so a tile spanning short prompts reads only their keys.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ def _prefill_kernel(
     Q,
     K,
     V,
-    O,
+    O,  # noqa: E741 -- attention's Q, K, V, O, as the compile test names them
     CU,
     num_seqs,
     num_tokens,
@@ -93,7 +94,7 @@ def _prefill_kernel(
         )
         qk = tl.where(seen, qk, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(qk, 1))
-        # A token may see none of this block (it starts a later sequence): keep exp2 finite, weights 0.
+        # A token may see none of this block (it starts a later sequence): exp2 finite, weights 0.
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
         alpha = tl.exp2(m_i - m_safe)
         p = tl.exp2(qk - m_safe[:, None])
@@ -116,16 +117,17 @@ def _prefill_kernel(
     )
 
 
-# Triton's CPU interpreter multiplies bf16 as raw bits in tl.dot (see triton_decode.py): upcast there.
+# Triton's CPU interpreter multiplies bf16 as raw bits in tl.dot (see triton_decode.py): upcast.
 _INTERPRETED = bool(triton.knobs.runtime.interpret)
 
 
 def varlen_prefill_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens: torch.Tensor, scale: float
 ) -> torch.Tensor:
-    """q [T, heads, D], k/v [T, kv_heads, D] flat over the sequences of cu_seqlens [R + 1] (int32, on the
-    device, non-decreasing from 0; rows may be empty; tokens past cu_seqlens[-1] are padding and get zeros).
-    Causal within each sequence. Returns [T, heads, D] in q's dtype. No host sync: capturable."""
+    """q [T, heads, D], k/v [T, kv_heads, D] flat over the sequences of cu_seqlens [R + 1] (int32,
+    on the device, non-decreasing from 0; rows may be empty; tokens past cu_seqlens[-1] are padding
+    and get zeros). Causal within each sequence. Returns [T, heads, D] in q's dtype. No host sync:
+    capturable."""
     num_tokens, heads, head_dim = q.shape
     kv_heads = k.shape[1]
     if heads % kv_heads or head_dim & (head_dim - 1) or head_dim < 16:

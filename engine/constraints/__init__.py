@@ -1,9 +1,10 @@
 """Constrained decoding: per-request state that says which tokens may come next.
 
-The allowed-token mask of step t+1 depends on the tokens committed up to step t ("forward now, sample
-later"): commit calls advance() for each committed token, then finalize calls fill_bitmask() to build the
-mask that sample() applies. Specs: "point" and "detect" (formats in engine/constraints/spatial.py, with or
-without a tokenizer), "regex:<pattern>" and "json:<schema json>" (through xgrammar, needs a tokenizer).
+The allowed-token mask of step t+1 depends on the tokens committed up to step t ("forward now,
+sample later"): commit calls advance() for each committed token, then finalize calls fill_bitmask()
+to build the mask that sample() applies. Specs: "point" and "detect" (formats in
+engine/constraints/spatial.py, with or without a tokenizer), "regex:<pattern>" and
+"json:<schema json>" (through xgrammar, needs a tokenizer).
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ CONSTRAINTS = ("point", "detect")  # the names the CLI offers
 
 class Constraint(Protocol):
     def fill_bitmask(self, out: np.ndarray, remaining: int) -> None:
-        """Sets `out` (int32 [ceil(V/32)]) to the tokens allowed next. `remaining` counts the tokens the request
-        may still emit, this one included; only tokens from which a complete output, EOS included, fits in
-        that budget are allowed (point/detect), so a request cut by max_tokens still parses."""
+        """Sets `out` (int32 [ceil(V/32)]) to the tokens allowed next. `remaining` counts the tokens
+        the request may still emit, this one included; only tokens from which a complete output, EOS
+        included, fits in that budget are allowed (point/detect), so a request cut by max_tokens
+        still parses."""
 
     def advance(self, token_id: int) -> None:
         """Commits one token (once per committed token, in order)."""
@@ -42,7 +44,8 @@ def make_constraint(
     args: dict | None = None,
     max_tokens: int | None = None,
 ) -> Constraint:
-    """A fresh per-request constraint. Unknown specs, bad args and too-small budgets raise RequestError."""
+    """A fresh per-request constraint. Unknown specs, bad args and too small budgets raise
+    RequestError."""
     kind, body = _split(spec)
     if kind in CONSTRAINTS:
         table = spatial.token_table(
@@ -73,8 +76,8 @@ def parse_output(
     eos_token_ids=(),
     args: dict | None = None,
 ) -> object:
-    """The value of a complete output: point (x, y); detect [(x, y, size), ...]; regex the text; json the
-    decoded JSON. A trailing EOS is optional. Raises ValueError if the tokens do not parse."""
+    """The value of a complete output: point (x, y); detect [(x, y, size), ...]; regex the text;
+    json the decoded JSON. A trailing EOS is optional. ValueError if the tokens do not parse."""
     kind, body = _split(spec)
     if kind in CONSTRAINTS:
         table = spatial.token_table(

@@ -1,8 +1,9 @@
 """A character automaton compiled once against a vocabulary into per-state token bitmask rows.
 
-Compilation runs every candidate token's text through the automaton from every state, so at serving time
-a request's whole decode state is one int and fill_bitmask is a numpy row copy. Budget awareness comes from
-`dist`: the fewest tokens (the final EOS included) that complete a parse from each state.
+Compilation runs every candidate token's text through the automaton from every state, so at serving
+time a request's whole decode state is one int and fill_bitmask is a numpy row copy. Budget
+awareness comes from `dist`: the fewest tokens (the final EOS included) that complete a parse from
+each state.
 """
 
 from __future__ import annotations
@@ -37,9 +38,10 @@ class CharAutomaton:
 
     def walk(self, state: int, text: str) -> int | None:
         for ch in text:
-            state = self.transitions[state].get(ch)
-            if state is None:
+            nxt = self.transitions[state].get(ch)
+            if nxt is None:
                 return None
+            state = nxt
         return state
 
 
@@ -89,7 +91,8 @@ class TokenTable:
         return dist
 
     def _budget_rows(self, words: int) -> tuple[list[list[int]], list[np.ndarray]]:
-        """Per state: ascending budgets at which more tokens become allowed, and the cumulative mask rows."""
+        """Per state: the ascending budgets at which more tokens become allowed, and the cumulative
+        mask rows."""
         costs, masks = [], []
         for s, edges in enumerate(self.next_state):
             cost_of: dict[int, int] = {
@@ -108,8 +111,8 @@ class TokenTable:
         return costs, masks
 
     def fill_bitmask(self, out: np.ndarray, state: int, remaining: int) -> None:
-        """Allows the tokens after which a complete output still fits in `remaining` tokens (this one included).
-        If none fits (the budget was already too small), allows the cheapest ones."""
+        """Allows the tokens after which a complete output still fits in `remaining` tokens (this
+        one included). If none fits (the budget was already too small), allows the cheapest ones."""
         level = max(bisect.bisect_right(self.costs[state], remaining) - 1, 0)
         out[:] = self.masks[state][level]
 
@@ -122,7 +125,7 @@ class TokenTable:
         return nxt
 
     def text(self, token_ids: Sequence[int]) -> str:
-        """The text of a complete output (a trailing EOS is optional); ValueError if it is not one."""
+        """The text of a complete output (a trailing EOS optional); ValueError if it is not one."""
         state = 0
         for token in token_ids:
             state = self.advance(state, token)

@@ -1,9 +1,9 @@
 """regex: and json: constraints through xgrammar, an optional dependency imported on first use.
 
-xgrammar's bitmask layout (int32 [B, ceil(V/32)], bit j of word w = token 32w+j) is ours, so its matcher
-fills our host bitmask rows directly. Budget awareness is partial: a grammar is too general for a distance
-table, so only the last token of the budget is forced to EOS when the output is complete by then; a request
-that is still mid-grammar at max_tokens is cut there.
+xgrammar's bitmask layout (int32 [B, ceil(V/32)], bit j of word w = token 32w+j) is ours, so its
+matcher fills our host bitmask rows directly. Budget awareness is partial: a grammar is too general
+for a distance table, so only the last token of the budget is forced to EOS when the output is
+complete by then; a request that is still mid-grammar at max_tokens is cut there.
 """
 
 from __future__ import annotations
@@ -17,9 +17,8 @@ import numpy as np
 from bubblelab.engine.constraints.automaton import set_bits
 from bubblelab.errors import RequestError
 
-_compilers: weakref.WeakKeyDictionary = (
-    weakref.WeakKeyDictionary()
-)  # tokenizer -> {(V, eos): compiler}
+# tokenizer -> {(V, eos): compiler}
+_compilers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 class GrammarConstraint:
@@ -32,9 +31,8 @@ class GrammarConstraint:
         self.eos_token_ids = list(eos_token_ids)
 
     def fill_bitmask(self, out: np.ndarray, remaining: int) -> None:
-        if (
-            remaining == 1 and self.matcher.is_completed()
-        ):  # the last token: end while the output parses
+        # The last token: end while the output parses.
+        if remaining == 1 and self.matcher.is_completed():
             out[:] = 0
             set_bits(out.view(np.uint32), self.eos_token_ids)
         else:
@@ -51,13 +49,13 @@ class GrammarConstraint:
 def compile_grammar(
     kind: str, body: str, *, tokenizer, vocab_size: int, eos_token_ids: Sequence[int]
 ):
-    """Compiles a regex or JSON schema for this tokenizer (xgrammar caches compiled grammars itself)."""
+    """Compiles a regex or JSON schema for this tokenizer (xgrammar caches compiled grammars)."""
     try:
         import xgrammar
-    except ImportError:
+    except ImportError as e:
         raise RequestError(
             f"{kind}: constraints need xgrammar, which is not installed (pip install xgrammar)"
-        )
+        ) from e
     if tokenizer is None:
         raise RequestError(f"{kind}: constraints need a tokenizer; this model has none")
     per_tokenizer = _compilers.setdefault(tokenizer, {})
@@ -81,7 +79,7 @@ def compile_grammar(
 def grammar_text(
     compiled_grammar, token_ids: Sequence[int], tokenizer, eos_token_ids: Sequence[int]
 ) -> str:
-    """Decoded text of a complete grammar output (trailing EOS optional); ValueError if it is not one."""
+    """Decoded text of a complete grammar output (trailing EOS optional); else ValueError."""
     constraint = GrammarConstraint(compiled_grammar, eos_token_ids)
     for token in token_ids:
         constraint.advance(token)

@@ -1,15 +1,15 @@
 """The spatial skills, point and detect, as fixed-format text automata.
 
 Output formats (coordinates normalised to [0, 1), three decimals each):
-- point:  "x,y"                                      e.g. "0.512,0.334"
-- detect: objects "x,y,size" joined by ";"           e.g. "0.100,0.200,0.050;0.400,0.500,0.100"
-  between args["min_objects"] (default 1) and args["max_objects"] (default 5) objects; EOS may follow any
-  complete object, and after max_objects it is the only choice.
+- point:  "x,y"                           e.g. "0.512,0.334"
+- detect: objects "x,y,size" joined by ";"  e.g. "0.100,0.200,0.050;0.400,0.500,0.100"
+  between args["min_objects"] (default 1) and args["max_objects"] (default 5) objects; EOS may
+  follow any complete object, and after max_objects it is the only choice.
 Every output ends with one of the model's EOS tokens.
 
-With a tokenizer the automaton runs over the real vocabulary strings. Without one (random-weight presets),
-a fixed tokenizer-free vocabulary stands in: ids 100..109 are the digits 0..9, 110 is ".", 111 is ",",
-112 is ";" (TOKENIZER_FREE_VOCAB), so the same constrained workloads run on any preset.
+With a tokenizer the automaton runs over the real vocabulary strings. Without one (random-weight
+presets), a fixed tokenizer-free vocabulary stands in: ids 100..109 are the digits 0..9, 110 is ".",
+111 is ",", 112 is ";" (TOKENIZER_FREE_VOCAB), so the same constrained workloads run on any preset.
 """
 
 from __future__ import annotations
@@ -58,9 +58,8 @@ def automaton(kind: str, args: dict) -> CharAutomaton:
     min_objects, max_objects = _object_range(args)
     obj = NUMBER + [","] + NUMBER + [","] + NUMBER
     classes = obj + ([";"] + obj) * (max_objects - 1)
-    after = [
-        (n + 1) * len(obj) + n for n in range(max_objects)
-    ]  # after[n]: the state after n + 1 objects
+    # after[n]: the state after n + 1 objects.
+    after = [(n + 1) * len(obj) + n for n in range(max_objects)]
     accepting = {after[n - 1] for n in range(max(min_objects, 1), max_objects + 1)}
     if min_objects == 0:
         accepting.add(0)
@@ -106,8 +105,9 @@ def token_table(
 def _candidate_vocab(
     fsm: CharAutomaton, cache: dict, tokenizer, vocab_size: int, eos_token_ids: Sequence[int]
 ) -> dict[int, str]:
-    """Token ids whose whole text is made of the automaton's characters (all others are never allowed).
-    Decoding tokens one at a time is exact for byte-level BPE vocabularies (SmolLM2, Qwen3, Llama 3)."""
+    """Token ids whose whole text is made of the automaton's characters (all others are never
+    allowed). Decoding tokens one at a time is exact for byte-level BPE vocabularies (SmolLM2,
+    Qwen3, Llama 3)."""
     if tokenizer is None:
         if vocab_size <= max(TOKENIZER_FREE_VOCAB) or set(eos_token_ids) & set(
             TOKENIZER_FREE_VOCAB
@@ -118,10 +118,8 @@ def _candidate_vocab(
             )
         return TOKENIZER_FREE_VOCAB
     n = min(vocab_size, len(tokenizer))
-    if (
-        "texts",
-        n,
-    ) not in cache:  # decoding 50-150k tokens takes a fraction of a second: once per tokenizer
+    # Decoding 50-150k tokens takes a fraction of a second: once per tokenizer.
+    if ("texts", n) not in cache:
         cache["texts", n] = tokenizer.batch_decode(
             [[i] for i in range(n)], clean_up_tokenization_spaces=False
         )

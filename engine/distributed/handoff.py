@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -116,7 +117,7 @@ class ShmRing:
             raise WorkerError(
                 f"hand-off message of {n} bytes exceeds the ring's {self.spec.capacity}"
             )
-        if n:
+        if payload is not None and n:
             self.payloads[k][:n] = payload.reshape(-1).view(np.uint8)
         header[H.NBYTES] = n
         self.headers[k][:] = header
@@ -169,7 +170,6 @@ def _create(name: str, size: int) -> shared_memory.SharedMemory:
 def _attach(name: str) -> shared_memory.SharedMemory:
     """Attach without taking ownership: rank 0 unlinks the block. (Spawned workers share rank 0's
     resource tracker, so registering the name again is harmless; Python >= 3.13 skips it.)"""
-    try:
+    if sys.version_info >= (3, 13):
         return shared_memory.SharedMemory(name=name, track=False)
-    except TypeError:
-        return shared_memory.SharedMemory(name=name)
+    return shared_memory.SharedMemory(name=name)

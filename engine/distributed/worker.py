@@ -101,6 +101,7 @@ class Worker:
         store = dist.TCPStore("127.0.0.1", a.store_port, a.size, is_master=False, timeout=wait)
         init_group(tp, device, store, a.init_timeout_s)
         self.config = config = dataclasses.replace(a.config, device=str(device))
+        assert config.dtype is not None  # EngineConfig.__post_init__ filled in the default
         loaded = load_model(
             config.model,
             dtype=config.dtype,

@@ -19,6 +19,7 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import asdict
+from typing import Any
 
 import numpy as np
 import torch
@@ -132,6 +133,7 @@ class TPWorkers:
                     f"rank {reader + 1} has not taken {what} for {self.timeout_s:.0f} s: it hangs"
                 )
 
+        assert self.ring is not None, "start_handoff opens the ring first"
         self.ring.send(h, payload, check)
 
     # -- watching ----------------------------------------------------------------------------------
@@ -143,6 +145,7 @@ class TPWorkers:
         def check() -> None:
             self.check_alive()
             if time.monotonic() - started > self.timeout_s:
+                assert self.ring is not None, "start_handoff opens the ring first"
                 lag = max(range(self.size - 1), key=self.ring.backlog) + 1
                 self.fail(f"{what} did not finish within {self.timeout_s:.0f} s "
                           f"(rank {lag} is the furthest behind): a worker hangs")  # fmt: skip
@@ -190,9 +193,9 @@ class TPWorkers:
         problems = {r: p for r, p in self._replies("idle", self.timeout_s).items() if p}
         assert not problems, f"workers not idle: {problems}"
 
-    def _replies(self, kind: str, timeout_s: float) -> dict[int, object]:
-        """One `kind` reply from every worker, watching them while waiting."""
-        got: dict[int, object] = {}
+    def _replies(self, kind: str, timeout_s: float) -> dict[int, Any]:
+        """One `kind` reply from every worker, watching them while waiting (its data as sent)."""
+        got: dict[int, Any] = {}
         started = time.monotonic()
         while len(got) < self.size - 1:
             try:

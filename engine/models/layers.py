@@ -1,9 +1,9 @@
-"""Building blocks shared by the Llama and Qwen3 families: RMSNorm, SiLU-and-mul, rotary position embedding.
+"""Building blocks of the Llama and Qwen3 families: RMSNorm, SiLU-and-mul, rotary embedding.
 
-The elementwise chains are plain PyTorch. A Fusable module's @fused methods run through torch.compile once
-its `compiled` flag is set (TransformerLM.set_compile); Inductor then emits one kernel per chain where eager
-PyTorch launches one per op (~7 for the fp32 RMSNorm). That is what decode time is made of: inside a CUDA
-graph each launch still costs ~2.5 us.
+The elementwise chains are plain PyTorch. A Fusable module's @fused methods run through
+torch.compile once its `compiled` flag is set (TransformerLM.set_compile); Inductor then emits one
+kernel per chain where eager PyTorch launches one per op (~7 for the fp32 RMSNorm). That is what
+decode time is made of: inside a CUDA graph each launch still costs ~2.5 us.
 """
 
 from __future__ import annotations
@@ -20,19 +20,18 @@ from bubblelab.errors import BubblelabError
 
 
 class Fusable(nn.Module):
-    """A module whose @fused methods run torch.compile'd when `compiled` is set, eagerly otherwise."""
+    """A module whose @fused methods run torch.compile'd when `compiled` is set, else eagerly."""
 
     compiled: bool = False
 
 
 def fused(method: Callable) -> Callable:
-    """Decorate a Fusable's method: compiled on the first call with `compiled` set, eager PyTorch otherwise."""
+    """Decorates a Fusable's method: compiled at the first call with `compiled` set, else eager."""
 
     @functools.wraps(method)
     def call(self: Fusable, *args):
-        if (
-            self.compiled and not torch.compiler.is_compiling()
-        ):  # inside another fused method: just inline
+        # Not while compiling: inside another fused method this one is just inlined.
+        if self.compiled and not torch.compiler.is_compiling():
             return _compile(method)(self, *args)
         return method(self, *args)
 
@@ -41,9 +40,10 @@ def fused(method: Callable) -> Callable:
 
 @functools.cache
 def _compile(method: Callable) -> Callable:
-    # dynamic=True: one graph for every token count (Dynamo still gives size 1 its own), so decode buckets and
-    # prefill lengths do not recompile. emulate_precision_casts: round intermediates to the tensor dtype like
-    # eager does, so bf16 results match the eager model (and transformers) instead of being "more precise".
+    # dynamic=True: one graph for every token count (Dynamo still gives size 1 its own), so decode
+    # buckets and prefill lengths do not recompile. emulate_precision_casts: round intermediates to
+    # the tensor dtype like eager does, so bf16 results match the eager model (and transformers)
+    # instead of being "more precise".
     return torch.compile(method, dynamic=True, options={"emulate_precision_casts": True})
 
 
@@ -59,12 +59,12 @@ class RMSNorm(Fusable):
         """norm(x); with a residual, vLLM's fused form: (norm(x + residual), x + residual)."""
         return self.norm(x) if residual is None else self.add_norm(x, residual)
 
-    # Two compiled methods, not one with a branch: Dynamo's recompile limit counts graphs per function.
+    # Two compiled methods, not one with a branch: Dynamo's recompile limit counts per function.
     @fused
     def norm(self, x: torch.Tensor) -> torch.Tensor:
-        # Normalise in fp32 and scale after casting back, exactly as transformers does. F.rms_norm rather than
-        # the spelled-out formula: under dynamic=True a float eps read in the formula becomes a per-call tensor
-        # input, while an op argument is baked into the kernel.
+        # Normalise in fp32 and scale after casting back, exactly as transformers does. F.rms_norm
+        # rather than the spelled-out formula: under dynamic=True a float eps read in the formula
+        # becomes a per-call tensor input, while an op argument is baked into the kernel.
         h = F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps)
         return self.weight * h.to(x.dtype)
 
@@ -86,9 +86,10 @@ class SiluAndMul(Fusable):
 
 
 def rope_inv_freq(head_dim: int, theta: float, scaling: dict | None) -> torch.Tensor:
-    """Inverse frequencies [head_dim // 2] in fp32 for the supported rope scalings (none, linear, llama3)."""
+    """Inverse frequencies [head_dim // 2] in fp32, for rope scaling none, linear or llama3."""
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
-    rope_type = (scaling or {}).get("rope_type", (scaling or {}).get("type", "default"))
+    scaling = scaling or {}
+    rope_type = scaling.get("rope_type", scaling.get("type", "default"))
     if rope_type == "default":
         return inv_freq
     if rope_type == "linear":
@@ -109,6 +110,8 @@ def rope_inv_freq(head_dim: int, theta: float, scaling: dict | None) -> torch.Te
 class RotaryEmbedding(nn.Module):
     """Neox-style RoPE from a cos|sin table precomputed once in fp32 and indexed by position."""
 
+    cos_sin_cache: torch.Tensor  # a non-persistent buffer, [max_positions, head_dim]
+
     def __init__(self, head_dim: int, max_positions: int, theta: float, scaling: dict | None):
         super().__init__()
         self.head_dim, self.max_positions, self.theta, self.scaling = (
@@ -125,7 +128,8 @@ class RotaryEmbedding(nn.Module):
         self.reset_cache()
 
     def reset_cache(self) -> None:
-        """(Re)compute the table on the buffer's device, e.g. after meta-device construction and to_empty()."""
+        """(Re)computes the table on the buffer's device, e.g. after a meta-device build and
+        to_empty()."""
         device = self.cos_sin_cache.device
         inv_freq = rope_inv_freq(self.head_dim, self.theta, self.scaling).to(device)
         freqs = torch.outer(

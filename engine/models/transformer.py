@@ -1,10 +1,10 @@
 """Decoder-only Llama / Qwen3 over flat token batches (Qwen3 = Llama + per-head q/k RMSNorm).
 
-Projections are fused vLLM-style (qkv_proj, gate_up_proj); load_weights maps Hugging Face names onto them.
-Every op in forward() is shape-static and sync-free, so a decode step can be captured in a CUDA graph. The
-residual stream is vLLM's: each RMSNorm also does the pending residual add; with set_compile(True) a layer is
-its four GEMMs, the attention kernels and fused elementwise kernels (add+RMSNorm twice, q/k norm+RoPE+KV
-store, SiLU*mul).
+Projections are fused vLLM-style (qkv_proj, gate_up_proj); load_weights maps Hugging Face names onto
+them. Every op in forward() is shape-static and sync-free, so a decode step can be captured in a
+CUDA graph. The residual stream is vLLM's: each RMSNorm also does the pending residual add; with
+set_compile(True) a layer is its four GEMMs, the attention kernels and fused elementwise kernels
+(add+RMSNorm twice, q/k norm+RoPE+KV store, SiLU*mul).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterable
+from typing import cast
 
 import torch
 from torch import nn
@@ -51,9 +52,8 @@ class Attention(Fusable):
             self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
             self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
         self.backend = backend
-        self.k_cache: torch.Tensor | None = (
-            None  # [num_blocks, block_size, kv_heads, head_dim], bound later
-        )
+        # Paged K/V caches, each [num_blocks, block_size, kv_heads, head_dim], bound later.
+        self.k_cache: torch.Tensor | None = None
         self.v_cache: torch.Tensor | None = None
 
     def forward(
@@ -75,8 +75,8 @@ class Attention(Fusable):
         slot_mapping: torch.Tensor | None,
         rotary: RotaryEmbedding,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """qkv [N, q+2kv] -> q, k, v [N, heads, head_dim] with Qwen3's q/k RMSNorm and RoPE applied, k and v
-        also written to the paged cache (slot_mapping None: no cache, as in reference runs)."""
+        """qkv [N, q+2kv] -> q, k, v [N, heads, head_dim] with Qwen3's q/k RMSNorm and RoPE applied,
+        k and v also written to the paged cache (slot_mapping None: no cache, as reference runs)."""
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q = q.view(-1, self.num_heads, self.head_dim)
         k = k.view(-1, self.num_kv_heads, self.head_dim)
@@ -84,7 +84,7 @@ class Attention(Fusable):
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = rotary(positions, q, k)
-        if self.k_cache is not None and slot_mapping is not None:
+        if self.k_cache is not None and self.v_cache is not None and slot_mapping is not None:
             store_kv_cache(k, v, self.k_cache, self.v_cache, slot_mapping)
         return q, k, v
 
@@ -117,7 +117,8 @@ class DecoderLayer(nn.Module):
         meta: AttentionMetadata,
         rotary: RotaryEmbedding,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Returns (mlp output, residual stream): their sum is the layer's output, added by the next norm."""
+        """(mlp output, residual stream); their sum, the layer's output, is added by the next
+        norm."""
         if residual is None:
             x, residual = self.input_layernorm(x), x
         else:
@@ -128,7 +129,8 @@ class DecoderLayer(nn.Module):
 
 
 def _triton_usable() -> bool:
-    """Inductor's CUDA kernels are Triton, and Triton builds its launcher with a C compiler at first use."""
+    """Inductor's CUDA kernels are Triton, and Triton builds its launcher with a C compiler on
+    first use."""
     from torch.utils._triton import has_triton
 
     return has_triton() and any(
@@ -152,7 +154,7 @@ class TransformerLM(nn.Module):
             DecoderLayer(cfg, attn_backend, tp) for _ in range(cfg.num_layers)
         )
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        # Tied models read the embedding matrix in compute_logits: no shared Parameter to keep tied on moves.
+        # Tied models read the embedding matrix in compute_logits: no shared Parameter to keep tied.
         self.lm_head = (
             None if cfg.tie_word_embeddings else ParallelLMHead(cfg.vocab_size, cfg.hidden_size, tp)
         )
@@ -160,9 +162,11 @@ class TransformerLM(nn.Module):
     def forward(
         self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata
     ) -> torch.Tensor:
-        """input_ids, positions: [N] flat over all sequences of the step. Returns final hidden states [N, hidden]."""
+        """input_ids, positions: [N], flat over the step's sequences. Returns the final hidden
+        states [N, hidden]."""
+        first = cast(DecoderLayer, self.layers[0])  # nn.ModuleList items are typed as Module
         meta = self.attn_backend.prepare(
-            meta, self.layers[0].self_attn.k_cache, self.embed_tokens.weight.dtype
+            meta, first.self_attn.k_cache, self.embed_tokens.weight.dtype
         )
         x, residual = self.embed_tokens(input_ids), None
         for layer in self.layers:
@@ -170,11 +174,12 @@ class TransformerLM(nn.Module):
         return self.norm(x, residual)[0]
 
     def set_compile(self, enabled: bool | None) -> None:
-        """Run the fused ops (add+RMSNorm, q/k norm+RoPE+KV store, SiLU*mul) torch.compile'd or eagerly.
+        """Runs the fused ops (add+RMSNorm, q/k norm+RoPE+KV store, SiLU*mul) compiled or eagerly.
 
-        None: compiled on CUDA when Triton can build kernels, eager on CPU (Inductor's C++ build is slow and
-        CPU steps are not launch-bound). Compilation happens lazily at the first call of each op (the engine's
-        warm-up before CUDA-graph capture); Inductor's on-disk cache makes later processes start fast.
+        None: compiled on CUDA when Triton can build kernels, eager on CPU (Inductor's C++ build is
+        slow and CPU steps are not launch-bound). Compilation happens lazily at the first call of
+        each op (the engine's warm-up before CUDA-graph capture); Inductor's on-disk cache makes
+        later processes start fast.
         """
         cuda = self.embed_tokens.weight.is_cuda
         if enabled is None:
@@ -203,12 +208,14 @@ class TransformerLM(nn.Module):
             raise ValueError(
                 f"need {len(self.layers)} K and V caches, got {len(k_caches)} and {len(v_caches)}"
             )
-        for layer, k_cache, v_cache in zip(self.layers, k_caches, v_caches):
-            layer.self_attn.k_cache, layer.self_attn.v_cache = k_cache, v_cache
+        for layer, k_cache, v_cache in zip(self.layers, k_caches, v_caches, strict=True):
+            attn = cast(DecoderLayer, layer).self_attn
+            attn.k_cache, attn.v_cache = k_cache, v_cache
 
     @torch.no_grad()
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Copy Hugging Face-named tensors in, stacking q/k/v and gate/up into the fused projections."""
+        """Copies Hugging Face-named tensors in, stacking q/k/v and gate/up into the fused
+        projections."""
         cfg = self.config
         q, kv, inter = (
             cfg.num_heads * cfg.head_dim,
