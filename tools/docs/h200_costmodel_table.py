@@ -65,18 +65,20 @@ def sources(sweep: Path) -> dict[str, Path]:
 def sweep_table(sweeps: list[Path], n_boot: int) -> tuple[pd.DataFrame, dict]:
     """The prediction table of every configuration in the sweeps (columns of predict_runs, plus
     name, set = the sweep folder's name, and id = the held-out row's id or "")."""
-    rows, named = [], {}
+    tables, named = [], {}
     for sweep in sweeps:
+        rows = []
         for name, path in sources(sweep).items():
-            results = named[name] = read_results(path)
+            key = name if len(sweeps) == 1 else f"{sweep.name}/{name}"  # one report, apart
+            results = named[key] = read_results(path)
             table = predict_runs(results.runs, results.steps, results.requests, n_boot=n_boot)
             held_out = path.name.startswith("held-out-")  # the held-out call's files only
             ids = [HELD_OUT.get((name, int(s)), "") if held_out else "" for s in table["streams"]]
             rows.append(table.assign(name=name, set=sweep.name, id=ids))
-    table = pd.concat(rows, ignore_index=True)
-    held_out = table["id"] != ""
-    order = table["id"].where(held_out, "~")  # held-out rows in id order, the others as found
-    return table.iloc[order.argsort(kind="stable")].reset_index(drop=True), named
+        table = pd.concat(rows, ignore_index=True)
+        order = table["id"].where(table["id"] != "", "~")  # held-out rows in id order
+        tables.append(table.iloc[order.argsort(kind="stable")])
+    return pd.concat(tables, ignore_index=True), named
 
 
 def _pct(v: float, lo: float | None = None, hi: float | None = None) -> str:
@@ -172,11 +174,42 @@ def plot(table: pd.DataFrame, path: Path) -> None:
     fig.savefig(path, dpi=90)
 
 
+def plot_terms(table: pd.DataFrame, path: Path) -> None:
+    """Per row, the error of the depth-1-alone prediction (observed − predicted, a dot with its 95%
+    interval over pairs) beside the measured terms that lead from it to the model (stacked bars):
+    where they meet, the miss is named."""
+    terms = TERMS[1:]  # admission is inside both predictions
+    colors = dict(replay="tab:purple", forward="tab:red", host="tab:green", handoff="tab:orange",
+                  overhead="tab:gray")  # fmt: skip
+    labels = [r.id or f"{r.name.replace('qwen3-', '')}·{r.streams}" for r in table.itertuples()]
+    y = range(len(table))[::-1]
+    fig, ax = plt.subplots(figsize=(6, 0.22 * len(table) + 1.0))
+    for sign in (1, -1):  # positive terms stack right, negative left
+        left = pd.Series(0.0, index=table.index)
+        for t in terms:
+            v = table[f"term_{t}_pts"].where(table[f"term_{t}_pts"] * sign > 0, 0.0)
+            ax.barh(y, v, left=left, height=0.6, color=colors[t], label=t if sign > 0 else None)
+            left += v
+    err = table["wall_d1_error_pts"]
+    xerr = [err - table["wall_d1_error_lo"], table["wall_d1_error_hi"] - err]
+    ax.errorbar(err, y, xerr=xerr, fmt="o", color="black", ms=3, lw=0.7, capsize=1.5,
+                label="error from depth 1 alone")  # fmt: skip
+    ax.axvspan(-TARGET_PTS, TARGET_PTS, color="0.92", zorder=0)
+    ax.axvline(0, color="black", lw=0.5)
+    ax.set_yticks(list(y), labels, fontsize=7)
+    ax.set_xlabel("points of speedup", fontsize=8)
+    ax.tick_params(axis="x", labelsize=7)
+    ax.legend(fontsize=6, loc="lower right", ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sweep", type=Path, action="append",
                         help=f"a folder of sweeps (repeatable; default {SWEEP})")  # fmt: skip
     parser.add_argument("--plot", type=Path, help="write the predicted-vs-observed plot here (PNG)")
+    parser.add_argument("--plot-terms", type=Path, help="write the depth-1-alone terms here (PNG)")
     parser.add_argument("--report", type=Path, help="write one HTML report of the sweeps here")
     parser.add_argument("--json", type=Path, help="write the prediction table here (records)")
     parser.add_argument("--n-boot", type=int, default=1000)
@@ -186,6 +219,8 @@ def main() -> None:
         print(f"{name}:\n\n{markdown(rows)}\n\n{summary(rows)}\n")
     if args.plot:
         plot(table, args.plot)
+    if args.plot_terms:
+        plot_terms(table, args.plot_terms)
     if args.json:
         args.json.write_text(table.to_json(orient="records", indent=1))
     if args.report:
