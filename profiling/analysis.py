@@ -151,6 +151,12 @@ def lane_ranges(
     return queries.run(con, query, params).assign(run_id=run_id)
 
 
+def trace_ranges(catalog: Catalog, run_id: str) -> pd.DataFrame:
+    """Every host range and every step's forward and sampling span of a run
+    (sql/trace_ranges.sql): what a timeline viewer shows, for the Chrome/Perfetto export."""
+    return queries.run(_open(catalog), "trace_ranges", {"run_id": run_id}).assign(run_id=run_id)
+
+
 def middle(steps: pd.DataFrame, n: int) -> pd.DataFrame:
     """n consecutive rows from the middle of a (steady-state) per-step table."""
     steps = steps.sort_values("step")

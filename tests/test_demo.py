@@ -3,6 +3,7 @@ sweep)."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import subprocess
 import sys
@@ -34,6 +35,16 @@ def test_demo_answers_and_profiles(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "A:" in result.stdout and "report:" in result.stdout
-    runs = json.loads((out / "results.json").read_text())["runs"]
+    results = json.loads((out / "results.json").read_text())
+    runs = results["runs"]
     assert sorted(r["depth"] for r in runs) == [1, 2]
     assert (out / "report.html").exists()
+    # What it ran on, once: this checkout's revision and this CPU; no GPU clocks on the CPU.
+    machine = results["provenance"]["machine"]
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True)
+    assert machine["git_revision"] == head.stdout.decode().strip() and machine["cpu_model"]
+    assert all(r["sm_clock_mhz"] is None for r in runs)
+    # The report's data beside it: the sweep's catalog gives the trace every host range.
+    trace = json.loads(gzip.decompress((out / "export" / "trace.json.gz").read_bytes()))
+    assert trace["otherData"]["host ranges"] == "every step"
+    assert (out / "export" / "steps.parquet").is_file()

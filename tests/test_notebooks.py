@@ -1,5 +1,7 @@
-"""Every notebook in notebooks/ runs top to bottom without an error (CPU, the committed traces)."""
+"""Every notebook in notebooks/ runs top to bottom without an error (CPU): on the committed traces,
+and on a run directory of the user's given in its `parameters` cell."""
 
+import re
 import sys
 from pathlib import Path
 
@@ -42,12 +44,13 @@ def test_there_are_notebooks():
     ]
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_runs_without_error(path, kernel_name):
+def run_notebook(path: Path, kernel_name: str, run_dir: Path | None = None):
+    """Execute a notebook as committed; with run_dir, the way papermill does: a cell setting it
+    right after the cell tagged `parameters`."""
     book = nbformat.read(path, as_version=4)
-    assert all(not cell.get("outputs") for cell in book.cells if cell.cell_type == "code"), (
-        f"{path.name} is committed with outputs: clear them"
-    )
+    if run_dir is not None:
+        at = next(i for i, c in enumerate(book.cells) if "parameters" in c.metadata.get("tags", []))
+        book.cells.insert(at + 1, nbformat.v4.new_code_cell(f"run_dir = {str(run_dir)!r}"))
     # Raises CellExecutionError, naming the cell and its traceback, at the first failing cell.
     NotebookClient(
         book,
@@ -59,3 +62,46 @@ def test_notebook_runs_without_error(path, kernel_name):
         o for cell in book.cells for o in cell.get("outputs", []) if o.get("output_type") == "error"
     ]
     assert not errors
+    return book
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_runs_without_error(path, kernel_name):
+    book = nbformat.read(path, as_version=4)
+    assert all(not cell.get("outputs") for cell in book.cells if cell.cell_type == "code"), (
+        f"{path.name} is committed with outputs: clear them"
+    )
+    run_notebook(path, kernel_name)
+
+
+@pytest.fixture(scope="module")
+def user_run_dir(tmp_path_factory) -> Path:
+    from bubblelab.runs.demo import write_demo_run_dir
+
+    run_dir = tmp_path_factory.mktemp("user-run")
+    write_demo_run_dir(run_dir, streams=(1, 4), requests_per_stream=3, output_len=24)
+    return run_dir
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_takes_the_users_run_directory(path, kernel_name, user_run_dir):
+    book = run_notebook(path, kernel_name, user_run_dir)
+    printed = "".join(
+        o.get("text", "")
+        for c in book.cells
+        for o in c.get("outputs", [])
+        if o.get("name") == "stdout"
+    )
+    assert f"{user_run_dir.name}: 4 runs" in printed  # it read the run directory, not the traces
+
+
+# A measured quantity in prose ("0.2-0.3 ms", "+34.9%", "600 kernels"...) would drift from the runs
+# the notebook is pointed at: the numbers belong in the outputs.
+MEASURED = re.compile(r"\d+(?:\.\d+)?\s*(?:ms|us|µs|%|kernels)\b")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_prose_states_no_measured_numbers(path):
+    book = nbformat.read(path, as_version=4)
+    prose = "\n".join(c.source for c in book.cells if c.cell_type == "markdown")
+    assert MEASURED.findall(prose) == [], f"{path.name}: numbers in markdown drift from the data"

@@ -13,13 +13,15 @@ import select
 import shutil
 import subprocess
 import time
+import urllib.parse
+from pathlib import Path
 
 import numpy as np
 import pytest
 from matplotlib import image as mpimg
 
 from bubblelab.costmodel.simulate import LoopCosts
-from bubblelab.report.report import report_run_dir
+from bubblelab.report.report import report_dirs, report_run_dir
 from bubblelab.runs.demo import write_demo_run_dir
 from tests.test_report import EVIL, plant
 
@@ -132,9 +134,9 @@ class Browser:
         os.close(self._from_chrome)
 
 
-def load(url: str, user_data_dir, width: int = 1280) -> dict:
-    """Open url; return its problems (console errors, exceptions, dialogs), text and a
-    screenshot."""
+def load(url: str, user_data_dir, width: int = 1280, measure: dict[str, str] | None = None) -> dict:
+    """Open url; return its problems (console errors, exceptions, dialogs), text, a screenshot and
+    the value of each JavaScript expression in `measure`, by name."""
     browser = Browser(user_data_dir)
     try:
         target = browser.send("Target.createTarget", {"url": "about:blank"})["targetId"]
@@ -161,6 +163,12 @@ def load(url: str, user_data_dir, width: int = 1280) -> dict:
             {"expression": "document.scripts.length", "returnByValue": True},
             session,
         )["result"]["value"]
+        values = {
+            name: browser.send(
+                "Runtime.evaluate", {"expression": js, "returnByValue": True}, session
+            )["result"]["value"]
+            for name, js in (measure or {}).items()
+        }
         shot = browser.send(
             "Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True}, session
         )
@@ -184,6 +192,7 @@ def load(url: str, user_data_dir, width: int = 1280) -> dict:
         "text": text,
         "scripts": scripts,
         "png": base64.b64decode(shot["data"]),
+        **values,
     }
 
 
@@ -212,10 +221,53 @@ def test_report_renders_cleanly(tmp_path):
         run_dir, streams=(1, 8), requests_per_stream=3, output_len=32, costs=LoopCosts(fwd_base=1.0)
     )
     report = report_run_dir(run_dir, n_boot=100)
-    result = load(report.as_uri(), tmp_path / "profile")
+    result = load(report.as_uri(), tmp_path / "profile", measure={"links": LINKS})
     assert result["problems"] == []
     assert "Prediction vs measurement" in result["text"] and "Provenance" in result["text"]
     assert_not_blank(result["png"], tmp_path / "report.png")
+    # The data section links the trace and the four tables, and each link opens a file beside it.
+    assert len(result["links"]) == 5
+    for href in result["links"]:
+        assert href.startswith("file://") and Path(urllib.parse.unquote(href[7:])).is_file()
+
+
+# What the page shows, measured in the browser: rows per table, legend entries per figure, how large
+# each figure is drawn against its own size (below 1 its 9-pt text shrinks), the folds.
+ROWS = """Object.fromEntries(Array.from(document.querySelectorAll("section.card")).map(
+    s => [s.id, s.querySelectorAll(":scope > .scroll tbody tr").length]))"""
+LEGENDS = """Object.fromEntries(["gaps", "attribution", "timeline"].map(id => [id, Array.from(
+    document.querySelectorAll(`#${id} g[id$="-legend_1"]`)).map(
+        g => g.querySelectorAll('g[id*="-text_"]').length)]))"""
+SCALES = """Array.from(document.querySelectorAll("figure svg"))
+    .filter(s => s.getBoundingClientRect().width > 0)
+    .map(s => s.getBoundingClientRect().width / s.width.baseVal.value)"""
+FOLDS = """[document.querySelectorAll("#timeline details").length,
+            document.querySelectorAll("#timeline details[open]").length]"""
+LINKS = """Array.from(document.querySelectorAll("#data a")).map(a => a.href)"""
+SWEEP = Path(__file__).resolve().parents[1] / "docs" / "measurements" / "h200-sweep"
+
+
+def test_sweep_report_is_legible(tmp_path):
+    """The committed H200 sweep (5 models, 18 configurations, 3 repeats a side: 108 runs) on one
+    page: a row per configuration, short legends, figures at their own size, a page a reader
+    scrolls through (its first version was 43,575 px tall)."""
+    dirs = sorted(p for p in SWEEP.iterdir() if p.is_dir())
+    page = report_dirs(dirs, tmp_path / "report.html", n_boot=50, export=False)
+    measure = {"rows": ROWS, "legends": LEGENDS, "scales": SCALES, "folds": FOLDS}
+    result = load(page.as_uri(), tmp_path / "profile", measure=measure)
+    assert result["problems"] == []
+    height = mpimg.imread(io.BytesIO(result["png"]), format="png").shape[0]
+    assert 4_000 < height < 12_000
+    rows = result["rows"]
+    assert rows["prediction"] == rows["step"] == 18
+    assert rows["compare"] == 2  # qwen3-0.6b with and without a grammar, at 8 and 32 streams
+    assert result["legends"]["gaps"] == [2]  # depth 1, depth 2: not one entry per run
+    assert result["legends"]["attribution"][0] <= 16  # the host phases
+    assert len(result["legends"]["timeline"]) == 18  # one chart per configuration, each
+    assert max(result["legends"]["timeline"]) <= 8  # naming the tick's phases, not its runs
+    assert result["folds"] == [18, 1]
+    # every figure (the 18 timelines, folded or not, and 4 more) drawn at 90% of its size or more
+    assert len(result["scales"]) == 22 and min(result["scales"]) > 0.9
 
 
 def test_planted_script_is_shown_not_run(tmp_path):

@@ -21,9 +21,9 @@ app = typer.Typer(
 
 
 def _register_all() -> None:
-    from bubblelab.cli import analyze, predict, run, sweep
+    from bubblelab.cli import analyze, export, predict, run, sweep
 
-    for module in (run, sweep, analyze, predict):
+    for module in (run, sweep, analyze, predict, export):
         module.register(app)
 
 

@@ -121,19 +121,33 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def report(
-        run_dir: Path = typer.Argument(..., help="Run directory holding results.json."),
+        run_dirs: list[Path] = typer.Argument(
+            ...,
+            help="Run directories holding results.json (or one nsys export); two or more are "
+            "compared side by side.",
+        ),
+        out: Path | None = typer.Option(
+            None, "--out", help="The page to write (default RUN_DIR/report.html for one directory)."
+        ),
         demo: bool = typer.Option(
             False, "--demo", help="First fill RUN_DIR with a simulated run (no GPU needed)."
         ),
         n_boot: int = typer.Option(1000, help="Bootstrap resamples for the intervals."),
     ) -> None:
-        """Write RUN_DIR/report.html: one self-contained page of tables and figures."""
-        from bubblelab.report.report import report_run_dir
+        """Write one self-contained page of tables and figures, and its data (trace, Parquet)
+        beside it in export/."""
+        from bubblelab.report.report import report_dirs, report_run_dir
 
         if demo:
             from bubblelab.runs.demo import write_demo_run_dir
 
-            write_demo_run_dir(run_dir, streams=(1, 8, 32))
-        elif not run_dir.is_dir():
-            raise BubblelabError(f"{run_dir} is not a directory")
-        typer.echo(report_run_dir(run_dir, n_boot=n_boot))
+            if len(run_dirs) != 1:
+                raise BubblelabError("--demo fills one run directory")
+            write_demo_run_dir(run_dirs[0], streams=(1, 8, 32))
+        if len(run_dirs) == 1:
+            page = report_run_dir(run_dirs[0], n_boot=n_boot, out=out)
+        elif out is None:
+            raise BubblelabError("a report of several run directories needs --out PATH")
+        else:
+            page = report_dirs(run_dirs, out, n_boot=n_boot)
+        typer.echo(page)

@@ -1,31 +1,34 @@
-"""One self-contained HTML report per run directory (layout: costmodel/results.py).
+"""One self-contained HTML report of one run directory, or of several side by side.
 
-`report_run_dir(DIR)` reads DIR/results.json, predicts, draws the figures as inline SVG and renders
-templates/report.html.j2 with autoescaping on, so every trace-derived string (phase and kernel
-names, run ids, commands, paths) reaches the page escaped. The page loads nothing from outside.
+`report_run_dir(DIR)` writes DIR/report.html; `report_dirs([DIR1, DIR2, ...], OUT)` one page for
+all of them. Both write the exports (report.export) into an `export/` folder beside the page and
+link them. The page is templates/report.html.j2 rendered with autoescaping on, so every
+trace-derived string (phase and kernel names, run ids, commands, paths) reaches it escaped; it loads
+nothing from outside.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import json
-import platform
 from pathlib import Path
 
 import jinja2
-import numpy as np
 import pandas as pd
 from markupsafe import Markup
 
-from bubblelab.costmodel.compare import step_summary
 from bubblelab.costmodel.perturbation import profiler_perturbation
-from bubblelab.costmodel.predict import known_int, predict_blog, predict_runs, run_label
-from bubblelab.profiling.analysis import steady_state
-from bubblelab.report import figures
-from bubblelab.runs.rundir import Results, read_results
+from bubblelab.costmodel.predict import known_int, predict_blog, predict_runs
+from bubblelab.errors import BubblelabError
+from bubblelab.files import write_atomic
+from bubblelab.report import figures, provenance, summary
+from bubblelab.report.compare import side_by_side
+from bubblelab.report.export import TRACE_FILE, Exported, export_results, ranges_of
+from bubblelab.report.labels import device_word, run_name
+from bubblelab.runs.rundir import Results, merge_results
+from bubblelab.runs.sources import Source, open_source
 
 REPORT_FILE = "report.html"
-HEADLINE = 3  # configurations on the page's headline: the first ones, by a stated rule
+EXPORT_DIR = "export"
 TEMPLATES = Path(__file__).parent / "templates"
 
 
@@ -38,12 +41,9 @@ def _env() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters["num"] = lambda v, nd=2: "–" if v is None or pd.isna(v) else f"{v:,.{nd}f}"
+    env.filters["signed"] = lambda v, nd=1: "–" if v is None or pd.isna(v) else f"{v:+.{nd}f}%"
     env.filters["dash"] = lambda v: (
         "–" if v is None or (isinstance(v, float) and pd.isna(v)) or v == "" else v
-    )
-    env.filters["signed"] = lambda v, nd=1: "–" if v is None or pd.isna(v) else f"{v:+.{nd}f}%"
-    env.filters["tojson_pretty"] = lambda v: (
-        v if isinstance(v, str) else json.dumps(v, indent=1, default=str)
     )
     return env
 
@@ -52,135 +52,134 @@ def timeline_charts(results: Results) -> list[dict]:
     """One lane chart per configuration: its first depth-1 run over its first depth-2 run."""
     by_config: dict[str, dict[int, dict]] = {}
     for run in results.runs.to_dict("records"):
-        depth = known_int(run["depth"])  # unknown for a trace of another engine
-        by_config.setdefault(run_label(run, depth=False), {}).setdefault(depth or 0, run)
+        depth = known_int(run["depth"]) or 0  # unknown for a trace of another engine
+        by_config.setdefault(run_name(run, depth=False), {}).setdefault(depth, run)
     charts = []
     for title, by_depth in by_config.items():
         panels = []
         for depth, run in sorted(by_depth.items()):
             steps = results.steps[results.steps["run_id"] == run["run_id"]]
-            ranges = (
-                results.timeline[results.timeline["run_id"] == run["run_id"]]
-                if len(results.timeline)
-                else None
-            )
+            timeline = results.timeline
+            ranges = timeline[timeline["run_id"] == run["run_id"]] if len(timeline) else None
             if len(steps) >= 2:
                 mode = "as traced" if not depth else "blocking" if depth == 1 else "pipelined"
-                panels.append((f"depth {depth or '?'} ({mode})", steps, ranges))
+                name = f"depth {depth or '?'} ({mode})"
+                panels.append((name, steps, ranges, device_word([run["device"]])))
         if panels:
-            has_host = any(r is not None and len(r) for _, _, r in panels)
+            has_host = any(r is not None and len(r) for _, _, r, _ in panels)
             charts.append(
                 dict(title=title, svg=Markup(figures.lane_chart(panels)), has_host=has_host)
             )
     return charts
 
 
-def gap_samples(results: Results) -> list[tuple[str, int, np.ndarray]]:
-    """(run label, depth, idle gaps in ms) per configuration and depth, for
-    figures.gap_histogram."""
-    if len(results.gaps):
-        source = results.gaps
-    else:  # without a gap table: each step's idle time
-        source = results.steps.rename(columns={"bubble_ms": "gap_ms"})
-    gaps = {run_id: g["gap_ms"].dropna().to_numpy(float) for run_id, g in source.groupby("run_id")}
-    pooled: dict[
-        tuple[str, int], list[np.ndarray]
-    ] = {}  # repeats of a configuration share a histogram
-    for run in results.runs.to_dict("records"):
-        pooled.setdefault((run_label(run), known_int(run["depth"]) or 0), []).append(
-            gaps.get(run["run_id"], np.array([]))
-        )
-    return [(label, depth, np.concatenate(arrays)) for (label, depth), arrays in pooled.items()]
-
-
-def attribution_per_step(results: Results) -> pd.DataFrame:
-    """Steady-state bubble per step, split in the proportions of the attribution table.
-
-    The attribution may cover any subset of a run's steps (the profiler's steady state), so it is
-    used for shares only; the size of each bar is the run's mean steady-state bubble_ms.
-    """
-    if results.attribution.empty:
-        return results.attribution
-    rows = []
-    for run in results.runs.to_dict("records"):
-        a = results.attribution[results.attribution["run_id"] == run["run_id"]]
-        steady = steady_state(results.steps[results.steps["run_id"] == run["run_id"]])
-        bubble = float(steady["bubble_ms"].clip(lower=0).mean()) if len(steady) else 0.0
-        total = a["bubble_ms"].sum()
-        if total > 0:
-            for phase, ms in a.groupby("phase")["bubble_ms"].sum().items():
-                rows.append(
-                    dict(label=run_label(run), phase=phase, ms_per_step=bubble * ms / total)
-                )
-        else:  # no idle time at all: an empty bar, still labelled
-            rows.append(dict(label=run_label(run), phase="other", ms_per_step=0.0))
-    # Repeats of a configuration share a bar: the mean over its runs.
-    repeats = results.runs.apply(run_label, axis=1).value_counts()
-    table = (
-        pd.DataFrame(rows)
-        .groupby(["label", "phase"], sort=False)["ms_per_step"]
-        .sum()
-        .reset_index()
-    )
-    return table.assign(ms_per_step=table["ms_per_step"] / table["label"].map(repeats))
-
-
-def _machine() -> dict:
-    import matplotlib
-
-    return {
-        "report built": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "python": platform.python_version(),
-        "pandas": pd.__version__,
-        "matplotlib": matplotlib.__version__,
-        "jinja2": jinja2.__version__,
-        "host": platform.node(),
-    }
-
-
-def render_report(results: Results, title: str, n_boot: int = 1000) -> str:
+def render_report(
+    results: Results, title: str, n_boot: int = 1000, exported: Exported | None = None
+) -> str:
+    """The page. exported: the files written beside it, linked relative to it (EXPORT_DIR/)."""
     table = predict_runs(results.runs, results.steps, results.requests, n_boot=n_boot)
     blog = predict_blog()
-    attribution = attribution_per_step(results)
-    summary = step_summary(results.runs, results.steps)
-    # Headline by a stated rule, never by size: the first HEADLINE configurations in the table's
-    # order (model, then stream count).
-    headline = table.head(HEADLINE)
-    perturbation = profiler_perturbation(results.runs, results.steps)
+    measured = summary.unprofiled(results)  # what the engine does; the profiler's own section
+    configs = summary.config_table(measured)
+    attribution = summary.attribution_per_step(measured)
+    gaps = summary.gap_samples(measured)
+    devices = provenance.device_names(results.runs)
+    word = device_word(results.runs["device"])
     context = dict(
         title=title,
+        device=word,
         runs=results.runs.to_dict("records"),
-        devices=sorted(set(map(str, results.runs.get("device", [])))),
+        devices=devices,
+        headline=summary.headline(table, configs),
+        perturbation=profiler_perturbation(results.runs, results.steps).to_dict("records"),
         predictions=table.to_dict("records"),
         skipped=table.attrs.get("skipped", []),
-        headline=headline.to_dict("records"),
-        headline_rule=f"the first {HEADLINE} configurations in model and stream order",
-        mean_abs_error=float(table["error_pts"].abs().mean()) if len(table) else None,
-        whole_run_error=float(table["wall_error_pts"].abs().max()) if len(table) else None,
-        d1_error=float(table["wall_d1_error_pts"].abs().max()) if len(table) else None,
-        known=int(table["observed_known"].sum()) if len(table) else 0,
-        perturbation=perturbation.to_dict("records"),
         blog=blog.to_dict("records"),
-        summary=summary.to_dict("records"),
+        configs=configs,
+        step_columns=summary.step_columns(configs, word),
+        compare=side_by_side(results, table),
         fig_pred=Markup(figures.predicted_vs_observed(table, blog)) if len(table) else None,
-        fig_whatif=Markup(figures.whatif_curves(table if len(table) else blog)),
+        fig_whatif=Markup(figures.whatif_curves(table if len(table) else blog, device=word)),
         whatif_is_blog=not len(table),
-        timelines=timeline_charts(results),
-        fig_gaps=Markup(figures.gap_histogram(gaps)) if (gaps := gap_samples(results)) else None,
-        gaps_from_steps=results.gaps.empty,
-        fig_attr=Markup(figures.attribution_bars(attribution)) if len(attribution) else None,
-        provenance=results.provenance,
-        machine=_machine(),
+        timelines=timeline_charts(measured),
+        fig_gaps=Markup(figures.gap_histogram(gaps, device=word)) if gaps else None,
+        gaps_from_steps=measured.gaps.empty,
+        profiled_left_out=len(results.runs) - len(measured.runs),
+        fig_attr=Markup(figures.attribution_bars(attribution, device=word))
+        if len(attribution)
+        else None,
+        sources=provenance.sources(results, title),
+        machine=provenance.report_facts(),
+        exports=_links(exported),
     )
     return _env().get_template("report.html.j2").render(**context)
 
 
-def report_run_dir(run_dir: Path | str, n_boot: int = 1000) -> Path:
-    """Write DIR/report.html from DIR/results.json and return its path."""
-    run_dir = Path(run_dir)
-    results = read_results(run_dir)
-    out = run_dir / REPORT_FILE
-    out.write_text(
-        render_report(results, title=run_dir.resolve().name, n_boot=n_boot), encoding="utf-8"
+def report_run_dir(
+    source: Path | str, n_boot: int = 1000, export: bool = True, out: Path | None = None
+) -> Path:
+    """Write the page of a run directory (DIR/report.html) or of one nsys export (out, default
+    NAME-report/report.html here), with export/ beside it; returns the page's path."""
+    source = Path(source)
+    opened = open_source(source)
+    if out is None:
+        folder = source if source.is_dir() else Path(f"{opened.name}-report")
+        out = folder / REPORT_FILE
+    title = source.resolve().name if source.is_dir() else opened.name
+    return _write([opened], Path(out), title, n_boot, export)
+
+
+def report_dirs(
+    run_dirs: list[Path],
+    out: Path,
+    title: str | None = None,
+    n_boot: int = 1000,
+    export: bool = True,
+) -> Path:
+    """One page for several run directories (machines, commits or models side by side) at out."""
+    if len(run_dirs) < 2:
+        raise BubblelabError("report_dirs compares two or more run directories")
+    opened = [open_source(d) for d in run_dirs]
+    for source, name in zip(opened, _distinct_names(run_dirs), strict=True):
+        source.name = name
+    title = title or " · ".join(s.name for s in opened)
+    return _write(opened, Path(out), title, n_boot, export)
+
+
+def _write(sources: list[Source], out: Path, title: str, n_boot: int, export: bool) -> Path:
+    if len(sources) == 1:
+        results, ranges = sources[0].results, ranges_of(sources)
+    else:
+        results = merge_results({s.name: s.results for s in sources})
+        ranges = ranges_of(sources, prefixed=True)
+    exported = export_results(results, out.parent / EXPORT_DIR, ranges) if export else None
+    return write_atomic(out, render_report(results, title, n_boot, exported))
+
+
+def _distinct_names(paths: list[Path]) -> list[str]:
+    """Each directory's name, with as many parent folders as it takes to tell them apart."""
+    for depth in range(1, max(len(p.resolve().parts) for p in paths) + 1):
+        names = ["/".join(p.resolve().parts[-depth:]) for p in paths]
+        if len(set(names)) == len(names):
+            return names
+    raise BubblelabError(
+        f"the same run directory is given twice: {json.dumps([str(p) for p in paths])}"
     )
-    return out
+
+
+def _links(exported: Exported | None) -> list[dict]:
+    if exported is None:
+        return []
+    links = [
+        dict(
+            href=f"{EXPORT_DIR}/{TRACE_FILE}",
+            what="Chrome/Perfetto trace",
+            how="open in ui.perfetto.dev or chrome://tracing; host phases and device spans per step"
+            + ("" if exported.every_step else " (host phases of the steps results.json keeps)"),
+        )
+    ]
+    links += [
+        dict(href=f"{EXPORT_DIR}/{p.name}", what=p.name, how="Parquet table")
+        for p in exported.tables
+    ]
+    return links

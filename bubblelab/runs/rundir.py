@@ -5,13 +5,16 @@ Layout of a run directory (written by run-and-profile, read by `bubblelab report
     DIR/results.json      tables + provenance (this module); DIR/results.json.gz is read as well,
                           and so is a results file by itself (NAME.results.json[.gz])
     DIR/*.nsys-rep, *.sqlite   traces, referenced from runs.trace_path (optional, not read here)
-    DIR/report.html       written by bubblelab.report.report.report_run_dir
+    DIR/report.html       written by bubblelab.report.report.report_run_dir, with DIR/export/
+                          (the trace and Parquet tables of bubblelab.report.export)
 
 results.json holds {"schema_version": 2, "runs": [...], "steps": [...], "attribution": [...],
 "gaps": [...], "timeline": [...], "requests": [...], "provenance": {...}}, each table a list of
 records:
 
-- runs: the "Run metadata" columns of docs/phases.md, one record per run.
+- runs: the "Run metadata" columns of docs/phases.md, one record per run, and schema 2's columns
+  (bubblelab.runs.schema); a sweep adds what the worker measured on a GPU (sm_clock_mhz, power_w,
+  clock_anchor_us_max), and merge_results the run's run_dir.
 - requests: run_id, request, prompt_len, output_len, max_tokens, constrained: what each run was
   asked (in the order sent) and produced; the cost model replays the schedule from it.
 - steps: the per-step table of docs/phases.md, all runs together (run_id tells them apart).
@@ -20,8 +23,9 @@ records:
 - gaps: run_id, step, gap_ms: one record per GPU idle gap.
 - timeline (optional): run_id, lane ("host" | "gpu"), phase, step, start_ns, end_ns: the raw ranges
   of engine.timeline.Timeline (host_frame / device_frame), for the lane chart.
-- provenance: free-form JSON object; the report shows keys such as commands, versions, machine,
-  traces.
+- provenance: free-form JSON object; a sweep writes sweep, command, timings, catalog and machine
+  (git revision, CPU, GPUs: runs.machine), which the report shows once; other keys are shown as
+  JSON.
 
 Older documents are read as the current schema (bubblelab.runs.schema.migrate).
 """
@@ -187,8 +191,8 @@ def merge_results(named: dict[str, Results]) -> Results:
     """Several run directories as one Results (one report for a whole sweep).
 
     Each name becomes its runs' `preset` (so configurations of different directories never pair up,
-    e.g. qwen3-0.6b with and without a grammar) and prefixes their run ids, which repeat across
-    directories.
+    e.g. qwen3-0.6b with and without a grammar) and `run_dir`, and prefixes their run ids, which
+    repeat across directories.
     """
     merged: dict[str, list[pd.DataFrame]] = {name: [] for name in TABLES}
     for source, results in named.items():
@@ -200,7 +204,7 @@ def merge_results(named: dict[str, Results]) -> Results:
             if "run_id" in table:
                 table["run_id"] = source + "/" + table["run_id"].astype(str)
             if name == "runs":
-                table["preset"] = source
+                table["preset"] = table["run_dir"] = source
             merged[name].append(table)
     tables = {
         name: pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()

@@ -16,6 +16,7 @@ wrote (it also reads a sweep cut short) into the catalog and results.json.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import sys
@@ -31,6 +32,7 @@ from bubblelab.profiling import analysis
 from bubblelab.profiling.catalog import connect
 from bubblelab.profiling.ingest import ingest, ingest_timeline
 from bubblelab.profiling.nsys import find_nsys, nsys_version, profile_ranges
+from bubblelab.runs.machine import machine_facts
 from bubblelab.runs.rundir import write_results
 from bubblelab.runs.tables import collect
 from bubblelab.runs.worker import rank_timelines_from_record, run_plan, timeline_from_record
@@ -172,7 +174,7 @@ def assemble(out_dir: Path, strict: bool = True) -> Path:
         raise BubblelabError(f"{out_dir} holds no finished run")
     results = collect(catalog, run_ids, provenance={
         "sweep": asdict(spec), "command": " ".join(sys.argv), "timings": timings,
-        "catalog": str(out_dir / "catalog.duckdb"),
+        "catalog": str(out_dir / "catalog.duckdb"), "machine": machine_facts(),
     })  # fmt: skip
     runs_table = results.runs.merge(pd.DataFrame(extras), on="run_id", how="left")
     write_results(
@@ -239,11 +241,14 @@ def _nsys_or_none(use_nsys: bool | None, say: Callable[[str], None]) -> str | No
     if use_nsys is False:
         return None
     try:
-        return find_nsys()
+        nsys = find_nsys()
+        if importlib.util.find_spec("nvtx") is None:  # the engine's ranges are what nsys reads
+            raise BubblelabError("nsys needs the nvtx package: pip install 'bubblelab[cuda]'")
+        return nsys
     except BubblelabError as e:
         if use_nsys:
             raise
-        say(f"nsys not found ({e}); using the in-process timeline instead")
+        say(f"not profiling under nsys ({e}); using the in-process timeline instead")
         return None
 
 
@@ -278,4 +283,6 @@ def _extra(run_id: str, run: dict, spec: SweepSpec, profiled: bool, summary: dic
         constraint=spec.constraint, constrained_share=spec.constrained_share,
         max_num_seqs=engine["max_num_seqs"], max_num_batched_tokens=spec.max_num_batched_tokens,
         max_model_len=spec.max_model_len, sm_clock_mhz=summary.get("sm_clock_mhz_median"),
+        power_w=summary.get("power_w_median"),
+        clock_anchor_us_max=summary.get("clock_anchor_us_max"),
     )  # fmt: skip

@@ -51,3 +51,24 @@ def collect(
 def _cat(frames: list[pd.DataFrame]) -> pd.DataFrame:
     frames = [f for f in frames if len(f)]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def spans_from_steps(steps: pd.DataFrame) -> pd.DataFrame:
+    """Each step's forward and sampling span rebuilt from the per-step table alone (lane "gpu",
+    phase, step, start_ns, end_ns): the forward from gpu_start_ns, sampling right after it. Exact
+    for the forward; sampling starts later where the host launched it late (the catalog's
+    step_spans has the true start)."""
+    fwd_end = steps["gpu_start_ns"] + steps["forward_ms"] * 1e6
+    parts = [
+        ("forward", steps["gpu_start_ns"], fwd_end),
+        ("sampling", fwd_end, fwd_end + steps["sampling_ms"].fillna(0) * 1e6),
+    ]
+    return pd.concat(
+        [
+            pd.DataFrame(
+                {"lane": "gpu", "phase": phase, "step": steps["step"], "start_ns": s, "end_ns": e}
+            )
+            for phase, s, e in parts
+        ],
+        ignore_index=True,
+    )

@@ -22,6 +22,7 @@ import pandas as pd
 
 from bubblelab.costmodel.predict import predict_runs
 from bubblelab.costmodel.wholerun import TERMS
+from bubblelab.files import write_atomic
 from bubblelab.report.report import render_report
 from bubblelab.runs.rundir import (
     RESULTS_FILE,
@@ -224,11 +225,12 @@ def main() -> None:
     if args.json:
         args.json.write_text(table.to_json(orient="records", indent=1))
     if args.report:
-        args.report.parent.mkdir(parents=True, exist_ok=True)
         title = " + ".join(p.name for p in args.sweep or [SWEEP])
+        # Without export/: the trace and tables (~8 MB, all derived from the committed
+        # results.json.gz) stay out of git; the page says how to write them.
         html = render_report(merge_results(named), title=title, n_boot=args.n_boot)
-        args.report.write_text(html, encoding="utf-8")
-        print(f"{args.report}: {len(html.encode()) / 1e6:.2f} MB")
+        page = write_atomic(args.report, html)
+        print(f"{page}: {page.stat().st_size / 1e6:.2f} MB")
 
 
 if __name__ == "__main__":
