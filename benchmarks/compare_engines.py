@@ -53,6 +53,7 @@ from benchmarks.compare_report import plot, write_markdown
 from benchmarks.forward_kernels import copy_bandwidth
 from bubblelab.engine.export import hf_causal_lm
 from bubblelab.engine.loader import LoadedModel, load_model
+from bubblelab.files import write_atomic
 
 
 # -- the floor -------------------------------------------------------------------------------------
@@ -278,7 +279,7 @@ def _save(result: dict, out: Path, clock: Clock, plot_too: bool = False) -> str:
         result["summary"] = summarise(result["runs"])
         floor_ratios(result["floor"], result["summary"])
         result["wall_s"] = clock.elapsed()
-        (out / "compare_engines.json").write_text(json.dumps(result, indent=1, default=str))
+        write_atomic(out / "compare_engines.json", json.dumps(result, indent=1, default=str))
         markdown = write_markdown(result, out / "compare_engines.md")
         if plot_too:
             plot(result, out / "compare_engines.png")

@@ -30,6 +30,7 @@ from bubblelab.engine.config import ModelConfig, default_dtype
 from bubblelab.engine.export import hf_causal_lm
 from bubblelab.engine.loader import load_model
 from bubblelab.engine.workload import WorkloadSpec, make_requests
+from bubblelab.files import write_atomic
 from bubblelab.profiling.analysis import WARMUP_STEPS
 
 
@@ -218,7 +219,7 @@ def main(argv: list[str] | None = None) -> dict:
         "seconds": run.seconds,
         "marks_ms": run.marks_ms,
     }
-    a.out.write_text(json.dumps(result))
+    write_atomic(a.out, json.dumps(result))
     return result
 
 

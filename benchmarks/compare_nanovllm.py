@@ -61,6 +61,7 @@ from benchmarks.peer_workloads import (
 from bubblelab.costmodel.roofline import FORMULA
 from bubblelab.engine.config import parse_dtype
 from bubblelab.engine.loader import LoadedModel, load_model
+from bubblelab.files import write_atomic
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -324,7 +325,7 @@ def save(result: dict, out: Path, clock: Clock, plot_too: bool = False) -> str:
     try:
         result["summary"] = summarise(result)
         result["wall_s"] = clock.elapsed()
-        (out / "compare_nanovllm.json").write_text(json.dumps(result, indent=1, default=str))
+        write_atomic(out / "compare_nanovllm.json", json.dumps(result, indent=1, default=str))
         markdown = write_markdown(result, out / "compare_nanovllm.md")
         if plot_too:
             plot(result, out / "compare_nanovllm.png")

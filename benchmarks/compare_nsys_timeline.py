@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from bubblelab.files import write_atomic
 from bubblelab.profiling import analysis
 from bubblelab.profiling.catalog import connect
 
@@ -109,7 +110,7 @@ def main() -> None:
     args = ap.parse_args()
     result = compare(args.run_dir)
     if args.out:
-        args.out.write_text(json.dumps(result, indent=1))
+        write_atomic(args.out, json.dumps(result, indent=1))
     print_summary(result)
 
 

@@ -9,6 +9,7 @@ import matplotlib
 matplotlib.use("Agg")  # headless: the device machine has no display
 import matplotlib.pyplot as plt  # noqa: E402
 
+from bubblelab.files import write_atomic
 from bubblelab.profiling.analysis import WARMUP_STEPS  # noqa: E402
 
 
@@ -61,7 +62,7 @@ def write_markdown(result: dict, path: Path) -> str:
         for n in result["not_run"]
     ]
     text = "\n".join(lines) + "\n"
-    path.write_text(text)
+    write_atomic(path, text)
     return text
 
 

@@ -40,6 +40,7 @@ from bubblelab.engine.config import PRESETS, EngineConfig, default_dtype, parse_
 from bubblelab.engine.loader import load_model
 from bubblelab.engine.model_runner import ModelRunner
 from bubblelab.engine.streams import Streams
+from bubblelab.files import write_atomic
 
 BLOCK_SIZE = 16
 BACKENDS: dict[str, Callable[[], AttentionBackend]] = {
@@ -133,7 +134,7 @@ def main() -> None:
     print(text)
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+        write_atomic(args.out, text + "\n")
 
 
 def bench_attention(preset: str, batch: int, context: int, args) -> dict:

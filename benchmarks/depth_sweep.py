@@ -29,6 +29,7 @@ from bubblelab.engine.llm_engine import LLMEngine
 from bubblelab.engine.loader import LoadedModel, load_model
 from bubblelab.engine.timeline import Timeline
 from bubblelab.engine.workload import WorkloadSpec
+from bubblelab.files import write_atomic
 from bubblelab.profiling.analysis import per_step_from_timeline, steady_state
 
 
@@ -117,7 +118,7 @@ def main(argv: list[str] | None = None) -> None:
     for preset in a.presets.split(","):
         streams = [int(x) for x in a.streams.split(",")]
         report = sweep_preset(preset, a.device, streams, a.repeats, a.L)
-        (a.out / f"engine-{preset}.json").write_text(json.dumps(report, indent=1))
+        write_atomic(a.out / f"engine-{preset}.json", json.dumps(report, indent=1))
         print(json.dumps({k: v for k, v in report.items() if k != "runs"}, indent=1), flush=True)
 
 

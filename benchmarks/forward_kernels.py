@@ -37,6 +37,7 @@ from bubblelab.engine.cuda_graphs import decode_buckets as graph_buckets
 from bubblelab.engine.loader import load_model
 from bubblelab.engine.model_runner import ModelRunner
 from bubblelab.engine.streams import Streams
+from bubblelab.files import write_atomic
 
 NOT_KERNELS = ("memcpy", "memset")  # copies show up as device activity too; count only kernels
 BLOCK_SIZE = 16
@@ -98,7 +99,7 @@ def main() -> None:
     print(text)
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+        write_atomic(args.out, text + "\n")
 
 
 def bench_preset(

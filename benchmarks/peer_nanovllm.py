@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from benchmarks.compare_common import first_line, last_error_line
+from bubblelab.files import write_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 # tools/gpu_machine/stage_nanovllm.sh exports the source here
@@ -90,7 +91,7 @@ def write_hf_checkpoint(loaded: Any, directory: Path) -> Path:
     # a copy gives every split view its own storage (safetensors refuses shared ones)
     cpu = {n: t.detach().to("cpu", copy=True).contiguous() for n, t in state.items()}
     save_file(cpu, str(directory / "model.safetensors"))
-    (directory / "config.json").write_text(json.dumps(raw))
+    write_atomic(directory / "config.json", json.dumps(raw))
     return directory
 
 

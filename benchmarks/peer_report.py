@@ -12,6 +12,8 @@ from benchmarks.peer_workloads import WARMUP
 matplotlib.use("Agg")  # headless: the device machine has no display
 import matplotlib.pyplot as plt  # noqa: E402
 
+from bubblelab.files import write_atomic
+
 # speed-up over nano-vllm's median to report against, per part: issue #13's, both engines on one GPU
 TARGETS = {
     "a": {"bubblelab-d1": 1.0, "bubblelab-d2": 1.25},
@@ -129,7 +131,7 @@ def write_markdown(result: dict, path: Path) -> str:
     if not result["not_run"]:
         lines.append("- nothing")
     text = "\n".join(lines) + "\n"
-    path.write_text(text)
+    write_atomic(path, text)
     return text
 
 

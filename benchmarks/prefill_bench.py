@@ -37,6 +37,7 @@ from bubblelab.engine.llm_engine import LLMEngine
 from bubblelab.engine.loader import load_model
 from bubblelab.engine.sampling_params import SamplingParams
 from bubblelab.engine.timeline import Timeline
+from bubblelab.files import write_atomic
 
 VARIANTS = {  # name -> (attention backend, enforce_eager)
     "graph": ("triton", False),
@@ -163,7 +164,7 @@ def main() -> None:
     }
     rows = bench(args)
     if args.out:
-        args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+        write_atomic(args.out, json.dumps({"meta": meta, "rows": rows}, indent=1))
         print(f"wrote {args.out}")
 
 

@@ -30,6 +30,7 @@ from bubblelab.engine.decode_slot import DecodeSlot
 from bubblelab.engine.distributed.handoff import HEADER_WORDS, ShmRing
 from bubblelab.engine.sampler import bitmask_words
 from bubblelab.engine.streams import Streams
+from bubblelab.files import write_atomic
 
 QWEN3_VOCAB = 151936
 # shm: the ring, the reader asleep on its semaphore; shm-spin: the reader spinning on it (the
@@ -174,7 +175,7 @@ def main() -> None:
             print(f"{name:<12}{nbytes:>9}  {method:<9}{cells}")
     if args.out:
         doc = {"machine": f"{os.cpu_count()} CPUs", "torch": torch.__version__, "args": vars(args)}
-        args.out.write_text(json.dumps({**doc, "rows": rows}, indent=1, default=str))
+        write_atomic(args.out, json.dumps({**doc, "rows": rows}, indent=1, default=str))
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import json
 import sqlite3
 from pathlib import Path
 
+from bubblelab.files import write_atomic
 from bubblelab.profiling.nsys import export_path, run_under_nsys
 
 
@@ -32,7 +33,7 @@ def main() -> None:
         "workload": dict(streams=8, requests=8, output_len_mean=32, prompt_len=32),
         "nvtx": True, "profile": True, "out_json": str(args.dir / "run.json"),
     }  # fmt: skip
-    (args.dir / "config.json").write_text(json.dumps(config))
+    write_atomic(args.dir / "config.json", json.dumps(config))
     argv = ["python3", "-m", "bubblelab.runs.worker", str(args.dir / "config.json")]
     run_under_nsys(args.dir / "tp", argv, timeout=300)
     db = sqlite3.connect(export_path(args.dir / "tp"))
@@ -57,7 +58,7 @@ def main() -> None:
         len(report["kernels_per_device"]) == args.tp
         and len(report["nvtx_ranges_per_pid"]) == args.tp
     )
-    args.out.write_text(json.dumps(report, indent=1))
+    write_atomic(args.out, json.dumps(report, indent=1))
     print(json.dumps({k: v for k, v in report.items() if k != "run_summary"}, indent=1))
 
 

@@ -33,6 +33,7 @@ from bubblelab.engine.driver import RunResult, run_workload
 from bubblelab.engine.llm_engine import LLMEngine
 from bubblelab.engine.timeline import Timeline
 from bubblelab.engine.workload import WorkloadSpec
+from bubblelab.files import write_atomic
 from bubblelab.profiling.analysis import per_step_from_timeline, steady_state
 
 STEP_COLUMNS = ("forward_ms", "sampling_ms", "bubble_ms", "period_ms")
@@ -123,7 +124,7 @@ def main() -> None:
     def save() -> None:
         doc["summary"] = summary_table(doc["runs"])
         doc["elapsed_s"] = time.perf_counter() - started
-        args.out.write_text(json.dumps(doc, indent=1))
+        write_atomic(args.out, json.dumps(doc, indent=1))
 
     for preset in args.presets.split(","):
         left = args.deadline_s - (time.perf_counter() - started)

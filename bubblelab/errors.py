@@ -1,6 +1,8 @@
 """One exception type for every user-facing mistake, so the CLI can print one line and exit
 non-zero."""
 
+from __future__ import annotations
+
 
 class BubblelabError(Exception):
     """A problem with the user's input or environment, explained in one line."""
@@ -8,6 +10,19 @@ class BubblelabError(Exception):
 
 class RequestError(BubblelabError):
     """A single request is invalid; the engine rejects it and keeps serving the others."""
+
+
+class OptionError(BubblelabError):
+    """An option outside its accepted range. `option` is its Python name (`max_num_seqs`); the CLI
+    shows it as the flag the user typed (`--max-num-seqs`), the Python API as it is."""
+
+    def __init__(self, option: str, rule: str, value: object):
+        self.option, self.rule, self.value = option, rule, value
+        super().__init__(self.message(option))
+
+    def message(self, name: str) -> str:
+        # repr keeps a hostile value on one line (newlines become \n).
+        return f"{name} {self.rule}, got {self.value!r}"
 
 
 class WorkerError(BubblelabError):

@@ -1,8 +1,7 @@
-"""Every file the report and the exports write goes through `write_atomic`: a reader sees the old
-file or the whole new one, never half of either.
+"""Every file bubblelab writes goes through `write_atomic`: readers see the old file or the whole
+new one, never half of either, and an interrupted write leaves the old file as it was.
 
-(Interim: the CLI's owner brings the project-wide helper of this name and signature; this one
-gives way to it.)
+`check_output_path` runs before any work, so a bad output path fails in a second, not after the run.
 """
 
 from __future__ import annotations
@@ -16,8 +15,12 @@ from bubblelab.errors import BubblelabError
 
 
 def write_atomic(path: Path | str, content: str | bytes | Callable[[Path], object]) -> Path:
-    """Write `content` (text as UTF-8, bytes, or a function that writes the file at the path it is
-    given) under a temporary name in the same folder, then rename it onto `path`."""
+    """Write `content` to `path` through a temporary name in the same folder, then rename it.
+
+    content: text (UTF-8), bytes, or a function that writes the file at the path it is given (for
+    writers that need a file name: DuckDB, Parquet, matplotlib). It writes into a private temporary
+    folder, so its side files (a DuckDB .wal) never land beside `path`.
+    """
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -25,9 +28,31 @@ def write_atomic(path: Path | str, content: str | bytes | Callable[[Path], objec
             partial = Path(tmp) / path.name
             if callable(content):
                 content(partial)
+                if not partial.is_file():
+                    raise BubblelabError(f"nothing was written for {path}")
             else:
-                partial.write_bytes(content.encode() if isinstance(content, str) else content)
+                data = content.encode("utf-8") if isinstance(content, str) else content
+                with open(partial, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())  # the data is on disk before the name points at it
             os.replace(partial, path)
     except OSError as e:
         raise BubblelabError(f"cannot write {path}: {e.strerror or e}") from None
+    return path
+
+
+def check_output_path(path: Path | str, option: str) -> Path:
+    """A file we may create or replace: not a folder, in a folder that exists or can be made and is
+    writable. `option` names where the path came from (`--json`) for the one-line error."""
+    path = Path(path)
+    if path.is_dir():
+        raise BubblelabError(f"{option} {path} is a directory; give a file name")
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise BubblelabError(f"{option} {path}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise BubblelabError(f"{option} {path}: {parent} is not writable")
     return path

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
 
-from bubblelab.errors import BubblelabError
+from bubblelab.checks import check_float, check_int
+from bubblelab.errors import BubblelabError, OptionError
+
+# Batch rows: each costs two logits rows of the vocabulary (1.2 GB at 1024 rows of Qwen3's 152k).
+MAX_NUM_SEQS = 1024
+MAX_MODEL_LEN = 1 << 20
+ATTENTION_BACKENDS = ("auto", "torch", "flash-attn", "triton")
 
 DTYPES: dict[str, torch.dtype] = {
     "fp32": torch.float32,
@@ -198,7 +205,7 @@ def parse_dtype(name: str | torch.dtype) -> torch.dtype:
     if isinstance(name, torch.dtype):
         return name
     if name not in DTYPES:
-        raise BubblelabError(f"unknown dtype {name!r}; choose one of {', '.join(DTYPES)}")
+        raise OptionError("dtype", f"must be one of {', '.join(DTYPES)}", name)
     return DTYPES[name]
 
 
@@ -231,14 +238,33 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         if self.depth not in (1, 2):
-            raise BubblelabError(f"depth must be 1 (blocking) or 2 (pipelined), got {self.depth}")
+            raise OptionError("depth", "must be 1 (blocking) or 2 (pipelined)", self.depth)
+        check_device(self.device)
         if self.tensor_parallel < 1:
-            raise BubblelabError(f"tensor parallel must be >= 1, got {self.tensor_parallel}")
+            raise OptionError("tensor_parallel", "must be >= 1", self.tensor_parallel)
         if self.dtype is None:
             self.dtype = default_dtype(self.device)
         parse_dtype(self.dtype)
-        if self.attention_backend not in ("auto", "torch", "flash-attn", "triton"):
-            raise BubblelabError(
-                f"unknown attention backend {self.attention_backend!r}; "
-                "choose auto, torch, flash-attn or triton"
+        check_int("max_num_seqs", self.max_num_seqs, 1, MAX_NUM_SEQS)
+        check_int("max_model_len", self.max_model_len, 2, MAX_MODEL_LEN)
+        check_int("max_num_batched_tokens", self.max_num_batched_tokens, 1, MAX_MODEL_LEN)
+        check_int("block_size", self.block_size, 1, 1024)
+        check_int("kv_cache_bytes", self.kv_cache_bytes, 1)
+        check_float("gpu_memory_utilization", self.gpu_memory_utilization, 0.0, 1.0, lo_open=True)
+        if self.num_kv_blocks is not None:
+            check_int("num_kv_blocks", self.num_kv_blocks, 1)
+        check_int("seed", self.seed, 0, 2**63 - 1)
+        if self.attention_backend not in ATTENTION_BACKENDS:
+            raise OptionError(
+                "attention_backend", f"must be one of {', '.join(ATTENTION_BACKENDS)}",
+                self.attention_backend,
             )
+
+
+def check_device(device: str) -> str:
+    """cpu, cuda or cuda:N, and CUDA only where there is a GPU (else torch fails deep in loading)."""
+    if not isinstance(device, str) or not re.fullmatch(r"cpu|cuda(:\d+)?", device):
+        raise OptionError("device", "must be cpu, cuda or cuda:N", device)
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise OptionError("device", "must be cpu on this machine (no CUDA GPU found)", device)
+    return device

@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from bubblelab.engine.latency import latency_summary, request_latency
 from bubblelab.engine.llm_engine import LLMEngine
+from bubblelab.engine.sequence import Sequence
 from bubblelab.engine.timeline import Timeline
 from bubblelab.engine.workload import Request, WorkloadSpec, make_requests
 
@@ -22,6 +24,9 @@ class RunResult:
     finish_reasons: dict[str, str | None]
     timeline: Timeline
     requests: list[Request] = field(default_factory=list)
+    # With run_workload(latency=True): TTFT/TPOT/ITL/E2E stats, and each request's own (engine.latency).
+    latency: dict = field(default_factory=dict)
+    request_latency: dict[str, dict] = field(default_factory=dict)
     # Tensor parallel: the timelines of ranks 1..N-1 over the same run (rank 0's is `timeline`).
     rank_timelines: list[Timeline] = field(default_factory=list)
 
@@ -31,8 +36,10 @@ def drive(
     requests: list[Request],
     streams: int,
     progress: Callable[[int], None] | None = None,
+    finished: dict[str, Sequence] | None = None,
 ) -> tuple[dict[str, list[int]], dict[str, str | None]]:
-    """Closed loop with `streams` requests in flight (or timed arrivals), until every request has finished."""
+    """Closed loop with `streams` requests in flight (or timed arrivals), until every request has finished.
+    Returns each request's tokens and finish reason; `finished` also collects their Sequences."""
     pending = list(requests)
     outputs: dict[str, list[int]] = {}
     reasons: dict[str, str | None] = {}
@@ -53,7 +60,9 @@ def drive(
             if out.finished:
                 outputs[out.request_id] = out.token_ids
                 reasons[out.request_id] = out.finish_reason
-                engine.seqs.pop(out.request_id, None)
+                seq = engine.seqs.pop(out.request_id, out.seq)
+                if finished is not None:
+                    finished[out.request_id] = seq
                 active -= 1
                 if progress is not None:
                     progress(1)
@@ -67,8 +76,11 @@ def run_workload(
     warmup: bool = True,
     profile: bool = False,
     progress: Callable[[int], None] | None = None,
+    latency: bool = False,
 ) -> RunResult:
-    """Warm up, then run `spec` with the in-process timeline on (and the CUDA profiler range when profiling)."""
+    """Warm up, then run `spec` with the in-process timeline on (and the CUDA profiler range when profiling).
+    latency: also time every token's commit for TTFT / TPOT / ITL (RunResult.latency)."""
+    spec.check_fits(engine.config.max_model_len)
     requests = make_requests(spec, engine.loaded.config.vocab_size)
     timeline = engine.timeline if engine.timeline is not None else Timeline()
     engine.timeline = engine.phases.timeline = timeline
@@ -99,15 +111,24 @@ def run_workload(
     if profile and engine.streams.is_cuda:
         torch.cuda.profiler.start()
     t0 = time.perf_counter()
-    with GpuClocks(engine.streams.device if engine.streams.is_cuda else None) as clocks:
-        outputs, reasons = drive(engine, requests, spec.streams, progress)
-        engine.streams.synchronize()
+    engine.record_token_times = latency
+    finished: dict[str, Sequence] = {}
+    try:
+        with GpuClocks(engine.streams.device if engine.streams.is_cuda else None) as clocks:
+            outputs, reasons = drive(engine, requests, spec.streams, progress, finished)
+            engine.streams.synchronize()
+    finally:
+        engine.record_token_times = False
     wall = time.perf_counter() - t0
     if profile and engine.streams.is_cuda:
         torch.cuda.profiler.stop()
     ranks = engine.workers.end_run() if engine.workers is not None else []
     summary = {**summarize(engine, spec, timeline, outputs, wall), **clocks.summary()}
-    return RunResult(summary, outputs, reasons, timeline, requests, ranks)
+    result = RunResult(summary, outputs, reasons, timeline, requests, rank_timelines=ranks)
+    if latency:
+        result.latency = latency_summary(finished.values())
+        result.request_latency = {rid: request_latency(seq) for rid, seq in finished.items()}
+    return result
 
 
 class GpuClocks:

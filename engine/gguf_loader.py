@@ -22,6 +22,7 @@ from gguf import GGUFReader, dequantize
 from safetensors.torch import save_file
 
 from bubblelab.errors import BubblelabError
+from bubblelab.files import write_atomic
 
 SUPPORTED_ARCHITECTURES = ("llama", "qwen3")
 CACHE_FORMAT = 1  # bump when the conversion changes, so stale cache entries are not reused
@@ -114,8 +115,8 @@ def convert_gguf(reader: GGUFReader, out: Path) -> None:
                 .reshape(weight.shape)
             )
         tensors[name] = weight.contiguous()
-    save_file(tensors, out / "model.safetensors", metadata={"format": "pt"})
-    (out / "config.json").write_text(json.dumps(config, indent=2))
+    write_atomic(out / "model.safetensors", lambda path: save_file(tensors, path, metadata={"format": "pt"}))
+    write_atomic(out / "config.json", json.dumps(config, indent=2))
 
 
 def _field(reader: GGUFReader, key: str, default: Any = None) -> Any:

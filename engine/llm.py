@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 from bubblelab.engine.config import EngineConfig
 from bubblelab.engine.llm_engine import LLMEngine
 from bubblelab.engine.sampling_params import SamplingParams
+from bubblelab.errors import RequestError
 
 
 @dataclass
@@ -33,14 +35,25 @@ class LLM:
         params: SamplingParams | Seq[SamplingParams] | None = None,
         on_step: Callable[[], None] | None = None,
     ) -> list[GenerationOutput]:
-        single = isinstance(prompts, str) or (bool(prompts) and isinstance(prompts[0], int))
-        prompts = [prompts] if single else list(prompts)
+        """Generate for one prompt (a string or a list of token ids) or a batch of them.
+
+        The batch is validated whole before anything is queued: a bad prompt or option raises
+        RequestError and the engine is left as it was, ready for the next call."""
+        if isinstance(prompts, str) or (len(prompts) and isinstance(prompts[0], numbers.Integral)):
+            batch: list = [prompts]
+        else:
+            batch = list(prompts)
+        if not batch:
+            raise RequestError("no prompts: give a prompt or a non-empty list of prompts")
         params = params or SamplingParams()
-        params = [params] * len(prompts) if isinstance(params, SamplingParams) else list(params)
+        per_prompt = [params] * len(batch) if isinstance(params, SamplingParams) else list(params)
+        if len(per_prompt) != len(batch):
+            raise RequestError(
+                f"{len(per_prompt)} SamplingParams for {len(batch)} prompts: give one, or one each"
+            )
         engine = self.engine
-        ids = [f"gen-{id(self)}-{engine.pipeline.next_step_id}-{i}" for i in range(len(prompts))]
-        for rid, prompt, p in zip(ids, prompts, params):
-            engine.add_request(rid, prompt, p)
+        ids = [f"gen-{id(self)}-{engine.pipeline.next_step_id}-{i}" for i in range(len(batch))]
+        engine.add_requests(zip(ids, batch, per_prompt, strict=True))
         while engine.has_unfinished():
             engine.step()
             if on_step is not None:

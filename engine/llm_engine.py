@@ -7,7 +7,10 @@ launch t, finalize t, commit t, because the step to commit is the one just launc
 
 from __future__ import annotations
 
+import numbers
+import time
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import torch
@@ -73,6 +76,9 @@ class LLMEngine:
         if self.tokenizer is not None and self.tokenizer.eos_token_id is not None:
             self.eos_token_ids.add(self.tokenizer.eos_token_id)
         self.seqs: dict[str, Sequence] = {}
+        # Per-token commit times for latency (TTFT, TPOT, ITL): one clock read per commit and one
+        # append per token, so off unless asked for (run_workload(latency=True)).
+        self.record_token_times = False
 
     def _init_device_side(self, config: EngineConfig, loaded: LoadedModel | None) -> None:
         tp = TensorParallel(0, config.tensor_parallel)
@@ -100,23 +106,47 @@ class LLMEngine:
     # -- requests ------------------------------------------------------------------------------------
     def add_request(self, request_id: str, prompt: str | list[int], params: SamplingParams) -> None:
         """Validate and queue one request. A bad request raises RequestError; the others keep running."""
+        self.add_requests([(request_id, prompt, params)])
+
+    def add_requests(self, requests: Iterable[tuple[str, str | list[int], SamplingParams]]) -> None:
+        """Validate every request, then queue them all: one bad request raises RequestError and
+        none of the batch is queued, so the engine is as it was before the call."""
+        seqs: dict[str, Sequence] = {}
+        for request_id, prompt, params in requests:
+            if request_id in seqs:
+                raise RequestError(f"request id {request_id!r} appears twice in one batch")
+            seqs[request_id] = self._new_sequence(request_id, prompt, params)
+        now = time.perf_counter_ns()
+        for request_id, seq in seqs.items():
+            seq.arrival_ns = now
+            self.seqs[request_id] = seq
+            self.scheduler.add(seq)
+
+    def _new_sequence(self, request_id: str, prompt: str | list[int], params: SamplingParams) -> Sequence:
+        """The request as a Sequence, or a RequestError; touches no engine state."""
+        if not isinstance(request_id, str):
+            raise RequestError(f"request id must be a string, got {request_id!r}")
         if request_id in self.seqs and self.seqs[request_id].status is not SequenceStatus.FINISHED:
             raise RequestError(f"request id {request_id!r} is already running")
+        if not isinstance(params, SamplingParams):
+            raise RequestError(f"request {request_id!r}: params must be SamplingParams, got {type(params).__name__}")
         ids = self._tokenize(prompt)
         if not ids:
             raise RequestError(f"request {request_id!r}: empty prompt")
+        if not all(isinstance(t, numbers.Integral) and not isinstance(t, bool) for t in ids):
+            raise RequestError(f"request {request_id!r}: a prompt is a string or a list of token ids (int)")
         if len(ids) >= self.config.max_model_len:
             raise RequestError(
                 f"request {request_id!r}: prompt of {len(ids)} tokens does not fit "
                 f"max_model_len={self.config.max_model_len}"
             )
         if max(ids) >= self.loaded.config.vocab_size or min(ids) < 0:
-            raise RequestError(f"request {request_id!r}: token id out of the vocabulary")
+            raise RequestError(
+                f"request {request_id!r}: token id out of the vocabulary [0, {self.loaded.config.vocab_size})"
+            )
         constraint = self._make_constraint(request_id, params)
         seed = params.seed if params.seed is not None else zlib.crc32(request_id.encode())
-        seq = Sequence(request_id, list(ids), params, constraint=constraint, seed=seed & 0x7FFFFFFF)
-        self.seqs[request_id] = seq
-        self.scheduler.add(seq)
+        return Sequence(request_id, [int(t) for t in ids], params, constraint=constraint, seed=seed & 0x7FFFFFFF)
 
     def _tokenize(self, prompt: str | list[int]) -> list[int]:
         if isinstance(prompt, str):
@@ -125,7 +155,10 @@ class LLMEngine:
                     "this model has no tokenizer (a random-weight preset): pass token ids"
                 )
             return self.tokenizer.encode(prompt) if prompt else []
-        return list(prompt)
+        try:
+            return list(prompt)
+        except TypeError:
+            raise RequestError(f"a prompt is a string or a list of token ids, got {type(prompt).__name__}") from None
 
     def _make_constraint(self, request_id: str, params: SamplingParams):
         if params.constraint is None:
@@ -206,10 +239,13 @@ class LLMEngine:
         with self.phases.range("commit", step.step_id):
             with self.phases.range("wait", step.step_id):
                 ids = self.runner.wait(step)
+            now = time.perf_counter_ns() if self.record_token_times else None
             for seq, token in zip(step.seqs, ids):
                 if seq.finalized:
                     continue  # a zombie: finished at an earlier commit, skip this one
                 seq.token_ids.append(token)
+                if now is not None:
+                    seq.token_ns.append(now)
                 reason = self._finish_reason(seq, token)
                 if seq.constraint is not None and reason != "stop":
                     seq.constraint.advance(token)

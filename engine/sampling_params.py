@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from bubblelab.errors import RequestError
+from bubblelab.checks import check_float, check_int
+from bubblelab.errors import OptionError, RequestError
 
 
 @dataclass
@@ -20,15 +21,18 @@ class SamplingParams:
     constraint_args: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.max_tokens <= 0:
-            raise RequestError(f"max_tokens must be > 0, got {self.max_tokens}")
-        if self.temperature < 0:
-            raise RequestError(f"temperature must be >= 0, got {self.temperature}")
-        if self.top_k < 0:
-            raise RequestError(f"top_k must be >= 0, got {self.top_k}")
-        if not 0.0 < self.top_p <= 1.0:
-            raise RequestError(f"top_p must be in (0, 1], got {self.top_p}")
-        self.stop_token_ids = tuple(self.stop_token_ids)
+        try:  # per-request options: a bad one is a RequestError, as the engine's other refusals
+            check_float("temperature", self.temperature, 0, 100)
+            check_int("top_k", self.top_k, 0)
+            check_float("top_p", self.top_p, 0, 1, lo_open=True)
+            check_int("max_tokens", self.max_tokens, 1, 1 << 20)
+            if self.seed is not None:
+                check_int("seed", self.seed, 0, 2**63 - 1)
+            self.stop_token_ids = tuple(self.stop_token_ids)
+            for t in self.stop_token_ids:
+                check_int("stop_token_ids", t, 0)
+        except OptionError as e:
+            raise RequestError(str(e)) from None
 
     @property
     def greedy(self) -> bool:

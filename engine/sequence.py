@@ -42,6 +42,10 @@ class Sequence:
     inflight_refs: int = 0  # launched-but-uncommitted steps that contain this sequence (0..2)
     preempted: bool = False  # leaving the batch to be recomputed once inflight_refs reaches 0
     finish_reason: str | None = None
+    # Latency, on the host's perf_counter_ns clock: when the request was queued, and when each output
+    # token was committed (recorded only while the engine's record_token_times is on).
+    arrival_ns: int = 0
+    token_ns: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.num_prompt_tokens = len(self.token_ids)

@@ -6,10 +6,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bubblelab.checks import check_choice, check_float, check_int
 from bubblelab.engine.sampling_params import SamplingParams
-from bubblelab.errors import BubblelabError
+from bubblelab.errors import OptionError
 
 DISTRIBUTIONS = ("uniform", "exponential", "fixed")
+CONSTRAINTS = ("point", "detect")
+MAX_STREAMS = 4096
+MAX_REQUESTS = 1_000_000
+MAX_LEN = 1_000_000.0
+MAX_WORKLOAD_TOKENS = 50_000_000
 
 
 @dataclass
@@ -26,25 +32,45 @@ class WorkloadSpec:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.streams < 1:
-            raise BubblelabError(f"streams must be >= 1, got {self.streams}")
+        check_int("streams", self.streams, 1, MAX_STREAMS)
         if self.requests is None:
             self.requests = 4 * self.streams
-        if self.requests < 1:
-            raise BubblelabError(f"requests must be >= 1, got {self.requests}")
-        if self.output_len_mean < 1:
-            raise BubblelabError(f"output length mean must be >= 1, got {self.output_len_mean}")
-        if self.output_len_dist not in DISTRIBUTIONS:
-            raise BubblelabError(
-                f"unknown output length distribution {self.output_len_dist!r}; "
-                f"choose {', '.join(DISTRIBUTIONS)}"
-            )
-        if not 0.0 <= self.constrained_share <= 1.0:
-            raise BubblelabError(
-                f"constrained share must be in [0, 1], got {self.constrained_share}"
-            )
+        check_int("requests", self.requests, 1, MAX_REQUESTS)
+        check_float("output_len_mean", self.output_len_mean, 1, MAX_LEN)
+        check_choice("output_len_dist", self.output_len_dist, DISTRIBUTIONS)
+        check_int("prompt_len", self.prompt_len, 1, int(MAX_LEN))
+        if self.arrival_rate is not None:  # None: closed loop
+            check_float("arrival_rate", self.arrival_rate, 0, 1e9, lo_open=True)
+        if self.constraint is not None:
+            check_choice("constraint", self.constraint, CONSTRAINTS)
+        check_float("constrained_share", self.constrained_share, 0, 1)
         if self.constrained_share > 0 and self.constraint is None:
-            raise BubblelabError("a constrained share needs a constraint (point or detect)")
+            raise OptionError(
+                "constrained_share", "needs a constraint (point or detect)", self.constrained_share
+            )
+        check_float("temperature", self.temperature, 0, 100)
+        check_int("seed", self.seed, 0, 2**31)
+        tokens = self.requests * (self.prompt_len + self.output_len_mean)
+        if tokens > MAX_WORKLOAD_TOKENS:  # prompts and outputs are kept on the host
+            fit = int(MAX_WORKLOAD_TOKENS // (self.prompt_len + self.output_len_mean))
+            raise OptionError(
+                "requests",
+                f"must be at most {fit} at these lengths (the workload's "
+                f"{MAX_WORKLOAD_TOKENS:,} tokens must fit in host memory)",
+                self.requests,
+            )
+
+    def check_fits(self, max_model_len: int) -> None:
+        """A prompt leaves room for output in a sequence, and the mean length fits: else every
+        request is refused, or L is not the L asked for."""
+        if self.prompt_len >= max_model_len:
+            raise OptionError("prompt_len", f"must be < max_model_len ({max_model_len})", self.prompt_len)
+        if self.prompt_len + self.output_len_mean > max_model_len:
+            raise OptionError(
+                "output_len_mean",
+                f"must be <= max_model_len - prompt_len ({max_model_len - self.prompt_len})",
+                self.output_len_mean,
+            )
 
 
 @dataclass

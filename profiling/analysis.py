@@ -19,7 +19,7 @@ import pandas as pd
 from bubblelab.engine.timeline import Timeline
 from bubblelab.errors import BubblelabError
 from bubblelab.profiling import foreign, queries
-from bubblelab.profiling.catalog import connect
+from bubblelab.profiling.catalog import OFFLINE, connect
 from bubblelab.profiling.ingest import ingest_timeline
 from bubblelab.profiling.steps import step_summary
 
@@ -63,7 +63,9 @@ def per_step_from_timeline(timeline: Timeline, run_id: str, depth: int) -> pd.Da
 
 def steady_state(df: pd.DataFrame, warmup: int = WARMUP_STEPS) -> pd.DataFrame:
     """The steady-state rows of a per-step table (rule in profiling/sql/steady_state.sql)."""
-    return queries.run(duckdb.connect(), "steady_state", {"warmup": warmup}, per_step=df)
+    return queries.run(
+        duckdb.connect(config=OFFLINE), "steady_state", {"warmup": warmup}, per_step=df
+    )
 
 
 def idle_gaps(catalog: Catalog, run_id: str, steps: pd.DataFrame | None = None) -> pd.DataFrame:

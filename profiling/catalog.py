@@ -18,6 +18,14 @@ import duckdb
 from bubblelab.errors import BubblelabError
 from bubblelab.profiling.queries import read_sql
 
+# No network, ever: DuckDB would otherwise download an extension it lacks over HTTP (users run
+# this on air-gapped GPU boxes). The one extension we load comes from duckdb-extension-sqlite.
+OFFLINE: dict[str, str | bool | int | float | list[str]] = {
+    "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False,
+    "allow_community_extensions": False,
+}
+SQLITE_MAGIC = b"SQLite format 3\x00"
 CATALOG_VERSION = 4  # bump when a table of sql/catalog_schema.sql changes
 RUN_COLUMNS = (
     "run_id",
@@ -50,8 +58,13 @@ def connect(catalog: Path | str | None = None) -> duckdb.DuckDBPyConnection:
     path = ":memory:" if catalog in (None, ":memory:") else str(catalog)
     if path != ":memory:":
         Path(path).parent.mkdir(parents=True, exist_ok=True)
+        if _is_sqlite(Path(path)):
+            raise BubblelabError(
+                f"{path} is an SQLite file (an nsys export?), not a DuckDB catalog: "
+                "pass it as a trace"
+            )
     try:
-        con = duckdb.connect(path)
+        con = duckdb.connect(path, config=OFFLINE)
     except duckdb.Error as e:
         raise BubblelabError(f"cannot open catalog {path}: {str(e).splitlines()[0]}") from None
     # Row estimates of data inserted in the open ingest transaction are tiny, which would make
@@ -72,6 +85,14 @@ def one_row(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None
     if row is None:
         raise BubblelabError(f"the catalog answered nothing to: {sql.split()[0:4]}")
     return row
+
+
+def _is_sqlite(path: Path) -> bool:
+    try:
+        with path.open("rb") as f:
+            return f.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
+    except OSError:
+        return False
 
 
 def _check_version(con: duckdb.DuckDBPyConnection, path: str) -> None:

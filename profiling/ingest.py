@@ -112,7 +112,7 @@ def _ingest(
                 run_ids.append(
                     _ingest_part(con, trace, facts, part, meta, domain if ours else None, options)
                 )
-        except duckdb.Error as e:
+        except (duckdb.Error, UnicodeDecodeError) as e:  # text that is not UTF-8 is damage too
             raise BubblelabError(
                 f"{trace}: cannot read the trace ({str(e).splitlines()[0]})"
             ) from None

@@ -297,7 +297,7 @@ def step_summary(
     )
     periods = steady["period_ms"].dropna()
     cv = float(periods.std(ddof=0) / periods.mean()) if len(periods) >= 2 else None
-    coverage = float(covered / total) if total else None
+    coverage = float((covered or 0) / total) if total else None  # no op inside a step: 0
     high = cv is not None and coverage is not None and cv <= 0.15 and coverage >= 0.8
     medium = cv is not None and coverage is not None and cv <= 0.5 and coverage >= 0.5
     return {

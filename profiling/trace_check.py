@@ -54,7 +54,7 @@ def inspect_trace(trace: Path, domain: str = DOMAIN) -> TraceFacts:
             return _inspect(db, trace, domain)
         finally:
             db.close()
-    except sqlite3.DatabaseError as e:
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as e:  # text not UTF-8 is damage too
         raise BubblelabError(f"{trace}: damaged SQLite file ({e})") from None
 
 
@@ -99,6 +99,10 @@ def _inspect(db: sqlite3.Connection, trace: Path, domain: str) -> TraceFacts:
         )
     _refuse_graph_mode(db, trace, tables)
     parts = _parts(db, tables)
+    if any(not isinstance(p.pid, int) or not isinstance(p.device, int) for p in parts):
+        raise BubblelabError(
+            f"{trace}: GPU activity without a process or GPU id (a damaged export?)"
+        )
     if (
         "CUPTI_ACTIVITY_KIND_KERNEL" not in tables
         or not db.execute("SELECT 1 FROM CUPTI_ACTIVITY_KIND_KERNEL LIMIT 1").fetchone()

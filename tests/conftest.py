@@ -3,10 +3,14 @@ completion."""
 
 from __future__ import annotations
 
+import datetime as dt
 import os
+import subprocess
 
 import pytest
 import torch
+
+from tests.gpu_record import ROOT, last_gpu_run
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
@@ -21,6 +25,32 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def pytest_report_header(config):
+    """The CPU suite skips the GPU tests: say which recorded GPU run stands for them."""
+    run = last_gpu_run()
+    return run.summary() if run else "no recorded GPU run (docs/measurements/*/gpu-tests.xml)"
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not torch.cuda.is_available():
+        terminalreporter.write_line(pytest_report_header(None))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _gpu_run_record(record_testsuite_property):
+    """On a CUDA machine, the JUnit XML (--junitxml) names the GPU, the commit and the date."""
+    if not torch.cuda.is_available():
+        return
+    rev = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
+    ).stdout.strip()
+    if not rev and (ROOT / ".git-rev").is_file():  # a copy without .git (the GPU machine's)
+        rev = (ROOT / ".git-rev").read_text().strip()
+    record_testsuite_property("gpu", torch.cuda.get_device_name())
+    record_testsuite_property("commit", rev or "unknown")
+    record_testsuite_property("date", dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
 
 
 @pytest.fixture(scope="session")

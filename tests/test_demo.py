@@ -34,16 +34,26 @@ def test_demo_answers_and_profiles(tmp_path):
         env={"COLUMNS": "120", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    assert "A:" in result.stdout and "report:" in result.stdout
-    results = json.loads((out / "results.json").read_text())
-    runs = results["runs"]
+    assert "A:" in result.stdout and f"report: {out / 'report.html'}" in result.stdout
+    answer = result.stdout.split("A:", 1)[1].splitlines()[0].strip()
+    assert answer  # the model said something
+    runs = json.loads((out / "results.json").read_text())["runs"]
     assert sorted(r["depth"] for r in runs) == [1, 2]
-    assert (out / "report.html").exists()
+    assert {r["streams"] for r in runs} == {1} and all(r["generated_tokens"] > 0 for r in runs)
+    # The report is about these runs: both run ids, the depth pair predicted, every section.
+    html = (out / "report.html").read_text()
+    for r in runs:
+        assert r["run_id"] in html
+    assert "No configuration was measured at both depths" not in html
+    for section in ("prediction", "step", "timeline", "gaps", "attribution", "provenance"):
+        assert f'id="{section}"' in html
+    assert json.loads((out / "status.json").read_text())["status"] == "complete"
+    results = json.loads((out / "results.json").read_text())
     # What it ran on, once: this checkout's revision and this CPU; no GPU clocks on the CPU.
     machine = results["provenance"]["machine"]
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True)
     assert machine["git_revision"] == head.stdout.decode().strip() and machine["cpu_model"]
-    assert all(r["sm_clock_mhz"] is None for r in runs)
+    assert all(r["sm_clock_mhz"] is None for r in results["runs"])
     # The report's data beside it: the sweep's catalog gives the trace every host range.
     trace = json.loads(gzip.decompress((out / "export" / "trace.json.gz").read_bytes()))
     assert trace["otherData"]["host ranges"] == "every step"

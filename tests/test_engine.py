@@ -57,8 +57,13 @@ def test_finished_requests_free_every_page(tiny_qwen3):
     reqs = [
         Req(f"r{i}", p, SamplingParams(max_tokens=7)) for i, p in enumerate(_prompts(10, seed=1))
     ]
-    run_script(engine, reqs)  # run_script ends with engine.check_idle()
+    out = run_script(engine, reqs)  # run_script ends with engine.check_idle()
     assert engine.blocks.num_free == engine.blocks.num_blocks
+    assert not engine.has_unfinished()
+    for r in reqs:  # every request finished by itself (none left behind, none aborted)
+        tokens, reason = out.tokens[r.rid], out.reasons[r.rid]
+        assert reason in ("stop", "length") and 1 <= len(tokens) <= 7
+        assert (reason == "length") == (len(tokens) == 7 and tokens[-1] not in engine.eos_token_ids)
 
 
 @pytest.mark.parametrize("kind", ["point", "detect"])

@@ -138,4 +138,6 @@ def test_unsupported_architecture_in_gguf(tmp_path):
 
 
 def test_wrong_dtype_name():
-    _assert_one_line_error("unknown dtype 'fp33'", "tiny-llama", dtype="fp33")
+    _assert_one_line_error(
+        "dtype must be one of fp32, bf16, fp16, got 'fp33'", "tiny-llama", dtype="fp33"
+    )

@@ -122,7 +122,13 @@ def evil_dir(tmp_path_factory):
 
 def test_report_is_one_self_contained_page(demo_dir):
     html = report_run_dir(demo_dir, n_boot=100).read_text()
-    assert (demo_dir / REPORT_FILE).is_file()
+    assert (demo_dir / REPORT_FILE).read_text() == html
+    # The page reports these runs: every configuration's predicted and observed speedup.
+    r = read_results(demo_dir)
+    table = predict_runs(r.runs, r.steps, n_boot=100)
+    assert len(table) == 2
+    for row in table.itertuples():
+        assert f"{row.predicted_pct:+.1f}%" in html and f"{row.observed_pct:+.1f}%" in html
     for section in SECTIONS:
         assert f'id="{section}"' in html
     assert html.count("<svg") >= 6  # timelines x2, gaps, attribution, pred, what-if

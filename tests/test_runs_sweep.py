@@ -16,14 +16,9 @@ from bubblelab.engine.workload import WorkloadSpec
 from bubblelab.errors import BubblelabError
 from bubblelab.profiling import nsys
 from bubblelab.profiling.catalog import connect
+from bubblelab.runs.assemble import _ingest_trace, assemble
 from bubblelab.runs.rundir import read_results
-from bubblelab.runs.sweep import (
-    MIN_DECODE_STEPS,
-    SweepSpec,
-    _ingest_trace,
-    assemble,
-    run_sweep,
-)
+from bubblelab.runs.sweep import MIN_DECODE_STEPS, SweepSpec, run_sweep
 from tests.engine_helpers import make_engine
 from tests.profiling_trace_builder import blocking_trace
 

@@ -1,16 +1,20 @@
 """The `bubblelab` command line: thin typer commands over library functions.
 
 Each command group lives in its own module with a `register(app)` function, so the engine,
-profiling and cost-model owners never edit the same file.
+profiling and cost-model owners never edit the same file. Command modules import only typer and
+rich at the top (torch, pandas and DuckDB inside the commands), so `bubblelab --help` is quick.
+
+Every mistake ends the same way: one line on stderr, exit status 2, no traceback.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
 import typer
 
-from bubblelab.errors import BubblelabError
+from bubblelab.errors import BubblelabError, OptionError
 
 app = typer.Typer(
     add_completion=False,
@@ -20,20 +24,79 @@ app = typer.Typer(
 )
 
 
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"bubblelab {version('bubblelab')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", is_eager=True, callback=_version, help="Print the version and exit."
+    ),
+) -> None:
+    """Measure the GPU bubble of an LLM engine and what pipelined decoding wins back."""
+
+
 def _register_all() -> None:
     from bubblelab.cli import analyze, export, predict, run, sweep
 
-    for module in (run, sweep, analyze, predict, export):
-        module.register(app)
+    if not app.registered_commands:  # main() may run more than once in a process (tests)
+        for module in (run, sweep, analyze, predict, export):
+            module.register(app)
 
 
-def main() -> None:
+def json_option_values(argv: list[str]) -> list[str]:
+    """`--json` takes an optional value: the next word is its PATH unless that word is another
+    option or an existing input (a trace, a run directory; not a .json), in which case `--json`
+    alone means stdout. So `analyze --json a.sqlite` never mistakes the trace for the output file
+    (`--json=PATH` is always a path)."""
+    out: list[str] = []
+    for i, arg in enumerate(argv):
+        if arg == "--":  # the rest is positional
+            return out + argv[i:]
+        if arg == "--json":
+            after = argv[i + 1] if i + 1 < len(argv) else None
+            if after is None or _not_a_json_value(after):
+                arg = "--json=-"
+        out.append(arg)
+    return out
+
+
+def _not_a_json_value(word: str) -> bool:
+    if word.startswith("-") and word != "-":
+        return True
+    return os.path.exists(word) and not word.lower().endswith(".json")
+
+
+def _fail(message: str, status: int = 2) -> None:
+    print(f"bubblelab: error: {' '.join(message.split())}", file=sys.stderr)
+    sys.exit(status)
+
+
+def main(argv: list[str] | None = None) -> None:
     _register_all()
+    args = json_option_values(sys.argv[1:] if argv is None else argv)
     try:
-        app()
+        status = app(args=args, prog_name="bubblelab", standalone_mode=False)
+    except OptionError as e:  # the option as typed on the command line
+        _fail(e.message("--" + e.option.replace("_", "-")))
     except BubblelabError as e:  # user mistakes: one line, no traceback, non-zero exit
-        print(f"bubblelab: error: {e}", file=sys.stderr)
-        sys.exit(2)
+        _fail(str(e))
+    except typer.TyperException as e:  # usage errors: unknown option, a value of the wrong type
+        if type(e).__name__ == "NoArgsIsHelpError":
+            typer.echo(e.ctx.get_help())  # type: ignore[attr-defined]
+            sys.exit(2)
+        _fail(e.format_message() if hasattr(e, "format_message") else str(e))
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except (KeyboardInterrupt, typer.Abort):
+        _fail("interrupted", 130)
+    if isinstance(status, int) and status:  # typer.Exit(code) returned, not raised, here
+        sys.exit(status)
 
 
 if __name__ == "__main__":

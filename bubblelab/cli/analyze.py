@@ -2,12 +2,12 @@
 
 Any nsys export: bubblelab's own traces by their NVTX ranges, others by the steps profiling/steps.py
 finds (--step-range, --step-rule). Trace-derived text (range, kernel and API names) is data, never
-rich markup: it reaches the console as rich Text.
+rich markup: it reaches the console through output.cell, escaped, on one line. Runs are named by
+configuration (`qwen3-0.6b·s8·d2·r0`). With --catalog the catalog is updated whole or not at all.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -16,7 +16,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-console = Console(width=None if sys.stdout.isatty() else 120)  # piped output: no squeezed columns
+from bubblelab.cli import options as shared
+from bubblelab.cli.output import cell, check_json_dest, console_for, emit_json
 
 
 def register(app: typer.Typer) -> None:
@@ -32,9 +33,7 @@ def analyze(
     catalog: Path = typer.Option(
         None, "--catalog", help="DuckDB catalog to add the runs to (default: in memory)."
     ),
-    as_json: bool = typer.Option(
-        False, "--json", help="Print medians and p10/p90 per run (and per depth, streams) as JSON."
-    ),
+    json_out: str | None = shared.JSON,
     warmup: int = typer.Option(
         None, help="Steady-state candidates skipped at the start of each run (default 5)."
     ),
@@ -63,53 +62,69 @@ def analyze(
 ) -> None:
     """Per-step breakdown of each run: steps found, forward, bubble and period, where the bubble
     went, and for a foreign engine its host syncs and what pipelining would buy it."""
+    from bubblelab.checks import check_int
     from bubblelab.costmodel.foreign import pipelining_gain
     from bubblelab.errors import BubblelabError
     from bubblelab.profiling import analysis
-    from bubblelab.profiling.catalog import connect
     from bubblelab.profiling.ingest import ingest_trace
     from bubblelab.profiling.steps import StepOptions
+    from bubblelab.runs.catalogs import update_catalog
+    from bubblelab.runs.tables import config_names
 
     if not traces and catalog is None:
         raise BubblelabError("give one or more traces, or --catalog PATH")
+    warmup = check_int("warmup", analysis.WARMUP_STEPS if warmup is None else warmup, 0, 10**6)
+    dest = check_json_dest(json_out)
+    # People's output on stdout (stderr under --json -); piped: no squeezed columns.
+    console = console_for(dest, width=None if sys.stdout.isatty() else 120)
     options = StepOptions(step_range, step_rule, gap_threshold_us)
-    con = connect(catalog)
-    run_ids = (
-        [
-            r
-            for trace in traces
-            for r in ingest_trace(trace, None, {}, domain=domain, steps=options, con=con)
-        ]
-        if traces
-        else None
-    )
-    warmup = analysis.WARMUP_STEPS if warmup is None else warmup
-    report = analysis.analyze(con, run_ids, warmup)
+
+    def work(con) -> dict:
+        run_ids = []
+        with console.status("") as status:
+            for i, trace in enumerate(traces or ()):
+                status.update(Text(f"ingesting {i + 1}/{len(traces)}: {trace.name}"))
+                run_ids += ingest_trace(trace, None, {}, domain=domain, steps=options, con=con)
+            status.update("analysing")
+            report = analysis.analyze(con, run_ids or None, warmup)
+            for run in report["runs"]:
+                if "syncs_per_step" in run:
+                    try:
+                        run["pipelining"] = pipelining_gain(
+                            analysis.per_step(con, run["run_id"]),
+                            output_len=output_len,
+                            extra_syncs=_extra_syncs(run),
+                            warmup=warmup,
+                        )
+                    except BubblelabError as e:
+                        run["pipelining"] = {"not_predicted": str(e)}
+        if not report["runs"]:
+            raise BubblelabError(f"{catalog} holds no runs: give traces to add")
+        return report
+
+    report = update_catalog(catalog, work)
+    names = config_names(report["runs"])
     for run in report["runs"]:
-        if "syncs_per_step" in run:
-            try:
-                run["pipelining"] = pipelining_gain(
-                    analysis.per_step(con, run["run_id"]),
-                    output_len=output_len,
-                    extra_syncs=_extra_syncs(run),
-                    warmup=warmup,
-                )
-            except BubblelabError as e:
-                run["pipelining"] = {"not_predicted": str(e)}
-    if as_json:
-        print(json.dumps(report, indent=1))
-        return
+        run["name"] = names[run["run_id"]]
+    if dest is not None:
+        written = emit_json(dest, report)
+        if dest == "-":
+            return
+        console.print(f"wrote {written}", markup=False)
     console.print(_found_table(report["runs"]))
     console.print(_steps_table(report["runs"]))
     console.print(_attribution_table(report["runs"]))
     for run in report["runs"]:
         if "syncs_per_step" in run:
-            _print_foreign(run)
+            _print_foreign(console, run)
         elif run["flagged_syncs"]:
-            console.print(
-                f"[red]run {run['run_id'][:8]}: {run['flagged_syncs']} syncs or copies stall the "
-                "pipeline (see profiling.analysis.sync_inventory)[/red]"
+            line = Text("run ", style="red") + cell(run["name"])
+            line.append(
+                f": {run['flagged_syncs']} syncs or copies stall the pipeline "
+                "(see profiling.analysis.sync_inventory)"
             )
+            line.stylize("red")
+            console.print(line)
 
 
 def _extra_syncs(run: dict) -> str | None:
@@ -134,7 +149,7 @@ def _found_table(runs: list[dict]) -> Table:
     for run in runs:
         found = run["steps_found"]
         table.add_row(
-            run["run_id"][:8],
+            cell(run["name"]),
             found["rule"],
             str(found["steps"]),
             str(found["decode_steps"]),
@@ -143,8 +158,9 @@ def _found_table(runs: list[dict]) -> Table:
             _percent(found["gpu_coverage"]),
             found["confidence"],
         )
-    details = [f"{r['run_id'][:8]}: {r['steps_found']['detail']}" for r in runs]
-    table.caption = Text("\n".join(details))
+    table.caption = Text("\n").join(
+        cell(f"{r['name']}: {r['steps_found']['detail']}", limit=200) for r in runs
+    )
     table.caption_justify = "left"
     return table
 
@@ -176,7 +192,7 @@ def _steps_table(runs: list[dict]) -> Table:
         table.add_column(column, justify="left" if column == "run" else "right", no_wrap=True)
     for run in runs:
         table.add_row(
-            run["run_id"][:8],
+            cell(run["name"]),
             _dash(run["depth"]),
             _dash(run["streams"]),
             str(run["steps"]),
@@ -221,12 +237,12 @@ def _attribution_table(runs: list[dict]) -> Table:
     table.add_column("host part", no_wrap=True)
     for run in runs:
         for _, label in rules:
-            table.add_column(
-                f"{run['run_id'][:4]} d{_dash(run['depth'])} {label}", justify="right", no_wrap=True
-            )
+            header = cell(run["name"])
+            header.append(f"\n{label}")
+            table.add_column(header, justify="right", no_wrap=True)
     for part in parts:
         table.add_row(
-            Text(part),
+            cell(part),
             *(
                 _ms(run["attribution_ms_per_step"][key].get(part))
                 for run in runs
@@ -236,30 +252,31 @@ def _attribution_table(runs: list[dict]) -> Table:
     return table
 
 
-def _print_foreign(run: dict) -> None:
+def _print_foreign(console: Console, run: dict) -> None:
     """A foreign run's idle split, host syncs per step, what its host did in the bubble, and the
     gain."""
-    rid, split = run["run_id"][:8], run["idle_split"]
+    rid, split = cell(run["name"]).plain, run["idle_split"]
     if split:
         console.print(
             f"run {rid}: idle {split['idle_ms_per_step']:.3f} ms a steady step: "
             f"{_percent(split['longest_bubble_share'])}% in its longest bubble, "
             f"{_percent(split['other_bubbles_share'])}% in other bubbles, "
-            f"{_percent(split['kernel_gaps_share'])}% in gaps between kernels"
+            f"{_percent(split['kernel_gaps_share'])}% in gaps between kernels",
+            markup=False,
         )
     phases = run["attribution_ms_per_step"]["phase"]
     if phases:
         table = Table(
-            title=f"run {rid}: bubble by what the host was doing when it began",
+            title=Text(f"run {rid}: bubble by what the host was doing when it began"),
             title_justify="left",
         )
         table.add_column("host activity")
         table.add_column("ms/step", justify="right")
         for phase, ms in list(phases.items())[:8]:
-            table.add_row(Text(phase), _ms(ms))
+            table.add_row(cell(phase), _ms(ms))
         console.print(table)
     if run["syncs_per_step"]:
-        table = Table(title=f"run {rid}: host syncs per steady step", title_justify="left")
+        table = Table(title=Text(f"run {rid}: host syncs per steady step"), title_justify="left")
         for column in (
             "per step",
             "event",
@@ -273,12 +290,12 @@ def _print_foreign(run: dict) -> None:
         for row in run["syncs_per_step"]:
             table.add_row(
                 f"{row['per_step']:.3g}",
-                row["event"],
-                Text(row["api"]),
-                Text(row["detail"]),
+                cell(row["event"]),
+                cell(row["api"]),
+                cell(row["detail"]),
                 "yes" if row["closing"] else Text("no: extra", style="red"),
-                Text(str(row["after"])),
-                Text(str(row["phase"])),
+                cell(row["after"]),
+                cell(row["phase"]),
             )
         console.print(table)
     gain = run.get("pipelining", {})
@@ -286,12 +303,13 @@ def _print_foreign(run: dict) -> None:
         lo, hi = gain["interval_pct"]
         console.print(
             f"run {rid}: pipelining would buy {gain['speedup_pct']:+.1f}% "
-            f"(95% interval {lo:+.1f}% .. {hi:+.1f}%), assuming:"
+            f"(95% interval {lo:+.1f}% .. {hi:+.1f}%), assuming:",
+            markup=False,
         )
         for line in gain["assumptions"]:
-            console.print(Text(f"  - {line}"))
+            console.print(Text("  - ") + cell(line, limit=300))
     elif gain:
-        console.print(Text(f"run {rid}: no pipelining prediction ({gain['not_predicted']})"))
+        console.print(cell(f"run {rid}: no pipelining prediction ({gain['not_predicted']})", 300))
 
 
 def _ms(ms: float | None) -> str:

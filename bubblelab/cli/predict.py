@@ -5,13 +5,18 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from bubblelab.cli import options
+from bubblelab.cli.output import check_json_dest, console_for, emit_json
 from bubblelab.errors import BubblelabError
+
+if TYPE_CHECKING:  # pandas is imported by the commands, not for --help
+    import pandas as pd
 
 
 def _pct(v: float, lo: float | None = None, hi: float | None = None) -> str:
@@ -86,38 +91,45 @@ def register(app: typer.Typer) -> None:
         catalog: Path | None = typer.Option(
             None, "--catalog", help="A run directory (results.json) or a DuckDB catalog."
         ),
-        as_json: bool = typer.Option(False, "--json", help="Print the table as JSON records."),
-        n_boot: int = typer.Option(1000, help="Bootstrap resamples for the intervals."),
+        json_out: str | None = options.JSON,
+        n_boot: int = options.N_BOOT,
     ) -> None:
         """The post's prediction table: blocking and pipelined ms, L, predicted, observed, interval,
         error."""
+        from bubblelab.costmodel.bootstrap import check_n_boot
         from bubblelab.costmodel.predict import predict_blog, predict_runs
         from bubblelab.runs.rundir import load_runs
 
         sources = [x for x in (run_dir, catalog) if x is not None]
         if blog == bool(sources) or len(sources) > 1:
             raise BubblelabError("give exactly one of RUN_DIR, --catalog PATH or --blog")
+        check_n_boot(n_boot)
+        dest = check_json_dest(json_out)
+        console = console_for(dest)
         if blog:
             table = predict_blog()
         else:
             catalog = sources[0]
             results = load_runs(catalog)
-            table = predict_runs(results.runs, results.steps, results.requests, n_boot=n_boot)
+            with console.status(f"predicting ({n_boot} bootstrap resamples)"):
+                table = predict_runs(results.runs, results.steps, results.requests, n_boot=n_boot)
             for reason in table.attrs["skipped"]:
-                typer.echo(f"skipped {reason}", err=True)
+                console.print(f"skipped {reason}", markup=False)
             if table.empty:
                 raise BubblelabError(
                     f"{catalog} has no configuration measured at both depth 1 and depth 2"
                 )
-        if as_json:
-            typer.echo(table.to_json(orient="records", indent=1))
-        else:
-            console = Console()
-            if (
-                not console.is_terminal
-            ):  # piped or captured: don't squeeze the table into 80 columns
-                console = Console(width=200)
-            console.print(prediction_table(table, blog))
+        if dest is not None:
+            import json
+
+            written = emit_json(dest, json.loads(table.to_json(orient="records")))
+            if written is not None:
+                console.print(f"wrote {written}", markup=False)
+            if dest == "-":
+                return
+        if not console.is_terminal:  # piped or captured: don't squeeze the table into 80 columns
+            console = console_for(dest, width=200)
+        console.print(prediction_table(table, blog))
 
     @app.command()
     def report(
@@ -132,22 +144,38 @@ def register(app: typer.Typer) -> None:
         demo: bool = typer.Option(
             False, "--demo", help="First fill RUN_DIR with a simulated run (no GPU needed)."
         ),
-        n_boot: int = typer.Option(1000, help="Bootstrap resamples for the intervals."),
+        n_boot: int = options.N_BOOT,
     ) -> None:
         """Write one self-contained page of tables and figures, and its data (trace, Parquet)
-        beside it in export/."""
+        beside it in export/. For a sweep that was interrupted or failed, from the runs that
+        finished."""
+        from bubblelab.costmodel.bootstrap import check_n_boot
+        from bubblelab.files import check_output_path
         from bubblelab.report.report import report_dirs, report_run_dir
+        from bubblelab.runs.assemble import assemble, needs_assembly
 
+        check_n_boot(n_boot)
+        if out is not None:
+            check_output_path(out, "--out")
+        if len(run_dirs) > 1 and out is None:
+            raise BubblelabError("a report of several run directories needs --out PATH")
+        console = Console(stderr=True)
         if demo:
             from bubblelab.runs.demo import write_demo_run_dir
 
             if len(run_dirs) != 1:
                 raise BubblelabError("--demo fills one run directory")
             write_demo_run_dir(run_dirs[0], streams=(1, 8, 32))
-        if len(run_dirs) == 1:
-            page = report_run_dir(run_dirs[0], n_boot=n_boot, out=out)
-        elif out is None:
-            raise BubblelabError("a report of several run directories needs --out PATH")
-        else:
-            page = report_dirs(run_dirs, out, n_boot=n_boot)
+        for source in run_dirs:
+            if not source.exists():
+                raise BubblelabError(f"{source} does not exist")
+            if source.is_dir() and needs_assembly(source):
+                with console.status(f"assembling the finished runs of {source}"):
+                    assemble(source)
+        with console.status("writing the report"):
+            if len(run_dirs) == 1:
+                page = report_run_dir(run_dirs[0], n_boot=n_boot, out=out)
+            else:
+                assert out is not None
+                page = report_dirs(run_dirs, out, n_boot=n_boot)
         typer.echo(page)

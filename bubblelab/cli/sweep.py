@@ -12,19 +12,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from bubblelab.cli import options
 from bubblelab.errors import BubblelabError
 
 console = Console()
-
-
-def _ints(text: str, what: str) -> list[int]:
-    try:
-        values = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise BubblelabError(f"--{what} takes comma-separated integers, got {text!r}") from None
-    if not values:
-        raise BubblelabError(f"--{what} is empty")
-    return values
 
 
 def register(app: typer.Typer) -> None:
@@ -32,59 +23,95 @@ def register(app: typer.Typer) -> None:
 
 
 def run_and_profile(
-    model: str | None = typer.Option(
-        None, help="Preset, HF dir or GGUF (default: the embedded SmolLM2)."
-    ),
-    device: str = typer.Option("cpu", help="cpu or cuda."),
-    dtype: str | None = typer.Option(
-        None, help="fp32/bf16/fp16 (default fp32 on CPU, bf16 on CUDA)."
-    ),
+    ctx: typer.Context,
+    model: str | None = options.MODEL,
+    device: str = options.DEVICE,
+    dtype: str | None = options.DTYPE,
     depths: str = typer.Option("1,2", help="Pipeline depths, run back to back."),
     tensor_parallel: int = typer.Option(1, help="GPUs (processes) the model is split over."),
-    streams: str = typer.Option("1,8,32", help="Concurrent streams per configuration."),
-    output_len_mean: float = typer.Option(110.0, help="Mean generated length L."),
-    requests_per_stream: int = typer.Option(
+    streams: str = options.STREAMS,
+    output_len_mean: float = options.OUTPUT_LEN_MEAN,
+    requests_per_stream: int | None = typer.Option(
         None, help="Requests per stream in each run (default: enough for ~400 decode steps)."
     ),
-    prompt_len: int = typer.Option(32, help="Prompt tokens per request."),
+    prompt_len: int = options.PROMPT_LEN,
     repeats: int = typer.Option(
         5, help="Unprofiled repeats (depth 1 and 2 paired on the same requests); nsys runs one."
     ),
-    constraint: str | None = typer.Option(None, help="point or detect: constrain every request."),
-    max_model_len: int = typer.Option(512, help="Longest sequence."),
-    attention_backend: str = typer.Option("auto", help="auto, torch, flash-attn or triton."),
-    out: Path | None = typer.Option(None, help="Run directory (default reports/<timestamp>/)."),
+    constraint: str | None = options.CONSTRAINT,
+    max_model_len: int = options.MAX_MODEL_LEN,
+    attention_backend: str = options.ATTENTION_BACKEND,
+    out: Path | None = typer.Option(
+        None, help="A new run directory (default reports/<timestamp>/)."
+    ),
+    resume: Path | None = typer.Option(
+        None, help="Finish the sweep in this directory: run only what is missing, same options."
+    ),
+    force: bool = typer.Option(False, help="Replace the run already in --out."),
     nsys: bool | None = typer.Option(
         None, "--nsys/--no-nsys", help="Force or forbid nsys (default: use it when found)."
     ),
 ) -> None:
-    """Measure depth 1 vs depth 2 over a sweep, unprofiled and under nsys; analyse; report."""
+    """Measure depth 1 vs depth 2 over a sweep, unprofiled and under nsys; analyse; report.
+    Ctrl-C keeps every finished run: --resume DIR runs the rest."""
+    from bubblelab.runs.state import read_state
+    from bubblelab.runs.sweep import SweepSpec, sweep_spec
+
+    if resume is not None:
+        if given := [name for name in _sweep_options(ctx) if _given(ctx, name)]:
+            raise BubblelabError(
+                f"--resume takes the sweep's options from {resume}; leave out "
+                + ", ".join("--" + g.replace("_", "-") for g in given)
+            )
+        state = read_state(resume)
+        if state is None:
+            raise BubblelabError(f"{resume} holds no sweep to resume")
+        spec = SweepSpec(**state["spec"])
+        out = resume
+    else:
+        spec = sweep_spec(
+            depths,
+            streams,
+            model=model,
+            device=device,
+            dtype=dtype,
+            tensor_parallel=tensor_parallel,
+            output_len_mean=output_len_mean,
+            requests_per_stream=requests_per_stream,
+            prompt_len=prompt_len,
+            repeats=repeats,
+            constraint=constraint,
+            constrained_share=1.0 if constraint else 0.0,
+            max_model_len=max_model_len,
+            attention_backend=attention_backend,
+        )
+        out = out or Path("reports") / time.strftime("%Y%m%d-%H%M%S")
+    profile_and_report(spec, out, nsys=nsys, resume=resume is not None, force=force)
+
+
+def _sweep_options(ctx: typer.Context) -> list[str]:
+    return [str(p.name) for p in ctx.command.params if p.name not in ("resume", "nsys")]
+
+
+def _given(ctx: typer.Context, name: str) -> bool:
+    """Typed on the command line (not left at its default)."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name != "DEFAULT"
+
+
+def profile_and_report(
+    spec, out: Path, *, nsys: bool | None = None, resume: bool = False, force: bool = False
+) -> Path:
+    """The sweep with a progress bar, then the report and the prediction tables."""
     from bubblelab.cli.predict import prediction_table
     from bubblelab.costmodel.perturbation import profiler_perturbation
     from bubblelab.costmodel.predict import predict_runs
-    from bubblelab.engine.config import default_dtype
     from bubblelab.report.report import report_run_dir
     from bubblelab.runs.rundir import read_results
-    from bubblelab.runs.sweep import SweepSpec, run_sweep
+    from bubblelab.runs.state import finished_runs
+    from bubblelab.runs.sweep import run_sweep
 
-    spec = SweepSpec(
-        model=model,
-        device=device,
-        dtype=dtype or default_dtype(device),
-        depths=_ints(depths, "depths"),
-        tensor_parallel=tensor_parallel,
-        streams=_ints(streams, "streams"),
-        output_len_mean=output_len_mean,
-        requests_per_stream=requests_per_stream,
-        prompt_len=prompt_len,
-        repeats=repeats,
-        constraint=constraint,
-        constrained_share=1.0 if constraint else 0.0,
-        max_model_len=max_model_len,
-        attention_backend=attention_backend,
-    )
-    out = out or Path("reports") / time.strftime("%Y%m%d-%H%M%S")
-    runs = len(spec.runs()) + (len(spec.runs(spec.nsys_repeats)) if nsys is not False else 0)
+    total = len(spec.runs()) + (len(spec.runs(spec.nsys_repeats)) if nsys is not False else 0)
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -92,7 +119,8 @@ def run_and_profile(
         TimeElapsedColumn(),
         console=console,
     ) as bar:
-        task = bar.add_task("runs", total=runs)
+        done = len(finished_runs(out)) if resume else 0
+        task = bar.add_task("runs", total=total, completed=done)
 
         def on_run(tag: str, s: dict) -> None:
             bar.console.print(
@@ -100,8 +128,17 @@ def run_and_profile(
             )
             bar.advance(task)
 
-        run_sweep(spec, out, use_nsys=nsys, on_run=on_run, say=bar.console.print)
-    report = report_run_dir(out)
+        run_sweep(
+            spec,
+            out,
+            use_nsys=nsys,
+            resume=resume,
+            force=force,
+            on_run=on_run,
+            say=bar.console.print,
+        )
+    with console.status("writing the report"):
+        report = report_run_dir(out)
     results = read_results(out)
     wide = Console(width=max(console.width, 160))
     table = predict_runs(results.runs, results.steps, results.requests)
@@ -111,6 +148,7 @@ def run_and_profile(
     if len(perturbation):
         wide.print(perturbation_table(perturbation))
     console.print(f"report: {report}")
+    return report
 
 
 def perturbation_table(table) -> Table:

@@ -59,6 +59,7 @@ def timeline_charts(results: Results) -> list[dict]:
         panels = []
         for depth, run in sorted(by_depth.items()):
             steps = results.steps[results.steps["run_id"] == run["run_id"]]
+            steps = steps[steps["gpu_start_ns"].notna()]  # a last planned step may have no GPU span
             timeline = results.timeline
             ranges = timeline[timeline["run_id"] == run["run_id"]] if len(timeline) else None
             if len(steps) >= 2:

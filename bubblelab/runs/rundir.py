@@ -41,6 +41,7 @@ from typing import Any
 import pandas as pd
 
 from bubblelab.errors import BubblelabError
+from bubblelab.files import write_atomic
 
 RESULTS_FILE = "results.json"
 SCHEMA_VERSION = 2
@@ -55,6 +56,24 @@ STEP_COLUMNS = (
     "run_id, step, kind, depth, batch_size, forward_ms, sampling_ms, busy_ms, bubble_ms, "
     "period_ms, plan_ms, launch_ms, commit_ms, finalize_ms, wait_ms, gpu_start_ns, gpu_end_ns"
 ).split(", ")
+# The columns readers compute with, by kind: checked on reading so that a damaged or hand-edited
+# file fails in one line here, not with a TypeError deep in the report.
+TEXT, NUMBER = "text", "number"
+RUN_NUMBERS = "depth streams mean_generated_len wall_s generated_tokens requests decode_steps"
+TYPED_COLUMNS = {
+    "runs": {
+        **dict.fromkeys(("run_id", "model", "preset", "device"), TEXT),
+        **dict.fromkeys((*RUN_NUMBERS.split(), "output_len_mean"), NUMBER),
+    },
+    "steps": {"run_id": TEXT, "kind": TEXT, "batch_size": NUMBER},
+    "attribution": {"run_id": TEXT, "phase": TEXT, "bubble_ms": NUMBER},
+    "gaps": {"run_id": TEXT, "step": NUMBER, "gap_ms": NUMBER, "began_in": TEXT},
+    "timeline": {
+        **dict.fromkeys(("run_id", "lane", "phase"), TEXT),
+        **dict.fromkeys(("step", "start_ns", "end_ns"), NUMBER),
+    },
+}
+MAX_RESULTS_BYTES = 256 << 20  # an H200 sweep's results.json is 8 MiB; refuse absurd ones
 NEEDED_RUN_COLUMNS = (
     "run_id",
     "depth",
@@ -97,15 +116,12 @@ def write_results(
     requests_df: pd.DataFrame | None = None,
 ) -> Path:
     run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
     doc: dict[str, Any] = {"schema_version": SCHEMA_VERSION}
     tables = (runs_df, steps_df, attribution_df, gaps_df, timeline_df, requests_df)
     for name, df in zip(TABLES, tables, strict=True):
         doc[name] = _records(df)
     doc["provenance"] = provenance or {}
-    path = run_dir / RESULTS_FILE
-    path.write_text(json.dumps(doc, indent=1, default=str))
-    return path
+    return write_atomic(run_dir / RESULTS_FILE, json.dumps(doc, indent=1, default=str))
 
 
 def is_results_file(path: Path | str) -> bool:
@@ -125,29 +141,33 @@ def results_path(run_dir: Path | str) -> Path | None:
 
 
 def read_results(run_dir: Path | str) -> Results:
+    """DIR/results.json as tables. Anything that is not a results document written by
+    write_results (damaged, truncated, another schema, wrong types) is one BubblelabError."""
     path = results_path(run_dir)
     if path is None:
         raise BubblelabError(
             f"no {RESULTS_FILE} in {run_dir} (run `bubblelab run-and-profile` first)"
         )
-    try:
-        text = (
-            gzip.decompress(path.read_bytes()).decode()
-            if path.suffix == ".gz"
-            else path.read_text()
-        )
-        doc = json.loads(text)
-    except (json.JSONDecodeError, OSError, EOFError) as e:
-        raise BubblelabError(f"{path} is not valid (gzipped) JSON: {e}") from None
+    doc = _load_json(path)
+    if not isinstance(doc, dict):
+        raise BubblelabError(f"{path} is not a results document (a JSON object)")
     if doc.get("schema_version") == 1:
         from bubblelab.runs.schema import migrate  # imports the engine's workload: only if needed
 
-        doc = migrate(doc)
+        try:
+            doc = migrate(doc)
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise BubblelabError(f"{path}: a schema-1 document that cannot be read ({e})") from None
     if doc.get("schema_version") != SCHEMA_VERSION:
         raise BubblelabError(
             f"{path} has schema_version {doc.get('schema_version')!r}, expected {SCHEMA_VERSION}"
         )
-    tables = {name: pd.DataFrame.from_records(doc.get(name) or []) for name in TABLES}
+    tables = {}
+    for name in TABLES:
+        records = doc.get(name) or []
+        if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+            raise BubblelabError(f"{path}: {name} is not a list of records")
+        tables[name] = pd.DataFrame.from_records(records)
     requests = tables.pop("requests")
     runs, steps = tables["runs"], tables["steps"]
     if runs.empty or steps.empty:
@@ -157,12 +177,57 @@ def read_results(run_dir: Path | str) -> Results:
             raise BubblelabError(
                 f"{path}: {name} lack the column(s) {', '.join(missing)} (see docs/phases.md)"
             )
+    for name, table in tables.items():
+        kinds = (
+            {**dict.fromkeys(STEP_COLUMNS, NUMBER), **TYPED_COLUMNS["steps"]}
+            if name == "steps"
+            else TYPED_COLUMNS.get(name, {})
+        )
+        for column, kind in kinds.items():
+            if column in table:
+                table[column] = _typed(path, name, column, table[column], kind)
+    provenance = doc.get("provenance") or {}
+    if not isinstance(provenance, dict):
+        raise BubblelabError(f"{path}: provenance is not a JSON object")
     # Optional metadata may be absent; keep the contract's columns so readers need not check each
     # one.
     tables["runs"] = runs.reindex(
         columns=[*RUN_COLUMNS, *(c for c in runs if c not in RUN_COLUMNS)]
     )
-    return Results(**tables, provenance=doc.get("provenance") or {}, requests=requests)
+    return Results(**tables, provenance=provenance, requests=requests)
+
+
+def _load_json(path: Path) -> Any:
+    try:
+        if path.suffix == ".gz":
+            with gzip.open(path) as f:  # read at most the limit: a gzip bomb stays small
+                data = f.read(MAX_RESULTS_BYTES + 1)
+        else:
+            with path.open("rb") as f:
+                data = f.read(MAX_RESULTS_BYTES + 1)
+        if len(data) > MAX_RESULTS_BYTES:
+            raise BubblelabError(f"{path} is larger than {MAX_RESULTS_BYTES >> 20} MiB")
+        return json.loads(data.decode("utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, OSError, EOFError, RecursionError) as e:
+        raise BubblelabError(f"{path} is not valid (gzipped) JSON: {_one_line(e)}") from None
+
+
+def _typed(path: Path, table: str, column: str, values: pd.Series, kind: str) -> pd.Series:
+    """A column as its readers use it: text (run ids never missing), or numbers (missing: NaN)."""
+    if kind == TEXT:
+        missing = values.map(lambda v: v is None or (isinstance(v, float) and v != v))
+        text = values.map(lambda v: isinstance(v, str)) | (missing & (column != "run_id"))
+        if not text.all():
+            raise BubblelabError(f"{path}: {table}.{column} holds values that are not text")
+        return values
+    numbers = pd.to_numeric(values, errors="coerce")
+    if numbers.isna().gt(values.isna()).any() or values.map(lambda v: isinstance(v, bool)).any():
+        raise BubblelabError(f"{path}: {table}.{column} holds values that are not numbers")
+    return numbers
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split())[:200]
 
 
 def load_runs(source: Path | str) -> Results:
@@ -176,11 +241,19 @@ def load_runs(source: Path | str) -> Results:
     if source.suffix in (".duckdb", ".db") and source.is_file():
         import duckdb  # only needed for catalogs
 
-        with duckdb.connect(str(source), read_only=True) as con:
-            try:
+        from bubblelab.profiling.catalog import OFFLINE
+
+        try:
+            with duckdb.connect(str(source), read_only=True, config=OFFLINE) as con:
                 runs, steps = con.sql("FROM runs").df(), con.sql("FROM steps").df()
-            except duckdb.CatalogException as e:
-                raise BubblelabError(f"catalog {source} lacks the runs/steps tables: {e}") from None
+        except duckdb.CatalogException:
+            raise BubblelabError(f"catalog {source} lacks the runs/steps tables") from None
+        except duckdb.Error as e:
+            raise BubblelabError(
+                f"cannot read catalog {source}: {str(e).splitlines()[0]}"
+            ) from None
+        if runs.empty or steps.empty:
+            raise BubblelabError(f"catalog {source} has no runs or no steps")
         return Results(runs, steps)
     raise BubblelabError(
         f"{source} is neither a run directory, a results file nor a DuckDB catalog"

@@ -10,8 +10,13 @@ model, compiles and captures its CUDA graphs once:
   so one nsys session writes one report per run. Set beside the unprofiled runs they show what the
   profiler did to each phase (costmodel.perturbation).
 
-On the CPU (the demo) the unprofiled pass runs in this process. `assemble` ingests what the passes
-wrote (it also reads a sweep cut short) into the catalog and results.json.
+On the CPU (the demo) the unprofiled pass runs in this process. `bubblelab.runs.assemble` ingests
+what the passes wrote (it also reads a sweep cut short) into the catalog and results.json.
+
+Every finished run is kept the moment it finishes (its record, written whole): a failure, Ctrl-C
+or a profiler that dies stops the sweep and leaves a directory that `resume` completes (only the
+missing runs; an nsys pass cut short runs again whole, as nsys numbers its reports per session)
+and `bubblelab report` reports from what finished (bubblelab.runs.state).
 """
 
 from __future__ import annotations
@@ -24,18 +29,17 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
-import pandas as pd
-
+from bubblelab.checks import check_choice, check_float, check_int, parse_ints
+from bubblelab.engine.config import MAX_NUM_SEQS, EngineConfig, default_dtype
+from bubblelab.engine.workload import CONSTRAINTS, MAX_STREAMS, WorkloadSpec
 from bubblelab.errors import BubblelabError
-from bubblelab.profiling import analysis
-from bubblelab.profiling.catalog import connect
-from bubblelab.profiling.ingest import ingest, ingest_timeline
-from bubblelab.profiling.nsys import find_nsys, nsys_version, profile_ranges
-from bubblelab.runs.machine import machine_facts
-from bubblelab.runs.rundir import write_results
-from bubblelab.runs.tables import collect
-from bubblelab.runs.worker import rank_timelines_from_record, run_plan, timeline_from_record
+from bubblelab.files import write_atomic
+from bubblelab.profiling.nsys import find_nsys, profile_ranges
+from bubblelab.runs import state as run_state
+from bubblelab.runs.assemble import assemble, nsys_reports
+from bubblelab.runs.worker import run_plan
 
 MIN_DECODE_STEPS = (
     400  # a run long enough to predict: ~400 decode steps (4 requests a stream at L=110)
@@ -46,7 +50,7 @@ MIN_DECODE_STEPS = (
 class SweepSpec:
     model: str | None = None
     device: str = "cpu"
-    dtype: str = "fp32"
+    dtype: str | None = None  # None: default_dtype(device)
     depths: list[int] = field(default_factory=lambda: [1, 2])
     streams: list[int] = field(default_factory=lambda: [1, 8, 32])
     output_len_mean: float = 110.0
@@ -63,6 +67,23 @@ class SweepSpec:
     seed: int = 0
     tensor_parallel: int = 1
 
+    def __post_init__(self) -> None:
+        """Every option checked here, before a directory is made or a model loaded."""
+        self.dtype = self.dtype or default_dtype(self.device)
+        self.depths = parse_ints("depths", self.depths, 1, 2)
+        self.streams = parse_ints("streams", self.streams, 1, MAX_STREAMS)
+        if self.requests_per_stream is not None:
+            check_int("requests_per_stream", self.requests_per_stream, 1, 10_000)
+        check_int("repeats", self.repeats, 1, 1000)
+        check_int("nsys_repeats", self.nsys_repeats, 1, 1000)
+        check_float("output_len_mean", self.output_len_mean, 1, 1e6)
+        if self.constraint is not None:
+            check_choice("constraint", self.constraint, CONSTRAINTS)
+        for depth in self.depths:  # the engine's and the workload's own rules
+            EngineConfig(**self.engine(), depth=depth)
+        for run in self.runs(1):
+            WorkloadSpec(**run["workload"]).check_fits(self.max_model_len)
+
     def per_stream(self) -> int:
         if self.requests_per_stream is not None:
             return self.requests_per_stream
@@ -74,7 +95,8 @@ class SweepSpec:
         one engine and one graph capture serve every stream count."""
         return dict(
             model=self.model, device=self.device, dtype=self.dtype,
-            max_num_seqs=max(8, *self.streams), max_model_len=self.max_model_len,
+            max_num_seqs=min(max(8, *self.streams), MAX_NUM_SEQS),
+            max_model_len=self.max_model_len,
             max_num_batched_tokens=self.max_num_batched_tokens, enforce_eager=self.enforce_eager,
             attention_backend=self.attention_backend, seed=self.seed,
             tensor_parallel=self.tensor_parallel,
@@ -98,105 +120,119 @@ class SweepSpec:
         return out
 
 
+def sweep_spec(depths: str | list[int], streams: str | list[int], **options: Any) -> SweepSpec:
+    """A SweepSpec from the command line's lists ("1,8,32"), checked like any other."""
+    return SweepSpec(
+        depths=parse_ints("depths", depths, 1, 2),
+        streams=parse_ints("streams", streams, 1, MAX_STREAMS),
+        **options,
+    )
+
+
+def passes(spec: SweepSpec, nsys: bool) -> list[tuple[str, list[dict], bool]]:
+    """(name, runs, profiled) of each pass, in the order they run."""
+    out = [("plain", spec.runs(), False)]
+    if nsys:
+        out.append(("nsys", spec.runs(min(spec.nsys_repeats, spec.repeats)), True))
+    return out
+
+
 def run_sweep(
     spec: SweepSpec,
     out_dir: Path,
     *,
     use_nsys: bool | None = None,
+    resume: bool = False,
+    force: bool = False,
     on_run: Callable[[str, dict], None] | None = None,
     say: Callable[[str], None] = print,
 ) -> Path:
-    """Run both passes, then assemble out_dir (runs/, traces/, catalog.duckdb, results.json)."""
-    (out_dir / "runs").mkdir(parents=True, exist_ok=True)
-    (out_dir / "sweep.json").write_text(json.dumps(asdict(spec), indent=1))
-    passes = [("plain", spec.runs(), False)]
-    if _nsys_or_none(use_nsys, say):
-        passes.append(("nsys", spec.runs(min(spec.nsys_repeats, spec.repeats)), True))
-    timings = {}
-    for name, runs, profiled in passes:
-        plan = dict(engine=spec.engine(), runs=runs, out_dir=str(out_dir / "runs" / name),
-                    profile=profiled)  # fmt: skip
-        started = time.perf_counter()
-        _run_pass(plan, out_dir, on_run)
-        timings[name] = {"wall_s": time.perf_counter() - started}
-        (out_dir / "runs" / "timings.json").write_text(json.dumps(timings, indent=1))
-    return assemble(out_dir)
+    """Run both passes (what out_dir lacks of them), then assemble out_dir (runs/, traces/,
+    catalog.duckdb, results.json).
 
-
-def assemble(out_dir: Path, strict: bool = True) -> Path:
-    """Ingest what a sweep's passes left in out_dir (runs/<pass>/<tag>.json, traces/run.<n>.sqlite)
-    and write results.json. strict=False reads a sweep cut short: the runs that finished, and the
-    nsys pass only if every one of its reports was written."""
-    spec = SweepSpec(**json.loads((out_dir / "sweep.json").read_text()))
-    catalog = connect(out_dir / "catalog.duckdb")
+    A new out_dir must not hold a run; an existing one is continued with resume (same options) or
+    replaced with force. On a failure or Ctrl-C every finished run stays, DIR/status.json says what
+    happened, and a sweep that finished nothing leaves nothing behind.
+    """
+    saved = run_state.read_state(out_dir) if resume else None
+    nsys = _nsys_or_none(use_nsys, say, saved)
+    created = not out_dir.exists()
+    todo = passes(spec, bool(nsys))
+    planned = [f"{name}/{run['tag']}" for name, runs, _ in todo for run in runs]
+    profiler = "nsys" if nsys else "timeline"
+    state = run_state.open_run_dir(
+        out_dir, asdict(spec), planned, profiler, resume=resume, force=force
+    )
+    if done := run_state.finished_runs(out_dir):
+        say(f"{len(done)} runs already finished in {out_dir}: running the rest")
     timings_path = out_dir / "runs" / "timings.json"
     timings = json.loads(timings_path.read_text()) if timings_path.is_file() else {}
-    run_ids, extras, requests = [], [], []
-    for name in ("plain", "nsys"):
-        run_dir = out_dir / "runs" / name
-        if not (run_dir / "plan.json").is_file():
-            continue
-        plan = json.loads((run_dir / "plan.json").read_text())
-        runs = [r for r in plan["runs"] if (run_dir / f"{r['tag']}.json").is_file()]
-        profiled = bool(plan["profile"])
-        traces = _traces(out_dir) if profiled else []
-        if profiled and len(traces) != len(plan["runs"]):
-            if strict:
-                raise BubblelabError(
-                    f"nsys wrote {len(traces)} reports for {len(plan['runs'])} runs"
-                )
-            continue
-        started = time.perf_counter()
-        # The nsys pass's own timelines go beside the traces (benchmarks/compare_nsys_timeline.py).
-        timelines = connect(out_dir / "timeline.duckdb") if profiled else catalog
-        for i, run in enumerate(runs):
-            record = json.loads((run_dir / f"{run['tag']}.json").read_text())
-            meta = _meta(record["summary"], spec, plan)
-            run_id = ingest_timeline(
-                timeline_from_record(record), timelines, {**meta, "rank": 0},
-                run_id=f"{run['tag']}-{'nsys-' if profiled else ''}timeline",
-            )  # fmt: skip
-            for rank, timeline in enumerate(rank_timelines_from_record(record), 1):
-                ingest_timeline(timeline, timelines, {**meta, "rank": rank},
-                                run_id=f"{run_id}-rank{rank}")  # fmt: skip
-            if profiled:
-                meta = {**meta, "nsys_version": nsys_version()}
-                run_id = _ingest_trace(traces[i], record, meta, catalog)
-            run_ids.append(run_id)
-            extras.append(_extra(run_id, run, spec, profiled, record["summary"]))
-            requests.append(pd.DataFrame(record["requests"]).assign(run_id=run_id))
-        worker = run_dir / "worker.json"
-        timings.setdefault(name, {}).update(
-            json.loads(worker.read_text()) if worker.is_file() else {},
-            ingest_s=time.perf_counter() - started,
-        )
-    if not run_ids:
-        raise BubblelabError(f"{out_dir} holds no finished run")
-    results = collect(catalog, run_ids, provenance={
-        "sweep": asdict(spec), "command": " ".join(sys.argv), "timings": timings,
-        "catalog": str(out_dir / "catalog.duckdb"), "machine": machine_facts(),
-    })  # fmt: skip
-    runs_table = results.runs.merge(pd.DataFrame(extras), on="run_id", how="left")
-    write_results(
-        out_dir, runs_table, results.steps, results.attribution, results.gaps,
-        results.provenance, results.timeline, pd.concat(requests, ignore_index=True),
-    )  # fmt: skip
+    try:
+        for name, runs, profiled in todo:
+            if profiled and not _whole_nsys_pass(out_dir, runs):
+                run_state.clear_pass(out_dir, name)  # nsys numbers its reports per session
+            plan = dict(engine=spec.engine(), runs=runs, out_dir=str(out_dir / "runs" / name),
+                        profile=profiled)  # fmt: skip
+            finished = run_state.finished_runs(out_dir)
+            left = [r["tag"] for r in runs if f"{name}/{r['tag']}" not in finished]
+            if not left:
+                continue
+            started = time.perf_counter()
+            _run_pass(plan, out_dir, on_run, left)
+            timings[name] = {"wall_s": time.perf_counter() - started}
+            write_atomic(timings_path, json.dumps(timings, indent=1))
+    except BaseException as e:
+        error = _stopped(out_dir, state, e, created=created and not resume, say=say)
+        if error is not None:
+            raise error from None
+        raise
+    assemble(out_dir)
+    run_state.mark(out_dir, state, "complete")
     return out_dir
 
 
-def _traces(out_dir: Path) -> list[Path]:
-    """The nsys pass's reports (traces/run.<n>.sqlite), in the order their ranges ran."""
-    found = [(int(p.name.split(".")[1]), p) for p in (out_dir / "traces").glob("run.*.sqlite")]
-    return [p for _, p in sorted(found)]
+def _whole_nsys_pass(out_dir: Path, runs: list[dict]) -> bool:
+    """Every run of the nsys pass recorded and its report written, or none begun."""
+    recorded = [r for r in runs if (out_dir / "runs" / "nsys" / f"{r['tag']}.json").is_file()]
+    return not recorded or (len(recorded) == len(runs) == len(nsys_reports(out_dir)))
 
 
-def _run_pass(plan: dict, out_dir: Path, on_run) -> None:
-    """One worker, writing a record per run: in this process on the CPU, else its own process (under
-    nsys when profiled)."""
+def _stopped(
+    out_dir: Path, state: dict, e: BaseException, *, created: bool, say: Callable[[str], None]
+) -> BubblelabError | None:
+    """Record why the sweep stopped (the first planned run without a record was running) and keep
+    what finished; a new sweep that finished nothing leaves nothing. Returns the one-line error to
+    raise instead of a BubblelabError (a bug keeps its traceback)."""
+    interrupted = isinstance(e, KeyboardInterrupt)
+    reason = "interrupted" if interrupted else " ".join(str(e).split()) or type(e).__name__
+    finished = run_state.finished_runs(out_dir)
+    running = next((run for run in state["planned"] if run not in finished), None)
+    failed = {"run": running, "error": reason}
+    run_state.mark(out_dir, state, "interrupted" if interrupted else "failed", failed=failed)
+    known = isinstance(e, BubblelabError)
+    if not finished:
+        if created:
+            run_state.remove_sweep(out_dir)
+        return (
+            BubblelabError(f"run {running} failed: {reason} (no run finished)") if known else None
+        )
+    say(
+        f"run {running}: {reason}. {len(finished)} finished runs kept in {out_dir}: "
+        f"`bubblelab report {out_dir}` reports them, "
+        f"`bubblelab run-and-profile --resume {out_dir}` runs the rest"
+    )
+    if known:
+        return BubblelabError(
+            f"run {running} failed: {reason} ({len(finished)} finished runs kept in {out_dir})"
+        )
+    return None
+
+
+def _run_pass(plan: dict, out_dir: Path, on_run, left: list[str]) -> None:
+    """One worker, writing a record per run it makes (it skips the runs already recorded): in
+    this process on the CPU, else its own process (under nsys when profiled)."""
     run_dir = Path(plan["out_dir"])
-    run_dir.mkdir(parents=True, exist_ok=True)
-    plan_path = run_dir / "plan.json"
-    plan_path.write_text(json.dumps(plan, indent=1))
+    plan_path = write_atomic(run_dir / "plan.json", json.dumps(plan, indent=1))
     argv = [sys.executable, "-m", "bubblelab.runs.worker", str(plan_path)]
     if plan["profile"]:
         profile_ranges(out_dir / "traces" / "run", argv)
@@ -205,8 +241,8 @@ def _run_pass(plan: dict, out_dir: Path, on_run) -> None:
         return
     else:
         _run_worker(argv)
-    for run in plan["runs"] if on_run is not None else []:
-        on_run(run["tag"], json.loads((run_dir / f"{run['tag']}.json").read_text())["summary"])
+    for tag in left if on_run is not None else []:
+        on_run(tag, json.loads((run_dir / f"{tag}.json").read_text())["summary"])
 
 
 def _run_worker(argv: list[str]) -> None:
@@ -218,26 +254,11 @@ def _run_worker(argv: list[str]) -> None:
         raise BubblelabError(f"the sweep's worker failed: {' | '.join(tail)}")
 
 
-def _ingest_trace(trace: Path, record: dict, meta: dict, catalog) -> str:
-    """Ingest one run's report, checking it is the run the worker recorded (the reports are matched
-    to
-    runs by their order)."""
-    run_id = ingest(trace, None, meta, con=catalog)
-    steps = analysis.per_step(catalog, run_id)
-    found = (int((steps["kind"] == "decode").sum()), int(steps["depth"].max()))
-    expected = (
-        sum(s["kind"] == "decode" for s in record["timeline"]["steps"]),
-        record["summary"]["depth"],
-    )
-    if found != expected:
-        raise BubblelabError(
-            f"{trace.name} holds {found[0]} decode steps at depth {found[1]}, its run "
-            f"{expected[0]} at depth {expected[1]}: reports out of order?"
-        )
-    return run_id
-
-
-def _nsys_or_none(use_nsys: bool | None, say: Callable[[str], None]) -> str | None:
+def _nsys_or_none(
+    use_nsys: bool | None, say: Callable[[str], None], saved: dict | None = None
+) -> str | None:
+    if saved is not None:  # a resumed sweep profiles as it began
+        use_nsys = saved.get("profiler") == "nsys"
     if use_nsys is False:
         return None
     try:
@@ -250,39 +271,3 @@ def _nsys_or_none(use_nsys: bool | None, say: Callable[[str], None]) -> str | No
             raise
         say(f"not profiling under nsys ({e}); using the in-process timeline instead")
         return None
-
-
-def _meta(summary: dict, spec: SweepSpec, plan: dict) -> dict:
-    """Run metadata for the catalog (docs/phases.md)."""
-    keys = (
-        "model",
-        "depth",
-        "streams",
-        "output_len_mean",
-        "mean_generated_len",
-        "requests",
-        "device",
-        "driver",
-        "torch",
-        "wall_s",
-        "generated_tokens",
-        "decode_steps",
-        "started_at",
-    )
-    command = ["bubblelab", *sys.argv[1:]] if sys.argv[0].endswith("bubblelab") else [repr(spec)]
-    return {**{k: summary.get(k) for k in keys}, "preset": plan["engine"]["model"],
-            "tensor_parallel": plan["engine"].get("tensor_parallel", 1),
-            "command": " ".join(command)}  # fmt: skip
-
-
-def _extra(run_id: str, run: dict, spec: SweepSpec, profiled: bool, summary: dict) -> dict:
-    """The run columns schema 2 adds beside the catalog's (bubblelab.runs.schema)."""
-    engine = spec.engine()
-    return dict(
-        run_id=run_id, repeat=run["repeat"], profiled=profiled, prompt_len=spec.prompt_len,
-        constraint=spec.constraint, constrained_share=spec.constrained_share,
-        max_num_seqs=engine["max_num_seqs"], max_num_batched_tokens=spec.max_num_batched_tokens,
-        max_model_len=spec.max_model_len, sm_clock_mhz=summary.get("sm_clock_mhz_median"),
-        power_w=summary.get("power_w_median"),
-        clock_anchor_us_max=summary.get("clock_anchor_us_max"),
-    )  # fmt: skip

@@ -53,6 +53,23 @@ def _cat(frames: list[pd.DataFrame]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
+def config_names(runs: list[dict]) -> dict[str, str]:
+    """Each run named by its configuration, e.g. `qwen3-0.6b·s8·d2·r0` (r: the repeat, in the
+    order given), not by its hash. Runs without a model are named by the start of their id."""
+    names: dict[str, str] = {}
+    seen: dict[str, int] = {}
+    for run in runs:
+        model = run.get("model")
+        parts = [str(model) if isinstance(model, str) and model else str(run["run_id"])[:8]]
+        for prefix, key in (("s", "streams"), ("d", "depth")):
+            if run.get(key) is not None and not pd.isna(run.get(key)):
+                parts.append(f"{prefix}{int(run[key])}")
+        stem = "·".join(parts)
+        seen[stem] = seen.get(stem, -1) + 1
+        names[run["run_id"]] = f"{stem}·r{seen[stem]}"
+    return names
+
+
 def spans_from_steps(steps: pd.DataFrame) -> pd.DataFrame:
     """Each step's forward and sampling span rebuilt from the per-step table alone (lane "gpu",
     phase, step, start_ns, end_ns): the forward from gpu_start_ns, sampling right after it. Exact

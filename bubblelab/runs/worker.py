@@ -6,7 +6,8 @@ warms up and runs its workload with a fresh timeline, and writes RUN_DIR/<tag>.j
 summary, its in-process timeline (host ranges, device intervals, step infos) and its requests. When
 profiled, each run is its own cudaProfilerApi capture range (torch.cuda.profiler start/stop around
 it, after its warm-up), so one nsys session with --capture-range-end=repeat writes one report per
-run.
+run. Runs already recorded are skipped, so a sweep resumes where it stopped; a record is written
+whole (write_atomic) when its run has finished, so it is there or not.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from bubblelab.engine.llm_engine import LLMEngine
 from bubblelab.engine.loader import LoadedModel, load_model
 from bubblelab.engine.timeline import StepInfo, Timeline
 from bubblelab.engine.workload import WorkloadSpec
+from bubblelab.files import write_atomic
 
 
 def run_plan(
@@ -53,20 +55,22 @@ def run_plan(
     timings: dict[str, object] = {"setup_s": time.perf_counter() - t0, "runs_s": runs_s}
     try:
         for run in plan["runs"]:
+            if (out_dir / f"{run['tag']}.json").is_file():  # finished before a resume
+                continue
             started, started_at = time.perf_counter(), time.strftime("%Y-%m-%d %H:%M:%S")
             engine.set_depth(run["depth"])
             engine.timeline = engine.phases.timeline = Timeline()
             result = run_workload(engine, WorkloadSpec(**run["workload"]), profile=profile)
             record = result_record(result)
             record["summary"]["started_at"] = started_at
-            (out_dir / f"{run['tag']}.json").write_text(json.dumps(record))
+            write_atomic(out_dir / f"{run['tag']}.json", json.dumps(record))
             runs_s[run["tag"]] = time.perf_counter() - started
             if on_run is not None:
                 on_run(run["tag"], record["summary"])
     finally:
         engine.close()
     timings["total_s"] = time.perf_counter() - t0
-    (out_dir / "worker.json").write_text(json.dumps(timings, indent=1))
+    write_atomic(out_dir / "worker.json", json.dumps(timings, indent=1))
     return timings
 
 

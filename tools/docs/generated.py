@@ -42,6 +42,7 @@ BLOCK = re.compile(
     re.S,
 )
 ENGINES = ROOT / "docs" / "measurements" / "compare-engines" / "compare_engines.json"
+PEERS = ROOT / "docs" / "measurements" / "2026-11-23" / "peers" / "compare_nanovllm.json"
 
 
 @functools.cache
@@ -80,6 +81,42 @@ def h200_engines() -> str:
             f"| {d1['gpu_busy']:.0%} → {d2['gpu_busy']:.0%} | {win:+.1%} |"
         )
     return "\n".join(lines)
+
+
+def h200_peers() -> str:
+    """README: bubblelab against the original nano-vllm (benchmarks.compare_nanovllm's JSON)."""
+    doc = json.loads(PEERS.read_text())
+    rows = pd.DataFrame(doc["summary"])
+    lines = [
+        "| workload | nano-vllm | bubblelab depth 1 | bubblelab depth 2 | depth 2 / nano-vllm "
+        "| depth 1 / nano-vllm | wall / floor: nano-vllm, depth 2 |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for case, g in rows.groupby("case", sort=False):
+        by = {r["engine"]: r for r in g.to_dict("records")}
+        nano, d1, d2 = by["nano-vllm"], by["bubblelab-d1"], by["bubblelab-d2"]
+        what = (
+            "the write-up's: 128 prompts, 64 tokens"
+            if case == "writeup"
+            else f"closed loop, {nano['streams']} stream{'s' if nano['streams'] > 1 else ''}"
+        )
+
+        def wall(r: dict) -> str:
+            return f"{r['wall_s']:.3f} s ({r['wall_s_min']:.3f}-{r['wall_s_max']:.3f})"
+
+        def ratio(r: dict) -> str:
+            lo, hi = r["vs_nanovllm_paired"][1:]  # the paired rounds' smallest and largest ratio
+            return f"{r['vs_nanovllm']:.2f}x ({lo:.2f}-{hi:.2f})"
+
+        lines.append(
+            f"| {what} | {wall(nano)} | {wall(d1)} | {wall(d2)} | {ratio(d2)} | {ratio(d1)} "
+            f"| {nano['over_floor']:.1f}x, {d2['over_floor']:.1f}x |"
+        )
+    commit = doc["nanovllm"]["commit"].split()[0][:7]
+    return "\n".join(lines) + (
+        f"\n\n{doc['device']}, {doc['dtype']}, torch {doc['torch']}; nano-vllm {commit}, "
+        f"{doc['summary'][0]['repeats']} interleaved rounds after a warm-up, median (min-max)."
+    )
 
 
 def traces_steady_state() -> str:
@@ -177,6 +214,7 @@ def costmodel_traces() -> str:
 
 RENDERERS: dict[str, Callable[[], str]] = {
     "h200-engines": h200_engines,
+    "h200-peers": h200_peers,
     "traces-steady-state": traces_steady_state,
     "traces-nsys-inflation": traces_nsys_inflation,
     "costmodel-depth1": costmodel_depth1,

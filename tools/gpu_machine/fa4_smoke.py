@@ -34,136 +34,28 @@ import argparse
 import contextlib
 import importlib
 import importlib.metadata as md
-import json
-import math
 import os
 import sys
 import time
-import traceback
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
-SHIM = Path(__file__).resolve().parent / "flash_attn_shim"
-H, HKV, D = 32, 8, 128
-DTYPE = torch.bfloat16
-# bf16 outputs up to ~4 (1-token rows copy v): rounding alone reaches ~1e-2; a masking bug is O(0.1)
-TOL = 3e-2
-
-
-class Report:
-    def __init__(self, out: Path | None, budget_s: float) -> None:
-        self.out, self.deadline, self.t0 = out, time.monotonic() + budget_s, time.monotonic()
-        self.stages: dict[str, dict] = {}
-
-    @contextlib.contextmanager
-    def stage(self, name: str):
-        rec: dict = {"ok": False}
-        self.stages[name] = rec
-        t = time.perf_counter()
-        if time.monotonic() > self.deadline:
-            rec["skipped"] = "past --budget-s"
-            print(f"[skip] {name}: past the time budget", flush=True)
-            self.save()
-            yield None
-            return
-        try:
-            yield rec
-            rec["ok"] = rec.get("ok_override", True)
-        except Exception as exc:  # noqa: BLE001 - every failure is a finding, reported and not raised
-            rec["error"] = f"{type(exc).__name__}: {exc}".strip()
-            rec["traceback"] = traceback.format_exc()
-        rec.pop("ok_override", None)
-        rec["seconds"] = round(time.perf_counter() - t, 2)
-        detail = rec.get("summary", "") if rec["ok"] else rec.get("error", "").splitlines()[0][:300]
-        print(
-            f"[{'ok' if rec['ok'] else 'FAIL'}] {name} ({rec['seconds']} s): {detail}", flush=True
-        )
-        if not rec["ok"]:
-            print(rec["traceback"][-3000:], flush=True)
-        self.save()
-
-    def save(self) -> None:
-        if self.out:
-            self.out.mkdir(parents=True, exist_ok=True)
-            (self.out / "fa4_smoke.json").write_text(json.dumps(self.stages, indent=1, default=str))
-
-
-def cuda_time_ms(fn, reps: int = 20) -> float:
-    """Median of per-call CUDA-event times after one untimed call."""
-    fn()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return sorted(times)[len(times) // 2]
-
-
-def ref_attn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
-    """[Sq, H, D] x [Sk, Hkv, D] causal, aligned bottom-right (as FA), in fp32."""
-    sq, sk = q.shape[0], k.shape[0]
-    mask = torch.ones(sq, sk, dtype=torch.bool, device=q.device).tril(diagonal=sk - sq)
-    o = F.scaled_dot_product_attention(
-        q.float().transpose(0, 1),
-        k.float().transpose(0, 1),
-        v.float().transpose(0, 1),
-        attn_mask=mask,
-        scale=scale,
-        enable_gqa=True,
-    )
-    return o.transpose(0, 1)
-
-
-def max_err(out: torch.Tensor, ref: torch.Tensor) -> float:
-    return float((out.float() - ref.float()).abs().max())
-
-
-def check(rec: dict, err: float, what: str) -> None:
-    rec[f"max_abs_err_{what}"] = err
-    if not math.isfinite(err) or err > TOL:
-        raise AssertionError(f"{what}: max abs error {err:.3g} > {TOL} (or not finite)")
-
-
-def make_paged(lens: list[int], page: int, pad: int, nan_unused: bool, gen: torch.Generator):
-    """K/V cache [pages, page, HKV, D] holding each sequence's keys on shuffled pages; table [B,
-    max_pages]."""
-    need = [-(-n // page) for n in lens]
-    total = sum(need) + 4  # spare pages that nobody uses
-    perm = torch.randperm(total, generator=gen).tolist()
-    width = max(max(need), 1) + 2
-    table = torch.full((len(lens), width), pad, dtype=torch.int32)
-    k_cache = torch.randn(total, page, HKV, D, generator=gen).to(DTYPE)
-    v_cache = torch.randn(total, page, HKV, D, generator=gen).to(DTYPE)
-    used = set()
-    start = 0
-    for b, n in enumerate(need):
-        table[b, :n] = torch.tensor(perm[start : start + n], dtype=torch.int32)
-        used.update(perm[start : start + n])
-        start += n
-    if nan_unused:  # FA4 promises unused pages may hold anything, NaN included
-        for p in set(range(total)) - used:
-            k_cache[p] = float("nan")
-            v_cache[p] = float("nan")
-    return k_cache.cuda(), v_cache.cuda(), table.cuda()
-
-
-def gather_ref(
-    q: torch.Tensor, k_cache, v_cache, table, lens: list[int], scale: float
-) -> torch.Tensor:
-    out = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
-    page = k_cache.shape[1]
-    for b, n in enumerate(lens):
-        if n == 0:
-            continue
-        pages = table[b, : -(-n // page)].long()
-        kb, vb = (c[pages].flatten(0, 1)[:n] for c in (k_cache, v_cache))
-        out[b] = ref_attn(q[b], kb, vb, scale)
-    return out
+from tools.gpu_machine.fa4_common import (
+    DTYPE,
+    HKV,
+    SHIM,
+    D,
+    H,
+    Report,
+    check,
+    cuda_time_ms,
+    gather_ref,
+    make_paged,
+    max_err,
+    ref_attn,
+)
+from tools.gpu_machine.fa4_shim_stages import stage_nanovllm, stage_shim
 
 
 def stage_env(rep: Report) -> None:
@@ -367,81 +259,6 @@ def stage_decode_graph(rep: Report, fa4, page: int = 128, batch: int = 64) -> No
         rec["summary"] = f"captured, replay err {err:.2g}, {rec['replay_ms']:.3f} ms"
 
 
-def stage_shim(rep: Report) -> None:
-    with rep.stage("shim") as rec:
-        if rec is None:
-            return
-        shim = importlib.import_module("flash_attn")
-        if not hasattr(shim, "flash_attn_with_kvcache"):
-            raise RuntimeError(f"`flash_attn` is not the shim ({shim}); run without --no-shim")
-        rec["backend"] = shim.backend()
-        gen = torch.Generator().manual_seed(3)
-        scale, page = D**-0.5, 256  # nano-vllm's kvcache_block_size must be a multiple of 256
-        lens = [5, 300, 777]
-        cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), dtype=torch.int32).cuda()
-        q, k, v = (
-            torch.randn(sum(lens), h, D, generator=gen).to(DTYPE).cuda() for h in (H, HKV, HKV)
-        )
-        out = shim.flash_attn_varlen_func(
-            q,
-            k,
-            v,
-            max_seqlen_q=max(lens),
-            cu_seqlens_q=cu,
-            max_seqlen_k=max(lens),
-            cu_seqlens_k=cu,
-            softmax_scale=scale,
-            causal=True,
-        )
-        ref = torch.cat(
-            [
-                ref_attn(q[a:b], k[a:b], v[a:b], scale)
-                for a, b in zip(cu[:-1].tolist(), cu[1:].tolist(), strict=True)
-            ]
-        )
-        check(rec, max_err(out, ref), "varlen")
-        # Prefix cache: keys of the whole sequence are paged, queries are only the uncached suffix.
-        klens, qlens = [600, 300, 1000], [88, 300, 1]
-        k_cache, v_cache, table = make_paged(klens, page, -1, True, gen)
-        cu_q = torch.tensor([0] + list(torch.tensor(qlens).cumsum(0)), dtype=torch.int32).cuda()
-        cu_k = torch.tensor([0] + list(torch.tensor(klens).cumsum(0)), dtype=torch.int32).cuda()
-        qs = torch.randn(sum(qlens), H, D, generator=gen).to(DTYPE).cuda()
-        out = shim.flash_attn_varlen_func(
-            qs,
-            k_cache,
-            v_cache,
-            max_seqlen_q=max(qlens),
-            cu_seqlens_q=cu_q,
-            max_seqlen_k=max(klens),
-            cu_seqlens_k=cu_k,
-            softmax_scale=scale,
-            causal=True,
-            block_table=table,
-        )
-        refs = []
-        for b, nk in enumerate(klens):
-            pages = table[b, : -(-nk // page)].long()
-            kb, vb = (c[pages].flatten(0, 1)[:nk] for c in (k_cache, v_cache))
-            refs.append(ref_attn(qs[cu_q[b] : cu_q[b + 1]], kb, vb, scale))
-        check(rec, max_err(out, torch.cat(refs)), "prefix_cache")
-        qd = torch.randn(len(klens), 1, H, D, generator=gen).to(DTYPE).cuda()
-        seqlens = torch.tensor(klens, dtype=torch.int32).cuda()
-        out = shim.flash_attn_with_kvcache(
-            qd,
-            k_cache,
-            v_cache,
-            cache_seqlens=seqlens,
-            block_table=table,
-            softmax_scale=scale,
-            causal=True,
-        )
-        check(rec, max_err(out, gather_ref(qd, k_cache, v_cache, table, klens, scale)), "kvcache")
-        rec["summary"] = (
-            f"backend {rec['backend']}: varlen, prefix-cache varlen and kvcache (page 256) "
-            "match SDPA"
-        )
-
-
 def stage_engine_backend(rep: Report, page: int = 128) -> None:
     with rep.stage("engine_backend") as rec:
         if rec is None:
@@ -478,59 +295,6 @@ def stage_engine_backend(rep: Report, page: int = 128) -> None:
         want = ta.forward(qd, kv, kv, k_cache, v_cache, ta.prepare(dmeta, k_cache, DTYPE), scale)
         check(rec, max_err(got, want), "decode")
         rec["summary"] = f"FlashAttention(fa4) == TorchAttention (prefill, decode page {page})"
-
-
-def stage_nanovllm(rep: Report, model_dir: Path) -> None:
-    """The original nano-vllm (source staged in .peers/nano-vllm) on the shim, as its authors ship
-    it but for a stub tokenizer (random weights have none)."""
-    with rep.stage("nanovllm") as rec:
-        if rec is None:
-            return
-        from benchmarks.peer_nanovllm import (
-            NANOVLLM,
-            staged_commit,
-            stub_tokenizer,
-            write_hf_checkpoint,
-        )
-        from bubblelab.engine.loader import load_model
-
-        rec["commit"] = staged_commit(NANOVLLM)
-        if rec["commit"] is None:
-            raise RuntimeError(f"no nano-vllm at {NANOVLLM}: tools/gpu_machine/stage_nanovllm.sh")
-        sys.path.insert(0, str(NANOVLLM))
-        if not (model_dir / "config.json").exists():  # seeded random qwen3-0.6b in HF layout
-            loaded = load_model("qwen3-0.6b", dtype="bf16", device="cuda", seed=0)
-            write_hf_checkpoint(loaded, model_dir)
-            del loaded
-            torch.cuda.empty_cache()
-        from nanovllm import LLM, SamplingParams
-
-        stub_tokenizer(eos_token_id=151645)
-        t = time.perf_counter()
-        llm = LLM(
-            str(model_dir),
-            enforce_eager=False,
-            max_model_len=1024,
-            max_num_batched_tokens=4096,
-            max_num_seqs=32,
-            gpu_memory_utilization=0.6,
-        )
-        rec["init_s"] = round(time.perf_counter() - t, 1)
-        gen = torch.Generator().manual_seed(5)
-        prompts = [torch.randint(0, 1000, (32,), generator=gen).tolist() for _ in range(32)]
-        params = SamplingParams(temperature=1.0, max_tokens=128, ignore_eos=True)
-        llm.generate(prompts[:2], params, use_tqdm=False)  # warm-up
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        outs = llm.generate(prompts, params, use_tqdm=False)
-        torch.cuda.synchronize()
-        wall = time.perf_counter() - t
-        n_tok = sum(len(o["token_ids"]) for o in outs)
-        rec.update(wall_s=round(wall, 2), tokens=n_tok, e2e_tok_s=round(n_tok / wall, 1))
-        rec["summary"] = (
-            f"32 x 128 tokens in {wall:.2f} s ({rec['e2e_tok_s']} tok/s e2e, init "
-            f"{rec['init_s']} s incl. compile + graphs)"
-        )
 
 
 def main() -> None:

@@ -64,6 +64,7 @@ STYLE: dict[Any, Any] = {  # matplotlib rcParams
     "legend.fontsize": FONT_PT,
     # Text as paths: trace-derived strings (phase and kernel names) never reach the page as markup.
     "svg.fonttype": "path",
+    "text.parse_math": False,  # trace names are data: a `$` in one is not mathtext
 }
 
 _figure_ids = (f"fig{i}" for i in itertools.count())

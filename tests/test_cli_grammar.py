@@ -1,0 +1,115 @@
+"""One CLI grammar (issue #17 item 4): --json [PATH|-] everywhere, list-valued --streams, the same
+defaults for the same options, --version, a quick --help, and `run --json` with per-request latency
+(item 7)."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import subprocess
+import sys
+import time
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+
+from bubblelab.cli import app, json_option_values, main
+from bubblelab.cli.run import run
+from bubblelab.cli.sweep import run_and_profile
+from bubblelab.engine.workload import WorkloadSpec
+from bubblelab.runs.sweep import SweepSpec
+
+ROOT = Path(__file__).parents[1]
+HEAVY = ("torch", "pandas", "numpy", "duckdb", "matplotlib")
+
+
+def test_help_imports_nothing_heavy_and_is_quick():
+    probe = (
+        "import sys, time; t = time.perf_counter(); from bubblelab.cli import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        f"print('@', time.perf_counter() - t, [m for m in {HEAVY!r} if m in sys.modules])"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    seconds, heavy = done.stdout.rsplit("@", 1)[1].split(" ", 2)[1:]
+    assert heavy.strip() == "[]"  # torch alone took 4 s
+    assert float(seconds) < 1.0 or pytest.skip(f"a loaded machine: {seconds} s")
+    for command in ("run", "run-and-profile", "analyze", "predict", "report", "demo"):
+        assert command in done.stdout
+
+
+def test_version(capsys):
+    main(["--version"])
+    assert capsys.readouterr().out == f"bubblelab {version('bubblelab')}\n"
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["analyze", "--json"], ["analyze", "--json=-"]),
+        (["analyze", "--json", "-"], ["analyze", "--json", "-"]),
+        (
+            ["analyze", "--json", "out.json", "t.sqlite"],
+            ["analyze", "--json", "out.json", "t.sqlite"],
+        ),
+        (["analyze", "--json", "--warmup", "1"], ["analyze", "--json=-", "--warmup", "1"]),
+        (["run", "--json", "results/out"], ["run", "--json", "results/out"]),
+        (["analyze", "--", "--json"], ["analyze", "--", "--json"]),
+    ],
+)
+def test_json_takes_an_optional_value(argv, expected):
+    assert json_option_values(argv) == expected
+
+
+def test_json_never_takes_an_existing_trace_as_its_path(tmp_path):
+    trace = tmp_path / "a.sqlite"
+    trace.write_bytes(b"")
+    assert json_option_values(["analyze", "--json", str(trace)]) == [
+        "analyze",
+        "--json=-",
+        str(trace),
+    ]
+
+
+def _defaults(command) -> dict:
+    return {name: p.default.default for name, p in inspect.signature(command).parameters.items()
+            if hasattr(p.default, "default")}  # fmt: skip
+
+
+def test_shared_options_have_one_default_everywhere():
+    run_defaults, sweep_defaults = _defaults(run), _defaults(run_and_profile)
+    shared = set(run_defaults) & set(sweep_defaults)
+    assert {"model", "device", "streams", "max_model_len", "output_len_mean"} <= shared
+    for name in shared:
+        assert run_defaults[name] == sweep_defaults[name], name
+    # ... and they are the library's.
+    spec, workload = SweepSpec(), WorkloadSpec()
+    assert sweep_defaults["max_model_len"] == spec.max_model_len
+    assert sweep_defaults["streams"] == ",".join(map(str, spec.streams))
+    assert sweep_defaults["output_len_mean"] == spec.output_len_mean == workload.output_len_mean
+    assert sweep_defaults["prompt_len"] == spec.prompt_len == workload.prompt_len
+    assert all(isinstance(c.callback, object) for c in app.registered_commands)
+
+
+def test_run_json_to_stdout_has_latency_per_request_and_runs_per_streams_value(capsys):
+    started = time.perf_counter_ns()
+    main(
+        ["run", "--model", "tiny-llama", "--streams", "1,3", "--output-len-mean", "6",
+         "--output-len-dist", "fixed", "--max-model-len", "64", "--json"]
+    )  # fmt: skip
+    out, err = capsys.readouterr()
+    doc = json.loads(out)  # stdout is the JSON alone; tables and progress went to stderr
+    assert "tokens/s" in err
+    assert [r["summary"]["streams"] for r in doc["runs"]] == [1, 3]
+    for r in doc["runs"]:
+        assert len(r["requests"]) == 4 * r["summary"]["streams"]
+        for key in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
+            stats = r["latency"][key]
+            assert 0 < stats["median"] <= stats["p99"], key
+        for req in r["requests"].values():
+            assert len(req["token_ids"]) == 6 and req["finish_reason"] == "length"
+            assert 0 < req["ttft_ms"] <= req["e2e_ms"] < (time.perf_counter_ns() - started) / 1e6
+            assert req["tpot_ms"] == pytest.approx((req["e2e_ms"] - req["ttft_ms"]) / 5)
