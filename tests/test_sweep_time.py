@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +13,7 @@ from bubblelab.profiling import nsys
 from bubblelab.report import report
 from bubblelab.runs.rundir import read_results
 from bubblelab.runs.sweep import SweepSpec, run_sweep
+from tools.docs import sweep_time
 
 
 def tiny_spec(**options) -> SweepSpec:
@@ -102,3 +104,27 @@ def test_run_and_profile_bootstraps_its_predictions_once(tmp_path, monkeypatch):
     monkeypatch.setattr(report, "predict_runs", counted)
     page = cli_sweep.profile_and_report(tiny_spec(), tmp_path / "sweep", nsys=False)
     assert page.is_file() and "Predicted" in page.read_text() and len(calls) == 1
+
+
+DEV = Path(__file__).parents[1] / "docs" / "measurements" / "2026-11-23" / "costmodel-dev"
+
+
+@pytest.mark.skipif(not DEV.is_dir(), reason="the 2026-11-23 sweeps are not in this checkout")
+def test_the_h200_sweeps_time_as_docs_h200_costmodel_says():
+    """docs/h200-costmodel.md's breakdown of qwen3-4b's sweep, from what that sweep recorded."""
+    text = sweep_time.markdown(DEV / "dev-qwen3-4b.results.json.gz")
+    plain, profiled = text.split("nsys pass:")
+    assert "| load + compile + graph capture | 25.9 |" in plain
+    assert "| 30 runs: the workloads | 58.1 |" in plain and "| pass wall clock | 96.0 |" in plain
+    assert "| 6 runs: the workloads | 13.1 |" in profiled
+    assert "| runs: around the workload (warm-up, profiler range, record) | 27.6 |" in profiled
+    assert "| outside the worker (start-up, and nsys's wrap-up) | 24.7 |" in profiled
+
+
+def test_a_new_sweeps_time_is_told_part_by_part(tmp_path):
+    run_sweep(tiny_spec(), tmp_path, use_nsys=False)
+    text = sweep_time.markdown(tmp_path)
+    parts = ("process start", "model load", "compile + graph capture", "runs: warm-up",
+             "opening and closing the profiler range", "after the worker", "assembly")  # fmt: skip
+    for part in parts:
+        assert part in text, part
