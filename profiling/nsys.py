@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from bubblelab.errors import BubblelabError
+from bubblelab.files import write_atomic
 
 PROFILE_OPTIONS = (
     "-t",
@@ -153,9 +154,10 @@ def profile_ranges(
             exported_here.append(export.name)
         exports.append(export)
     if log is not None:
-        Path(log).write_text(
+        write_atomic(
+            log,
             f"{result.stdout}{result.stderr}[profile_ranges {ended:.3f}] nsys exited; exported "
-            f"here: {', '.join(exported_here) or 'none'} ({time.time() - ended:.1f} s)\n"
+            f"here: {', '.join(exported_here) or 'none'} ({time.time() - ended:.1f} s)\n",
         )
     if not exports:
         raise BubblelabError(
