@@ -85,6 +85,7 @@ def run_workload(
     requests = make_requests(spec, engine.loaded.config.vocab_size)
     timeline = engine.timeline if engine.timeline is not None else Timeline()
     engine.timeline = engine.phases.timeline = timeline
+    warm_t0 = time.perf_counter()
     # Lazy initialisation, allocator growth, first graph replays: keep them out of the figures.
     if warmup:
         timeline.enabled = False
@@ -106,11 +107,13 @@ def run_workload(
     timeline.depth = engine.config.depth
     engine.streams.synchronize()
     engine.streams.calibrate()  # a fresh device-clock reference for this run's timeline
+    warmup_s = time.perf_counter() - warm_t0
     if engine.workers is not None:  # every rank: a fresh timeline, and the profiler range
         engine.workers.begin_run(profile, engine.config.depth)
     if profile and engine.streams.is_cuda:
         torch.cuda.profiler.start()
     t0 = time.perf_counter()
+    profiler_s = t0 - warm_t0 - warmup_s  # opening the capture range (and the ranks' begin_run)
     engine.record_token_times = latency
     finished: dict[str, Sequence] = {}
     try:
@@ -123,7 +126,9 @@ def run_workload(
     if profile and engine.streams.is_cuda:
         torch.cuda.profiler.stop()
     ranks = engine.workers.end_run() if engine.workers is not None else []
-    summary = {**summarize(engine, spec, timeline, outputs, wall), **clocks.summary()}
+    profiler_s += time.perf_counter() - t0 - wall  # closing it: nsys's time, not the run's
+    summary = {**summarize(engine, spec, timeline, outputs, wall), **clocks.summary(),
+               "warmup_s": warmup_s, "profiler_s": profiler_s}  # fmt: skip
     result = RunResult(summary, outputs, reasons, timeline, requests, rank_timelines=ranks)
     if latency:
         result.latency = latency_summary(finished.values())

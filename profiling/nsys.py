@@ -10,13 +10,16 @@ Commands are argument lists handed to subprocess, never a shell, so any path or 
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 from bubblelab.errors import BubblelabError
+from bubblelab.files import write_atomic
 
 PROFILE_OPTIONS = (
     "-t",
@@ -46,8 +49,14 @@ def find_nsys() -> str:
 
 
 def nsys_version() -> str:
-    """E.g. '2025.3.2.474' from `nsys --version`."""
-    out = _run([find_nsys(), "--version"], timeout=60).stdout
+    """E.g. '2025.3.2.474' from `nsys --version`, asked once per executable (a sweep's assembly
+    stamps every profiled run with it, and each `nsys --version` starts nsys anew)."""
+    return _version_of(find_nsys())
+
+
+@functools.cache
+def _version_of(executable: str) -> str:
+    out = _run([executable, "--version"], timeout=60).stdout
     match = re.search(r"\d{4}\.\d+(\.\d+)*", out)
     if match is None:
         raise BubblelabError(f"cannot read the nsys version from {out.strip()!r}")
@@ -123,22 +132,33 @@ def profile_ranges(
     *,
     timeout: float | None = None,
     env: dict[str, str] | None = None,
+    log: Path | None = None,
 ) -> list[Path]:
     """Profile `argv`, one report per cudaProfilerApi range; return their SQLite exports in the
-    order the ranges ran. A report nsys left unexported is exported here."""
+    order the ranges ran. A report nsys left unexported is exported here. log: where to keep what
+    nsys and the command printed (nsys's report lines between the command's own show when nsys
+    wrote each report)."""
     out_base = Path(out_base)
     out_base.parent.mkdir(parents=True, exist_ok=True)
     result = _run(profile_command(out_base, argv, "repeat"), timeout=timeout, env=env)
+    ended = time.time()
     pattern = re.compile(re.escape(out_base.name) + r"\.(\d+)\.nsys-rep$")
     reports = sorted(
         (int(m.group(1)), p) for p in out_base.parent.iterdir() if (m := pattern.match(p.name))
     )
-    exports = []
+    exports, exported_here = [], []
     for _, report in reports:
         export = report.with_suffix(".sqlite")
         if not export.is_file():
             export_sqlite(report, export, timeout)
+            exported_here.append(export.name)
         exports.append(export)
+    if log is not None:
+        write_atomic(
+            log,
+            f"{result.stdout}{result.stderr}[profile_ranges {ended:.3f}] nsys exited; exported "
+            f"here: {', '.join(exported_here) or 'none'} ({time.time() - ended:.1f} s)\n",
+        )
     if not exports:
         raise BubblelabError(
             f"nsys wrote no {out_base.name}.<n>.nsys-rep: did the runs call "

@@ -66,3 +66,19 @@ def test_predict_reads_a_schema_1_run_directory():
     assert result.returncode == 0, result.stderr
     assert "qwen3-1.7b · NVIDIA H200 · 64 streams" in result.stdout
     assert "?" in result.stdout and "not known to ±1 point" in result.stdout
+
+
+DEV = ROOT / "docs" / "measurements" / "2026-11-23" / "costmodel-dev"
+
+
+@pytest.mark.skipif(not DEV.is_dir(), reason="the 2026-11-23 sweeps are not in this checkout")
+def test_predict_reads_a_results_file_of_todays_sweep():
+    """A committed results file by itself (NAME.results.json.gz, schema 2), read by `predict`."""
+    result = subprocess.run(
+        [sys.executable, "-m", "bubblelab", "predict", str(DEV / "dev-qwen3-4b.results.json.gz"),
+         "--n-boot", "50"],
+        capture_output=True, text=True, cwd=ROOT, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    for streams in ("1 stream ", "8 streams", "32 streams"):
+        assert f"qwen3-4b · NVIDIA H200 · {streams}" in result.stdout

@@ -85,7 +85,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def predict(
         run_dir: Path | None = typer.Argument(
-            None, help="A run directory (results.json, any schema version)."
+            None, help="A run directory (results.json, any schema version) or a results file."
         ),
         blog: bool = typer.Option(False, "--blog", help="Use the Photon post's published inputs."),
         catalog: Path | None = typer.Option(

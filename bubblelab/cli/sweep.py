@@ -137,11 +137,11 @@ def profile_and_report(
             on_run=on_run,
             say=bar.console.print,
         )
-    with console.status("writing the report"):
-        report = report_run_dir(out)
     results = read_results(out)
+    table = predict_runs(results.runs, results.steps, results.requests)  # once: page and console
+    with console.status("writing the report"):
+        report = report_run_dir(out, table=table)
     wide = Console(width=max(console.width, 160))
-    table = predict_runs(results.runs, results.steps, results.requests)
     if len(table):
         wide.print(prediction_table(table, blog=False))
     perturbation = profiler_perturbation(results.runs, results.steps)

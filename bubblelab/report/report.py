@@ -75,10 +75,17 @@ def timeline_charts(results: Results) -> list[dict]:
 
 
 def render_report(
-    results: Results, title: str, n_boot: int = 1000, exported: Exported | None = None
+    results: Results,
+    title: str,
+    n_boot: int = 1000,
+    exported: Exported | None = None,
+    table: pd.DataFrame | None = None,
 ) -> str:
-    """The page. exported: the files written beside it, linked relative to it (EXPORT_DIR/)."""
-    table = predict_runs(results.runs, results.steps, results.requests, n_boot=n_boot)
+    """The page. exported: the files written beside it, linked relative to it (EXPORT_DIR/).
+    table: predict_runs of these results when the caller has it already (run-and-profile prints
+    it too; the bootstrap is the page's slowest part)."""
+    if table is None:
+        table = predict_runs(results.runs, results.steps, results.requests, n_boot=n_boot)
     blog = predict_blog()
     measured = summary.unprofiled(results)  # what the engine does; the profiler's own section
     configs = summary.config_table(measured)
@@ -117,17 +124,22 @@ def render_report(
 
 
 def report_run_dir(
-    source: Path | str, n_boot: int = 1000, export: bool = True, out: Path | None = None
+    source: Path | str,
+    n_boot: int = 1000,
+    export: bool = True,
+    out: Path | None = None,
+    table: pd.DataFrame | None = None,
 ) -> Path:
     """Write the page of a run directory (DIR/report.html) or of one nsys export (out, default
-    NAME-report/report.html here), with export/ beside it; returns the page's path."""
+    NAME-report/report.html here), with export/ beside it; returns the page's path. table: the
+    source's predict_runs, if the caller made it."""
     source = Path(source)
     opened = open_source(source)
     if out is None:
         folder = source if source.is_dir() else Path(f"{opened.name}-report")
         out = folder / REPORT_FILE
     title = source.resolve().name if source.is_dir() else opened.name
-    return _write([opened], Path(out), title, n_boot, export)
+    return _write([opened], Path(out), title, n_boot, export, table)
 
 
 def report_dirs(
@@ -147,14 +159,21 @@ def report_dirs(
     return _write(opened, Path(out), title, n_boot, export)
 
 
-def _write(sources: list[Source], out: Path, title: str, n_boot: int, export: bool) -> Path:
+def _write(
+    sources: list[Source],
+    out: Path,
+    title: str,
+    n_boot: int,
+    export: bool,
+    table: pd.DataFrame | None = None,
+) -> Path:
     if len(sources) == 1:
         results, ranges = sources[0].results, ranges_of(sources)
     else:
         results = merge_results({s.name: s.results for s in sources})
         ranges = ranges_of(sources, prefixed=True)
     exported = export_results(results, out.parent / EXPORT_DIR, ranges) if export else None
-    return write_atomic(out, render_report(results, title, n_boot, exported))
+    return write_atomic(out, render_report(results, title, n_boot, exported, table))
 
 
 def _distinct_names(paths: list[Path]) -> list[str]:

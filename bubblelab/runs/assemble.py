@@ -51,6 +51,7 @@ def assemble(out_dir: Path, strict: bool = True) -> Path:
     """Ingest what a sweep's passes left in out_dir (runs/<pass>/<tag>.json, traces/run.<n>.sqlite)
     and write results.json. strict=False reads a sweep cut short: the runs that finished, and the
     nsys pass only if every one of its reports was written."""
+    started = time.perf_counter()
     state = run_state.read_state(out_dir)
     if state is None:
         raise BubblelabError(f"{out_dir} holds no sweep (no {run_state.STATE_FILE})")
@@ -90,6 +91,8 @@ def assemble(out_dir: Path, strict: bool = True) -> Path:
         results = collect(con, found["run_ids"], provenance=provenance)
     finally:
         con.close()
+    # Ingest, catalog and tables, timed (the results file's own writing is not: it holds this).
+    results.provenance["timings"]["assemble"] = {"wall_s": time.perf_counter() - started}
     runs_table = results.runs.merge(pd.DataFrame(found["extras"]), on="run_id", how="left")
     requests = pd.concat(found["requests"], ignore_index=True)
     return write_results(

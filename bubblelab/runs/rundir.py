@@ -2,7 +2,8 @@
 
 Layout of a run directory (written by run-and-profile, read by `bubblelab report DIR`):
 
-    DIR/results.json      tables + provenance (this module); DIR/results.json.gz is read as well
+    DIR/results.json      tables + provenance (this module); DIR/results.json.gz is read as well,
+                          and so is a results file by itself (NAME.results.json[.gz])
     DIR/*.nsys-rep, *.sqlite   traces, referenced from runs.trace_path (optional, not read here)
     DIR/report.html       written by bubblelab.report.report.report_run_dir, with DIR/export/
                           (the trace and Parquet tables of bubblelab.report.export)
@@ -123,9 +124,18 @@ def write_results(
     return write_atomic(run_dir / RESULTS_FILE, json.dumps(doc, indent=1, default=str))
 
 
+def is_results_file(path: Path | str) -> bool:
+    """A results document named as such: results.json[.gz] or <name>.results.json[.gz] (how the
+    committed measurements keep several sweeps in one folder)."""
+    name = Path(path).name
+    return Path(path).is_file() and name.removesuffix(".gz").endswith(RESULTS_FILE)
+
+
 def results_path(run_dir: Path | str) -> Path | None:
-    """DIR/results.json, or DIR/results.json.gz (how committed measurements are kept small); None if
-    neither."""
+    """DIR/results.json, or DIR/results.json.gz (how committed measurements are kept small), or the
+    results file itself; None if none."""
+    if is_results_file(run_dir):
+        return Path(run_dir)
     plain = Path(run_dir) / RESULTS_FILE
     return next((p for p in (plain, plain.with_name(RESULTS_FILE + ".gz")) if p.is_file()), None)
 
@@ -221,12 +231,12 @@ def _one_line(e: BaseException) -> str:
 
 
 def load_runs(source: Path | str) -> Results:
-    """Runs and steps from a run directory (results.json) or a DuckDB catalog with `runs` and
-    `steps` tables."""
+    """Runs and steps from a run directory (results.json), a results file ([name.]results.json[.gz])
+    or a DuckDB catalog with `runs` and `steps` tables."""
     source = Path(source)
     if not source.exists():
         raise BubblelabError(f"{source} does not exist")
-    if source.is_dir():
+    if source.is_dir() or is_results_file(source):
         return read_results(source)
     if source.suffix in (".duckdb", ".db") and source.is_file():
         import duckdb  # only needed for catalogs
@@ -245,7 +255,9 @@ def load_runs(source: Path | str) -> Results:
         if runs.empty or steps.empty:
             raise BubblelabError(f"catalog {source} has no runs or no steps")
         return Results(runs, steps)
-    raise BubblelabError(f"{source} is neither a run directory nor a DuckDB catalog")
+    raise BubblelabError(
+        f"{source} is neither a run directory, a results file nor a DuckDB catalog"
+    )
 
 
 def merge_results(named: dict[str, Results]) -> Results:

@@ -177,9 +177,9 @@ def run_sweep(
             left = [r["tag"] for r in runs if f"{name}/{r['tag']}" not in finished]
             if not left:
                 continue
-            started = time.perf_counter()
+            started, launched = time.perf_counter(), time.time()
             _run_pass(plan, out_dir, on_run, left)
-            timings[name] = {"wall_s": time.perf_counter() - started}
+            timings[name] = _pass_timings(out_dir / "runs" / name, launched, started)
             write_atomic(timings_path, json.dumps(timings, indent=1))
     except BaseException as e:
         error = _stopped(out_dir, state, e, created=created and not resume, say=say)
@@ -189,6 +189,20 @@ def run_sweep(
     assemble(out_dir)
     run_state.mark(out_dir, state, "complete")
     return out_dir
+
+
+def _pass_timings(run_dir: Path, launched: float, started: float) -> dict[str, float]:
+    """The pass's wall clock, and the parts outside its worker's own work: `start_s` from launch to
+    the worker's first line (the interpreter, its imports, nsys starting up) and `finish_s` from the
+    worker's last line to the pass's end (under nsys: its last reports, their export)."""
+    ended = time.time()
+    out = {"wall_s": time.perf_counter() - started}
+    worker = run_dir / "worker.json"
+    if worker.is_file():
+        w = json.loads(worker.read_text())
+        if "started_unix" in w and "ended_unix" in w:
+            out |= {"start_s": w["started_unix"] - launched, "finish_s": ended - w["ended_unix"]}
+    return out
 
 
 def _whole_nsys_pass(out_dir: Path, runs: list[dict]) -> bool:
@@ -235,7 +249,7 @@ def _run_pass(plan: dict, out_dir: Path, on_run, left: list[str]) -> None:
     plan_path = write_atomic(run_dir / "plan.json", json.dumps(plan, indent=1))
     argv = [sys.executable, "-m", "bubblelab.runs.worker", str(plan_path)]
     if plan["profile"]:
-        profile_ranges(out_dir / "traces" / "run", argv)
+        profile_ranges(out_dir / "traces" / "run", argv, log=run_dir / "nsys.log")
     elif plan["engine"]["device"] == "cpu":
         run_plan(plan, on_run=on_run)
         return

@@ -42,22 +42,31 @@ def run_plan(
     out_dir = Path(plan["out_dir"])
     out_dir.mkdir(parents=True, exist_ok=True)
     profile = bool(plan.get("profile", False))
-    t0 = time.perf_counter()
+    # Where a pass's seconds go (docs/h200-costmodel.md, "The sweep's time"): the wall clock at
+    # start and end lets the sweep tell the process's start and nsys's wrap-up from this work.
+    t0, started_unix = time.perf_counter(), time.time()
     e = plan["engine"]
     if e.get("tensor_parallel", 1) == 1:  # a tensor-parallel engine loads each rank's shard itself
         loaded = loaded or load_model(
             e["model"], dtype=e["dtype"], device=e["device"], seed=e["seed"],
             attention_backend=e["attention_backend"],
         )  # fmt: skip
+    load_s = time.perf_counter() - t0
     first = plan["runs"][0]["depth"] if plan["runs"] else 1
     engine = LLMEngine(EngineConfig(**e, depth=first), loaded, timeline=Timeline(), nvtx=profile)
     runs_s: dict[str, float] = {}
-    timings: dict[str, object] = {"setup_s": time.perf_counter() - t0, "runs_s": runs_s}
+    parts: dict[str, dict[str, float]] = {}
+    setup_s = time.perf_counter() - t0
+    timings: dict[str, object] = {
+        "setup_s": setup_s, "load_s": load_s, "engine_s": setup_s - load_s,  # compile + capture
+        "runs_s": runs_s, "run_parts_s": parts, "started_unix": started_unix,
+    }  # fmt: skip
     try:
         for run in plan["runs"]:
             if (out_dir / f"{run['tag']}.json").is_file():  # finished before a resume
                 continue
             started, started_at = time.perf_counter(), time.strftime("%Y-%m-%d %H:%M:%S")
+            _say(profile, f"run {run['tag']} begins")
             engine.set_depth(run["depth"])
             engine.timeline = engine.phases.timeline = Timeline()
             result = run_workload(engine, WorkloadSpec(**run["workload"]), profile=profile)
@@ -65,13 +74,31 @@ def run_plan(
             record["summary"]["started_at"] = started_at
             write_atomic(out_dir / f"{run['tag']}.json", json.dumps(record))
             runs_s[run["tag"]] = time.perf_counter() - started
+            parts[run["tag"]] = _parts(runs_s[run["tag"]], result.summary)
+            _say(profile, f"run {run['tag']} ends")
             if on_run is not None:
                 on_run(run["tag"], record["summary"])
     finally:
         engine.close()
     timings["total_s"] = time.perf_counter() - t0
+    timings["ended_unix"] = time.time()
     write_atomic(out_dir / "worker.json", json.dumps(timings, indent=1))
     return timings
+
+
+def _parts(run_s: float, summary: dict) -> dict[str, float]:
+    """A run's seconds by part: warm-up, the profiler's range opening and closing, the workload,
+    and the rest (the record: its timeline as JSON, written)."""
+    known = {k: float(summary.get(f"{k}_s") or 0.0) for k in ("warmup", "profiler")}
+    known["workload"] = float(summary.get("wall_s") or 0.0)
+    return {**known, "record": run_s - sum(known.values())}
+
+
+def _say(profile: bool, what: str) -> None:
+    """Under nsys, a time-stamped line on stdout, which nsys's own output shares: the nsys log
+    (runs/nsys/nsys.log) then shows when nsys wrote each report against the runs."""
+    if profile:
+        print(f"[worker {time.time():.3f}] {what}", flush=True)
 
 
 def result_record(result: RunResult) -> dict:

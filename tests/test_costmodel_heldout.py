@@ -1,0 +1,46 @@
+"""The held-out set (docs/costmodel-heldout.md): the model reported on it is the frozen one."""
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from bubblelab.costmodel.predict import predict_runs
+from bubblelab.runs.rundir import read_results
+
+ROOT = Path(__file__).parents[1]
+HELD_OUT = ROOT / "docs" / "measurements" / "2026-11-23" / "costmodel-heldout"
+FROZEN = HELD_OUT / "predictions-3f021e1.json"  # tools/docs/costmodel_at_commit.py at 3f021e1
+
+
+@pytest.mark.skipif(not FROZEN.is_file(), reason="the held-out results are not in this checkout")
+def test_todays_model_predicts_the_held_out_set_as_the_frozen_commit_did():
+    """docs/h200-costmodel.md's held-out table is made by today's code: it may be reported as held
+    out only while today's predictions are the frozen commit's. A change to the model that moves
+    any held-out number fails here; it then needs a new held-out set, not a new table."""
+    tables = []
+    for path in sorted(HELD_OUT.glob("held-out-*.results.json.gz")):
+        name = path.name.removeprefix("held-out-").removesuffix(".results.json.gz")
+        results = read_results(path)
+        table = predict_runs(results.runs, results.steps, results.requests)
+        tables.append(table.assign(name=name))
+    ours = json.loads(pd.concat(tables, ignore_index=True).to_json(orient="records"))
+    frozen = json.loads(FROZEN.read_text())
+    assert len(ours) == len(frozen) == 8
+    for mine, theirs in zip(ours, frozen, strict=True):
+        assert mine == theirs, mine["label"]
+
+
+@pytest.mark.skipif(not FROZEN.is_file(), reason="the held-out results are not in this checkout")
+def test_the_readmes_held_out_row_is_the_frozen_predictions():
+    """docs/costmodel-readme-section.md's held-out row: largest miss (rows within 1 point) of each
+    prediction, then the rows whose observed speedup is known to ±1 point, by rule."""
+    table = pd.DataFrame(json.loads(FROZEN.read_text()))
+    cells = []
+    for column in ("error_pts", "wall_d1_error_pts", "wall_error_pts"):
+        miss = table[column].abs()
+        cells.append(f"{miss.max():.1f} ({(miss <= 1.0).sum()} of {len(table)})")
+    cells.append(f"{int(table['observed_known'].sum())} of {len(table)}")
+    section = (ROOT / "docs" / "costmodel-readme-section.md").read_text()
+    assert " | ".join(cells) + " |" in section, cells

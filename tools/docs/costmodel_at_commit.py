@@ -1,0 +1,108 @@
+"""The cost model's predictions as one recorded commit makes them (the held-out analysis).
+
+    .venv/bin/python -m tools.docs.costmodel_at_commit 3f021e1bbd \\
+        --sweep docs/measurements/2026-11-23/costmodel-heldout \\
+        --out docs/measurements/2026-11-23/costmodel-heldout/predictions-3f021e1.json
+
+The held-out set is analysed with the model at the commit docs/costmodel-heldout.md records,
+and with nothing newer: that commit's package alone (`git archive`, installed without dependencies
+into build/), imported in a fresh interpreter with it at PYTHONPATH's front, so today's checkout
+cannot leak in. Each results file (held-out-NAME.results.json.gz) is read as a run directory
+NAME/, the layout that commit knew; the table of `costmodel.predict.predict_runs` is written as
+JSON records with a `name` column. With --check, the JSON already there is compared instead (exit
+1 on any difference).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).parents[2]
+PREFIXES = ("held-out-", "dev-")
+# Run inside the frozen package: read each NAME/results.json.gz, predict, print records.
+PREDICT = """
+import json, sys
+from pathlib import Path
+import pandas as pd
+from bubblelab.costmodel import predict
+from bubblelab.costmodel.predict import predict_runs
+from bubblelab.runs.rundir import read_results
+assert predict.__file__.startswith(sys.argv[2]), predict.__file__  # the frozen copy, not ours
+tables = []
+for run_dir in sorted(p for p in Path(sys.argv[1]).iterdir() if p.is_dir()):
+    r = read_results(run_dir)
+    tables.append(predict_runs(r.runs, r.steps, r.requests).assign(name=run_dir.name))
+print(pd.concat(tables, ignore_index=True).to_json(orient="records", indent=1))
+"""
+
+
+def install(commit: str, target: Path) -> Path:
+    """The package of `commit`, installed (no dependencies) under target/lib; returns lib."""
+    lib = target / "lib"
+    if (target / "COMMIT").is_file() and (target / "COMMIT").read_text() == commit:
+        return lib  # installed before: the same commit's files
+    shutil.rmtree(target, ignore_errors=True)
+    src = target / "src"
+    src.mkdir(parents=True)
+    archive = subprocess.run(["git", "archive", commit], cwd=ROOT, capture_output=True, check=True)
+    with tempfile.TemporaryFile() as f:
+        f.write(archive.stdout)
+        f.seek(0)
+        tarfile.open(fileobj=f).extractall(src, filter="data")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+         "--no-index", "--target", str(lib), str(src)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    (target / "COMMIT").write_text(commit)
+    return lib
+
+
+def predict_at(commit: str, sweep: Path, work: Path) -> str:
+    """predict_runs of `commit` on every results file of `sweep`, as JSON records (pandas')."""
+    lib = install(commit, work / commit)
+    runs = work / "runs"
+    shutil.rmtree(runs, ignore_errors=True)
+    for path in sorted(sweep.glob("*.results.json*")):
+        name = path.name.split(".results.json")[0]
+        name = next((name[len(p) :] for p in PREFIXES if name.startswith(p)), name)
+        (runs / name).mkdir(parents=True)
+        shutil.copy(path, runs / name / ("results.json" + path.name.split(".results.json")[1]))
+    env = {**os.environ, "PYTHONPATH": str(lib)}
+    done = subprocess.run(
+        [sys.executable, "-c", PREDICT, str(runs), str(lib)],
+        cwd=work, env=env, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return done.stdout
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("commit", help="the model commit (docs/costmodel-heldout.md)")
+    parser.add_argument("--sweep", type=Path, required=True, help="a folder of results files")
+    parser.add_argument("--out", type=Path, required=True, help="the predictions (JSON records)")
+    parser.add_argument("--check", action="store_true", help="compare with --out, do not write")
+    parser.add_argument("--work", type=Path, default=ROOT / "build" / "costmodel-at-commit")
+    args = parser.parse_args()
+    text = predict_at(args.commit, args.sweep.resolve(), args.work.resolve())
+    records = json.loads(text)
+    if not args.check:
+        args.out.write_text(json.dumps(records, indent=1))
+        print(f"{args.out}: {len(records)} rows at {args.commit}")
+        return
+    same = json.loads(args.out.read_text()) == records
+    verdict = "the same" if same else "DIFFERENT"
+    print(f"{args.out}: {verdict} at {args.commit} ({len(records)} rows)")
+    sys.exit(0 if same else 1)
+
+
+if __name__ == "__main__":
+    main()
