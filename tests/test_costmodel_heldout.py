@@ -34,7 +34,7 @@ def test_todays_model_predicts_the_held_out_set_as_the_frozen_commit_did():
 
 @pytest.mark.skipif(not FROZEN.is_file(), reason="the held-out results are not in this checkout")
 def test_the_readmes_held_out_row_is_the_frozen_predictions():
-    """docs/costmodel-readme-section.md's held-out row: largest miss (rows within 1 point) of each
+    """The README's cost-model section, its held-out row: largest miss (rows within 1 point) of each
     prediction, then the rows whose observed speedup is known to ±1 point, by rule."""
     table = pd.DataFrame(json.loads(FROZEN.read_text()))
     cells = []
@@ -42,5 +42,5 @@ def test_the_readmes_held_out_row_is_the_frozen_predictions():
         miss = table[column].abs()
         cells.append(f"{miss.max():.1f} ({(miss <= 1.0).sum()} of {len(table)})")
     cells.append(f"{int(table['observed_known'].sum())} of {len(table)}")
-    section = (ROOT / "docs" / "costmodel-readme-section.md").read_text()
+    section = (ROOT / "README.md").read_text()
     assert " | ".join(cells) + " |" in section, cells

@@ -20,7 +20,6 @@ USER_DOCS = (
     # The cost model's pages (#16): results a user reads, the README's section among them.
     "docs/h200-costmodel.md",
     "docs/costmodel-summary.md",
-    "docs/costmodel-readme-section.md",
     "docs/costmodel-heldout.md",
     *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "notebooks").glob("*.ipynb")),
 )
