@@ -16,7 +16,7 @@ import pandas as pd
 
 from bubblelab.errors import BubblelabError
 from bubblelab.profiling.analysis import steady_state
-from bubblelab.profiling.catalog import connect
+from bubblelab.profiling.catalog import OFFLINE, connect
 from bubblelab.profiling.ingest import ingest_trace
 from bubblelab.runs.rundir import Results, read_results, results_path
 from bubblelab.runs.tables import collect
@@ -84,7 +84,7 @@ def _catalog_holding(path: Path, results: Results) -> duckdb.DuckDBPyConnection 
     if not path.is_file():
         return None
     try:
-        con = duckdb.connect(str(path), read_only=True)
+        con = duckdb.connect(str(path), read_only=True, config=OFFLINE)
     except duckdb.Error:
         return None  # locked by a running sweep, or not a catalog: the tables alone will do
     try:
