@@ -53,6 +53,8 @@ BAD = [
     ("run --streams 1,x", "--streams"),
     ("run --streams ,", "--streams"),
     ("run --streams 2,2", "--streams"),
+    ("run --streams 2000", "--streams"),  # more than the engine's batch rows: it would only queue
+    ("run --streams 16 --max-num-seqs 8", "--max-num-seqs (8)"),
     ("run --requests 0", "--requests"),
     ("run --requests 100000000", "--requests"),
     ("run --output-len-mean nan", "--output-len-mean"),
@@ -90,6 +92,7 @@ BAD = [
     ("run-and-profile --depths 3", "--depths"),
     ("run-and-profile --depths 1,1", "--depths"),
     ("run-and-profile --streams 0", "--streams"),
+    ("run-and-profile --streams 1,2000", "--streams"),
     ("run-and-profile --repeats 0", "--repeats"),
     ("run-and-profile --requests-per-stream 0", "--requests-per-stream"),
     ("run-and-profile --output-len-mean nan", "--output-len-mean"),

@@ -40,6 +40,7 @@ from bubblelab.profiling.nsys import find_nsys, profile_ranges
 from bubblelab.runs import state as run_state
 from bubblelab.runs.assemble import assemble, nsys_reports
 from bubblelab.runs.worker import run_plan
+from bubblelab.runs.workloads import check_streams_fit
 
 MIN_DECODE_STEPS = (
     400  # a run long enough to predict: ~400 decode steps (4 requests a stream at L=110)
@@ -72,6 +73,7 @@ class SweepSpec:
         self.dtype = self.dtype or default_dtype(self.device)
         self.depths = parse_ints("depths", self.depths, 1, 2)
         self.streams = parse_ints("streams", self.streams, 1, MAX_STREAMS)
+        check_streams_fit(self.streams)
         if self.requests_per_stream is not None:
             check_int("requests_per_stream", self.requests_per_stream, 1, 10_000)
         check_int("repeats", self.repeats, 1, 1000)
