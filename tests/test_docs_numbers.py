@@ -2,6 +2,7 @@
 (tools/docs/generated.py) and must match it, and their commands run."""
 
 import glob
+import json
 import re
 import shlex
 import subprocess
@@ -61,6 +62,9 @@ def test_the_readmes_analyze_command_runs():
         timeout=300,
     )
     assert done.returncode == 0, done.stderr
+    # Named by configuration: traces/index.json beside them says their model.
+    names = sorted(run["name"] for run in json.loads(done.stdout)["runs"])
+    assert names == [f"qwen3-0.6b·s{s}·d{d}·r0" for s in (1, 32) for d in (1, 2)]
 
 
 # "session 2", "this session": how the work went, not what a user needs (an nsys session is)

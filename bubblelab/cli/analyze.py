@@ -70,6 +70,7 @@ def analyze(
     from bubblelab.profiling.steps import StepOptions
     from bubblelab.runs.catalogs import update_catalog
     from bubblelab.runs.tables import config_names
+    from bubblelab.runs.traces import index_meta
 
     if not traces and catalog is None:
         raise BubblelabError("give one or more traces, or --catalog PATH")
@@ -86,7 +87,8 @@ def analyze(
         with console.status("") as status:
             for i, trace in enumerate(traces or ()):
                 status.update(Text(f"ingesting {i + 1}/{len(traces)}: {trace.name}"))
-                run_ids += ingest_trace(trace, None, {}, domain=domain, steps=options, con=con)
+                meta = index_meta(trace)  # the committed traces' model, streams, depth
+                run_ids += ingest_trace(trace, None, meta, domain=domain, steps=options, con=con)
             status.update("analysing")
             report = analysis.analyze(con, run_ids or None, warmup)
             for run in report["runs"]:
