@@ -24,7 +24,7 @@ from pathlib import Path
 import duckdb
 
 from bubblelab.profiling import analysis
-from bubblelab.profiling.catalog import connect, load_sqlite_extension, sql_string
+from bubblelab.profiling.catalog import OFFLINE, connect, load_sqlite_extension, sql_string
 from bubblelab.profiling.ingest import ingest
 from bubblelab.profiling.steps import StepOptions
 from bubblelab.synthetic_engines import Engine, engine_trace
@@ -122,7 +122,7 @@ def one_row(con: duckdb.DuckDBPyConnection, sql: str) -> tuple:
 def scale_up(source: Path, target: Path, kernels: int) -> int:
     """Replay `source`'s events back to back into `target` until it has >= `kernels` kernels;
     returns copies."""
-    con = duckdb.connect()
+    con = duckdb.connect(config=OFFLINE)
     load_sqlite_extension(con)
     con.execute(f"ATTACH {sql_string(str(source))} AS src (TYPE sqlite, READ_ONLY)")
     con.execute(f"ATTACH {sql_string(str(target))} AS dst (TYPE sqlite)")
@@ -214,7 +214,7 @@ def main() -> None:
             source = foreign_seed(tmp / "seed.sqlite", eager=args.mode == "eager")
         t0 = time.perf_counter()
         copies = scale_up(source, tmp / "big.sqlite", args.kernels)
-        con = duckdb.connect()
+        con = duckdb.connect(config=OFFLINE)
         load_sqlite_extension(con)
         con.execute(f"ATTACH {sql_string(str(tmp / 'big.sqlite'))} AS big (TYPE sqlite, READ_ONLY)")
         sizes = {

@@ -103,7 +103,7 @@ def plot(result: dict, path: Path) -> None:
         ax.legend(fontsize="small")
     fig.suptitle(f"Decode throughput on {result['device']}")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    write_atomic(path, lambda partial: fig.savefig(partial, dpi=120))
     plt.close(fig)
 
 

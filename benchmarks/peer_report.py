@@ -178,7 +178,7 @@ def plot(result: dict, path: Path) -> None:
         ax_b.legend(fontsize="small")
     fig.suptitle(f"bubblelab and nano-vllm, {result['args']['preset']}, {result['device']}")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    write_atomic(path, lambda partial: fig.savefig(partial, dpi=120))
     plt.close(fig)
 
 

@@ -48,11 +48,24 @@ def check_output_path(path: Path | str, option: str) -> Path:
     path = Path(path)
     if path.is_dir():
         raise BubblelabError(f"{option} {path} is a directory; give a file name")
-    parent = path.parent
+    _check_parent(path, path.parent, option)
+    return path
+
+
+def _check_parent(path: Path, parent: Path, option: str) -> None:
+    """The nearest existing folder at or above `parent` is a folder we can write into."""
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent
     if not parent.is_dir():
         raise BubblelabError(f"{option} {path}: {parent} is not a directory")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise BubblelabError(f"{option} {path}: {parent} is not writable")
+
+
+def check_output_dir(path: Path | str, option: str) -> Path:
+    """A folder we may write files into: an existing folder, or one that can be made."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise BubblelabError(f"{option} {path} is a file; give a folder")
+    _check_parent(path, path, option)
     return path

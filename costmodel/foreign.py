@@ -20,7 +20,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from bubblelab.costmodel.bootstrap import interval
+from bubblelab.checks import check_float
+from bubblelab.costmodel.bootstrap import check_n_boot, interval
 from bubblelab.costmodel.model import host_tick_ms, pipelined_period, speedup, step_gpu_ms
 from bubblelab.costmodel.predict import pct
 from bubblelab.errors import BubblelabError
@@ -46,6 +47,9 @@ def pipelining_gain(
     cudaStreamSynchronize"), if any. The interval resamples the steady steps (jointly for T_block
     and T_pipe) and spans z from 1/L (low end) to 0 (high end).
     """
+    if output_len is not None:
+        check_float("output_len", output_len, 1, 1e6)
+    check_n_boot(n_boot)
     steady = steady_state(steps, warmup)
     if steady.empty:
         raise BubblelabError("no steady decode steps to predict from")

@@ -48,8 +48,8 @@ from bubblelab.errors import BubblelabError
 from bubblelab.profiling.analysis import steady_state  # the project's one steady-state rule
 
 CONFIG_KEYS = (
-    "model", "preset", "device", "streams", "requests", "output_len_mean", "prompt_len",
-    "constraint", "constrained_share", "profiled",
+    "model", "preset", "device", "tensor_parallel", "streams", "requests", "output_len_mean",
+    "prompt_len", "constraint", "constrained_share", "profiled",
 )  # fmt: skip
 LIMITS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len")
 
@@ -98,13 +98,16 @@ def predict_blog() -> pd.DataFrame:
 
 
 def run_label(run: pd.Series | dict, depth: bool = True) -> str:
-    """ "preset · device · N streams[ · depth d]": how tables and figures name a run or
-    configuration. A trace of another engine knows neither streams nor depth: those parts are left
-    out."""
+    """ "preset · device[ · TP n] · N streams[ · depth d]": how tables and figures name a run or
+    configuration (TP n: split over n GPUs, when n > 1). A trace of another engine knows neither
+    streams nor depth: those parts are left out."""
     name = next(
         (v for v in (run.get("preset"), run.get("model")) if isinstance(v, str) and v), "model"
     )
     label = f"{name} · {run['device']}"
+    tensor_parallel = known_int(run.get("tensor_parallel"))
+    if tensor_parallel is not None and tensor_parallel > 1:
+        label += f" · TP {tensor_parallel}"
     streams = known_int(run.get("streams"))
     if streams is not None:
         label += f" · {streams} stream{'s' if streams > 1 else ''}"

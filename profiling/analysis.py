@@ -264,6 +264,8 @@ def analyze(catalog: Catalog, run_ids: list[str] | None = None, warmup: int = WA
             "source": run.source,
             "depth": _int(run.depth),
             "streams": _int(streams),
+            "tensor_parallel": _int(run.get("tensor_parallel")),
+            "rank": _int(run.get("rank")),  # a tensor-parallel worker's own run: 1, 2, ...
             "steps_found": step_summary(con, run_id, steps, steady),
             **_digest([parts[run_id]]),
             "flagged_syncs": int(syncs.flagged.sum()),

@@ -34,6 +34,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 
+from bubblelab.checks import check_choice, check_float
 from bubblelab.errors import BubblelabError
 from bubblelab.profiling import queries
 from bubblelab.profiling.catalog import one_row
@@ -58,12 +59,9 @@ class StepOptions:
     )
 
     def __post_init__(self) -> None:
-        if self.rule not in RULES:
-            raise BubblelabError(f"unknown step rule {self.rule!r} (known: {', '.join(RULES)})")
-        if not self.gap_threshold_us > 0:
-            raise BubblelabError(
-                f"the kernel-gap threshold must be positive, got {self.gap_threshold_us}"
-            )
+        # Named as the CLI's options, whose values these are.
+        check_choice("step_rule", self.rule, RULES)
+        check_float("gap_threshold_us", self.gap_threshold_us, 0, 1e6, lo_open=True)
         if self.step_range is not None:
             try:
                 re.compile(self.step_range)

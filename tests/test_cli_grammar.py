@@ -113,3 +113,40 @@ def test_run_json_to_stdout_has_latency_per_request_and_runs_per_streams_value(c
             assert len(req["token_ids"]) == 6 and req["finish_reason"] == "length"
             assert 0 < req["ttft_ms"] <= req["e2e_ms"] < (time.perf_counter_ns() - started) / 1e6
             assert req["tpot_ms"] == pytest.approx((req["e2e_ms"] - req["ttft_ms"]) / 5)
+
+
+def test_json_after_a_command_without_inputs_is_always_its_path(tmp_path, capsys):
+    """`run` takes no inputs, so `run --json DIR` names the output (and is refused as a directory
+    before any work), not a stray argument; analyze reads trace files: a directory is its PATH."""
+    assert json_option_values(["run", "--json", str(tmp_path)]) == ["run", "--json", str(tmp_path)]
+    assert json_option_values(["analyze", "--json", str(tmp_path), "t.sqlite"])[1:3] == [
+        "--json",
+        str(tmp_path),
+    ]
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", "--json", str(tmp_path)])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == (
+        f"bubblelab: error: --json {tmp_path} is a directory; give a file name\n"
+    )
+
+
+def test_no_arguments_print_the_help_once(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main([])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().out.count("Usage:") == 1
+
+
+def test_ctrl_c_says_interrupted(monkeypatch, capsys):
+    """typer turns a KeyboardInterrupt into a silent exit status 130: the user gets the line."""
+    import bubblelab.cli.run as run_module
+
+    def interrupted(dest):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(run_module, "check_json_dest", interrupted)
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", "--model", "tiny-llama"])
+    assert exit_.value.code == 130
+    assert capsys.readouterr().err == "bubblelab: error: interrupted\n"

@@ -221,7 +221,7 @@ needs_sweep = pytest.mark.skipif(
 @needs_sweep
 @pytest.mark.parametrize("name", ["qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "smollm2-135m"])
 def test_whole_run_model_on_the_schema_1_h200_sweep(name):
-    """Development data (docs/costmodel-heldout.md): session 1's engine, host-bound eager prefills.
+    """Development data (docs/costmodel-heldout.md): the earlier engine, host-bound eager prefills.
     The model (both runs' pieces) lands within 0.3 points on every row; from depth 1 alone the
     schedule is
     replayed exactly, and the misses are the depth-2 runs' own host speed (term_host_pts)."""

@@ -2,6 +2,7 @@
 (tools/docs/generated.py) and must match it, and their commands run."""
 
 import glob
+import json
 import re
 import shlex
 import subprocess
@@ -65,12 +66,56 @@ def test_the_readmes_analyze_command_runs():
         timeout=300,
     )
     assert done.returncode == 0, done.stderr
+    # Named by configuration: traces/index.json beside them says their model.
+    names = sorted(run["name"] for run in json.loads(done.stdout)["runs"])
+    assert names == [f"qwen3-0.6b·s{s}·d{d}·r0" for s in (1, 32) for d in (1, 2)]
+
+
+# "session 2", "this session": how the work went, not what a user needs (an nsys session is)
+PAST = r"\bsessions? \d|\bsession-\d|\b(?:this|last|previous|next|earlier) session|session's"
+# The docs the README sends a user to (tools/gpu_machine/README.md describes this project's own GPU
+# machine set-up, .device/ included; docs/measurements/<date>/ are the records of the GPU runs).
+LINKED_DOCS = (
+    *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md")),
+    "benchmarks/README.md",
+    "profiling/README.md",
+    "tools/README.md",
+)
 
 
 @pytest.mark.parametrize("name", USER_DOCS)
 def test_user_docs_stay_inside_the_repository(name):
     text = (ROOT / name).read_text()
     assert not re.findall(r"\.\./shared|/work/|/root/|/tmp/", text), "a path outside the repository"
-    # "session 2", "this session": how the work went, not what a user needs (an nsys session is)
-    past = r"\bsessions? \d|\bsession-\d|\b(?:this|last|previous|next|earlier) session"
-    assert not re.findall(past, text, re.I), "talk of past work sessions"
+    assert not re.findall(PAST, text, re.I), "talk of past work sessions"
+
+
+@pytest.mark.parametrize("name", LINKED_DOCS)
+def test_linked_docs_name_no_path_outside_the_repository(name):
+    """Their commands may write to /tmp, but name nothing beside the checkout (../shared, the GPU
+    harness's .device/) and tell no story of work sessions."""
+    text = (ROOT / name).read_text()
+    assert not re.findall(r"\.\./|\.device/", text), "a path outside the repository"
+    assert not re.findall(PAST, text, re.I), "talk of past work sessions"
+
+
+def test_documented_commands_name_files_that_exist():
+    """A path a doc names (benchmarks/unstage_flash_attn.sh had moved to tools/gpu_machine/), and
+    the committed traces an analyze command's glob takes: traces only (`traces/*` caught
+    traces/README.md and the probe)."""
+    path = re.compile(
+        r"\b(?:benchmarks|tools|docs|tests|profiling|engine|costmodel|bubblelab|notebooks|traces)/"
+        r"[\w./-]+\.(?:py|sh|md|json|ipynb|png|xml|gz)\b"
+    )
+    missing = [
+        f"{name}: {found}"
+        for name in (*USER_DOCS, *LINKED_DOCS)
+        for found in path.findall((ROOT / name).read_text())
+        if not (ROOT / found).exists() and "*" not in found
+    ]
+    assert not missing, missing
+    for name in (*USER_DOCS, *LINKED_DOCS):
+        text = " ".join((ROOT / name).read_text().split())  # a command wrapped over two lines
+        for pattern in re.findall(r"bubblelab analyze (traces/[^<\s]*?)[`\s]", text):
+            files = glob.glob(pattern, root_dir=ROOT)
+            assert files and all(f.startswith("traces/qwen3-") for f in files), (name, pattern)

@@ -55,7 +55,11 @@ def test_output_paths_are_checked_before_work(tmp_path):
 
 # Product code that writes files: every write goes through write_atomic. Not outputs: temporary
 # decompressed copies of traces (ingest), a child's live log (peer_nanovllm).
-RAW_WRITE = re.compile(r"\.write_text\(|\.write_bytes\(|open\([^)]*['\"][wa]b?['\"]|\.to_parquet\(")
+# A figure saved to a path (not to a buffer, not inside a write_atomic callback) counts too.
+RAW_WRITE = re.compile(
+    r"\.write_text\(|\.write_bytes\(|open\([^)]*['\"][wa]b?['\"]|\.to_parquet\(|\.to_csv\("
+    r"|\.savefig\((?!buf|partial)"
+)
 ALLOWED = {"bubblelab/files.py", "profiling/ingest.py", "benchmarks/peer_nanovllm.py"}
 
 

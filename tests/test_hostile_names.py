@@ -1,6 +1,7 @@
-"""Trace-derived text is data everywhere (issue #14 item 4): names that are rich markup, HTML, carry
-newlines, run to 10k characters or are not UTF-8 go through analyze (tables and JSON) and the
-report without crashing, without being interpreted, and without splitting a line."""
+"""Trace-derived text is data everywhere (issue #14 item 4): names that are rich markup, HTML, SQL,
+carry newlines, run to 10k characters or are not UTF-8 go through analyze (tables and JSON), the
+report and the export (Perfetto trace and Parquet) without crashing, without being interpreted, and
+without splitting a line."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import sqlite3
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from bubblelab.cli import main
@@ -17,14 +19,16 @@ from bubblelab.report.report import report_run_dir
 from bubblelab.runs.rundir import write_results
 from bubblelab.runs.tables import collect
 from bubblelab.synthetic_trace import DTOH, HTOD, TraceBuilder
+from tests.test_report_export import check_trace_format, read_trace
 
 MARKUP = "[/bold]x[red]y"
 HTML = "<script>alert(1)</script>"
 NEWLINE = "first\nsecond"
 LONG = "k" * 10_000
 MATH = r"cost $\frac{ and $x^"  # matplotlib's mathtext raised on it in the report's figures
+SQL = "x'); DROP TABLE runs; --\"\\"  # quotes and a backslash: SQL or JSON built by concatenation
 INVALID = "PLACEHOLDER-INVALID-UTF8"  # rewritten to bytes that are not UTF-8 after writing
-HOSTILE = [MARKUP, HTML, NEWLINE, LONG]
+HOSTILE = [MARKUP, HTML, NEWLINE, LONG, SQL]
 
 
 def hostile_trace(path: Path, names: list[str]) -> Path:
@@ -83,7 +87,7 @@ def test_analyze_json_keeps_every_name_exactly(trace, capsys):
     out, _ = run_cli(["analyze", str(trace), "--warmup", "1", "--json"], capsys)
     report = json.loads(out)
     phases = set(report["runs"][0]["attribution_ms_per_step"]["phase"])
-    assert {MARKUP, HTML, NEWLINE, LONG} & phases  # the names the bubble began in, unaltered
+    assert {MARKUP, HTML, NEWLINE, LONG, SQL} & phases  # the names the bubble began in, unaltered
 
 
 def test_a_model_name_from_metadata_is_data_too(trace, tmp_path, capsys):
@@ -118,3 +122,31 @@ def test_the_report_escapes_hostile_names(tmp_path):
     html = report_run_dir(out, n_boot=20).read_text()
     assert "<script" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     assert "first\nsecond" in html  # provenance, escaped, inside <pre>
+
+
+def test_the_export_keeps_hostile_names_as_data(trace, tmp_path, capsys):
+    out = tmp_path / "export"
+    main(["export", str(trace), "--out", str(out)])
+    exported = read_trace(out / "trace.json.gz")
+    check_trace_format(exported)  # quotes, newlines and markup did not break the JSON
+    names = {e["name"] for e in exported["traceEvents"] if e["ph"] == "X"}
+    assert set(HOSTILE) <= names  # each host range as its name, unaltered
+    phases = set(pd.read_parquet(out / "attribution.parquet")["phase"])
+    assert {MARKUP, HTML, NEWLINE, LONG, SQL} & phases
+    assert pd.read_parquet(out / "steps.parquet")["run_id"].nunique() == 1
+
+
+def test_invalid_utf8_through_report_and_export(tmp_path, capsys):
+    trace = hostile_trace(tmp_path / "invalid.sqlite", [INVALID, "plain"])
+    for argv in (
+        ["export", str(trace), "--out", str(tmp_path / "x")],
+        ["report", str(trace), "--out", str(tmp_path / "r" / "report.html"), "--n-boot", "20"],
+    ):
+        try:
+            main(argv)
+        except SystemExit as e:  # refused: one line naming the trace
+            assert e.code == 2
+            err = capsys.readouterr().err
+            assert len(err.splitlines()) == 1 and str(trace) in err
+        else:
+            capsys.readouterr().out.encode("utf-8")

@@ -5,6 +5,7 @@ unroutable proxy)."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -35,6 +36,31 @@ def test_duckdb_never_autoloads_or_autoinstalls():
         "current_setting('autoinstall_known_extensions')"
     ).fetchone()
     assert settings == (False, False)
+
+
+def test_every_duckdb_connection_is_offline():
+    """A connection opened without profiling.catalog.OFFLINE may download an extension: every
+    duckdb.connect in the product, the benchmarks and the tools passes it (or goes through
+    profiling.catalog.connect)."""
+    offenders = []
+    for folder in ("bubblelab", "engine", "profiling", "costmodel", "benchmarks", "tools"):
+        for path in (ROOT / folder).rglob("*.py"):
+            text = path.read_text()
+            for call in re.finditer(r"duckdb\.connect\(", text):
+                if "config=OFFLINE" not in _call_args(text, call.end()):
+                    line = text.count("\n", 0, call.start()) + 1
+                    offenders.append(f"{path.relative_to(ROOT)}:{line}")
+    assert not offenders, "duckdb.connect without config=OFFLINE: " + ", ".join(offenders)
+
+
+def _call_args(text: str, start: int) -> str:
+    """The text of a call's arguments, from just after its opening parenthesis."""
+    depth = 1
+    for end in range(start, len(text)):
+        depth += {"(": 1, ")": -1}.get(text[end], 0)
+        if depth == 0:
+            return text[start:end]
+    return text[start:]
 
 
 def _offline() -> list[str]:

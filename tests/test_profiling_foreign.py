@@ -235,8 +235,10 @@ def test_bad_foreign_inputs_are_one_line_errors(tmp_path):
     _refused(b.write(tmp_path / "graph.sqlite", our_domain=False), "--cuda-graph-trace=node")
     with pytest.raises(BubblelabError, match="not a regex"):
         StepOptions(step_range="(")
-    with pytest.raises(BubblelabError, match="unknown step rule"):
+    with pytest.raises(BubblelabError, match="step_rule must be one of auto, sync, graph"):
         StepOptions(rule="kernels")
+    with pytest.raises(BubblelabError, match=r"gap_threshold_us must be a finite number in \(0, "):
+        StepOptions(gap_threshold_us=float("nan"))
 
 
 @st.composite

@@ -2,6 +2,7 @@
 several run directories side by side, trace-derived strings escaped."""
 
 import re
+import shutil
 import subprocess
 import sys
 from html.parser import HTMLParser
@@ -340,13 +341,19 @@ def test_cli_compares_directories_into_out(tmp_path, demo_dir):
 
 def test_report_of_a_single_trace(tmp_path):
     """An nsys export without metadata gets a page too: its stream count read from its steps, said
-    so, and every host range of every step in the exported trace."""
-    trace = TRACES_DIR / "qwen3-0.6b-s32-d2.sqlite.gz"
+    so, and every host range of every step in the exported trace. Beside an index.json that names
+    it (the committed traces), the page takes its model and stream count from there."""
+    trace = tmp_path / "bare.sqlite.gz"
+    shutil.copyfile(TRACES_DIR / "qwen3-0.6b-s32-d2.sqlite.gz", trace)
     html = report_run_dir(trace, n_boot=20, out=tmp_path / REPORT_FILE).read_text()
     assert "1 run, 1 configuration" in html and "32 streams" in html
     assert "the steady decode batch: the trace names no stream count" in html
     assert "No configuration was measured at both depths" in html
     assert (tmp_path / "export" / "trace.json.gz").is_file()
+    indexed = TRACES_DIR / "qwen3-0.6b-s32-d2.sqlite.gz"
+    html = report_run_dir(indexed, n_boot=20, out=tmp_path / "i" / REPORT_FILE).read_text()
+    assert "qwen3-0.6b · NVIDIA H200 · 32 streams" in html
+    assert "the steady decode batch" not in html
 
 
 def test_report_of_another_engines_trace(tmp_path):

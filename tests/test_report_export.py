@@ -94,11 +94,13 @@ def test_trace_of_an_nsys_export_has_every_step(trace_export):
 
 def test_trace_of_another_engine(tmp_path):
     """A foreign trace (the probe's matmul loop, steps found by the host sync closing each) exports
-    too: its own ranges on the host, each found step's GPU span, its steps."""
+    too: its own ranges on the host, its host's sync waits (all a trace without ranges shows of its
+    host), each found step's GPU span, its steps."""
     exported = export(TRACES_DIR / "nsys-h200-probe.sqlite", tmp_path)
     slices = check_trace_format(read_trace(exported.trace))
     names = {tid: [e["name"] for e in events] for (_, tid), events in slices.items()}
     assert names[1].count("step") == 50  # the probe's own NVTX ranges
+    assert names[50] == ["wait"] * 50  # the host sync closing each step, on "host waits"
     assert names[100] == ["forward"] * 50  # one GPU span a found step, no sampling of its own
     assert len(names[200]) == 49  # the last step has no period
 
@@ -121,8 +123,8 @@ def test_parquet_reads_back_as_the_tables(trace_export):
     runs = pq.read_table(out / "runs.parquet")
     provenance = json.loads(runs.schema.metadata[b"bubblelab.provenance"])
     assert provenance["traces"] == {TRACE.name: str(TRACE)}
-    assert provenance["streams"].startswith("the steady decode batch")  # a bare trace says none
-    assert "config" in runs.column_names
+    assert "streams" not in provenance  # traces/index.json names it (no guess from the batch)
+    assert runs.column("config").to_pylist() == ["qwen3-0.6b · NVIDIA H200 · 1 stream"]
 
 
 def test_run_directory_with_its_catalog_exports_every_step(tmp_path):

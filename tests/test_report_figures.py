@@ -21,6 +21,15 @@ from bubblelab.report.report import render_report
 svg = figures.gap_histogram([("a", 1, np.array([0.001, 0.3])), ("a", 2, np.array([0.001]))])
 assert svg.startswith("<svg")
 assert (matplotlib.get_backend(), dict(matplotlib.rcParams)) == before
+# A whole report: every figure it draws.
+import sys, tempfile
+from pathlib import Path
+from bubblelab.report.report import report_run_dir
+from bubblelab.runs.demo import write_demo_run_dir
+run_dir = Path(tempfile.mkdtemp()) / "demo"
+write_demo_run_dir(run_dir, streams=(1, 2), requests_per_stream=2, output_len=16)
+assert report_run_dir(run_dir, n_boot=20).read_text().count("<svg") >= 6
+assert (matplotlib.get_backend(), dict(matplotlib.rcParams)) == before
 assert plt.get_fignums() == []  # no figure left open in pyplot
 print("untouched")
 """

@@ -158,3 +158,59 @@ def test_the_demo_never_replaces_measured_results(tmp_path):
     report_run_dir(demo, n_boot=20)
     assert assemble.__doc__  # the report of a demo needs no assembly
     assert not needs_assembly(demo)
+
+
+def test_the_progress_total_counts_only_the_runs_that_will_run(tmp_path):
+    """Without nsys the sweep plans the unprofiled pass alone (the bar read 4/8 at the end)."""
+    plans: list[tuple[int, int]] = []
+    out = tmp_path / "run"
+
+    def ctrl_c_after_one(tag: str, _: dict) -> None:
+        if tag == TAGS[0]:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        sweep(tiny(), out, on_run=ctrl_c_after_one, on_plan=lambda *p: plans.append(p))
+    sweep(tiny(), out, resume=True, on_plan=lambda *p: plans.append(p))
+    assert plans == [(4, 0), (4, 1)]
+
+
+def test_an_existing_run_is_refused_before_anything_is_said(tmp_path, capsys):
+    out = tmp_path / "run"
+    sweep(tiny(streams=[1]), out)
+    capsys.readouterr()
+    argv = ["run-and-profile", "--model", "tiny-llama", "--streams", "1", "--out", str(out)]
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    out_text, err = capsys.readouterr()
+    assert out_text == "" and err.startswith(f"bubblelab: error: {out} already holds a run")
+
+
+def test_an_interruption_while_assembling_is_recorded(tmp_path, monkeypatch):
+    from bubblelab.runs import sweep as sweep_module
+
+    def ctrl_c(out_dir):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sweep_module, "assemble", ctrl_c)
+    out = tmp_path / "run"
+    said: list[str] = []
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(tiny(), out, use_nsys=False, say=said.append)
+    state = read_state(out)
+    assert state["status"] == "interrupted" and state["failed"]["run"] is None
+    assert said[-1].startswith("assembling the results: interrupted. 4 finished runs kept")
+    monkeypatch.undo()
+    main(["report", str(out), "--n-boot", "20"])  # the report assembles what finished
+    assert len(read_results(out).runs) == 4
+
+
+def test_force_replaces_the_old_reports_exports_too(tmp_path):
+    out = tmp_path / "run"
+    sweep(tiny(streams=[1]), out)
+    main(["report", str(out), "--n-boot", "20"])
+    stale = out / "export" / "trace.json.gz"
+    assert stale.is_file()
+    sweep(tiny(streams=[2]), out, force=True)
+    assert not stale.exists()  # a trace of the old runs beside the new results

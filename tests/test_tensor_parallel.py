@@ -288,3 +288,25 @@ def test_run_and_profile_records_each_rank_as_its_own_run(tmp_path):
     launched = "SELECT count(*) FROM steps WHERE kind IS NOT NULL GROUP BY run_id ORDER BY run_id"
     counts = [n for (n,) in con.sql(launched).fetchall()]  # (rank 0 also has its last, empty plan)
     assert counts[0] == counts[1] > 3 and counts[2] == counts[3] > 3
+    con.close()
+
+    # Every rank reaches the export on one clock, and the runs are named with their split.
+    from bubblelab.report.export import export
+    from bubblelab.runs.tables import config_names
+    from tests.test_report_export import check_trace_format, read_trace
+
+    trace = read_trace(export(tmp_path, tmp_path / "x").trace)
+    slices = check_trace_format(trace)
+    names = {(e["pid"], e.get("tid")): e["args"]["name"] for e in trace["traceEvents"]
+             if e["ph"] == "M" and e["name"] in ("process_name", "thread_name")}  # fmt: skip
+    for pid in (1, 2):
+        assert names[(pid, None)] == f"tiny-llama · cpu · TP 2 · 2 streams · depth {pid}"
+        tracks = {names[key]: len(s) for key, s in slices.items() if key[0] == pid}
+        assert {"rank 0 host", "rank 0 CPU", "rank 1 host", "rank 1 CPU"} <= set(tracks)
+        assert tracks["rank 1 host"] > 3 and tracks["rank 1 CPU"] == tracks["rank 0 CPU"]
+    ranks = [dict(run_id=r, model="tiny-llama", tensor_parallel=2, streams=2, depth=1, rank=k)
+             for k, r in enumerate(("a", "a-rank1"))]  # fmt: skip
+    assert list(config_names(ranks).values()) == [
+        "tiny-llama·tp2·s2·d1·r0",
+        "tiny-llama·tp2·s2·d1·r0·rank1",
+    ]

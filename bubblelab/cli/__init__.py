@@ -49,27 +49,41 @@ def _register_all() -> None:
             module.register(app)
 
 
+# What each command takes as arguments: none, trace files, or run directories and files.
+NO_INPUTS = ("run", "demo", "run-and-profile")
+FILE_INPUTS = ("analyze",)
+
+
 def json_option_values(argv: list[str]) -> list[str]:
     """`--json` takes an optional value: the next word is its PATH unless that word is another
-    option or an existing input (a trace, a run directory; not a .json), in which case `--json`
-    alone means stdout. So `analyze --json a.sqlite` never mistakes the trace for the output file
-    (`--json=PATH` is always a path)."""
+    option or could be one of the command's inputs (an existing trace or run directory; not a
+    .json), in which case `--json` alone means stdout. So `analyze --json a.sqlite` never mistakes
+    the trace for the output file, while `run --json /tmp` (run takes no inputs) is refused as a
+    directory rather than read as a stray argument (`--json=PATH` is always a path)."""
+    command = argv[0] if argv else None
     out: list[str] = []
     for i, arg in enumerate(argv):
         if arg == "--":  # the rest is positional
             return out + argv[i:]
         if arg == "--json":
             after = argv[i + 1] if i + 1 < len(argv) else None
-            if after is None or _not_a_json_value(after):
+            if after is None or _not_a_json_value(after, command):
                 arg = "--json=-"
         out.append(arg)
     return out
 
 
-def _not_a_json_value(word: str) -> bool:
+def _not_a_json_value(word: str, command: str | None) -> bool:
     if word.startswith("-") and word != "-":
         return True
-    return os.path.exists(word) and not word.lower().endswith(".json")
+    if command in NO_INPUTS or word.lower().endswith(".json"):
+        return False
+    if command in FILE_INPUTS:
+        return os.path.isfile(word)
+    return os.path.exists(word)
+
+
+INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 
 
 def _fail(message: str, status: int = 2) -> None:
@@ -87,14 +101,17 @@ def main(argv: list[str] | None = None) -> None:
     except BubblelabError as e:  # user mistakes: one line, no traceback, non-zero exit
         _fail(str(e))
     except typer.TyperException as e:  # usage errors: unknown option, a value of the wrong type
-        if type(e).__name__ == "NoArgsIsHelpError":
-            typer.echo(e.ctx.get_help())  # type: ignore[attr-defined]
+        if type(e).__name__ == "NoArgsIsHelpError":  # typer printed the help making it
+            if (text := e.format_message()).strip():
+                typer.echo(text)
             sys.exit(2)
         _fail(e.format_message() if hasattr(e, "format_message") else str(e))
     except typer.Exit as e:
         sys.exit(e.exit_code)
     except (KeyboardInterrupt, typer.Abort):
-        _fail("interrupted", 130)
+        _fail("interrupted", INTERRUPTED)
+    if status == INTERRUPTED:  # typer turns Ctrl-C into this status, silently
+        _fail("interrupted", INTERRUPTED)
     if isinstance(status, int) and status:  # typer.Exit(code) returned, not raised, here
         sys.exit(status)
 

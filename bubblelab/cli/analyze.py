@@ -62,7 +62,7 @@ def analyze(
 ) -> None:
     """Per-step breakdown of each run: steps found, forward, bubble and period, where the bubble
     went, and for a foreign engine its host syncs and what pipelining would buy it."""
-    from bubblelab.checks import check_int
+    from bubblelab.checks import check_float, check_int
     from bubblelab.costmodel.foreign import pipelining_gain
     from bubblelab.errors import BubblelabError
     from bubblelab.profiling import analysis
@@ -70,10 +70,13 @@ def analyze(
     from bubblelab.profiling.steps import StepOptions
     from bubblelab.runs.catalogs import update_catalog
     from bubblelab.runs.tables import config_names
+    from bubblelab.runs.traces import index_meta
 
     if not traces and catalog is None:
         raise BubblelabError("give one or more traces, or --catalog PATH")
     warmup = check_int("warmup", analysis.WARMUP_STEPS if warmup is None else warmup, 0, 10**6)
+    if output_len is not None:  # checked here: pipelining_gain's refusals are per run
+        check_float("output_len", output_len, 1, 1e6)
     dest = check_json_dest(json_out)
     # People's output on stdout (stderr under --json -); piped: no squeezed columns.
     console = console_for(dest, width=None if sys.stdout.isatty() else 120)
@@ -84,7 +87,8 @@ def analyze(
         with console.status("") as status:
             for i, trace in enumerate(traces or ()):
                 status.update(Text(f"ingesting {i + 1}/{len(traces)}: {trace.name}"))
-                run_ids += ingest_trace(trace, None, {}, domain=domain, steps=options, con=con)
+                meta = index_meta(trace)  # the committed traces' model, streams, depth
+                run_ids += ingest_trace(trace, None, meta, domain=domain, steps=options, con=con)
             status.update("analysing")
             report = analysis.analyze(con, run_ids or None, warmup)
             for run in report["runs"]:

@@ -21,10 +21,15 @@ def export(
 ) -> None:
     """Write trace.json.gz (open in ui.perfetto.dev or chrome://tracing: host phases and device
     spans per step) and runs, steps, gaps and attribution as Parquet."""
+    from rich.console import Console
+
+    from bubblelab.files import check_output_dir
     from bubblelab.report.export import default_out_dir
     from bubblelab.report.export import export as export_source
 
-    exported = export_source(source, out or default_out_dir(source))
+    out_dir = check_output_dir(out or default_out_dir(source), "--out")
+    with Console(stderr=True).status(f"exporting {source}"):
+        exported = export_source(source, out_dir)
     for path in (exported.trace, *exported.tables):
         typer.echo(path)
     if not exported.every_step:

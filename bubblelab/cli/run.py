@@ -91,7 +91,7 @@ def run(
         with _progress(console) as bar:
 
             def on_start(spec):
-                task = bar.add_task(f"depth {depth}, {spec.streams} streams", total=spec.requests)
+                task = bar.add_task(f"depth {depth}, {_streams(spec.streams)}", total=spec.requests)
                 return lambda n: bar.advance(task, n)
 
             results = run_plan(plan, on_start=on_start, engine=engine)
@@ -116,10 +116,14 @@ def _progress(console: Console) -> Progress:
     )
 
 
+def _streams(n: int) -> str:
+    return f"{n} stream{'s' if n != 1 else ''}"
+
+
 def summary_table(result: RunResult) -> Table:
     s = result.summary
     t = Table(
-        title=f"{s['model']} on {s['device']} · depth {s['depth']} · {s['streams']} streams",
+        title=f"{s['model']} on {s['device']} · depth {s['depth']} · {_streams(s['streams'])}",
         show_header=False,
     )
     t.add_row("generated tokens", f"{s['generated_tokens']} (mean L {s['mean_generated_len']:.1f})")

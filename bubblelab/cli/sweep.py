@@ -108,10 +108,11 @@ def profile_and_report(
     from bubblelab.costmodel.predict import predict_runs
     from bubblelab.report.report import report_run_dir
     from bubblelab.runs.rundir import read_results
-    from bubblelab.runs.state import finished_runs
+    from bubblelab.runs.state import check_new_run_dir
     from bubblelab.runs.sweep import run_sweep
 
-    total = len(spec.runs()) + (len(spec.runs(spec.nsys_repeats)) if nsys is not False else 0)
+    if not resume:
+        check_new_run_dir(out, force=force)  # before the progress bar shows
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -119,8 +120,10 @@ def profile_and_report(
         TimeElapsedColumn(),
         console=console,
     ) as bar:
-        done = len(finished_runs(out)) if resume else 0
-        task = bar.add_task("runs", total=total, completed=done)
+        task = bar.add_task("runs", total=None)  # the total once run_sweep knows if nsys runs
+
+        def on_plan(total: int, done: int) -> None:
+            bar.update(task, total=total, completed=done)
 
         def on_run(tag: str, s: dict) -> None:
             bar.console.print(
@@ -136,6 +139,7 @@ def profile_and_report(
             force=force,
             on_run=on_run,
             say=bar.console.print,
+            on_plan=on_plan,
         )
     results = read_results(out)
     table = predict_runs(results.runs, results.steps, results.requests)  # once: page and console

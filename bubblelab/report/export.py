@@ -16,6 +16,7 @@ import pandas as pd
 from bubblelab.profiling.analysis import trace_ranges
 from bubblelab.report.parquet import write_parquet
 from bubblelab.report.perfetto import chrome_trace, write_chrome_trace
+from bubblelab.runs.catalogs import rank_runs
 from bubblelab.runs.rundir import Results
 from bubblelab.runs.sources import Source, open_source
 
@@ -49,7 +50,8 @@ def export_results(results: Results, out_dir: Path, ranges: pd.DataFrame | None)
 
 
 def ranges_of(sources: list[Source], prefixed: bool = False) -> pd.DataFrame | None:
-    """Every host range and step span of the sources' runs, from their catalogs; None when any
+    """Every host range and step span of the sources' runs, from their catalogs, with the rank
+    they ran on (a tensor-parallel run's workers as ranks 1, 2, ... of its run_id); None when any
     source has none (then the export falls back to results.json for all of them). prefixed: run
     ids as runs.rundir.merge_results names them ("<source>/<run_id>")."""
     with_catalog = [(s, s.catalog) for s in sources if s.catalog is not None]
@@ -58,6 +60,8 @@ def ranges_of(sources: list[Source], prefixed: bool = False) -> pd.DataFrame | N
     frames = []
     for s, catalog in with_catalog:
         for run_id in s.results.runs["run_id"]:
-            frame = trace_ranges(catalog, run_id)
-            frames.append(frame.assign(run_id=f"{s.name}/{run_id}") if prefixed else frame)
+            name = f"{s.name}/{run_id}" if prefixed else run_id
+            ranks = {0: run_id, **rank_runs(catalog, run_id)}
+            for rank, rank_run in ranks.items():
+                frames.append(trace_ranges(catalog, rank_run).assign(run_id=name, rank=rank))
     return pd.concat(frames, ignore_index=True)

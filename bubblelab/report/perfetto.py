@@ -1,10 +1,12 @@
 """Runs as a Chrome trace (the JSON trace event format), for ui.perfetto.dev and chrome://tracing.
 
 One process per run, named by its configuration and depth; in it one thread per lane: the host
-(its phases as recorded, nested ranges inside their parents), the device (each step's forward and
-sampling span) and the steps (one slice per step period, its per-step row in the args). Step ids are
-in every slice's args. Timestamps are microseconds from the run's first exported event, so depth 1
-and depth 2 of a configuration line up when opened together.
+(its phases as recorded, nested ranges inside their parents; for a foreign run, its sync waits on a
+track of their own), the device (each step's forward and
+sampling span) and the steps (one slice per step period, its per-step row in the args). A
+tensor-parallel run has a host and a device lane per rank ("rank 1 host", ...), on one clock. Step
+ids are in every slice's args. Timestamps are microseconds from the run's first exported event, so
+depth 1 and depth 2 of a configuration line up when opened together.
 
 The trace is built as Python objects and serialised by `json`, so a trace-derived name (a phase,
 a kernel, a run id) is always a JSON string, whatever characters it holds.
@@ -24,7 +26,9 @@ from bubblelab.report.labels import device_word, run_name
 from bubblelab.runs.rundir import Results
 from bubblelab.runs.tables import spans_from_steps
 
-HOST_TID, DEVICE_TID, STEPS_TID = 1, 100, 200  # thread ids: host threads, device tracks, steps
+# Thread ids: host threads, the host's sync waits (a foreign run's), device tracks, steps.
+HOST_TID, WAIT_TID, DEVICE_TID, STEPS_TID = 1, 50, 100, 200
+RANK_TIDS = 1000  # rank r's host and device threads: r * RANK_TIDS + HOST_TID, ...
 STEP_ARGS = (
     "kind",
     "batch_size",
@@ -46,8 +50,9 @@ def chrome_trace(results: Results, ranges: pd.DataFrame | None = None) -> dict:
     """The trace of every run of results.
 
     ranges: every host range and step span of the runs (run_id, lane, phase, step, tid, start_ns,
-    end_ns: profiling.analysis.trace_ranges on their catalog). None: the host ranges results.json
-    kept (a window of steps per run) and the device spans rebuilt from the per-step table.
+    end_ns: profiling.analysis.trace_ranges on their catalog; rank, where a run ran on several).
+    None: the host ranges results.json kept (a window of steps per run) and the device spans
+    rebuilt from the per-step table.
     """
     events: list[dict] = []
     for pid, run in enumerate(results.runs.to_dict("records"), start=1):
@@ -58,7 +63,7 @@ def chrome_trace(results: Results, ranges: pd.DataFrame | None = None) -> dict:
         else:
             host = results.timeline
             own = host[(host["run_id"] == run_id) & (host["lane"] == "host")] if len(host) else host
-        if not (own.get("lane", pd.Series(dtype=str)) == "gpu").any():
+        if not ((own.get("lane", pd.Series(dtype=str)) == "gpu") & (_ranks(own) == 0)).any():
             # No spans recorded: results.json keeps durations only, a foreign run may have none.
             own = pd.concat([own, spans_from_steps(steps)], ignore_index=True)
         events += _run_events(pid, run, steps, own)
@@ -91,15 +96,22 @@ def _run_events(pid: int, run: dict, steps: pd.DataFrame, ranges: pd.DataFrame) 
         _meta(pid, None, "process_sort_index", sort_index=pid),
     ]
     slices: list[dict] = []
-    host = ranges[ranges["lane"] == "host"]
-    tids = host["tid"] if "tid" in host else pd.Series(dtype=float)
-    threads = list(dict.fromkeys(tids.dropna())) or [None]
-    for i, thread in enumerate(threads):
-        rows = host if thread is None else host[host["tid"] == thread]
-        name = "host" if len(threads) == 1 else f"host thread {int(thread)}"
-        slices += _track(pid, HOST_TID + 10 * i, name, rows, t0, meta, kinds=None)
-    gpu = ranges[ranges["lane"] == "gpu"]
-    slices += _track(pid, DEVICE_TID, device, gpu, t0, meta, kinds=kinds)
+    rank_of = _ranks(ranges)
+    ranks = sorted(set(rank_of)) or [0]
+    for rank in ranks:
+        mine = ranges[rank_of == rank]
+        base, prefix = rank * RANK_TIDS, f"rank {rank} " if len(ranks) > 1 else ""
+        host = mine[mine["lane"] == "host"]
+        tids = host["tid"] if "tid" in host else pd.Series(dtype=float)
+        threads = list(dict.fromkeys(tids.dropna())) or ([None] if len(host) else [])
+        for i, thread in enumerate(threads):
+            rows = host if thread is None else host[host["tid"] == thread]
+            name = "host" if len(threads) == 1 else f"host thread {int(thread)}"
+            slices += _track(pid, base + HOST_TID + 10 * i, prefix + name, rows, t0, meta, None)
+        if (waits := mine[mine["lane"] == "wait"]).size:
+            slices += _track(pid, base + WAIT_TID, prefix + "host waits", waits, t0, meta, None)
+        gpu = mine[mine["lane"] == "gpu"]
+        slices += _track(pid, base + DEVICE_TID, prefix + device, gpu, t0, meta, kinds=kinds)
     periods = steps.assign(
         start_ns=steps["gpu_start_ns"],
         end_ns=steps["gpu_start_ns"] + steps["period_ms"].fillna(0) * 1e6,
@@ -111,6 +123,13 @@ def _run_events(pid: int, run: dict, steps: pd.DataFrame, ranges: pd.DataFrame) 
         args = {"step": int(step["step"]), **{k: _plain(step.get(k)) for k in STEP_ARGS}}
         slices.append(_slice(pid, STEPS_TID, str(step["kind"]), step, t0, args))
     return meta + slices
+
+
+def _ranks(ranges: pd.DataFrame) -> pd.Series:
+    """Each row's rank: 0 where the run ran on one GPU (no rank column) or the row names none."""
+    if "rank" not in ranges:
+        return pd.Series(0, index=ranges.index, dtype=int)
+    return pd.to_numeric(ranges["rank"], errors="coerce").fillna(0).astype(int)
 
 
 def _track(

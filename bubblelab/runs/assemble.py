@@ -21,6 +21,7 @@ from bubblelab.profiling.catalog import connect
 from bubblelab.profiling.ingest import ingest, ingest_timeline
 from bubblelab.profiling.nsys import nsys_version
 from bubblelab.runs import state as run_state
+from bubblelab.runs.catalogs import rank_run_id
 from bubblelab.runs.machine import machine_facts
 from bubblelab.runs.rundir import RESULTS_FILE, write_results
 from bubblelab.runs.tables import collect
@@ -145,7 +146,7 @@ def _ingest_passes(
                 )  # fmt: skip
                 for rank, timeline in enumerate(rank_timelines_from_record(record), 1):
                     ingest_timeline(timeline, timelines, {**meta, "rank": rank},
-                                    run_id=f"{run_id}-rank{rank}")  # fmt: skip
+                                    run_id=rank_run_id(run_id, rank))  # fmt: skip
                 if profiled:
                     meta = {**meta, "nsys_version": nsys_version()}
                     run_id = _ingest_trace(traces[i], record, meta, catalog)

@@ -44,3 +44,15 @@ def update_catalog(path: Path | None, work: Callable[[duckdb.DuckDBPyConnection]
 
     write_atomic(path, build)
     return result[0]
+
+
+def rank_run_id(run_id: str, rank: int) -> str:
+    """The catalog's run of a tensor-parallel worker's own timeline (rank 1, 2, ...) beside rank 0's
+    run_id (results.json holds rank 0's runs; bubblelab.runs.assemble ingests the others)."""
+    return f"{run_id}-rank{rank}"
+
+
+def rank_runs(catalog: duckdb.DuckDBPyConnection, run_id: str) -> dict[int, str]:
+    """The worker ranks' runs of run_id in the catalog, by rank (none for one GPU)."""
+    rows = catalog.execute("SELECT rank, run_id FROM runs WHERE rank > 0 ORDER BY rank").fetchall()
+    return {int(rank): rid for rank, rid in rows if rid == rank_run_id(run_id, int(rank))}

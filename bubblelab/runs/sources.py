@@ -16,11 +16,11 @@ import pandas as pd
 
 from bubblelab.errors import BubblelabError
 from bubblelab.profiling.analysis import steady_state
-from bubblelab.profiling.catalog import connect
+from bubblelab.profiling.catalog import OFFLINE, connect
 from bubblelab.profiling.ingest import ingest_trace
 from bubblelab.runs.rundir import Results, read_results, results_path
 from bubblelab.runs.tables import collect
-from bubblelab.runs.traces import load_traces
+from bubblelab.runs.traces import index_meta, load_traces
 
 CATALOG_FILE = "catalog.duckdb"  # what run-and-profile leaves beside results.json
 TRACE_SUFFIXES = (".sqlite", ".sqlite.gz", ".nsys-rep")
@@ -51,7 +51,7 @@ def open_source(path: Path | str | None = None) -> Source:
     if path.is_file() and path.name.endswith(TRACE_SUFFIXES):
         con = connect(None)
         # One run per process and GPU: a trace of another engine may hold several.
-        run_ids = ingest_trace(path, None, {}, con=con)
+        run_ids = ingest_trace(path, None, index_meta(path), con=con)
         results = collect(con, run_ids, provenance={"traces": {path.name: str(path)}})
         name = path.name.removesuffix(".gz").removesuffix(".sqlite").removesuffix(".nsys-rep")
         return Source(_bare_trace(results), con, name)
@@ -84,7 +84,7 @@ def _catalog_holding(path: Path, results: Results) -> duckdb.DuckDBPyConnection 
     if not path.is_file():
         return None
     try:
-        con = duckdb.connect(str(path), read_only=True)
+        con = duckdb.connect(str(path), read_only=True, config=OFFLINE)
     except duckdb.Error:
         return None  # locked by a running sweep, or not a catalog: the tables alone will do
     try:

@@ -37,6 +37,7 @@ OURS = (
     "results.json",
     "results.json.gz",
     "report.html",
+    "export",  # the report's trace and Parquet tables
 )
 
 

@@ -40,6 +40,7 @@ from bubblelab.profiling.nsys import find_nsys, profile_ranges
 from bubblelab.runs import state as run_state
 from bubblelab.runs.assemble import assemble, nsys_reports
 from bubblelab.runs.worker import run_plan
+from bubblelab.runs.workloads import check_streams_fit
 
 MIN_DECODE_STEPS = (
     400  # a run long enough to predict: ~400 decode steps (4 requests a stream at L=110)
@@ -72,6 +73,7 @@ class SweepSpec:
         self.dtype = self.dtype or default_dtype(self.device)
         self.depths = parse_ints("depths", self.depths, 1, 2)
         self.streams = parse_ints("streams", self.streams, 1, MAX_STREAMS)
+        check_streams_fit(self.streams)
         if self.requests_per_stream is not None:
             check_int("requests_per_stream", self.requests_per_stream, 1, 10_000)
         check_int("repeats", self.repeats, 1, 1000)
@@ -146,14 +148,18 @@ def run_sweep(
     force: bool = False,
     on_run: Callable[[str, dict], None] | None = None,
     say: Callable[[str], None] = print,
+    on_plan: Callable[[int, int], None] | None = None,
 ) -> Path:
     """Run both passes (what out_dir lacks of them), then assemble out_dir (runs/, traces/,
-    catalog.duckdb, results.json).
+    catalog.duckdb, results.json). on_plan(runs planned, runs already finished) is called once the
+    passes are known (whether nsys profiles is decided here), before any run.
 
     A new out_dir must not hold a run; an existing one is continued with resume (same options) or
     replaced with force. On a failure or Ctrl-C every finished run stays, DIR/status.json says what
     happened, and a sweep that finished nothing leaves nothing behind.
     """
+    if not resume:  # refused before anything is said about the profiler
+        run_state.check_new_run_dir(out_dir, force=force)
     saved = run_state.read_state(out_dir) if resume else None
     nsys = _nsys_or_none(use_nsys, say, saved)
     created = not out_dir.exists()
@@ -165,6 +171,8 @@ def run_sweep(
     )
     if done := run_state.finished_runs(out_dir):
         say(f"{len(done)} runs already finished in {out_dir}: running the rest")
+    if on_plan is not None:
+        on_plan(len(planned), len(done & set(planned)))
     timings_path = out_dir / "runs" / "timings.json"
     timings = json.loads(timings_path.read_text()) if timings_path.is_file() else {}
     try:
@@ -181,12 +189,12 @@ def run_sweep(
             _run_pass(plan, out_dir, on_run, left)
             timings[name] = _pass_timings(out_dir / "runs" / name, launched, started)
             write_atomic(timings_path, json.dumps(timings, indent=1))
+        assemble(out_dir)
     except BaseException as e:
         error = _stopped(out_dir, state, e, created=created and not resume, say=say)
         if error is not None:
             raise error from None
         raise
-    assemble(out_dir)
     run_state.mark(out_dir, state, "complete")
     return out_dir
 
@@ -220,6 +228,8 @@ def _stopped(
     interrupted = isinstance(e, KeyboardInterrupt)
     reason = "interrupted" if interrupted else " ".join(str(e).split()) or type(e).__name__
     finished = run_state.finished_runs(out_dir)
+    # The first planned run without a record was running; none: every run had finished and the
+    # results were being assembled.
     running = next((run for run in state["planned"] if run not in finished), None)
     failed = {"run": running, "error": reason}
     run_state.mark(out_dir, state, "interrupted" if interrupted else "failed", failed=failed)
@@ -230,14 +240,15 @@ def _stopped(
         return (
             BubblelabError(f"run {running} failed: {reason} (no run finished)") if known else None
         )
+    what = f"run {running}" if running else "assembling the results"
     say(
-        f"run {running}: {reason}. {len(finished)} finished runs kept in {out_dir}: "
+        f"{what}: {reason}. {len(finished)} finished runs kept in {out_dir}: "
         f"`bubblelab report {out_dir}` reports them, "
         f"`bubblelab run-and-profile --resume {out_dir}` runs the rest"
     )
     if known:
         return BubblelabError(
-            f"run {running} failed: {reason} ({len(finished)} finished runs kept in {out_dir})"
+            f"{what} failed: {reason} ({len(finished)} finished runs kept in {out_dir})"
         )
     return None
 

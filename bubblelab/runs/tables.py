@@ -55,19 +55,26 @@ def _cat(frames: list[pd.DataFrame]) -> pd.DataFrame:
 
 def config_names(runs: list[dict]) -> dict[str, str]:
     """Each run named by its configuration, e.g. `qwen3-0.6b·s8·d2·r0` (r: the repeat, in the
-    order given), not by its hash. Runs without a model are named by the start of their id."""
+    order given), not by its hash; split over GPUs `qwen3-32b·tp2·s8·d2·r0`, and a worker rank's
+    own timeline `...·r0·rank1`. Runs without a model are named by the start of their id."""
     names: dict[str, str] = {}
     seen: dict[str, int] = {}
     for run in runs:
         model = run.get("model")
         parts = [str(model) if isinstance(model, str) and model else str(run["run_id"])[:8]]
-        for prefix, key in (("s", "streams"), ("d", "depth")):
-            if run.get(key) is not None and not pd.isna(run.get(key)):
-                parts.append(f"{prefix}{int(run[key])}")
+        for prefix, key in (("tp", "tensor_parallel"), ("s", "streams"), ("d", "depth")):
+            value = _known(run.get(key))
+            if value is not None and (key != "tensor_parallel" or value > 1):
+                parts.append(f"{prefix}{value}")
         stem = "·".join(parts)
-        seen[stem] = seen.get(stem, -1) + 1
-        names[run["run_id"]] = f"{stem}·r{seen[stem]}"
+        rank = _known(run.get("rank")) or 0
+        seen[f"{stem}@{rank}"] = repeat = seen.get(f"{stem}@{rank}", -1) + 1
+        names[run["run_id"]] = f"{stem}·r{repeat}" + (f"·rank{rank}" if rank else "")
     return names
+
+
+def _known(value: object) -> int | None:
+    return None if value is None or pd.isna(value) else int(value)  # type: ignore[call-overload]
 
 
 def spans_from_steps(steps: pd.DataFrame) -> pd.DataFrame:

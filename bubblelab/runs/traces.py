@@ -21,6 +21,17 @@ from bubblelab.runs.tables import collect
 TRACES_DIR = Path(__file__).resolve().parents[2] / "traces"  # the checkout's traces/ folder
 
 
+def index_meta(trace: Path | str) -> dict:
+    """What an index.json beside a trace says of it (the committed traces' model, depth, streams,
+    ...) as run metadata for profiling.ingest; {} where there is none."""
+    trace = Path(trace)
+    try:
+        entry = json.loads((trace.parent / "index.json").read_text()).get(trace.name)
+    except (OSError, ValueError, AttributeError):  # no index, not JSON, not an object
+        return {}
+    return {k: v for k, v in entry.items() if k in META_KEYS} if isinstance(entry, dict) else {}
+
+
 def load_traces(
     names: list[str] | None = None,
     traces_dir: Path | str = TRACES_DIR,

@@ -12,6 +12,7 @@ from bubblelab.engine.config import MAX_NUM_SEQS, EngineConfig, default_dtype
 from bubblelab.engine.driver import RunResult, run_workload
 from bubblelab.engine.llm_engine import LLMEngine
 from bubblelab.engine.workload import MAX_STREAMS, WorkloadSpec
+from bubblelab.errors import OptionError
 
 
 @dataclass
@@ -57,6 +58,7 @@ def plan_runs(
         attention_backend=attention_backend,
         seed=seed,
     )
+    check_streams_fit(counts, max_num_seqs)
     share = constrained_share if constrained_share is not None else (1.0 if constraint else 0.0)
     specs = [
         WorkloadSpec(
@@ -67,6 +69,17 @@ def plan_runs(
     for spec in specs:
         spec.check_fits(config.max_model_len)
     return RunPlan(config, specs)
+
+
+def check_streams_fit(counts: list[int], max_num_seqs: int | None = None) -> None:
+    """Every stream a batch row of its own: more streams than rows would only queue, and the run
+    would measure a smaller batch than it names."""
+    rows = MAX_NUM_SEQS if max_num_seqs is None else max_num_seqs
+    if max(counts) > rows:
+        limit = f"--max-num-seqs ({rows})" if max_num_seqs is not None else f"{rows} batch rows"
+        raise OptionError(
+            "streams", f"must fit {limit}: more streams than rows would only queue", max(counts)
+        )
 
 
 def run_plan(
