@@ -53,12 +53,19 @@ def _cat(frames: list[pd.DataFrame]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def config_names(runs: list[dict]) -> dict[str, str]:
+def config_names(
+    runs: list[dict], rank_of: dict[str, tuple[str, int]] | None = None
+) -> dict[str, str]:
     """Each run named by its configuration, e.g. `qwen3-0.6b·s8·d2·r0` (r: the repeat, in the
-    order given), not by its hash. Runs without a model are named by the start of their id."""
+    order given), not by its hash. Runs without a model are named by the start of their id.
+    rank_of: the runs that are rank r > 0 of a tensor-parallel run, as rank_run_id -> (rank 0's
+    run_id, r); each is named after its rank 0, `qwen3-0.6b·s8·d2·r0·rank1`."""
+    workers = {k: v for k, v in (rank_of or {}).items() if v[1] > 0}
     names: dict[str, str] = {}
     seen: dict[str, int] = {}
     for run in runs:
+        if run["run_id"] in workers:
+            continue
         model = run.get("model")
         parts = [str(model) if isinstance(model, str) and model else str(run["run_id"])[:8]]
         for prefix, key in (("s", "streams"), ("d", "depth")):
@@ -67,6 +74,8 @@ def config_names(runs: list[dict]) -> dict[str, str]:
         stem = "·".join(parts)
         seen[stem] = seen.get(stem, -1) + 1
         names[run["run_id"]] = f"{stem}·r{seen[stem]}"
+    for run_id, (lead, rank) in workers.items():
+        names[run_id] = f"{names.get(lead, str(lead)[:8])}·rank{rank}"
     return names
 
 
