@@ -49,7 +49,7 @@ from bubblelab.profiling.analysis import steady_state  # the project's one stead
 
 CONFIG_KEYS = (
     "model", "preset", "device", "streams", "requests", "output_len_mean", "prompt_len",
-    "constraint", "constrained_share", "profiled",
+    "constraint", "constrained_share", "profiled", "tensor_parallel",
 )  # fmt: skip
 LIMITS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len")
 
@@ -98,9 +98,9 @@ def predict_blog() -> pd.DataFrame:
 
 
 def run_label(run: pd.Series | dict, depth: bool = True) -> str:
-    """ "preset · device · N streams[ · depth d]": how tables and figures name a run or
-    configuration. A trace of another engine knows neither streams nor depth: those parts are left
-    out."""
+    """ "preset · device · N streams[ · TP n][ · depth d]": how tables and figures name a run or
+    configuration (TP for a tensor-parallel run, over n GPUs). A trace of another engine knows
+    neither streams nor depth: those parts are left out."""
     name = next(
         (v for v in (run.get("preset"), run.get("model")) if isinstance(v, str) and v), "model"
     )
@@ -108,6 +108,9 @@ def run_label(run: pd.Series | dict, depth: bool = True) -> str:
     streams = known_int(run.get("streams"))
     if streams is not None:
         label += f" · {streams} stream{'s' if streams > 1 else ''}"
+    tp = known_int(run.get("tensor_parallel"))
+    if tp is not None and tp > 1:
+        label += f" · TP {tp}"
     run_depth = known_int(run.get("depth"))
     return f"{label} · depth {run_depth}" if depth and run_depth is not None else label
 
@@ -129,7 +132,10 @@ def is_window(steps: pd.DataFrame, run) -> bool:
 
 def pair_runs(runs: pd.DataFrame) -> list[tuple[pd.DataFrame, pd.DataFrame]]:
     """(depth-1 runs, depth-2 runs) per configuration that has both; profiled runs only when no
-    unprofiled run is there."""
+    unprofiled run is there. A tensor-parallel run is its rank 0's: a catalog's rank r > 0 runs
+    (runs.rank) are the same run's workers, not runs of their own."""
+    if "rank" in runs:
+        runs = runs[~(pd.to_numeric(runs["rank"], errors="coerce").fillna(0) > 0)]
     if "profiled" in runs and runs["profiled"].eq(False).any():
         runs = runs[runs["profiled"].eq(False)]
     keys = [k for k in CONFIG_KEYS if k in runs]

@@ -8,8 +8,8 @@ Layout of a run directory (written by run-and-profile, read by `bubblelab report
                           (the trace and Parquet tables of bubblelab.report.export)
 
 results.json holds {"schema_version": 2, "runs": [...], "steps": [...], "attribution": [...],
-"gaps": [...], "timeline": [...], "requests": [...], "provenance": {...}}, each table a list of
-records:
+"gaps": [...], "timeline": [...], "requests": [...], "ranks": [...], "rank_attribution": [...],
+"provenance": {...}}, each table a list of records:
 
 - runs: the "Run metadata" columns of docs/phases.md, one record per run, and schema 2's columns
   (bubblelab.runs.schema); a sweep adds what the worker measured on a GPU (sm_clock_mhz, power_w,
@@ -22,6 +22,10 @@ records:
 - gaps: run_id, step, gap_ms: one record per GPU idle gap.
 - timeline (optional): run_id, lane ("host" | "gpu"), phase, step, start_ns, end_ns: the raw ranges
   of engine.timeline.Timeline (host_frame / device_frame), for the lane chart.
+- ranks (optional; tensor-parallel runs only): every rank's per-step table with the step's spans
+  and host phases in time, compute and communication (profiling/sql/tp_rank_steps.sql), `run_id`
+  naming the run (rank 0's), `rank` the rank; profiling.ranks.summary reads the cross-rank view
+  from it. rank_attribution: run_id, rank, phase, top_level, bubble_ms over rank 0's steady steps.
 - provenance: free-form JSON object; a sweep writes sweep, command, timings, catalog and machine
   (git revision, CPU, GPUs: runs.machine), which the report shows once; other keys are shown as
   JSON.
@@ -44,7 +48,16 @@ from bubblelab.files import write_atomic
 
 RESULTS_FILE = "results.json"
 SCHEMA_VERSION = 2
-TABLES = ("runs", "steps", "attribution", "gaps", "timeline", "requests")
+TABLES = (
+    "runs",
+    "steps",
+    "attribution",
+    "gaps",
+    "timeline",
+    "requests",
+    "ranks",
+    "rank_attribution",
+)
 # docs/phases.md: "Run metadata" and the per-step table.
 RUN_COLUMNS = (
     "run_id, model, preset, depth, streams, output_len_mean, mean_generated_len, requests, device, "
@@ -93,6 +106,8 @@ class Results:
     timeline: pd.DataFrame = field(default_factory=pd.DataFrame)
     provenance: dict = field(default_factory=dict)
     requests: pd.DataFrame = field(default_factory=pd.DataFrame)
+    ranks: pd.DataFrame = field(default_factory=pd.DataFrame)  # tensor parallel: every rank's steps
+    rank_attribution: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def _records(df: pd.DataFrame | None) -> list[dict]:
@@ -113,10 +128,15 @@ def write_results(
     provenance: dict | None = None,
     timeline_df: pd.DataFrame | None = None,
     requests_df: pd.DataFrame | None = None,
+    ranks_df: pd.DataFrame | None = None,
+    rank_attribution_df: pd.DataFrame | None = None,
 ) -> Path:
     run_dir = Path(run_dir)
     doc: dict[str, Any] = {"schema_version": SCHEMA_VERSION}
-    tables = (runs_df, steps_df, attribution_df, gaps_df, timeline_df, requests_df)
+    tables = (
+        runs_df, steps_df, attribution_df, gaps_df, timeline_df, requests_df, ranks_df,
+        rank_attribution_df,
+    )  # fmt: skip
     for name, df in zip(TABLES, tables, strict=True):
         doc[name] = _records(df)
     doc["provenance"] = provenance or {}
@@ -159,6 +179,7 @@ def read_results(run_dir: Path | str) -> Results:
             raise BubblelabError(f"{path}: {name} is not a list of records")
         tables[name] = pd.DataFrame.from_records(records)
     requests = tables.pop("requests")
+    ranks, rank_attribution = tables.pop("ranks"), tables.pop("rank_attribution")
     runs, steps = tables["runs"], tables["steps"]
     if runs.empty or steps.empty:
         raise BubblelabError(f"{path} has no runs or no steps")
@@ -184,7 +205,10 @@ def read_results(run_dir: Path | str) -> Results:
     tables["runs"] = runs.reindex(
         columns=[*RUN_COLUMNS, *(c for c in runs if c not in RUN_COLUMNS)]
     )
-    return Results(**tables, provenance=provenance, requests=requests)
+    return Results(
+        **tables, provenance=provenance, requests=requests, ranks=ranks,
+        rank_attribution=rank_attribution,
+    )  # fmt: skip
 
 
 def _load_json(path: Path) -> Any:

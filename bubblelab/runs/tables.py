@@ -11,7 +11,7 @@ from __future__ import annotations
 import duckdb
 import pandas as pd
 
-from bubblelab.profiling import analysis
+from bubblelab.profiling import analysis, ranks
 from bubblelab.runs.rundir import Results
 
 # Idle gaps of this many steady steps per run: a forward leaves ~1,000-2,000 kernel gaps a step.
@@ -22,7 +22,12 @@ LANE_STEPS = 12  # steps of host ranges and GPU islands kept per run for the lan
 def collect(
     con: duckdb.DuckDBPyConnection, run_ids: list[str], provenance: dict | None = None
 ) -> Results:
-    """The tables of the given runs of an open catalog, in the order given."""
+    """The tables of the given runs of an open catalog, in the order given. The ranks r > 0 of a
+    tensor-parallel run are not runs of their own here: with rank 0's run they fill `ranks` and
+    `rank_attribution` (profiling.ranks), over rank 0's steady steps."""
+    groups = ranks.tp_groups(con)
+    workers = set(groups.loc[groups["rank"] > 0, "rank_run_id"])
+    run_ids = [r for r in run_ids if r not in workers]
     runs = analysis.runs(con)
     runs = runs.set_index("run_id").loc[run_ids].reset_index()
     steps, attribution, gaps, lanes = [], [], [], []
@@ -43,9 +48,16 @@ def collect(
             )
         )
         lanes.append(analysis.lane_ranges(con, run_id, analysis.middle(steady, LANE_STEPS)))
-    return Results(
-        runs, _cat(steps), _cat(attribution), _cat(gaps), _cat(lanes), provenance=provenance or {}
+    rank_steps = _cat([ranks.rank_steps(con, r) for r in groups["run_id"].unique() if r in run_ids])
+    rank_attribution = (
+        ranks.rank_attribution(con, ranks.steady_steps(rank_steps))
+        if len(rank_steps)
+        else pd.DataFrame()
     )
+    return Results(
+        runs, _cat(steps), _cat(attribution), _cat(gaps), _cat(lanes), provenance=provenance or {},
+        ranks=rank_steps, rank_attribution=rank_attribution,
+    )  # fmt: skip
 
 
 def _cat(frames: list[pd.DataFrame]) -> pd.DataFrame:
