@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from bubblelab.costmodel.predict import predict_runs
+from bubblelab.costmodel.tensor_parallel import tp_comparison, tp_pieces, tp_steps
 from bubblelab.profiling import analysis, ranks
 from bubblelab.runs import assemble as assemble_module
 from bubblelab.runs.rundir import read_results
@@ -34,6 +36,11 @@ def sweep(out: Path, tp: int) -> Path:
 @pytest.fixture(scope="module")
 def tp2(tmp_path_factory) -> Path:
     return sweep(tmp_path_factory.mktemp("sweeps") / "tp2", 2)
+
+
+@pytest.fixture(scope="module")
+def tp1(tmp_path_factory) -> Path:
+    return sweep(tmp_path_factory.mktemp("sweeps") / "tp1", 1)
 
 
 def bubblelab(*args: str) -> subprocess.CompletedProcess:
@@ -94,13 +101,59 @@ def test_results_json_carries_the_ranks_and_the_report_shows_them(tp2, tmp_path)
     assert out.returncode == 0, out.stderr
     page = (tp2 / "report.html").read_text()
     assert 'id="ranks"' in page and "Tensor parallel: the ranks" in page
-    assert "2 streams · TP 2" in page
+    assert "2 streams · TP 2" in page and "pieces: each step&#39;s slowest of 2 ranks" in page
     # the CLI reads the run directory's catalog, and its JSON carries every TP run's ranks
     out = bubblelab("analyze", str(tp2), "--json", "-")
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert len(doc["tensor_parallel"]) == 4
     assert {r["name"] for r in doc["runs"]} >= {"tiny-llama·s2·d1·r0·rank1"}
+
+
+def test_the_cost_model_takes_each_steps_gpu_time_across_ranks(tp2):
+    results = read_results(tp2)
+    table = predict_runs(results.runs, results.steps, results.requests, ranks=results.ranks,
+                         n_boot=50)  # fmt: skip
+    (row,) = table.to_dict("records")
+    assert row["tensor_parallel"] == 2 and "slowest of 2 ranks" in row["gpu_from"]
+    assert row["pairs"] == 2  # rank 0's runs, paired by repeat
+    assert set(row["runs_block"].split(",")) == {"s2-d1-r0-timeline", "s2-d1-r1-timeline"}
+    assert set(row["runs_pipe"].split(",")) == {"s2-d2-r0-timeline", "s2-d2-r1-timeline"}
+    for key in ("predicted_pct", "wall_predicted_pct", "wall_d1_predicted_pct", "observed_pct"):
+        assert row[key] == row[key]  # formed (not NaN)
+    assert row["straggler_extra_ms"] >= 0 and row["handoff_host_ms"] > 0
+    # step by step: from the last rank to begin to the last to end lies within the ranks' own
+    # forward spans (the one that began last, the one that ended last); sampling is the slowest's
+    spans = results.ranks.groupby(["run_id", "step"]).agg(
+        lo=("forward_ms", "min"), hi=("forward_ms", "max"), sampling=("sampling_ms", "max")
+    )
+    across = tp_steps(results.steps, results.ranks).set_index(["run_id", "step"])
+    across = across.join(spans, how="inner").dropna(subset=["lo"])
+    assert len(across) > 50
+    assert (across["forward_ms"].between(across["lo"] - 1e-9, across["hi"] + 1e-9)).all()
+    assert (across["sampling_ms"] == across["sampling"]).all()
+    assert (across["rank0_forward_ms"] <= across["hi"]).all()
+    pieces = tp_pieces(results.ranks)
+    assert list(pieces["ranks"]) == [2] * 4 and (pieces["straggler_extra_ms"] >= 0).all()
+    # without the per-rank tables the model says it used rank 0's own pieces
+    alone = predict_runs(results.runs, results.steps, results.requests, n_boot=50).iloc[0]
+    assert alone["gpu_from"].startswith("rank 0")
+    assert alone["d1_pipelined_ms"] != row["d1_pipelined_ms"]
+
+
+def test_predict_puts_tp_1_beside_tp_2(tp1, tp2):
+    out = bubblelab("predict", str(tp1), str(tp2), "--n-boot", "50", "--json", "-")
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)
+    assert sorted(r["tensor_parallel"] for r in rows) == [1, 2]
+    import pandas as pd
+
+    comparison = tp_comparison(pd.DataFrame(rows))
+    assert list(comparison["tensor_parallel"]) == [1, 2] and set(comparison["streams"]) == {2}
+    out = bubblelab("predict", str(tp1), str(tp2), "--n-boot", "50")
+    assert out.returncode == 0, out.stderr
+    assert "at each tensor-parallel size" in out.stdout
+    assert "GPU pieces: each step's slowest of 2 ranks" in out.stdout
 
 
 def test_an_nsys_pass_of_a_tp_run_assembles_every_rank(tp2, tmp_path, monkeypatch):

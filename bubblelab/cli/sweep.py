@@ -141,7 +141,7 @@ def profile_and_report(
         report = report_run_dir(out)
     results = read_results(out)
     wide = Console(width=max(console.width, 160))
-    table = predict_runs(results.runs, results.steps, results.requests)
+    table = predict_runs(results.runs, results.steps, results.requests, ranks=results.ranks)
     if len(table):
         wide.print(prediction_table(table, blog=False))
     perturbation = profiler_perturbation(results.runs, results.steps)

@@ -79,7 +79,9 @@ def render_report(
     results: Results, title: str, n_boot: int = 1000, exported: Exported | None = None
 ) -> str:
     """The page. exported: the files written beside it, linked relative to it (EXPORT_DIR/)."""
-    table = predict_runs(results.runs, results.steps, results.requests, n_boot=n_boot)
+    table = predict_runs(
+        results.runs, results.steps, results.requests, ranks=results.ranks, n_boot=n_boot
+    )
     blog = predict_blog()
     measured = summary.unprofiled(results)  # what the engine does; the profiler's own section
     configs = summary.config_table(measured)
