@@ -15,6 +15,7 @@ import pytest
 
 from bubblelab.costmodel.predict import predict_runs
 from bubblelab.costmodel.tensor_parallel import tp_comparison, tp_pieces, tp_steps
+from bubblelab.errors import BubblelabError
 from bubblelab.profiling import analysis, ranks
 from bubblelab.runs import assemble as assemble_module
 from bubblelab.runs.rundir import read_results
@@ -183,3 +184,18 @@ def test_an_nsys_pass_of_a_tp_run_assembles_every_rank(tp2, tmp_path, monkeypatc
     steady = mine.dropna(subset=["comm_ms"]).groupby("rank")["comm_ms"].median()
     assert steady.round(6).to_dict() == {0: 0.16, 1: 0.08}  # NCCL time, from the kernels
     assert set(results.runs["rank"]) == {0}
+
+
+def test_a_damaged_ranks_table_is_one_line(tp2, tmp_path):
+    doc = json.loads((tp2 / "results.json").read_text())
+    for row in doc["ranks"]:
+        row.pop("forward_start")
+    (tmp_path / "results.json").write_text(json.dumps(doc))
+    with pytest.raises(BubblelabError, match=r"ranks lack the column\(s\) forward_start"):
+        read_results(tmp_path)
+    for row in doc["ranks"]:
+        row["forward_start"] = 0
+    doc["ranks"][0]["forward_start"] = "soon"
+    (tmp_path / "results.json").write_text(json.dumps(doc))
+    with pytest.raises(BubblelabError, match=r"ranks.forward_start holds values that are not"):
+        read_results(tmp_path)

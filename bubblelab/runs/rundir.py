@@ -72,6 +72,12 @@ STEP_COLUMNS = (
 # file fails in one line here, not with a TypeError deep in the report.
 TEXT, NUMBER = "text", "number"
 RUN_NUMBERS = "depth streams mean_generated_len wall_s generated_tokens requests decode_steps"
+# What profiling.ranks.summary and the cost model read of the `ranks` table (tp_rank_steps.sql).
+RANK_NUMBERS = (
+    "rank step batch_size forward_ms sampling_ms bubble_ms period_ms busy_ms launch_ms "
+    "finalize_ms handoff_ms recv_ms compute_ms comm_ms comm_exposed_ms forward_start forward_end "
+    "sampling_start sampling_end launch_start launch_end finalize_start finalize_end"
+)
 TYPED_COLUMNS = {
     "runs": {
         **dict.fromkeys(("run_id", "model", "preset", "device"), TEXT),
@@ -84,6 +90,11 @@ TYPED_COLUMNS = {
         **dict.fromkeys(("run_id", "lane", "phase"), TEXT),
         **dict.fromkeys(("step", "start_ns", "end_ns"), NUMBER),
     },
+    "ranks": {
+        **dict.fromkeys(("run_id", "rank_run_id", "kind"), TEXT),
+        **dict.fromkeys(RANK_NUMBERS.split(), NUMBER),
+    },
+    "rank_attribution": {"run_id": TEXT, "rank": NUMBER, "phase": TEXT, "bubble_ms": NUMBER},
 }
 MAX_RESULTS_BYTES = 256 << 20  # an H200 sweep's results.json is 8 MiB; refuse absurd ones
 NEEDED_RUN_COLUMNS = (
@@ -179,11 +190,13 @@ def read_results(run_dir: Path | str) -> Results:
             raise BubblelabError(f"{path}: {name} is not a list of records")
         tables[name] = pd.DataFrame.from_records(records)
     requests = tables.pop("requests")
-    ranks, rank_attribution = tables.pop("ranks"), tables.pop("rank_attribution")
-    runs, steps = tables["runs"], tables["steps"]
+    runs, steps, ranks = tables["runs"], tables["steps"], tables["ranks"]
     if runs.empty or steps.empty:
         raise BubblelabError(f"{path} has no runs or no steps")
-    for name, table, needed in (("runs", runs, NEEDED_RUN_COLUMNS), ("steps", steps, STEP_COLUMNS)):
+    needs = [("runs", runs, NEEDED_RUN_COLUMNS), ("steps", steps, STEP_COLUMNS)]
+    if len(ranks):
+        needs.append(("ranks", ranks, ["run_id", "kind", *RANK_NUMBERS.split()]))
+    for name, table, needed in needs:
         if missing := [c for c in needed if c not in table]:
             raise BubblelabError(
                 f"{path}: {name} lack the column(s) {', '.join(missing)} (see docs/phases.md)"
@@ -205,10 +218,7 @@ def read_results(run_dir: Path | str) -> Results:
     tables["runs"] = runs.reindex(
         columns=[*RUN_COLUMNS, *(c for c in runs if c not in RUN_COLUMNS)]
     )
-    return Results(
-        **tables, provenance=provenance, requests=requests, ranks=ranks,
-        rank_attribution=rank_attribution,
-    )  # fmt: skip
+    return Results(**tables, provenance=provenance, requests=requests)
 
 
 def _load_json(path: Path) -> Any:
