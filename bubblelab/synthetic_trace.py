@@ -86,6 +86,10 @@ class TraceBuilder:
     rows: dict[str, list[dict]] = field(default_factory=lambda: {name: [] for name in COLUMNS})
     strings: dict[str, int] = field(default_factory=dict)
     next_correlation: int = 1000
+    # Threads whose process creates our domain (one creation event each, as nsys records it per
+    # process): a tensor-parallel trace has one per rank.
+    domain_tids: tuple[int, ...] = (MAIN,)
+    gpus: int = 1  # TARGET_INFO_GPU rows
 
     def string(self, value: str) -> int:
         if value not in self.strings:
@@ -336,14 +340,18 @@ class TraceBuilder:
             "EXPORT_SCHEMA_VERSION": self.schema_version,
         }
         self.rows["META_DATA_EXPORT"] = [dict(name=k, value=v) for k, v in meta.items()]
-        domain = dict(start=0, eventType=75, globalTid=MAIN, text=self.domain, domainId=1)
+        domains = [
+            dict(start=0, eventType=75, globalTid=tid, text=self.domain, domainId=1)
+            for tid in self.domain_tids
+        ]
         self.rows["NVTX_EVENTS"] = [
-            *([domain] if our_domain else []),
+            *(domains if our_domain else []),
             *(e for e in self.rows["NVTX_EVENTS"] if e["eventType"] != 75),
         ]
         self.rows["StringIds"] = [dict(id=i, value=v) for v, i in self.strings.items()]
         self.rows["TARGET_INFO_GPU"] = [
-            dict(vmId=0, id=0, name="Fake GPU", busLocation="0", isDiscrete=1)
+            dict(vmId=0, id=i, name="Fake GPU", busLocation=str(i), isDiscrete=1)
+            for i in range(self.gpus)
         ]
         self.rows["TARGET_INFO_SESSION_START_TIME"] = [
             dict(utcEpochNs=1_795_257_254_000_000_000, utcTime="2026-11-21T10:34:14", localTime="")

@@ -20,6 +20,10 @@ Per configuration:
   replayed from the requests); term_<name>_pts: what each measured depth-2 piece moves it by.
 - A trimmed trace (fewer decode steps than its run's `decode_steps`) is modelled as a window: the
   walls are its periods and wall_observed_pct its measured token-rate ratio.
+- A tensor-parallel configuration (runs' tensor_parallel > 1) is rank 0's runs, each step's GPU time
+  taken across the ranks when `ranks` (results.json's per-rank table) covers them
+  (costmodel.tensor_parallel): gpu_from says whose pieces were used, the other TP columns what they
+  measured.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from bubblelab.costmodel.model import (
 )
 from bubblelab.costmodel.observed import known, pair_repeats, pairs_interval, pooled
 from bubblelab.costmodel.schedule import Limits, requests_from_table
+from bubblelab.costmodel.tensor_parallel import tp_columns, tp_steps
 from bubblelab.costmodel.wholerun import TERMS, WholeRun, predict_pair_wall
 from bubblelab.errors import BubblelabError
 from bubblelab.profiling.analysis import steady_state  # the project's one steady-state rule
@@ -132,7 +137,10 @@ def is_window(steps: pd.DataFrame, run) -> bool:
 
 def pair_runs(runs: pd.DataFrame) -> list[tuple[pd.DataFrame, pd.DataFrame]]:
     """(depth-1 runs, depth-2 runs) per configuration that has both; profiled runs only when no
-    unprofiled run is there."""
+    unprofiled run is there. A tensor-parallel run is its rank 0's: a catalog's rank r > 0 runs
+    (runs.rank) are the same run's workers, not runs of their own."""
+    if "rank" in runs:
+        runs = runs[~(pd.to_numeric(runs["rank"], errors="coerce").fillna(0) > 0)]
     if "profiled" in runs and runs["profiled"].eq(False).any():
         runs = runs[runs["profiled"].eq(False)]
     keys = [k for k in CONFIG_KEYS if k in runs]
@@ -292,6 +300,7 @@ def predict_pair(
     first = d1.iloc[0]
     return dict(
         label=run_label(first, depth=False),
+        model=first.get("model"),
         device=first["device"],
         preset=first.get("preset"),
         streams=streams,
@@ -316,17 +325,25 @@ def predict_pair(
 
 
 def predict_runs(
-    runs: pd.DataFrame, steps: pd.DataFrame, requests: pd.DataFrame | None = None, **kw
+    runs: pd.DataFrame,
+    steps: pd.DataFrame,
+    requests: pd.DataFrame | None = None,
+    ranks: pd.DataFrame | None = None,
+    **kw,
 ) -> pd.DataFrame:
     """The prediction table for every configuration measured at both depths.
 
-    A configuration that cannot be predicted (no steady decode steps) is left out and named, with
-    the reason, in table.attrs["skipped"], so one broken run does not hide the others.
+    ranks: every rank's steps of the tensor-parallel runs (results.json's `ranks`), whose GPU
+    pieces the model then takes across ranks (costmodel.tensor_parallel). A configuration that
+    cannot be predicted (no steady decode steps) is left out and named, with the reason, in
+    table.attrs["skipped"], so one broken run does not hide the others.
     """
     rows, skipped = [], []
+    steps = tp_steps(steps, ranks)
     for d1, d2 in pair_runs(runs):
         try:
-            rows.append(predict_pair(d1, d2, steps, requests=requests, **kw))
+            row = predict_pair(d1, d2, steps, requests=requests, **kw)
+            rows.append(row | tp_columns(d1, d2, ranks))
         except BubblelabError as e:
             skipped.append(f"{run_label(d1.iloc[0], depth=False)}: {e}")
     table = pd.DataFrame(rows)

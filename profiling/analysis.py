@@ -240,8 +240,12 @@ def analyze(catalog: Catalog, run_ids: list[str] | None = None, warmup: int = WA
     A run without `streams` metadata gets its steady-state batch size (the streams of a closed
     loop). Every run says how its steps were found (`steps_found`, steps.step_summary); a foreign
     run adds its idle split (foreign.idle_split) and its host syncs per steady step
-    (foreign.sync_summary).
+    (foreign.sync_summary). Every rank of a tensor-parallel run is a run here too (its `rank`);
+    `tensor_parallel` puts the ranks of each such run side by side (profiling.ranks.analyze_ranks)
+    and the pooled groups hold rank 0's runs only (a worker's steps are the same steps again).
     """
+    from bubblelab.profiling import ranks  # ranks reads this module's answers
+
     con = _open(catalog)
     meta = runs(con).set_index("run_id")
     per_run, parts = [], {}
@@ -275,7 +279,9 @@ def analyze(catalog: Catalog, run_ids: list[str] | None = None, warmup: int = WA
             entry["syncs_per_step"] = _records(foreign.sync_summary(syncs, steady))
         per_run.append(entry)
     groups = []
-    ours = [r for r in per_run if r["steps_found"]["rule"] == foreign.OURS]
+    ours = [
+        r for r in per_run if r["steps_found"]["rule"] == foreign.OURS and not (r["rank"] or 0) > 0
+    ]
     for depth, streams in sorted({(r["depth"], r["streams"]) for r in ours}, key=str):
         members = [r["run_id"] for r in ours if (r["depth"], r["streams"]) == (depth, streams)]
         groups.append(
@@ -286,7 +292,8 @@ def analyze(catalog: Catalog, run_ids: list[str] | None = None, warmup: int = WA
                 **_digest([parts[m] for m in members]),
             }
         )
-    return {"warmup_steps": warmup, "runs": per_run, "groups": groups}
+    tp = ranks.analyze_ranks(con, None if run_ids is None else list(run_ids), warmup)
+    return {"warmup_steps": warmup, "runs": per_run, "groups": groups, "tensor_parallel": tp}
 
 
 def _digest(parts: list[tuple[pd.DataFrame, ...]]) -> dict:

@@ -53,9 +53,23 @@ RUN_COLUMNS = (
 )
 
 
-def connect(catalog: Path | str | None = None) -> duckdb.DuckDBPyConnection:
-    """Open (creating if needed) a catalog; None or ':memory:' gives a throwaway in-memory one."""
+def connect(
+    catalog: Path | str | None = None, read_only: bool = False
+) -> duckdb.DuckDBPyConnection:
+    """Open (creating if needed) a catalog; None or ':memory:' gives a throwaway in-memory one.
+    read_only: an existing catalog, to answer questions from (a run directory's, which a report or
+    another reader may have open too)."""
     path = ":memory:" if catalog in (None, ":memory:") else str(catalog)
+    if read_only:
+        if not Path(path).is_file():
+            raise BubblelabError(f"no catalog at {path}")
+        try:
+            con = duckdb.connect(path, read_only=True, config=OFFLINE)
+        except duckdb.Error as e:
+            raise BubblelabError(f"cannot open catalog {path}: {str(e).splitlines()[0]}") from None
+        con.execute("SET asof_loop_join_threshold = 0")  # as below
+        _check_version(con, path, read_only=True)
+        return con
     if path != ":memory:":
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         if _is_sqlite(Path(path)):
@@ -95,10 +109,16 @@ def _is_sqlite(path: Path) -> bool:
         return False
 
 
-def _check_version(con: duckdb.DuckDBPyConnection, path: str) -> None:
-    found = one_row(con, "SELECT max(version) FROM catalog_info")[0]
-    if found is None and one_row(con, "SELECT count(*) FROM runs")[0]:
-        found = 1  # runs but no version: written before catalogs carried one
+def _check_version(con: duckdb.DuckDBPyConnection, path: str, read_only: bool = False) -> None:
+    try:
+        found = one_row(con, "SELECT max(version) FROM catalog_info")[0]
+        if found is None and one_row(con, "SELECT count(*) FROM runs")[0]:
+            found = 1  # runs but no version: written before catalogs carried one
+    except duckdb.CatalogException:  # read-only and no catalog tables: not a catalog
+        con.close()
+        raise BubblelabError(f"{path} is not a bubblelab catalog") from None
+    if found is None and read_only:
+        return  # an empty catalog: nothing to answer from, nothing to check
     if found is None:
         con.execute("INSERT INTO catalog_info VALUES (?)", [CATALOG_VERSION])
     elif found != CATALOG_VERSION:

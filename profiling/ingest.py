@@ -1,8 +1,10 @@
 """Ingest an nsys SQLite export (checked by trace_check) or an in-process Timeline into the catalog.
 
 A run is one process on one GPU: a trace of several (a tensor-parallel engine) becomes one run each,
-never a merged table. Runs are keyed by the sha256 of the trace's content (and the process and GPU,
-when it holds several), so ingesting the same trace twice returns the same run_ids and adds nothing.
+never a merged table; in a trace of bubblelab's own ranges each is given its tensor-parallel rank
+(sql/tp_assign_ranks.sql), so profiling.ranks can put the ranks of a step side by side. Runs are
+keyed by the sha256 of the trace's content (and the process and GPU, when it holds several), so
+ingesting the same trace twice returns the same run_ids and adds nothing.
 Everything a run adds happens in one transaction: an interrupted ingest leaves no half run.
 
 Steps: a trace with bubblelab's own ranges is read by docs/phases.md (per_step.sql); any other trace
@@ -112,6 +114,9 @@ def _ingest(
                 run_ids.append(
                     _ingest_part(con, trace, facts, part, meta, domain if ours else None, options)
                 )
+            if ours and len(run_ids) > 1:  # a tensor-parallel engine: one process per rank
+                with _transaction(con):
+                    queries.execute(con, "tp_assign_ranks", {"run_ids": run_ids})
         except (duckdb.Error, UnicodeDecodeError) as e:  # text that is not UTF-8 is damage too
             raise BubblelabError(
                 f"{trace}: cannot read the trace ({str(e).splitlines()[0]})"

@@ -1,9 +1,12 @@
 """`bubblelab analyze`: ingest nsys traces into a catalog and print the per-run bubble breakdown.
 
 Any nsys export: bubblelab's own traces by their NVTX ranges, others by the steps profiling/steps.py
-finds (--step-range, --step-rule). Trace-derived text (range, kernel and API names) is data, never
-rich markup: it reaches the console through output.cell, escaped, on one line. Runs are named by
-configuration (`qwen3-0.6b·s8·d2·r0`). With --catalog the catalog is updated whole or not at all.
+finds (--step-range, --step-rule); or a run directory, from the catalog run-and-profile left in it.
+A tensor-parallel run (a run directory's rank timelines, or one export of every rank's process)
+adds a table of its ranks (bubblelab.cli.ranks). Trace-derived text (range, kernel and API names) is
+data, never rich markup: it reaches the console through output.cell, escaped, on one line. Runs are
+named by configuration (`qwen3-0.6b·s8·d2·r0`, a worker `…·r0·rank1`). With --catalog the catalog is
+updated whole or not at all.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ def analyze(
     traces: list[Path] = typer.Argument(
         None,
         help="nsys exports: .sqlite, .sqlite.gz or .nsys-rep (none: every run already in "
-        "--catalog).",
+        "--catalog); or one run directory of run-and-profile.",
     ),
     catalog: Path = typer.Option(
         None, "--catalog", help="DuckDB catalog to add the runs to (default: in memory)."
@@ -63,17 +66,22 @@ def analyze(
     """Per-step breakdown of each run: steps found, forward, bubble and period, where the bubble
     went, and for a foreign engine its host syncs and what pipelining would buy it."""
     from bubblelab.checks import check_float, check_int
+    from bubblelab.cli.ranks import LEGEND, rank_lines, rank_table
     from bubblelab.costmodel.foreign import pipelining_gain
     from bubblelab.errors import BubblelabError
     from bubblelab.profiling import analysis
     from bubblelab.profiling.ingest import ingest_trace
     from bubblelab.profiling.steps import StepOptions
     from bubblelab.runs.catalogs import update_catalog
+    from bubblelab.runs.sources import run_catalog
     from bubblelab.runs.tables import config_names
     from bubblelab.runs.traces import index_meta
 
     if not traces and catalog is None:
         raise BubblelabError("give one or more traces, or --catalog PATH")
+    run_dir = next((t for t in traces or () if t.is_dir()), None)
+    if run_dir is not None and (len(traces) > 1 or catalog is not None):
+        raise BubblelabError(f"{run_dir} is a run directory: analyse it alone, without --catalog")
     warmup = check_int("warmup", analysis.WARMUP_STEPS if warmup is None else warmup, 0, 10**6)
     if output_len is not None:  # checked here: pipelining_gain's refusals are per run
         check_float("output_len", output_len, 1, 1e6)
@@ -85,7 +93,7 @@ def analyze(
     def work(con) -> dict:
         run_ids = []
         with console.status("") as status:
-            for i, trace in enumerate(traces or ()):
+            for i, trace in enumerate(() if run_dir else traces or ()):
                 status.update(Text(f"ingesting {i + 1}/{len(traces)}: {trace.name}"))
                 meta = index_meta(trace)  # the committed traces' model, streams, depth
                 run_ids += ingest_trace(trace, None, meta, domain=domain, steps=options, con=con)
@@ -106,10 +114,24 @@ def analyze(
             raise BubblelabError(f"{catalog} holds no runs: give traces to add")
         return report
 
-    report = update_catalog(catalog, work)
-    names = config_names(report["runs"])
+    if run_dir is not None:
+        con = run_catalog(run_dir)
+        try:
+            report = work(con)
+        finally:
+            con.close()
+    else:
+        report = update_catalog(catalog, work)
+    ranks = {
+        r["rank_run_id"]: (tp["run_id"], r["rank"])
+        for tp in report["tensor_parallel"]
+        for r in tp["per_rank"]
+    }
+    names = config_names(report["runs"], ranks)
     for run in report["runs"]:
         run["name"] = names[run["run_id"]]
+    for tp in report["tensor_parallel"]:
+        tp["name"] = names.get(tp["run_id"], tp["run_id"])
     if dest is not None:
         written = emit_json(dest, report)
         if dest == "-":
@@ -118,6 +140,12 @@ def analyze(
     console.print(_found_table(report["runs"]))
     console.print(_steps_table(report["runs"]))
     console.print(_attribution_table(report["runs"]))
+    for tp in report["tensor_parallel"]:
+        console.print(rank_table(tp, tp["name"]))
+        for note in rank_lines(tp):
+            console.print(note, markup=False)
+    if report["tensor_parallel"]:
+        console.print(LEGEND, markup=False)
     for run in report["runs"]:
         if "syncs_per_step" in run:
             _print_foreign(console, run)

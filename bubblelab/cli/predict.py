@@ -81,11 +81,70 @@ def prediction_table(table: pd.DataFrame, blog: bool) -> Table:
     return out
 
 
+def tp_lines(table: pd.DataFrame) -> list[str]:
+    """For each tensor-parallel row of the prediction table: whose pieces the model used and what
+    they measured (costmodel.tensor_parallel.tp_columns)."""
+    lines = []
+    for r in table.to_dict("records"):
+        if (r.get("tensor_parallel") or 1) <= 1:
+            continue
+        lines.append(f"{r['label']}: GPU pieces: {r['gpu_from']}")
+        if r.get("tp_gpu_ms") is not None and not math.isnan(r["tp_gpu_ms"]):
+            lines.append(
+                f"  depth 1, median ms a step: rank 0's GPU {r['rank0_gpu_ms']:.3f}, across ranks "
+                f"{r['tp_gpu_ms']:.3f}; straggler {r['straggler_extra_ms']:.3f} after rank 0; "
+                f"hand-off lag {r['handoff_lag_ms']:.3f} (taken out: depth 2 hands over ahead; "
+                f"its lag {_num(r.get('handoff_lag_d2_ms'))}); rank 0's hand-off "
+                f"{_num(r.get('handoff_host_ms'))} in its tick; host launch + finalize: rank 0 "
+                f"{_num(r.get('rank0_host_ms'))}, slowest worker {_num(r.get('worker_host_ms'))}"
+            )
+    return lines
+
+
+def tp_table(comparison: pd.DataFrame) -> Table:
+    """What pipelining buys at each tensor-parallel size, observed and predicted."""
+    out = Table(
+        title="Depth 2 over depth 1 at each tensor-parallel size",
+        title_justify="left",
+        header_style="bold",
+    )
+    for name in ("model · device · streams", "TP", "blocking ms", "pipelined ms", "per step",
+                 "whole run", "depth 1 alone", "observed [95%]"):  # fmt: skip
+        out.add_column(name, justify="left" if name.startswith("model") else "right")
+    for r in comparison.to_dict("records"):
+        out.add_row(
+            f"{r['model']} · {r['device']} · {r['streams']}",
+            str(r["tensor_parallel"]),
+            f"{r['blocking_ms']:.2f}",
+            f"{r['pipelined_ms']:.2f}",
+            _pct(r["predicted_pct"]),
+            _pct(r["wall_predicted_pct"]),
+            _pct(r["wall_d1_predicted_pct"]),
+            _pct(r["observed_pct"], r["observed_lo"], r["observed_hi"]),
+        )
+    return out
+
+
+def _num(v: float | None) -> str:
+    return "–" if v is None or math.isnan(v) else f"{v:.3f}"
+
+
+def _name(source: Path, sources: list[Path]) -> str:
+    """A run directory's name, with as many parent folders as it takes to tell them apart."""
+    for depth in range(1, max(len(p.resolve().parts) for p in sources) + 1):
+        names = ["/".join(p.resolve().parts[-depth:]) for p in sources]
+        if len(set(names)) == len(names):
+            return "/".join(source.resolve().parts[-depth:])
+    raise BubblelabError(f"{source} is given twice")
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def predict(
-        run_dir: Path | None = typer.Argument(
-            None, help="A run directory (results.json, any schema version) or a results file."
+        run_dirs: list[Path] = typer.Argument(
+            None,
+            help="Run directories (results.json, any schema version) or results files; several "
+            "are predicted together, e.g. TP 1 and TP 2 side by side.",
         ),
         blog: bool = typer.Option(False, "--blog", help="Use the Photon post's published inputs."),
         catalog: Path | None = typer.Option(
@@ -98,26 +157,33 @@ def register(app: typer.Typer) -> None:
         error."""
         from bubblelab.costmodel.bootstrap import check_n_boot
         from bubblelab.costmodel.predict import predict_blog, predict_runs
-        from bubblelab.runs.rundir import load_runs
+        from bubblelab.costmodel.tensor_parallel import tp_comparison
+        from bubblelab.runs.rundir import load_runs, merge_results
 
-        sources = [x for x in (run_dir, catalog) if x is not None]
-        if blog == bool(sources) or len(sources) > 1:
-            raise BubblelabError("give exactly one of RUN_DIR, --catalog PATH or --blog")
+        sources = [*(run_dirs or []), *([catalog] if catalog is not None else [])]
+        if blog == bool(sources) or (catalog is not None and len(sources) > 1):
+            raise BubblelabError("give RUN_DIR (one or more), --catalog PATH or --blog")
         check_n_boot(n_boot)
         dest = check_json_dest(json_out)
         console = console_for(dest)
         if blog:
             table = predict_blog()
         else:
-            catalog = sources[0]
-            results = load_runs(catalog)
+            if len(sources) == 1:
+                results = load_runs(sources[0])
+            else:  # each directory's runs pair among themselves (merge_results: preset = its name)
+                results = merge_results({_name(d, sources): load_runs(d) for d in sources})
             with console.status(f"predicting ({n_boot} bootstrap resamples)"):
-                table = predict_runs(results.runs, results.steps, results.requests, n_boot=n_boot)
+                table = predict_runs(
+                    results.runs, results.steps, results.requests, ranks=results.ranks,
+                    n_boot=n_boot,
+                )  # fmt: skip
             for reason in table.attrs["skipped"]:
                 console.print(f"skipped {reason}", markup=False)
             if table.empty:
                 raise BubblelabError(
-                    f"{catalog} has no configuration measured at both depth 1 and depth 2"
+                    f"{', '.join(map(str, sources))}: no configuration measured at both depth 1 "
+                    "and depth 2"
                 )
         if dest is not None:
             import json
@@ -130,6 +196,12 @@ def register(app: typer.Typer) -> None:
         if not console.is_terminal:  # piped or captured: don't squeeze the table into 80 columns
             console = console_for(dest, width=200)
         console.print(prediction_table(table, blog))
+        if not blog:
+            for line in tp_lines(table):
+                console.print(line, markup=False)
+            comparison = tp_comparison(table)
+            if len(comparison):
+                console.print(tp_table(comparison))
 
     @app.command()
     def report(

@@ -142,7 +142,8 @@ def profile_and_report(
             on_plan=on_plan,
         )
     results = read_results(out)
-    table = predict_runs(results.runs, results.steps, results.requests)  # once: page and console
+    # once: page and console
+    table = predict_runs(results.runs, results.steps, results.requests, ranks=results.ranks)
     with console.status("writing the report"):
         report = report_run_dir(out, table=table)
     wide = Console(width=max(console.width, 160))

@@ -24,6 +24,7 @@ from bubblelab.report import figures, provenance, summary
 from bubblelab.report.compare import side_by_side
 from bubblelab.report.export import TRACE_FILE, Exported, export_results, ranges_of
 from bubblelab.report.labels import device_word, run_name
+from bubblelab.report.ranks import rank_sections
 from bubblelab.runs.rundir import Results, merge_results
 from bubblelab.runs.sources import Source, open_source
 
@@ -85,7 +86,9 @@ def render_report(
     table: predict_runs of these results when the caller has it already (run-and-profile prints
     it too; the bootstrap is the page's slowest part)."""
     if table is None:
-        table = predict_runs(results.runs, results.steps, results.requests, n_boot=n_boot)
+        table = predict_runs(
+            results.runs, results.steps, results.requests, ranks=results.ranks, n_boot=n_boot
+        )
     blog = predict_blog()
     measured = summary.unprofiled(results)  # what the engine does; the profiler's own section
     configs = summary.config_table(measured)
@@ -105,6 +108,7 @@ def render_report(
         blog=blog.to_dict("records"),
         configs=configs,
         step_columns=summary.step_columns(configs, word),
+        ranks=rank_sections(measured),
         compare=side_by_side(results, table),
         fig_pred=Markup(figures.predicted_vs_observed(table, blog)) if len(table) else None,
         fig_whatif=Markup(figures.whatif_curves(table if len(table) else blog, device=word)),

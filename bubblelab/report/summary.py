@@ -52,6 +52,8 @@ def unprofiled(results: Results) -> Results:
         gaps=only(results.gaps),
         timeline=only(results.timeline),
         requests=only(results.requests),
+        ranks=only(results.ranks),
+        rank_attribution=only(results.rank_attribution),
     )
 
 

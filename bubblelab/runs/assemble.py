@@ -16,12 +16,11 @@ import pandas as pd
 
 from bubblelab.errors import BubblelabError
 from bubblelab.files import write_atomic
-from bubblelab.profiling import analysis
+from bubblelab.profiling import analysis, ranks
 from bubblelab.profiling.catalog import connect
-from bubblelab.profiling.ingest import ingest, ingest_timeline
+from bubblelab.profiling.ingest import ingest_timeline, ingest_trace
 from bubblelab.profiling.nsys import nsys_version
 from bubblelab.runs import state as run_state
-from bubblelab.runs.catalogs import rank_run_id
 from bubblelab.runs.machine import machine_facts
 from bubblelab.runs.rundir import RESULTS_FILE, write_results
 from bubblelab.runs.tables import collect
@@ -98,7 +97,7 @@ def assemble(out_dir: Path, strict: bool = True) -> Path:
     requests = pd.concat(found["requests"], ignore_index=True)
     return write_results(
         out_dir, runs_table, results.steps, results.attribution, results.gaps,
-        results.provenance, results.timeline, requests,
+        results.provenance, results.timeline, requests, results.ranks, results.rank_attribution,
     )  # fmt: skip
 
 
@@ -146,7 +145,7 @@ def _ingest_passes(
                 )  # fmt: skip
                 for rank, timeline in enumerate(rank_timelines_from_record(record), 1):
                     ingest_timeline(timeline, timelines, {**meta, "rank": rank},
-                                    run_id=rank_run_id(run_id, rank))  # fmt: skip
+                                    run_id=ranks.rank_run_id(run_id, rank))  # fmt: skip
                 if profiled:
                     meta = {**meta, "nsys_version": nsys_version()}
                     run_id = _ingest_trace(traces[i], record, meta, catalog)
@@ -166,8 +165,18 @@ def _ingest_passes(
 
 def _ingest_trace(trace: Path, record: dict, meta: dict, catalog) -> str:
     """Ingest one run's report, checking it is the run the worker recorded (the reports are matched
-    to runs by their order)."""
-    run_id = ingest(trace, None, meta, con=catalog)
+    to runs by their order). A tensor-parallel run's report holds every rank's process: each rank
+    is a run of the catalog (profiling.ranks), and rank 0's stands for the run."""
+    run_ids = ingest_trace(trace, None, meta, con=catalog)
+    run_id = run_ids[0]
+    if meta.get("tensor_parallel", 1) > 1 or len(run_ids) > 1:
+        group = ranks.tp_groups(catalog, run_ids)
+        if len(group) != meta.get("tensor_parallel", 1):
+            raise BubblelabError(
+                f"{trace.name} holds {len(group)} ranks of a tensor-parallel run in "
+                f"{len(run_ids)} processes or GPUs, its run had {meta.get('tensor_parallel', 1)}"
+            )
+        run_id = str(group["run_id"].iloc[0])
     steps = analysis.per_step(catalog, run_id)
     found = (int((steps["kind"] == "decode").sum()), int(steps["depth"].max()))
     expected = (

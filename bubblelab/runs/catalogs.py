@@ -13,6 +13,7 @@ import duckdb
 from bubblelab.errors import BubblelabError
 from bubblelab.files import write_atomic
 from bubblelab.profiling.catalog import connect
+from bubblelab.profiling.ranks import rank_run_id
 
 T = TypeVar("T")
 
@@ -44,12 +45,6 @@ def update_catalog(path: Path | None, work: Callable[[duckdb.DuckDBPyConnection]
 
     write_atomic(path, build)
     return result[0]
-
-
-def rank_run_id(run_id: str, rank: int) -> str:
-    """The catalog's run of a tensor-parallel worker's own timeline (rank 1, 2, ...) beside rank 0's
-    run_id (results.json holds rank 0's runs; bubblelab.runs.assemble ingests the others)."""
-    return f"{run_id}-rank{rank}"
 
 
 def rank_runs(catalog: duckdb.DuckDBPyConnection, run_id: str) -> dict[int, str]:

@@ -9,8 +9,8 @@ Layout of a run directory (written by run-and-profile, read by `bubblelab report
                           (the trace and Parquet tables of bubblelab.report.export)
 
 results.json holds {"schema_version": 2, "runs": [...], "steps": [...], "attribution": [...],
-"gaps": [...], "timeline": [...], "requests": [...], "provenance": {...}}, each table a list of
-records:
+"gaps": [...], "timeline": [...], "requests": [...], "ranks": [...], "rank_attribution": [...],
+"provenance": {...}}, each table a list of records:
 
 - runs: the "Run metadata" columns of docs/phases.md, one record per run, and schema 2's columns
   (bubblelab.runs.schema); a sweep adds what the worker measured on a GPU (sm_clock_mhz, power_w,
@@ -23,6 +23,10 @@ records:
 - gaps: run_id, step, gap_ms: one record per GPU idle gap.
 - timeline (optional): run_id, lane ("host" | "gpu"), phase, step, start_ns, end_ns: the raw ranges
   of engine.timeline.Timeline (host_frame / device_frame), for the lane chart.
+- ranks (optional; tensor-parallel runs only): every rank's per-step table with the step's spans
+  and host phases in time, compute and communication (profiling/sql/tp_rank_steps.sql), `run_id`
+  naming the run (rank 0's), `rank` the rank; profiling.ranks.summary reads the cross-rank view
+  from it. rank_attribution: run_id, rank, phase, top_level, bubble_ms over rank 0's steady steps.
 - provenance: free-form JSON object; a sweep writes sweep, command, timings, catalog and machine
   (git revision, CPU, GPUs: runs.machine), which the report shows once; other keys are shown as
   JSON.
@@ -45,7 +49,16 @@ from bubblelab.files import write_atomic
 
 RESULTS_FILE = "results.json"
 SCHEMA_VERSION = 2
-TABLES = ("runs", "steps", "attribution", "gaps", "timeline", "requests")
+TABLES = (
+    "runs",
+    "steps",
+    "attribution",
+    "gaps",
+    "timeline",
+    "requests",
+    "ranks",
+    "rank_attribution",
+)
 # docs/phases.md: "Run metadata" and the per-step table.
 RUN_COLUMNS = (
     "run_id, model, preset, depth, streams, output_len_mean, mean_generated_len, requests, device, "
@@ -60,6 +73,12 @@ STEP_COLUMNS = (
 # file fails in one line here, not with a TypeError deep in the report.
 TEXT, NUMBER = "text", "number"
 RUN_NUMBERS = "depth streams mean_generated_len wall_s generated_tokens requests decode_steps"
+# What profiling.ranks.summary and the cost model read of the `ranks` table (tp_rank_steps.sql).
+RANK_NUMBERS = (
+    "rank step batch_size forward_ms sampling_ms bubble_ms period_ms busy_ms launch_ms "
+    "finalize_ms handoff_ms recv_ms compute_ms comm_ms comm_exposed_ms forward_start forward_end "
+    "sampling_start sampling_end launch_start launch_end finalize_start finalize_end"
+)
 TYPED_COLUMNS = {
     "runs": {
         **dict.fromkeys(("run_id", "model", "preset", "device"), TEXT),
@@ -72,6 +91,11 @@ TYPED_COLUMNS = {
         **dict.fromkeys(("run_id", "lane", "phase"), TEXT),
         **dict.fromkeys(("step", "start_ns", "end_ns"), NUMBER),
     },
+    "ranks": {
+        **dict.fromkeys(("run_id", "rank_run_id", "kind"), TEXT),
+        **dict.fromkeys(RANK_NUMBERS.split(), NUMBER),
+    },
+    "rank_attribution": {"run_id": TEXT, "rank": NUMBER, "phase": TEXT, "bubble_ms": NUMBER},
 }
 MAX_RESULTS_BYTES = 256 << 20  # an H200 sweep's results.json is 8 MiB; refuse absurd ones
 NEEDED_RUN_COLUMNS = (
@@ -94,6 +118,8 @@ class Results:
     timeline: pd.DataFrame = field(default_factory=pd.DataFrame)
     provenance: dict = field(default_factory=dict)
     requests: pd.DataFrame = field(default_factory=pd.DataFrame)
+    ranks: pd.DataFrame = field(default_factory=pd.DataFrame)  # tensor parallel: every rank's steps
+    rank_attribution: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def _records(df: pd.DataFrame | None) -> list[dict]:
@@ -114,10 +140,15 @@ def write_results(
     provenance: dict | None = None,
     timeline_df: pd.DataFrame | None = None,
     requests_df: pd.DataFrame | None = None,
+    ranks_df: pd.DataFrame | None = None,
+    rank_attribution_df: pd.DataFrame | None = None,
 ) -> Path:
     run_dir = Path(run_dir)
     doc: dict[str, Any] = {"schema_version": SCHEMA_VERSION}
-    tables = (runs_df, steps_df, attribution_df, gaps_df, timeline_df, requests_df)
+    tables = (
+        runs_df, steps_df, attribution_df, gaps_df, timeline_df, requests_df, ranks_df,
+        rank_attribution_df,
+    )  # fmt: skip
     for name, df in zip(TABLES, tables, strict=True):
         doc[name] = _records(df)
     doc["provenance"] = provenance or {}
@@ -169,10 +200,13 @@ def read_results(run_dir: Path | str) -> Results:
             raise BubblelabError(f"{path}: {name} is not a list of records")
         tables[name] = pd.DataFrame.from_records(records)
     requests = tables.pop("requests")
-    runs, steps = tables["runs"], tables["steps"]
+    runs, steps, ranks = tables["runs"], tables["steps"], tables["ranks"]
     if runs.empty or steps.empty:
         raise BubblelabError(f"{path} has no runs or no steps")
-    for name, table, needed in (("runs", runs, NEEDED_RUN_COLUMNS), ("steps", steps, STEP_COLUMNS)):
+    needs = [("runs", runs, NEEDED_RUN_COLUMNS), ("steps", steps, STEP_COLUMNS)]
+    if len(ranks):
+        needs.append(("ranks", ranks, ["run_id", "kind", *RANK_NUMBERS.split()]))
+    for name, table, needed in needs:
         if missing := [c for c in needed if c not in table]:
             raise BubblelabError(
                 f"{path}: {name} lack the column(s) {', '.join(missing)} (see docs/phases.md)"

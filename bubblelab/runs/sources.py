@@ -62,6 +62,18 @@ def open_source(path: Path | str | None = None) -> Source:
     )
 
 
+def run_catalog(run_dir: Path | str) -> duckdb.DuckDBPyConnection:
+    """A run directory's catalog (DIR/catalog.duckdb), opened read-only: every run run-and-profile
+    ingested, the ranks of a tensor-parallel run included, for profiling.analysis to answer from."""
+    run_dir = Path(run_dir)
+    if not (run_dir / CATALOG_FILE).is_file():
+        raise BubblelabError(
+            f"no {CATALOG_FILE} in {run_dir} (`bubblelab report {run_dir}` assembles a sweep's "
+            "finished runs)"
+        )
+    return connect(run_dir / CATALOG_FILE, read_only=True)
+
+
 def _bare_trace(results: Results) -> Results:
     """A trace ingested without metadata: its unknown counts as missing numbers, and its stream
     count read as each run's usual decode batch (the steady state's, which the stream count sets),

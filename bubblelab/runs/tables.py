@@ -11,7 +11,7 @@ from __future__ import annotations
 import duckdb
 import pandas as pd
 
-from bubblelab.profiling import analysis
+from bubblelab.profiling import analysis, ranks
 from bubblelab.runs.rundir import Results
 
 # Idle gaps of this many steady steps per run: a forward leaves ~1,000-2,000 kernel gaps a step.
@@ -22,7 +22,12 @@ LANE_STEPS = 12  # steps of host ranges and GPU islands kept per run for the lan
 def collect(
     con: duckdb.DuckDBPyConnection, run_ids: list[str], provenance: dict | None = None
 ) -> Results:
-    """The tables of the given runs of an open catalog, in the order given."""
+    """The tables of the given runs of an open catalog, in the order given. The ranks r > 0 of a
+    tensor-parallel run are not runs of their own here: with rank 0's run they fill `ranks` and
+    `rank_attribution` (profiling.ranks), over rank 0's steady steps."""
+    groups = ranks.tp_groups(con)
+    workers = set(groups.loc[groups["rank"] > 0, "rank_run_id"])
+    run_ids = [r for r in run_ids if r not in workers]
     runs = analysis.runs(con)
     runs = runs.set_index("run_id").loc[run_ids].reset_index()
     steps, attribution, gaps, lanes = [], [], [], []
@@ -43,9 +48,16 @@ def collect(
             )
         )
         lanes.append(analysis.lane_ranges(con, run_id, analysis.middle(steady, LANE_STEPS)))
-    return Results(
-        runs, _cat(steps), _cat(attribution), _cat(gaps), _cat(lanes), provenance=provenance or {}
+    rank_steps = _cat([ranks.rank_steps(con, r) for r in groups["run_id"].unique() if r in run_ids])
+    rank_attribution = (
+        ranks.rank_attribution(con, ranks.steady_steps(rank_steps))
+        if len(rank_steps)
+        else pd.DataFrame()
     )
+    return Results(
+        runs, _cat(steps), _cat(attribution), _cat(gaps), _cat(lanes), provenance=provenance or {},
+        ranks=rank_steps, rank_attribution=rank_attribution,
+    )  # fmt: skip
 
 
 def _cat(frames: list[pd.DataFrame]) -> pd.DataFrame:
@@ -53,13 +65,20 @@ def _cat(frames: list[pd.DataFrame]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def config_names(runs: list[dict]) -> dict[str, str]:
+def config_names(
+    runs: list[dict], rank_of: dict[str, tuple[str, int]] | None = None
+) -> dict[str, str]:
     """Each run named by its configuration, e.g. `qwen3-0.6b·s8·d2·r0` (r: the repeat, in the
     order given), not by its hash; split over GPUs `qwen3-32b·tp2·s8·d2·r0`, and a worker rank's
-    own timeline `...·r0·rank1`. Runs without a model are named by the start of their id."""
+    own timeline `...·r0·rank1`. Runs without a model are named by the start of their id.
+    rank_of: the runs that are rank r > 0 of a tensor-parallel run, as rank_run_id -> (rank 0's
+    run_id, r); each is named after its rank 0."""
+    workers = {k: v for k, v in (rank_of or {}).items() if v[1] > 0}
     names: dict[str, str] = {}
     seen: dict[str, int] = {}
     for run in runs:
+        if run["run_id"] in workers:
+            continue
         model = run.get("model")
         parts = [str(model) if isinstance(model, str) and model else str(run["run_id"])[:8]]
         for prefix, key in (("tp", "tensor_parallel"), ("s", "streams"), ("d", "depth")):
@@ -70,6 +89,8 @@ def config_names(runs: list[dict]) -> dict[str, str]:
         rank = _known(run.get("rank")) or 0
         seen[f"{stem}@{rank}"] = repeat = seen.get(f"{stem}@{rank}", -1) + 1
         names[run["run_id"]] = f"{stem}·r{repeat}" + (f"·rank{rank}" if rank else "")
+    for run_id, (lead, rank) in workers.items():
+        names[run_id] = f"{names.get(lead, str(lead)[:8])}·rank{rank}"
     return names
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU call TP (nvidia-h200-x2), issue #18: tensor parallelism on the H200 pair. From the checkout root:
 #   source tools/gpu_machine/setup.sh && bash docs/measurements/2026-11-23/tp_call.sh
-# Writes 4 files under $OUT. Estimate: ~9 of the call's 10 minutes (each step's estimate below);
+# Writes 5 files under $OUT. Estimate: ~9 of the call's 10 minutes (each step's estimate below);
 # every step has a timeout from the time left, in order of importance, so a slow step costs the later
 # ones, never the call. NVLink multicast stays off (setup.sh exports it; the engine sets it again).
 set -u
@@ -40,10 +40,13 @@ timeout "$(left 578)" python3 -m pytest -q -s -m gpu -p no:cacheprovider \
   2>&1 | grep -v -i warn | tail -8
 echo "== failure tests done at $(( $(date +%s) - start )) s"
 
-# 4. nsys over a TP-2 run, ~35 s, only if time is left: kernels of both GPUs and NVTX ranges of both
-#    processes in one capture (spawned workers are followed by default).
-if [ "$(left 585)" -gt 30 ]; then
-  timeout "$(left 590)" python3 -m benchmarks.tp_nsys_check --model qwen3-0.6b --tp 2 \
-    --out "$OUT/tp-nsys-check.json" 2>&1 | grep -v -i warn | tail -20
+# 4. nsys over a TP-2 sweep, ~150 s, only if time is left: run-and-profile's own sweep at TP 2 (qwen3-0.6b,
+#    8 streams, depth 1 and 2, one repeat unprofiled and one under nsys): kernels of both GPUs and NVTX ranges
+#    of both processes in each report (spawned workers are followed by default), each process a ranked run
+#    of the catalog, the per-rank analysis (straggler, skew, NCCL apart from compute) and the prediction.
+#    tp_costmodel_call.sh runs it with time to spare.
+if [ "$(left 585)" -gt 120 ]; then
+  timeout "$(left 595)" python3 -m benchmarks.tp_nsys_check --model qwen3-0.6b --tp 2 --streams 8 \
+    --repeats 1 --out "$OUT/tp-nsys-check.json" 2>&1 | grep -v -i warn | tail -20
 fi
 ls "$OUT"; echo "== call done at $(( $(date +%s) - start )) s"
