@@ -161,7 +161,7 @@ def test_two_engines_in_one_trace_are_not_one_tensor_parallel_run(tmp_path):
 
 def test_the_cli_prints_a_table_of_the_ranks_and_its_json_carries_them(tp2, tmp_path):
     trace, con, _ = tp2
-    stem = ranks.tp_groups(con)["run_id"].iloc[0][:8] + "·s4·d1·r0"  # no model: the id names it
+    stem = ranks.tp_groups(con)["run_id"].iloc[0][:8] + "·tp2·s4·d1·r0"  # no model: the id names it
     out = bubblelab("analyze", str(trace), "--warmup", "0")
     assert out.returncode == 0, out.stderr
     flat = " ".join(out.stdout.split())  # lines wrap at the console's width

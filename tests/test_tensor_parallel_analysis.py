@@ -108,7 +108,7 @@ def test_results_json_carries_the_ranks_and_the_report_shows_them(tp2, tmp_path)
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert len(doc["tensor_parallel"]) == 4
-    assert {r["name"] for r in doc["runs"]} >= {"tiny-llama·s2·d1·r0·rank1"}
+    assert {r["name"] for r in doc["runs"]} >= {"tiny-llama·tp2·s2·d1·r0·rank1"}
 
 
 def test_the_cost_model_takes_each_steps_gpu_time_across_ranks(tp2):
