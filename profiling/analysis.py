@@ -21,7 +21,7 @@ from bubblelab.errors import BubblelabError
 from bubblelab.profiling import foreign, queries
 from bubblelab.profiling.catalog import connect
 from bubblelab.profiling.ingest import ingest_timeline
-from bubblelab.profiling.steps import step_summary
+from bubblelab.profiling.steps import PREFILL_RATIO, step_summary
 
 Catalog = Path | str | duckdb.DuckDBPyConnection
 WARMUP_STEPS = 5  # steady-state rule 3: steady candidates skipped at the start of a run
@@ -63,7 +63,8 @@ def per_step_from_timeline(timeline: Timeline, run_id: str, depth: int) -> pd.Da
 
 def steady_state(df: pd.DataFrame, warmup: int = WARMUP_STEPS) -> pd.DataFrame:
     """The steady-state rows of a per-step table (rule in profiling/sql/steady_state.sql)."""
-    return queries.run(duckdb.connect(), "steady_state", {"warmup": warmup}, per_step=df)
+    params = {"warmup": warmup, "ratio": PREFILL_RATIO}
+    return queries.run(duckdb.connect(), "steady_state", params, per_step=df)
 
 
 def idle_gaps(catalog: Catalog, run_id: str, steps: pd.DataFrame | None = None) -> pd.DataFrame:

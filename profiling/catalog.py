@@ -18,7 +18,7 @@ import duckdb
 from bubblelab.errors import BubblelabError
 from bubblelab.profiling.queries import read_sql
 
-CATALOG_VERSION = 4  # bump when a table of sql/catalog_schema.sql changes
+CATALOG_VERSION = 5  # bump when a table of sql/catalog_schema.sql changes
 RUN_COLUMNS = (
     "run_id",
     "model",
