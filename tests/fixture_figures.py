@@ -12,7 +12,7 @@ import heapq
 import re
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -32,11 +32,12 @@ class Step:
     op_ns: int
     launches: int
     kind: str = "decode"
-    period: int | None = None
-    busy: int | None = None
-    gaps: list | None = None  # (start, end) idle between busy islands inside the period
-    kernel_gap: int | None = None
-    bubble: int | None = None
+    timed: bool = False  # it has a period: a next step (the figures below are 0 when not)
+    period: int = 0
+    busy: int = 0
+    gaps: list = field(default_factory=list)  # (start, end) idle between busy islands in the period
+    kernel_gap: int = 0
+    bubble: int = 0
     wait: int = 0
 
 
@@ -82,7 +83,7 @@ def per_step(rows: Rows, windows: list[tuple[int, int]]) -> list[Step]:
             s.kind = "prefill"
     for s, nxt in zip(steps, steps[1:], strict=False):
         lo, hi = s.gpu_start, nxt.gpu_start
-        s.period = hi - lo
+        s.timed, s.period = True, hi - lo
         first = max(0, bisect.bisect_right(island_starts, lo) - 1)
         inside = [(max(a, lo), min(b, hi)) for a, b in islands[first:] if a < hi]
         inside = [(a, b) for a, b in inside if b > a]
@@ -103,7 +104,7 @@ def per_step(rows: Rows, windows: list[tuple[int, int]]) -> list[Step]:
 def steady(steps: list[Step], warmup: int = WARMUP) -> list[Step]:
     """Decode steps followed by a decode step, with at least 1/PREFILL_RATIO of the median decode
     step's GPU busy time, minus the first `warmup` of them."""
-    busy = statistics.median(s.busy for s in steps if s.kind == "decode" and s.busy is not None)
+    busy = statistics.median(s.busy for s in steps if s.kind == "decode" and s.timed)
     ok = [
         s
         for s, nxt in zip(steps, steps[1:], strict=False)
@@ -190,7 +191,7 @@ def label_at(labels: tuple[list, list], t: int, default: str | None = "untraced 
     return labels[1][i] if i >= 0 and labels[1][i] is not None else default
 
 
-def attribution(rows: Rows, gaps: list[tuple[int, int]]) -> tuple[dict, dict, dict]:
+def attribution(rows: Rows, gaps: list[tuple[int, int]]) -> tuple[dict, dict, tuple]:
     """Bubble ns per label by the label open when each gap began, and per top-level layer by the
     label at each instant; and the label at each gap's start."""
     labels = host_labels(rows, engine_thread(rows))
@@ -215,7 +216,7 @@ def inventory(rows: Rows, windows: list[tuple[int, int]]) -> list[dict]:
     inside a step but not closing it; `after`: the engine thread's last kernel launch before it."""
     tid = engine_thread(rows)
     points = sync_points(rows, tid)
-    last_point: dict[int, int] = {}
+    last_point: dict[int | None, int] = {}  # step -> its last point
     for n, p in enumerate(points):
         k = step_of(windows, p.start)
         if k is not None:
@@ -227,7 +228,7 @@ def inventory(rows: Rows, windows: list[tuple[int, int]]) -> list[dict]:
             at = o.call.start
             first_kernel[at] = min(first_kernel.get(at, (o.start, o.name)), (o.start, o.name))
     launch_starts = sorted(first_kernel)
-    out = []
+    out: list[dict] = []
 
     def add(c: Call, event: str, detail: str, nbytes: int | None) -> None:
         k = step_of(windows, c.start)
@@ -243,13 +244,13 @@ def inventory(rows: Rows, windows: list[tuple[int, int]]) -> list[dict]:
     for c in rows.calls:
         if rows.blocks(c):
             kinds = rows.sync_types.get((c.pid, c.corr), set())
-            kind = next(iter(kinds)) if len(kinds) == 1 else None
             names = {1: "event sync", 3: "stream sync", 4: "context sync"}
-            add(c, "sync", names.get(kind, "blocking call"), None)
+            detail = names.get(next(iter(kinds)), "blocking call") if len(kinds) == 1 else None
+            add(c, "sync", detail or "blocking call", None)
         for o in c.ops:
             if o.op == "memcpy" and (o.copy_kind == DTOH or o.pageable):
-                kind = "pageable" if o.pageable else "pinned"
-                add(c, "copy", f"{o.name} {kind} {o.nbytes} B", o.nbytes)
+                memory = "pageable" if o.pageable else "pinned"
+                add(c, "copy", f"{o.name} {memory} {o.nbytes} B", o.nbytes)
     assert not any(POLL.match(r["api"]) and r["event"] == "sync" for r in out)
     return out
 

@@ -174,7 +174,7 @@ def brute(name: str) -> dict:
     syncs = ff.sync_summary(inventory, [s.step for s in steady], phase_of)
 
     def med(values: list[float]) -> float:
-        return r6(statistics.median(values))
+        return round(statistics.median(values), 6)
 
     return {
         "rule": rule,

@@ -17,6 +17,7 @@ USER_DOCS = (
     "README.md",
     "traces/README.md",
     "costmodel/README.md",
+    "docs/foreign-traces.md",
     *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "notebooks").glob("*.ipynb")),
 )
 
