@@ -178,7 +178,12 @@ def idle_histogram(
     con = _open(catalog)
     steps = steady_state(per_step(con, run_id)) if steps is None else steps
     if foreign.is_foreign(con, run_id):
-        return queries.run(con, "idle_histogram", idle_gaps=foreign.gaps(con, run_id, steps))
+        con.register("per_step", steps)  # the gaps stay in DuckDB: a million of them, perhaps
+        try:
+            gaps = queries.relation(con, "step_gaps", foreign.gap_params(con, run_id))
+            return queries.run(con, "idle_histogram", idle_gaps=gaps)
+        finally:
+            con.unregister("per_step")
     con.register("per_step", steps)
     try:
         gaps = queries.relation(con, "idle_gaps", {"run_id": run_id})
@@ -248,11 +253,15 @@ def analyze(catalog: Catalog, run_ids: list[str] | None = None, warmup: int = WA
         run = meta.loc[run_id]
         steps = per_step(con, run_id)
         steady = steady_state(steps, warmup)
+        is_foreign = foreign.is_foreign(con, run_id)
         parts[run_id] = (
             steady,
             attribution(con, run_id, steady),
             attribution_by_time(con, run_id, steady),
-            idle_gaps(con, run_id, steady),
+            # the digest reads bubble gaps only: a foreign run's kernel gaps stay in DuckDB
+            foreign.idle_gaps(con, run_id, steady, bubble_only=True)
+            if is_foreign
+            else idle_gaps(con, run_id, steady),
         )
         streams = run.streams if pd.notna(run.streams) else steady.batch_size.mode().max()
         syncs = sync_inventory(con, run_id)
@@ -267,8 +276,8 @@ def analyze(catalog: Catalog, run_ids: list[str] | None = None, warmup: int = WA
             **_digest([parts[run_id]]),
             "flagged_syncs": int(syncs.flagged.sum()),
         }
-        if foreign.is_foreign(con, run_id):
-            entry["idle_split"] = foreign.idle_split(parts[run_id][3], len(steady))
+        if is_foreign:
+            entry["idle_split"] = foreign.idle_split(parts[run_id][3], steady)
             entry["syncs_per_step"] = _records(foreign.sync_summary(syncs, steady))
         per_run.append(entry)
     groups = []

@@ -113,7 +113,7 @@ def nanovllm_writeup() -> str:
         bubble = gaps[gaps.within.isna()].groupby("step").idle_us
         last = gaps.sort_values("start_ns").groupby("step").tail(1).idle_us.median()
         idle = (steady.period_ms - steady.busy_ms).sum()
-        sub_us = foreign.idle_split(f1["gaps"], len(steady))["kernel_gaps_share"]
+        sub_us = foreign.idle_split(f1["gaps"], f1["steady"])["kernel_gaps_share"]
         columns.append(
             [
                 f"{f['entry']['wall_s'] * 1e3:.0f} ms under nsys",
