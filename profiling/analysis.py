@@ -67,16 +67,20 @@ def steady_state(df: pd.DataFrame, warmup: int = WARMUP_STEPS) -> pd.DataFrame:
     return queries.run(duckdb.connect(), "steady_state", params, per_step=df)
 
 
-def idle_gaps(catalog: Catalog, run_id: str, steps: pd.DataFrame | None = None) -> pd.DataFrame:
+def idle_gaps(
+    catalog: Catalog, run_id: str, steps: pd.DataFrame | None = None, bubble_only: bool = False
+) -> pd.DataFrame:
     """Every GPU idle gap (all streams idle) inside the given steps' periods: `within` a forward or
     sampling span (a launch gap between kernels) or between them (bubble), the phase the host was in
     when it began, and whether the host launched the work ending it only after the GPU went idle
-    (launch_lag_us > 0)."""
+    (launch_lag_us > 0). bubble_only: the bubble's gaps alone (a million-kernel trace has about a
+    million launch gaps)."""
     con = _open(catalog)
     steps = steady_state(per_step(con, run_id)) if steps is None else steps
     if foreign.is_foreign(con, run_id):
-        return foreign.idle_gaps(con, run_id, steps)
-    return queries.run(con, "idle_gaps", {"run_id": run_id}, per_step=steps)
+        return foreign.idle_gaps(con, run_id, steps, bubble_only)
+    params = {"run_id": run_id, "bubble_only": bubble_only}
+    return queries.run(con, "idle_gaps", params, per_step=steps)
 
 
 def bubble_intervals(
@@ -186,7 +190,7 @@ def idle_histogram(
             con.unregister("per_step")
     con.register("per_step", steps)
     try:
-        gaps = queries.relation(con, "idle_gaps", {"run_id": run_id})
+        gaps = queries.relation(con, "idle_gaps", {"run_id": run_id, "bubble_only": False})
         return queries.run(con, "idle_histogram", idle_gaps=gaps)
     finally:
         con.unregister("per_step")
@@ -258,10 +262,7 @@ def analyze(catalog: Catalog, run_ids: list[str] | None = None, warmup: int = WA
             steady,
             attribution(con, run_id, steady),
             attribution_by_time(con, run_id, steady),
-            # the digest reads bubble gaps only: a foreign run's kernel gaps stay in DuckDB
-            foreign.idle_gaps(con, run_id, steady, bubble_only=True)
-            if is_foreign
-            else idle_gaps(con, run_id, steady),
+            idle_gaps(con, run_id, steady, bubble_only=True),  # kernel gaps stay in DuckDB
         )
         streams = run.streams if pd.notna(run.streams) else steady.batch_size.mode().max()
         syncs = sync_inventory(con, run_id)

@@ -37,14 +37,18 @@ names AS (  -- the names' rules, read once per distinct name, not once per call
            regexp_matches(name, '^cu(da)?(EventQuery|StreamQuery|StreamWaitEvent)') AS poll
     FROM (SELECT DISTINCT name FROM calls)
 ),
-blocking AS (  -- blocking calls, and the calls that launched nothing but a DtoH copy (a synchronous
-               -- DtoH cudaMemcpy is both: UNION keeps it once)
-    SELECT c.start, c."end", COALESCE(l.dtoh, false)::INTEGER AS reads
+blocking_calls AS (
+    SELECT c.start, c."end", c.pid, c.correlation_id
     FROM calls c
     JOIN names n USING (name)
     LEFT JOIN sync_records r USING (pid, correlation_id)
-    LEFT JOIN launched l USING (pid, correlation_id)
     WHERE (n.blocks OR r.blocks) AND NOT n.poll
+),
+blocking AS (  -- blocking calls (did they read? a synchronous DtoH copy does), and the calls that
+               -- launched nothing but a DtoH copy (a synchronous DtoH cudaMemcpy is both: UNION keeps it once)
+    SELECT b.start, b."end", COALESCE(l.dtoh, false)::INTEGER AS reads
+    FROM blocking_calls b
+    LEFT JOIN launched l USING (pid, correlation_id)
     UNION
     SELECT c.start, c."end", 1
     FROM (FROM launched WHERE dtoh AND NOT compute) l
