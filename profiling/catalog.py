@@ -61,9 +61,24 @@ def connect(catalog: Path | str | None = None) -> duckdb.DuckDBPyConnection:
     con.execute(
         "SET preserve_insertion_order = false"
     )  # every query orders its answer; inserts go 2x faster
+    con.execute(f"SET threads = {duckdb_threads()}")
     con.execute(read_sql("catalog_schema"))
     _check_version(con, path)
     return con
+
+
+def duckdb_threads() -> int:
+    """One core fewer than this process may use (at least one). DuckDB's parallel operators meet
+    at barriers, so a thread that another job has descheduled stalls the others: on the 2-core
+    machine under a load average of 3.5-6 from other jobs, one thread analysed the 1M-kernel
+    benchmark traces in 6.0-9.9 s where two took 8.0-13.0 s, with less CPU time too
+    (benchmarks/README.md); idle, two would save ~15%. On a large machine the core left over costs
+    little."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, cores - 1)
 
 
 def one_row(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> tuple:
