@@ -71,7 +71,8 @@ def duckdb_threads() -> int:
     """One core fewer than this process may use (at least one). DuckDB's parallel operators meet
     at barriers, so a thread that another job has descheduled stalls the others: on the 2-core
     machine under a load average of 3.5-6 from other jobs, one thread analysed the 1M-kernel
-    benchmark traces in 6.0-9.9 s where two took 8.0-13.0 s, with less CPU time too; with the
+    sync and eager benchmark traces in 6.0-9.9 s where two took 8.0-13.0 s (ours: 5.8-6.5 s
+    against 6.6-7.1), with less CPU time too; with the
     machine otherwise quiet one thread was still as fast (4.1 s against 4.9 on the sync trace, 6.5
     against 6.3-7.2 on the eager one; benchmarks/README.md). On a large machine the core left over
     costs little."""
