@@ -1,45 +1,62 @@
-"""How long does the analysis take on a trace with a million kernels?
+"""How long does `bubblelab analyze` take on a trace with a million kernels, for each way of finding
+the steps?
 
-Builds a scaled-up copy of a trace (by default an engine-shaped synthetic export: depth-2 decode
-steps of 400 kernels each, written with the real probe's tables and columns; or `--source` any nsys
-export of the engine) by replaying its events back to back until it holds at least --kernels
-kernels, then times ingestion and every query on it, in wall and CPU seconds (CPU time is what
-other jobs on the cores disturb least). `--mode` picks how the steps are found: bubblelab (our
-ranges), or for another engine's trace (bubblelab.synthetic_engines; --source works too): sync (the
-host sync closing each step; a decode graph of 400 nodes, 2 extra syncs a step), nvtx
-(--step-range on the same trace), graph (--step-rule graph), eager (400 eager kernels a step, each
-in a framework NVTX range). Usage:
+Builds a scaled-up copy of a seed trace by replaying its events back to back until it holds at least
+--kernels kernels (the SQL in benchmarks/sql/), then, per mode and repeat, in a fresh in-memory
+catalog as `bubblelab analyze TRACE` uses: ingestion, the per-step table, steady state, both
+attributions, the idle histogram, the sync inventory, the kernel summary, `analysis.analyze` and,
+for another engine's trace, the pipelining prediction. Wall and CPU seconds (CPU time, DuckDB's
+threads included, is what other jobs on the cores disturb least). Modes:
 
-    .venv/bin/python -m benchmarks.analyze_1m_kernels [--mode MODE] [--source TRACE] [--kernels N]
+    bubblelab  our NVTX ranges (an engine-shaped depth-2 seed: 400 kernels a step, the probe's
+               tables)
+    nvtx       --step-range on another engine's trace (bubblelab.synthetic_engines: a prefill,
+               then decode steps of one 400-node graph replay, 2 `.item()` syncs and a `.tolist()`
+               a step, copies, memsets, two streams, OS calls, one NVTX range a step)
+    graph      --step-rule graph on that trace
+    sync       --step-rule sync on that trace
+    auto       no option on that trace: both rules tried, the better one (sync) kept
+    eager      no option on a trace of 400 eager launches a step, each in a framework NVTX range
+
+Usage (--source: any nsys export to scale up instead of the seeds):
+
+    .venv/bin/python -m benchmarks.analyze_1m_kernels [--modes bubblelab,nvtx,graph,sync,auto,eager]
+        [--repeats 3] [--kernels 1000000] [--source TRACE] [--json OUT.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import resource
+import statistics
+import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
 
+from benchmarks.analyze_seeds import engine_shaped_seed, foreign_seed
+from bubblelab.costmodel.foreign import pipelining_gain
 from bubblelab.profiling import analysis
 from bubblelab.profiling.catalog import OFFLINE, connect, load_sqlite_extension, sql_string
 from bubblelab.profiling.ingest import ingest
 from bubblelab.profiling.steps import StepOptions
-from bubblelab.synthetic_engines import Engine, engine_trace
-from bubblelab.synthetic_trace import COPY, DTOH, HTOD, TraceBuilder
+from bubblelab.runs.machine import cpu_facts, git_facts
 
-EVENT_TABLES = (
-    "NVTX_EVENTS",
-    "CUPTI_ACTIVITY_KIND_RUNTIME",
-    "CUPTI_ACTIVITY_KIND_KERNEL",
-    "CUPTI_ACTIVITY_KIND_MEMCPY",
-    "CUPTI_ACTIVITY_KIND_MEMSET",
-    "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
-    "OSRT_API",
-)
-MODES = ("bubblelab", "sync", "nvtx", "graph", "eager")
+SQL = Path(__file__).parent / "sql"
+EVENT_TABLES = {  # table -> how its copies shift (benchmarks/sql/replay_*.sql)
+    "NVTX_EVENTS": "replay_nvtx",
+    "CUPTI_ACTIVITY_KIND_RUNTIME": "replay_correlated",
+    "CUPTI_ACTIVITY_KIND_KERNEL": "replay_correlated",
+    "CUPTI_ACTIVITY_KIND_MEMCPY": "replay_correlated",
+    "CUPTI_ACTIVITY_KIND_MEMSET": "replay_correlated",
+    "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION": "replay_correlated",
+    "OSRT_API": "replay_timed",
+}
 COPIED_ONCE = (
     "META_DATA_EXPORT",
     "StringIds",
@@ -47,81 +64,27 @@ COPIED_ONCE = (
     "TARGET_INFO_SESSION_START_TIME",
     "TARGET_INFO_SYSTEM_ENV",
 )
+SIZES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS")
+MODES: dict[str, tuple[str, StepOptions]] = {  # mode -> (seed, how the steps are found)
+    "bubblelab": ("ours", StepOptions()),
+    "nvtx": ("graph", StepOptions(step_range="^LLMEngine")),
+    "graph": ("graph", StepOptions(rule="graph")),
+    "sync": ("graph", StepOptions(rule="sync")),
+    "auto": ("graph", StepOptions()),
+    "eager": ("eager", StepOptions()),
+}
 
 
-def engine_shaped_seed(path: Path, steps: int = 8, kernels_per_forward: int = 400) -> Path:
-    """A depth-2 run: per step plan, launch > copy_h2d, forward (400 kernels), commit > wait,
-    finalize."""
-    b = TraceBuilder()
-    tick = 4.0 * kernels_per_forward + 100  # us: 4 us kernels, the GPU always a bit behind
-    for k in range(steps + 1):
-        t = 1000 + tick * k
-        if k < steps:
-            b.range("plan", k, t, t + 20)
-            b.range("launch", k, t + 20, t + 20 + 3 * kernels_per_forward + 30)
-            b.mark(k, "kind=decode bs=8 tokens=8 depth=2", t + 20)
-            b.range("copy_h2d", k, t + 22, t + 28)
-            b.memcpy(t + 24, t + 60, t + 62, HTOD)
-            b.range("forward", k, t + 30, t + 30 + 3 * kernels_per_forward + 10)
-            for i in range(kernels_per_forward):
-                b.kernel(
-                    f"layer_kernel_{i % 12}", t + 32 + 3 * i, t + 62 + 4 * i, t + 62 + 4 * i + 3.6
-                )
-        if k > 0:
-            base = t + 3 * kernels_per_forward + 60
-            b.range("commit", k - 1, base, base + 30)
-            b.range("wait", k - 1, base + 2, base + 10)
-            b.sync("cudaEventSynchronize_v3020", base + 3, base + 9, sync_type=1)
-        if k < steps:
-            base = t + 3 * kernels_per_forward + 95
-            b.range("finalize", k, base, base + 4)
-            b.range("sampling", k, base, base + 2)
-            b.kernel(
-                "argmax",
-                base + 1,
-                t + 62 + 4 * kernels_per_forward,
-                t + 64 + 4 * kernels_per_forward,
-            )
-            b.range("copy_d2h", k, base + 2, base + 4)
-            b.memcpy(
-                base + 3,
-                t + 64 + 4 * kernels_per_forward,
-                t + 65 + 4 * kernels_per_forward,
-                DTOH,
-                stream=COPY,
-            )
-    return b.write(path)
-
-
-def foreign_seed(path: Path, eager: bool) -> Path:
-    """Another engine's trace: a prefill, then decode steps of 400 kernels (one node-traced graph
-    replay, or 400 eager launches each in a framework NVTX range), driver-API launches, two streams,
-    copies, memsets, OS calls, 2 `.item()` syncs and a `.tolist()` a step, one NVTX range per
-    step."""
-    b = TraceBuilder()
-    engine = Engine(
-        steps=8,
-        nodes=400,
-        graph=not eager,
-        extra_syncs=2,
-        step_range="LLMEngine.step",
-        node_us=4.0,
-        bookkeeping_us=300.0,
-    )
-    engine_trace(b, engine)
-    return b.write(path, our_domain=False)
-
-
-def one_row(con: duckdb.DuckDBPyConnection, sql: str) -> tuple:
-    """The row of a query that always returns exactly one (an aggregate)."""
-    row = con.execute(sql).fetchone()
-    assert row is not None, sql
-    return row
+def sql(name: str, **identifiers: str) -> str:
+    """benchmarks/sql/<name>.sql with its {table} placeholder filled (a name of EVENT_TABLES,
+    COPIED_ONCE or SIZES: identifiers cannot be parameters)."""
+    assert all(v in {*EVENT_TABLES, *COPIED_ONCE, *SIZES} for v in identifiers.values())
+    return (SQL / f"{name}.sql").read_text().format(**identifiers)
 
 
 def scale_up(source: Path, target: Path, kernels: int) -> int:
     """Replay `source`'s events back to back into `target` until it has >= `kernels` kernels;
-    returns copies."""
+    returns the number of copies."""
     con = duckdb.connect(config=OFFLINE)
     load_sqlite_extension(con)
     con.execute(f"ATTACH {sql_string(str(source))} AS src (TYPE sqlite, READ_ONLY)")
@@ -133,49 +96,25 @@ def scale_up(source: Path, target: Path, kernels: int) -> int:
         ).fetchall()
     }
     events = [t for t in EVENT_TABLES if t in tables]
-    spans = " UNION ALL ".join(
-        f'SELECT min(start), max(COALESCE("end", start)) FROM src."{t}"' for t in events
-    )
-    first, last = one_row(con, f"SELECT min(a), max(b) FROM ({spans}) AS spans(a, b)")
-    (max_corr,) = one_row(con, "SELECT max(correlationId) FROM src.CUPTI_ACTIVITY_KIND_RUNTIME")
-    max_step = one_row(con, "SELECT max(int64Value) FROM src.NVTX_EVENTS")[0] or 0
-    (per_copy,) = one_row(con, "SELECT count(*) FROM src.CUPTI_ACTIVITY_KIND_KERNEL")
+    extents = [_row(con, sql("table_extent", table=t)) for t in events]
+    first, last = min(e[0] for e in extents), max(e[1] for e in extents)
+    max_corr, max_step, per_copy = _row(con, sql("source_sizes"))
     copies = -(-kernels // per_copy)
-    span, corr, steps = last - first + 1000, max_corr + 1, max_step + 1  # integers, inlined below
-    shifts = {
-        "start": f"start + i * {span}",
-        "end": f'"end" + i * {span}',
-        "correlationId": f"correlationId + i * {corr}",
-        "int64Value": f"int64Value + i * {steps}",
-    }
-    for table in sorted(tables & {*events, *COPIED_ONCE}):
-        columns = [
-            c
-            for (c,) in con.execute(
-                "SELECT column_name FROM duckdb_columns() "
-                "WHERE database_name = 'src' AND table_name = ? ORDER BY column_index",
-                [table],
-            ).fetchall()
-        ]
-        if table in COPIED_ONCE:
-            names = ", ".join(map(_quote, columns))
-            con.execute(f'CREATE TABLE dst."{table}" AS SELECT {names} FROM src."{table}"')
-            continue
-        select = ", ".join(
-            f"{shifts[c]} AS {_quote(c)}" if c in shifts else _quote(c) for c in columns
-        )
-        # NVTX_EVENTS: the domain is created once, not per copy
-        once = "WHERE i = 0 OR eventType <> 75" if table == "NVTX_EVENTS" else ""
-        con.execute(
-            f'CREATE TABLE dst."{table}" AS SELECT {select} '
-            f'FROM src."{table}", range({copies}) r(i) {once} ORDER BY start'
-        )
+    params = {"span": last - first + 1000, "corr": max_corr + 1, "steps": max_step + 1}
+    for table in sorted(tables & set(COPIED_ONCE)):
+        con.execute(sql("copy_table", table=table))
+    for table in events:
+        statement = sql(EVENT_TABLES[table], table=table)
+        used = {k: v for k, v in {**params, "copies": copies}.items() if f"${k}" in statement}
+        con.execute(statement, used)
     con.close()
     return copies
 
 
-def _quote(column: str) -> str:
-    return f'"{column}"'
+def _row(con: duckdb.DuckDBPyConnection, query: str) -> tuple:
+    row = con.execute(query).fetchone()
+    assert row is not None, query
+    return row
 
 
 def cpu_s() -> float:
@@ -184,71 +123,143 @@ def cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def timed(label: str, fn, results: dict, cpu: dict):
+def timed(label: str, fn: Callable, times: dict):
     t0, c0 = time.perf_counter(), cpu_s()
     value = fn()
-    results[label], cpu[label] = time.perf_counter() - t0, cpu_s() - c0
-    print(f"  {label:<16} {results[label]:6.2f} s  (cpu {cpu[label]:6.2f} s)")
+    times[label] = [round(time.perf_counter() - t0, 3), round(cpu_s() - c0, 3)]
     return value
+
+
+def one_pass(trace: Path, options: StepOptions, foreign: bool) -> tuple[dict, int, int]:
+    """Everything `bubblelab analyze TRACE` does, timed by stage: {stage: [wall s, CPU s]}."""
+    times: dict[str, list[float]] = {}
+    con = connect(None)
+    run = timed("ingest", lambda: ingest(trace, None, {}, steps=options, con=con), times)
+    steps = timed("per_step", lambda: analysis.per_step(con, run), times)
+    steady = timed("steady_state", lambda: analysis.steady_state(steps), times)
+    timed("attribution", lambda: analysis.attribution(con, run, steady), times)
+    timed("by_time", lambda: analysis.attribution_by_time(con, run, steady), times)
+    timed("idle_histogram", lambda: analysis.idle_histogram(con, run, steady), times)
+    timed("sync_inventory", lambda: analysis.sync_inventory(con, run), times)
+    timed("kernel_summary", lambda: analysis.kernel_summary(con, run), times)
+    timed("analyze", lambda: analysis.analyze(con, [run]), times)
+    if foreign:
+        timed("pipelining", lambda: pipelining_gain(steps), times)
+    con.close()
+    return times, len(steps), len(steady)
+
+
+def spread(values: list[float]) -> dict:
+    return {"median": round(statistics.median(values), 3), "min": min(values), "max": max(values)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--source", type=Path, help="an nsys SQLite export of the engine (default: synthetic)"
+        "--modes", default=",".join(MODES), help="comma-separated, of: " + ", ".join(MODES)
     )
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--kernels", type=int, default=1_000_000)
-    parser.add_argument("--mode", choices=MODES, default="bubblelab")
+    parser.add_argument("--source", type=Path, help="an nsys SQLite export to scale up")
+    parser.add_argument("--json", type=Path, help="write the record here")
     args = parser.parse_args()
-    options = {
-        "nvtx": StepOptions(step_range="^LLMEngine"),
-        "graph": StepOptions(rule="graph"),
-    }.get(args.mode, StepOptions())
+    modes = args.modes.split(",")
+    if unknown := set(modes) - set(MODES):
+        parser.error(f"unknown modes {sorted(unknown)}")
+    record: dict = {
+        "command": " ".join(["python -m benchmarks.analyze_1m_kernels", *sys.argv[1:]]),
+        "machine": {
+            **cpu_facts(),
+            **git_facts(),
+            "duckdb": duckdb.__version__,
+            "python": sys.version.split()[0],
+        },  # fmt: skip
+        "repeats": args.repeats,
+        "modes": {},
+    }
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        if args.source:
-            source = args.source
-        elif args.mode == "bubblelab":
-            source = engine_shaped_seed(tmp / "seed.sqlite")
-        else:
-            source = foreign_seed(tmp / "seed.sqlite", eager=args.mode == "eager")
-        t0 = time.perf_counter()
-        copies = scale_up(source, tmp / "big.sqlite", args.kernels)
-        con = duckdb.connect(config=OFFLINE)
-        load_sqlite_extension(con)
-        con.execute(f"ATTACH {sql_string(str(tmp / 'big.sqlite'))} AS big (TYPE sqlite, READ_ONLY)")
-        sizes = {
-            t: one_row(con, f"SELECT count(*) FROM big.{t}")[0]
-            for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS")
-        }
-        con.close()
-        print(
-            f"scaled {source.name} x{copies} in {time.perf_counter() - t0:.1f} s: "
-            f"{sizes['CUPTI_ACTIVITY_KIND_KERNEL']:,} kernels, "
-            f"{sizes['CUPTI_ACTIVITY_KIND_RUNTIME']:,} CUDA calls, "
-            f"{sizes['NVTX_EVENTS']:,} NVTX events, "
-            f"{(tmp / 'big.sqlite').stat().st_size / 2**20:.0f} MiB"
+        built: dict[str, dict] = {}
+        for mode in modes:
+            seed, options = MODES[mode]
+            if seed not in built:
+                built[seed] = build(seed, args.source, tmp, args.kernels)
+            trace = built[seed]
+            passes, loads = [], []
+            for _ in range(args.repeats):
+                loads.append(os.getloadavg()[0])
+                times, n_steps, n_steady = one_pass(trace["path"], options, seed != "ours")
+                passes.append(times)
+                total = [sum(t[i] for t in times.values()) for i in (0, 1)]
+                print(
+                    f"{mode:9} {total[0]:6.2f} s wall, {total[1]:6.2f} s CPU "
+                    f"(ingest {times['ingest'][0]:.2f} s; load {loads[-1]:.1f})",
+                    flush=True,
+                )
+            record["modes"][mode] = {
+                "trace": {k: v for k, v in trace.items() if k != "path"},
+                "steps": n_steps,
+                "steady_steps": n_steady,
+                "load_average_1min": loads,
+                "passes": passes,
+                "total_wall_s": spread([sum(t[0] for t in p.values()) for p in passes]),
+                "total_cpu_s": spread([sum(t[1] for t in p.values()) for p in passes]),
+                "ingest_wall_s": spread([p["ingest"][0] for p in passes]),
+            }
+    print(table(record))
+    if args.json:
+        args.json.write_text(json.dumps(record, indent=1) + "\n")
+
+
+def build(seed: str, source: Path | None, tmp: Path, kernels: int) -> dict:
+    """Scale up the seed (or --source) and say how big it got."""
+    t0 = time.perf_counter()
+    if source:
+        start = source
+    elif seed == "ours":
+        start = engine_shaped_seed(tmp / f"seed-{seed}.sqlite")
+    else:
+        start = foreign_seed(tmp / f"seed-{seed}.sqlite", eager=seed == "eager")
+    big = tmp / f"big-{seed}.sqlite"
+    copies = scale_up(start, big, kernels)
+    con = duckdb.connect(config=OFFLINE)
+    load_sqlite_extension(con)
+    con.execute(f"ATTACH {sql_string(str(big))} AS big (TYPE sqlite, READ_ONLY)")
+    sizes = {t: _row(con, sql("table_rows", table=t))[0] for t in SIZES}
+    con.close()
+    facts = {
+        "path": big,
+        "seed": str(source) if source else seed,
+        "copies": copies,
+        "kernels": sizes["CUPTI_ACTIVITY_KIND_KERNEL"],
+        "cuda_calls": sizes["CUPTI_ACTIVITY_KIND_RUNTIME"],
+        "nvtx_events": sizes["NVTX_EVENTS"],
+        "mib": round(big.stat().st_size / 2**20),
+    }
+    print(f"built {seed} x{copies} in {time.perf_counter() - t0:.1f} s: {facts['kernels']:,} "
+          f"kernels, {facts['cuda_calls']:,} CUDA calls, {facts['nvtx_events']:,} NVTX events, "
+          f"{facts['mib']} MiB", flush=True)  # fmt: skip
+    return facts
+
+
+def table(record: dict) -> str:
+    """The record as the markdown table of benchmarks/README.md."""
+    lines = [
+        "| mode | trace | steps (steady) | ingest | total wall: median (min-max) | total CPU "
+        "| load |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for mode, r in record["modes"].items():
+        t, w, c = r["trace"], r["total_wall_s"], r["total_cpu_s"]
+        load = r["load_average_1min"]
+        lines.append(
+            f"| {mode} | {t['kernels']:,} kernels, {t['cuda_calls']:,} calls, "
+            f"{t['nvtx_events']:,} NVTX | {r['steps']:,} ({r['steady_steps']:,}) "
+            f"| {r['ingest_wall_s']['median']:.2f} s | **{w['median']:.2f} s** "
+            f"({w['min']:.2f}-{w['max']:.2f}) | {c['median']:.2f} s "
+            f"({c['min']:.2f}-{c['max']:.2f}) | {min(load):.1f}-{max(load):.1f} |"
         )
-        results: dict[str, float] = {}
-        cpu: dict[str, float] = {}
-        catalog = connect(tmp / "catalog.duckdb")
-        big = tmp / "big.sqlite"
-        run = timed(
-            "ingest", lambda: ingest(big, None, {}, steps=options, con=catalog), results, cpu
-        )
-        steps = timed("per_step", lambda: analysis.per_step(catalog, run), results, cpu)
-        steady = timed("steady_state", lambda: analysis.steady_state(steps), results, cpu)
-        timed("attribution", lambda: analysis.attribution(catalog, run, steady), results, cpu)
-        timed("by_time", lambda: analysis.attribution_by_time(catalog, run, steady), results, cpu)
-        timed("idle_histogram", lambda: analysis.idle_histogram(catalog, run, steady), results, cpu)
-        timed("sync_inventory", lambda: analysis.sync_inventory(catalog, run), results, cpu)
-        timed("kernel_summary", lambda: analysis.kernel_summary(catalog, run), results, cpu)
-        # what `bubblelab analyze` adds: every run's digest (steps found, idle gaps, syncs per step)
-        timed("analyze", lambda: analysis.analyze(catalog, [run]), results, cpu)
-        print(
-            f"  {'total':<16} {sum(results.values()):6.2f} s  (cpu {sum(cpu.values()):6.2f} s; "
-            f"{len(steps):,} steps, {len(steady):,} steady)"
-        )
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

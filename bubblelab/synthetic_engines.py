@@ -12,7 +12,10 @@ step), a clone kernel, sampling (cuLaunchKernelEx) beside a kernel on a second s
 the tokens back (a pageable DtoH copy + cudaStreamSynchronize; or a synchronous cudaMemcpy with no
 sync record; or a pinned copy + an event sync) and does its bookkeeping (OS runtime calls and
 untraced host code) before the next step. Framework NVTX ranges (the default domain) wrap the calls;
-optionally one range per step in a domain of its own.
+optionally one range per step in a domain of its own. Shaped like transformers' `generate`
+(optional): a preamble of host checks before the first step (a tiny kernel, then a 1-byte DtoH read
++ cudaStreamSynchronize each), and an 8-byte pageable upload + stream sync in each layer of the
+prefill (its static cache's lazy initialisation), syncs that read nothing back.
 
 Times are microseconds; the GPU runs each op when it is launched and the GPU has finished the ops
 before it (plus a 2 us launch latency), so every sync ends when the GPU is done.
@@ -51,6 +54,8 @@ class Engine:
     step_range: str | None = None  # one range of this name around each step (domain 2)
     osrt: bool = True
     prefill_first: bool = True
+    preamble_reads: int = 0  # host checks before the first step, each a step of its own
+    upload_syncs: int = 0  # pageable uploads + a stream sync, spread over the prefill's kernels
     nodes: int = 30  # graph nodes (kernels) of a decode forward
     node_us: float = 20.0
     node_gap_us: float = 1.0  # launch gap between nodes: below the 5 us kernel-gap threshold
@@ -149,6 +154,17 @@ def engine_trace(b: TraceBuilder, e: Engine) -> Truth:
     loop, truth = _Loop(b, e), Truth()
     launch_kernel = loop.api("cudaLaunchKernel_v7000", "cuLaunchKernel")
     previous_close = None
+    for _ in range(e.preamble_reads):  # e.g. `generate` checking its pad/eos tensors on the host
+        loop.kernel("eq_check", 2, launch_kernel)
+        loop.copy(DTOH, 1, PINNED, 1, blocking=False)
+        loop.synchronize()
+        close_end = us(loop.t - 1)
+        truth.windows.append(
+            (us(b_first_launch(b, e)) if previous_close is None else previous_close, close_end)
+        )
+        truth.kinds.append("decode")  # too little GPU work to be prefill-like; never steady
+        previous_close = close_end
+        loop.t += 20
     for k in range(e.steps):
         prefill = e.prefill_first and k == 0
         truth.kinds.append("prefill" if prefill else "decode")
@@ -169,10 +185,17 @@ def engine_trace(b: TraceBuilder, e: Engine) -> Truth:
         loop.t += 4
         # forward
         if prefill or not e.graph:
-            for i in range(e.nodes * (3 if prefill else 1)):
+            kernels = e.nodes * (3 if prefill else 1)
+            uploads = {
+                j * kernels // e.upload_syncs for j in range(e.upload_syncs if prefill else 0)
+            }
+            for i in range(kernels):
                 loop.kernel(
                     f"eager_{i % 5}", 3 * e.node_us if prefill else e.node_us, launch_kernel
                 )
+                if i in uploads:  # after this layer's first kernel
+                    loop.copy(HTOD, 1, PAGEABLE, 8, blocking=False)
+                    loop.synchronize()
         else:
             at, host = loop.t, 30.0
             start = max(at + 2, loop.gpu_free)

@@ -21,7 +21,7 @@ from bubblelab.errors import BubblelabError
 from bubblelab.profiling import foreign, queries
 from bubblelab.profiling.catalog import OFFLINE, connect
 from bubblelab.profiling.ingest import ingest_timeline
-from bubblelab.profiling.steps import step_summary
+from bubblelab.profiling.steps import PREFILL_RATIO, step_summary
 
 Catalog = Path | str | duckdb.DuckDBPyConnection
 WARMUP_STEPS = 5  # steady-state rule 3: steady candidates skipped at the start of a run
@@ -63,21 +63,24 @@ def per_step_from_timeline(timeline: Timeline, run_id: str, depth: int) -> pd.Da
 
 def steady_state(df: pd.DataFrame, warmup: int = WARMUP_STEPS) -> pd.DataFrame:
     """The steady-state rows of a per-step table (rule in profiling/sql/steady_state.sql)."""
-    return queries.run(
-        duckdb.connect(config=OFFLINE), "steady_state", {"warmup": warmup}, per_step=df
-    )
+    params = {"warmup": warmup, "ratio": PREFILL_RATIO}
+    return queries.run(duckdb.connect(config=OFFLINE), "steady_state", params, per_step=df)
 
 
-def idle_gaps(catalog: Catalog, run_id: str, steps: pd.DataFrame | None = None) -> pd.DataFrame:
+def idle_gaps(
+    catalog: Catalog, run_id: str, steps: pd.DataFrame | None = None, bubble_only: bool = False
+) -> pd.DataFrame:
     """Every GPU idle gap (all streams idle) inside the given steps' periods: `within` a forward or
     sampling span (a launch gap between kernels) or between them (bubble), the phase the host was in
     when it began, and whether the host launched the work ending it only after the GPU went idle
-    (launch_lag_us > 0)."""
+    (launch_lag_us > 0). bubble_only: the bubble's gaps alone (a million-kernel trace has about a
+    million launch gaps)."""
     con = _open(catalog)
     steps = steady_state(per_step(con, run_id)) if steps is None else steps
     if foreign.is_foreign(con, run_id):
-        return foreign.idle_gaps(con, run_id, steps)
-    return queries.run(con, "idle_gaps", {"run_id": run_id}, per_step=steps)
+        return foreign.idle_gaps(con, run_id, steps, bubble_only)
+    params = {"run_id": run_id, "bubble_only": bubble_only}
+    return queries.run(con, "idle_gaps", params, per_step=steps)
 
 
 def bubble_intervals(
@@ -179,10 +182,15 @@ def idle_histogram(
     con = _open(catalog)
     steps = steady_state(per_step(con, run_id)) if steps is None else steps
     if foreign.is_foreign(con, run_id):
-        return queries.run(con, "idle_histogram", idle_gaps=foreign.gaps(con, run_id, steps))
+        con.register("per_step", steps)  # the gaps stay in DuckDB: a million of them, perhaps
+        try:
+            gaps = queries.relation(con, "step_gaps", foreign.gap_params(con, run_id))
+            return queries.run(con, "idle_histogram", idle_gaps=gaps)
+        finally:
+            con.unregister("per_step")
     con.register("per_step", steps)
     try:
-        gaps = queries.relation(con, "idle_gaps", {"run_id": run_id})
+        gaps = queries.relation(con, "idle_gaps", {"run_id": run_id, "bubble_only": False})
         return queries.run(con, "idle_histogram", idle_gaps=gaps)
     finally:
         con.unregister("per_step")
@@ -253,11 +261,12 @@ def analyze(catalog: Catalog, run_ids: list[str] | None = None, warmup: int = WA
         run = meta.loc[run_id]
         steps = per_step(con, run_id)
         steady = steady_state(steps, warmup)
+        is_foreign = foreign.is_foreign(con, run_id)
         parts[run_id] = (
             steady,
             attribution(con, run_id, steady),
             attribution_by_time(con, run_id, steady),
-            idle_gaps(con, run_id, steady),
+            idle_gaps(con, run_id, steady, bubble_only=True),  # kernel gaps stay in DuckDB
         )
         streams = run.streams if pd.notna(run.streams) else steady.batch_size.mode().max()
         syncs = sync_inventory(con, run_id)
@@ -274,8 +283,8 @@ def analyze(catalog: Catalog, run_ids: list[str] | None = None, warmup: int = WA
             **_digest([parts[run_id]]),
             "flagged_syncs": int(syncs.flagged.sum()),
         }
-        if foreign.is_foreign(con, run_id):
-            entry["idle_split"] = foreign.idle_split(parts[run_id][3], len(steady))
+        if is_foreign:
+            entry["idle_split"] = foreign.idle_split(parts[run_id][3], steady)
             entry["syncs_per_step"] = _records(foreign.sync_summary(syncs, steady))
         per_run.append(entry)
     groups = []

@@ -26,7 +26,7 @@ OFFLINE: dict[str, str | bool | int | float | list[str]] = {
     "allow_community_extensions": False,
 }
 SQLITE_MAGIC = b"SQLite format 3\x00"
-CATALOG_VERSION = 4  # bump when a table of sql/catalog_schema.sql changes
+CATALOG_VERSION = 5  # bump when a table of sql/catalog_schema.sql changes
 RUN_COLUMNS = (
     "run_id",
     "model",
@@ -88,9 +88,26 @@ def connect(
     con.execute(
         "SET preserve_insertion_order = false"
     )  # every query orders its answer; inserts go 2x faster
+    con.execute(f"SET threads = {duckdb_threads()}")
     con.execute(read_sql("catalog_schema"))
     _check_version(con, path)
     return con
+
+
+def duckdb_threads() -> int:
+    """One core fewer than this process may use (at least one). DuckDB's parallel operators meet
+    at barriers, so a thread that another job has descheduled stalls the others: on the 2-core
+    machine under a load average of 3.5-6 from other jobs, one thread analysed the 1M-kernel
+    sync and eager benchmark traces in 6.0-9.9 s where two took 8.0-13.0 s (ours: 5.8-6.5 s
+    against 6.6-7.1), with less CPU time too; with the
+    machine otherwise quiet one thread was still as fast (4.1 s against 4.9 on the sync trace, 6.5
+    against 6.3-7.2 on the eager one; benchmarks/README.md). On a large machine the core left over
+    costs little."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, cores - 1)
 
 
 def one_row(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> tuple:

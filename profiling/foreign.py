@@ -35,9 +35,13 @@ def gaps(
     con: duckdb.DuckDBPyConnection, run_id: str, steps: pd.DataFrame, bubble_only: bool = False
 ) -> pd.DataFrame:
     """Every idle gap of the given steps (step_gaps.sql), bubble or kernel gap, without labels."""
+    return queries.run(con, "step_gaps", gap_params(con, run_id, bubble_only), per_step=steps)
+
+
+def gap_params(con: duckdb.DuckDBPyConnection, run_id: str, bubble_only: bool = False) -> dict:
+    """step_gaps.sql's parameters for a run: its threshold, and the shortest gap to read."""
     gap_ns = rule(con, run_id)[1]
-    params = {"run_id": run_id, "gap_ns": gap_ns, "min_ns": gap_ns if bubble_only else 0}
-    return queries.run(con, "step_gaps", params, per_step=steps)
+    return {"run_id": run_id, "gap_ns": gap_ns, "min_ns": gap_ns if bubble_only else 0}
 
 
 def bubble_gaps(con: duckdb.DuckDBPyConnection, run_id: str, steps: pd.DataFrame) -> pd.DataFrame:
@@ -47,10 +51,14 @@ def bubble_gaps(con: duckdb.DuckDBPyConnection, run_id: str, steps: pd.DataFrame
     return pd.DataFrame({"step": found["step"], "start": found["start_ns"], "end": found["end_ns"]})
 
 
-def idle_gaps(con: duckdb.DuckDBPyConnection, run_id: str, steps: pd.DataFrame) -> pd.DataFrame:
-    """The steps' gaps (step_gaps.sql) with what the host was doing when each bubble gap began
-    (foreign_idle_gaps.sql)."""
-    return queries.run(con, "foreign_idle_gaps", {"run_id": run_id}, gaps=gaps(con, run_id, steps))
+def idle_gaps(
+    con: duckdb.DuckDBPyConnection, run_id: str, steps: pd.DataFrame, bubble_only: bool = False
+) -> pd.DataFrame:
+    """The steps' gaps (step_gaps.sql), or only their bubble gaps (a million kernel gaps are not
+    worth reading into pandas for a summary), with what the host was doing when each bubble gap
+    began (foreign_idle_gaps.sql)."""
+    found = gaps(con, run_id, steps, bubble_only)
+    return queries.run(con, "foreign_idle_gaps", {"run_id": run_id}, gaps=found)
 
 
 def attribution_inputs(
@@ -72,25 +80,28 @@ def layer(label: str) -> str:
     return LAYERS.get(label.split(": ", 1)[0], label) if ": " in label else label
 
 
-def idle_split(gaps: pd.DataFrame, steps: int) -> dict:
-    """A foreign run's idle time per step (gaps of foreign_idle_gaps.sql over `steps` steps), split
-    as the nano-vllm write-up split it: gaps between kernels (below the threshold), each step's
-    longest bubble (the post-sampling host bookkeeping of a blocking loop), and the other bubbles;
-    ms per step and shares."""
-    if not steps or gaps.empty:
-        return {}
+def idle_split(gaps: pd.DataFrame, steps: pd.DataFrame) -> dict:
+    """A foreign run's idle time per step over the given steps (their per-step rows, whose
+    kernel_gap_ms holds the gaps between kernels below the threshold, and their bubble gaps from
+    foreign_idle_gaps.sql: kernel gaps among `gaps` are not read), split as the nano-vllm write-up
+    split it: gaps between kernels, each step's longest bubble (the post-sampling host bookkeeping
+    of a blocking loop), and the other bubbles; ms per step and shares."""
+    n = len(steps)
     bubbles = gaps[gaps["within"].isna()]
+    kernel_us = float(steps["kernel_gap_ms"].sum()) * 1e3
+    if not n or (bubbles.empty and not kernel_us):
+        return {}
     longest = bubbles.groupby("step")["idle_us"].max().sum()
     parts = {
-        "kernel_gaps": gaps.loc[gaps["within"].notna(), "idle_us"].sum(),
+        "kernel_gaps": kernel_us,
         "longest_bubble": longest,
         "other_bubbles": bubbles["idle_us"].sum() - longest,
     }
     total = sum(parts.values())
     return {
-        "idle_ms_per_step": round(total / 1e3 / steps, 6),
-        **{f"{k}_ms_per_step": round(v / 1e3 / steps, 6) for k, v in parts.items()},
-        **{f"{k}_share": round(v / total, 6) if total else None for k, v in parts.items()},
+        "idle_ms_per_step": round(float(total) / 1e3 / n, 6),
+        **{f"{k}_ms_per_step": round(float(v) / 1e3 / n, 6) for k, v in parts.items()},
+        **{f"{k}_share": round(float(v / total), 6) if total else None for k, v in parts.items()},
     }
 
 

@@ -6,13 +6,16 @@ are.
 2. nvtx: a range the user names (`--step-range REGEX`), e.g. one `nvtx.annotate` around an engine's
    step function, in any domain (sql/step_range_matches.sql).
 3. From the trace itself, on the engine thread (the thread that launched the most GPU work):
-   - sync: the host sync point that closes each step (sql/sync_points.sql). A blocking engine waits
-     for each step's tokens once; an engine that waits more often (nano-vllm-fork: a `.item()` per
-     sequence) is told apart by what the host does after each wait: after the closing one it does
-     the step's bookkeeping (~1 ms) before launching again, after the others it launches at once
-     (tens of us). The closing points are those above the largest jump (>= SPLIT_RATIO x) in the
-     sorted host gaps, provided they recur in a regular pattern; otherwise every point closes a
-     step.
+   - sync: the host sync point that closes each step (sql/sync_points.sql). A step ends when the
+     host reads its tokens back, so when at least MIN_STEPS points read (launched a device-to-host
+     copy), the others close no step: they waited for nothing the host reads (transformers'
+     `generate` syncs after an 8-byte upload in each layer of its prefill, which would otherwise cut
+     the prefill into 28 one-layer "steps"). A blocking engine waits for each step's tokens once; an
+     engine that waits more often (nano-vllm-fork: a `.item()` per sequence) is told apart by what
+     the host does after each wait: after the closing one it does the step's bookkeeping (~1 ms)
+     before launching again, after the others it launches at once (tens of us). The closing points
+     are those above the largest jump (>= SPLIT_RATIO x) in the sorted host gaps, provided they
+     recur in a regular pattern; otherwise every (reading) point closes a step.
    - graph: one CUDA-graph replay per step (the replays of the largest graphs, so a small sampling
      graph beside the forward's does not count twice).
    With both available, the rule whose steps hold more of the GPU's time and come more regularly
@@ -126,8 +129,11 @@ def find_steps(
 
 
 def closing_points(points: pd.DataFrame) -> pd.DataFrame:
-    """The sync points (start, end, next_launch) that close a step (module docstring, rule
+    """The sync points (start, end, reads, next_launch) that close a step (module docstring, rule
     'sync')."""
+    reading = points[points["reads"] > 0]
+    if len(reading) >= MIN_STEPS:
+        points = reading
     gaps = np.maximum((points["next_launch"] - points["end"]).to_numpy(float), 1e3)
     known = np.sort(np.log(gaps[~np.isnan(gaps)]))
     if len(known) >= 2:
@@ -185,7 +191,7 @@ def _from_trace(
     what: str,
 ) -> Candidate:
     points = con.execute(
-        'SELECT start, "end", next_launch FROM sync_points WHERE run_id = ? ORDER BY start',
+        'SELECT start, "end", reads, next_launch FROM sync_points WHERE run_id = ? ORDER BY start',
         [run_id],
     ).df()
     graphs = queries.run(con, "graph_launches", {"run_id": run_id, "tid": tid})
@@ -195,11 +201,18 @@ def _from_trace(
         ends = closing["end"].to_numpy()
         starts = np.concatenate([[launches[0] if len(launches) else ends[0]], ends[:-1]])
         per_step = len(points) / len(closing)
+        # the reads a step name what the sync inventory counts: a point holds every wait with
+        # nothing launched between, so the fork's 128 `.item()` calls are one point, 128 reads
+        reads = points["reads"].sum() / len(closing)
+        skipped = int((points["reads"] == 0).sum()) if closing["reads"].all() else 0
         candidates.append(
             Candidate(
                 "sync",
                 f"the host sync closing each step ({len(closing)} of {len(points)} sync points "
-                f"on thread {tid & 0xFFFFFF}, {per_step:.3g} a step)",
+                f"on thread {tid & 0xFFFFFF}, {per_step:.3g} a step, {reads:.3g} device-to-host "
+                "reads a step"
+                + (f"; {skipped} read nothing back and close no step" if skipped else "")
+                + ")",
                 _windows(starts, ends),
             )
         )

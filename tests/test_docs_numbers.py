@@ -22,6 +22,7 @@ USER_DOCS = (
     "docs/h200-costmodel.md",
     "docs/costmodel-summary.md",
     "docs/costmodel-heldout.md",
+    "docs/foreign-traces.md",
     *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "notebooks").glob("*.ipynb")),
 )
 

@@ -136,6 +136,28 @@ def test_fork_shaped_engine_names_its_extra_syncs(tmp_path):
     assert inventory.flagged.sum() == 32 * 10
 
 
+def test_generate_shaped_engine_keeps_its_prefill_whole(tmp_path):
+    """transformers `generate`: 3 host checks before the first forward, and a sync after an 8-byte
+    upload in each of 28 layers of the prefill. The uploads' syncs read nothing back, so they close
+    no step (the prefill stays one step, not 29); the checks are steps of their own, too light to
+    be steady."""
+    # its host work is in the launches, not after the closing sync: no bookkeeping gap to split on
+    engine = Engine(steps=12, preamble_reads=3, upload_syncs=28, graph=False, bookkeeping_us=30)
+    trace, (truth,) = build(tmp_path / "hf.sqlite", engine)
+    con = connect(None)
+    run = ingest(trace, None, {}, con=con)
+    steps, inventory = check_against_brute_force(con, run, trace, truth.windows)
+    assert steps.kind.tolist() == truth.kinds == ["decode"] * 3 + ["prefill"] + ["decode"] * 11
+    found = analysis.analyze(con, [run], warmup=0)["runs"][0]["steps_found"]
+    assert (found["steps"], found["prefill_steps"]) == (15, 1)
+    assert "15 of 43 sync points" in found["detail"]
+    assert "28 read nothing back and close no step" in found["detail"]
+    # steady: decode to decode, the three checks (no GPU work to speak of) left out
+    assert analysis.steady_state(steps, warmup=0).step.tolist() == list(range(4, 14))
+    uploads = inventory[inventory.detail == "HtoD pageable 8 B"]
+    assert len(uploads) == 28 and uploads.flagged.all() and set(uploads.step) == {3}
+
+
 @pytest.mark.parametrize(
     "engine",
     [

@@ -95,10 +95,11 @@ CREATE TABLE IF NOT EXISTS os_calls (
     run_id VARCHAR, tid BIGINT, start BIGINT, "end" BIGINT, name VARCHAR, nesting INTEGER);
 
 -- Host synchronisation points of the engine thread (sql/sync_points.sql): blocking calls and device-to-host
--- copies with no other launch between them, the launch that followed, and the step they fall in.
+-- copies with no other launch between them, how many DtoH copies they launched, the launch that followed, and
+-- the step they fall in.
 CREATE TABLE IF NOT EXISTS sync_points (
-    run_id VARCHAR, point BIGINT, start BIGINT, "end" BIGINT, calls INTEGER, next_launch BIGINT,
-    step BIGINT);
+    run_id VARCHAR, point BIGINT, start BIGINT, "end" BIGINT, calls INTEGER, reads INTEGER,
+    next_launch BIGINT, step BIGINT);
 
 -- Every GPU idle gap inside a foreign run's step periods, with when the op ending it was launched
 -- (foreign_gaps.sql, derived at ingest).

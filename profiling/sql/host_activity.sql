@@ -17,15 +17,6 @@ INSERT INTO host_activity
 WITH spans AS (
     SELECT start, "end" FROM intervals
 ),
-launched AS (
-    SELECT pid, correlation_id,
-           bool_or(graph_node IS NOT NULL) AS graph,
-           bool_or(op = 'kernel') AS kernel,
-           max(CASE WHEN op = 'memcpy' THEN name END) AS copy,
-           bool_or(op = 'memset') AS memset
-    FROM gpu_ops WHERE run_id = $run_id AND tid = $tid
-    GROUP BY ALL
-),
 sync_records AS (
     SELECT pid, correlation_id, bool_or(sync_type IN (1, 3, 4)) AS blocks
     FROM syncs WHERE run_id = $run_id
@@ -42,6 +33,17 @@ rows AS (
 overlapping AS (
     SELECT r.* FROM rows r ASOF JOIN spans s ON r."end" > s.start
     WHERE r.start < s."end" AND r."end" > r.start
+),
+launched AS (  -- what the overlapping calls launched (not every call's ops: a million, perhaps)
+    SELECT pid, correlation_id,
+           bool_or(graph_node IS NOT NULL) AS graph,
+           bool_or(op = 'kernel') AS kernel,
+           max(CASE WHEN op = 'memcpy' THEN name END) AS copy,
+           bool_or(op = 'memset') AS memset
+    FROM gpu_ops
+    SEMI JOIN (FROM overlapping WHERE layer = 'cuda') USING (pid, correlation_id)
+    WHERE run_id = $run_id AND tid = $tid
+    GROUP BY ALL
 ),
 labelled AS (
     SELECT row_number() OVER () AS id, o.layer, o.start, o."end",

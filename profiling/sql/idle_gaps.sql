@@ -6,7 +6,8 @@
 -- relative to the gap's start. Positive: the host had not even launched the next work when the GPU ran dry
 -- (a CPU-bound bubble). Negative: the work was queued and waited on something else (an event, another
 -- stream). NULL for timelines, which record no launches. Gaps never straddle a period edge: each edge is
--- an op start.
+-- an op start. $bubble_only: only the gaps between the spans (a summary of the bubble need not read a
+-- million launch gaps).
 WITH gaps AS (
     SELECT "end" AS start, lead(start) OVER (ORDER BY start) AS "end"
     FROM gpu_busy WHERE run_id = $run_id
@@ -35,14 +36,18 @@ gaps_in_steps AS (
     SELECT p.step, g.start, g."end"
     FROM gaps g ASOF JOIN periods p ON g.start >= p.start
     WHERE g."end" <= p."end"
+),
+placed AS (
+    SELECT g.*,
+           CASE WHEN g.start >= x.f0 AND g."end" <= x.f1 THEN 'forward'
+                WHEN g.start >= x.s0 AND g."end" <= x.s1 THEN 'sampling' END AS within
+    FROM gaps_in_steps g
+    LEFT JOIN spans x USING (step)
 )
-SELECT g.step, g.start AS start_ns, g."end" AS end_ns, (g."end" - g.start) / 1e3 AS idle_us,
-       CASE WHEN g.start >= x.f0 AND g."end" <= x.f1 THEN 'forward'
-            WHEN g.start >= x.s0 AND g."end" <= x.s1 THEN 'sampling' END AS within,
+SELECT g.step, g.start AS start_ns, g."end" AS end_ns, (g."end" - g.start) / 1e3 AS idle_us, g.within,
        CASE WHEN g.start < s."end" THEN s.phase ELSE 'outside any phase' END AS began_in,
        (l.launched_at - g.start) / 1e3 AS launch_lag_us
-FROM gaps_in_steps g
-LEFT JOIN spans x USING (step)
+FROM (FROM placed WHERE NOT $bubble_only OR within IS NULL) g
 LEFT JOIN first_launch l ON l.start = g."end"
 ASOF LEFT JOIN segments s ON g.start >= s.start
 ORDER BY g.start

@@ -32,9 +32,10 @@ from bubblelab.profiling import analysis
 from bubblelab.profiling.catalog import connect
 from bubblelab.runs.rundir import Results
 from bubblelab.runs.traces import TRACES_DIR, load_traces
+from tools.docs import foreign_tables
 
 ROOT = Path(__file__).resolve().parents[2]
-FILES = ("README.md", "traces/README.md", "costmodel/README.md")
+FILES = ("README.md", "traces/README.md", "costmodel/README.md", "docs/foreign-traces.md")
 BLOCK = re.compile(
     r"(<!-- generated: (?P<name>[\w-]+) \(python -m tools\.docs\.generated\) -->\n)"
     r"(?P<body>.*?)"
@@ -219,6 +220,9 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "traces-nsys-inflation": traces_nsys_inflation,
     "costmodel-depth1": costmodel_depth1,
     "costmodel-traces": costmodel_traces,
+    "foreign-fixtures": foreign_tables.foreign_fixtures,
+    "foreign-nanovllm-writeup": foreign_tables.nanovllm_writeup,
+    "foreign-findings": foreign_tables.foreign_findings,
 }
 
 

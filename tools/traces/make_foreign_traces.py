@@ -320,7 +320,7 @@ def finish(trace: str, job: Job, info: dict, work: Path, out: Path, keep: int) -
         "steps": [first, last],
         **({"step_range": STEP_RANGE} if trace.endswith("-nvtx") else {}),
     }
-    if job.name == "nano":
+    if job.name in ("nano", "fork"):  # both load a checkpoint of seeded random weights
         entry["model"] = (
             f"{Path(job.job['ckpt']).name.removeprefix('ckpt-')} (seeded random weights)"
         )
