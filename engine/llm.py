@@ -54,7 +54,13 @@ class LLM:
             )
         engine = self.engine
         ids = [f"gen-{id(self)}-{engine.pipeline.next_step_id}-{i}" for i in range(len(batch))]
-        engine.add_requests(zip(ids, batch, per_prompt, strict=True))
+        try:
+            engine.add_requests(zip(ids, batch, per_prompt, strict=True))
+        except RequestError as e:  # the caller knows its prompts by position, not by our ids
+            message = str(e)
+            for i, rid in enumerate(ids):
+                message = message.replace(f"request {rid!r}", f"prompt {i}")
+            raise RequestError(message) from None
         while engine.has_unfinished():
             engine.step()
             if on_step is not None:

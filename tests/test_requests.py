@@ -49,6 +49,13 @@ def test_a_bad_batch_queues_nothing_and_the_engine_stays_usable(llm, tiny_llama,
     llm.engine.check_idle()
 
 
+def test_a_bad_prompt_is_named_by_its_position(llm):
+    with pytest.raises(RequestError, match=r"^prompt 1: empty prompt$"):
+        llm.generate([[5, 6], []], GREEDY)
+    with pytest.raises(RequestError, match=r"^prompt 0: token id out of the vocabulary"):
+        llm.generate([[600], [5]], GREEDY)
+
+
 def test_mismatched_params_and_duplicate_ids_are_refused_whole(llm):
     with pytest.raises(RequestError, match="2 SamplingParams for 3 prompts"):
         llm.generate([[5], [6], [7]], [GREEDY, GREEDY])
