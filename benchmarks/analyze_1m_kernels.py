@@ -41,6 +41,7 @@ import duckdb
 
 from benchmarks.analyze_seeds import engine_shaped_seed, foreign_seed
 from bubblelab.costmodel.foreign import pipelining_gain
+from bubblelab.files import write_atomic
 from bubblelab.profiling import analysis
 from bubblelab.profiling.catalog import OFFLINE, connect, load_sqlite_extension, sql_string
 from bubblelab.profiling.ingest import ingest
@@ -208,7 +209,7 @@ def main() -> None:
             }
     print(table(record))
     if args.json:
-        args.json.write_text(json.dumps(record, indent=1) + "\n")
+        write_atomic(args.json, json.dumps(record, indent=1) + "\n")
 
 
 def build(seed: str, source: Path | None, tmp: Path, kernels: int) -> dict:

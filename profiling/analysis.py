@@ -64,6 +64,8 @@ def per_step_from_timeline(timeline: Timeline, run_id: str, depth: int) -> pd.Da
 def steady_state(df: pd.DataFrame, warmup: int = WARMUP_STEPS) -> pd.DataFrame:
     """The steady-state rows of a per-step table (rule in profiling/sql/steady_state.sql)."""
     params = {"warmup": warmup, "ratio": PREFILL_RATIO}
+    if "busy_ms" not in df:  # a table without GPU busy time (a rank's steps): rule 3 cannot apply
+        df = df.assign(busy_ms=float("nan"))
     return queries.run(duckdb.connect(config=OFFLINE), "steady_state", params, per_step=df)
 
 
