@@ -332,9 +332,11 @@ def test_foreign_run_reaches_the_notebook_loader_and_the_report(tmp_path):
 )
 def test_our_h200_traces_read_as_foreign(name):
     """Our own committed H200 traces, read without their NVTX phases (the sync rule) or by their
-    graph replays: the prefills ours labels are found, and the steady period agrees within 2% (a
-    foreign run's steady state cannot keep to the modal batch size, which at 32 streams changes as
-    requests come and go)."""
+    graph replays: the sync rule finds the steps ours names, and the steady period agrees within 2%
+    (a foreign run's steady state cannot keep to the modal batch size, which at 32 streams changes
+    as requests come and go). The engine replays a captured graph for prefill too, and a
+    32-token prompt's graph costs less GPU time than a decode step and launches as few calls, so
+    from outside its prefills stay `decode` (profiling/README.md, "Prefill-like steps")."""
     trace = Path(__file__).parents[1] / "traces" / name
     con = connect(None)
     ours = analysis.per_step(con, ingest(trace, None, {}, con=con))
@@ -343,7 +345,10 @@ def test_our_h200_traces_read_as_foreign(name):
         found = analysis.analyze(con, [run])["runs"][0]
         assert found["steps_found"]["rule"] == rule
         assert found["steps_found"]["confidence"] == "high"
-        if rule == "sync":  # the graph rule merges an eager prefill into the step before it
-            assert found["steps_found"]["prefill_steps"] == (ours.kind == "prefill").sum()
+        if rule == "sync":
+            # all but at most the window's two edge steps, whose ranges ours still reads (depth 2)
+            assert len(ours) - 2 <= found["steps_found"]["steps"] <= len(ours)
+            assert (ours.kind == "prefill").sum() > 0  # ours names them; nothing tells them apart
+            assert found["steps_found"]["prefill_steps"] == 0
         want = analysis.steady_state(ours).period_ms.median()
         assert found["period_ms"]["median"] == pytest.approx(want, rel=0.02)

@@ -2,16 +2,12 @@
 values (the issue: "CI tests run every query on the committed traces with exact expected values").
 
 The values were computed once by the queries and pinned (tests/pin_real_traces.py rewrites the
-table). The per-step rows and the bubble attribution of a few steps are also recomputed here by
-brute force over the raw SQLite rows (NVTX ranges, CUDA calls and GPU activity, matched by
-correlation id in Python), independently of the SQL.
+table). tests/test_profiling_real_traces_brute.py recomputes the per-step rows and the bubble
+attribution of a few steps by brute force over the raw SQLite rows, independently of the SQL.
 """
 
 from __future__ import annotations
 
-import gzip
-import shutil
-import sqlite3
 from pathlib import Path
 
 import pytest
@@ -29,280 +25,303 @@ MEDIAN_COLUMNS = ("forward_ms", "sampling_ms", "bubble_ms", "kernel_gap_ms", "pe
 # kernel gaps; empty buckets left out) and the top kernels (name, phase, calls, total ms).
 EXPECTED = {
     "qwen3-0.6b-s1-d1.sqlite.gz": {
-        "run_id": "48494d8bc1aeb8a5",
-        "steps": (152, 70, 221),
-        "steady": (75, 219, [156, 157]),
+        "run_id": "4aa3c24274520a53",
+        "steps": (151, 167, 317),
+        "steady": (172, 316, [281, 282]),
         "medians": {
-            "forward_ms": 1.457345,
-            "sampling_ms": 0.023456,
-            "bubble_ms": 0.556993,
-            "kernel_gap_ms": 0.067968,
-            "period_ms": 2.033698,
-            "busy_ms": 1.415745,
+            "forward_ms": 1.483162,
+            "sampling_ms": 0.02432,
+            "bubble_ms": 0.650814,
+            "kernel_gap_ms": 0.073791,
+            "period_ms": 2.160376,
+            "busy_ms": 1.437435,
         },
         "row": (
-            146,
+            243,
             {
-                "forward_ms": 1456417,
-                "sampling_ms": 23072,
-                "bubble_ms": 971393,
-                "kernel_gap_ms": 68032,
-                "period_ms": 2450882,
-                "busy_ms": 1413985,
+                "forward_ms": 1483963,
+                "sampling_ms": 23551,
+                "bubble_ms": 978749,
+                "kernel_gap_ms": 73119,
+                "period_ms": 2486263,
+                "busy_ms": 1438139,
             },
         ),
-        "began": {"wait": 97.460603},
+        "began": {"wait": 104.971271},
         "by_time": {
-            "launch": 83.744664,
-            "commit": 6.586624,
-            "outside any phase": 5.689458,
-            "plan": 1.439857,
+            "launch": 90.450618,
+            "commit": 8.641791,
+            "outside any phase": 5.025319,
+            "plan": 0.853543,
         },
-        "syncs": {"copy DtoH pinned 16 B copy_d2h": 151, "sync event sync wait": 151},
+        "syncs": {"copy DtoH pinned 16 B copy_d2h": 150, "sync event sync wait": 151},
         "hist": [
-            (0, 73343, 73343),
-            (2, 338, 301),
-            (5, 49, 0),
-            (10, 57, 0),
-            (100, 87, 0),
-            (200, 143, 0),
-            (500, 54, 0),
-            (1000, 2, 0),
+            (0, 73341, 73341),
+            (2, 318, 301),
+            (5, 86, 1),
+            (10, 41, 0),
+            (100, 88, 0),
+            (200, 152, 0),
+            (500, 42, 0),
+            (1000, 4, 0),
         ],
         "kernels": [
-            ("nvjet_sm90_tst_8x64_64x16_2x1_v_bz_TNN", "forward", 4200, 48.141067),
-            ("nvjet_sm90_tst_64x8_64x16_4x1_v_bz_TNT", "forward", 8400, 43.740369),
-            ("nvjet_sm90_tst_64x8_64x16_4x1_v_bz_splitK_TNT", "forward", 4200, 20.772785),
+            ("nvjet_sm90_tst_8x64_64x16_2x1_v_bz_TNN", "forward", 4200, 49.024556),
+            ("nvjet_sm90_tst_64x8_64x16_4x1_v_bz_TNT", "forward", 8400, 44.798832),
+            ("nvjet_sm90_tst_64x8_64x16_4x1_v_bz_splitK_TNT", "forward", 4200, 20.899827),
         ],
-        "host_late_share": 0.988005,
+        "host_late_share": 0.988389,
     },
     "qwen3-0.6b-s1-d2.sqlite.gz": {
-        "run_id": "c9f9c22e919e205d",
-        "steps": (154, 69, 222),
-        "steady": (75, 220, [156, 157]),
+        "run_id": "3bf851882aa4bf09",
+        "steps": (154, 167, 320),
+        "steady": (173, 318, [281, 282]),
         "medians": {
-            "forward_ms": 1.456609,
-            "sampling_ms": 0.024272,
-            "bubble_ms": 0.022272,
-            "kernel_gap_ms": 0.069136,
-            "period_ms": 1.503265,
-            "busy_ms": 1.415281,
+            "forward_ms": 1.486378,
+            "sampling_ms": 0.024512,
+            "bubble_ms": 0.0224,
+            "kernel_gap_ms": 0.074208,
+            "period_ms": 1.534874,
+            "busy_ms": 1.441003,
         },
         "row": (
-            147,
+            245,
             {
-                "forward_ms": 1460993,
-                "sampling_ms": 24032,
+                "forward_ms": 1491739,
+                "sampling_ms": 24063,
                 "bubble_ms": 22336,
-                "kernel_gap_ms": 69056,
-                "period_ms": 1507361,
-                "busy_ms": 1419873,
+                "kernel_gap_ms": 73920,
+                "period_ms": 1538138,
+                "busy_ms": 1446170,
             },
         ),
-        "began": {"wait": 3.19114, "copy_d2h": 0.022464},
-        "by_time": {"commit": 3.202946, "finalize": 0.007442, "outside any phase": 0.003216},
+        "began": {"wait": 3.343794, "forward": 0.250111, "copy_d2h": 0.022368},
+        "by_time": {
+            "commit": 3.348695,
+            "launch": 0.250111,
+            "finalize": 0.014585,
+            "outside any phase": 0.002882,
+        },
         "syncs": {"copy DtoH pinned 16 B copy_d2h": 151, "sync event sync wait": 152},
-        "hist": [(0, 73863, 73863), (2, 313, 292), (5, 192, 3), (10, 99, 0)],
+        "hist": [
+            (0, 73842, 73841),
+            (2, 318, 310),
+            (5, 168, 5),
+            (10, 124, 0),
+            (100, 1, 0),
+            (200, 1, 1),
+        ],
         "kernels": [
-            ("nvjet_sm90_tst_8x64_64x16_2x1_v_bz_TNN", "forward", 4210, 48.246182),
-            ("nvjet_sm90_tst_64x8_64x16_4x1_v_bz_TNT", "forward", 8421, 43.870215),
-            ("nvjet_sm90_tst_64x8_64x16_4x1_v_bz_splitK_TNT", "forward", 4210, 20.84479),
+            ("nvjet_sm90_tst_8x64_64x16_2x1_v_bz_TNN", "forward", 4210, 49.301214),
+            ("nvjet_sm90_tst_64x8_64x16_4x1_v_bz_TNT", "forward", 8419, 44.987158),
+            ("nvjet_sm90_tst_64x8_64x16_4x1_v_bz_splitK_TNT", "forward", 4209, 20.973211),
         ],
         "host_late_share": 0.0,
     },
     "qwen3-0.6b-s32-d1.sqlite.gz": {
-        "run_id": "91653234712879d4",
-        "steps": (151, 95, 245),
+        "run_id": "2b67c3b17db9da0d",
+        "steps": (151, 236, 386),
         "steady": (
-            106,
-            184,
+            241,
+            385,
             [
-                114,
-                115,
-                127,
-                128,
-                129,
-                130,
-                133,
-                134,
-                135,
-                136,
-                137,
-                138,
-                139,
-                140,
-                141,
-                142,
-                146,
-                147,
-                150,
-                151,
-                153,
-                154,
-                156,
-                157,
-                163,
-                164,
-                168,
-                169,
-                175,
-                176,
-                177,
-                178,
-                180,
-                181,
-                182,
-                183,
+                245,
+                246,
+                252,
+                253,
+                268,
+                269,
+                270,
+                271,
+                277,
+                278,
+                281,
+                282,
+                283,
+                284,
+                293,
+                294,
+                295,
+                296,
+                297,
+                298,
+                302,
+                303,
+                317,
+                318,
+                319,
+                320,
+                324,
+                325,
+                330,
+                331,
+                332,
+                333,
+                336,
+                337,
+                339,
+                340,
+                341,
+                342,
+                345,
+                346,
+                354,
+                355,
+                356,
+                357,
+                359,
+                360,
+                361,
+                362,
+                368,
+                369,
+                372,
+                373,
+                380,
+                381,
             ],
         ),
         "medians": {
-            "forward_ms": 1.508418,
-            "sampling_ms": 0.039713,
-            "bubble_ms": 0.596864,
-            "kernel_gap_ms": 0.06432,
-            "period_ms": 2.137154,
-            "busy_ms": 1.486945,
+            "forward_ms": 1.53577,
+            "sampling_ms": 0.040352,
+            "bubble_ms": 0.63955,
+            "kernel_gap_ms": 0.067872,
+            "period_ms": 2.208024,
+            "busy_ms": 1.51177,
         },
         "row": (
-            143,
+            308,
             {
-                "forward_ms": 1507329,
-                "sampling_ms": 41408,
-                "bubble_ms": 704673,
-                "kernel_gap_ms": 64320,
-                "period_ms": 2253410,
-                "busy_ms": 1486945,
+                "forward_ms": 1543514,
+                "sampling_ms": 38944,
+                "bubble_ms": 578686,
+                "kernel_gap_ms": 67903,
+                "period_ms": 2161144,
+                "busy_ms": 1518267,
             },
         ),
-        "began": {"wait": 26.96998},
+        "began": {"wait": 61.42984},
         "by_time": {
-            "launch": 21.213427,
-            "commit": 2.581221,
-            "plan": 1.672457,
-            "outside any phase": 1.502875,
+            "launch": 48.605317,
+            "commit": 7.820866,
+            "outside any phase": 3.222021,
+            "plan": 1.781636,
         },
         "syncs": {
-            "copy DtoH pinned 152 B copy_d2h": 5,
-            "copy DtoH pinned 16 B copy_d2h": 18,
-            "copy DtoH pinned 160 B copy_d2h": 6,
-            "copy DtoH pinned 168 B copy_d2h": 15,
-            "copy DtoH pinned 176 B copy_d2h": 1,
-            "copy DtoH pinned 184 B copy_d2h": 2,
-            "copy DtoH pinned 192 B copy_d2h": 4,
-            "copy DtoH pinned 200 B copy_d2h": 4,
-            "copy DtoH pinned 208 B copy_d2h": 8,
-            "copy DtoH pinned 216 B copy_d2h": 3,
-            "copy DtoH pinned 224 B copy_d2h": 1,
-            "copy DtoH pinned 232 B copy_d2h": 3,
-            "copy DtoH pinned 24 B copy_d2h": 2,
-            "copy DtoH pinned 240 B copy_d2h": 2,
-            "copy DtoH pinned 248 B copy_d2h": 4,
-            "copy DtoH pinned 256 B copy_d2h": 2,
-            "copy DtoH pinned 264 B copy_d2h": 69,
-            "copy DtoH pinned 32 B copy_d2h": 1,
+            "copy DtoH pinned 16 B copy_d2h": 23,
+            "copy DtoH pinned 24 B copy_d2h": 4,
+            "copy DtoH pinned 264 B copy_d2h": 123,
             "sync event sync wait": 151,
         },
         "hist": [
-            (0, 19645, 19645),
-            (2, 96, 92),
-            (5, 22, 0),
-            (10, 17, 0),
-            (200, 85, 0),
-            (1000, 1, 0),
+            (0, 41584, 41584),
+            (2, 206, 185),
+            (5, 44, 0),
+            (10, 26, 0),
+            (200, 171, 0),
+            (500, 11, 0),
         ],
         "kernels": [
-            ("_decode_kernel", "forward", 3640, 35.75053),
-            ("nvjet_sm90_tst_64x32_64x16_4x1_v_bz_TNT", "forward", 3640, 21.980852),
-            ("nvjet_sm90_tst_64x8_64x16_2x4_h_bz_TNT", "forward", 3640, 20.270159),
+            ("_decode_kernel", "forward", 3472, 35.903786),
+            ("nvjet_sm90_tst_64x32_64x16_4x1_v_bz_TNT", "forward", 3472, 21.314738),
+            ("nvjet_sm90_tst_64x8_64x16_2x4_h_bz_TNT", "forward", 3472, 19.301386),
         ],
-        "host_late_share": 0.985837,
+        "host_late_share": 0.988293,
     },
     "qwen3-0.6b-s32-d2.sqlite.gz": {
-        "run_id": "66bb15ffc6e6a87f",
-        "steps": (154, 95, 248),
+        "run_id": "aac1abff3f9ad213",
+        "steps": (154, 235, 388),
         "steady": (
-            104,
-            182,
+            241,
+            385,
             [
-                105,
-                106,
-                115,
-                116,
-                128,
-                129,
-                130,
-                135,
-                136,
-                137,
-                139,
-                140,
-                142,
-                143,
-                146,
-                147,
-                150,
-                151,
-                152,
-                154,
-                155,
-                157,
-                158,
-                164,
-                165,
-                169,
-                170,
-                176,
-                177,
-                179,
-                180,
-                181,
+                246,
+                247,
+                252,
+                253,
+                270,
+                271,
+                277,
+                278,
+                281,
+                282,
+                283,
+                293,
+                294,
+                295,
+                298,
+                299,
+                302,
+                303,
+                317,
+                318,
+                319,
+                321,
+                322,
+                325,
+                326,
+                331,
+                332,
+                333,
+                337,
+                338,
+                341,
+                342,
+                343,
+                345,
+                346,
+                356,
+                357,
+                359,
+                360,
+                361,
+                368,
+                369,
+                371,
+                372,
+                381,
+                382,
             ],
         ),
         "medians": {
-            "forward_ms": 1.509186,
-            "sampling_ms": 0.040416,
-            "bubble_ms": 0.022432,
-            "kernel_gap_ms": 0.065024,
-            "period_ms": 1.572514,
-            "busy_ms": 1.488834,
+            "forward_ms": 1.538714,
+            "sampling_ms": 0.04096,
+            "bubble_ms": 0.022272,
+            "kernel_gap_ms": 0.068864,
+            "period_ms": 1.60345,
+            "busy_ms": 1.514778,
         },
         "row": (
-            134,
+            308,
             {
-                "forward_ms": 1515106,
-                "sampling_ms": 41152,
-                "bubble_ms": 22624,
-                "kernel_gap_ms": 66304,
-                "period_ms": 1578882,
-                "busy_ms": 1493122,
+                "forward_ms": 1544890,
+                "sampling_ms": 39904,
+                "bubble_ms": 22144,
+                "kernel_gap_ms": 68704,
+                "period_ms": 1606938,
+                "busy_ms": 1520314,
             },
         ),
-        "began": {"wait": 1.032129, "forward": 0.058816},
-        "by_time": {"commit": 1.032129, "launch": 0.058816},
+        "began": {
+            "wait": 2.288442,
+            "forward": 0.528446,
+            "copy_d2h": 0.022144,
+            "sampling": 0.021599,
+        },
+        "by_time": {"commit": 2.288442, "launch": 0.528446, "finalize": 0.043743},
         "syncs": {
-            "copy DtoH pinned 152 B copy_d2h": 7,
-            "copy DtoH pinned 16 B copy_d2h": 17,
-            "copy DtoH pinned 160 B copy_d2h": 5,
-            "copy DtoH pinned 168 B copy_d2h": 15,
-            "copy DtoH pinned 176 B copy_d2h": 2,
-            "copy DtoH pinned 184 B copy_d2h": 1,
-            "copy DtoH pinned 192 B copy_d2h": 4,
-            "copy DtoH pinned 200 B copy_d2h": 5,
-            "copy DtoH pinned 208 B copy_d2h": 8,
-            "copy DtoH pinned 216 B copy_d2h": 3,
-            "copy DtoH pinned 232 B copy_d2h": 4,
-            "copy DtoH pinned 24 B copy_d2h": 4,
-            "copy DtoH pinned 240 B copy_d2h": 2,
-            "copy DtoH pinned 248 B copy_d2h": 7,
-            "copy DtoH pinned 256 B copy_d2h": 15,
-            "copy DtoH pinned 264 B copy_d2h": 52,
+            "copy DtoH pinned 16 B copy_d2h": 21,
+            "copy DtoH pinned 24 B copy_d2h": 5,
+            "copy DtoH pinned 248 B copy_d2h": 4,
+            "copy DtoH pinned 256 B copy_d2h": 17,
+            "copy DtoH pinned 264 B copy_d2h": 104,
             "sync event sync wait": 152,
         },
-        "hist": [(0, 21474, 21474), (2, 106, 97), (5, 64, 2), (10, 31, 0), (20, 1, 0)],
+        "hist": [(0, 45233, 45233), (2, 223, 205), (5, 129, 1), (10, 69, 0), (500, 1, 0)],
         "kernels": [
-            ("_decode_kernel", "forward", 3651, 35.908443),
-            ("nvjet_sm90_tst_64x32_64x16_4x1_v_bz_TNT", "forward", 3650, 22.079956),
-            ("nvjet_sm90_tst_64x8_64x16_2x4_h_bz_TNT", "forward", 3650, 20.304297),
+            ("_decode_kernel", "forward", 3500, 36.148653),
+            ("nvjet_sm90_tst_64x32_64x16_4x1_v_bz_TNT", "forward", 3500, 21.511147),
+            ("nvjet_sm90_tst_64x8_64x16_2x4_h_bz_TNT", "forward", 3500, 19.478299),
         ],
         "host_late_share": 0.0,
     },
@@ -365,126 +384,6 @@ def test_attribution_syncs_gaps_kernels(catalog, name):
     ] == e["kernels"]
 
 
-# -- brute force over the raw export ---------------------------------------------------------------
-def union(intervals: list[tuple[int, int]]) -> int:
-    total, reach = 0, None
-    for start, end in sorted(intervals):
-        start = start if reach is None else max(start, reach)
-        if end > start:
-            total += end - start
-        reach = end if reach is None else max(reach, end)
-    return total
-
-
-def clip(intervals: list[tuple[int, int]], lo: int, hi: int) -> list[tuple[int, int]]:
-    return [(max(s, lo), min(e, hi)) for s, e in intervals if min(e, hi) > max(s, lo)]
-
-
-class RawTrace:
-    """The engine thread's ranges and every GPU op, by the correlation id of its launching call (a
-    graph launch's kernels all carry the launch's id)."""
-
-    def __init__(self, path: Path):
-        db = sqlite3.connect(path)
-        names = dict(db.execute("SELECT id, value FROM StringIds"))
-        domain = db.execute(
-            "SELECT domainId FROM NVTX_EVENTS WHERE eventType = 75 AND text = 'bubblelab'"
-        ).fetchone()
-        ranges = [
-            (s, e, names.get(t, text), k, tid)
-            for s, e, t, text, k, tid in db.execute(
-                "SELECT start, end, textId, text, int64Value, globalTid FROM NVTX_EVENTS "
-                "WHERE eventType = 59 AND domainId = ? AND end > start",
-                domain,
-            )
-        ]
-        tids = [r[4] for r in ranges]
-        self.engine = max(set(tids), key=tids.count)
-        self.ranges = [r[:4] for r in ranges if r[4] == self.engine]
-        self.calls = db.execute(
-            "SELECT start, correlationId FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE globalTid = ?",
-            [self.engine],
-        ).fetchall()
-        self.ops: dict[int, list[tuple[int, int, int]]] = {}
-        for table in ("KERNEL", "MEMCPY", "MEMSET"):
-            for start, end, stream, corr in db.execute(
-                f"SELECT start, end, streamId, correlationId FROM CUPTI_ACTIVITY_KIND_{table}"
-            ):
-                self.ops.setdefault(corr, []).append((start, end, stream))
-        db.close()
-
-    def innermost(self, t: int) -> str:
-        open_ranges = [(s, -e, name) for s, e, name, _ in self.ranges if s <= t < e]
-        return max(open_ranges)[2] if open_ranges else "outside any phase"
-
-    def launches_under(
-        self, phases: tuple[str, ...], step: int
-    ) -> list[tuple[int, list[tuple[int, int, int]]]]:
-        """(call start, its GPU ops) of each call made inside a range of these phases for this step
-        that launched GPU work (childless phases)."""
-        windows = [(s, e) for s, e, name, k in self.ranges if name in phases and k == step]
-        return [
-            (t, self.ops[c])
-            for t, c in self.calls
-            if c in self.ops and any(s <= t < e for s, e in windows)
-        ]
-
-    def ops_under(self, phases: tuple[str, ...], step: int) -> list[tuple[int, int, int]]:
-        return [op for _, ops in self.launches_under(phases, step) for op in ops]
-
-    def step(self, step: int) -> dict:
-        forward = self.ops_under(("forward", "prefill"), step)
-        launches = self.launches_under(("sampling",), step)
-        sampling = [op for _, ops in launches for op in ops]
-        f0, f1 = min(o[0] for o in forward), max(o[1] for o in forward)
-        # sampling starts when the GPU could start it: forward end or launch call, never after its
-        # first op
-        s0 = min(min(o[0] for o in sampling), max(f1, min(t for t, _ in launches)))
-        s1 = max(o[1] for o in sampling)
-        p1 = min(o[0] for o in self.ops_under(("forward", "prefill"), step + 1))
-        spans = sorted([(f0, f1), (s0, s1)])
-        idle, reach = [], f0  # the period [f0, p1) minus both spans
-        for s, e in spans + [(p1, p1)]:
-            if s > reach:
-                idle.append((reach, s))
-            reach = max(reach, e)
-        busy = union(clip([o[:2] for ops in self.ops.values() for o in ops], f0, p1))
-        kernel_gap = (f1 - f0 - union([o[:2] for o in forward])) + (
-            s1 - s0 - union([o[:2] for o in sampling])
-        )
-        began: dict[str, int] = {}
-        for s, e in idle:
-            began[self.innermost(s)] = began.get(self.innermost(s), 0) + e - s
-        return {
-            "row": dict(
-                forward_ms=f1 - f0,
-                sampling_ms=s1 - s0,
-                bubble_ms=sum(e - s for s, e in idle),
-                kernel_gap_ms=kernel_gap,
-                period_ms=p1 - f0,
-                busy_ms=busy,
-            ),
-            "began": began,
-        }
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_brute_force_agrees(catalog, name, tmp_path):
-    con, runs = catalog
-    plain = tmp_path / "trace.sqlite"
-    with gzip.open(TRACES / name) as src, plain.open("wb") as dst:
-        shutil.copyfileobj(src, dst)
-    raw = RawTrace(plain)
-    steps = analysis.per_step(con, runs[name]).set_index("step")
-    pinned, _ = EXPECTED[name]["row"]
-    for step in (pinned, pinned + 1, EXPECTED[name]["steady"][0]):
-        expected = raw.step(step)
-        row = steps.loc[step]
-        assert {c: round(row[c] * 1e6) for c in expected["row"]} == expected["row"]
-        table = analysis.attribution(con, runs[name], steps.loc[[step]].reset_index())
-        assert {r.phase: round(r.bubble_ms * 1e6) for r in table.itertuples()} == expected["began"]
-
-
 def test_analyze_report(catalog):
     """`bubblelab analyze --json`: per (depth, streams) the pinned medians, and the top-level
     attribution per steady step adding up to the mean bubble."""
@@ -504,9 +403,9 @@ def test_analyze_report(catalog):
         bubble_per_step = sum(e["began"].values()) / group["steps"]
         for view in ("phase", "top_level", "top_level_by_time"):
             assert sum(attribution[view].values()) == pytest.approx(bubble_per_step, abs=1e-5)
-        assert (
-            attribution["top_level"]["commit"] >= 0.9 * bubble_per_step
-        )  # began inside the commit (its wait)
+        # most of it began inside the commit (its wait); at 32 streams, depth 2, one steady step's
+        # 0.53 ms gap began in `launch` (a late graph launch), a fifth of that trace's small bubble
+        assert attribution["top_level"]["commit"] >= 0.75 * bubble_per_step
         assert group["host_late_share"] == pytest.approx(e["host_late_share"], abs=1e-6)
     assert [r["flagged_syncs"] for r in report["runs"]] == [0] * 4
     # depth 1 leaves the GPU waiting on the host (the rest are the few-us gaps before a forward
