@@ -55,3 +55,12 @@ def test_every_name_in_the_doc_resolves(name):
 def test_a_name_that_is_gone_fails(name):
     with pytest.raises((AttributeError, ModuleNotFoundError)):
         resolve(name)
+
+
+def test_the_checkout_is_the_installed_namespace():
+    """bubblelab/engine, /profiling and /costmodel link to the top-level folders, so tools run from
+    the checkout root (python -m bubblelab, lint-imports) see what an install gives."""
+    root = Path(__file__).resolve().parents[1]
+    for name in ("engine", "profiling", "costmodel"):
+        link = root / "bubblelab" / name
+        assert link.is_symlink() and link.resolve() == (root / name).resolve(), name
