@@ -4,25 +4,18 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.cli_helpers import run_bubblelab
 from tests.profiling_trace_builder import blocking_trace, pipelined_trace
 
 ROOT = Path(__file__).parents[1]
 
 
 def bubblelab(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "bubblelab", *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env={"COLUMNS": "120", "PATH": "/usr/bin:/bin"},
-        timeout=120,
-    )
+    return run_bubblelab(*args, columns=120, timeout=120)
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -17,19 +15,13 @@ from bubblelab.profiling.catalog import connect
 from bubblelab.profiling.ingest import ingest_trace
 from bubblelab.synthetic_tp_trace import ALL_GATHER, ALL_REDUCE, STEPS, STRAGGLER_FLIP, tp_trace
 from bubblelab.synthetic_trace import COMPUTE, TraceBuilder
+from tests.cli_helpers import run_bubblelab
 
 STEADY = list(range(1, STEPS - 1))  # warm-up 0: decodes followed by a decode, with a period
 
 
 def bubblelab(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "bubblelab", *args],
-        capture_output=True,
-        text=True,
-        cwd=Path(__file__).parents[1],
-        env={"COLUMNS": "160", "PATH": "/usr/bin:/bin"},
-        timeout=120,
-    )
+    return run_bubblelab(*args, columns=160, timeout=120)
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,6 +21,7 @@ from bubblelab.runs.rundir import read_results
 from bubblelab.runs.sources import run_catalog
 from bubblelab.runs.sweep import SweepSpec, run_sweep
 from bubblelab.synthetic_tp_trace import tp_trace
+from tests.cli_helpers import run_bubblelab
 
 ROOT = Path(__file__).parents[1]
 
@@ -45,14 +45,7 @@ def tp1(tmp_path_factory) -> Path:
 
 
 def bubblelab(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "bubblelab", *args],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"},
-        timeout=300,
-    )
+    return run_bubblelab(*args, columns=200, timeout=300)
 
 
 def test_every_rank_has_the_same_steps_and_its_own_bubble(tp2):
