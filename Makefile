@@ -28,15 +28,14 @@ test: $(STAMP) browser
 	$(PY) -m pytest -q
 
 # ruff (lint, format), mypy and import-linter. The type and import checks read an installed copy in
-# build/lint, where engine/, profiling/ and costmodel/ sit inside bubblelab/ as users import them;
-# benchmarks/, tests/ and tools/ are linked in beside it (mypy reports bubblelab/costmodel/x.py for
-# costmodel/x.py).
+# build/lint, the package as users import it (bubblelab/costmodel/x.py is costmodel/x.py);
+# benchmarks/, testing/, tests/ and tools/ are linked in beside it.
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	rm -rf $(LINT) && mkdir -p $(LINT)
 	$(PY) -m pip install -q --no-deps --no-build-isolation --no-index --target $(LINT) . \
 		> $(LINT).log 2>&1 || { cat $(LINT).log; exit 1; }
-	for d in benchmarks tests tools; do ln -sfn ../../$$d $(LINT)/$$d; done
+	for d in benchmarks testing tests tools; do ln -sfn ../../$$d $(LINT)/$$d; done
 	cd $(LINT) && ../../$(VENV)/bin/mypy --config-file ../../pyproject.toml
 	cd $(LINT) && ../../$(VENV)/bin/lint-imports --config ../../pyproject.toml

@@ -10,7 +10,7 @@ threads included, is what other jobs on the cores disturb least). Modes:
 
     bubblelab  our NVTX ranges (an engine-shaped depth-2 seed: 400 kernels a step, the probe's
                tables)
-    nvtx       --step-range on another engine's trace (bubblelab.synthetic_engines: a prefill,
+    nvtx       --step-range on another engine's trace (testing.synthetic_engines: a prefill,
                then decode steps of one 400-node graph replay, 2 `.item()` syncs and a `.tolist()`
                a step, copies, memsets, two streams, OS calls, one NVTX range a step)
     graph      --step-rule graph on that trace
@@ -40,8 +40,8 @@ from pathlib import Path
 import duckdb
 
 from benchmarks.analyze_seeds import engine_shaped_seed, foreign_seed
+from bubblelab.core.files import write_atomic
 from bubblelab.costmodel.foreign import pipelining_gain
-from bubblelab.files import write_atomic
 from bubblelab.profiling import analysis
 from bubblelab.profiling.catalog import OFFLINE, connect, load_sqlite_extension, sql_string
 from bubblelab.profiling.ingest import ingest

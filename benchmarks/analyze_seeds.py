@@ -1,13 +1,13 @@
 """The seeds benchmarks.analyze_1m_kernels scales up to a million kernels: a trace of our engine
-(depth 2, bubblelab's NVTX ranges) and traces of another engine (bubblelab.synthetic_engines), all
-with the real probe's tables and columns (bubblelab.synthetic_trace)."""
+(depth 2, bubblelab's NVTX ranges) and traces of another engine (testing.synthetic_engines), all
+with the real probe's tables and columns (testing.synthetic_trace)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from bubblelab.synthetic_engines import Engine, engine_trace
-from bubblelab.synthetic_trace import COPY, DTOH, HTOD, TraceBuilder
+from testing.synthetic_engines import Engine, engine_trace
+from testing.synthetic_trace import COPY, DTOH, HTOD, TraceBuilder
 
 
 def engine_shaped_seed(path: Path, steps: int = 8, kernels_per_forward: int = 400) -> Path:

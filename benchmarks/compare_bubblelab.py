@@ -9,14 +9,14 @@ import numpy as np
 
 from benchmarks.attention import use_backend
 from benchmarks.compare_common import Clock, Sweep, first_line, free_memory, not_run, progress
+from bubblelab.core.timeline import Timeline
 from bubblelab.engine.attention import select_backend
 from bubblelab.engine.config import EngineConfig
-from bubblelab.engine.driver import RunResult, run_workload
 from bubblelab.engine.llm_engine import LLMEngine
 from bubblelab.engine.loader import LoadedModel
-from bubblelab.engine.timeline import Timeline
-from bubblelab.engine.workload import WorkloadSpec
 from bubblelab.profiling.analysis import per_step_from_timeline, steady_state
+from bubblelab.runs.driver import RunResult, run_workload
+from bubblelab.runs.workload import WorkloadSpec
 
 
 def engine_label(depth: int, backend: str, sweep: Sweep) -> str:

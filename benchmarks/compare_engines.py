@@ -51,9 +51,9 @@ from benchmarks.compare_common import (
 from benchmarks.compare_hf import bench_hf
 from benchmarks.compare_report import plot, write_markdown
 from benchmarks.forward_kernels import copy_bandwidth
+from bubblelab.core.files import write_atomic
 from bubblelab.engine.export import hf_causal_lm
 from bubblelab.engine.loader import LoadedModel, load_model
-from bubblelab.files import write_atomic
 
 
 # -- the floor -------------------------------------------------------------------------------------

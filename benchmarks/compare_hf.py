@@ -26,12 +26,12 @@ from transformers import (
 )
 
 from benchmarks.compare_common import Clock, Sweep, not_run, progress, sync
+from bubblelab.core.files import write_atomic
 from bubblelab.engine.config import ModelConfig, default_dtype
 from bubblelab.engine.export import hf_causal_lm
 from bubblelab.engine.loader import load_model
-from bubblelab.engine.workload import WorkloadSpec, make_requests
-from bubblelab.files import write_atomic
 from bubblelab.profiling.analysis import WARMUP_STEPS
+from bubblelab.runs.workload import WorkloadSpec, make_requests
 
 
 def bench_hf(
@@ -181,7 +181,7 @@ def hf_generate(
     marks = StepMarks(prompts.device)
     # generate's `self` is typed as transformers' GenerativePreTrainedModel protocol, which declares
     # attributes (encoder, hf_device_map, ...) PreTrainedModel does not: an upstream typing gap.
-    ids = model.generate(  # type: ignore[misc]  # no_grad inside
+    ids = model.generate(  # type: ignore[misc, unused-ignore]  # no_grad inside
         prompts,
         attention_mask=torch.ones_like(prompts),
         generation_config=config,

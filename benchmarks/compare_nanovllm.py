@@ -58,10 +58,10 @@ from benchmarks.peer_workloads import (
     schedule,
     writeup_case,
 )
+from bubblelab.core.files import write_atomic
 from bubblelab.costmodel.roofline import FORMULA
 from bubblelab.engine.config import parse_dtype
 from bubblelab.engine.loader import LoadedModel, load_model
-from bubblelab.files import write_atomic
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

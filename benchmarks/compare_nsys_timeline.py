@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bubblelab.files import write_atomic
+from bubblelab.core.files import write_atomic
 from bubblelab.profiling import analysis
 from bubblelab.profiling.catalog import connect
 

@@ -9,7 +9,7 @@ import matplotlib
 matplotlib.use("Agg")  # headless: the device machine has no display
 import matplotlib.pyplot as plt  # noqa: E402
 
-from bubblelab.files import write_atomic
+from bubblelab.core.files import write_atomic
 from bubblelab.profiling.analysis import WARMUP_STEPS  # noqa: E402
 
 

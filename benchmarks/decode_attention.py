@@ -32,6 +32,7 @@ import torch
 
 from benchmarks.attention import use_backend
 from benchmarks.forward_kernels import copy_bandwidth, fill_decode_rows, time_steps
+from bubblelab.core.files import write_atomic
 from bubblelab.engine.attention import AttentionBackend
 from bubblelab.engine.attention.metadata import AttentionMetadata
 from bubblelab.engine.attention.torch_backend import TorchAttention
@@ -40,7 +41,6 @@ from bubblelab.engine.config import PRESETS, EngineConfig, default_dtype, parse_
 from bubblelab.engine.loader import load_model
 from bubblelab.engine.model_runner import ModelRunner
 from bubblelab.engine.streams import Streams
-from bubblelab.files import write_atomic
 
 BLOCK_SIZE = 16
 BACKENDS: dict[str, Callable[[], AttentionBackend]] = {

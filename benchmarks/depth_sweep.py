@@ -23,14 +23,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bubblelab.core.files import write_atomic
+from bubblelab.core.timeline import Timeline
 from bubblelab.engine.config import EngineConfig, default_dtype
-from bubblelab.engine.driver import RunResult, run_workload
 from bubblelab.engine.llm_engine import LLMEngine
 from bubblelab.engine.loader import LoadedModel, load_model
-from bubblelab.engine.timeline import Timeline
-from bubblelab.engine.workload import WorkloadSpec
-from bubblelab.files import write_atomic
 from bubblelab.profiling.analysis import per_step_from_timeline, steady_state
+from bubblelab.runs.driver import RunResult, run_workload
+from bubblelab.runs.workload import WorkloadSpec
 
 
 def engine_for(loaded: LoadedModel, device: str, dtype: str, depth: int) -> LLMEngine:

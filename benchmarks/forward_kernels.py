@@ -32,12 +32,12 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from bubblelab.core.files import write_atomic
 from bubblelab.engine.config import EngineConfig, default_dtype
 from bubblelab.engine.cuda_graphs import decode_buckets as graph_buckets
 from bubblelab.engine.loader import load_model
 from bubblelab.engine.model_runner import ModelRunner
 from bubblelab.engine.streams import Streams
-from bubblelab.files import write_atomic
 
 NOT_KERNELS = ("memcpy", "memset")  # copies show up as device activity too; count only kernels
 BLOCK_SIZE = 16

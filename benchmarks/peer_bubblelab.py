@@ -8,11 +8,11 @@ from collections.abc import Sequence
 
 from benchmarks.peer_workloads import Case
 from bubblelab.engine.config import EngineConfig
-from bubblelab.engine.driver import drive
 from bubblelab.engine.llm_engine import LLMEngine
 from bubblelab.engine.loader import LoadedModel
 from bubblelab.engine.sampling_params import SamplingParams
-from bubblelab.engine.workload import Request
+from bubblelab.runs.driver import drive
+from bubblelab.runs.workload import Request
 
 
 def build_engines(

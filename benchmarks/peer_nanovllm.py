@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from benchmarks.compare_common import first_line, last_error_line
-from bubblelab.files import write_atomic
+from bubblelab.core.files import write_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 # tools/gpu_machine/stage_nanovllm.sh exports the source here

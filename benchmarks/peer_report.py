@@ -12,7 +12,7 @@ from benchmarks.peer_workloads import WARMUP
 matplotlib.use("Agg")  # headless: the device machine has no display
 import matplotlib.pyplot as plt  # noqa: E402
 
-from bubblelab.files import write_atomic
+from bubblelab.core.files import write_atomic
 
 # speed-up over nano-vllm's median to report against, per part: issue #13's, both engines on one GPU
 TARGETS = {

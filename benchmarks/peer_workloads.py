@@ -3,7 +3,7 @@
 (a) the nano-vllm write-up's workload: 128 prompts of 20-80 random tokens, max_tokens 64,
     temperature 0.6, ignore_eos, all handed over at once (nano-vllm's `generate`);
 (b) decode at N streams: a closed loop keeping N requests in flight until 2 x N are done, 32-token
-    prompts, output lengths uniform on [L/2, 3L/2] (bubblelab.engine.workload, as compare_engines),
+    prompts, output lengths uniform on [L/2, 3L/2] (bubblelab.runs.workload, as compare_engines),
     temperature 0.6.
 Every engine gets the very same token ids and lengths.
 """
@@ -19,7 +19,7 @@ import torch
 
 from bubblelab.costmodel.roofline import run_floor
 from bubblelab.engine.loader import LoadedModel
-from bubblelab.engine.workload import WorkloadSpec, make_requests
+from bubblelab.runs.workload import WorkloadSpec, make_requests
 
 WRITEUP_PROMPTS = 128
 WRITEUP_PROMPT_LENS = (20, 80)  # inclusive

@@ -31,13 +31,13 @@ import numpy as np
 import torch
 
 from benchmarks.attention import use_backend
+from bubblelab.core.files import write_atomic
+from bubblelab.core.timeline import Timeline
 from bubblelab.engine.attention import select_backend
 from bubblelab.engine.config import EngineConfig, default_dtype
 from bubblelab.engine.llm_engine import LLMEngine
 from bubblelab.engine.loader import load_model
 from bubblelab.engine.sampling_params import SamplingParams
-from bubblelab.engine.timeline import Timeline
-from bubblelab.files import write_atomic
 
 VARIANTS = {  # name -> (attention backend, enforce_eager)
     "graph": ("triton", False),

@@ -26,11 +26,11 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as tmp
 
+from bubblelab.core.files import write_atomic
 from bubblelab.engine.decode_slot import DecodeSlot
 from bubblelab.engine.distributed.handoff import HEADER_WORDS, ShmRing
 from bubblelab.engine.sampler import bitmask_words
 from bubblelab.engine.streams import Streams
-from bubblelab.files import write_atomic
 
 QWEN3_VOCAB = 151936
 # shm: the ring, the reader asleep on its semaphore; shm-spin: the reader spinning on it (the

@@ -27,9 +27,9 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+from bubblelab.core.errors import BubblelabError
+from bubblelab.core.files import write_atomic
 from bubblelab.costmodel.predict import predict_runs
-from bubblelab.errors import BubblelabError
-from bubblelab.files import write_atomic
 from bubblelab.profiling import analysis
 from bubblelab.runs.assemble import nsys_reports
 from bubblelab.runs.rundir import read_results, results_path

@@ -28,13 +28,13 @@ import numpy as np
 import pandas as pd
 import torch
 
+from bubblelab.core.files import write_atomic
+from bubblelab.core.timeline import Timeline
 from bubblelab.engine.config import EngineConfig
-from bubblelab.engine.driver import RunResult, run_workload
 from bubblelab.engine.llm_engine import LLMEngine
-from bubblelab.engine.timeline import Timeline
-from bubblelab.engine.workload import WorkloadSpec
-from bubblelab.files import write_atomic
 from bubblelab.profiling.analysis import per_step_from_timeline, steady_state
+from bubblelab.runs.driver import RunResult, run_workload
+from bubblelab.runs.workload import WorkloadSpec
 
 STEP_COLUMNS = ("forward_ms", "sampling_ms", "bubble_ms", "period_ms")
 

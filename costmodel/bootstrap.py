@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bubblelab.checks import check_int
+from ..core.checks import check_int
 
 Z95 = (2.5, 97.5)
 # One draw holds n_boot x len(values) indices: 10,000 x 5,000 steps is 400 MB.

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from bubblelab.costmodel.model import host_tick_ms, step_gpu_ms
-from bubblelab.costmodel.predict import CONFIG_KEYS, known_int, pct, run_label
-from bubblelab.profiling.analysis import steady_state
+from ..profiling.analysis import steady_state
+from .model import host_tick_ms, step_gpu_ms
+from .predict import CONFIG_KEYS, known_int, pct, run_label
 
 STEP_PARTS = ("forward_ms", "sampling_ms", "kernel_gap_ms", "bubble_ms", "period_ms", "busy_ms")
 

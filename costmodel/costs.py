@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from bubblelab.costmodel.model import step_gpu_ms
-from bubblelab.errors import BubblelabError
-from bubblelab.profiling.analysis import steady_state
+from ..core.errors import BubblelabError
+from ..profiling.analysis import steady_state
+from .model import step_gpu_ms
 
 KINDS = ("decode", "prefill")
 

@@ -20,12 +20,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from bubblelab.checks import check_float
-from bubblelab.costmodel.bootstrap import check_n_boot, interval
-from bubblelab.costmodel.model import host_tick_ms, pipelined_period, speedup, step_gpu_ms
-from bubblelab.costmodel.predict import pct
-from bubblelab.errors import BubblelabError
-from bubblelab.profiling.analysis import WARMUP_STEPS, steady_state
+from ..core.checks import check_float
+from ..core.errors import BubblelabError
+from ..profiling.analysis import WARMUP_STEPS, steady_state
+from .bootstrap import check_n_boot, interval
+from .model import host_tick_ms, pipelined_period, speedup, step_gpu_ms
+from .predict import pct
 
 
 def pipelining_gain(

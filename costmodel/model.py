@@ -37,7 +37,7 @@ from typing import TypeVar
 import numpy as np
 import pandas as pd
 
-from bubblelab.errors import BubblelabError
+from ..core.errors import BubblelabError
 
 Period = TypeVar("Period", float, np.ndarray)  # a step period in ms, or an array of them
 

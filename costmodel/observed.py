@@ -20,7 +20,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from bubblelab.costmodel.bootstrap import interval
+from .bootstrap import interval
 
 KNOWN_PTS = (
     1.0  # half-width of the 95% interval, in points, for an observed speedup to count as known

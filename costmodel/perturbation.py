@@ -13,9 +13,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from bubblelab.costmodel.model import host_tick_ms, step_gpu_ms
-from bubblelab.costmodel.predict import CONFIG_KEYS, pct, run_label
-from bubblelab.profiling.analysis import steady_state
+from ..profiling.analysis import steady_state
+from .model import host_tick_ms, step_gpu_ms
+from .predict import CONFIG_KEYS, pct, run_label
 
 PHASES = ("forward_ms", "sampling_ms", "bubble_ms", "period_ms", "plan_ms", "launch_ms",
           "finalize_ms", "commit_ms", "wait_ms")  # fmt: skip

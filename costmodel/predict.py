@@ -33,9 +33,11 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from bubblelab.costmodel import bootstrap as bs
-from bubblelab.costmodel.blog import BLOG_STEP_PARTS, BLOG_TABLE
-from bubblelab.costmodel.model import (
+from ..core.errors import BubblelabError
+from ..profiling.analysis import steady_state  # the project's one steady-state rule
+from . import bootstrap as bs
+from .blog import BLOG_STEP_PARTS, BLOG_TABLE
+from .model import (
     VLLM_BUCKETS,
     StepCost,
     host_tick_ms,
@@ -45,12 +47,10 @@ from bubblelab.costmodel.model import (
     step_gpu_ms,
     zombie_tax,
 )
-from bubblelab.costmodel.observed import known, pair_repeats, pairs_interval, pooled
-from bubblelab.costmodel.schedule import Limits, requests_from_table
-from bubblelab.costmodel.tensor_parallel import tp_columns, tp_steps
-from bubblelab.costmodel.wholerun import TERMS, WholeRun, predict_pair_wall
-from bubblelab.errors import BubblelabError
-from bubblelab.profiling.analysis import steady_state  # the project's one steady-state rule
+from .observed import known, pair_repeats, pairs_interval, pooled
+from .schedule import Limits, requests_from_table
+from .tensor_parallel import tp_columns, tp_steps
+from .wholerun import TERMS, WholeRun, predict_pair_wall
 
 CONFIG_KEYS = (
     "model", "preset", "device", "tensor_parallel", "streams", "requests", "output_len_mean",

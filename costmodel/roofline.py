@@ -15,7 +15,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from bubblelab.engine.config import ModelConfig
+from ..engine.config import ModelConfig
 
 FORMULA = (
     "floor = prefill FLOPs / (N x matmul peak) + decode steps x decode weight bytes / "

@@ -10,7 +10,7 @@ the end-of-run ramp-down, and to zombies (a request that stops on its own, not a
 more decode step).
 
 The rules are the engine's (engine/llm_engine.py step(), engine/scheduler.py plan(),
-engine/driver.py drive()); tests/test_costmodel_schedule.py checks the replay against the engine
+runs/driver.py drive()); tests/test_costmodel_schedule.py checks the replay against the engine
 itself, step by step. Assumed: the KV pool never runs short (no preemption), every request arrives
 at once (closed loop).
 """
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from bubblelab.errors import BubblelabError
+from ..core.errors import BubblelabError
 
 
 @dataclass(frozen=True)

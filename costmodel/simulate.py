@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from bubblelab.costmodel.model import VLLM_BUCKETS, graph_bucket
-from bubblelab.costmodel.schedule import Limits, Request, replay
+from .model import VLLM_BUCKETS, graph_bucket
+from .schedule import Limits, Request, replay
 
 MS = 1_000_000  # ns per ms
 

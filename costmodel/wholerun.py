@@ -38,9 +38,9 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
-from bubblelab.costmodel.costs import RunCosts, launched
-from bubblelab.costmodel.schedule import Limits, Request, replay
-from bubblelab.errors import BubblelabError
+from ..core.errors import BubblelabError
+from .costs import RunCosts, launched
+from .schedule import Limits, Request, replay
 
 # The terms between the two predictions, in the order they are swapped in (WholeRun.terms_pts).
 TERMS = ("admission", "replay", "forward", "host", "handoff", "overhead")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from bubblelab.engine.sequence import Sequence
+from .sequence import Sequence
 
 
 class BlockManager:

@@ -9,8 +9,8 @@ from typing import Literal
 
 import torch
 
-from bubblelab.checks import check_float, check_int
-from bubblelab.errors import BubblelabError, OptionError
+from ..core.checks import check_float, check_int
+from ..core.errors import BubblelabError, OptionError
 
 # Batch rows: each costs two logits rows of the vocabulary (1.2 GB at 1024 rows of Qwen3's 152k).
 MAX_NUM_SEQS = 1024

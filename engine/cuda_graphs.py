@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import torch
 
-from bubblelab.engine.decode_slot import DecodeSlot
+from .decode_slot import DecodeSlot
 
 # Sampling variants with captured graphs, as (all_greedy, masked): greedy or temperature-only rows,
 # with or without a constrained-decoding mask. Batches with top-k / top-p sample eagerly (their sort

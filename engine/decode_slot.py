@@ -20,10 +20,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from bubblelab.engine.block_manager import BlockManager
-from bubblelab.engine.pipeline import StepKind
-from bubblelab.engine.sampler import SamplingFlags
-from bubblelab.engine.sequence import Sequence
+from ..core.pipeline import StepKind
+from .block_manager import BlockManager
+from .sampler import SamplingFlags
+from .sequence import Sequence
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,9 @@ from __future__ import annotations
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedModel
 
-from bubblelab.engine.config import ModelConfig
-from bubblelab.engine.loader import LoadedModel
-from bubblelab.errors import BubblelabError
+from ..core.errors import BubblelabError
+from .config import ModelConfig
+from .loader import LoadedModel
 
 HF_CLASSES = {"llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM"}
 

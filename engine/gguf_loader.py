@@ -22,8 +22,8 @@ import torch
 from gguf import GGUFReader, dequantize
 from safetensors.torch import save_file
 
-from bubblelab.errors import BubblelabError
-from bubblelab.files import write_atomic
+from ..core.errors import BubblelabError
+from ..core.files import write_atomic
 
 SUPPORTED_ARCHITECTURES = ("llama", "qwen3")
 CACHE_FORMAT = 1  # bump when the conversion changes, so stale cache entries are not reused

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import torch
 
-from bubblelab.engine.config import EngineConfig, ModelConfig
-from bubblelab.engine.distributed.comm import SINGLE, TensorParallel, min_over_ranks
-from bubblelab.errors import BubblelabError
+from ..core.errors import BubblelabError
+from .config import EngineConfig, ModelConfig
+from .parallel.comm import SINGLE, TensorParallel, min_over_ranks
 
 # GPU memory kept out of the pool: slots, logits, graph pools, the largest prefill's activations.
 GPU_HEADROOM_BYTES = 2 << 30

@@ -8,10 +8,10 @@ from collections.abc import Sequence as Seq
 from dataclasses import dataclass
 from typing import cast
 
-from bubblelab.engine.config import EngineConfig
-from bubblelab.engine.llm_engine import LLMEngine
-from bubblelab.engine.sampling_params import SamplingParams
-from bubblelab.errors import RequestError
+from ..core.errors import RequestError
+from .config import EngineConfig
+from .llm_engine import LLMEngine
+from .sampling_params import SamplingParams
 
 
 @dataclass

@@ -15,19 +15,19 @@ from dataclasses import dataclass, field
 
 import torch
 
-from bubblelab.engine.block_manager import BlockManager
-from bubblelab.engine.config import EngineConfig
-from bubblelab.engine.distributed.comm import TensorParallel
-from bubblelab.engine.loader import LoadedModel, load_model
-from bubblelab.engine.model_runner import ModelRunner
-from bubblelab.engine.phases import Phases
-from bubblelab.engine.pipeline import Pipeline, Step, StepKind
-from bubblelab.engine.sampling_params import SamplingParams
-from bubblelab.engine.scheduler import Scheduler
-from bubblelab.engine.sequence import Sequence, SequenceStatus
-from bubblelab.engine.streams import Streams
-from bubblelab.engine.timeline import StepInfo, Timeline
-from bubblelab.errors import BubblelabError, RequestError
+from ..core.errors import BubblelabError, RequestError
+from ..core.pipeline import Pipeline, Step, StepKind
+from ..core.timeline import StepInfo, Timeline
+from .block_manager import BlockManager
+from .config import EngineConfig
+from .loader import LoadedModel, load_model
+from .model_runner import ModelRunner
+from .parallel.comm import TensorParallel
+from .phases import Phases
+from .sampling_params import SamplingParams
+from .scheduler import Scheduler
+from .sequence import Sequence, SequenceStatus
+from .streams import Streams
 
 
 @dataclass
@@ -58,7 +58,7 @@ class LLMEngine:
         # Tensor parallel: this process is rank 0 and starts the other ranks' processes (none at 1).
         self.workers = None
         if config.tensor_parallel > 1:
-            from bubblelab.engine.distributed.workers import TPWorkers
+            from .distributed.workers import TPWorkers
 
             self.workers = TPWorkers(config, nvtx)
         try:
@@ -69,7 +69,7 @@ class LLMEngine:
             raise
         self.blocks = BlockManager(self.runner.num_blocks, config.block_size)
         self.scheduler = Scheduler(config, self.blocks)
-        self.pipeline = Pipeline(config.depth, debug=config.debug)
+        self.pipeline: Pipeline[Sequence] = Pipeline(config.depth, debug=config.debug)
         self.timeline = timeline
         self.phases = Phases(nvtx_enabled=nvtx, timeline=timeline)
         self.eos_token_ids = set(self.loaded.config.eos_token_ids)
@@ -100,7 +100,7 @@ class LLMEngine:
         if self.workers is None:
             self.runner = ModelRunner(config, self.loaded, self.streams)
         else:
-            from bubblelab.engine.distributed.runner import TPModelRunner
+            from .distributed.runner import TPModelRunner
 
             self.runner = TPModelRunner(config, self.loaded, self.streams, self.workers)
             self.workers.start_handoff(self.runner.slots)
@@ -177,7 +177,7 @@ class LLMEngine:
     def _make_constraint(self, request_id: str, params: SamplingParams):
         if params.constraint is None:
             return None
-        from bubblelab.engine.constraints import make_constraint
+        from .constraints import make_constraint
 
         try:
             return make_constraint(
@@ -232,7 +232,7 @@ class LLMEngine:
             raise RuntimeError("scheduler stalled: work waiting but nothing can be launched")
         return outputs
 
-    def _launch(self, kind: StepKind, seqs: list[Sequence]) -> Step:
+    def _launch(self, kind: StepKind, seqs: list[Sequence]) -> Step[Sequence]:
         step = self.pipeline.launch(kind, seqs)
         tokens = sum(s.num_tokens for s in seqs) if kind is StepKind.PREFILL else len(seqs)
         with self.phases.range("launch", step.step_id):
@@ -248,7 +248,7 @@ class LLMEngine:
                 self.pipeline.mark_sampled(step)
                 self.runner.finalize(step, self.phases)
 
-    def _commit(self, step: Step) -> list[RequestOutput]:
+    def _commit(self, step: Step[Sequence]) -> list[RequestOutput]:
         outputs = []
         with self.phases.range("commit", step.step_id):
             with self.phases.range("wait", step.step_id):

@@ -18,14 +18,14 @@ import torch
 from safetensors import safe_open
 from transformers import PreTrainedTokenizerFast
 
-from bubblelab.engine.attention import AttentionBackend, select_backend
-from bubblelab.engine.config import PRESETS, ModelConfig, parse_dtype
-from bubblelab.engine.distributed.comm import SINGLE, TensorParallel
-from bubblelab.engine.distributed.layers import ParallelModule
-from bubblelab.engine.gguf_loader import gguf_checkpoint
-from bubblelab.engine.models import TransformerLM
-from bubblelab.engine.tokenizer import load_gguf_tokenizer
-from bubblelab.errors import BubblelabError
+from ..core.errors import BubblelabError
+from .attention import AttentionBackend, select_backend
+from .config import PRESETS, ModelConfig, parse_dtype
+from .gguf_loader import gguf_checkpoint
+from .models import TransformerLM
+from .parallel.comm import SINGLE, TensorParallel
+from .parallel.layers import ParallelModule
+from .tokenizer import load_gguf_tokenizer
 
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SUPPORTED_ARCHITECTURES = ("llama", "qwen3")

@@ -17,18 +17,18 @@ import time
 
 import torch
 
-from bubblelab.engine import sampler
-from bubblelab.engine.attention.metadata import AttentionMetadata
-from bubblelab.engine.block_manager import BlockManager
-from bubblelab.engine.config import EngineConfig
-from bubblelab.engine.cuda_graphs import CudaGraphs, prefill_rows
-from bubblelab.engine.decode_slot import DecodeSlot, LaunchRecord
-from bubblelab.engine.kv_cache import allocate_kv_pool
-from bubblelab.engine.loader import LoadedModel
-from bubblelab.engine.phases import Phases
-from bubblelab.engine.pipeline import NUM_SLOTS, Step, StepKind
-from bubblelab.engine.sampler import SamplingBatch, SamplingFlags, sample
-from bubblelab.engine.streams import Streams
+from ..core.pipeline import NUM_SLOTS, Step, StepKind
+from . import sampler
+from .attention.metadata import AttentionMetadata
+from .block_manager import BlockManager
+from .config import EngineConfig
+from .cuda_graphs import CudaGraphs, prefill_rows
+from .decode_slot import DecodeSlot, LaunchRecord
+from .kv_cache import allocate_kv_pool
+from .loader import LoadedModel
+from .phases import Phases
+from .sampler import SamplingBatch, SamplingFlags, sample
+from .streams import Streams
 
 
 def sampling_variant(flags: SamplingFlags, masked: bool) -> tuple[bool, bool] | None:

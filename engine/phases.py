@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from contextlib import nullcontext
 
-from bubblelab.engine.timeline import StepInfo, Timeline
+from ..core.timeline import StepInfo, Timeline
 
 DOMAIN = "bubblelab"
 HOST_PHASES = (

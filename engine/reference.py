@@ -6,8 +6,8 @@ from collections.abc import Collection
 
 import torch
 
-from bubblelab.engine.attention.metadata import AttentionMetadata
-from bubblelab.engine.loader import LoadedModel
+from .attention.metadata import AttentionMetadata
+from .loader import LoadedModel
 
 
 @torch.inference_mode()

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import torch
 
-from bubblelab.engine.sampling_params import SamplingParams
+from .sampling_params import SamplingParams
 
 _M32 = 0xFFFFFFFF
 # Multipliers of a lowbias32-style integer hash (Wellons' hash-prospector). Both are below 2^31,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from bubblelab.checks import check_float, check_int
-from bubblelab.errors import OptionError, RequestError
+from ..core.checks import check_float, check_int
+from ..core.errors import OptionError, RequestError
 
 
 @dataclass

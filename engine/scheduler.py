@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from bubblelab.engine.block_manager import BlockManager
-from bubblelab.engine.config import EngineConfig
-from bubblelab.engine.pipeline import StepKind
-from bubblelab.engine.sequence import Sequence, SequenceStatus
+from ..core.pipeline import StepKind
+from .block_manager import BlockManager
+from .config import EngineConfig
+from .sequence import Sequence, SequenceStatus
 
 
 @dataclass

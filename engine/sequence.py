@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from enum import Enum, auto
 from typing import Any
 
-from bubblelab.engine.sampling_params import SamplingParams
+from .sampling_params import SamplingParams
 
 _ids = itertools.count()
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from bubblelab.engine.gguf_loader import building, gguf_cache_dir
-from bubblelab.errors import BubblelabError
+from ..core.errors import BubblelabError
+from .gguf_loader import building, gguf_cache_dir
 
 
 def load_gguf_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:

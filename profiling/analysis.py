@@ -16,12 +16,12 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 
-from bubblelab.engine.timeline import Timeline
-from bubblelab.errors import BubblelabError
-from bubblelab.profiling import foreign, queries
-from bubblelab.profiling.catalog import OFFLINE, connect
-from bubblelab.profiling.ingest import ingest_timeline
-from bubblelab.profiling.steps import PREFILL_RATIO, step_summary
+from ..core.errors import BubblelabError
+from ..core.timeline import Timeline
+from . import foreign, queries
+from .catalog import OFFLINE, connect
+from .ingest import ingest_timeline
+from .steps import PREFILL_RATIO, step_summary
 
 Catalog = Path | str | duckdb.DuckDBPyConnection
 WARMUP_STEPS = 5  # steady-state rule 3: steady candidates skipped at the start of a run
@@ -254,7 +254,7 @@ def analyze(catalog: Catalog, run_ids: list[str] | None = None, warmup: int = WA
     `tensor_parallel` puts the ranks of each such run side by side (profiling.ranks.analyze_ranks)
     and the pooled groups hold rank 0's runs only (a worker's steps are the same steps again).
     """
-    from bubblelab.profiling import ranks  # ranks reads this module's answers
+    from . import ranks  # ranks reads this module's answers
 
     con = _open(catalog)
     meta = runs(con).set_index("run_id")

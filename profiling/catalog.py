@@ -15,8 +15,8 @@ from pathlib import Path
 
 import duckdb
 
-from bubblelab.errors import BubblelabError
-from bubblelab.profiling.queries import read_sql
+from ..core.errors import BubblelabError
+from .queries import read_sql
 
 # No network, ever: DuckDB would otherwise download an extension it lacks over HTTP (users run
 # this on air-gapped GPU boxes). The one extension we load comes from duckdb-extension-sqlite.

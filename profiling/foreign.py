@@ -11,7 +11,7 @@ from __future__ import annotations
 import duckdb
 import pandas as pd
 
-from bubblelab.profiling import queries
+from . import queries
 
 OURS = "bubblelab"
 UNTRACED = "untraced host code"

@@ -26,20 +26,20 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 
-from bubblelab.engine.phases import DOMAIN
-from bubblelab.engine.timeline import Timeline
-from bubblelab.errors import BubblelabError
-from bubblelab.profiling import queries
-from bubblelab.profiling.catalog import (
+from ..core.errors import BubblelabError
+from ..core.timeline import Timeline
+from ..engine.phases import DOMAIN
+from . import queries
+from .catalog import (
     RUN_COLUMNS,
     connect,
     load_sqlite_extension,
     one_row,
     sql_string,
 )
-from bubblelab.profiling.nsys import export_sqlite
-from bubblelab.profiling.steps import PREFILL_RATIO, StepOptions, find_steps
-from bubblelab.profiling.trace_check import Part, TraceFacts, inspect_trace
+from .nsys import export_sqlite
+from .steps import PREFILL_RATIO, StepOptions, find_steps
+from .trace_check import Part, TraceFacts, inspect_trace
 
 # (nsys table, ingestion statement); tables are created lazily, so a missing one means "no such
 # events".

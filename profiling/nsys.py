@@ -18,8 +18,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from bubblelab.errors import BubblelabError
-from bubblelab.files import write_atomic
+from ..core.errors import BubblelabError
+from ..core.files import write_atomic
 
 PROFILE_OPTIONS = (
     "-t",

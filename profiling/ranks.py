@@ -23,9 +23,9 @@ from __future__ import annotations
 import duckdb
 import pandas as pd
 
-from bubblelab.errors import BubblelabError
-from bubblelab.profiling import queries
-from bubblelab.profiling.analysis import (
+from ..core.errors import BubblelabError
+from . import queries
+from .analysis import (
     WARMUP_STEPS,
     Catalog,
     _open,
@@ -34,7 +34,7 @@ from bubblelab.profiling.analysis import (
     rollup,
     steady_state,
 )
-from bubblelab.profiling.catalog import OFFLINE
+from .catalog import OFFLINE
 
 # Collective kernels by name: NCCL's (ncclDevKernel_AllReduce_Sum_bf16_RING_LL, ncclKernel_...).
 COMM_KERNELS = "(?i)nccl"

@@ -37,10 +37,10 @@ import duckdb
 import numpy as np
 import pandas as pd
 
-from bubblelab.checks import check_choice, check_float
-from bubblelab.errors import BubblelabError
-from bubblelab.profiling import queries
-from bubblelab.profiling.catalog import one_row
+from ..core.checks import check_choice, check_float
+from ..core.errors import BubblelabError
+from . import queries
+from .catalog import one_row
 
 RULES = ("auto", "sync", "graph")
 MIN_STEPS = 3

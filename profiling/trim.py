@@ -11,8 +11,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from bubblelab.errors import BubblelabError
-from bubblelab.profiling.steps import StepOptions
+from ..core.errors import BubblelabError
+from .steps import StepOptions
 
 TIMED_TABLES = (  # the CUDA calls first: the GPU tables keep the ops of the calls kept
     "NVTX_EVENTS",
@@ -81,8 +81,8 @@ def trim_foreign(
     (found by profiling/steps.py with StepOptions `steps`): host rows that start in them, GPU rows
     up to slack_ns later (the GPU lags the host), so the window's steps keep all their work and no
     step past it starts."""
-    from bubblelab.profiling.catalog import connect, one_row
-    from bubblelab.profiling.ingest import ingest
+    from .catalog import connect, one_row
+    from .ingest import ingest
 
     con = connect(None)
     run = ingest(Path(src), None, {}, steps=steps, con=con)

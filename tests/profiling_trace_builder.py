@@ -1,11 +1,11 @@
 """Two hand-laid traces whose every profiling number is computed by hand in the tests (written with
-bubblelab.synthetic_trace.TraceBuilder)."""
+testing.synthetic_trace.TraceBuilder)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from bubblelab.synthetic_trace import (
+from testing.synthetic_trace import (
     COMPUTE,
     COPY,
     DTOH,

@@ -50,17 +50,38 @@ def test_every_name_in_the_doc_resolves(name):
 
 
 @pytest.mark.parametrize(
-    "name", ["bubblelab.engine.pipeline.Pipeline.no_such_method", "bubblelab.no_such_module"]
+    "name", ["bubblelab.core.pipeline.Pipeline.no_such_method", "bubblelab.no_such_module"]
 )
 def test_a_name_that_is_gone_fails(name):
     with pytest.raises((AttributeError, ModuleNotFoundError)):
         resolve(name)
 
 
-def test_the_checkout_is_the_installed_namespace():
-    """bubblelab/engine, /profiling and /costmodel link to the top-level folders, so tools run from
-    the checkout root (python -m bubblelab, lint-imports) see what an install gives."""
-    root = Path(__file__).resolve().parents[1]
-    for name in ("engine", "profiling", "costmodel"):
-        link = root / "bubblelab" / name
-        assert link.is_symlink() and link.resolve() == (root / name).resolve(), name
+ROOT = Path(__file__).resolve().parents[1]
+PRODUCT = ("core", "engine", "profiling", "costmodel", "runs", "report", "cli")
+
+
+def test_the_checkout_is_the_package():
+    """One path per file: each product folder is bubblelab.<folder> itself (no link, no copy)."""
+    import bubblelab
+
+    assert Path(bubblelab.__file__).resolve() == ROOT / "__init__.py"
+    for name in PRODUCT:
+        module = importlib.import_module(f"bubblelab.{name}")
+        assert Path(module.__file__).resolve() == ROOT / name / "__init__.py", name
+    links = [p for p in ROOT.rglob("*") if p.is_symlink() and ".venv" not in p.parts]
+    assert not [p for p in links if not p.is_relative_to(ROOT / "build")], links
+
+
+def test_the_product_imports_itself_relatively():
+    """Inside the product folders imports are relative, so what a tool reads from the checkout is
+    the installed package's import graph (an absolute `bubblelab.` name resolves only through the
+    install)."""
+    absolute = [
+        f"{f.relative_to(ROOT)}:{n}"
+        for name in PRODUCT
+        for f in (ROOT / name).rglob("*.py")
+        for n, line in enumerate(f.read_text().splitlines(), 1)
+        if line.lstrip().startswith(("from bubblelab", "import bubblelab"))
+    ]
+    assert not absolute, absolute

@@ -12,12 +12,12 @@ import pytest
 import torch
 
 from bubblelab.cli import main
+from bubblelab.core.errors import OptionError
 from bubblelab.engine.config import EngineConfig
-from bubblelab.engine.workload import WorkloadSpec
-from bubblelab.errors import OptionError
 from bubblelab.runs.demo import write_demo_run_dir
 from bubblelab.runs.rundir import read_results, write_results
 from bubblelab.runs.sweep import SweepSpec
+from bubblelab.runs.workload import WorkloadSpec
 
 ROOT = Path(__file__).parents[1]
 

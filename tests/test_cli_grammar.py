@@ -17,8 +17,8 @@ import pytest
 from bubblelab.cli import app, json_option_values, main
 from bubblelab.cli.run import run
 from bubblelab.cli.sweep import run_and_profile
-from bubblelab.engine.workload import WorkloadSpec
 from bubblelab.runs.sweep import SweepSpec
+from bubblelab.runs.workload import WorkloadSpec
 
 ROOT = Path(__file__).parents[1]
 HEAVY = ("torch", "pandas", "numpy", "duckdb", "matplotlib")

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bubblelab.core.errors import RequestError
 from bubblelab.engine.constraints import CONSTRAINTS, make_constraint, parse_output
 from bubblelab.engine.sampler import bitmask_words
-from bubblelab.errors import RequestError
 
 SMOL_VOCAB, SMOL_EOS = 49152, (2,)  # SmolLM2: <|im_end|>
 FREE_VOCAB, FREE_EOS = 512, (2,)  # a tiny random-weight preset

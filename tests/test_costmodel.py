@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bubblelab.core.errors import BubblelabError
 from bubblelab.costmodel.model import (
     VLLM_BUCKETS,
     StepCost,
@@ -16,7 +17,6 @@ from bubblelab.costmodel.model import (
 )
 from bubblelab.costmodel.predict import predict_runs
 from bubblelab.costmodel.simulate import LoopCosts, simulate_run
-from bubblelab.errors import BubblelabError
 from bubblelab.profiling.analysis import steady_state
 from bubblelab.runs.rundir import RUN_COLUMNS, STEP_COLUMNS, load_runs, read_results, write_results
 

@@ -3,14 +3,14 @@
 import numpy as np
 import pytest
 
+from bubblelab.core.errors import BubblelabError
+from bubblelab.core.timeline import Timeline
 from bubblelab.costmodel.costs import launched
 from bubblelab.costmodel.schedule import Limits, Request, replay, requests_from_steps
-from bubblelab.engine.driver import drive
 from bubblelab.engine.sampling_params import SamplingParams
-from bubblelab.engine.timeline import Timeline
-from bubblelab.engine.workload import Request as Sent
-from bubblelab.engine.workload import WorkloadSpec, make_requests
-from bubblelab.errors import BubblelabError
+from bubblelab.runs.driver import drive
+from bubblelab.runs.workload import Request as Sent
+from bubblelab.runs.workload import WorkloadSpec, make_requests
 from tests.engine_helpers import make_engine
 
 

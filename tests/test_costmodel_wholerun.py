@@ -10,12 +10,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from bubblelab.core.errors import BubblelabError
 from bubblelab.costmodel.costs import Curve, RunCosts, own_gpu_ms, tick_host_ms
 from bubblelab.costmodel.predict import pair_runs, predict_runs
 from bubblelab.costmodel.schedule import Limits, requests_from_table
 from bubblelab.costmodel.simulate import LoopCosts, simulate_run
 from bubblelab.costmodel.wholerun import TERMS, depth2_order, pipelined_wall_ms, predict_pair_wall
-from bubblelab.errors import BubblelabError
 from bubblelab.runs.rundir import merge_results, read_results, write_results
 
 PLAN, FINALIZE, COMMIT = (

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bubblelab.core.errors import RequestError
 from bubblelab.engine.constraints import parse_output
 from bubblelab.engine.reference import greedy_reference
 from bubblelab.engine.sampling_params import SamplingParams
-from bubblelab.errors import RequestError
 from tests.engine_helpers import Req, make_engine, run_script
 
 

@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 import torch
 
+from bubblelab.core.timeline import Timeline
 from bubblelab.engine.config import EngineConfig
-from bubblelab.engine.driver import run_workload
 from bubblelab.engine.llm_engine import LLMEngine
 from bubblelab.engine.loader import LoadedModel, load_model
 from bubblelab.engine.sampling_params import SamplingParams
-from bubblelab.engine.timeline import Timeline
-from bubblelab.engine.workload import WorkloadSpec
+from bubblelab.runs.driver import run_workload
+from bubblelab.runs.workload import WorkloadSpec
 
 pytestmark = pytest.mark.gpu  # tests/conftest.py skips these without CUDA
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from bubblelab.errors import BubblelabError
-from bubblelab.files import check_output_path, write_atomic
+from bubblelab.core.errors import BubblelabError
+from bubblelab.core.files import check_output_path, write_atomic
 
 ROOT = Path(__file__).parents[1]
 
@@ -60,7 +60,7 @@ RAW_WRITE = re.compile(
     r"\.write_text\(|\.write_bytes\(|open\([^)]*['\"][wa]b?['\"]|\.to_parquet\(|\.to_csv\("
     r"|\.savefig\((?!buf|partial)"
 )
-ALLOWED = {"bubblelab/files.py", "profiling/ingest.py", "benchmarks/peer_nanovllm.py"}
+ALLOWED = {"core/files.py", "profiling/ingest.py", "benchmarks/peer_nanovllm.py"}
 
 
 def test_every_write_goes_through_write_atomic():
@@ -73,4 +73,6 @@ def test_every_write_goes_through_write_atomic():
             for n, line in enumerate(path.read_text().splitlines(), 1):
                 if RAW_WRITE.search(line):
                     offenders.append(f"{rel}:{n}: {line.strip()}")
-    assert not offenders, "write through bubblelab.files.write_atomic:\n" + "\n".join(offenders)
+    assert not offenders, "write through bubblelab.core.files.write_atomic:\n" + "\n".join(
+        offenders
+    )

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from bubblelab.core.errors import BubblelabError
 from bubblelab.engine.attention import AttentionMetadata
 from bubblelab.engine.attention import flash_backend as fb
-from bubblelab.errors import BubblelabError
 
 SHIM = Path(__file__).resolve().parents[1] / "tools" / "gpu_machine" / "flash_attn_shim"
 

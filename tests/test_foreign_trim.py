@@ -16,8 +16,8 @@ from bubblelab.profiling.catalog import connect
 from bubblelab.profiling.ingest import ingest
 from bubblelab.profiling.steps import StepOptions
 from bubblelab.profiling.trim import trim, trim_foreign
-from bubblelab.synthetic_engines import Engine, engine_trace
-from bubblelab.synthetic_trace import TraceBuilder
+from testing.synthetic_engines import Engine, engine_trace
+from testing.synthetic_trace import TraceBuilder
 
 ROOT = Path(__file__).parents[1]
 PROBE = ROOT / "traces" / "nsys-h200-probe.sqlite"
@@ -159,8 +159,9 @@ FAKE_NSYS = """#!{python}
 # Stands in for nsys: writes a synthetic foreign trace where nsys would write its export, and the
 # worker's info file, instead of running the worker.
 import json, sys
-from bubblelab.synthetic_engines import Engine, engine_trace
-from bubblelab.synthetic_trace import TraceBuilder
+sys.path.insert(0, {root!r})  # testing/ is the checkout's, not installed
+from testing.synthetic_engines import Engine, engine_trace
+from testing.synthetic_trace import TraceBuilder
 args = sys.argv[1:]
 base = args[args.index("-o") + 1]
 job = json.loads(args[-1])
@@ -180,7 +181,7 @@ def test_the_tool_end_to_end_with_a_stand_in_for_nsys(tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     fake = bin_dir / "nsys"
-    fake.write_text(FAKE_NSYS.format(python=sys.executable))
+    fake.write_text(FAKE_NSYS.format(python=sys.executable, root=str(ROOT)))
     fake.chmod(0o755)
     out = tmp_path / "out"
     env = {**__import__("os").environ, "NSYS": str(fake)}

@@ -18,7 +18,7 @@ from bubblelab.profiling.ingest import ingest
 from bubblelab.report.report import report_run_dir
 from bubblelab.runs.rundir import write_results
 from bubblelab.runs.tables import collect
-from bubblelab.synthetic_trace import DTOH, HTOD, TraceBuilder
+from testing.synthetic_trace import DTOH, HTOD, TraceBuilder
 from tests.test_report_export import check_trace_format, read_trace
 
 MARKUP = "[/bold]x[red]y"

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from bubblelab.engine.driver import run_workload
-from bubblelab.engine.latency import latency_summary, request_latency
 from bubblelab.engine.sampling_params import SamplingParams
 from bubblelab.engine.sequence import Sequence
-from bubblelab.engine.workload import WorkloadSpec
+from bubblelab.runs.driver import run_workload
+from bubblelab.runs.latency import latency_summary, request_latency
+from bubblelab.runs.workload import WorkloadSpec
 from tests.engine_helpers import make_engine
 
 MS = 1_000_000

@@ -13,12 +13,12 @@ import torch
 from safetensors.torch import save_file
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from bubblelab.core.errors import BubblelabError
 from bubblelab.engine.attention import AttentionMetadata
 from bubblelab.engine.gguf_loader import gguf_cache_dir
 from bubblelab.engine.loader import embedded_model_path, load_model
 from bubblelab.engine.reference import greedy_reference
 from bubblelab.engine.tokenizer import chat_prompt_ids
-from bubblelab.errors import BubblelabError
 
 
 @pytest.fixture(scope="module")

@@ -14,11 +14,11 @@ from transformers import (
     Qwen3ForCausalLM,
 )
 
+from bubblelab.core.errors import BubblelabError
 from bubblelab.engine.attention import AttentionMetadata, select_backend, store_kv_cache
 from bubblelab.engine.gguf_loader import gguf_checkpoint
 from bubblelab.engine.loader import embedded_model_path, load_model
 from bubblelab.engine.tokenizer import chat_prompt_ids
-from bubblelab.errors import BubblelabError
 from tests.engine_helpers import paged_decode_inputs
 
 PROMPT_LENS = [5, 17, 11]

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bubblelab.engine.pipeline import Pipeline
+from bubblelab.core.pipeline import Pipeline
+from bubblelab.core.timeline import Timeline
 from bubblelab.engine.sampling_params import SamplingParams
-from bubblelab.engine.timeline import Timeline
 from tests.engine_helpers import Req, make_engine, random_workload, run_script
 
 

@@ -89,8 +89,8 @@ def test_analyze_bad_trace_is_one_line_exit_2(tmp_path):
 def fork_trace(tmp_path_factory) -> Path:
     """A nano-vllm-fork-shaped engine: 16 `.item()` syncs a step; its step range's name is rich
     markup."""
-    from bubblelab.synthetic_engines import Engine, engine_trace
-    from bubblelab.synthetic_trace import TraceBuilder
+    from testing.synthetic_engines import Engine, engine_trace
+    from testing.synthetic_trace import TraceBuilder
 
     b = TraceBuilder()
     engine_trace(b, Engine(steps=16, extra_syncs=16, step_range="[red]step[/red]"))

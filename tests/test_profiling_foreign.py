@@ -13,13 +13,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bubblelab.errors import BubblelabError
+from bubblelab.core.errors import BubblelabError
 from bubblelab.profiling import analysis
 from bubblelab.profiling.catalog import connect
 from bubblelab.profiling.ingest import ingest, ingest_trace
 from bubblelab.profiling.steps import GAP_THRESHOLD_US, StepOptions
-from bubblelab.synthetic_engines import Engine, engine_trace
-from bubblelab.synthetic_trace import MAIN, TraceBuilder
+from testing.synthetic_engines import Engine, engine_trace
+from testing.synthetic_trace import MAIN, TraceBuilder
 from tests.foreign_brute_force import attribution, blocking_rows, load, per_step
 
 GAP_NS = round(GAP_THRESHOLD_US * 1e3)

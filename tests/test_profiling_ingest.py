@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from bubblelab.errors import BubblelabError
+from bubblelab.core.errors import BubblelabError
 from bubblelab.profiling import analysis, queries
 from bubblelab.profiling.catalog import connect
 from bubblelab.profiling.ingest import ingest
-from bubblelab.synthetic_trace import TraceBuilder
+from testing.synthetic_trace import TraceBuilder
 from tests.profiling_trace_builder import blocking_trace
 
 PROBE = Path(__file__).parents[1] / "traces" / "nsys-h200-probe.sqlite"

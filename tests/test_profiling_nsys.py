@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bubblelab.errors import BubblelabError
+from bubblelab.core.errors import BubblelabError
 from bubblelab.profiling import nsys
 
 FAKE_NSYS = f"""#!{sys.executable}

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import time
 
+from bubblelab.core.timeline import Timeline
 from bubblelab.engine.phases import Phases
-from bubblelab.engine.timeline import Timeline
 
 RANGES = 20_000
 

@@ -7,11 +7,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bubblelab.engine.timeline import StepInfo, Timeline
+from bubblelab.core.timeline import StepInfo, Timeline
 from bubblelab.profiling import analysis
 from bubblelab.profiling.catalog import connect
 from bubblelab.profiling.ingest import ingest, ingest_timeline
-from bubblelab.synthetic_trace import DTOH, HTOD, MAIN, TraceBuilder, us
+from testing.synthetic_trace import DTOH, HTOD, MAIN, TraceBuilder, us
 
 PHASES = ("plan", "launch", "finalize", "commit")
 CHILDREN = {

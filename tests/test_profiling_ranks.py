@@ -1,5 +1,5 @@
 """Per-rank analysis of a tensor-parallel run on a hand-laid nsys export of two (and three)
-processes on their own GPUs (bubblelab.synthetic_tp_trace): every number below is read off the
+processes on their own GPUs (testing.synthetic_tp_trace): every number below is read off the
 layout in that module's docstring."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pytest
 from bubblelab.profiling import analysis, ranks
 from bubblelab.profiling.catalog import connect
 from bubblelab.profiling.ingest import ingest_trace
-from bubblelab.synthetic_tp_trace import ALL_GATHER, ALL_REDUCE, STEPS, STRAGGLER_FLIP, tp_trace
-from bubblelab.synthetic_trace import COMPUTE, TraceBuilder
+from testing.synthetic_tp_trace import ALL_GATHER, ALL_REDUCE, STEPS, STRAGGLER_FLIP, tp_trace
+from testing.synthetic_trace import COMPUTE, TraceBuilder
 from tests.cli_helpers import run_bubblelab
 
 STEADY = list(range(1, STEPS - 1))  # warm-up 0: decodes followed by a decode, with a period

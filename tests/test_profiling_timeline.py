@@ -5,12 +5,12 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from bubblelab.core.timeline import StepInfo, Timeline
 from bubblelab.engine.phases import Phases
-from bubblelab.engine.timeline import StepInfo, Timeline
 from bubblelab.profiling import analysis
 from bubblelab.profiling.catalog import connect
 from bubblelab.profiling.ingest import ingest
-from bubblelab.synthetic_trace import COMPUTE, TraceBuilder, us
+from testing.synthetic_trace import COMPUTE, TraceBuilder, us
 
 # (phase, start, end) in us relative to the tick; device work: (phase, start, end)
 HOST = [

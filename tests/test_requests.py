@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from bubblelab.core.errors import RequestError
 from bubblelab.engine.llm import LLM
 from bubblelab.engine.reference import greedy_reference
 from bubblelab.engine.sampling_params import SamplingParams
-from bubblelab.errors import RequestError
 from tests.engine_helpers import make_engine
 
 GREEDY = SamplingParams(max_tokens=4, ignore_eos=True)

@@ -9,16 +9,16 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from bubblelab.core.errors import BubblelabError
 from bubblelab.costmodel.perturbation import profiler_perturbation
 from bubblelab.costmodel.simulate import LoopCosts, simulate_run
-from bubblelab.engine.driver import run_workload
-from bubblelab.engine.workload import WorkloadSpec
-from bubblelab.errors import BubblelabError
 from bubblelab.profiling import nsys
 from bubblelab.profiling.catalog import connect
 from bubblelab.runs.assemble import _ingest_trace, assemble
+from bubblelab.runs.driver import run_workload
 from bubblelab.runs.rundir import read_results
 from bubblelab.runs.sweep import MIN_DECODE_STEPS, SweepSpec, run_sweep
+from bubblelab.runs.workload import WorkloadSpec
 from tests.engine_helpers import make_engine
 from tests.profiling_trace_builder import blocking_trace
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from bubblelab.cli import main
-from bubblelab.errors import BubblelabError
+from bubblelab.core.errors import BubblelabError
 from bubblelab.report.report import report_run_dir
 from bubblelab.runs import worker
 from bubblelab.runs.assemble import assemble, needs_assembly

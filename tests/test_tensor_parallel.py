@@ -20,18 +20,18 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bubblelab.core.errors import BubblelabError, WorkerError
 from bubblelab.engine.config import EngineConfig, ModelConfig
-from bubblelab.engine.distributed.comm import NO_MULTICAST_ENV, TensorParallel
 from bubblelab.engine.distributed.handoff import HEADER_WORDS, ShmRing
-from bubblelab.engine.distributed.layers import shard
-from bubblelab.engine.driver import run_workload
 from bubblelab.engine.llm_engine import LLMEngine
 from bubblelab.engine.loader import load_model
 from bubblelab.engine.model_runner import ModelRunner
 from bubblelab.engine.models import TransformerLM
+from bubblelab.engine.parallel.comm import NO_MULTICAST_ENV, TensorParallel
+from bubblelab.engine.parallel.layers import shard
 from bubblelab.engine.sampling_params import SamplingParams
-from bubblelab.engine.workload import WorkloadSpec
-from bubblelab.errors import BubblelabError, WorkerError
+from bubblelab.runs.driver import run_workload
+from bubblelab.runs.workload import WorkloadSpec
 from tests.engine_helpers import Req, make_engine, make_tp_engine, random_workload, run_script
 
 SEEDS = {"tiny-llama": 1, "tiny-qwen3": 2}  # the conftest fixtures' seeds

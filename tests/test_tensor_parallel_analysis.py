@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
+from bubblelab.core.errors import BubblelabError
 from bubblelab.costmodel.predict import predict_runs
 from bubblelab.costmodel.tensor_parallel import tp_comparison, tp_pieces, tp_steps
-from bubblelab.errors import BubblelabError
 from bubblelab.profiling import analysis, ranks
 from bubblelab.runs import assemble as assemble_module
 from bubblelab.runs.rundir import read_results
 from bubblelab.runs.sources import run_catalog
 from bubblelab.runs.sweep import SweepSpec, run_sweep
-from bubblelab.synthetic_tp_trace import tp_trace
+from testing.synthetic_tp_trace import tp_trace
 from tests.cli_helpers import run_bubblelab
 
 ROOT = Path(__file__).parents[1]

@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 import torch
 
+from bubblelab.core.errors import WorkerError
 from bubblelab.engine.config import EngineConfig
-from bubblelab.engine.driver import run_workload
 from bubblelab.engine.llm_engine import LLMEngine
 from bubblelab.engine.sampling_params import SamplingParams
-from bubblelab.engine.workload import WorkloadSpec
-from bubblelab.errors import WorkerError
+from bubblelab.runs.driver import run_workload
+from bubblelab.runs.workload import WorkloadSpec
 
 pytestmark = [
     pytest.mark.gpu,

@@ -8,12 +8,12 @@ import time
 
 import pytest
 
-from bubblelab.engine.driver import run_workload
-from bubblelab.engine.timeline import Timeline
-from bubblelab.engine.workload import WorkloadSpec
+from bubblelab.core.timeline import Timeline
 from bubblelab.profiling import analysis
 from bubblelab.profiling.catalog import connect
 from bubblelab.profiling.ingest import ingest_timeline
+from bubblelab.runs.driver import run_workload
+from bubblelab.runs.workload import WorkloadSpec
 from tests.engine_helpers import make_engine
 
 FORWARD_S = 0.030  # the device's forward

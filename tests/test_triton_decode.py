@@ -149,8 +149,8 @@ def test_interpreted_kernel_matches_dense_reference(cpu_results, case):
 
 
 def test_select_backend_triton():
+    from bubblelab.core.errors import BubblelabError
     from bubblelab.engine.attention import select_backend
-    from bubblelab.errors import BubblelabError
 
     with pytest.raises(BubblelabError, match="triton needs a CUDA device"):
         select_backend("triton", "cpu")

@@ -8,9 +8,9 @@ import shutil
 
 import torch
 
-from bubblelab.engine.attention.base import AttentionBackend, store_kv_cache
-from bubblelab.engine.attention.metadata import AttentionMetadata
-from bubblelab.errors import BubblelabError
+from ...core.errors import BubblelabError
+from .base import AttentionBackend, store_kv_cache
+from .metadata import AttentionMetadata
 
 __all__ = ["AttentionBackend", "AttentionMetadata", "select_backend", "store_kv_cache"]
 
@@ -18,7 +18,7 @@ __all__ = ["AttentionBackend", "AttentionMetadata", "select_backend", "store_kv_
 def _flash_attn_importable() -> bool:
     """flash-attn-4 (`flash_attn.cute`) or a real FA2 imports; a stand-in with FA2's API alone (such
     as tools/gpu_machine/flash_attn_shim) does not count."""
-    from bubblelab.engine.attention.flash_backend import available_impl
+    from .flash_backend import available_impl
 
     return available_impl() is not None
 
@@ -47,7 +47,7 @@ def select_backend(name: str, device: torch.device | str) -> AttentionBackend:
         else:
             name = "torch"
     if name == "torch":
-        from bubblelab.engine.attention.torch_backend import TorchAttention
+        from .torch_backend import TorchAttention
 
         return TorchAttention()
     if name == "flash-attn":
@@ -59,7 +59,7 @@ def select_backend(name: str, device: torch.device | str) -> AttentionBackend:
                 "(`flash_attn.cute`) nor flash-attn 2 imports; install one or use "
                 "--attention-backend triton/torch"
             )
-        from bubblelab.engine.attention.flash_backend import FlashAttention
+        from .flash_backend import FlashAttention
 
         return FlashAttention()
     if name == "triton":
@@ -72,7 +72,7 @@ def select_backend(name: str, device: torch.device | str) -> AttentionBackend:
                 f"attention backend triton requested but {problem}; "
                 "fix that or use --attention-backend torch"
             )
-        from bubblelab.engine.attention.triton_backend import TritonAttention
+        from .triton_backend import TritonAttention
 
         return TritonAttention()
     raise BubblelabError(

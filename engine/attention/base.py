@@ -6,7 +6,7 @@ from typing import Protocol
 
 import torch
 
-from bubblelab.engine.attention.metadata import AttentionMetadata
+from .metadata import AttentionMetadata
 
 
 class AttentionBackend(Protocol):

@@ -27,8 +27,8 @@ from collections.abc import Callable
 
 import torch
 
-from bubblelab.engine.attention.metadata import AttentionMetadata
-from bubblelab.errors import BubblelabError
+from ...core.errors import BubblelabError
+from .metadata import AttentionMetadata
 
 FA2_BLOCK_SIZE_MULTIPLE = 256
 FA4_BLOCK_SIZE_MULTIPLE = 1

@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from bubblelab.engine.attention.metadata import AttentionMetadata
+from .metadata import AttentionMetadata
 
 
 def prefill_attention(

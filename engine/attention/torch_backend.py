@@ -7,8 +7,8 @@ import dataclasses
 import torch
 import torch.nn.functional as F
 
-from bubblelab.engine.attention.metadata import AttentionMetadata
-from bubblelab.engine.attention.prefill import prefill_attention
+from .metadata import AttentionMetadata
+from .prefill import prefill_attention
 
 
 class TorchAttention:

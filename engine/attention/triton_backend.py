@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import torch
 
-from bubblelab.engine.attention.metadata import AttentionMetadata
-from bubblelab.engine.attention.triton_decode import paged_decode_attention
-from bubblelab.engine.attention.triton_prefill import varlen_prefill_attention
+from .metadata import AttentionMetadata
+from .triton_decode import paged_decode_attention
+from .triton_prefill import varlen_prefill_attention
 
 
 class TritonAttention:

@@ -15,8 +15,8 @@ from typing import Protocol
 
 import numpy as np
 
-from bubblelab.engine.constraints import grammar, spatial
-from bubblelab.errors import RequestError
+from ...core.errors import RequestError
+from . import grammar, spatial
 
 CONSTRAINTS = ("point", "detect")  # the names the CLI offers
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bubblelab.engine.sampler import bitmask_words
+from ..sampler import bitmask_words
 
 UNREACHABLE = np.iinfo(np.int32).max
 

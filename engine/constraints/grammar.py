@@ -14,8 +14,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from bubblelab.engine.constraints.automaton import set_bits
-from bubblelab.errors import RequestError
+from ...core.errors import RequestError
+from .automaton import set_bits
 
 # tokenizer -> {(V, eos): compiler}
 _compilers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

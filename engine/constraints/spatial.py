@@ -19,8 +19,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from bubblelab.engine.constraints.automaton import UNREACHABLE, CharAutomaton, TokenTable
-from bubblelab.errors import RequestError
+from ...core.errors import RequestError
+from .automaton import UNREACHABLE, CharAutomaton, TokenTable
 
 DIGITS = "0123456789"
 NUMBER = ["0", ".", DIGITS, DIGITS, DIGITS]

@@ -25,7 +25,7 @@ from multiprocessing import shared_memory
 
 import numpy as np
 
-from bubblelab.errors import WorkerError
+from ...core.errors import WorkerError
 
 HEADER_WORDS = 16
 HEADER_BYTES = HEADER_WORDS * 8

@@ -10,14 +10,14 @@ WorkerError when a worker dies or hangs.
 
 from __future__ import annotations
 
-from bubblelab.engine.block_manager import BlockManager
-from bubblelab.engine.config import EngineConfig
-from bubblelab.engine.distributed.workers import TPWorkers
-from bubblelab.engine.loader import LoadedModel
-from bubblelab.engine.model_runner import ModelRunner
-from bubblelab.engine.phases import Phases
-from bubblelab.engine.pipeline import Step
-from bubblelab.engine.streams import Streams
+from ...core.pipeline import Step
+from ..block_manager import BlockManager
+from ..config import EngineConfig
+from ..loader import LoadedModel
+from ..model_runner import ModelRunner
+from ..phases import Phases
+from ..streams import Streams
+from .workers import TPWorkers
 
 
 class TPModelRunner(ModelRunner):

@@ -28,22 +28,22 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from bubblelab.engine.config import EngineConfig
-from bubblelab.engine.decode_slot import LaunchRecord
-from bubblelab.engine.distributed.comm import (
+from ...core.pipeline import NUM_SLOTS, StepKind
+from ...core.timeline import StepInfo, Timeline
+from ..config import EngineConfig
+from ..decode_slot import LaunchRecord
+from ..loader import load_model
+from ..model_runner import ModelRunner
+from ..parallel.comm import (
     NO_MULTICAST_ENV,
     TensorParallel,
     close_group,
     init_group,
 )
-from bubblelab.engine.distributed.handoff import H, Op, RingSpec, ShmRing
-from bubblelab.engine.loader import load_model
-from bubblelab.engine.model_runner import ModelRunner
-from bubblelab.engine.phases import Phases
-from bubblelab.engine.pipeline import NUM_SLOTS, StepKind
-from bubblelab.engine.sampler import SamplingFlags
-from bubblelab.engine.streams import Streams
-from bubblelab.engine.timeline import StepInfo, Timeline
+from ..phases import Phases
+from ..sampler import SamplingFlags
+from ..streams import Streams
+from .handoff import H, Op, RingSpec, ShmRing
 
 SPIN_S = 0.05
 

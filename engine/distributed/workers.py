@@ -26,20 +26,20 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as tmp
 
-from bubblelab.engine.config import PRESETS, EngineConfig
-from bubblelab.engine.decode_slot import DecodeSlot, LaunchRecord
-from bubblelab.engine.distributed.comm import (
+from ...core.errors import BubblelabError, WorkerError
+from ...core.pipeline import StepKind
+from ...core.timeline import StepInfo, Timeline
+from ..config import PRESETS, EngineConfig
+from ..decode_slot import DecodeSlot, LaunchRecord
+from ..parallel.comm import (
     TensorParallel,
     check_split,
     close_group,
     init_group,
     set_no_multicast_env,
 )
-from bubblelab.engine.distributed.handoff import HEADER_WORDS, H, Op, ShmRing
-from bubblelab.engine.distributed.worker import WorkerArgs, rank_device, worker_main
-from bubblelab.engine.pipeline import StepKind
-from bubblelab.engine.timeline import StepInfo, Timeline
-from bubblelab.errors import BubblelabError, WorkerError
+from .handoff import HEADER_WORDS, H, Op, ShmRing
+from .worker import WorkerArgs, rank_device, worker_main
 
 CHECK_S = 0.05
 # Loading, torch.compile and graph capture of a large model take minutes; failures there end the

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bubblelab.errors import BubblelabError
+from ...core.errors import BubblelabError
 
 
 class Fusable(nn.Module):

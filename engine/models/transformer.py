@@ -17,11 +17,12 @@ from typing import cast
 import torch
 from torch import nn
 
-from bubblelab.engine.attention import AttentionBackend, store_kv_cache
-from bubblelab.engine.attention.metadata import AttentionMetadata
-from bubblelab.engine.config import ModelConfig
-from bubblelab.engine.distributed.comm import SINGLE, TensorParallel
-from bubblelab.engine.distributed.layers import (
+from ...core.errors import BubblelabError
+from ..attention import AttentionBackend, store_kv_cache
+from ..attention.metadata import AttentionMetadata
+from ..config import ModelConfig
+from ..parallel.comm import SINGLE, TensorParallel
+from ..parallel.layers import (
     MergedColumnParallelLinear,
     ParallelLMHead,
     ParallelModule,
@@ -30,8 +31,7 @@ from bubblelab.engine.distributed.layers import (
     VocabParallelEmbedding,
     vocab_logits,
 )
-from bubblelab.engine.models.layers import Fusable, RMSNorm, RotaryEmbedding, SiluAndMul, fused
-from bubblelab.errors import BubblelabError
+from .layers import Fusable, RMSNorm, RotaryEmbedding, SiluAndMul, fused
 
 
 class Attention(Fusable):

@@ -20,9 +20,9 @@ from pathlib import Path
 import matplotlib
 import pandas as pd
 
+from bubblelab.core.files import write_atomic
 from bubblelab.costmodel.predict import predict_runs
 from bubblelab.costmodel.wholerun import TERMS
-from bubblelab.files import write_atomic
 from bubblelab.report.report import render_report
 from bubblelab.runs.rundir import (
     RESULTS_FILE,

@@ -207,13 +207,13 @@ def hf(job: dict, info: dict) -> None:
     gen = torch.Generator().manual_seed(0)
     prompts = torch.randint(0, loaded.config.vocab_size, (4, 48), generator=gen).to(device)
     mask = torch.ones_like(prompts)
-    model.generate(prompts, attention_mask=mask, generation_config=config)  # type: ignore[misc]
+    model.generate(prompts, attention_mask=mask, generation_config=config)  # type: ignore[misc, unused-ignore]
     cuda = device == "cuda"
     if cuda:
         torch.cuda.synchronize()
         torch.cuda.profiler.start()
     t = time.perf_counter()
-    ids = model.generate(prompts, attention_mask=mask, generation_config=config)  # type: ignore[misc]
+    ids = model.generate(prompts, attention_mask=mask, generation_config=config)  # type: ignore[misc, unused-ignore]
     assert isinstance(ids, torch.Tensor)  # not a dict: return_dict_in_generate is off
     if cuda:
         torch.cuda.synchronize()

@@ -1,3 +1,0 @@
-from bubblelab.cli import main
-
-main()

@@ -1,0 +1,120 @@
+"""The `bubblelab` command line: thin typer commands over library functions.
+
+Each command group lives in its own module with a `register(app)` function, so the engine,
+profiling and cost-model owners never edit the same file. Command modules import only typer and
+rich at the top (torch, pandas and DuckDB inside the commands), so `bubblelab --help` is quick.
+
+Every mistake ends the same way: one line on stderr, exit status 2, no traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+
+from ..core.errors import BubblelabError, OptionError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Measure the GPU bubble of an LLM engine and what pipelined decoding wins back.",
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"bubblelab {version('bubblelab')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", is_eager=True, callback=_version, help="Print the version and exit."
+    ),
+) -> None:
+    """Measure the GPU bubble of an LLM engine and what pipelined decoding wins back."""
+
+
+def _register_all() -> None:
+    from . import analyze, export, predict, run, sweep
+
+    if not app.registered_commands:  # main() may run more than once in a process (tests)
+        for module in (run, sweep, analyze, predict, export):
+            module.register(app)
+
+
+# What each command takes as arguments: none, trace files, or run directories and files.
+NO_INPUTS = ("run", "demo", "run-and-profile")
+FILE_INPUTS = ("analyze",)
+
+
+def json_option_values(argv: list[str]) -> list[str]:
+    """`--json` takes an optional value: the next word is its PATH unless that word is another
+    option or could be one of the command's inputs (an existing trace or run directory; not a
+    .json), in which case `--json` alone means stdout. So `analyze --json a.sqlite` never mistakes
+    the trace for the output file, while `run --json /tmp` (run takes no inputs) is refused as a
+    directory rather than read as a stray argument (`--json=PATH` is always a path)."""
+    command = argv[0] if argv else None
+    out: list[str] = []
+    for i, arg in enumerate(argv):
+        if arg == "--":  # the rest is positional
+            return out + argv[i:]
+        if arg == "--json":
+            after = argv[i + 1] if i + 1 < len(argv) else None
+            if after is None or _not_a_json_value(after, command):
+                arg = "--json=-"
+        out.append(arg)
+    return out
+
+
+def _not_a_json_value(word: str, command: str | None) -> bool:
+    if word.startswith("-") and word != "-":
+        return True
+    if command in NO_INPUTS or word.lower().endswith(".json"):
+        return False
+    if command in FILE_INPUTS:
+        return os.path.isfile(word)
+    return os.path.exists(word)
+
+
+INTERRUPTED = 130  # 128 + SIGINT, as shells report it
+
+
+def _fail(message: str, status: int = 2) -> None:
+    print(f"bubblelab: error: {' '.join(message.split())}", file=sys.stderr)
+    sys.exit(status)
+
+
+def main(argv: list[str] | None = None) -> None:
+    _register_all()
+    args = json_option_values(sys.argv[1:] if argv is None else argv)
+    try:
+        status = app(args=args, prog_name="bubblelab", standalone_mode=False)
+    except OptionError as e:  # the option as typed on the command line
+        _fail(e.message("--" + e.option.replace("_", "-")))
+    except BubblelabError as e:  # user mistakes: one line, no traceback, non-zero exit
+        _fail(str(e))
+    except typer.TyperException as e:  # usage errors: unknown option, a value of the wrong type
+        if type(e).__name__ == "NoArgsIsHelpError":  # typer printed the help making it
+            if (text := e.format_message()).strip():
+                typer.echo(text)
+            sys.exit(2)
+        _fail(e.format_message() if hasattr(e, "format_message") else str(e))
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except (KeyboardInterrupt, typer.Abort):
+        _fail("interrupted", INTERRUPTED)
+    if status == INTERRUPTED:  # typer turns Ctrl-C into this status, silently
+        _fail("interrupted", INTERRUPTED)
+    if isinstance(status, int) and status:  # typer.Exit(code) returned, not raised, here
+        sys.exit(status)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,348 @@
+"""`bubblelab analyze`: ingest nsys traces into a catalog and print the per-run bubble breakdown.
+
+Any nsys export: bubblelab's own traces by their NVTX ranges, others by the steps profiling/steps.py
+finds (--step-range, --step-rule); or a run directory, from the catalog run-and-profile left in it.
+A tensor-parallel run (a run directory's rank timelines, or one export of every rank's process)
+adds a table of its ranks (bubblelab.cli.ranks). Trace-derived text (range, kernel and API names) is
+data, never rich markup: it reaches the console through output.cell, escaped, on one line. Runs are
+named by configuration (`qwen3-0.6b·s8·d2·r0`, a worker `…·r0·rank1`). With --catalog the catalog is
+updated whole or not at all.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from . import options as shared
+from .output import cell, check_json_dest, console_for, emit_json
+
+
+def register(app: typer.Typer) -> None:
+    app.command("analyze")(analyze)
+
+
+def analyze(
+    traces: list[Path] = typer.Argument(
+        None,
+        help="nsys exports: .sqlite, .sqlite.gz or .nsys-rep (none: every run already in "
+        "--catalog); or one run directory of run-and-profile.",
+    ),
+    catalog: Path = typer.Option(
+        None, "--catalog", help="DuckDB catalog to add the runs to (default: in memory)."
+    ),
+    json_out: str | None = shared.JSON,
+    warmup: int = typer.Option(
+        None, help="Steady-state candidates skipped at the start of each run (default 5)."
+    ),
+    domain: str = typer.Option("bubblelab", help="NVTX domain of bubblelab's ranges."),
+    step_range: str = typer.Option(
+        None,
+        "--step-range",
+        help="Regex (RE2, searched) naming the NVTX range around one step of a foreign engine.",
+    ),
+    step_rule: str = typer.Option(
+        "auto",
+        "--step-rule",
+        help="Without bubblelab ranges or --step-range: auto, sync (the host sync closing each "
+        "step) "
+        "or graph (one CUDA-graph replay a step).",
+    ),
+    gap_threshold_us: float = typer.Option(
+        5.0, "--gap-threshold-us", help="Foreign runs: GPU idle shorter than this is a kernel gap."
+    ),
+    output_len: float = typer.Option(
+        None,
+        "--output-len",
+        help="Foreign runs: tokens a request generates, for the zombie tax (default: decode steps "
+        "+ 1).",
+    ),
+) -> None:
+    """Per-step breakdown of each run: steps found, forward, bubble and period, where the bubble
+    went, and for a foreign engine its host syncs and what pipelining would buy it."""
+    from ..core.checks import check_float, check_int
+    from ..core.errors import BubblelabError
+    from ..costmodel.foreign import pipelining_gain
+    from ..profiling import analysis
+    from ..profiling.ingest import ingest_trace
+    from ..profiling.steps import StepOptions
+    from ..runs.catalogs import update_catalog
+    from ..runs.sources import run_catalog
+    from ..runs.tables import config_names
+    from ..runs.traces import index_meta
+    from .ranks import LEGEND, rank_lines, rank_table
+
+    if not traces and catalog is None:
+        raise BubblelabError("give one or more traces, or --catalog PATH")
+    run_dir = next((t for t in traces or () if t.is_dir()), None)
+    if run_dir is not None and (len(traces) > 1 or catalog is not None):
+        raise BubblelabError(f"{run_dir} is a run directory: analyse it alone, without --catalog")
+    warmup = check_int("warmup", analysis.WARMUP_STEPS if warmup is None else warmup, 0, 10**6)
+    if output_len is not None:  # checked here: pipelining_gain's refusals are per run
+        check_float("output_len", output_len, 1, 1e6)
+    dest = check_json_dest(json_out)
+    # People's output on stdout (stderr under --json -); piped: no squeezed columns.
+    console = console_for(dest, width=None if sys.stdout.isatty() else 120)
+    options = StepOptions(step_range, step_rule, gap_threshold_us)
+
+    def work(con) -> dict:
+        run_ids = []
+        with console.status("") as status:
+            for i, trace in enumerate(() if run_dir else traces or ()):
+                status.update(Text(f"ingesting {i + 1}/{len(traces)}: {trace.name}"))
+                meta = index_meta(trace)  # the committed traces' model, streams, depth
+                run_ids += ingest_trace(trace, None, meta, domain=domain, steps=options, con=con)
+            status.update("analysing")
+            report = analysis.analyze(con, run_ids or None, warmup)
+            for run in report["runs"]:
+                if "syncs_per_step" in run:
+                    try:
+                        run["pipelining"] = pipelining_gain(
+                            analysis.per_step(con, run["run_id"]),
+                            output_len=output_len,
+                            extra_syncs=_extra_syncs(run),
+                            warmup=warmup,
+                        )
+                    except BubblelabError as e:
+                        run["pipelining"] = {"not_predicted": str(e)}
+        if not report["runs"]:
+            raise BubblelabError(f"{catalog} holds no runs: give traces to add")
+        return report
+
+    if run_dir is not None:
+        con = run_catalog(run_dir)
+        try:
+            report = work(con)
+        finally:
+            con.close()
+    else:
+        report = update_catalog(catalog, work)
+    ranks = {
+        r["rank_run_id"]: (tp["run_id"], r["rank"])
+        for tp in report["tensor_parallel"]
+        for r in tp["per_rank"]
+    }
+    names = config_names(report["runs"], ranks)
+    for run in report["runs"]:
+        run["name"] = names[run["run_id"]]
+    for tp in report["tensor_parallel"]:
+        tp["name"] = names.get(tp["run_id"], tp["run_id"])
+    if dest is not None:
+        written = emit_json(dest, report)
+        if dest == "-":
+            return
+        console.print(f"wrote {written}", markup=False)
+    console.print(_found_table(report["runs"]))
+    console.print(_steps_table(report["runs"]))
+    console.print(_attribution_table(report["runs"]))
+    for tp in report["tensor_parallel"]:
+        console.print(rank_table(tp, tp["name"]))
+        for note in rank_lines(tp):
+            console.print(note, markup=False)
+    if report["tensor_parallel"]:
+        console.print(LEGEND, markup=False)
+    for run in report["runs"]:
+        if "syncs_per_step" in run:
+            _print_foreign(console, run)
+        elif run["flagged_syncs"]:
+            line = Text("run ", style="red") + cell(run["name"])
+            line.append(
+                f": {run['flagged_syncs']} syncs or copies stall the pipeline "
+                "(see profiling.analysis.sync_inventory)"
+            )
+            line.stylize("red")
+            console.print(line)
+
+
+def _extra_syncs(run: dict) -> str | None:
+    """The run's mid-step host syncs in words, e.g. '128 x cudaStreamSynchronize_v3020 a step'."""
+    extra = [r for r in run["syncs_per_step"] if r["flagged"] and r["event"] == "sync"]
+    return "; ".join(f"{r['per_step']:.3g} x {r['api']} a step" for r in extra) or None
+
+
+def _found_table(runs: list[dict]) -> Table:
+    table = Table(title="Steps found", title_justify="left", header_style="bold")
+    for column in (
+        "run",
+        "rule",
+        "steps",
+        "decode",
+        "prefill-like",
+        "period CV",
+        "GPU covered",
+        "sure",
+    ):
+        table.add_column(column, justify="left" if column in ("run", "rule", "sure") else "right")
+    for run in runs:
+        found = run["steps_found"]
+        table.add_row(
+            cell(run["name"]),
+            found["rule"],
+            str(found["steps"]),
+            str(found["decode_steps"]),
+            str(found["prefill_steps"]),
+            "–" if found["period_cv"] is None else f"{found['period_cv']:.3f}",
+            _percent(found["gpu_coverage"]),
+            found["confidence"],
+        )
+    table.caption = Text("\n").join(
+        cell(f"{r['name']}: {r['steps_found']['detail']}", limit=200) for r in runs
+    )
+    table.caption_justify = "left"
+    return table
+
+
+def _median(stat: dict) -> str:
+    return "–" if stat["median"] is None else f"{stat['median']:.3f}"
+
+
+def _steps_table(runs: list[dict]) -> Table:
+    table = Table(
+        title="Steady-state steps, median ms (--json adds p10/p90)",
+        title_justify="left",
+        header_style="bold",
+        caption_justify="left",
+    )
+    for column in (
+        "run",
+        "depth",
+        "streams",
+        "steps",
+        "forward",
+        "sampling",
+        "bubble",
+        "kernel gap",
+        "period",
+        "bubble%",
+        "host-late%",
+    ):
+        table.add_column(column, justify="left" if column == "run" else "right", no_wrap=True)
+    for run in runs:
+        table.add_row(
+            cell(run["name"]),
+            _dash(run["depth"]),
+            _dash(run["streams"]),
+            str(run["steps"]),
+            *(
+                _median(run[f"{c}_ms"])
+                for c in ("forward", "sampling", "bubble", "kernel_gap", "period")
+            ),
+            _percent(run["bubble_share"]),
+            _percent(run["host_late_share"]),
+        )
+    table.caption = (
+        "forward, sampling: GPU spans; bubble: period outside them; kernel gap: idle inside them\n"
+        "foreign runs: forward = period - bubble; bubble / kernel gap: idle gaps above / below "
+        "--gap-threshold-us\n"
+        "host-late%: share of the bubble in gaps that ended only when the host launched work"
+    )
+    return table
+
+
+def _dash(value: object) -> str:
+    return "–" if value is None else str(value)
+
+
+def _percent(share: float | None) -> str:
+    return "–" if share is None else f"{100 * share:.1f}"
+
+
+def _attribution_table(runs: list[dict]) -> Table:
+    """Top-level parts down, runs across: the bubble per steady step by the part of the loop the
+    host was in when each idle interval began, and time-weighted by what it was doing meanwhile."""
+    rules = (("top_level", "began"), ("top_level_by_time", "by time"))
+    parts = list(
+        dict.fromkeys(
+            p for run in runs for key, _ in rules for p in run["attribution_ms_per_step"][key]
+        )
+    )
+    table = Table(
+        title="Bubble ms per steady step, by the part of the loop the host was in",
+        title_justify="left",
+        header_style="bold",
+    )
+    table.add_column("host part", no_wrap=True)
+    for run in runs:
+        for _, label in rules:
+            header = cell(run["name"])
+            header.append(f"\n{label}")
+            table.add_column(header, justify="right", no_wrap=True)
+    for part in parts:
+        table.add_row(
+            cell(part),
+            *(
+                _ms(run["attribution_ms_per_step"][key].get(part))
+                for run in runs
+                for key, _ in rules
+            ),
+        )
+    return table
+
+
+def _print_foreign(console: Console, run: dict) -> None:
+    """A foreign run's idle split, host syncs per step, what its host did in the bubble, and the
+    gain."""
+    rid, split = cell(run["name"]).plain, run["idle_split"]
+    if split:
+        console.print(
+            f"run {rid}: idle {split['idle_ms_per_step']:.3f} ms a steady step: "
+            f"{_percent(split['longest_bubble_share'])}% in its longest bubble, "
+            f"{_percent(split['other_bubbles_share'])}% in other bubbles, "
+            f"{_percent(split['kernel_gaps_share'])}% in gaps between kernels",
+            markup=False,
+        )
+    phases = run["attribution_ms_per_step"]["phase"]
+    if phases:
+        table = Table(
+            title=Text(f"run {rid}: bubble by what the host was doing when it began"),
+            title_justify="left",
+        )
+        table.add_column("host activity")
+        table.add_column("ms/step", justify="right")
+        for phase, ms in list(phases.items())[:8]:
+            table.add_row(cell(phase), _ms(ms))
+        console.print(table)
+    if run["syncs_per_step"]:
+        table = Table(title=Text(f"run {rid}: host syncs per steady step"), title_justify="left")
+        for column in (
+            "per step",
+            "event",
+            "API",
+            "detail",
+            "closes step",
+            "after kernel",
+            "NVTX range",
+        ):
+            table.add_column(column, justify="right" if column == "per step" else "left")
+        for row in run["syncs_per_step"]:
+            table.add_row(
+                f"{row['per_step']:.3g}",
+                cell(row["event"]),
+                cell(row["api"]),
+                cell(row["detail"]),
+                "yes" if row["closing"] else Text("no: extra", style="red"),
+                cell(row["after"]),
+                cell(row["phase"]),
+            )
+        console.print(table)
+    gain = run.get("pipelining", {})
+    if "speedup_pct" in gain:
+        lo, hi = gain["interval_pct"]
+        console.print(
+            f"run {rid}: pipelining would buy {gain['speedup_pct']:+.1f}% "
+            f"(95% interval {lo:+.1f}% .. {hi:+.1f}%), assuming:",
+            markup=False,
+        )
+        for line in gain["assumptions"]:
+            console.print(Text("  - ") + cell(line, limit=300))
+    elif gain:
+        console.print(cell(f"run {rid}: no pipelining prediction ({gain['not_predicted']})", 300))
+
+
+def _ms(ms: float | None) -> str:
+    return "–" if ms is None else f"{ms:.3f}"

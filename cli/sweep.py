@@ -1,0 +1,175 @@
+"""`bubblelab run-and-profile`: the sweep under nsys (or the in-process timeline), then the
+report."""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from ..core.errors import BubblelabError
+from . import options
+
+console = Console()
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run-and-profile")(run_and_profile)
+
+
+def run_and_profile(
+    ctx: typer.Context,
+    model: str | None = options.MODEL,
+    device: str = options.DEVICE,
+    dtype: str | None = options.DTYPE,
+    depths: str = typer.Option("1,2", help="Pipeline depths, run back to back."),
+    tensor_parallel: int = typer.Option(1, help="GPUs (processes) the model is split over."),
+    streams: str = options.STREAMS,
+    output_len_mean: float = options.OUTPUT_LEN_MEAN,
+    requests_per_stream: int | None = typer.Option(
+        None, help="Requests per stream in each run (default: enough for ~400 decode steps)."
+    ),
+    prompt_len: int = options.PROMPT_LEN,
+    repeats: int = typer.Option(
+        5, help="Unprofiled repeats (depth 1 and 2 paired on the same requests); nsys runs one."
+    ),
+    constraint: str | None = options.CONSTRAINT,
+    max_model_len: int = options.MAX_MODEL_LEN,
+    attention_backend: str = options.ATTENTION_BACKEND,
+    out: Path | None = typer.Option(
+        None, help="A new run directory (default reports/<timestamp>/)."
+    ),
+    resume: Path | None = typer.Option(
+        None, help="Finish the sweep in this directory: run only what is missing, same options."
+    ),
+    force: bool = typer.Option(False, help="Replace the run already in --out."),
+    nsys: bool | None = typer.Option(
+        None, "--nsys/--no-nsys", help="Force or forbid nsys (default: use it when found)."
+    ),
+) -> None:
+    """Measure depth 1 vs depth 2 over a sweep, unprofiled and under nsys; analyse; report.
+    Ctrl-C keeps every finished run: --resume DIR runs the rest."""
+    from ..runs.state import read_state
+    from ..runs.sweep import SweepSpec, sweep_spec
+
+    if resume is not None:
+        if given := [name for name in _sweep_options(ctx) if _given(ctx, name)]:
+            raise BubblelabError(
+                f"--resume takes the sweep's options from {resume}; leave out "
+                + ", ".join("--" + g.replace("_", "-") for g in given)
+            )
+        state = read_state(resume)
+        if state is None:
+            raise BubblelabError(f"{resume} holds no sweep to resume")
+        spec = SweepSpec(**state["spec"])
+        out = resume
+    else:
+        spec = sweep_spec(
+            depths,
+            streams,
+            model=model,
+            device=device,
+            dtype=dtype,
+            tensor_parallel=tensor_parallel,
+            output_len_mean=output_len_mean,
+            requests_per_stream=requests_per_stream,
+            prompt_len=prompt_len,
+            repeats=repeats,
+            constraint=constraint,
+            constrained_share=1.0 if constraint else 0.0,
+            max_model_len=max_model_len,
+            attention_backend=attention_backend,
+        )
+        out = out or Path("reports") / time.strftime("%Y%m%d-%H%M%S")
+    profile_and_report(spec, out, nsys=nsys, resume=resume is not None, force=force)
+
+
+def _sweep_options(ctx: typer.Context) -> list[str]:
+    return [str(p.name) for p in ctx.command.params if p.name not in ("resume", "nsys")]
+
+
+def _given(ctx: typer.Context, name: str) -> bool:
+    """Typed on the command line (not left at its default)."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name != "DEFAULT"
+
+
+def profile_and_report(
+    spec, out: Path, *, nsys: bool | None = None, resume: bool = False, force: bool = False
+) -> Path:
+    """The sweep with a progress bar, then the report and the prediction tables."""
+    from ..costmodel.perturbation import profiler_perturbation
+    from ..costmodel.predict import predict_runs
+    from ..report.report import report_run_dir
+    from ..runs.rundir import read_results
+    from ..runs.state import check_new_run_dir
+    from ..runs.sweep import run_sweep
+    from .predict import prediction_table
+
+    if not resume:
+        check_new_run_dir(out, force=force)  # before the progress bar shows
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+    ) as bar:
+        task = bar.add_task("runs", total=None)  # the total once run_sweep knows if nsys runs
+
+        def on_plan(total: int, done: int) -> None:
+            bar.update(task, total=total, completed=done)
+
+        def on_run(tag: str, s: dict) -> None:
+            bar.console.print(
+                f"{tag}: {s['tokens_per_s']:.1f} tokens/s, decode step {s['step_ms_median']:.3f} ms"
+            )
+            bar.advance(task)
+
+        run_sweep(
+            spec,
+            out,
+            use_nsys=nsys,
+            resume=resume,
+            force=force,
+            on_run=on_run,
+            say=bar.console.print,
+            on_plan=on_plan,
+        )
+    results = read_results(out)
+    # once: page and console
+    table = predict_runs(results.runs, results.steps, results.requests, ranks=results.ranks)
+    with console.status("writing the report"):
+        report = report_run_dir(out, table=table)
+    wide = Console(width=max(console.width, 160))
+    if len(table):
+        wide.print(prediction_table(table, blog=False))
+    perturbation = profiler_perturbation(results.runs, results.steps)
+    if len(perturbation):
+        wide.print(perturbation_table(perturbation))
+    console.print(f"report: {report}")
+    return report
+
+
+def perturbation_table(table) -> Table:
+    """What nsys did to each phase's steady-state median (ms, unprofiled → under nsys)."""
+    out = Table(
+        title="Under nsys: steady-state medians, unprofiled → profiled",
+        title_justify="left",
+        header_style="bold",
+    )
+    parts = ("period", "forward", "sampling", "bubble", "host_tick", "launch", "commit")
+    for name in ("configuration", "depth", *parts, "speedup"):
+        out.add_column(name, justify="left" if name == "configuration" else "right", no_wrap=True)
+    for r in table.to_dict("records"):
+        cells = [f"{r[f'{p}_plain']:.3f} → {r[f'{p}_nsys']:.3f} ({100 * r[f'{p}_inflation']:+.0f}%)"
+                 if r.get(f"{p}_plain") else "–" for p in parts]  # fmt: skip
+        plain, nsys = r.get("speedup_plain_pct", math.nan), r.get("speedup_nsys_pct", math.nan)
+        speedup = "–" if math.isnan(plain) else f"{plain:+.1f}% → {nsys:+.1f}%"
+        out.add_row(r["label"], str(r["depth"]), *cells, speedup)
+    return out

@@ -1,0 +1,1 @@
+"""The floor under the engine, profiling and the cost model: torch-free, CUDA-free."""

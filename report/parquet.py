@@ -1,0 +1,62 @@
+"""Runs as Parquet tables: runs, steps, idle gaps and bubble attribution, one file each, for pandas,
+polars, DuckDB or Spark.
+
+Columns are those of results.json (docs/phases.md; runs.rundir): every table carries run_id, and
+runs.parquet adds each run's configuration label, so the tables join without bubblelab. The
+provenance travels as JSON in runs.parquet's schema metadata (key `bubblelab.provenance`).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..core.files import write_atomic
+from ..runs.rundir import Results
+from .labels import run_name
+
+TABLES = ("runs", "steps", "gaps", "attribution")
+
+
+def write_parquet(results: Results, out_dir: Path) -> list[Path]:
+    """OUT_DIR/<table>.parquet for each table that has rows; returns the paths written."""
+    paths = []
+    for name in TABLES:
+        frame: pd.DataFrame = getattr(results, name)
+        if frame.empty:
+            continue
+        metadata = None
+        if name == "runs":
+            frame = frame.assign(config=frame.apply(run_name, axis=1, depth=False))
+            metadata = {"bubblelab.provenance": json.dumps(results.provenance, default=str)}
+        table = pa.Table.from_pandas(_arrow_ready(frame), preserve_index=False)
+        if metadata:
+            table = table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata})
+        path = out_dir / f"{name}.parquet"
+        paths.append(write_atomic(path, functools.partial(_write_table, table)))
+    return paths
+
+
+def _write_table(table: pa.Table, path: Path) -> None:
+    pq.write_table(table, path, compression="zstd")
+
+
+def _arrow_ready(frame: pd.DataFrame) -> pd.DataFrame:
+    """Object columns holding more than one kind of value (a run's schema_version is a number from
+    one source, text from another) become text; missing values stay missing."""
+    out = frame.copy()
+    for column in [c for c in out.columns if out[c].dtype == object]:
+        values = out[column].dropna()
+        if values.map(type).nunique() > 1:
+            out[column] = out[column].map(lambda v: None if _missing(v) else str(v))
+    return out
+
+
+def _missing(value: object) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))

@@ -1,0 +1,209 @@
+"""One self-contained HTML report of one run directory, or of several side by side.
+
+`report_run_dir(DIR)` writes DIR/report.html; `report_dirs([DIR1, DIR2, ...], OUT)` one page for
+all of them. Both write the exports (report.export) into an `export/` folder beside the page and
+link them. The page is templates/report.html.j2 rendered with autoescaping on, so every
+trace-derived string (phase and kernel names, run ids, commands, paths) reaches it escaped; it loads
+nothing from outside.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jinja2
+import pandas as pd
+from markupsafe import Markup
+
+from ..core.errors import BubblelabError
+from ..core.files import write_atomic
+from ..costmodel.perturbation import profiler_perturbation
+from ..costmodel.predict import known_int, predict_blog, predict_runs
+from ..runs.rundir import Results, merge_results
+from ..runs.sources import Source, open_source
+from . import figures, provenance, summary
+from .compare import side_by_side
+from .export import TRACE_FILE, Exported, export_results, ranges_of
+from .labels import device_word, run_name
+from .ranks import rank_sections
+
+REPORT_FILE = "report.html"
+EXPORT_DIR = "export"
+TEMPLATES = Path(__file__).parent / "templates"
+
+
+def _env() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["num"] = lambda v, nd=2: "–" if v is None or pd.isna(v) else f"{v:,.{nd}f}"
+    env.filters["signed"] = lambda v, nd=1: "–" if v is None or pd.isna(v) else f"{v:+.{nd}f}%"
+    env.filters["dash"] = lambda v: (
+        "–" if v is None or (isinstance(v, float) and pd.isna(v)) or v == "" else v
+    )
+    return env
+
+
+def timeline_charts(results: Results) -> list[dict]:
+    """One lane chart per configuration: its first depth-1 run over its first depth-2 run."""
+    by_config: dict[str, dict[int, dict]] = {}
+    for run in results.runs.to_dict("records"):
+        depth = known_int(run["depth"]) or 0  # unknown for a trace of another engine
+        by_config.setdefault(run_name(run, depth=False), {}).setdefault(depth, run)
+    charts = []
+    for title, by_depth in by_config.items():
+        panels = []
+        for depth, run in sorted(by_depth.items()):
+            steps = results.steps[results.steps["run_id"] == run["run_id"]]
+            steps = steps[steps["gpu_start_ns"].notna()]  # a last planned step may have no GPU span
+            timeline = results.timeline
+            ranges = timeline[timeline["run_id"] == run["run_id"]] if len(timeline) else None
+            if len(steps) >= 2:
+                mode = "as traced" if not depth else "blocking" if depth == 1 else "pipelined"
+                name = f"depth {depth or '?'} ({mode})"
+                panels.append((name, steps, ranges, device_word([run["device"]])))
+        if panels:
+            has_host = any(r is not None and len(r) for _, _, r, _ in panels)
+            charts.append(
+                dict(title=title, svg=Markup(figures.lane_chart(panels)), has_host=has_host)
+            )
+    return charts
+
+
+def render_report(
+    results: Results,
+    title: str,
+    n_boot: int = 1000,
+    exported: Exported | None = None,
+    table: pd.DataFrame | None = None,
+) -> str:
+    """The page. exported: the files written beside it, linked relative to it (EXPORT_DIR/).
+    table: predict_runs of these results when the caller has it already (run-and-profile prints
+    it too; the bootstrap is the page's slowest part)."""
+    if table is None:
+        table = predict_runs(
+            results.runs, results.steps, results.requests, ranks=results.ranks, n_boot=n_boot
+        )
+    blog = predict_blog()
+    measured = summary.unprofiled(results)  # what the engine does; the profiler's own section
+    configs = summary.config_table(measured)
+    attribution = summary.attribution_per_step(measured)
+    gaps = summary.gap_samples(measured)
+    devices = provenance.device_names(results.runs)
+    word = device_word(results.runs["device"])
+    context = dict(
+        title=title,
+        device=word,
+        runs=results.runs.to_dict("records"),
+        devices=devices,
+        headline=summary.headline(table, configs),
+        perturbation=profiler_perturbation(results.runs, results.steps).to_dict("records"),
+        predictions=table.to_dict("records"),
+        skipped=table.attrs.get("skipped", []),
+        blog=blog.to_dict("records"),
+        configs=configs,
+        step_columns=summary.step_columns(configs, word),
+        ranks=rank_sections(measured),
+        compare=side_by_side(results, table),
+        fig_pred=Markup(figures.predicted_vs_observed(table, blog)) if len(table) else None,
+        fig_whatif=Markup(figures.whatif_curves(table if len(table) else blog, device=word)),
+        whatif_is_blog=not len(table),
+        timelines=timeline_charts(measured),
+        fig_gaps=Markup(figures.gap_histogram(gaps, device=word)) if gaps else None,
+        gaps_from_steps=measured.gaps.empty,
+        profiled_left_out=len(results.runs) - len(measured.runs),
+        fig_attr=Markup(figures.attribution_bars(attribution, device=word))
+        if len(attribution)
+        else None,
+        sources=provenance.sources(results, title),
+        machine=provenance.report_facts(),
+        exports=_links(exported),
+    )
+    return _env().get_template("report.html.j2").render(**context)
+
+
+def report_run_dir(
+    source: Path | str,
+    n_boot: int = 1000,
+    export: bool = True,
+    out: Path | None = None,
+    table: pd.DataFrame | None = None,
+) -> Path:
+    """Write the page of a run directory (DIR/report.html) or of one nsys export (out, default
+    NAME-report/report.html here), with export/ beside it; returns the page's path. table: the
+    source's predict_runs, if the caller made it."""
+    source = Path(source)
+    opened = open_source(source)
+    if out is None:
+        folder = source if source.is_dir() else Path(f"{opened.name}-report")
+        out = folder / REPORT_FILE
+    title = source.resolve().name if source.is_dir() else opened.name
+    return _write([opened], Path(out), title, n_boot, export, table)
+
+
+def report_dirs(
+    run_dirs: list[Path],
+    out: Path,
+    title: str | None = None,
+    n_boot: int = 1000,
+    export: bool = True,
+) -> Path:
+    """One page for several run directories (machines, commits or models side by side) at out."""
+    if len(run_dirs) < 2:
+        raise BubblelabError("report_dirs compares two or more run directories")
+    opened = [open_source(d) for d in run_dirs]
+    for source, name in zip(opened, _distinct_names(run_dirs), strict=True):
+        source.name = name
+    title = title or " · ".join(s.name for s in opened)
+    return _write(opened, Path(out), title, n_boot, export)
+
+
+def _write(
+    sources: list[Source],
+    out: Path,
+    title: str,
+    n_boot: int,
+    export: bool,
+    table: pd.DataFrame | None = None,
+) -> Path:
+    if len(sources) == 1:
+        results, ranges = sources[0].results, ranges_of(sources)
+    else:
+        results = merge_results({s.name: s.results for s in sources})
+        ranges = ranges_of(sources, prefixed=True)
+    exported = export_results(results, out.parent / EXPORT_DIR, ranges) if export else None
+    return write_atomic(out, render_report(results, title, n_boot, exported, table))
+
+
+def _distinct_names(paths: list[Path]) -> list[str]:
+    """Each directory's name, with as many parent folders as it takes to tell them apart."""
+    for depth in range(1, max(len(p.resolve().parts) for p in paths) + 1):
+        names = ["/".join(p.resolve().parts[-depth:]) for p in paths]
+        if len(set(names)) == len(names):
+            return names
+    raise BubblelabError(
+        f"the same run directory is given twice: {json.dumps([str(p) for p in paths])}"
+    )
+
+
+def _links(exported: Exported | None) -> list[dict]:
+    if exported is None:
+        return []
+    links = [
+        dict(
+            href=f"{EXPORT_DIR}/{TRACE_FILE}",
+            what="Chrome/Perfetto trace",
+            how="open in ui.perfetto.dev or chrome://tracing; host phases and device spans per step"
+            + ("" if exported.every_step else " (host phases of the steps results.json keeps)"),
+        )
+    ]
+    links += [
+        dict(href=f"{EXPORT_DIR}/{p.name}", what=p.name, how="Parquet table")
+        for p in exported.tables
+    ]
+    return links

@@ -1,0 +1,193 @@
+"""The report's numbers, one row per configuration: steady-state medians pooled over repeats with
+their spread, the headline, and the frames the step figures draw.
+
+A configuration is what `report.labels.run_name(run, depth=False)` names (preset · device ·
+streams); its repeats at one depth pool here, so a sweep of 3 repeats reads as one row, not three.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+
+from ..costmodel.compare import step_summary
+from ..costmodel.predict import known_int
+from ..profiling.analysis import steady_state
+from ..runs.rundir import Results
+from .labels import run_name
+
+# Steady-state medians shown per configuration, at depth 1 and depth 2.
+STEP_VALUES = (
+    "forward_ms",
+    "sampling_ms",
+    "kernel_gap_ms",
+    "period_ms",
+    "bubble_ms",
+    "busy_pct",
+    "tokens_per_s",
+)
+CLOCK_VALUES = ("sm_clock_mhz", "power_w")  # recorded by CUDA runs only
+
+
+def unprofiled(results: Results) -> Results:
+    """The runs made without a profiler when a sweep has both kinds (the cost model's rule,
+    costmodel.predict.pair_runs): per-configuration tables and figures then show what the engine
+    does, not what nsys made of it."""
+    runs = results.runs
+    if "profiled" not in runs or not runs["profiled"].eq(False).any():
+        return results
+    keep = runs[runs["profiled"].eq(False)]
+    ids = set(keep["run_id"])
+
+    def only(frame: pd.DataFrame) -> pd.DataFrame:
+        return frame[frame["run_id"].isin(ids)] if "run_id" in frame else frame
+
+    return replace(
+        results,
+        runs=keep,
+        steps=only(results.steps),
+        attribution=only(results.attribution),
+        gaps=only(results.gaps),
+        timeline=only(results.timeline),
+        requests=only(results.requests),
+        ranks=only(results.ranks),
+        rank_attribution=only(results.rank_attribution),
+    )
+
+
+def config_table(results: Results) -> list[dict]:
+    """One record per configuration: for each value and depth, the median over its repeats
+    (`<value>_d1`), and the spread (`<value>_d1_lo`, `_hi`: the smallest and largest repeat) when
+    there are several. A run of unknown depth (a trace of another engine) fills the first slot, and
+    its record says `as_traced`."""
+    per_run = step_summary(results.runs, results.steps)
+    if per_run.empty:
+        return []
+    names = {r["run_id"]: run_name(r, depth=False) for r in results.runs.to_dict("records")}
+    per_run = per_run.assign(
+        config=per_run["run_id"].map(names),  # the name the figures use too
+        busy_pct=100 * per_run["busy_ms"] / per_run["period_ms"],
+    )
+    clocks = [c for c in CLOCK_VALUES if c in results.runs and results.runs[c].notna().any()]
+    if clocks:
+        per_run = per_run.merge(results.runs[["run_id", *clocks]], on="run_id", how="left")
+    values = [*STEP_VALUES, *clocks]
+    rows = []
+    for config, runs in per_run.groupby("config", sort=False):
+        batch = pd.to_numeric(runs["batch"], errors="coerce").median()  # unknown: another engine
+        depths = [known_int(d) or 0 for d in runs["depth"]]
+        as_traced = 0 in depths
+        row: dict = {"config": config, "batch": None if pd.isna(batch) else int(batch)}
+        row["as_traced"] = as_traced
+        for depth in (1, 2):
+            at = runs[[d == (0 if as_traced and depth == 1 else depth) for d in depths]]
+            row[f"repeats_d{depth}"] = len(at)
+            for value in values:
+                v = pd.to_numeric(at[value], errors="coerce").dropna()
+                row[f"{value}_d{depth}"] = float(v.median()) if len(v) else None
+                spread = len(v) > 1
+                row[f"{value}_d{depth}_lo"] = float(v.min()) if spread else None
+                row[f"{value}_d{depth}_hi"] = float(v.max()) if spread else None
+        rows.append(row)
+    return rows
+
+
+def step_columns(configs: list[dict], device: str) -> list[dict]:
+    """The step table's value columns: key, header, decimals, and whether the spread over repeats is
+    shown (for what the runs measure as an outcome: period, bubble, throughput). Kernel gaps only
+    where measured (nsys traces: the in-process timeline records spans, so they read 0) and clocks
+    only where recorded."""
+    columns = [
+        ("forward_ms", "forward ms", 2, False),
+        ("sampling_ms", "sampling ms", 3, False),
+        ("kernel_gap_ms", "kernel gaps ms", 3, False),
+        ("period_ms", "period ms", 2, True),
+        ("bubble_ms", "bubble ms", 3, True),
+        ("busy_pct", f"{device} busy %", 0, False),
+        ("tokens_per_s", "tokens/s", 0, True),
+        ("sm_clock_mhz", "SM clock MHz", 0, False),
+        ("power_w", "power W", 0, False),
+    ]
+    return [
+        dict(key=key, header=header, nd=nd, spread=spread)
+        for key, header, nd, spread in columns
+        if any(c.get(f"{key}_d{d}") for c in configs for d in (1, 2))
+    ]
+
+
+def headline(predictions: pd.DataFrame, configs: list[dict]) -> dict | None:
+    """The page's headline: the median configuration, with the range over every configuration
+    beside it, never a hand-picked or the largest one."""
+    if predictions.empty:
+        return None
+    observed = predictions["observed_pct"]
+    paired = [c for c in configs if c["bubble_ms_d1"] is not None and c["bubble_ms_d2"] is not None]
+
+    def median(key: str) -> float | None:
+        values = [c[key] for c in paired if c[key] is not None]
+        return float(np.median(values)) if values else None
+
+    return {
+        "configs": len(predictions),
+        "observed_median": float(observed.median()),
+        "observed_min": float(observed.min()),
+        "observed_max": float(observed.max()),
+        "predicted_median": float(predictions["predicted_pct"].median()),
+        "bubble_d1": median("bubble_ms_d1"),
+        "bubble_d2": median("bubble_ms_d2"),
+        "busy_d1": median("busy_pct_d1"),
+        "busy_d2": median("busy_pct_d2"),
+        # The models against every configuration: the whole-run models by their largest miss.
+        "error_mean": float(predictions["error_pts"].abs().mean()),
+        "wall_error_max": float(predictions["wall_error_pts"].abs().max()),
+        "d1_error_max": float(predictions["wall_d1_error_pts"].abs().max()),
+        "known": int(predictions["observed_known"].sum()),
+    }
+
+
+def gap_samples(results: Results) -> list[tuple[str, int, np.ndarray]]:
+    """(configuration, depth, idle gaps in ms) for figures.gap_histogram; repeats pool."""
+    if len(results.gaps):
+        source = results.gaps
+    else:  # without a gap table: each step's idle time
+        source = results.steps.rename(columns={"bubble_ms": "gap_ms"})
+    gaps = {run_id: g["gap_ms"].dropna().to_numpy(float) for run_id, g in source.groupby("run_id")}
+    pooled: dict[tuple[str, int], list[np.ndarray]] = {}
+    for run in results.runs.to_dict("records"):
+        key = (run_name(run, depth=False), known_int(run["depth"]) or 0)
+        pooled.setdefault(key, []).append(gaps.get(run["run_id"], np.array([])))
+    return [(config, depth, np.concatenate(arrays)) for (config, depth), arrays in pooled.items()]
+
+
+def attribution_per_step(results: Results) -> pd.DataFrame:
+    """Steady-state bubble per step by host phase: config, depth, phase, ms_per_step.
+
+    The attribution may cover any subset of a run's steps (the profiler's steady state), so it is
+    used for shares only; the size of each bar is the run's mean steady-state bubble_ms. Repeats of
+    a configuration share a bar: the mean over its runs.
+    """
+    if results.attribution.empty:
+        return pd.DataFrame(columns=["config", "depth", "phase", "ms_per_step"])
+    rows = []
+    for run in results.runs.to_dict("records"):
+        key = dict(config=run_name(run, depth=False), depth=known_int(run["depth"]) or 0)
+        a = results.attribution[results.attribution["run_id"] == run["run_id"]]
+        steady = steady_state(results.steps[results.steps["run_id"] == run["run_id"]])
+        bubble = float(steady["bubble_ms"].clip(lower=0).mean()) if len(steady) else 0.0
+        total = a["bubble_ms"].sum()
+        if total > 0:
+            for phase, ms in a.groupby("phase")["bubble_ms"].sum().items():
+                rows.append(dict(**key, phase=phase, ms_per_step=bubble * ms / total))
+        else:  # no idle time at all: an empty bar, still labelled
+            rows.append(dict(**key, phase="other", ms_per_step=0.0))
+    keys = ["config", "depth"]
+    runs = results.runs.assign(
+        config=results.runs.apply(run_name, axis=1, depth=False),
+        depth=[known_int(d) or 0 for d in results.runs["depth"]],
+    )
+    repeats = runs.groupby(keys).size().rename("repeats")
+    table = pd.DataFrame(rows).groupby([*keys, "phase"], sort=False)["ms_per_step"].sum()
+    table = table.reset_index().join(repeats, on=keys)
+    return table.assign(ms_per_step=table["ms_per_step"] / table["repeats"]).drop(columns="repeats")

@@ -1,0 +1,244 @@
+"""Run a workload through the engine and summarise it: the core of `bubblelab run` and of
+run-and-profile."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ..core.timeline import Timeline
+from ..engine.llm_engine import LLMEngine
+from ..engine.sequence import Sequence
+from .latency import latency_summary, request_latency
+from .workload import Request, WorkloadSpec, make_requests
+
+
+@dataclass
+class RunResult:
+    summary: dict
+    outputs: dict[str, list[int]]
+    finish_reasons: dict[str, str | None]
+    timeline: Timeline
+    requests: list[Request] = field(default_factory=list)
+    # run_workload(latency=True): TTFT/TPOT/ITL/E2E stats and each request's own (engine.latency).
+    latency: dict = field(default_factory=dict)
+    request_latency: dict[str, dict] = field(default_factory=dict)
+    # Tensor parallel: the timelines of ranks 1..N-1 over the same run (rank 0's is `timeline`).
+    rank_timelines: list[Timeline] = field(default_factory=list)
+
+
+def drive(
+    engine: LLMEngine,
+    requests: list[Request],
+    streams: int,
+    progress: Callable[[int], None] | None = None,
+    finished: dict[str, Sequence] | None = None,
+) -> tuple[dict[str, list[int]], dict[str, str | None]]:
+    """Closed loop with `streams` requests in flight (or timed arrivals) until every request has
+    finished. Returns each request's tokens and finish reason; `finished` collects the Sequences."""
+    pending = list(requests)
+    outputs: dict[str, list[int]] = {}
+    reasons: dict[str, str | None] = {}
+    active = 0
+    start = time.perf_counter()
+    while pending or engine.has_unfinished():
+        now = time.perf_counter() - start
+        while pending and active < streams and pending[0].arrival_s <= now:
+            r = pending.pop(0)
+            engine.add_request(r.request_id, r.prompt_ids, r.params)
+            active += 1
+        if not engine.has_unfinished():
+            # Idle until the next arrival.
+            time.sleep(max(0.0, min(0.001, pending[0].arrival_s - now)))
+            continue
+        for out in engine.step():
+            if out.finished:
+                outputs[out.request_id] = out.token_ids
+                reasons[out.request_id] = out.finish_reason
+                seq = engine.seqs.pop(out.request_id, out.seq)
+                if finished is not None:
+                    finished[out.request_id] = seq
+                active -= 1
+                if progress is not None:
+                    progress(1)
+    return outputs, reasons
+
+
+def run_workload(
+    engine: LLMEngine,
+    spec: WorkloadSpec,
+    *,
+    warmup: bool = True,
+    profile: bool = False,
+    progress: Callable[[int], None] | None = None,
+    latency: bool = False,
+) -> RunResult:
+    """Warm up, then run `spec` with the in-process timeline on (and the CUDA profiler range when
+    profiling). latency: also time each token's commit, for TTFT / TPOT / ITL
+    (RunResult.latency)."""
+    spec.check_fits(engine.config.max_model_len)
+    requests = make_requests(spec, engine.loaded.config.vocab_size)
+    timeline = engine.timeline if engine.timeline is not None else Timeline()
+    engine.timeline = engine.phases.timeline = timeline
+    warm_t0 = time.perf_counter()
+    # Lazy initialisation, allocator growth, first graph replays: keep them out of the figures.
+    if warmup:
+        timeline.enabled = False
+        warm = WorkloadSpec(
+            streams=spec.streams,
+            requests=spec.streams,
+            output_len_mean=8,
+            output_len_dist="fixed",
+            prompt_len=spec.prompt_len,
+            seed=spec.seed + 7919,
+        )
+        drive(
+            engine,
+            [_renamed(r, "warm-") for r in make_requests(warm, engine.loaded.config.vocab_size)],
+            spec.streams,
+        )
+    timeline.clear()
+    timeline.enabled = True
+    timeline.depth = engine.config.depth
+    engine.streams.synchronize()
+    engine.streams.calibrate()  # a fresh device-clock reference for this run's timeline
+    warmup_s = time.perf_counter() - warm_t0
+    if engine.workers is not None:  # every rank: a fresh timeline, and the profiler range
+        engine.workers.begin_run(profile, engine.config.depth)
+    if profile and engine.streams.is_cuda:
+        torch.cuda.profiler.start()
+    t0 = time.perf_counter()
+    profiler_s = t0 - warm_t0 - warmup_s  # opening the capture range (and the ranks' begin_run)
+    engine.record_token_times = latency
+    finished: dict[str, Sequence] = {}
+    try:
+        with GpuClocks(engine.streams.device if engine.streams.is_cuda else None) as clocks:
+            outputs, reasons = drive(engine, requests, spec.streams, progress, finished)
+            engine.streams.synchronize()
+    finally:
+        engine.record_token_times = False
+    wall = time.perf_counter() - t0
+    if profile and engine.streams.is_cuda:
+        torch.cuda.profiler.stop()
+    ranks = engine.workers.end_run() if engine.workers is not None else []
+    profiler_s += time.perf_counter() - t0 - wall  # closing it: nsys's time, not the run's
+    summary = {**summarize(engine, spec, timeline, outputs, wall), **clocks.summary(),
+               "warmup_s": warmup_s, "profiler_s": profiler_s}  # fmt: skip
+    result = RunResult(summary, outputs, reasons, timeline, requests, rank_timelines=ranks)
+    if latency:
+        result.latency = latency_summary(finished.values())
+        result.request_latency = {rid: request_latency(seq) for rid, seq in finished.items()}
+    return result
+
+
+class GpuClocks:
+    """SM clock and power, sampled every `period_s` on a thread while a run lasts (CUDA only): a GPU
+    that idles between steps may boost higher, so depth 1 and depth 2 forwards can differ for that
+    alone."""
+
+    def __init__(self, device: torch.device | None, period_s: float = 0.05):
+        self.device, self.period_s = device, period_s
+        self.samples: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+
+    def __enter__(self) -> GpuClocks:
+        if self.device is not None:
+            try:
+                torch.cuda.clock_rate(self.device)  # needs pynvml; none: no samples
+            except Exception:  # noqa: BLE001 - ModuleNotFoundError, NVML errors
+                self.device = None
+            else:
+                self._thread = threading.Thread(target=self._run, daemon=True)
+                self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period_s):
+            mhz = torch.cuda.clock_rate(self.device)
+            self.samples.append((mhz, torch.cuda.power_draw(self.device) / 1e3))
+
+    def __exit__(self, *exc) -> None:
+        if self.device is not None:
+            self._stop.set()
+            self._thread.join()
+
+    def summary(self) -> dict:
+        if not self.samples:
+            return {}
+        mhz, watts = np.array(self.samples).T
+        return {"sm_clock_mhz_median": float(np.median(mhz)), "sm_clock_mhz_min": float(mhz.min()),
+                "power_w_median": float(np.median(watts))}  # fmt: skip
+
+
+def _renamed(r: Request, prefix: str) -> Request:
+    return Request(prefix + r.request_id, r.prompt_ids, r.params, r.arrival_s)
+
+
+def summarize(
+    engine: LLMEngine,
+    spec: WorkloadSpec,
+    timeline: Timeline,
+    outputs: dict[str, list[int]],
+    wall: float,
+) -> dict:
+    """Throughput, step period (median and spread), prefill vs decode time, measured L."""
+    gen = sum(len(v) for v in outputs.values())
+    dev = timeline.device_frame()
+    steps = timeline.steps_frame()
+    fwd = dev[dev.phase == "forward"].merge(steps, on="step").sort_values("start_ns")
+    starts = fwd.start_ns.to_numpy()
+    periods = np.diff(starts) / 1e6
+    kinds = fwd.kind.to_numpy()[:-1]
+    decode_periods = periods[kinds == "decode"] if len(periods) else periods
+    q = np.percentile(decode_periods, [10, 50, 90]) if len(decode_periods) else [float("nan")] * 3
+    c = engine.config
+    return {
+        "model": engine.loaded.name,
+        "source": engine.loaded.source,
+        "device": _device_name(engine),
+        "dtype": c.dtype,
+        "depth": c.depth,
+        "tensor_parallel": c.tensor_parallel,
+        "streams": spec.streams,
+        "requests": spec.requests,
+        "output_len_mean": spec.output_len_mean,
+        "prompt_len": spec.prompt_len,
+        "constraint": spec.constraint,
+        "constrained_share": spec.constrained_share,
+        "cuda_graphs": engine.runner.graphs.captured,
+        "compiled": engine.loaded.model.compile_enabled,
+        "attention_backend": engine.loaded.model.attn_backend.name,
+        "generated_tokens": int(gen),
+        "mean_generated_len": gen / max(1, len(outputs)),
+        "wall_s": wall,
+        "tokens_per_s": gen / wall if wall > 0 else float("nan"),
+        "decode_steps": int((kinds == "decode").sum()),
+        "prefill_steps": int((fwd.kind == "prefill").sum()),
+        "step_ms_p10": float(q[0]),
+        "step_ms_median": float(q[1]),
+        "step_ms_p90": float(q[2]),
+        "prefill_s": float(periods[kinds == "prefill"].sum() / 1e3) if len(periods) else 0.0,
+        "decode_s": float(decode_periods.sum() / 1e3) if len(decode_periods) else 0.0,
+        "preemptions": engine.scheduler.num_preemptions,
+        **_clock_anchors(engine),
+    }
+
+
+def _clock_anchors(engine: LLMEngine) -> dict:
+    """How far the device clock had drifted at each re-anchoring (CudaClock.anchor), in us."""
+    shifts = np.abs(engine.streams.clock.anchored_us) if engine.streams.is_cuda else np.array([])
+    if not len(shifts):
+        return {}
+    return {"clock_anchors": len(shifts), "clock_anchor_us_median": float(np.median(shifts)),
+            "clock_anchor_us_max": float(shifts.max())}  # fmt: skip
+
+
+def _device_name(engine: LLMEngine) -> str:
+    if engine.streams.is_cuda:
+        return torch.cuda.get_device_name(engine.streams.device)
+    return "cpu"

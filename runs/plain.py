@@ -1,0 +1,119 @@
+"""`bubblelab run` as a library: one engine, one workload per streams value, with per-request
+latency. Everything is validated by `plan_runs` before a model is loaded."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..core.checks import parse_ints
+from ..core.errors import OptionError
+from ..engine.config import MAX_NUM_SEQS, EngineConfig, default_dtype
+from ..engine.llm_engine import LLMEngine
+from .driver import RunResult, run_workload
+from .workload import MAX_STREAMS, WorkloadSpec
+
+
+@dataclass
+class RunPlan:
+    engine: EngineConfig
+    workloads: list[WorkloadSpec]
+
+
+def plan_runs(
+    *,
+    streams: str | int | list[int],
+    model: str | None = None,
+    device: str = "cpu",
+    dtype: str | None = None,
+    depth: int = 2,
+    tensor_parallel: int = 1,
+    max_num_seqs: int | None = None,
+    max_model_len: int = 512,
+    enforce_eager: bool = False,
+    compile: bool | None = None,
+    attention_backend: str = "auto",
+    seed: int = 0,
+    constraint: str | None = None,
+    constrained_share: float | None = None,
+    **workload: Any,
+) -> RunPlan:
+    """The engine and one workload per streams value, every option checked; nothing loaded yet.
+    workload: the other WorkloadSpec fields (requests, output_len_mean, prompt_len, ...)."""
+    counts = parse_ints("streams", streams, 1, MAX_STREAMS)
+    config = EngineConfig(
+        model=model,
+        device=device,
+        dtype=dtype or default_dtype(device),
+        depth=depth,
+        tensor_parallel=tensor_parallel,
+        # One batch-row budget for every run: one engine, as a sweep has.
+        max_num_seqs=max_num_seqs
+        if max_num_seqs is not None
+        else min(max(*counts, 8), MAX_NUM_SEQS),
+        max_model_len=max_model_len,
+        enforce_eager=enforce_eager,
+        compile=compile,
+        attention_backend=attention_backend,
+        seed=seed,
+    )
+    check_streams_fit(counts, max_num_seqs)
+    share = constrained_share if constrained_share is not None else (1.0 if constraint else 0.0)
+    specs = [
+        WorkloadSpec(
+            streams=s, constraint=constraint, constrained_share=share, seed=seed, **workload
+        )
+        for s in counts
+    ]
+    for spec in specs:
+        spec.check_fits(config.max_model_len)
+    return RunPlan(config, specs)
+
+
+def check_streams_fit(counts: list[int], max_num_seqs: int | None = None) -> None:
+    """Every stream a batch row of its own: more streams than rows would only queue, and the run
+    would measure a smaller batch than it names."""
+    rows = MAX_NUM_SEQS if max_num_seqs is None else max_num_seqs
+    if max(counts) > rows:
+        limit = f"--max-num-seqs ({rows})" if max_num_seqs is not None else f"{rows} batch rows"
+        raise OptionError(
+            "streams", f"must fit {limit}: more streams than rows would only queue", max(counts)
+        )
+
+
+def run_plan(
+    plan: RunPlan,
+    *,
+    on_start: Callable[[WorkloadSpec], Callable[[int], None] | None] | None = None,
+    engine: LLMEngine | None = None,
+) -> list[RunResult]:
+    """Run every workload of the plan on one engine (loaded here unless given), with latency.
+    on_start(spec) is told each workload as it starts and may return a per-request progress
+    callback."""
+    own = engine is None
+    engine = engine or LLMEngine(plan.engine)
+    try:
+        return [
+            run_workload(engine, spec, latency=True, progress=on_start(spec) if on_start else None)
+            for spec in plan.workloads
+        ]
+    finally:
+        if own:
+            engine.close()
+
+
+def run_record(result: RunResult) -> dict:
+    """One run as `bubblelab run --json` writes it: summary, latency, and every request."""
+    return {
+        "summary": result.summary,
+        "latency": result.latency,
+        "requests": {
+            rid: {
+                "token_ids": ids,
+                "finish_reason": result.finish_reasons[rid],
+                **result.request_latency.get(rid, {}),
+            }
+            for rid, ids in sorted(result.outputs.items())
+        },
+    }

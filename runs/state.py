@@ -1,0 +1,186 @@
+"""A sweep's run directory over its life, and the rules that keep its results safe.
+
+- A run is finished when its record DIR/runs/<pass>/<tag>.json exists: the worker writes it whole
+  (write_atomic) after the run, so a crash, Ctrl-C or a dying profiler never half-finishes one.
+- DIR/sweep.json holds the sweep's options (asdict(SweepSpec)); DIR/status.json how it profiles,
+  the runs it plans, and how it stands (running, interrupted, failed with the run and the reason,
+  complete).
+- An existing run directory is touched only when asked: `resume` runs what is missing with the
+  saved options, `force` replaces bubblelab's files (and only those) with a new sweep.
+- catalog.duckdb, results.json and report.html are derived from the finished runs
+  (bubblelab.runs.assemble), so they can always be rebuilt from what finished.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ..core.errors import BubblelabError
+from ..core.files import write_atomic
+
+SPEC_FILE = "sweep.json"
+STATE_FILE = "status.json"
+STATE_VERSION = 1
+# Everything a sweep puts in its directory: what --force removes, and what marks a run directory.
+OURS = (
+    SPEC_FILE,
+    STATE_FILE,
+    "runs",
+    "traces",
+    "catalog.duckdb",
+    "timeline.duckdb",
+    "results.json",
+    "results.json.gz",
+    "report.html",
+    "export",  # the report's trace and Parquet tables
+)
+
+
+def finished_runs(run_dir: Path) -> set[str]:
+    """The finished runs, as "<pass>/<tag>" (runs/<pass>/<tag>.json; plan.json and worker.json
+    are the pass's own files)."""
+    runs = run_dir / "runs"
+    if not runs.is_dir():
+        return set()
+    return {
+        f"{p.parent.name}/{p.stem}"
+        for p in runs.glob("*/*.json")
+        if p.name not in ("plan.json", "worker.json")
+    }
+
+
+def holds_run(run_dir: Path) -> bool:
+    return run_dir.is_dir() and any((run_dir / name).exists() for name in OURS)
+
+
+def read_state(run_dir: Path) -> dict[str, Any] | None:
+    """DIR/status.json with the options of DIR/sweep.json under "spec"; None where there is no
+    sweep (a run directory made by write_results directly, or before these files existed)."""
+    if not (run_dir / STATE_FILE).is_file():
+        return None
+    state, spec = _read_json(run_dir / STATE_FILE), _read_json(run_dir / SPEC_FILE)
+    if state.get("version") != STATE_VERSION:
+        raise BubblelabError(
+            f"{run_dir / STATE_FILE} was not written by this bubblelab (version {STATE_VERSION})"
+        )
+    return {**state, "spec": spec}
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise BubblelabError(f"{path} is not valid JSON ({e})") from None
+    if not isinstance(doc, dict):
+        raise BubblelabError(f"{path} is not a JSON object")
+    return doc
+
+
+def write_state(run_dir: Path, state: dict[str, Any]) -> None:
+    """status.json (the options in sweep.json are written once, when the sweep begins)."""
+    status = {k: v for k, v in state.items() if k != "spec"}
+    write_atomic(run_dir / STATE_FILE, json.dumps(status, indent=1) + "\n")
+
+
+def open_run_dir(
+    run_dir: Path,
+    spec: dict,
+    planned: list[str],
+    profiler: str,
+    *,
+    resume: bool = False,
+    force: bool = False,
+) -> dict[str, Any]:
+    """Check the output directory before any work, make it ready, and return its state.
+
+    New or empty: a fresh sweep. Holding a sweep: only with resume (the same options and profiler)
+    or force (bubblelab's files removed first). Anything else is refused in one line.
+    """
+    if resume and force:
+        raise BubblelabError("give --resume or --force, not both")
+    if resume:
+        state = read_state(run_dir)
+        if state is None:
+            raise BubblelabError(f"{run_dir} holds no sweep to resume (no {STATE_FILE})")
+        if state["spec"] != spec:
+            changed = sorted(
+                k for k in {**spec, **state["spec"]} if spec.get(k) != state["spec"].get(k)
+            )
+            raise BubblelabError(
+                f"{run_dir} was swept with other options ({', '.join(changed)}); "
+                "resume it with its own, or give --force to replace it"
+            )
+        if state["profiler"] != profiler:
+            raise BubblelabError(
+                f"{run_dir} was profiled with {state['profiler']}, this sweep would use {profiler}"
+            )
+        state.update(status="running", failed=None)
+        write_state(run_dir, state)
+        return state
+    check_new_run_dir(run_dir, force=force)
+    if force:
+        _remove_ours(run_dir)
+    write_atomic(run_dir / SPEC_FILE, json.dumps(spec, indent=1) + "\n")
+    state = {
+        "version": STATE_VERSION,
+        "spec": spec,
+        "planned": planned,  # the runs' tags, in the order they run
+        "profiler": profiler,
+        "command": " ".join(sys.argv),
+        "started_at": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "status": "running",
+        "failed": None,
+    }
+    write_state(run_dir, state)
+    return state
+
+
+def check_new_run_dir(run_dir: Path, *, force: bool = False) -> None:
+    """Refuse, before any work, an output directory a new sweep may not write: a file, a folder of
+    other files, or (without force) one that already holds a run."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise BubblelabError(f"{run_dir} is a file, not a run directory")
+    if holds_run(run_dir):
+        if not force:
+            raise BubblelabError(
+                f"{run_dir} already holds a run: --resume {run_dir} finishes it, --force "
+                "replaces it, or choose another --out"
+            )
+    elif run_dir.is_dir() and any(run_dir.iterdir()):
+        raise BubblelabError(
+            f"{run_dir} is not empty and holds no bubblelab run: choose another --out"
+        )
+
+
+def _remove_ours(run_dir: Path) -> None:
+    for name in OURS:
+        target = run_dir / name
+        if target.is_dir():
+            shutil.rmtree(target)
+        elif target.exists():
+            target.unlink()
+
+
+def mark(run_dir: Path, state: dict[str, Any], status: str, **facts: Any) -> None:
+    """Record how the sweep ended (complete, interrupted, failed) and why."""
+    state.update(status=status, **facts)
+    write_state(run_dir, state)
+
+
+def clear_pass(run_dir: Path, name: str) -> None:
+    """Forget a pass's records (and, for the nsys pass, its reports) to run it again whole."""
+    for target in (run_dir / "runs" / name, run_dir / "traces" if name == "nsys" else None):
+        if target is not None and target.is_dir():
+            shutil.rmtree(target)
+
+
+def remove_sweep(run_dir: Path) -> None:
+    """A new sweep that finished no run leaves nothing behind: its files and its folder."""
+    _remove_ours(run_dir)
+    if run_dir.is_dir() and not any(run_dir.iterdir()):
+        run_dir.rmdir()

@@ -1,0 +1,67 @@
+"""Committed nsys traces (traces/*.sqlite.gz, described by traces/index.json) as one `Results`.
+
+The notebooks read the traces through this; the tables come from runs.tables.collect, like a
+sweep's.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+
+from ..core.errors import BubblelabError
+from ..profiling.catalog import connect
+from ..profiling.ingest import META_KEYS, ingest
+from ..profiling.steps import StepOptions
+from .rundir import Results
+from .tables import collect
+
+TRACES_DIR = Path(__file__).resolve().parents[1] / "traces"  # the checkout's traces/ folder
+
+
+def index_meta(trace: Path | str) -> dict:
+    """What an index.json beside a trace says of it (the committed traces' model, depth, streams,
+    ...) as run metadata for profiling.ingest; {} where there is none."""
+    trace = Path(trace)
+    try:
+        entry = json.loads((trace.parent / "index.json").read_text()).get(trace.name)
+    except (OSError, ValueError, AttributeError):  # no index, not JSON, not an object
+        return {}
+    return {k: v for k, v in entry.items() if k in META_KEYS} if isinstance(entry, dict) else {}
+
+
+def load_traces(
+    names: list[str] | None = None,
+    traces_dir: Path | str = TRACES_DIR,
+    catalog: Path | str | duckdb.DuckDBPyConnection | None = None,
+) -> Results:
+    """Ingest the indexed traces (all of index.json by default) and collect runs, steps,
+    attribution, gaps and a lane window per run. catalog: a DuckDB file to keep (re-ingesting a
+    trace adds nothing), or an open catalog connection to ask profiling.analysis more questions
+    afterwards; default in memory. A trace of another engine may name how to find its steps:
+    "step_range" (a regex) or "step_rule"."""
+    traces_dir = Path(traces_dir)
+    index_path = traces_dir / "index.json"
+    if not index_path.is_file():
+        raise BubblelabError(f"no index.json in {traces_dir}")
+    index = json.loads(index_path.read_text())
+    if unknown := sorted(set(names or ()) - set(index)):
+        raise BubblelabError(f"not in {index_path}: {', '.join(unknown)}")
+    con = catalog if isinstance(catalog, duckdb.DuckDBPyConnection) else connect(catalog)
+    run_ids = [
+        ingest(
+            traces_dir / name,
+            None,
+            {k: v for k, v in index[name].items() if k in META_KEYS},
+            steps=StepOptions(index[name].get("step_range"), index[name].get("step_rule", "auto")),
+            con=con,
+        )
+        for name in names or index
+    ]
+    return collect(
+        con,
+        run_ids,
+        provenance={"traces": {name: str(traces_dir / name) for name in names or index}},
+    )

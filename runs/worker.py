@@ -1,0 +1,174 @@
+"""Measured runs, many per process: `python -m bubblelab.runs.worker PLAN.json`.
+
+A plan names one engine configuration and the runs to make with it, in order. The model is loaded,
+its fused ops compiled and its CUDA graphs captured once; each run then sets the engine's depth,
+warms up and runs its workload with a fresh timeline, and writes RUN_DIR/<tag>.json: the run's
+summary, its in-process timeline (host ranges, device intervals, step infos) and its requests. When
+profiled, each run is its own cudaProfilerApi capture range (torch.cuda.profiler start/stop around
+it, after its warm-up), so one nsys session with --capture-range-end=repeat writes one report per
+run. Runs already recorded are skipped, so a sweep resumes where it stopped; a record is written
+whole (write_atomic) when its run has finished, so it is there or not.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from ..core.files import write_atomic
+from ..core.timeline import StepInfo, Timeline
+from ..engine.config import EngineConfig
+from ..engine.llm_engine import LLMEngine
+from ..engine.loader import LoadedModel, load_model
+from .driver import RunResult, run_workload
+from .workload import WorkloadSpec
+
+
+def run_plan(
+    plan: dict,
+    loaded: LoadedModel | None = None,
+    on_run: Callable[[str, dict], None] | None = None,
+) -> dict:
+    """Make every run of `plan` with one engine: {"engine": EngineConfig kwargs (depth aside),
+    "runs": [{"tag", "depth", "workload": WorkloadSpec kwargs}], "out_dir", "profile": bool}. Writes
+    out_dir/<tag>.json per run; returns the timings (also out_dir/worker.json)."""
+    out_dir = Path(plan["out_dir"])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    profile = bool(plan.get("profile", False))
+    # Where a pass's seconds go (docs/h200-costmodel.md, "The sweep's time"): the wall clock at
+    # start and end lets the sweep tell the process's start and nsys's wrap-up from this work.
+    t0, started_unix = time.perf_counter(), time.time()
+    e = plan["engine"]
+    if e.get("tensor_parallel", 1) == 1:  # a tensor-parallel engine loads each rank's shard itself
+        loaded = loaded or load_model(
+            e["model"], dtype=e["dtype"], device=e["device"], seed=e["seed"],
+            attention_backend=e["attention_backend"],
+        )  # fmt: skip
+    load_s = time.perf_counter() - t0
+    first = plan["runs"][0]["depth"] if plan["runs"] else 1
+    engine = LLMEngine(EngineConfig(**e, depth=first), loaded, timeline=Timeline(), nvtx=profile)
+    runs_s: dict[str, float] = {}
+    parts: dict[str, dict[str, float]] = {}
+    setup_s = time.perf_counter() - t0
+    timings: dict[str, object] = {
+        "setup_s": setup_s, "load_s": load_s, "engine_s": setup_s - load_s,  # compile + capture
+        "runs_s": runs_s, "run_parts_s": parts, "started_unix": started_unix,
+    }  # fmt: skip
+    try:
+        for run in plan["runs"]:
+            if (out_dir / f"{run['tag']}.json").is_file():  # finished before a resume
+                continue
+            started, started_at = time.perf_counter(), time.strftime("%Y-%m-%d %H:%M:%S")
+            _say(profile, f"run {run['tag']} begins")
+            engine.set_depth(run["depth"])
+            engine.timeline = engine.phases.timeline = Timeline()
+            result = run_workload(engine, WorkloadSpec(**run["workload"]), profile=profile)
+            record = result_record(result)
+            record["summary"]["started_at"] = started_at
+            write_atomic(out_dir / f"{run['tag']}.json", json.dumps(record))
+            runs_s[run["tag"]] = time.perf_counter() - started
+            parts[run["tag"]] = _parts(runs_s[run["tag"]], result.summary)
+            _say(profile, f"run {run['tag']} ends")
+            if on_run is not None:
+                on_run(run["tag"], record["summary"])
+    finally:
+        engine.close()
+    timings["total_s"] = time.perf_counter() - t0
+    timings["ended_unix"] = time.time()
+    write_atomic(out_dir / "worker.json", json.dumps(timings, indent=1))
+    return timings
+
+
+def _parts(run_s: float, summary: dict) -> dict[str, float]:
+    """A run's seconds by part: warm-up, the profiler's range opening and closing, the workload,
+    and the rest (the record: its timeline as JSON, written)."""
+    known = {k: float(summary.get(f"{k}_s") or 0.0) for k in ("warmup", "profiler")}
+    known["workload"] = float(summary.get("wall_s") or 0.0)
+    return {**known, "record": run_s - sum(known.values())}
+
+
+def _say(profile: bool, what: str) -> None:
+    """Under nsys, a time-stamped line on stdout, which nsys's own output shares: the nsys log
+    (runs/nsys/nsys.log) then shows when nsys wrote each report against the runs."""
+    if profile:
+        print(f"[worker {time.time():.3f}] {what}", flush=True)
+
+
+def result_record(result: RunResult) -> dict:
+    """The run's summary, rank 0's timeline and its requests; under tensor parallelism `ranks`
+    holds ranks 1..N-1's timelines."""
+    record: dict = {
+        "summary": {**result.summary, **machine_facts()},  # once a process: nvidia-smi is slow
+        "timeline": _timeline_dict(result.timeline),
+        "requests": [
+            {
+                "request": i,
+                "prompt_len": len(r.prompt_ids),
+                "output_len": len(result.outputs[r.request_id]),
+                "max_tokens": r.params.max_tokens,
+                "constrained": r.params.constraint is not None,
+            }
+            for i, r in enumerate(result.requests)
+        ],
+    }
+    if result.rank_timelines:
+        record["ranks"] = [_timeline_dict(t) for t in result.rank_timelines]
+    return record
+
+
+def _timeline_dict(t: Timeline) -> dict:
+    return {
+        "depth": t.depth,
+        "host": t.host,
+        "device": t.device,
+        "steps": [vars(s) for s in t.steps.values()],
+    }
+
+
+def rank_timelines_from_record(record: dict) -> list[Timeline]:
+    """Ranks 1..N-1's timelines of a tensor-parallel run (empty for one GPU)."""
+    return [timeline_from_record({"timeline": t}) for t in record.get("ranks", [])]
+
+
+def timeline_from_record(record: dict) -> Timeline:
+    tl = record["timeline"]
+    t = Timeline(
+        depth=tl["depth"],
+        host=[tuple(r) for r in tl["host"]],
+        device=[tuple(r) for r in tl["device"]],
+    )
+    for s in tl["steps"]:
+        t.add_step(StepInfo(**s))
+    return t
+
+
+@functools.cache
+def machine_facts() -> dict:
+    facts: dict[str, str | None] = {"torch": str(torch.__version__), "driver": None}
+    if torch.cuda.is_available():
+        try:
+            out = subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+            facts["driver"] = out.stdout.strip().splitlines()[0] if out.returncode == 0 else None
+        except (OSError, subprocess.TimeoutExpired, IndexError):
+            pass
+    return facts
+
+
+def main(argv: list[str]) -> None:
+    run_plan(json.loads(Path(argv[0]).read_text()))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
