@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..core.contract import STEP_COLUMNS, STEP_HOST_PHASES
 from .model import VLLM_BUCKETS, graph_bucket
 from .schedule import Limits, Request, replay
 
@@ -209,7 +210,7 @@ def _ms_per_step(ranges: pd.DataFrame, phase: str) -> pd.Series:
 
 
 def _step_table(run_id: str, depth: int, schedule: pd.DataFrame, clock: _Clock) -> pd.DataFrame:
-    """The contract's per-step table (docs/phases.md) from the recorded ranges."""
+    """The contract's per-step table (core.contract.STEP_TABLE) from the recorded ranges."""
     host = pd.DataFrame(clock.host, columns=["phase", "step", "start_ns", "end_ns"])
     device = pd.DataFrame(clock.device, columns=["phase", "step", "start_ns", "end_ns"])
     table = schedule[["step", "kind", "batch_size"]].copy()
@@ -217,7 +218,7 @@ def _step_table(run_id: str, depth: int, schedule: pd.DataFrame, clock: _Clock) 
     table["gpu_start_ns"] = table["step"].map(forward["start_ns"])
     for ranges, phases in (
         (device, ("forward", "sampling")),
-        (host, ("plan", "launch", "commit", "finalize", "wait")),
+        (host, STEP_HOST_PHASES),
     ):
         for phase in phases:
             table[f"{phase}_ms"] = table["step"].map(_ms_per_step(ranges, phase)).fillna(0.0)
@@ -226,9 +227,8 @@ def _step_table(run_id: str, depth: int, schedule: pd.DataFrame, clock: _Clock) 
     table["busy_ms"] = table["forward_ms"] + table["sampling_ms"]
     table["kernel_gap_ms"] = 0.0  # spans only, like the in-process timeline
     table["bubble_ms"] = table["period_ms"] - table["busy_ms"]
-    table.insert(0, "run_id", run_id)
-    table.insert(3, "depth", depth)
-    return table
+    table["run_id"], table["depth"] = run_id, depth
+    return table[list(STEP_COLUMNS)]
 
 
 def idle_gaps(timeline: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:

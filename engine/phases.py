@@ -1,5 +1,5 @@
-"""Named host phases, each one NVTX range (domain "bubblelab", payload = step id) and one timeline
-record.
+"""Named host phases (core.contract.HOST_PHASES), each one NVTX range (domain core.contract.DOMAIN,
+payload = step id) and one timeline record.
 
 The engine wraps every phase of its loop in `phases.range(name, step)`. It runs on every tick, so
 it is a small class rather than a generator, and with NVTX off and no timeline it hands back one
@@ -11,22 +11,9 @@ from __future__ import annotations
 import time
 from contextlib import nullcontext
 
+from ..core.contract import DOMAIN
 from ..core.timeline import StepInfo, Timeline
 
-DOMAIN = "bubblelab"
-HOST_PHASES = (
-    "plan",
-    "launch",
-    "copy_h2d",
-    "forward",
-    "prefill",
-    "finalize",
-    "mask",
-    "sampling",
-    "copy_d2h",
-    "commit",
-    "wait",
-)
 _NOTHING = nullcontext()
 
 

@@ -17,14 +17,14 @@ import duckdb
 import pandas as pd
 
 from ..core.errors import BubblelabError
+from ..core.steady import WARMUP_STEPS, steady_state
 from ..core.timeline import Timeline
 from . import foreign, queries
-from .catalog import OFFLINE, connect
+from .catalog import connect
 from .ingest import ingest_timeline
-from .steps import PREFILL_RATIO, step_summary
+from .steps import step_summary
 
 Catalog = Path | str | duckdb.DuckDBPyConnection
-WARMUP_STEPS = 5  # steady-state rule 3: steady candidates skipped at the start of a run
 SUMMARY_COLUMNS = (
     "forward_ms",
     "sampling_ms",
@@ -59,14 +59,6 @@ def per_step_from_timeline(timeline: Timeline, run_id: str, depth: int) -> pd.Da
     con = connect(None)
     ingest_timeline(timeline, con, {"depth": depth}, run_id=run_id)
     return per_step(con, run_id)
-
-
-def steady_state(df: pd.DataFrame, warmup: int = WARMUP_STEPS) -> pd.DataFrame:
-    """The steady-state rows of a per-step table (rule in profiling/sql/steady_state.sql)."""
-    params = {"warmup": warmup, "ratio": PREFILL_RATIO}
-    if "busy_ms" not in df:  # a table without GPU busy time (a rank's steps): rule 3 cannot apply
-        df = df.assign(busy_ms=float("nan"))
-    return queries.run(duckdb.connect(config=OFFLINE), "steady_state", params, per_step=df)
 
 
 def idle_gaps(

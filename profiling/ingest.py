@@ -26,9 +26,10 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 
+from ..core.contract import DOMAIN
 from ..core.errors import BubblelabError
+from ..core.steady import PREFILL_RATIO
 from ..core.timeline import Timeline
-from ..engine.phases import DOMAIN
 from . import queries
 from .catalog import (
     RUN_COLUMNS,
@@ -38,7 +39,7 @@ from .catalog import (
     sql_string,
 )
 from .nsys import export_sqlite
-from .steps import PREFILL_RATIO, StepOptions, find_steps
+from .steps import StepOptions, find_steps
 from .trace_check import Part, TraceFacts, inspect_trace
 
 # (nsys table, ingestion statement); tables are created lazily, so a missing one means "no such

@@ -14,8 +14,8 @@ timeline's step), on the clock every rank shares. The answers, each from a query
   the straggler (tp_per_rank.sql); analyze_ranks adds what each rank's host was doing during its
   bubble (profiling.analysis.attribution on that rank's run).
 
-The steps summarised are rank 0's steady state (profiling.analysis.steady_state), the same step ids
-on every rank.
+The steps summarised are rank 0's steady state (core.steady.steady_steps), the same step ids on
+every rank.
 """
 
 from __future__ import annotations
@@ -24,16 +24,9 @@ import duckdb
 import pandas as pd
 
 from ..core.errors import BubblelabError
+from ..core.steady import WARMUP_STEPS, steady_steps
 from . import queries
-from .analysis import (
-    WARMUP_STEPS,
-    Catalog,
-    _open,
-    attribution,
-    per_step,
-    rollup,
-    steady_state,
-)
+from .analysis import Catalog, _open, attribution, per_step, rollup
 from .catalog import OFFLINE
 
 # Collective kernels by name: NCCL's (ncclDevKernel_AllReduce_Sum_bf16_RING_LL, ncclKernel_...).
@@ -91,17 +84,6 @@ def per_rank(steps: pd.DataFrame) -> pd.DataFrame:
     shares (tp_per_rank.sql)."""
     con = duckdb.connect(config=OFFLINE)
     return queries.run(con, "tp_per_rank", rank_steps=steps, stragglers=stragglers(steps))
-
-
-def steady_steps(steps: pd.DataFrame, warmup: int = WARMUP_STEPS) -> pd.DataFrame:
-    """The rows of rank_steps in rank 0's steady state that every rank recorded."""
-    lead = steps[steps["rank"] == 0]
-    steady = steady_state(lead, warmup)[["run_id", "step"]]
-    ranks = steps.groupby("run_id")["rank"].nunique().rename("size")
-    seen = steps.groupby(["run_id", "step"]).size().rename("seen").reset_index()
-    everywhere = seen.join(ranks, on="run_id").query("seen == size")[["run_id", "step"]]
-    keep = steady.merge(everywhere, on=["run_id", "step"])
-    return steps.merge(keep, on=["run_id", "step"])
 
 
 def summary(steps: pd.DataFrame, warmup: int = WARMUP_STEPS) -> list[dict]:

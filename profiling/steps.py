@@ -45,7 +45,6 @@ from .catalog import one_row
 RULES = ("auto", "sync", "graph")
 MIN_STEPS = 3
 GAP_THRESHOLD_US = 5.0  # twice the ~2.5 us launch floor between back-to-back kernels on the H200
-PREFILL_RATIO = 2.0  # a step with this many times the median step's GPU time is prefill-like
 SPLIT_RATIO = 4.0  # host gap jump that separates a step's closing sync from its other syncs
 GRAPH_SHARE = 0.5  # graphs with fewer nodes than this share of the largest are side graphs
 
@@ -291,7 +290,7 @@ def step_summary(
 ) -> dict:
     """How the run's steps were found and how sure that is: the rule, steps found (decode,
     prefill-like), the coefficient of variation of the steady steps' periods (how regular the steps
-    are; `steady` is analysis.steady_state of `steps`), the share of the GPU's time inside found
+    are; `steady` is core.steady.steady_state of `steps`), the share of the GPU's time inside found
     steps, and a word for it (high: CV <= 0.15 and >= 80% covered; medium: CV <= 0.5 and >= 50%;
     else low)."""
     found = con.execute(

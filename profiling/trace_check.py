@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from ..core.contract import DOMAIN
 from ..core.errors import BubblelabError
-from ..engine.phases import DOMAIN
 
 SUPPORTED_SCHEMA_MAJOR = "3"  # nsys 2021-2025 exports; the probe trace is 3.20.3
 

@@ -44,6 +44,7 @@ from typing import Any
 
 import pandas as pd
 
+from ..core.contract import NUMBER, REQUIRED_STEP_COLUMNS, STEP_TABLE, TEXT
 from ..core.errors import BubblelabError
 from ..core.files import write_atomic
 
@@ -59,19 +60,14 @@ TABLES = (
     "ranks",
     "rank_attribution",
 )
-# docs/phases.md: "Run metadata" and the per-step table.
+# docs/phases.md: "Run metadata" (the per-step table is core.contract's).
 RUN_COLUMNS = (
     "run_id, model, preset, depth, streams, output_len_mean, mean_generated_len, requests, device, "
     "driver, torch, nsys_version, schema_version, command, started_at, wall_s, generated_tokens, "
     "decode_steps, source, trace_path"
 ).split(", ")
-STEP_COLUMNS = (
-    "run_id, step, kind, depth, batch_size, forward_ms, sampling_ms, busy_ms, bubble_ms, "
-    "period_ms, plan_ms, launch_ms, commit_ms, finalize_ms, wait_ms, gpu_start_ns, gpu_end_ns"
-).split(", ")
 # The columns readers compute with, by kind: checked on reading so that a damaged or hand-edited
 # file fails in one line here, not with a TypeError deep in the report.
-TEXT, NUMBER = "text", "number"
 RUN_NUMBERS = "depth streams mean_generated_len wall_s generated_tokens requests decode_steps"
 # What profiling.ranks.summary and the cost model read of the `ranks` table (tp_rank_steps.sql).
 RANK_NUMBERS = (
@@ -84,7 +80,7 @@ TYPED_COLUMNS = {
         **dict.fromkeys(("run_id", "model", "preset", "device"), TEXT),
         **dict.fromkeys((*RUN_NUMBERS.split(), "output_len_mean"), NUMBER),
     },
-    "steps": {"run_id": TEXT, "kind": TEXT, "batch_size": NUMBER},
+    "steps": STEP_TABLE,
     "attribution": {"run_id": TEXT, "phase": TEXT, "bubble_ms": NUMBER},
     "gaps": {"run_id": TEXT, "step": NUMBER, "gap_ms": NUMBER, "began_in": TEXT},
     "timeline": {
@@ -203,21 +199,16 @@ def read_results(run_dir: Path | str) -> Results:
     runs, steps, ranks = tables["runs"], tables["steps"], tables["ranks"]
     if runs.empty or steps.empty:
         raise BubblelabError(f"{path} has no runs or no steps")
-    needs = [("runs", runs, NEEDED_RUN_COLUMNS), ("steps", steps, STEP_COLUMNS)]
+    needs = [("runs", runs, NEEDED_RUN_COLUMNS), ("steps", steps, REQUIRED_STEP_COLUMNS)]
     if len(ranks):
-        needs.append(("ranks", ranks, ["run_id", "kind", *RANK_NUMBERS.split()]))
+        needs.append(("ranks", ranks, ("run_id", "kind", *RANK_NUMBERS.split())))
     for name, table, needed in needs:
         if missing := [c for c in needed if c not in table]:
             raise BubblelabError(
                 f"{path}: {name} lack the column(s) {', '.join(missing)} (see docs/phases.md)"
             )
     for name, table in tables.items():
-        kinds = (
-            {**dict.fromkeys(STEP_COLUMNS, NUMBER), **TYPED_COLUMNS["steps"]}
-            if name == "steps"
-            else TYPED_COLUMNS.get(name, {})
-        )
-        for column, kind in kinds.items():
+        for column, kind in TYPED_COLUMNS.get(name, {}).items():
             if column in table:
                 table[column] = _typed(path, name, column, table[column], kind)
     provenance = doc.get("provenance") or {}

@@ -15,7 +15,7 @@ import duckdb
 import pandas as pd
 
 from ..core.errors import BubblelabError
-from ..profiling.analysis import steady_state
+from ..core.steady import steady_state
 from ..profiling.catalog import OFFLINE, connect
 from ..profiling.ingest import ingest_trace
 from .rundir import Results, read_results, results_path

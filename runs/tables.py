@@ -11,6 +11,7 @@ from __future__ import annotations
 import duckdb
 import pandas as pd
 
+from ..core.steady import steady_state, steady_steps
 from ..profiling import analysis, ranks
 from .rundir import Results
 
@@ -33,7 +34,7 @@ def collect(
     steps, attribution, gaps, lanes = [], [], [], []
     for run_id in run_ids:
         per_step = analysis.per_step(con, run_id)
-        steady = analysis.steady_state(per_step)
+        steady = steady_state(per_step)
         steps.append(per_step)
         attribution.append(analysis.attribution(con, run_id, steady))
         g = analysis.idle_gaps(con, run_id, analysis.middle(steady, GAP_STEPS))
@@ -50,9 +51,7 @@ def collect(
         lanes.append(analysis.lane_ranges(con, run_id, analysis.middle(steady, LANE_STEPS)))
     rank_steps = _cat([ranks.rank_steps(con, r) for r in groups["run_id"].unique() if r in run_ids])
     rank_attribution = (
-        ranks.rank_attribution(con, ranks.steady_steps(rank_steps))
-        if len(rank_steps)
-        else pd.DataFrame()
+        ranks.rank_attribution(con, steady_steps(rank_steps)) if len(rank_steps) else pd.DataFrame()
     )
     return Results(
         runs, _cat(steps), _cat(attribution), _cat(gaps), _cat(lanes), provenance=provenance or {},

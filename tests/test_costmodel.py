@@ -6,7 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bubblelab.core.contract import STEP_COLUMNS
 from bubblelab.core.errors import BubblelabError
+from bubblelab.core.steady import steady_state
 from bubblelab.costmodel.model import (
     VLLM_BUCKETS,
     StepCost,
@@ -17,8 +19,7 @@ from bubblelab.costmodel.model import (
 )
 from bubblelab.costmodel.predict import predict_runs
 from bubblelab.costmodel.simulate import LoopCosts, simulate_run
-from bubblelab.profiling.analysis import steady_state
-from bubblelab.runs.rundir import RUN_COLUMNS, STEP_COLUMNS, load_runs, read_results, write_results
+from bubblelab.runs.rundir import RUN_COLUMNS, load_runs, read_results, write_results
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +107,7 @@ def test_whatif_curve_goes_through_the_measured_point(blocking, pipelined, gpu, 
 
 def test_simulated_frames_follow_the_contract(sim):
     runs, steps, _, requests = sim
-    assert set(STEP_COLUMNS) <= set(steps.columns) and set(RUN_COLUMNS) <= set(runs.columns)
+    assert list(steps.columns) == list(STEP_COLUMNS) and set(RUN_COLUMNS) <= set(runs.columns)
     d1 = steps[steps.run_id == "sim-d1-s1-1"]
     d2 = steps[steps.run_id == "sim-d2-s1-1"]
     # Capped requests leave no zombie (the scheduler knows the cap was launched): the same steps at

@@ -7,31 +7,11 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from bubblelab.core.contract import STEP_COLUMNS
 from bubblelab.profiling import analysis
 from bubblelab.profiling.catalog import connect
 from bubblelab.profiling.ingest import ingest
 from tests.profiling_trace_builder import blocking_trace, pipelined_trace
-
-STEP_COLUMNS = [
-    "run_id",
-    "step",
-    "kind",
-    "depth",
-    "batch_size",
-    "forward_ms",
-    "sampling_ms",
-    "busy_ms",
-    "bubble_ms",
-    "kernel_gap_ms",
-    "period_ms",
-    "plan_ms",
-    "launch_ms",
-    "commit_ms",
-    "finalize_ms",
-    "wait_ms",
-    "gpu_start_ns",
-    "gpu_end_ns",
-]
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +26,7 @@ def catalog(tmp_path_factory):
 def test_per_step_blocking(catalog):
     con, run, _ = catalog
     df = analysis.per_step(con, run)
-    assert list(df.columns) == STEP_COLUMNS
+    assert list(df.columns) == list(STEP_COLUMNS)
     assert list(df.step) == [0, 1, 2, 3, 4, 5]
     assert list(df.kind) == ["prefill"] + ["decode"] * 5
     assert list(df.batch_size) == [4, 4, 4, 4, 4, 3]
@@ -114,7 +94,7 @@ def test_steady_state_rule(catalog):
     # (1) skipped
     assert steady[steady.run_id == blocking].step.tolist() == [2, 3, 4]
     assert steady[steady.run_id == pipelined].step.tolist() == [1, 2, 3]
-    assert list(steady.columns) == STEP_COLUMNS
+    assert list(steady.columns) == list(STEP_COLUMNS)
     by_run = analysis.steady_state(both, warmup=0).groupby("run_id").step.apply(list).to_dict()
     assert by_run == {blocking: [1, 2, 3, 4], pipelined: [0, 1, 2, 3]}
 
