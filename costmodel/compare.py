@@ -1,7 +1,7 @@
 """Runs side by side: per-run steady-state medians (the post's first table) and depth 1 against
 depth 2.
 
-Everything is a steady-state median (profiling.analysis.steady_state), so these tables agree with
+Everything is a steady-state median (core.steady.steady_state), so these tables agree with
 the prediction table, the report and `bubblelab analyze`.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..profiling.analysis import steady_state
+from ..core.steady import steady_state
 from .model import host_tick_ms, step_gpu_ms
 from .predict import CONFIG_KEYS, known_int, pct, run_label
 

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.errors import BubblelabError
-from ..profiling.analysis import steady_state
+from ..core.steady import steady_state
 from .model import step_gpu_ms
 
 KINDS = ("decode", "prefill")

@@ -22,7 +22,7 @@ import pandas as pd
 
 from ..core.checks import check_float
 from ..core.errors import BubblelabError
-from ..profiling.analysis import WARMUP_STEPS, steady_state
+from ..core.steady import WARMUP_STEPS, steady_state
 from .bootstrap import check_n_boot, interval
 from .model import host_tick_ms, pipelined_period, speedup, step_gpu_ms
 from .predict import pct

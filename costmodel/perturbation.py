@@ -3,7 +3,7 @@ side.
 
 run-and-profile measures every configuration without a profiler (the runs the cost model is fed) and
 the first repeats again under nsys. Per configuration and depth this table puts their steady-state
-medians (profiling.analysis.steady_state, pooled over the runs) side by side, with the relative
+medians (core.steady.steady_state, pooled over the runs) side by side, with the relative
 change nsys made, and the observed speedup each way: profiler overhead is host overhead, which is
 what pipelining hides, so a profiled speedup overstates the engine's.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..profiling.analysis import steady_state
+from ..core.steady import steady_state
 from .model import host_tick_ms, step_gpu_ms
 from .predict import CONFIG_KEYS, pct, run_label
 

@@ -10,7 +10,7 @@ second).
 Per configuration:
 - observed_pct: depth 2's tokens/s over depth 1's, pooled over the pairs; observed_lo / _hi its 95%
   interval from resampling pairs; observed_known: the interval is within ±1 point over >= 5 pairs.
-- blocking_ms / pipelined_ms: median period of the steady state (profiling.analysis.steady_state).
+- blocking_ms / pipelined_ms: median period of the steady state (core.steady.steady_state).
 - predicted_pct: the post's model on those two periods, z from the measured step-cost curve (per
   step; *_lo / *_hi from resampling steps); error_pts = observed − predicted.
 - d1_predicted_pct: the same with T_pipe predicted from the depth-1 table alone.
@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.errors import BubblelabError
-from ..profiling.analysis import steady_state  # the project's one steady-state rule
+from ..core.steady import steady_state  # the project's one steady-state rule
 from . import bootstrap as bs
 from .blog import BLOG_STEP_PARTS, BLOG_TABLE
 from .model import (

@@ -14,8 +14,30 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
-from ..engine.config import ModelConfig
+
+class ModelShape(Protocol):
+    """What the floor reads of a model: its shape (engine.config.ModelConfig is one). The cost model
+    stays torch-free, so it takes any object with these numbers."""
+
+    @property
+    def vocab_size(self) -> int: ...
+    @property
+    def hidden_size(self) -> int: ...
+    @property
+    def intermediate_size(self) -> int: ...
+    @property
+    def num_layers(self) -> int: ...
+    @property
+    def num_heads(self) -> int: ...
+    @property
+    def num_kv_heads(self) -> int: ...
+    @property
+    def head_dim(self) -> int: ...
+    @property
+    def qk_norm(self) -> bool: ...  # a norm on q and k per head (Qwen3)
+
 
 FORMULA = (
     "floor = prefill FLOPs / (N x matmul peak) + decode steps x decode weight bytes / "
@@ -23,13 +45,13 @@ FORMULA = (
 )
 
 
-def layer_matmul_params(cfg: ModelConfig) -> int:
+def layer_matmul_params(cfg: ModelShape) -> int:
     """Weights of one layer's matrices: q, k, v, o projections and the gated MLP."""
     q, kv = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
     return cfg.hidden_size * (q + 2 * kv + q + 3 * cfg.intermediate_size)
 
 
-def decode_weight_bytes(cfg: ModelConfig, itemsize: int) -> int:
+def decode_weight_bytes(cfg: ModelShape, itemsize: int) -> int:
     """Bytes a decode step must read: every layer's matrices and norms, the final norm and the LM
     head. The embedding table counts only as the LM head (tied or not, a step gathers just its
     batch's rows of it)."""
@@ -40,7 +62,7 @@ def decode_weight_bytes(cfg: ModelConfig, itemsize: int) -> int:
     )
 
 
-def prefill_flops(cfg: ModelConfig, prompt_lens: Sequence[int]) -> float:
+def prefill_flops(cfg: ModelShape, prompt_lens: Sequence[int]) -> float:
     """2 x the multiply-adds of prefilling these prompts: the matrices for every token, causal
     attention (QK^T and PV over the keys at or before each query), the LM head for each prompt's
     last token only."""
@@ -84,7 +106,7 @@ class Floor:
 
 
 def run_floor(
-    cfg: ModelConfig,
+    cfg: ModelShape,
     itemsize: int,
     prompt_lens: Sequence[int],
     output_lens: Sequence[int],

@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..profiling.ranks import steady_steps
+from ..core.steady import steady_steps
 
 PIECES = (
     "rank0_gpu_ms",  # rank 0's forward + sampling spans

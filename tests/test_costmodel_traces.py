@@ -5,9 +5,9 @@ import pandas as pd
 import pytest
 
 from bubblelab.core.errors import BubblelabError
+from bubblelab.core.steady import steady_state
 from bubblelab.costmodel.model import host_tick_ms, step_gpu_ms
 from bubblelab.costmodel.predict import predict_runs
-from bubblelab.profiling.analysis import steady_state
 from bubblelab.runs.traces import load_traces
 
 
