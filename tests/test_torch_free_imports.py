@@ -1,0 +1,58 @@
+"""Analysing a trace and predicting from a results file need no GPU stack: in a fresh interpreter
+with torch blocked (and duckdb, for the cost model and core), these modules import, quickly, and
+load neither the blocked packages nor the engine. pyproject's import-linter contracts say the same
+of every module; this is what a user on a laptop without CUDA sees."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+# Run in a fresh interpreter: a finder ahead of every other refuses the blocked packages, as if they
+# were not installed; then the module is imported and timed.
+CHILD = """
+import importlib, importlib.abc, json, sys, time
+
+blocked = set(sys.argv[2].split(","))
+
+
+class Blocked(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in blocked:
+            raise ModuleNotFoundError(f"{name} is blocked", name=name)
+        return None
+
+
+sys.meta_path.insert(0, Blocked())
+start = time.perf_counter()
+importlib.import_module(sys.argv[1])
+seconds = time.perf_counter() - start
+watched = ("torch", "duckdb", "bubblelab.engine", "bubblelab.profiling")
+print(json.dumps({"seconds": seconds, "loaded": sorted(m for m in sys.modules if m in watched)}))
+"""
+TORCH_AND_DUCKDB = "torch,duckdb"
+
+
+@pytest.mark.parametrize(
+    ("module", "blocked", "allowed", "bound_s"),
+    [
+        # The cost model reads tables: no torch, no DuckDB, no profiling, no engine.
+        ("bubblelab.costmodel.predict", TORCH_AND_DUCKDB, [], 2.0),
+        # Analysis runs DuckDB over a trace's catalog, still without torch or the engine.
+        ("bubblelab.profiling.analysis", "torch", ["bubblelab.profiling", "duckdb"], 3.0),
+        ("bubblelab.core.contract", TORCH_AND_DUCKDB, [], 2.0),
+        ("bubblelab.core.steady", TORCH_AND_DUCKDB, [], 2.0),
+    ],
+)
+def test_imports_without_torch(module, blocked, allowed, bound_s):
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, module, blocked], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = json.loads(done.stdout.splitlines()[-1])
+    print(f"import {module} with {blocked} blocked: {found['seconds']:.2f} s")
+    assert found["loaded"] == allowed
+    assert found["seconds"] < bound_s  # generous: ~0.5 s on a 2-core machine, pandas most of it
