@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.docs import generated
+from tools.docs import generated, measurements_index
 
 ROOT = Path(__file__).resolve().parents[1]
 USER_DOCS = (
@@ -75,9 +75,10 @@ def test_the_readmes_analyze_command_runs():
 # "session 2", "this session": how the work went, not what a user needs (an nsys session is)
 PAST = r"\bsessions? \d|\bsession-\d|\b(?:this|last|previous|next|earlier) session|session's"
 # The docs the README sends a user to (tools/gpu_machine/README.md describes this project's own GPU
-# machine set-up, .device/ included; docs/measurements/<date>/ are the records of the GPU runs).
+# machine set-up, .device/ included; docs/measurements/ holds the data, its README the commands).
 LINKED_DOCS = (
     *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md")),
+    "docs/measurements/README.md",
     "benchmarks/README.md",
     "profiling/README.md",
     "tools/README.md",
@@ -98,6 +99,11 @@ def test_linked_docs_name_no_path_outside_the_repository(name):
     text = (ROOT / name).read_text()
     assert not re.findall(r"\.\./|\.device/", text), "a path outside the repository"
     assert not re.findall(PAST, text, re.I), "talk of past work sessions"
+
+
+def test_every_measurement_file_has_its_command():
+    """docs/measurements/README.md names every data file beside it, and only files that exist."""
+    assert measurements_index.problems() == []
 
 
 def test_documented_commands_name_files_that_exist():
