@@ -74,6 +74,8 @@ def test_the_readmes_analyze_command_runs():
 
 # "session 2", "this session": how the work went, not what a user needs (an nsys session is)
 PAST = r"\bsessions? \d|\bsession-\d|\b(?:this|last|previous|next|earlier) session|session's"
+# "today's engine", "call A", "the GPU call": a day's work told as a story (case-sensitive)
+STORY = r"\b[Tt]oday\b|\bcall [A-Z]\b|\bGPU calls?\b|\bthis branch\b"
 # The docs the README sends a user to (tools/gpu_machine/README.md describes this project's own GPU
 # machine set-up, .device/ included; docs/measurements/ holds the data, its README the commands).
 LINKED_DOCS = (
@@ -90,6 +92,7 @@ def test_user_docs_stay_inside_the_repository(name):
     text = (ROOT / name).read_text()
     assert not re.findall(r"\.\./shared|/work/|/root/|/tmp/", text), "a path outside the repository"
     assert not re.findall(PAST, text, re.I), "talk of past work sessions"
+    assert not re.findall(STORY, text), "a story of the work, not what was measured"
 
 
 @pytest.mark.parametrize("name", LINKED_DOCS)
@@ -99,6 +102,7 @@ def test_linked_docs_name_no_path_outside_the_repository(name):
     text = (ROOT / name).read_text()
     assert not re.findall(r"\.\./|\.device/", text), "a path outside the repository"
     assert not re.findall(PAST, text, re.I), "talk of past work sessions"
+    assert not re.findall(STORY, text), "a story of the work, not what was measured"
 
 
 def test_every_measurement_file_has_its_command():
