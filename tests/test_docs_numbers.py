@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.docs import generated
+from tools.docs import generated, measurements_index
 
 ROOT = Path(__file__).resolve().parents[1]
 USER_DOCS = (
@@ -74,10 +74,13 @@ def test_the_readmes_analyze_command_runs():
 
 # "session 2", "this session": how the work went, not what a user needs (an nsys session is)
 PAST = r"\bsessions? \d|\bsession-\d|\b(?:this|last|previous|next|earlier) session|session's"
+# "today's engine", "call A", "the GPU call": a day's work told as a story (case-sensitive)
+STORY = r"\b[Tt]oday\b|\bcall [A-Z]\b|\bGPU calls?\b|\bthis branch\b"
 # The docs the README sends a user to (tools/gpu_machine/README.md describes this project's own GPU
-# machine set-up, .device/ included; docs/measurements/<date>/ are the records of the GPU runs).
+# machine set-up, .device/ included; docs/measurements/ holds the data, its README the commands).
 LINKED_DOCS = (
     *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md")),
+    "docs/measurements/README.md",
     "benchmarks/README.md",
     "profiling/README.md",
     "tools/README.md",
@@ -89,6 +92,7 @@ def test_user_docs_stay_inside_the_repository(name):
     text = (ROOT / name).read_text()
     assert not re.findall(r"\.\./shared|/work/|/root/|/tmp/", text), "a path outside the repository"
     assert not re.findall(PAST, text, re.I), "talk of past work sessions"
+    assert not re.findall(STORY, text), "a story of the work, not what was measured"
 
 
 @pytest.mark.parametrize("name", LINKED_DOCS)
@@ -98,6 +102,12 @@ def test_linked_docs_name_no_path_outside_the_repository(name):
     text = (ROOT / name).read_text()
     assert not re.findall(r"\.\./|\.device/", text), "a path outside the repository"
     assert not re.findall(PAST, text, re.I), "talk of past work sessions"
+    assert not re.findall(STORY, text), "a story of the work, not what was measured"
+
+
+def test_every_measurement_file_has_its_command():
+    """docs/measurements/README.md names every data file beside it, and only files that exist."""
+    assert measurements_index.problems() == []
 
 
 def test_documented_commands_name_files_that_exist():

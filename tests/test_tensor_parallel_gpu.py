@@ -1,7 +1,7 @@
 """Tensor parallelism on two GPUs (NCCL, CUDA graphs that capture the collectives): TP 2 against
 TP 1, depth 1 against depth 2, per-rank timelines, and a worker that dies or hangs.
 
-Run by the GPU command script (docs/measurements/<date>/tp_call.sh) on nvidia-h200-x2.
+The commands that run them on two GPUs: docs/tensor-parallel.md, "Measuring it on two GPUs".
 """
 
 from __future__ import annotations

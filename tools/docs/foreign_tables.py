@@ -157,10 +157,10 @@ def foreign_findings() -> str:
         f"closing pair; the host sits {wait:.2f} ms a step in the extra ones (period "
         f"{fork['report']['period_ms']['median']:.2f} ms, GPU busy "
         f"{busy_pct(fork['steady']):.1f}%).\n\n"
-        f"**transformers generate** (the untrimmed trace, {GPU_RUN.name}/foreign/): the GPU run's "
-        f"analysis found {old['steps_found']['steps']} steps, period CV "
+        f"**transformers generate** (the whole export, {GPU_RUN.name}/foreign/): its first "
+        f"analysis (summary.json) found {old['steps_found']['steps']} steps, period CV "
         f"{old['steps_found']['period_cv']:.2f}, confidence {old['steps_found']['confidence']}; "
-        f"today: {hf_found['steps']} steps ({hf_found['detail']}), CV "
+        f"the current rules: {hf_found['steps']} steps ({hf_found['detail']}), CV "
         f"{hf_found['period_cv']:.3f}, {hf_found['confidence']}; {hf['steps']} steady steps of "
         f"{hf['period_ms']['median']:.1f} ms, GPU busy {busy_pct(full['steady']):.1f}%."
     )

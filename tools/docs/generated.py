@@ -32,10 +32,16 @@ from bubblelab.profiling import analysis
 from bubblelab.profiling.catalog import connect
 from bubblelab.runs.rundir import Results
 from bubblelab.runs.traces import TRACES_DIR, load_traces
-from tools.docs import foreign_tables
+from tools.docs import foreign_tables, measurements_index
 
 ROOT = Path(__file__).resolve().parents[2]
-FILES = ("README.md", "traces/README.md", "costmodel/README.md", "docs/foreign-traces.md")
+FILES = (
+    "README.md",
+    "traces/README.md",
+    "costmodel/README.md",
+    "docs/foreign-traces.md",
+    "docs/measurements/README.md",
+)
 BLOCK = re.compile(
     r"(<!-- generated: (?P<name>[\w-]+) \(python -m tools\.docs\.generated\) -->\n)"
     r"(?P<body>.*?)"
@@ -223,6 +229,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "foreign-fixtures": foreign_tables.foreign_fixtures,
     "foreign-nanovllm-writeup": foreign_tables.nanovllm_writeup,
     "foreign-findings": foreign_tables.foreign_findings,
+    "measurements-index": measurements_index.measurements_index,
 }
 
 

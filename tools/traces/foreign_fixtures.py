@@ -2,10 +2,11 @@
 
     .venv/bin/python -m tools.traces.foreign_fixtures
 
-Reads the traces tools/traces/make_foreign_traces.py brought back (docs/measurements/2026-11-23/
-foreign/, kept whole there: each is under 20 MiB) and writes each to traces/foreign/ at most ~1.5 MB
-gzipped: whole when it already is (the same bytes, so the same run id), else cut to a window of
-steps by profiling.trim.trim_foreign (every table the analysis reads, the rows of those steps). The
+Reads the traces tools/traces/make_foreign_traces.py brought back and writes each to
+traces/foreign/ at most ~1.5 MB gzipped: whole when it already is (the same bytes, so the same run
+id; such a trace is kept once, as the fixture), else cut to a window of steps by
+profiling.trim.trim_foreign (every table the analysis reads, the rows of those steps) from the
+whole export kept in docs/measurements/2026-11-23/foreign/ (each under 20 MiB). The
 window starts at step 0 so the fixtures keep what comes before the decode steps (nano-vllm's and
 the fork's prefill, transformers generate's host checks and prefill). index.json gets the source
 entry plus the GPU, the nsys and driver versions read from the trace, and what was cut.
@@ -86,8 +87,10 @@ def make(source: Path = SOURCE, target: Path = TARGET) -> dict:
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         for name, entry in index.items():
+            # a trace small enough whole is kept once: as the fixture, when the source lacks it
+            whole = source / name if (source / name).is_file() else TARGET / name
             plain = tmp / name.removesuffix(".gz")
-            gunzip_to(source / name, plain)
+            gunzip_to(whole, plain)
             options = StepOptions(step_range=entry.get("step_range"))
             found = steps_found(plain, options)  # by today's rules, not those of the GPU run
             first, last = WINDOWS.get(name, (0, found - 1))
@@ -101,7 +104,8 @@ def make(source: Path = SOURCE, target: Path = TARGET) -> dict:
                     "rows launched by them; every table the analysis reads)"
                 )
             else:
-                shutil.copyfile(source / name, target / name)
+                if whole != target / name:
+                    shutil.copyfile(whole, target / name)
                 trimmed = (
                     f"not cut: the source trace as make_foreign_traces.py wrote it ({found} steps)"
                 )
@@ -115,7 +119,7 @@ def make(source: Path = SOURCE, target: Path = TARGET) -> dict:
                 **({"model": MODELS[name]} if name in MODELS else {}),
                 "steps": [first, last],
                 "trimmed": trimmed,
-                "source_trace": str((source / name).relative_to(ROOT)),
+                "source_trace": str(whole.relative_to(ROOT)),
                 "bytes": size,
             }
     (target / "index.json").write_text(json.dumps(out, indent=1) + "\n")
