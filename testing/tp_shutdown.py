@@ -30,6 +30,7 @@ SCENARIOS = {
     "sigint": "SIGINT to the parent alone, mid-generate (from a timer thread), never closed",
     "ctrl-c": "SIGINT to the whole process group, as a terminal's Ctrl-C, never closed",
     "kill": "SIGKILL to the worker mid-generate: generate raises, then close()",
+    "init-kill": "SIGKILL to the worker once it joined the group, while rank 0 initialises",
     "noguard": "the LLM built at module level without the __main__ guard",
 }
 FAILS = {"sigint", "ctrl-c", "noguard"}  # the script itself ends with an error
@@ -78,7 +79,30 @@ def cuda_memory():
     return torch.cuda.memory_reserved()
 
 
+def kill_at_init():
+    # The worker dies right after both joined the process group: rank 0 meets the dead peer in the
+    # KV sizing's collective (on NCCL only the init watch's abort ends that wait).
+    from bubblelab.engine.distributed import workers as tp
+
+    join = tp.init_group
+
+    def join_then_die(*args):
+        join(*args)
+        kids = mp.active_children()
+        say(pids=[p.pid for p in kids], shm=[], done=T())
+        for p in kids:
+            os.kill(p.pid, signal.SIGKILL)
+
+    tp.init_group = join_then_die
+    try:
+        LLM(**OPTIONS)
+    except Exception as e:
+        say(raised=T(), error=f"{type(e).__name__}: {e}", **left_behind([]))
+
+
 def main():
+    if SCENARIO == "init-kill":
+        return kill_at_init()
     # Registered before the engine's own atexit close, so it runs after it (last in, first out):
     # how each worker had ended by then (0: it left by itself; -9: it had to be killed).
     procs = []
@@ -141,6 +165,18 @@ def main():
 
 _GUARDED = _BODY + '\n\nif __name__ == "__main__":\n    main()\n'
 _UNGUARDED = _BODY + "\n\nsay(started=T())\nmain()  # no guard: each worker runs this again\n"
+
+
+def engine_options(device: str, preset: str | None = None) -> dict:
+    """LLM(...) options for the scenarios: tiny-llama on the CPU; on CUDA a small Qwen3 preset
+    with CUDA graphs on (they capture the all-reduces, which is what NCCL's teardown is strict
+    about) and the fused ops eager (compiling them costs a fresh machine a minute)."""
+    common = dict(tensor_parallel=2, tensor_parallel_timeout_s=5.0, max_num_seqs=4,
+                  max_model_len=128, seed=1)  # fmt: skip
+    if device == "cpu":
+        return dict(common, model=preset or "tiny-llama", block_size=4, num_kv_blocks=128)
+    return dict(common, model=preset or "qwen3-0.6b", device="cuda", dtype="bf16", compile=False,
+                num_kv_blocks=256)  # fmt: skip
 
 
 @dataclass

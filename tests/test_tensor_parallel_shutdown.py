@@ -9,12 +9,19 @@ the named semaphores) and no leak reported by multiprocessing's resource tracker
 
 from __future__ import annotations
 
+import multiprocessing as mp
+import os
+import signal
+import time
+
 import pytest
+import torch.distributed as dist
 
+from bubblelab.core.errors import WorkerError
 from testing import tp_shutdown
+from tests.engine_helpers import make_tp_engine
 
-OPTIONS = dict(model="tiny-llama", seed=1, tensor_parallel=2, tensor_parallel_timeout_s=5.0,
-               max_num_seqs=4, max_model_len=128, block_size=4, num_kv_blocks=128)  # fmt: skip
+OPTIONS = tp_shutdown.engine_options("cpu")
 # From the moment the scenario ends the engine until the script and its workers have exited: two
 # interpreters tearing torch down, one after the other, ~2 s each on this 2-core VM when it is idle
 # and up to 5 s under a concurrent suite (3-13 s measured). A hang is a timeout or a kill at STOP_S.
@@ -65,3 +72,46 @@ def test_a_script_without_the_main_guard_fails_fast_naming_the_rule(tmp_path):
     assert "rank 1" in last and "stopped at start" in last
     assert 'must build the LLM under `if __name__ == "__main__":`' in last
     assert "pids" not in out.reports  # the parent never got as far as an engine
+
+
+@pytest.mark.parametrize("when", ["before its first word", "after joining the group"])
+def test_a_worker_that_dies_during_init_fails_the_engine_in_one_line(when, monkeypatch):
+    """Killed while rank 0 waits for its first word, or once both joined the process group (rank 0
+    then meets the dead peer in the KV sizing's collective): the engine's constructor raises one
+    WorkerError naming the rank, nothing is left, and the process can start another engine."""
+    from bubblelab.engine.distributed import workers as tp
+
+    def kill_workers() -> None:
+        for proc in mp.active_children():
+            os.kill(proc.pid, signal.SIGKILL)
+
+    if when == "before its first word":
+        replies = tp.TPWorkers._replies
+
+        def first_word(self, kind, timeout_s):
+            if kind == "hello":
+                kill_workers()
+            return replies(self, kind, timeout_s)
+
+        monkeypatch.setattr(tp.TPWorkers, "_replies", first_word)
+    else:
+        init_group = tp.init_group
+
+        def join_then_die(*args):
+            init_group(*args)
+            kill_workers()
+
+        monkeypatch.setattr(tp, "init_group", join_then_die)
+    started = time.monotonic()
+    with pytest.raises(WorkerError) as failure:
+        make_tp_engine("tiny-llama", 1, tensor_parallel_timeout_s=5.0)
+    took = time.monotonic() - started
+    message = str(failure.value)
+    assert message.startswith("tensor-parallel worker failed: rank 1 (pid ")
+    assert "was killed by SIGKILL" in message and "\n" not in message
+    assert took < 30, took  # (most of it is loading; a missed death waits 15 minutes)
+    assert not mp.active_children() and not dist.is_initialized()
+    monkeypatch.undo()
+    engine = make_tp_engine("tiny-llama", 1)  # the process is free to start another
+    engine.close()
+    assert not mp.active_children()

@@ -2,9 +2,10 @@
 
 Runs every scenario of testing/tp_shutdown.py as its own script (close, with, interpreter exit, an
 exception inside generate, SIGINT to the parent, Ctrl-C to the process group, a worker killed
-mid-generate, a script without the main guard) and prints one line each: exit code, seconds from
-the moment the engine was ended until every process had exited (and until close() returned, where
-the script closes), what was left running or in /dev/shm. On the GPU pair:
+mid-generate or while rank 0 initialises, a script without the main guard) and prints one line
+each: exit code, seconds from the moment the engine was ended until every process had exited (and
+until close() returned, or generate raised), what was left running or in /dev/shm.
+On the GPU pair:
 
     python -m tools.gpu_machine.tp_shutdown_times --device cuda --out $OUT
 
@@ -22,17 +23,6 @@ from pathlib import Path
 from testing import tp_shutdown
 
 
-def options(device: str, preset: str | None) -> dict:
-    common = dict(tensor_parallel=2, tensor_parallel_timeout_s=5.0, max_num_seqs=4,
-                  max_model_len=256, seed=1)  # fmt: skip
-    if device == "cpu":
-        return dict(common, model=preset or "tiny-llama", block_size=4, num_kv_blocks=128)
-    # CUDA graphs on (they capture the all-reduces: the teardown NCCL is strict about); the fused
-    # ops eager (compiling them is orthogonal and costs a fresh machine a minute).
-    return dict(common, model=preset or "qwen3-0.6b", device="cuda", dtype="bf16", compile=False,
-                num_kv_blocks=512)  # fmt: skip
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
@@ -44,7 +34,9 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for scenario in a.scenarios.split(","):
-            out = tp_shutdown.run(scenario, options(a.device, a.preset), Path(tmp), a.timeout)
+            out = tp_shutdown.run(
+                scenario, tp_shutdown.engine_options(a.device, a.preset), Path(tmp), a.timeout
+            )
             r, teardown = out.reports, out.teardown_s()
             row = {
                 "scenario": scenario,
