@@ -280,7 +280,7 @@ class TPWorkers:
         """End every worker and leave the group, within seconds; idempotent. Cleanly when the ranks
         are in step (each drains, releases its graphs and leaves the group, rank 0 last); else the
         workers are killed first and rank 0 aborts the group. Either way, then: kill whatever is
-        left, remove the ring, let go of the semaphores, queue and store."""
+        left, remove the ring, let go of the semaphores and the reply queue."""
         if self.closed:
             return
         self.closed = True
