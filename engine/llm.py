@@ -24,7 +24,11 @@ class GenerationOutput:
 
 
 class LLM:
-    """`LLM()` loads the embedded default model (SmolLM2-135M-Instruct GGUF) on the CPU."""
+    """`LLM()` loads the embedded default model (SmolLM2-135M-Instruct GGUF) on the CPU.
+
+    `with LLM(...) as llm:` closes it at the end of the block (close() does too); one with
+    `tensor_parallel > 1` starts worker processes, which a script must do under
+    `if __name__ == "__main__":`."""
 
     def __init__(self, model: str | None = None, **engine_options):
         self.engine = LLMEngine(EngineConfig(model=model, **engine_options))
@@ -87,3 +91,9 @@ class LLM:
 
     def close(self) -> None:
         self.engine.close()
+
+    def __enter__(self) -> LLM:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -79,6 +79,7 @@ class LLMEngine:
         # Per-token commit times for latency (TTFT, TPOT, ITL): one clock read per commit and one
         # append per token, so off unless asked for (run_workload(latency=True)).
         self.record_token_times = False
+        self.closed = False
 
     def _init_device_side(self, config: EngineConfig, loaded: LoadedModel | None) -> None:
         tp = TensorParallel(0, config.tensor_parallel)
@@ -298,10 +299,17 @@ class LLMEngine:
             self.workers.check_idle()
 
     def close(self) -> None:
-        # Rank 0's device work first (its collectives need the workers), unless a worker is gone:
-        # then it cannot finish, and closing the workers (kill, abort the group) comes first.
-        if self.workers is None or self.workers.healthy():
-            self.runner.close()
-        if self.workers is not None:
-            self.workers.close()
+        """Idempotent. Under tensor parallelism the runner's close also ends the workers and leaves
+        the process group (TPModelRunner.close), within seconds whatever state the run was left in;
+        an engine nobody closes is closed at interpreter exit."""
+        if self.closed:
+            return
+        self.closed = True
+        self.runner.close()
         self.streams.close()
+
+    def __enter__(self) -> LLMEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import signal
+import subprocess
 import time
 
 import numpy as np
@@ -153,3 +154,46 @@ def test_a_gpu_worker_that_dies_or_hangs_ends_the_run_and_gpu_0_stays_usable(how
     two = _engine(2, "bf16", "auto", compile=False)
     assert all(len(t) == 4 for t in _finish(two, _add(two, "c", n=2, max_tokens=4)))
     two.close()
+
+
+def _on_gpu(pids: list[int]) -> list[int]:
+    """Which of these processes still hold a CUDA context (nvidia-smi; empty where the container
+    hides host pids)."""
+    out = subprocess.run(
+        ["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"],
+        capture_output=True, text=True, check=False,
+    ).stdout  # fmt: skip
+    held = {int(p) for p in out.split() if p.strip().isdigit()}
+    return [p for p in pids if p in held]
+
+
+@pytest.mark.parametrize("scenario", ["close", "with", "exit", "init-kill"])
+def test_nccl_engines_end_within_seconds_with_nothing_left(scenario, tmp_path):
+    """Issue #27: a process that built LLM(tensor_parallel=2) on the H100 pair hung after close()
+    (NCCL waits, without a timeout, for the CUDA graphs that captured its all-reduces before it
+    destroys a communicator). close(), `with` and interpreter exit, each a fresh script under a
+    timeout (testing/tp_shutdown.py): the worker leaves by itself, both processes exit within
+    seconds, no GPU memory, process or /dev/shm entry is left. init-kill: a worker killed while rank
+    0 is in the KV sizing's all-reduce (NCCL never notices) ends the constructor with one line."""
+    from testing import tp_shutdown
+
+    out = tp_shutdown.run(scenario, tp_shutdown.engine_options("cuda"), tmp_path, timeout_s=240)
+    print(scenario, {k: v for k, v in out.reports.items() if k not in ("shm",)},
+          f"teardown {out.teardown_s()} s, wall {out.wall_s:.1f} s")  # fmt: skip
+    assert out.returncode == 0, f"{scenario}: exit {out.returncode}\n{out.stderr[-3000:]}"
+    assert not out.left_running() and not out.shm_left() and "leaked" not in out.stderr
+    assert not _on_gpu(out.reports["pids"]), "a worker still holds its GPU"
+    teardown = out.teardown_s()
+    assert teardown is not None and teardown < 30, (teardown, out.stderr[-3000:])
+    if scenario == "init-kill":
+        assert out.reports["error"].startswith("WorkerError: tensor-parallel worker failed: rank 1")
+        assert (
+            "SIGKILL" in out.reports["error"] and out.reports["raised"] - out.reports["done"] < 30
+        )
+        return
+    assert out.reports["exitcodes"] == [0], "the worker was killed instead of leaving by itself"
+    if scenario != "exit":
+        assert out.reports["children"] == 0 and out.reports["shm_left"] == []
+        assert out.reports["closed"] - out.reports["done"] < 15
+        # Rank 0 dropped the engine: its weights, KV pool and graph pool are all gone.
+        assert out.reports["cuda_reserved"] < 64 << 20, out.reports["cuda_reserved"]

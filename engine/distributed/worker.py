@@ -19,6 +19,7 @@ import dataclasses
 import json
 import multiprocessing as mp
 import os
+import signal
 import time
 import traceback
 from dataclasses import dataclass
@@ -44,6 +45,7 @@ from ..phases import Phases
 from ..sampler import SamplingFlags
 from ..streams import Streams
 from .handoff import H, Op, RingSpec, ShmRing
+from .lifecycle import release_graphs
 
 SPIN_S = 0.05
 
@@ -74,6 +76,9 @@ def rank_device(config: EngineConfig, rank: int) -> torch.device:
 def worker_main(args: WorkerArgs) -> None:
     """The spawned process's entry point: serve until SHUTDOWN; any failure goes back to rank 0
     first."""
+    # Ctrl-C in a terminal reaches every process of the group: rank 0 alone decides how the workers
+    # end (a worker that died of it mid-step would turn a clean stop into a failure).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         Worker(args).serve()
     except BaseException:
@@ -99,6 +104,7 @@ class Worker:
         tp = TensorParallel(a.rank, a.size)
         wait = timedelta(seconds=a.init_timeout_s)  # rank 0 publishes the ring after its own init
         store = dist.TCPStore("127.0.0.1", a.store_port, a.size, is_master=False, timeout=wait)
+        self.replies.put(("hello", self.rank, os.getpid()))  # alive: rank 0 now joins the group
         init_group(tp, device, store, a.init_timeout_s)
         self.config = config = dataclasses.replace(a.config, device=str(device))
         assert config.dtype is not None  # EngineConfig.__post_init__ filled in the default
@@ -146,9 +152,19 @@ class Worker:
                     self.control(op, header)
             finally:
                 self.ring.release(self.reader)
+        self.leave()
+
+    def leave(self) -> None:
+        """SHUTDOWN (the ranks are in step): drain this device, release the graphs (NCCL destroys
+        a communicator only after them), leave the group, then tell rank 0, which leaves last."""
+        for stream in (self.streams.compute, self.streams.copy):
+            done = self.streams.event()
+            stream.record(done)
+            self.streams.wait(done, self._check_parent)
+        release_graphs(self.runner.graphs)
         self.ring.close()
-        self.streams.synchronize()
         close_group()
+        self.replies.put(("left", self.rank, None))
 
     # -- steps -------------------------------------------------------------------------------------
     def launch(self, h: np.ndarray, payload: np.ndarray) -> None:

@@ -2,12 +2,14 @@
 them, hands each step to them through the ring, and ends the run with a WorkerError as soon as one
 dies or hangs.
 
-Failure handling. Rank 0 never waits on a worker without watching it: every wait (a ring slot, a
-step's result, a reply) wakes every CHECK_S to check that each worker is alive and that the wait has
-not outlasted config.tensor_parallel_timeout_s (the hand-off timeout). On a failure every worker is
-killed at once, so none is left behind, and the engine refuses further work; close() then aborts the
-process group (a clean destroy could wait forever on the dead peer). A worker leaves by itself as
-soon as rank 0 is gone.
+Failure handling. Rank 0 never waits on a worker without watching it: every wait (a worker's first
+word, a ring slot, a step's result, a reply) wakes every CHECK_S to check that each worker is alive
+and that the wait has not outlasted config.tensor_parallel_timeout_s (the hand-off timeout). On a
+failure every worker is killed at once, so none is left behind, and the engine refuses further work.
+A worker leaves by itself as soon as rank 0 is gone.
+
+Shutdown (close(), also run at interpreter exit for an engine nobody closed): in the order that
+lifecycle.py explains, within seconds on every path, leaving no process, group, ring or semaphore.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from __future__ import annotations
 import atexit
 import json
 import queue
-import signal
+import threading
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
@@ -30,6 +33,7 @@ from ...core.errors import BubblelabError, WorkerError
 from ...core.pipeline import StepKind
 from ...core.timeline import StepInfo, Timeline
 from ..config import PRESETS, EngineConfig
+from ..cuda_graphs import CudaGraphs
 from ..decode_slot import DecodeSlot, LaunchRecord
 from ..parallel.comm import (
     TensorParallel,
@@ -38,7 +42,9 @@ from ..parallel.comm import (
     init_group,
     set_no_multicast_env,
 )
+from ..streams import Streams
 from .handoff import HEADER_WORDS, H, Op, ShmRing
+from .lifecycle import STOP_S, exit_text, refuse_unguarded_main, release_graphs, within
 from .worker import WorkerArgs, rank_device, worker_main
 
 CHECK_S = 0.05
@@ -49,6 +55,7 @@ INIT_TIMEOUT_S = 900.0
 
 class TPWorkers:
     def __init__(self, config: EngineConfig, nvtx: bool = False):
+        refuse_unguarded_main()  # in a worker re-running an unguarded script: stop before spawning
         self.size, self.timeout_s = config.tensor_parallel, config.tensor_parallel_timeout_s
         self.device = rank_device(config, 0)
         if self.device.type == "cuda" and torch.cuda.device_count() < self.size + (
@@ -69,25 +76,57 @@ class TPWorkers:
         self.failed: WorkerError | None = None
         self.ring: ShmRing | None = None
         self.errors: dict[int, str] = {}
+        self.left: set[int] = set()  # ranks that answered SHUTDOWN: their exit is no failure
+        # Rank 0's device side, attached by TPModelRunner: drained before the workers are told to
+        # stop, and its graphs released before the group is left (lifecycle.py).
+        self.streams: Streams | None = None
+        self.graphs: CudaGraphs | None = None
+        # Set when an exception cut a hand-off or a step in half: a worker may then wait in a
+        # collective rank 0 never joins, so close() kills instead of asking.
+        self.out_of_step = False
+        self.closed = False
+        self._initialised = threading.Event()
+        self._init_watch = threading.Thread(target=self._watch_init, daemon=True)
         ctx = tmp.get_context("spawn")
-        self.replies = ctx.Queue()
+        # (kind, rank, data) from the workers; once closed, an empty queue without semaphores.
+        self.replies: Any = ctx.Queue()
         self.store = dist.TCPStore(
             "127.0.0.1", 0, self.size, is_master=True, wait_for_workers=False
         )
         self.ready = [ctx.Semaphore(0) for _ in range(self.size - 1)]
         self.space = [ctx.Semaphore(ShmRing.SLOTS) for _ in range(self.size - 1)]
         self.procs = []
-        for rank in range(1, self.size):
-            args = WorkerArgs(rank, self.size, config, self.store.port, self.ready, self.space,
-                              self.replies, nvtx, INIT_TIMEOUT_S)  # fmt: skip
-            # A daemon: multiprocessing terminates it if this process exits without close().
-            proc = ctx.Process(target=worker_main, args=(args,), name=f"bubblelab-tp{rank}")
-            proc.daemon = True
-            proc.start()
-            self.procs.append(proc)
-        atexit.register(self.close)
-        init_group(TensorParallel(0, self.size), self.device, self.store, INIT_TIMEOUT_S)
+        atexit.register(self.close)  # from the first spawn on, nothing outlives this process
+        try:
+            for rank in range(1, self.size):
+                args = WorkerArgs(rank, self.size, config, self.store.port, self.ready,
+                                  self.space, self.replies, nvtx, INIT_TIMEOUT_S)  # fmt: skip
+                # A daemon: multiprocessing terminates it if this process exits without close().
+                proc = ctx.Process(target=worker_main, args=(args,), name=f"bubblelab-tp{rank}")
+                proc.daemon = True
+                proc.start()
+                self.procs.append(proc)
+            # Every worker's first word, watched: one that dies before joining the group (an
+            # unguarded script, a failed import) is named here instead of leaving rank 0 waiting.
+            self._replies("hello", INIT_TIMEOUT_S)
+            if self.device.type == "cuda":
+                self._init_watch.start()
+            init_group(TensorParallel(0, self.size), self.device, self.store, INIT_TIMEOUT_S)
+        except BaseException:
+            self.close()
+            raise
         self._header = np.zeros(HEADER_WORDS, np.int64)
+
+    def _watch_init(self) -> None:
+        """Until every worker is ready (CUDA): NCCL does not notice a dead peer, so rank 0 blocked
+        in a collective of the KV sizing or the graph warm-up would wait for the group's timeout
+        (15 minutes at init). Once a worker is gone this aborts the group, which ends that wait
+        with an error (TPModelRunner then names the worker)."""
+        while not self._initialised.wait(CHECK_S):
+            if any(p.exitcode is not None for p in self.procs):
+                if dist.is_initialized():
+                    close_group(abort=True)
+                return
 
     def start_handoff(self, slots: list[DecodeSlot]) -> None:
         """Open the ring, sized for the largest message of these slots, and wait until every worker
@@ -97,6 +136,7 @@ class TPWorkers:
         self.store.set("bubblelab-ring", json.dumps(asdict(self.ring.spec)))
         # Each worker answers with what the NO_MULTICAST_ENV variables read in its process.
         self.worker_env = self._replies("ready", INIT_TIMEOUT_S)
+        self._initialised.set()  # from here on every wait is watched
 
     # -- the hand-off ------------------------------------------------------------------------------
     def send_launch(self, record: LaunchRecord, slot: DecodeSlot, host_bytes: np.ndarray) -> None:
@@ -134,7 +174,11 @@ class TPWorkers:
                 )
 
         assert self.ring is not None, "start_handoff opens the ring first"
-        self.ring.send(h, payload, check)
+        try:
+            self.ring.send(h, payload, check)
+        except BaseException:  # a message half written or not read by every worker
+            self.out_of_step = True
+            raise
 
     # -- watching ----------------------------------------------------------------------------------
     def watch(self, what: str) -> Callable[[], None]:
@@ -162,8 +206,10 @@ class TPWorkers:
             for rank, proc in enumerate(self.procs, 1):
                 if proc.exitcode is not None:
                     self._drain_replies()
+                    if rank in self.left:
+                        continue
                     error = self.errors.get(rank, "").strip().splitlines()[-1:]
-                    how = _exit_text(proc.exitcode) + (f": {error[0]}" if error else "")
+                    how = exit_text(proc.exitcode) + (f": {error[0]}" if error else "")
                     self.fail(f"rank {rank} (pid {proc.pid}) {how}")
             if time.monotonic() >= deadline:
                 return
@@ -205,9 +251,7 @@ class TPWorkers:
                 if time.monotonic() - started > timeout_s:
                     self.fail(f"no {kind!r} from every worker within {timeout_s:.0f} s")
                 continue
-            if k == "error":
-                self.errors[rank] = data
-            else:
+            if not self._note(k, rank, data):
                 assert k == kind, f"expected {kind!r} from rank {rank}, got {k!r}"
                 got[rank] = data
         return got
@@ -218,35 +262,102 @@ class TPWorkers:
                 k, rank, data = self.replies.get_nowait()
             except (queue.Empty, OSError, ValueError):
                 return
-            if k == "error":
-                self.errors[rank] = data
+            self._note(k, rank, data)
+
+    def _note(self, kind: str, rank: int, data: Any) -> bool:
+        """Keep what a reply says about the worker itself (its traceback, that it has left)."""
+        if kind == "error":
+            self.errors[rank] = data
+        elif kind == "left":
+            self.left.add(rank)
+        return kind in ("error", "left")
 
     # -- shutdown ----------------------------------------------------------------------------------
     def healthy(self) -> bool:
         return self.failed is None and all(p.exitcode is None for p in self.procs)
 
     def close(self) -> None:
-        """Stop the workers (cleanly unless one failed), leave the group, remove the ring.
-        Idempotent."""
+        """End every worker and leave the group, within seconds; idempotent. Cleanly when the ranks
+        are in step (each drains, releases its graphs and leaves the group, rank 0 last); else the
+        workers are killed first and rank 0 aborts the group. Either way, then: kill whatever is
+        left, remove the ring, let go of the semaphores and the reply queue."""
+        if self.closed:
+            return
+        self.closed = True
         atexit.unregister(self.close)
-        clean = self.healthy() and self.ring is not None  # without the ring they are still in init
-        if clean:
-            try:
-                self._send(self._new_header(Op.SHUTDOWN), None, "the shutdown")
-            except WorkerError:
-                clean = False
-        if clean:
-            close_group()  # together with the workers, which destroy their side on SHUTDOWN
-        for proc in self.procs:
-            proc.join(timeout=10 if clean else 0)
-        self._kill()
-        if not clean:
-            close_group(abort=True)
+        self._initialised.set()
+        clean = False
+        try:
+            clean = self._ask_workers_to_leave()
+        finally:
+            self._end(clean)
+
+    def _end(self, clean: bool) -> None:
+        """Whatever happened before (even Ctrl-C inside close), nothing outlives this."""
+        try:
+            if not clean:
+                self._kill()
+            self._leave_group(abort=not clean)
+            deadline = time.monotonic() + (STOP_S if clean else 0.0)
+            for proc in self.procs:  # after leaving the group a worker only has to exit
+                proc.join(timeout=max(0.0, deadline - time.monotonic()))
+        finally:
+            self._kill()
+            self._release_ipc()
+
+    def _ask_workers_to_leave(self) -> bool:
+        """Drain rank 0, send SHUTDOWN, wait until every worker has left the group; False when that
+        cannot or did not work (and the workers must be killed)."""
+        if not self.healthy() or self.ring is None or self.out_of_step:
+            return False  # a worker failed, is still starting, or may wait in a collective
+        try:
+            if self.streams is not None:  # every collective rank 0 enqueued has completed
+                for stream in (self.streams.compute, self.streams.copy):
+                    done = self.streams.event()
+                    stream.record(done)
+                    self.streams.wait(done, self.watch("rank 0's last device work"))
+            self._send(self._new_header(Op.SHUTDOWN), None, "the shutdown")
+            started = time.monotonic()
+            while len(self.left) < self.size - 1:
+                try:
+                    self._note(*self.replies.get(timeout=CHECK_S))  # a stale reply is skipped
+                except queue.Empty:
+                    self.check_alive()
+                    if time.monotonic() - started > STOP_S:
+                        self.fail(f"the workers did not leave within {STOP_S:.0f} s of SHUTDOWN")
+        except (WorkerError, RuntimeError):  # RuntimeError: rank 0's CPU device thread failed
+            return False
+        return True
+
+    def _leave_group(self, abort: bool) -> None:
+        graphs, self.graphs = self.graphs, None
+        if graphs is not None:
+            release_graphs(graphs)
+        if self._init_watch.is_alive():  # it may be aborting the group: one leaves it, not both
+            self._init_watch.join(STOP_S)
+        try:
+            left = within(STOP_S, lambda: close_group(abort=abort))
+        except Exception as e:  # noqa: BLE001 - the workers are gone either way: say it, go on
+            warnings.warn(f"rank 0 left the process group with an error: {e}", stacklevel=2)
+            return
+        if not left:
+            warnings.warn(
+                f"rank 0 did not leave the tensor-parallel process group within {STOP_S:.0f} s "
+                "(a CUDA graph that captured its collectives still alive?); abandoned",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+
+    def _release_ipc(self) -> None:
         if self.ring is not None:
             self.ring.close(unlink=True)
             self.ring = None
-        self.replies.close()
-        self.replies.cancel_join_thread()
+        # Under spawn the semaphores (the ring's, the queue's) are named, in /dev/shm: each is
+        # unlinked once nothing refers to it.
+        replies, self.replies = self.replies, queue.SimpleQueue()
+        replies.close()
+        replies.cancel_join_thread()
+        self.ready, self.space = [], []
 
     def _kill(self) -> None:
         for proc in self.procs:
@@ -254,12 +365,6 @@ class TPWorkers:
                 proc.kill()
         for proc in self.procs:
             proc.join(timeout=5)
-
-
-def _exit_text(code: int) -> str:
-    if code < 0:
-        return f"was killed by {signal.Signals(-code).name}"
-    return f"exited with code {code}"
 
 
 def _timeline(record: dict) -> Timeline:
