@@ -253,22 +253,27 @@ def _percent(share: float | None) -> str:
 
 
 def _attribution_table(runs: list[dict]) -> Table:
-    """Top-level parts down, runs across: the bubble per steady step by the part of the loop the
-    host was in when each idle interval began, and time-weighted by what it was doing meanwhile."""
-    rules = (("top_level", "began"), ("top_level_by_time", "by time"))
+    """Top-level parts down, runs across: the bubble per steady step by what the host was doing
+    during it (time, the headline: what you would have to make faster) and by the part of the loop
+    the host was in when each idle gap began (began)."""
+    splits = (("time", "time"), ("began", "began"))
     parts = list(
         dict.fromkeys(
-            p for run in runs for key, _ in rules for p in run["attribution_ms_per_step"][key]
+            p
+            for run in runs
+            for key, _ in splits
+            for p in run["attribution_ms_per_step"][key]["top_level"]
         )
     )
     table = Table(
         title="Bubble ms per steady step, by the part of the loop the host was in",
         title_justify="left",
         header_style="bold",
+        caption_justify="left",
     )
     table.add_column("host part", no_wrap=True)
     for run in runs:
-        for _, label in rules:
+        for _, label in splits:
             header = cell(run["name"])
             header.append(f"\n{label}")
             table.add_column(header, justify="right", no_wrap=True)
@@ -276,11 +281,12 @@ def _attribution_table(runs: list[dict]) -> Table:
         table.add_row(
             cell(part),
             *(
-                _ms(run["attribution_ms_per_step"][key].get(part))
+                _ms(run["attribution_ms_per_step"][key]["top_level"].get(part))
                 for run in runs
-                for key, _ in rules
+                for key, _ in splits
             ),
         )
+    table.caption = "time: while the host was in it (the headline)\nbegan: gaps that began in it"
     return table
 
 
@@ -296,16 +302,17 @@ def _print_foreign(console: Console, run: dict) -> None:
             f"{_percent(split['kernel_gaps_share'])}% in gaps between kernels",
             markup=False,
         )
-    phases = run["attribution_ms_per_step"]["phase"]
-    if phases:
+    split = run["attribution_ms_per_step"]
+    if split["time"]["phase"]:
         table = Table(
-            title=Text(f"run {rid}: bubble by what the host was doing when it began"),
+            title=Text(f"run {rid}: bubble ms per step by what the host was doing"),
             title_justify="left",
         )
         table.add_column("host activity")
-        table.add_column("ms/step", justify="right")
-        for phase, ms in list(phases.items())[:8]:
-            table.add_row(cell(phase), _ms(ms))
+        table.add_column("time", justify="right")
+        table.add_column("began", justify="right")
+        for phase, ms in list(split["time"]["phase"].items())[:8]:
+            table.add_row(cell(phase), _ms(ms), _ms(split["began"]["phase"].get(phase)))
         console.print(table)
     if run["syncs_per_step"]:
         table = Table(title=Text(f"run {rid}: host syncs per steady step"), title_justify="left")

@@ -93,6 +93,7 @@ def render_report(
     measured = summary.unprofiled(results)  # what the engine does; the profiler's own section
     configs = summary.config_table(measured)
     attribution = summary.attribution_per_step(measured)
+    split = summary.headline_split(attribution)
     gaps = summary.gap_samples(measured)
     devices = provenance.device_names(results.runs)
     word = device_word(results.runs["device"])
@@ -117,9 +118,11 @@ def render_report(
         fig_gaps=Markup(figures.gap_histogram(gaps, device=word)) if gaps else None,
         gaps_from_steps=measured.gaps.empty,
         profiled_left_out=len(results.runs) - len(measured.runs),
-        fig_attr=Markup(figures.attribution_bars(attribution, device=word))
+        fig_attr=Markup(figures.attribution_bars(attribution, device=word, split=split))
         if len(attribution)
         else None,
+        attr_split=split,
+        attr_parts=summary.attribution_parts(attribution),
         sources=provenance.sources(results, title),
         machine=provenance.report_facts(),
         exports=_links(exported),
