@@ -304,6 +304,25 @@ def load_runs(source: Path | str) -> Results:
     )
 
 
+def load_sources(sources: list[Path]) -> Results:
+    """One source as load_runs reads it, or several as one Results (merge_results), each named by
+    its folder (distinct_names): each source's runs pair among themselves."""
+    if len(sources) == 1:
+        return load_runs(sources[0])
+    return merge_results(dict(zip(distinct_names(sources), map(load_runs, sources), strict=True)))
+
+
+def distinct_names(paths: list[Path]) -> list[str]:
+    """Each path's name, with as many parent folders as it takes to tell them apart."""
+    for depth in range(1, max(len(p.resolve().parts) for p in paths) + 1):
+        names = ["/".join(p.resolve().parts[-depth:]) for p in paths]
+        if len(set(names)) == len(names):
+            return names
+    raise BubblelabError(
+        f"the same run directory is given twice: {json.dumps([str(p) for p in paths])}"
+    )
+
+
 def merge_results(named: dict[str, Results]) -> Results:
     """Several run directories as one Results (one report for a whole sweep).
 
