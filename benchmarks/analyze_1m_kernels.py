@@ -3,10 +3,10 @@ the steps?
 
 Builds a scaled-up copy of a seed trace by replaying its events back to back until it holds at least
 --kernels kernels (the SQL in benchmarks/sql/), then, per mode and repeat, in a fresh in-memory
-catalog as `bubblelab analyze TRACE` uses: ingestion, the per-step table, steady state, both
-attributions, the idle histogram, the sync inventory, the kernel summary, `analysis.analyze` and,
-for another engine's trace, the pipelining prediction. Wall and CPU seconds (CPU time, DuckDB's
-threads included, is what other jobs on the cores disturb least). Modes:
+catalog as `bubblelab analyze TRACE` uses: ingestion, the per-step table, steady state, the
+attribution (both splits), the idle histogram, the sync inventory, the kernel summary,
+`analysis.analyze` and, for another engine's trace, the pipelining prediction. Wall and CPU seconds
+(CPU time, DuckDB's threads included, is what other jobs on the cores disturb least). Modes:
 
     bubblelab  our NVTX ranges (an engine-shaped depth-2 seed: 400 kernels a step, the probe's
                tables)
@@ -138,8 +138,7 @@ def one_pass(trace: Path, options: StepOptions, foreign: bool) -> tuple[dict, in
     run = timed("ingest", lambda: ingest(trace, None, {}, steps=options, con=con), times)
     steps = timed("per_step", lambda: analysis.per_step(con, run), times)
     steady = timed("steady_state", lambda: analysis.steady_state(steps), times)
-    timed("attribution", lambda: analysis.attribution(con, run, steady), times)
-    timed("by_time", lambda: analysis.attribution_by_time(con, run, steady), times)
+    timed("attribution", lambda: analysis.attribution(con, run, steady), times)  # both splits
     timed("idle_histogram", lambda: analysis.idle_histogram(con, run, steady), times)
     timed("sync_inventory", lambda: analysis.sync_inventory(con, run), times)
     timed("kernel_summary", lambda: analysis.kernel_summary(con, run), times)

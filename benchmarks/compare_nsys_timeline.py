@@ -26,8 +26,8 @@ PHASES = ("forward_ms", "sampling_ms", "period_ms", "bubble_ms")
 
 
 def _by_time(con, run_id: str, steady: pd.DataFrame) -> dict:
-    table = analysis.attribution_by_time(con, run_id, steady)
-    return {r.phase: round(r.bubble_ms / len(steady), 4) for r in table.itertuples()}
+    table = analysis.attribution(con, run_id, steady)
+    return {r.phase: round(r.time_ms / len(steady), 4) for r in table.itertuples() if r.time_ms}
 
 
 def compare(run_dir: Path) -> dict:

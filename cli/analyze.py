@@ -1,4 +1,5 @@
-"""`bubblelab analyze`: ingest nsys traces into a catalog and print the per-run bubble breakdown.
+"""`bubblelab analyze`: print the per-run bubble breakdown of nsys traces (the work is
+bubblelab.runs.analysis.analyze_traces; --json writes its answer as is).
 
 Any nsys export: bubblelab's own traces by their NVTX ranges, others by the steps profiling/steps.py
 finds (--step-range, --step-rule); or a run directory, from the catalog run-and-profile left in it.
@@ -65,73 +66,24 @@ def analyze(
 ) -> None:
     """Per-step breakdown of each run: steps found, forward, bubble and period, where the bubble
     went, and for a foreign engine its host syncs and what pipelining would buy it."""
-    from ..core.checks import check_float, check_int
-    from ..core.errors import BubblelabError
-    from ..costmodel.foreign import pipelining_gain
-    from ..profiling import analysis
-    from ..profiling.ingest import ingest_trace
+    from ..profiling.analysis import WARMUP_STEPS
     from ..profiling.steps import StepOptions
-    from ..runs.catalogs import update_catalog
-    from ..runs.sources import run_catalog
-    from ..runs.tables import config_names
-    from ..runs.traces import index_meta
+    from ..runs.analysis import analyze_traces
     from .ranks import LEGEND, rank_lines, rank_table
 
-    if not traces and catalog is None:
-        raise BubblelabError("give one or more traces, or --catalog PATH")
-    run_dir = next((t for t in traces or () if t.is_dir()), None)
-    if run_dir is not None and (len(traces) > 1 or catalog is not None):
-        raise BubblelabError(f"{run_dir} is a run directory: analyse it alone, without --catalog")
-    warmup = check_int("warmup", analysis.WARMUP_STEPS if warmup is None else warmup, 0, 10**6)
-    if output_len is not None:  # checked here: pipelining_gain's refusals are per run
-        check_float("output_len", output_len, 1, 1e6)
     dest = check_json_dest(json_out)
     # People's output on stdout (stderr under --json -); piped: no squeezed columns.
     console = console_for(dest, width=None if sys.stdout.isatty() else 120)
-    options = StepOptions(step_range, step_rule, gap_threshold_us)
-
-    def work(con) -> dict:
-        run_ids = []
-        with console.status("") as status:
-            for i, trace in enumerate(() if run_dir else traces or ()):
-                status.update(Text(f"ingesting {i + 1}/{len(traces)}: {trace.name}"))
-                meta = index_meta(trace)  # the committed traces' model, streams, depth
-                run_ids += ingest_trace(trace, None, meta, domain=domain, steps=options, con=con)
-            status.update("analysing")
-            report = analysis.analyze(con, run_ids or None, warmup)
-            for run in report["runs"]:
-                if "syncs_per_step" in run:
-                    try:
-                        run["pipelining"] = pipelining_gain(
-                            analysis.per_step(con, run["run_id"]),
-                            output_len=output_len,
-                            extra_syncs=_extra_syncs(run),
-                            warmup=warmup,
-                        )
-                    except BubblelabError as e:
-                        run["pipelining"] = {"not_predicted": str(e)}
-        if not report["runs"]:
-            raise BubblelabError(f"{catalog} holds no runs: give traces to add")
-        return report
-
-    if run_dir is not None:
-        con = run_catalog(run_dir)
-        try:
-            report = work(con)
-        finally:
-            con.close()
-    else:
-        report = update_catalog(catalog, work)
-    ranks = {
-        r["rank_run_id"]: (tp["run_id"], r["rank"])
-        for tp in report["tensor_parallel"]
-        for r in tp["per_rank"]
-    }
-    names = config_names(report["runs"], ranks)
-    for run in report["runs"]:
-        run["name"] = names[run["run_id"]]
-    for tp in report["tensor_parallel"]:
-        tp["name"] = names.get(tp["run_id"], tp["run_id"])
+    with console.status("") as status:
+        report = analyze_traces(
+            traces or (),
+            catalog=catalog,
+            warmup=WARMUP_STEPS if warmup is None else warmup,
+            domain=domain,
+            steps=StepOptions(step_range, step_rule, gap_threshold_us),
+            output_len=output_len,
+            on_progress=lambda what: status.update(Text(what)),
+        )
     if dest is not None:
         written = emit_json(dest, report)
         if dest == "-":
@@ -157,12 +109,6 @@ def analyze(
             )
             line.stylize("red")
             console.print(line)
-
-
-def _extra_syncs(run: dict) -> str | None:
-    """The run's mid-step host syncs in words, e.g. '128 x cudaStreamSynchronize_v3020 a step'."""
-    extra = [r for r in run["syncs_per_step"] if r["flagged"] and r["event"] == "sync"]
-    return "; ".join(f"{r['per_step']:.3g} x {r['api']} a step" for r in extra) or None
 
 
 def _found_table(runs: list[dict]) -> Table:
@@ -253,22 +199,27 @@ def _percent(share: float | None) -> str:
 
 
 def _attribution_table(runs: list[dict]) -> Table:
-    """Top-level parts down, runs across: the bubble per steady step by the part of the loop the
-    host was in when each idle interval began, and time-weighted by what it was doing meanwhile."""
-    rules = (("top_level", "began"), ("top_level_by_time", "by time"))
+    """Top-level parts down, runs across: the bubble per steady step by what the host was doing
+    during it (time, the headline: what you would have to make faster) and by the part of the loop
+    the host was in when each idle gap began (began)."""
+    splits = (("time", "time"), ("began", "began"))
     parts = list(
         dict.fromkeys(
-            p for run in runs for key, _ in rules for p in run["attribution_ms_per_step"][key]
+            p
+            for run in runs
+            for key, _ in splits
+            for p in run["attribution_ms_per_step"][key]["top_level"]
         )
     )
     table = Table(
         title="Bubble ms per steady step, by the part of the loop the host was in",
         title_justify="left",
         header_style="bold",
+        caption_justify="left",
     )
     table.add_column("host part", no_wrap=True)
     for run in runs:
-        for _, label in rules:
+        for _, label in splits:
             header = cell(run["name"])
             header.append(f"\n{label}")
             table.add_column(header, justify="right", no_wrap=True)
@@ -276,11 +227,12 @@ def _attribution_table(runs: list[dict]) -> Table:
         table.add_row(
             cell(part),
             *(
-                _ms(run["attribution_ms_per_step"][key].get(part))
+                _ms(run["attribution_ms_per_step"][key]["top_level"].get(part))
                 for run in runs
-                for key, _ in rules
+                for key, _ in splits
             ),
         )
+    table.caption = "time: while the host was in it (the headline)\nbegan: gaps that began in it"
     return table
 
 
@@ -296,16 +248,17 @@ def _print_foreign(console: Console, run: dict) -> None:
             f"{_percent(split['kernel_gaps_share'])}% in gaps between kernels",
             markup=False,
         )
-    phases = run["attribution_ms_per_step"]["phase"]
-    if phases:
+    split = run["attribution_ms_per_step"]
+    if split["time"]["phase"]:
         table = Table(
-            title=Text(f"run {rid}: bubble by what the host was doing when it began"),
+            title=Text(f"run {rid}: bubble ms per step by what the host was doing"),
             title_justify="left",
         )
         table.add_column("host activity")
-        table.add_column("ms/step", justify="right")
-        for phase, ms in list(phases.items())[:8]:
-            table.add_row(cell(phase), _ms(ms))
+        table.add_column("time", justify="right")
+        table.add_column("began", justify="right")
+        for phase, ms in list(split["time"]["phase"].items())[:8]:
+            table.add_row(cell(phase), _ms(ms), _ms(split["began"]["phase"].get(phase)))
         console.print(table)
     if run["syncs_per_step"]:
         table = Table(title=Text(f"run {rid}: host syncs per steady step"), title_justify="left")

@@ -129,15 +129,6 @@ def _num(v: float | None) -> str:
     return "–" if v is None or math.isnan(v) else f"{v:.3f}"
 
 
-def _name(source: Path, sources: list[Path]) -> str:
-    """A run directory's name, with as many parent folders as it takes to tell them apart."""
-    for depth in range(1, max(len(p.resolve().parts) for p in sources) + 1):
-        names = ["/".join(p.resolve().parts[-depth:]) for p in sources]
-        if len(set(names)) == len(names):
-            return "/".join(source.resolve().parts[-depth:])
-    raise BubblelabError(f"{source} is given twice")
-
-
 def register(app: typer.Typer) -> None:
     @app.command()
     def predict(
@@ -158,7 +149,7 @@ def register(app: typer.Typer) -> None:
         from ..costmodel.bootstrap import check_n_boot
         from ..costmodel.predict import predict_blog, predict_runs
         from ..costmodel.tensor_parallel import tp_comparison
-        from ..runs.rundir import load_runs, merge_results
+        from ..runs.rundir import load_sources
 
         sources = [*(run_dirs or []), *([catalog] if catalog is not None else [])]
         if blog == bool(sources) or (catalog is not None and len(sources) > 1):
@@ -169,10 +160,7 @@ def register(app: typer.Typer) -> None:
         if blog:
             table = predict_blog()
         else:
-            if len(sources) == 1:
-                results = load_runs(sources[0])
-            else:  # each directory's runs pair among themselves (merge_results: preset = its name)
-                results = merge_results({_name(d, sources): load_runs(d) for d in sources})
+            results = load_sources(sources)
             with console.status(f"predicting ({n_boot} bootstrap resamples)"):
                 table = predict_runs(
                     results.runs, results.steps, results.requests, ranks=results.ranks,

@@ -53,10 +53,14 @@ def rank_table(entry: dict, name: str) -> Table:
             table.add_row(label, *(_ms(row[key]) for row in ranks))
     table.add_row("GPU last", *(_pct(row["gpu_straggler_share"]) for row in ranks))
     table.add_row("host last", *(_pct(row["host_straggler_share"]) for row in ranks))
-    by_part = [row.get("attribution_ms_per_step", {}).get("top_level", {}) for row in ranks]
-    for part in dict.fromkeys(p for parts in by_part for p in parts):
-        cells = [_ms(parts.get(part)) for parts in by_part]
-        table.add_row(Text("bubble in ") + cell(part, 40), *cells)
+    for split, label in (("time", "bubble in "), ("began", "gaps began in ")):
+        by_part = [
+            row.get("attribution_ms_per_step", {}).get(split, {}).get("top_level", {})
+            for row in ranks
+        ]
+        for part in dict.fromkeys(p for parts in by_part for p in parts):
+            cells = [_ms(parts.get(part)) for parts in by_part]
+            table.add_row(Text(label) + cell(part, 40), *cells)
     return table
 
 
@@ -77,7 +81,8 @@ LEGEND = (
     "whose forward its host enqueued last. lag: the rank's start of a step after rank 0's (forward "
     "on its GPU, launch on its host). comm: collective (NCCL) kernels, a row only where kernels "
     "were recorded (an in-process timeline records spans). bubble in: the host part the rank was "
-    "in when its GPU went idle, ms per step (a worker's `recv`: waiting for rank 0)."
+    "in while its GPU sat idle, ms per step (a worker's `recv`: waiting for rank 0); gaps began "
+    "in: the same bubble by the part the rank was in when each idle gap began."
 )
 
 

@@ -3,10 +3,10 @@ gaps, kernels.
 
 Each function runs one query of profiling/sql/ against a catalog (a path, or an open connection for
 in-memory catalogs). Attribution and idle-gap answers cover the steps you pass (default: steady
-state): the attributions add up to those steps' bubble_ms, the idle gaps to their period - busy. A
-foreign run (steps found by profiling/steps.py) gets the same answers, with the same columns, from
-its own queries (foreign_*.sql): its bubble is the idle gaps above the kernel-gap threshold, and its
-"phases" are what the engine thread was doing (host_activity.sql).
+state): the attribution's two splits each add up to those steps' bubble_ms, the idle gaps to their
+period - busy. A foreign run (steps found by profiling/steps.py) gets the same answers, with the
+same columns, from its own queries (foreign_*.sql): its bubble is the idle gaps above the
+kernel-gap threshold, and its "phases" are what the engine thread was doing (host_activity.sql).
 """
 
 from __future__ import annotations
@@ -33,6 +33,9 @@ SUMMARY_COLUMNS = (
     "period_ms",
     "busy_ms",
 )
+# The two splits of the bubble by host phase (sql/bubble_attribution.sql): where its time went (the
+# headline) and where each idle gap began.
+SPLITS = ("time_ms", "began_ms")
 # Nested phases roll up into the loop's top-level parts (docs/phases.md); plan and commit have no
 # children but `wait`, and time outside any phase stays itself.
 TOP_LEVEL = {
@@ -90,35 +93,28 @@ def bubble_intervals(
 
 
 def attribution(catalog: Catalog, run_id: str, steps: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Bubble per host phase: each idle interval goes to the innermost phase open when it began (the
-    issue's rule); adds up to the steps' bubble_ms. Columns run_id, phase, top_level, bubble_ms,
-    bubble_share."""
-    return _attribute("bubble_attribution", catalog, run_id, steps)
-
-
-def attribution_by_time(
-    catalog: Catalog, run_id: str, steps: pd.DataFrame | None = None
-) -> pd.DataFrame:
-    """The same bubble split time-weighted: what the host was doing during each instant of it."""
-    return _attribute("bubble_attribution_by_time", catalog, run_id, steps)
-
-
-def _attribute(
-    query: str, catalog: Catalog, run_id: str, steps: pd.DataFrame | None
-) -> pd.DataFrame:
+    """Bubble per host phase, two splits side by side (sql/bubble_attribution.sql): `time_ms`, what
+    the host was doing during each instant of the idle time (the headline: what you would have to
+    make faster), and `began_ms`, each idle interval to the innermost phase open when it began.
+    Each adds up to the steps' bubble_ms. Columns run_id, phase, top_level, time_ms, began_ms,
+    time_share, began_share (SPLITS)."""
     con = _open(catalog)
     steps = steady_state(per_step(con, run_id)) if steps is None else steps
     if foreign.is_foreign(con, run_id):
         intervals, segments = foreign.attribution_inputs(con, run_id, steps)
         params = {"run_id": run_id, "outside": foreign.UNTRACED}
-        table = queries.run(con, query, params, bubble_intervals=intervals, segments=segments)
+        table = queries.run(
+            con, "bubble_attribution", params, bubble_intervals=intervals, segments=segments
+        )
     else:
         params = {"run_id": run_id, "outside": "outside any phase"}
         con.register("per_step", steps)
         try:
             intervals = queries.relation(con, "bubble_intervals", {"run_id": run_id})
             segments = queries.relation(con, "engine_segments", {"run_id": run_id})
-            table = queries.run(con, query, params, bubble_intervals=intervals, segments=segments)
+            table = queries.run(
+                con, "bubble_attribution", params, bubble_intervals=intervals, segments=segments
+            )
         finally:
             con.unregister("per_step")
     table.insert(2, "top_level", table.phase.map(top_level))
@@ -163,10 +159,27 @@ def middle(steps: pd.DataFrame, n: int) -> pd.DataFrame:
     return steps.iloc[start : start + n]
 
 
-def rollup(table: pd.DataFrame) -> pd.Series:
-    """An attribution table's bubble_ms per top-level part of the loop (plan, launch, finalize,
-    commit)."""
-    return table.groupby("top_level").bubble_ms.sum().sort_values(ascending=False)
+def rollup(table: pd.DataFrame) -> pd.DataFrame:
+    """An attribution table's splits (time_ms, began_ms) per top-level part of the loop (plan,
+    launch, finalize, commit), largest time first."""
+    columns = [c for c in SPLITS if c in table]
+    return table.groupby("top_level")[columns].sum().sort_values(columns, ascending=False)
+
+
+def ms_per_step(table: pd.DataFrame, n: int) -> dict:
+    """An attribution table (of one run, or pooled) as bubble ms per step over n steps, each split
+    by phase and by top-level part: {"time": {"phase": {...}, "top_level": {...}}, "began": ...},
+    largest first; what `bubblelab analyze --json` reports."""
+    out: dict = {}
+    for column in SPLITS:
+        split = column.removesuffix("_ms")
+        out[split] = {}
+        for level in ("phase", "top_level"):
+            totals = table.groupby(level)[column].sum().sort_values(ascending=False)
+            out[split][level] = {
+                key: round(ms / n, 6) for key, ms in totals.items() if n and ms > 0
+            }
+    return out
 
 
 def idle_histogram(
@@ -259,7 +272,6 @@ def analyze(catalog: Catalog, run_ids: list[str] | None = None, warmup: int = WA
         parts[run_id] = (
             steady,
             attribution(con, run_id, steady),
-            attribution_by_time(con, run_id, steady),
             idle_gaps(con, run_id, steady, bubble_only=True),  # kernel gaps stay in DuckDB
         )
         streams = run.streams if pd.notna(run.streams) else steady.batch_size.mode().max()
@@ -278,7 +290,7 @@ def analyze(catalog: Catalog, run_ids: list[str] | None = None, warmup: int = WA
             "flagged_syncs": int(syncs.flagged.sum()),
         }
         if is_foreign:
-            entry["idle_split"] = foreign.idle_split(parts[run_id][3], steady)
+            entry["idle_split"] = foreign.idle_split(parts[run_id][2], steady)
             entry["syncs_per_step"] = _records(foreign.sync_summary(syncs, steady))
         per_run.append(entry)
     groups = []
@@ -300,15 +312,10 @@ def analyze(catalog: Catalog, run_ids: list[str] | None = None, warmup: int = WA
 
 
 def _digest(parts: list[tuple[pd.DataFrame, ...]]) -> dict:
-    """summarize() of the pooled steady steps; their bubble per step by phase (began-in rule) and by
-    top-level part (began-in, and time-weighted); the share of the bubble in gaps the host ended
-    late (it launched the next work only after the GPU had gone idle)."""
-    steady, began, by_time, gaps = (pd.concat(frames) for frames in zip(*parts, strict=True))
-    n = len(steady)
-
-    def per_step_ms(totals: pd.Series) -> dict:
-        return {key: round(ms / n, 6) for key, ms in totals.items()} if n else {}
-
+    """summarize() of the pooled steady steps; their bubble per step by phase and by top-level
+    part, split by time and by where each gap began (ms_per_step); the share of the bubble in gaps
+    the host ended late (it launched the next work only after the GPU had gone idle)."""
+    steady, split, gaps = (pd.concat(frames) for frames in zip(*parts, strict=True))
     bubble_gaps = gaps[gaps.within.isna() & gaps.launch_lag_us.notna()]
     late = (
         bubble_gaps.idle_us[bubble_gaps.launch_lag_us > 0].sum() / bubble_gaps.idle_us.sum()
@@ -317,13 +324,7 @@ def _digest(parts: list[tuple[pd.DataFrame, ...]]) -> dict:
     )
     return {
         **summarize(steady),
-        "attribution_ms_per_step": {
-            "phase": per_step_ms(
-                began.groupby("phase").bubble_ms.sum().sort_values(ascending=False)
-            ),
-            "top_level": per_step_ms(rollup(began)),
-            "top_level_by_time": per_step_ms(rollup(by_time)),
-        },
+        "attribution_ms_per_step": ms_per_step(split, len(steady)),
         "host_late_share": None if late is None else _float(late),
     }
 

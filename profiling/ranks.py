@@ -12,7 +12,7 @@ timeline's step), on the clock every rank shares. The answers, each from a query
   (tp_skew.sql);
 - per_rank: one row per rank over chosen steps: medians, its lag behind rank 0, how often it was
   the straggler (tp_per_rank.sql); analyze_ranks adds what each rank's host was doing during its
-  bubble (profiling.analysis.attribution on that rank's run).
+  bubble, by time and by where each gap began (profiling.analysis.attribution on that rank's run).
 
 The steps summarised are rank 0's steady state (core.steady.steady_steps), the same step ids on
 every rank.
@@ -26,7 +26,7 @@ import pandas as pd
 from ..core.errors import BubblelabError
 from ..core.steady import WARMUP_STEPS, steady_steps
 from . import queries
-from .analysis import Catalog, _open, attribution, per_step, rollup
+from .analysis import SPLITS, Catalog, _open, attribution, ms_per_step, per_step
 from .catalog import OFFLINE
 
 # Collective kernels by name: NCCL's (ncclDevKernel_AllReduce_Sum_bf16_RING_LL, ncclKernel_...).
@@ -118,17 +118,15 @@ def summary(steps: pd.DataFrame, warmup: int = WARMUP_STEPS) -> list[dict]:
 
 def rank_attribution(catalog: Catalog, steps: pd.DataFrame) -> pd.DataFrame:
     """What each rank's host was doing during its bubble, over the given rank_steps rows (one run
-    or several): run_id, rank, phase, top_level, bubble_ms (attribution's began-in rule, on each
-    rank's own run and its own bubble)."""
+    or several): run_id, rank, phase, top_level and attribution's two splits, time_ms and began_ms
+    (on each rank's own run and its own bubble)."""
     con = _open(catalog)
     frames = []
     for (run_id, rank, rank_run), rows in steps.groupby(["run_id", "rank", "rank_run_id"]):
         mine = per_step(con, rank_run)
         table = attribution(con, rank_run, mine[mine["step"].isin(rows["step"])])
-        frames.append(
-            table.drop(columns=["run_id", "bubble_share"]).assign(run_id=run_id, rank=rank)
-        )
-    columns = ["run_id", "rank", "phase", "top_level", "bubble_ms"]
+        frames.append(table.assign(run_id=run_id, rank=rank))
+    columns = ["run_id", "rank", "phase", "top_level", *SPLITS]
     return (
         pd.concat(frames, ignore_index=True)[columns] if frames else pd.DataFrame(columns=columns)
     )
@@ -139,7 +137,7 @@ def analyze_ranks(
 ) -> list[dict]:
     """summary() of every tensor-parallel run in the catalog (whose rank 0 is in run_ids, when
     given), each rank with its bubble by host phase per steady step (`attribution_ms_per_step`:
-    began-in rule, by phase and by top-level part)."""
+    analysis.ms_per_step, by time and by where each gap began)."""
     con = _open(catalog)
     out = []
     for run_id in tp_groups(con, run_ids)["run_id"].unique().tolist():
@@ -149,17 +147,7 @@ def analyze_ranks(
         shares = rank_attribution(con, steady)
         for row in entry["per_rank"]:
             mine = shares[shares["rank"] == row["rank"]]
-            n = max(1, row["steps"])
-            row["attribution_ms_per_step"] = {
-                "phase": {
-                    p: round(ms / n, 6)
-                    for p, ms in mine.groupby("phase")["bubble_ms"]
-                    .sum()
-                    .sort_values(ascending=False)
-                    .items()
-                },
-                "top_level": {p: round(ms / n, 6) for p, ms in rollup(mine).items()},
-            }
+            row["attribution_ms_per_step"] = ms_per_step(mine, max(1, row["steps"]))
         out.append(entry)
     return out
 

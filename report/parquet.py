@@ -1,9 +1,10 @@
 """Runs as Parquet tables: runs, steps, idle gaps and bubble attribution, one file each, for pandas,
 polars, DuckDB or Spark.
 
-Columns are those of results.json (docs/phases.md; runs.rundir): every table carries run_id, and
-runs.parquet adds each run's configuration label, so the tables join without bubblelab. The
-provenance travels as JSON in runs.parquet's schema metadata (key `bubblelab.provenance`).
+Columns are those of results.json (docs/phases.md; runs.rundir), attribution's two splits of the
+bubble (time_ms, began_ms) among them: every table carries run_id, and runs.parquet adds each run's
+configuration label, so the tables join without bubblelab. The provenance travels as JSON in
+runs.parquet's schema metadata (key `bubblelab.provenance`).
 """
 
 from __future__ import annotations

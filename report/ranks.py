@@ -64,11 +64,13 @@ def rank_sections(results: Results) -> list[dict]:
 
 
 def _largest_phase(attribution: pd.DataFrame, run_ids: pd.Series, rank: int) -> dict:
-    """The host phase a rank's bubble went to most over the runs, with its share of that bubble."""
+    """The host phase a rank's bubble went to most over the runs (by where its time went; by where
+    its gaps began in a results file that kept only that), with its share of that bubble."""
     if attribution.empty:
         return {"bubble_in": None, "bubble_share": None}
     mine = attribution[attribution["run_id"].isin(run_ids) & (attribution["rank"] == rank)]
-    totals = mine.groupby("phase")["bubble_ms"].sum().sort_values(ascending=False)
+    split = "time_ms" if mine["time_ms"].notna().any() else "began_ms"
+    totals = mine.groupby("phase")[split].sum().sort_values(ascending=False)
     if totals.empty or totals.sum() <= 0:
         return {"bubble_in": None, "bubble_share": None}
     return {"bubble_in": str(totals.index[0]), "bubble_share": float(totals.iloc[0] / totals.sum())}

@@ -9,7 +9,6 @@ nothing from outside.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import jinja2
@@ -20,7 +19,7 @@ from ..core.errors import BubblelabError
 from ..core.files import write_atomic
 from ..costmodel.perturbation import profiler_perturbation
 from ..costmodel.predict import known_int, predict_blog, predict_runs
-from ..runs.rundir import Results, merge_results
+from ..runs.rundir import Results, distinct_names, merge_results
 from ..runs.sources import Source, open_source
 from . import figures, provenance, summary
 from .compare import side_by_side
@@ -93,6 +92,7 @@ def render_report(
     measured = summary.unprofiled(results)  # what the engine does; the profiler's own section
     configs = summary.config_table(measured)
     attribution = summary.attribution_per_step(measured)
+    split = summary.headline_split(attribution)
     gaps = summary.gap_samples(measured)
     devices = provenance.device_names(results.runs)
     word = device_word(results.runs["device"])
@@ -117,9 +117,11 @@ def render_report(
         fig_gaps=Markup(figures.gap_histogram(gaps, device=word)) if gaps else None,
         gaps_from_steps=measured.gaps.empty,
         profiled_left_out=len(results.runs) - len(measured.runs),
-        fig_attr=Markup(figures.attribution_bars(attribution, device=word))
+        fig_attr=Markup(figures.attribution_bars(attribution, device=word, split=split))
         if len(attribution)
         else None,
+        attr_split=split,
+        attr_parts=summary.attribution_parts(attribution),
         sources=provenance.sources(results, title),
         machine=provenance.report_facts(),
         exports=_links(exported),
@@ -157,7 +159,7 @@ def report_dirs(
     if len(run_dirs) < 2:
         raise BubblelabError("report_dirs compares two or more run directories")
     opened = [open_source(d) for d in run_dirs]
-    for source, name in zip(opened, _distinct_names(run_dirs), strict=True):
+    for source, name in zip(opened, distinct_names(run_dirs), strict=True):
         source.name = name
     title = title or " · ".join(s.name for s in opened)
     return _write(opened, Path(out), title, n_boot, export)
@@ -178,17 +180,6 @@ def _write(
         ranges = ranges_of(sources, prefixed=True)
     exported = export_results(results, out.parent / EXPORT_DIR, ranges) if export else None
     return write_atomic(out, render_report(results, title, n_boot, exported, table))
-
-
-def _distinct_names(paths: list[Path]) -> list[str]:
-    """Each directory's name, with as many parent folders as it takes to tell them apart."""
-    for depth in range(1, max(len(p.resolve().parts) for p in paths) + 1):
-        names = ["/".join(p.resolve().parts[-depth:]) for p in paths]
-        if len(set(names)) == len(names):
-            return names
-    raise BubblelabError(
-        f"the same run directory is given twice: {json.dumps([str(p) for p in paths])}"
-    )
 
 
 def _links(exported: Exported | None) -> list[dict]:

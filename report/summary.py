@@ -14,7 +14,7 @@ import pandas as pd
 
 from ..costmodel.compare import step_summary
 from ..costmodel.predict import known_int
-from ..profiling.analysis import steady_state
+from ..profiling.analysis import SPLITS, steady_state
 from ..runs.rundir import Results
 from .labels import run_name
 
@@ -162,32 +162,72 @@ def gap_samples(results: Results) -> list[tuple[str, int, np.ndarray]]:
 
 
 def attribution_per_step(results: Results) -> pd.DataFrame:
-    """Steady-state bubble per step by host phase: config, depth, phase, ms_per_step.
+    """Steady-state bubble per step by host phase, both splits (profiling.analysis.attribution):
+    config, depth, phase, top_level, time_ms (where the bubble's time went: the headline) and
+    began_ms (where each gap began), ms per step; a split the results file did not keep (schema 2
+    kept one) is missing.
 
     The attribution may cover any subset of a run's steps (the profiler's steady state), so it is
     used for shares only; the size of each bar is the run's mean steady-state bubble_ms. Repeats of
     a configuration share a bar: the mean over its runs.
     """
+    columns = ["config", "depth", "phase", "top_level", *SPLITS]
     if results.attribution.empty:
-        return pd.DataFrame(columns=["config", "depth", "phase", "ms_per_step"])
+        return pd.DataFrame(columns=columns)
+    attribution = results.attribution.reindex(
+        columns=list(dict.fromkeys(["run_id", "phase", "top_level", *SPLITS, *results.attribution]))
+    )
     rows = []
     for run in results.runs.to_dict("records"):
         key = dict(config=run_name(run, depth=False), depth=known_int(run["depth"]) or 0)
-        a = results.attribution[results.attribution["run_id"] == run["run_id"]]
+        a = attribution[attribution["run_id"] == run["run_id"]]
         steady = steady_state(results.steps[results.steps["run_id"] == run["run_id"]])
         bubble = float(steady["bubble_ms"].clip(lower=0).mean()) if len(steady) else 0.0
-        total = a["bubble_ms"].sum()
-        if total > 0:
-            for phase, ms in a.groupby("phase")["bubble_ms"].sum().items():
-                rows.append(dict(**key, phase=phase, ms_per_step=bubble * ms / total))
-        else:  # no idle time at all: an empty bar, still labelled
-            rows.append(dict(**key, phase="other", ms_per_step=0.0))
+        totals = a[list(SPLITS)].sum()
+        if not (totals > 0).any():  # no idle time at all: an empty bar, still labelled
+            rows.append(dict(**key, phase="other", top_level="other", time_ms=0.0, began_ms=0.0))
+            continue
+        for phase, split in a.groupby("phase", sort=False):
+            shares = split[list(SPLITS)].sum(min_count=1) / totals.where(totals > 0)
+            top = split["top_level"].dropna()
+            rows.append(
+                dict(**key, phase=phase, top_level=top.iloc[0] if len(top) else phase,
+                     **(bubble * shares).to_dict())
+            )  # fmt: skip
     keys = ["config", "depth"]
     runs = results.runs.assign(
         config=results.runs.apply(run_name, axis=1, depth=False),
         depth=[known_int(d) or 0 for d in results.runs["depth"]],
     )
     repeats = runs.groupby(keys).size().rename("repeats")
-    table = pd.DataFrame(rows).groupby([*keys, "phase"], sort=False)["ms_per_step"].sum()
-    table = table.reset_index().join(repeats, on=keys)
-    return table.assign(ms_per_step=table["ms_per_step"] / table["repeats"]).drop(columns="repeats")
+    table = pd.DataFrame(rows).groupby([*keys, "phase", "top_level"], sort=False)[list(SPLITS)]
+    table = table.sum(min_count=1).reset_index().join(repeats, on=keys)
+    table[list(SPLITS)] = table[list(SPLITS)].div(table["repeats"], axis=0)
+    return table[columns]
+
+
+def headline_split(attribution: pd.DataFrame) -> str:
+    """The split the report draws: where the bubble's time went, unless the results file kept only
+    where each gap began (schema 2's measured runs)."""
+    return "time_ms" if attribution["time_ms"].notna().any() or attribution.empty else "began_ms"
+
+
+def attribution_parts(attribution: pd.DataFrame) -> dict:
+    """Both splits per configuration, depth and top-level part of the loop, ms per step, for the
+    report's table: parts (largest time first) and one row per configuration and depth."""
+    by_part = attribution.groupby(["config", "depth", "top_level"], sort=False)[list(SPLITS)]
+    by_part = by_part.sum(min_count=1)
+    order = by_part.groupby("top_level")[list(SPLITS)].sum().sort_values(list(SPLITS))
+    parts = [p for p in order.index[::-1] if (order.loc[p] > 0).any()]  # not a bar's empty label
+    rows = []
+    for (config, depth), table in by_part.groupby(level=["config", "depth"], sort=False):
+        cells = table.droplevel(["config", "depth"]).reindex(parts)
+        rows.append(
+            dict(config=config, depth=depth or None,  # 0: as traced, depth unknown
+                 cells=[(_plain(r.time_ms), _plain(r.began_ms)) for r in cells.itertuples()])
+        )  # fmt: skip
+    return {"parts": parts, "rows": rows}
+
+
+def _plain(value: float) -> float | None:
+    return None if pd.isna(value) else float(value)

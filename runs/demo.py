@@ -1,5 +1,9 @@
 """A run directory of simulated runs (costmodel.simulate): what the report looks like without a
-GPU."""
+GPU.
+
+Each simulated run's timeline is ingested like an engine's in-process timeline
+(profiling.ingest.ingest_timeline), so its attribution and idle gaps come from the same SQL as a
+measured run's (runs.tables.collect)."""
 
 from __future__ import annotations
 
@@ -9,9 +13,13 @@ from pathlib import Path
 import pandas as pd
 
 from ..core.errors import BubblelabError
-from ..costmodel.simulate import LoopCosts, idle_gaps, simulate_run
+from ..core.timeline import StepInfo, Timeline
+from ..costmodel.simulate import LoopCosts, simulate_run
+from ..profiling.catalog import connect
+from ..profiling.ingest import ingest_timeline
 from .rundir import RESULTS_FILE, write_results
 from .state import OURS, holds_run
+from .tables import collect
 
 SIMULATED = "simulated"  # the provenance key that marks a demo's results.json
 
@@ -48,23 +56,27 @@ def write_demo_run_dir(
             f"{run_dir} holds measured results: --demo writes simulated runs only into a new "
             "directory (or over an earlier demo)"
         )
-    runs, steps, timelines, gaps, attribution = [], [], [], [], []
-    for s in streams:
-        for depth in (1, 2):
-            r = simulate_run(
-                depth,
-                streams=s,
-                requests=requests_per_stream * s,
-                output_len=output_len,
-                costs=costs,
-                seed=seed + s,
-            )
-            g, a = idle_gaps(r["timeline"])
-            runs.append(r["run"])
-            steps.append(r["steps"])
-            timelines.append(r["timeline"])
-            gaps.append(g)
-            attribution.append(a)
+    runs, steps, timelines = [], [], []
+    con = connect(None)
+    try:
+        for s in streams:
+            for depth in (1, 2):
+                r = simulate_run(
+                    depth,
+                    streams=s,
+                    requests=requests_per_stream * s,
+                    output_len=output_len,
+                    costs=costs,
+                    seed=seed + s,
+                )
+                run_id = r["run"]["run_id"]
+                ingest_timeline(as_timeline(r), con, {"depth": depth}, run_id=run_id)
+                runs.append(r["run"])
+                steps.append(r["steps"])
+                timelines.append(r["timeline"])
+        measured = collect(con, [r["run_id"] for r in runs])
+    finally:
+        con.close()
     provenance = {
         "command": f"write_demo_run_dir(streams={tuple(streams)})",
         "note": "simulated loop (costmodel.simulate), not a measurement",
@@ -74,8 +86,28 @@ def write_demo_run_dir(
         run_dir,
         pd.DataFrame(runs),
         pd.concat(steps, ignore_index=True),
-        pd.concat(attribution, ignore_index=True),
-        pd.concat(gaps, ignore_index=True),
+        measured.attribution,
+        measured.gaps,
         provenance,
         pd.concat(timelines, ignore_index=True),
     )
+
+
+def as_timeline(run: dict) -> Timeline:
+    """A simulated run (costmodel.simulate.simulate_run) as the engine's in-process Timeline: its
+    host and device ranges, and each step's kind, rows and tokens (a prefill's rows are whole
+    prompts of the run's prompt_len, as costmodel.schedule.replay admits them)."""
+    timeline = Timeline(depth=int(run["run"]["depth"]))
+    ranges = run["timeline"]
+    for lane, ranges_of_lane in ranges.groupby("lane"):
+        add = timeline.add_host if lane == "host" else timeline.add_device
+        for phase, step, start, end in ranges_of_lane[
+            ["phase", "step", "start_ns", "end_ns"]
+        ].itertuples(index=False):
+            add(str(phase), int(step), int(start), int(end))
+    prompt_len = int(run["run"]["prompt_len"])
+    for step in run["steps"].itertuples():
+        rows = int(step.batch_size)
+        tokens = rows * prompt_len if step.kind == "prefill" else rows
+        timeline.add_step(StepInfo(int(step.step), str(step.kind), rows, tokens))
+    return timeline

@@ -8,7 +8,7 @@ Layout of a run directory (written by run-and-profile, read by `bubblelab report
     DIR/report.html       written by bubblelab.report.report.report_run_dir, with DIR/export/
                           (the trace and Parquet tables of bubblelab.report.export)
 
-results.json holds {"schema_version": 2, "runs": [...], "steps": [...], "attribution": [...],
+results.json holds {"schema_version": 3, "runs": [...], "steps": [...], "attribution": [...],
 "gaps": [...], "timeline": [...], "requests": [...], "ranks": [...], "rank_attribution": [...],
 "provenance": {...}}, each table a list of records:
 
@@ -18,20 +18,24 @@ results.json holds {"schema_version": 2, "runs": [...], "steps": [...], "attribu
 - requests: run_id, request, prompt_len, output_len, max_tokens, constrained: what each run was
   asked (in the order sent) and produced; the cost model replays the schedule from it.
 - steps: the per-step table of docs/phases.md, all runs together (run_id tells them apart).
-- attribution: run_id, phase, bubble_ms: GPU idle time (summed over the run) during which `phase`
-  was the innermost host range running ("other" when none was).
+- attribution: run_id, phase, top_level, and the bubble of the run's steady steps split by host
+  phase two ways (profiling.analysis.attribution): time_ms, the idle time during which `phase` was
+  the innermost host range running (where the bubble's time went: the headline), and began_ms, the
+  idle time of the gaps that began while it was; time_share and began_share of the total.
 - gaps: run_id, step, gap_ms: one record per GPU idle gap.
 - timeline (optional): run_id, lane ("host" | "gpu"), phase, step, start_ns, end_ns: the raw ranges
   of engine.timeline.Timeline (host_frame / device_frame), for the lane chart.
 - ranks (optional; tensor-parallel runs only): every rank's per-step table with the step's spans
   and host phases in time, compute and communication (profiling/sql/tp_rank_steps.sql), `run_id`
   naming the run (rank 0's), `rank` the rank; profiling.ranks.summary reads the cross-rank view
-  from it. rank_attribution: run_id, rank, phase, top_level, bubble_ms over rank 0's steady steps.
+  from it. rank_attribution: run_id, rank, phase, top_level, time_ms, began_ms over rank 0's steady
+  steps.
 - provenance: free-form JSON object; a sweep writes sweep, command, timings, catalog and machine
   (git revision, CPU, GPUs: runs.machine), which the report shows once; other keys are shown as
   JSON.
 
-Older documents are read as the current schema (bubblelab.runs.schema.migrate).
+Older documents are read as the current schema (bubblelab.runs.schema.migrate): schema 2 kept one
+split of the bubble, so the other reads as missing.
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ from ..core.errors import BubblelabError
 from ..core.files import write_atomic
 
 RESULTS_FILE = "results.json"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 TABLES = (
     "runs",
     "steps",
@@ -81,7 +85,7 @@ TYPED_COLUMNS = {
         **dict.fromkeys((*RUN_NUMBERS.split(), "output_len_mean"), NUMBER),
     },
     "steps": STEP_TABLE,
-    "attribution": {"run_id": TEXT, "phase": TEXT, "bubble_ms": NUMBER},
+    "attribution": {"run_id": TEXT, "phase": TEXT, "time_ms": NUMBER, "began_ms": NUMBER},
     "gaps": {"run_id": TEXT, "step": NUMBER, "gap_ms": NUMBER, "began_in": TEXT},
     "timeline": {
         **dict.fromkeys(("run_id", "lane", "phase"), TEXT),
@@ -91,7 +95,10 @@ TYPED_COLUMNS = {
         **dict.fromkeys(("run_id", "rank_run_id", "kind"), TEXT),
         **dict.fromkeys(RANK_NUMBERS.split(), NUMBER),
     },
-    "rank_attribution": {"run_id": TEXT, "rank": NUMBER, "phase": TEXT, "bubble_ms": NUMBER},
+    "rank_attribution": {
+        **dict.fromkeys(("run_id", "phase"), TEXT),
+        **dict.fromkeys(("rank", "time_ms", "began_ms"), NUMBER),
+    },
 }
 MAX_RESULTS_BYTES = 256 << 20  # an H200 sweep's results.json is 8 MiB; refuse absurd ones
 NEEDED_RUN_COLUMNS = (
@@ -178,13 +185,16 @@ def read_results(run_dir: Path | str) -> Results:
     doc = _load_json(path)
     if not isinstance(doc, dict):
         raise BubblelabError(f"{path} is not a results document (a JSON object)")
-    if doc.get("schema_version") == 1:
-        from .schema import migrate  # imports the engine's workload: only if needed
+    if doc.get("schema_version") in (1, 2):
+        from .schema import migrate  # imports the workload and the cost model: only if needed
 
         try:
             doc = migrate(doc)
         except (KeyError, TypeError, ValueError, AttributeError) as e:
-            raise BubblelabError(f"{path}: a schema-1 document that cannot be read ({e})") from None
+            version = doc.get("schema_version")
+            raise BubblelabError(
+                f"{path}: a schema-{version} document that cannot be read ({e})"
+            ) from None
     if doc.get("schema_version") != SCHEMA_VERSION:
         raise BubblelabError(
             f"{path} has schema_version {doc.get('schema_version')!r}, expected {SCHEMA_VERSION}"
@@ -282,6 +292,25 @@ def load_runs(source: Path | str) -> Results:
         return Results(runs, steps)
     raise BubblelabError(
         f"{source} is neither a run directory, a results file nor a DuckDB catalog"
+    )
+
+
+def load_sources(sources: list[Path]) -> Results:
+    """One source as load_runs reads it, or several as one Results (merge_results), each named by
+    its folder (distinct_names): each source's runs pair among themselves."""
+    if len(sources) == 1:
+        return load_runs(sources[0])
+    return merge_results(dict(zip(distinct_names(sources), map(load_runs, sources), strict=True)))
+
+
+def distinct_names(paths: list[Path]) -> list[str]:
+    """Each path's name, with as many parent folders as it takes to tell them apart."""
+    for depth in range(1, max(len(p.resolve().parts) for p in paths) + 1):
+        names = ["/".join(p.resolve().parts[-depth:]) for p in paths]
+        if len(set(names)) == len(names):
+            return names
+    raise BubblelabError(
+        f"the same run directory is given twice: {json.dumps([str(p) for p in paths])}"
     )
 
 

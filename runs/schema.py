@@ -8,6 +8,13 @@ request, prompt_len, output_len, max_tokens, constrained). A schema-1 sweep reco
 provenance["sweep"], so the workload can be rebuilt: each request's cap is regenerated from the same
 seed, its output length is that cap when the run was unconstrained (checked against the run's token
 count), and otherwise read off the depth-1 step sequence (costmodel.schedule.requests_from_steps).
+
+Schema 3 keeps both splits of the bubble by host phase in `attribution` and `rank_attribution`:
+time_ms (where the bubble's time went) and began_ms (where each gap began), with their shares.
+Schema 2 kept one, as bubble_ms (and bubble_share): where each gap began for measured runs
+(runs.tables.collect took profiling.analysis.attribution's rule of the time), where its time went
+for the demo's simulated runs (costmodel.simulate's time-weighted split, "other" outside any
+phase). It is read as that split; the other one is missing (null).
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import pandas as pd
 
 from ..costmodel.costs import launched
 from ..costmodel.schedule import requests_from_steps
+from .demo import SIMULATED
 from .workload import WorkloadSpec, output_lengths
 
 REQUEST_COLUMNS = ["run_id", "request", "prompt_len", "output_len", "max_tokens", "constrained"]
@@ -26,7 +34,37 @@ ENGINE_DEFAULTS = {"max_num_batched_tokens": 8192}  # EngineConfig's default, ne
 
 
 def migrate(doc: dict) -> dict:
-    """A schema-1 document as schema 2 (returns a new dict; tables stay lists of records)."""
+    """A schema-1 or schema-2 document as schema 3 (returns a new dict; tables stay lists of
+    records)."""
+    if doc.get("schema_version") == 1:
+        doc = _from_schema_1(doc)
+    return _from_schema_2(doc)
+
+
+def _from_schema_2(doc: dict) -> dict:
+    split = "time" if (doc.get("provenance") or {}).get(SIMULATED) is True else "began"
+    out = {**doc, "schema_version": 3}
+    for name in ("attribution", "rank_attribution"):
+        if isinstance(records := doc.get(name), list):  # anything else: read_results says so
+            out[name] = [_both_splits(r, split) for r in records]
+    return out
+
+
+def _both_splits(record: object, split: str) -> object:
+    if not isinstance(record, dict):
+        return record
+    kept = {k: v for k, v in record.items() if k not in ("bubble_ms", "bubble_share")}
+    splits = dict.fromkeys(("time_ms", "began_ms", "time_share", "began_share"))
+    return {
+        **kept,
+        **splits,
+        f"{split}_ms": record.get("bubble_ms"),
+        f"{split}_share": record.get("bubble_share"),
+    }
+
+
+def _from_schema_1(doc: dict) -> dict:
+    """A schema-1 document as schema 2."""
     runs = pd.DataFrame.from_records(doc.get("runs") or [])
     steps = pd.DataFrame.from_records(doc.get("steps") or [])
     sweep = (doc.get("provenance") or {}).get("sweep") or {}

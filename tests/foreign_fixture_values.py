@@ -82,8 +82,8 @@ def analysed(name: str) -> dict:
                 for r in hist[hist.gaps > 0].itertuples()
             ],
             "host_late_share": report["host_late_share"],
-            "began_in": attribution["phase"],
-            "by_time": attribution["top_level_by_time"],
+            "began_in": attribution["began"]["phase"],
+            "by_time": attribution["time"]["top_level"],
             "syncs_per_step": sorted(
                 [
                     r["event"],

@@ -24,8 +24,9 @@ def expected(con, run: str) -> dict:
     left_out = sorted(set(range(first, last + 1)) - set(steady.step.tolist()))
     pinned = int(steady.step.iloc[len(steady) // 2])
     row = steps.set_index("step").loc[pinned]
-    began = analysis.attribution(con, run, steady)
-    by_time = analysis.rollup(analysis.attribution_by_time(con, run, steady))
+    table = analysis.attribution(con, run, steady)
+    began = table[table.began_ms > 0]
+    by_time = analysis.rollup(table).time_ms
     syncs = analysis.sync_inventory(con, run).groupby(["event", "detail", "phase"]).size()
     hist = analysis.idle_histogram(con, run, steady)
     kernels = analysis.kernel_summary(con, run).head(3)
@@ -36,8 +37,8 @@ def expected(con, run: str) -> dict:
         steady=(first, last, left_out),
         medians={c: r6(steady[c].median()) for c in MEDIAN_COLUMNS},
         row=(pinned, {c: round(row[c] * 1e6) for c in MEDIAN_COLUMNS}),
-        began={p: r6(b) for p, b in zip(began.phase, began.bubble_ms, strict=True)},
-        by_time={p: r6(b) for p, b in by_time.to_dict().items()},
+        began={p: r6(b) for p, b in zip(began.phase, began.began_ms, strict=True)},
+        by_time={p: r6(b) for p, b in by_time[by_time > 0].to_dict().items()},
         syncs={" ".join(k): int(n) for k, n in syncs.items()},
         hist=[
             tuple(int(v) for v in r)

@@ -167,7 +167,9 @@ def test_whole_run_with_host_bound_ticks():
 
 def test_results_round_trip(tmp_path, sim):
     runs, steps, timeline, _ = sim
-    attribution = pd.DataFrame({"run_id": ["a"], "phase": ["commit"], "bubble_ms": [1.5]})
+    attribution = pd.DataFrame(
+        {"run_id": ["a"], "phase": ["commit"], "time_ms": [1.5], "began_ms": [1.5]}
+    )
     write_results(tmp_path, runs, steps, attribution, None, {"command": "x"}, timeline)
     back = read_results(tmp_path)
     pd.testing.assert_frame_equal(back.runs, runs, check_dtype=False)

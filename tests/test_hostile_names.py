@@ -86,7 +86,7 @@ def test_analyze_tables_show_hostile_names_as_text_on_one_line(trace, capsys):
 def test_analyze_json_keeps_every_name_exactly(trace, capsys):
     out, _ = run_cli(["analyze", str(trace), "--warmup", "1", "--json"], capsys)
     report = json.loads(out)
-    phases = set(report["runs"][0]["attribution_ms_per_step"]["phase"])
+    phases = set(report["runs"][0]["attribution_ms_per_step"]["began"]["phase"])
     assert {MARKUP, HTML, NEWLINE, LONG, SQL} & phases  # the names the bubble began in, unaltered
 
 

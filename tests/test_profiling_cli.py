@@ -45,13 +45,17 @@ def test_analyze_json_groups_by_depth_and_streams(traces, tmp_path):
     assert blocking["bubble_ms"]["median"] == pytest.approx(0.45)
     assert blocking["kernel_gap_ms"]["median"] == pytest.approx(0.01)
     attribution = blocking["attribution_ms_per_step"]
-    assert attribution["phase"] == pytest.approx({"wait": 0.45})  # every interval began in `wait`
-    assert attribution["top_level"] == pytest.approx({"commit": 0.45})
-    assert attribution["top_level_by_time"] == pytest.approx(
+    began, by_time = attribution["began"], attribution["time"]
+    assert began["phase"] == pytest.approx({"wait": 0.45})  # every interval began in `wait`
+    assert began["top_level"] == pytest.approx({"commit": 0.45})
+    assert by_time["top_level"] == pytest.approx(
         {"commit": 0.15, "plan": 0.1, "outside any phase": 0.1, "launch": 0.1}
     )
     assert pipelined["forward_ms"]["median"] == pytest.approx(0.352)
-    assert pipelined["attribution_ms_per_step"]["top_level"] == pytest.approx({"launch": 0.028})
+    for split in ("time", "began"):
+        assert pipelined["attribution_ms_per_step"][split]["top_level"] == pytest.approx(
+            {"launch": 0.028}
+        )
     assert [r["flagged_syncs"] for r in report["runs"]] == [2, 0]
     # depth 1: every gap ended when the host finally launched; depth 2: the next work was already
     # queued

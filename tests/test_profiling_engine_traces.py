@@ -43,10 +43,9 @@ def test_engine_trace_invariants(trace, catalog):
     other = steady.bubble_ms + steady.kernel_gap_ms - (steady.period_ms - steady.busy_ms)
     assert other.between(0, 0.01).all(), other.describe()
     # the bubble is fully accounted for by phase (both rules), the GPU idle time by gap
-    for attribute in (analysis.attribution, analysis.attribution_by_time):
-        assert attribute(catalog, run, steady).bubble_ms.sum() == pytest.approx(
-            steady.bubble_ms.sum(), abs=1e-6
-        )
+    table = analysis.attribution(catalog, run, steady)
+    for split in ("time_ms", "began_ms"):
+        assert table[split].sum() == pytest.approx(steady.bubble_ms.sum(), abs=1e-6)
     gaps = analysis.idle_gaps(catalog, run, steady)
     assert gaps.idle_us.sum() / 1e3 == pytest.approx(
         (steady.period_ms - steady.busy_ms).sum(), abs=1e-6

@@ -90,12 +90,10 @@ def test_sql_matches_brute_force(tl: Timeline) -> None:
                     opened = phase
                 began[opened] = began.get(opened, 0) + 1
     with_period = steps[steps.period_ms.notna()]
-    for attribute, expected in (
-        (analysis.attribution, began),
-        (analysis.attribution_by_time, by_time),
-    ):
-        table = attribute(con, run, with_period)
-        assert dict(zip(table.phase, table.bubble_ms * 1e6, strict=True)) == pytest.approx(expected)
+    table = analysis.attribution(con, run, with_period)
+    for split, expected in (("began_ms", began), ("time_ms", by_time)):
+        found = {p: ms * 1e6 for p, ms in zip(table.phase, table[split], strict=True) if ms}
+        assert found == pytest.approx(expected)
     gaps = analysis.idle_gaps(con, run, with_period)
     assert gaps.idle_us.sum() * 1e3 == pytest.approx(gpu_idle)
     assert gaps.began_in.tolist() == [innermost(tl, t) for t in gaps.start_ns]

@@ -135,15 +135,14 @@ def test_bubble_intervals(catalog):
 def test_bubble_attribution_blocking(catalog):
     con, run, _ = catalog
     steps = analysis.steady_state(analysis.per_step(con, run), warmup=1)
-    began = analysis.attribution(con, run, steps)
+    table = analysis.attribution(con, run, steps)
     # every bubble interval [750,1200) begins while the host waits for the step's copy
+    began = table[table.began_ms > 0]
     assert began[["run_id", "phase", "top_level"]].values.tolist() == [[run, "wait", "commit"]]
-    assert began.bubble_ms.tolist() == pytest.approx([1.35]) and began.bubble_share.tolist() == [
-        1.0
-    ]
+    assert began.began_ms.tolist() == pytest.approx([1.35]) and began.began_share.tolist() == [1.0]
     # time-weighted, the same 450 us: wait 20, commit 130, between ticks 100, next plan 100, launch
     # 30, copy_h2d 20, forward 50
-    table = analysis.attribution_by_time(con, run, steps).set_index("phase")
+    table = table.set_index("phase")
     expected = {
         "commit": 0.39,
         "outside any phase": 0.30,
@@ -153,19 +152,24 @@ def test_bubble_attribution_blocking(catalog):
         "copy_h2d": 0.06,
         "wait": 0.06,
     }
-    assert table.bubble_ms.to_dict() == pytest.approx(expected)
-    assert table.bubble_ms.sum() == pytest.approx(steps.bubble_ms.sum())
-    assert table.bubble_share.sum() == pytest.approx(1.0)
-    assert analysis.rollup(table.reset_index()).to_dict() == pytest.approx(
+    assert table.time_ms.to_dict() == pytest.approx(expected)
+    assert table.time_ms.sum() == pytest.approx(steps.bubble_ms.sum())
+    assert table.time_share.sum() == pytest.approx(1.0)
+    # the headline split first: largest time first
+    assert table.time_ms.tolist() == sorted(table.time_ms, reverse=True)
+    assert analysis.rollup(table.reset_index()).time_ms.to_dict() == pytest.approx(
         {"commit": 0.45, "outside any phase": 0.30, "plan": 0.30, "launch": 0.30}
+    )
+    assert analysis.rollup(table.reset_index()).began_ms.to_dict() == pytest.approx(
+        {"commit": 1.35, "outside any phase": 0.0, "plan": 0.0, "launch": 0.0}
     )
 
 
 def test_bubble_attribution_step_one_and_pipelined(catalog):
     con, blocking, pipelined = catalog
     one = analysis.per_step(con, blocking).query("step == 1")
-    table = analysis.attribution_by_time(con, blocking, one).set_index("phase")
-    assert table.bubble_ms.to_dict() == pytest.approx(
+    table = analysis.attribution(con, blocking, one).set_index("phase")
+    assert table.time_ms.to_dict() == pytest.approx(
         {
             "commit": 0.13,
             "outside any phase": 0.1,
@@ -178,19 +182,18 @@ def test_bubble_attribution_step_one_and_pipelined(catalog):
     )
     assert analysis.attribution(con, pipelined).empty  # default warm-up (5) leaves no steady steps
     everything = analysis.per_step(con, blocking)  # all steps with a period: 5 x 450 us
-    for attribute in (analysis.attribution, analysis.attribution_by_time):
+    table = analysis.attribution(con, blocking, everything)
+    for split in ("time_ms", "began_ms"):
         assert (
-            attribute(con, blocking, everything).bubble_ms.sum()
-            == pytest.approx(everything.bubble_ms.sum())
-            == pytest.approx(2.25)
+            table[split].sum() == pytest.approx(everything.bubble_ms.sum()) == pytest.approx(2.25)
         )
     steps = analysis.steady_state(analysis.per_step(con, pipelined), warmup=1)
     # pipelined, the compute stream idles [480,508) while the host is inside the next step's
     # `forward`
-    for attribute in (analysis.attribution, analysis.attribution_by_time):
-        table = attribute(con, pipelined, steps)
-        assert table[["phase", "top_level"]].values.tolist() == [["forward", "launch"]]
-        assert table.bubble_ms.tolist() == pytest.approx([0.084])
+    table = analysis.attribution(con, pipelined, steps)
+    assert table[["phase", "top_level"]].values.tolist() == [["forward", "launch"]]
+    for split in ("time_ms", "began_ms"):
+        assert table[split].tolist() == pytest.approx([0.084])
     # the work ending each GPU-idle gap [490,500) had been queued 32 us before: not a host-bound
     # bubble
     assert analysis.idle_gaps(con, pipelined, steps).launch_lag_us.tolist() == [-32.0] * 3

@@ -108,8 +108,13 @@ def test_analyze_puts_the_ranks_side_by_side_over_rank_0s_steady_steps(tp2):
     # what each host did while its GPU idled: rank 0 waits in commit for its copy; the worker has
     # finished its finalize and waits for rank 0 outside any range
     bubble0 = (7 * 0.54 + 0.52) / 8  # the flip step's argmax ran 20 us longer
-    assert r0["attribution_ms_per_step"]["phase"] == {"wait": pytest.approx(bubble0)}
-    assert r1["attribution_ms_per_step"]["phase"] == {"outside any phase": pytest.approx(0.61)}
+    assert r0["attribution_ms_per_step"]["began"]["phase"] == {"wait": pytest.approx(bubble0)}
+    assert r1["attribution_ms_per_step"]["began"]["phase"] == {
+        "outside any phase": pytest.approx(0.61)
+    }
+    for row, bubble in ((r0, bubble0), (r1, 0.61)):  # time-weighted, the same bubble
+        by_time = row["attribution_ms_per_step"]["time"]["phase"]
+        assert sum(by_time.values()) == pytest.approx(bubble)
     assert tp["skew"]["forward_start_skew_ms"] == {"median": 0.08, "p90": 0.08, "max": 0.08}
     # the pooled groups hold rank 0's runs only
     assert [g["runs"] for g in report["groups"]] == [[tp["run_id"]]]

@@ -1,4 +1,4 @@
-"""Run directories written by an earlier version (schema 1) read as the current schema."""
+"""Run directories written by an earlier version (schema 1 or 2) read as the current schema."""
 
 import gzip
 import json
@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from bubblelab.costmodel.costs import launched
@@ -21,7 +22,7 @@ needs_sweep = pytest.mark.skipif(not SWEEP.is_dir(), reason="H200 sweep not in t
 def test_a_schema_1_sweep_gets_repeats_and_its_requests_back():
     results = read_results(SWEEP / "qwen3-4b")
     runs = results.runs
-    assert SCHEMA_VERSION == 2 and not runs["profiled"].any()
+    assert SCHEMA_VERSION == 3 and not runs["profiled"].any()
     assert sorted(runs["repeat"].unique()) == [0, 1, 2]
     assert (runs["prompt_len"] == 32).all() and (runs["max_num_seqs"] == 64).all()
     # Unconstrained: each request produced its cap, regenerated from the sweep's seed.
@@ -82,3 +83,34 @@ def test_predict_reads_a_results_file_of_todays_sweep():
     assert result.returncode == 0, result.stderr
     for streams in ("1 stream ", "8 streams", "32 streams"):
         assert f"qwen3-4b · NVIDIA H200 · {streams}" in result.stdout
+
+
+@pytest.mark.skipif(not DEV.is_dir(), reason="the 2026-11-23 sweeps are not in this checkout")
+def test_a_schema_2_measured_file_keeps_where_its_gaps_began():
+    """Schema 2 kept one split of the bubble: a measured run's was where each gap began."""
+    path = DEV / "dev-qwen3-0.6b.results.json.gz"
+    kept = pd.DataFrame(json.loads(gzip.decompress(path.read_bytes()))["attribution"])
+    attribution = read_results(path).attribution
+    assert attribution["began_ms"].tolist() == kept["bubble_ms"].tolist()
+    assert attribution["began_share"].tolist() == kept["bubble_share"].tolist()
+    assert attribution["time_ms"].isna().all() and "bubble_ms" not in attribution
+
+
+def test_a_schema_2_demo_file_keeps_where_its_bubble_went(tmp_path):
+    """The demo's simulated runs kept the time split (and no shares) in schema 2."""
+    doc = {
+        "schema_version": 2,
+        "runs": [dict(run_id="sim", depth=1, streams=1, device="simulated",
+                      mean_generated_len=3.0, wall_s=0.1, generated_tokens=3)],
+        "steps": [dict(run_id="sim", step=0, kind="decode", depth=1, batch_size=1,
+                       forward_ms=1.0, sampling_ms=0.1, busy_ms=1.1, bubble_ms=0.5, period_ms=1.6,
+                       plan_ms=0.1, launch_ms=0.1, commit_ms=0.1, finalize_ms=0.1, wait_ms=0.0,
+                       gpu_start_ns=0, gpu_end_ns=1)],
+        "attribution": [{"run_id": "sim", "phase": "launch", "bubble_ms": 0.3},
+                        {"run_id": "sim", "phase": "other", "bubble_ms": 0.2}],
+        "provenance": {"simulated": True},
+    }  # fmt: skip
+    (tmp_path / "results.json").write_text(json.dumps(doc))
+    attribution = read_results(tmp_path).attribution
+    assert attribution["time_ms"].tolist() == [0.3, 0.2]
+    assert attribution["began_ms"].isna().all()

@@ -78,7 +78,7 @@ def test_every_rank_has_the_same_steps_and_its_own_bubble(tp2):
                    for r in tp["per_rank"])  # fmt: skip
         shares = [r["gpu_straggler_share"] for r in tp["per_rank"]]
         assert sum(shares) == pytest.approx(1.0)  # each step has exactly one straggler
-        worker = tp["per_rank"][1]["attribution_ms_per_step"]["phase"]
+        worker = tp["per_rank"][1]["attribution_ms_per_step"]["began"]["phase"]
         if tp["run_id"].startswith("s2-d1"):  # blocking: the worker idles waiting for rank 0
             assert "recv" in worker
     assert all(g["runs"] == [f"s2-d{g['depth']}-r{r}-timeline" for r in (0, 1)]

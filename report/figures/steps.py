@@ -91,12 +91,15 @@ def gap_histogram(gaps: list[tuple[str, int, np.ndarray]], device: str = "GPU") 
 
 
 @svg_figure
-def attribution_bars(attribution: pd.DataFrame, device: str = "GPU") -> Figure:
-    """Bubble per step, split by the host phase that was running while the device sat idle: one
-    panel per depth (each on its own scale, so depth 2's few microseconds are readable too), one bar
-    per configuration.
+def attribution_bars(
+    attribution: pd.DataFrame, device: str = "GPU", split: str = "time_ms"
+) -> Figure:
+    """Bubble per step by host phase: one panel per depth (each on its own scale, so depth 2's few
+    microseconds are readable too), one bar per configuration.
 
-    attribution: configuration, depth, phase, ms_per_step (report.tables.attribution_per_step).
+    attribution: config, depth, phase and the splits in ms per step
+    (report.summary.attribution_per_step); split: the one drawn, time_ms (the phase running while
+    the device sat idle) or began_ms (the phase open when each idle gap began).
     """
     configs = list(dict.fromkeys(attribution["config"]))
     depths = sorted(attribution["depth"].unique())
@@ -110,7 +113,7 @@ def attribution_bars(attribution: pd.DataFrame, device: str = "GPU") -> Figure:
     for ax, depth in zip(axes, depths, strict=True):
         table = (
             attribution[attribution["depth"] == depth]
-            .pivot_table(index="config", columns="phase", values="ms_per_step", aggfunc="sum")
+            .pivot_table(index="config", columns="phase", values=split, aggfunc="sum")
             .reindex(index=configs, columns=order)
             .fillna(0.0)
         )

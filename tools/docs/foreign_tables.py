@@ -11,11 +11,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from bubblelab.costmodel.foreign import pipelining_gain
 from bubblelab.profiling import analysis, foreign
 from bubblelab.profiling.catalog import connect
-from bubblelab.profiling.ingest import ingest
 from bubblelab.profiling.steps import StepOptions
+from bubblelab.runs.analysis import analyze_traces
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "traces" / "foreign"
@@ -28,21 +27,25 @@ WRITEUP = {"occupancy": 79.9, "step_us": 7095, "bubble_us": 909, "bubble_share":
 
 @functools.cache
 def fixture(name: str, gap_us: float = 5.0, path: Path | None = None) -> dict:
-    """Everything the docs say about one trace: analyze's run summary, the per-step table, its
-    steady steps and their idle gaps, and what pipelining would buy (L from the index)."""
+    """Everything the docs say about one trace: analyze's run summary with what pipelining would
+    buy (L from the index), the per-step table, its steady steps and their idle gaps."""
     entry = json.loads((FIXTURES / "index.json").read_text())[f"{name}.sqlite.gz"]
     con = connect(None)
-    options = StepOptions(entry.get("step_range"), gap_threshold_us=gap_us)
-    run = ingest(path or FIXTURES / f"{name}.sqlite.gz", None, {}, steps=options, con=con)
-    steps = analysis.per_step(con, run)
+    (report,) = analyze_traces(
+        [path or FIXTURES / f"{name}.sqlite.gz"],
+        catalog=con,
+        steps=StepOptions(entry.get("step_range"), gap_threshold_us=gap_us),
+        output_len=entry["mean_generated_len"],
+    )["runs"]
+    steps = analysis.per_step(con, report["run_id"])
     steady = analysis.steady_state(steps)
     return {
         "entry": entry,
-        "report": analysis.analyze(con, [run])["runs"][0],
+        "report": report,
         "steps": steps,
         "steady": steady,
-        "gaps": analysis.idle_gaps(con, run, steady),
-        "gain": pipelining_gain(steps, output_len=entry["mean_generated_len"]),
+        "gaps": analysis.idle_gaps(con, report["run_id"], steady),
+        "gain": report["pipelining"],
     }
 
 

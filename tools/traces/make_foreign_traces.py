@@ -361,19 +361,10 @@ def trim_and_gzip(export: Path, plain: Path, first: int, last: int, options, kee
 
 
 def digest(trace: Path, options, output_len: float | None) -> dict:
-    """What `bubblelab analyze --json` says about the trace, and the pipelining prediction."""
-    from bubblelab.costmodel.foreign import pipelining_gain
-    from bubblelab.profiling import analysis
-    from bubblelab.profiling.catalog import connect
-    from bubblelab.profiling.ingest import ingest
+    """What `bubblelab analyze --json` says about the trace, the pipelining prediction included."""
+    from bubblelab.runs.analysis import analyze_traces
 
-    con = connect(None)
-    run = ingest(trace, None, {}, steps=options, con=con)
-    report = analysis.analyze(con, [run])["runs"][0]
-    try:
-        report["pipelining"] = pipelining_gain(analysis.per_step(con, run), output_len=output_len)
-    except Exception as e:  # noqa: BLE001
-        report["pipelining"] = {"not_predicted": str(e)}
+    (report,) = analyze_traces([trace], steps=options, output_len=output_len)["runs"]
     report["bytes"] = trace.stat().st_size
     return report
 

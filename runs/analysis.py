@@ -1,0 +1,119 @@
+"""What `bubblelab analyze` reports, as one library call: traces (or a run directory's catalog) in,
+each run's steady-state breakdown and bubble attribution out, named by configuration, with what
+pipelining would buy a foreign engine.
+
+It spans profiling (ingest, profiling.analysis.analyze) and the cost model
+(costmodel.foreign.pipelining_gain), so it lives here; the CLI prints its answer, and the notebooks
+and tools/ call it for the same numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import duckdb
+
+from ..core.checks import check_float, check_int
+from ..core.errors import BubblelabError
+from ..costmodel.foreign import pipelining_gain
+from ..profiling import analysis
+from ..profiling.ingest import DOMAIN, ingest_trace
+from ..profiling.steps import StepOptions
+from .catalogs import update_catalog
+from .sources import run_catalog
+from .tables import config_names
+from .traces import index_meta
+
+
+def analyze_traces(
+    inputs: Sequence[Path | str] = (),
+    *,
+    catalog: Path | str | duckdb.DuckDBPyConnection | None = None,
+    warmup: int = analysis.WARMUP_STEPS,
+    domain: str = DOMAIN,
+    steps: StepOptions | None = None,
+    output_len: float | None = None,
+    on_progress: Callable[[str], None] | None = None,
+) -> dict:
+    """profiling.analysis.analyze of the runs of `inputs`, every run named (`name`, e.g.
+    `qwen3-0.6b·s32·d1·r0`) and a foreign run's `pipelining` predicted (or `not_predicted`, why).
+
+    inputs: nsys exports (.sqlite, .sqlite.gz, .nsys-rep; an index.json beside one gives its run
+    metadata), added to `catalog` (a DuckDB file, updated whole or not at all; an open catalog, to
+    ask profiling.analysis more afterwards; default: in memory); none: every run already in
+    `catalog`; or one run directory, read from the catalog its sweep left. steps: how to find a
+    foreign engine's steps; output_len: its requests' mean generated length, for the zombie tax
+    (default: its decode steps + 1). on_progress: told what is being done, in words.
+    """
+    paths = [Path(p) for p in inputs]
+    if not paths and catalog is None:
+        raise BubblelabError("give one or more traces, or --catalog PATH")
+    run_dir = next((p for p in paths if p.is_dir()), None)
+    if run_dir is not None and (len(paths) > 1 or catalog is not None):
+        raise BubblelabError(f"{run_dir} is a run directory: analyse it alone, without --catalog")
+    check_int("warmup", warmup, 0, 10**6)
+    if output_len is not None:  # checked here: pipelining_gain's refusals are per run
+        check_float("output_len", output_len, 1, 1e6)
+    say = on_progress or (lambda _: None)
+
+    def work(con: duckdb.DuckDBPyConnection) -> dict:
+        run_ids = []
+        for i, trace in enumerate([] if run_dir else paths):
+            say(f"ingesting {i + 1}/{len(paths)}: {trace.name}")
+            meta = index_meta(trace)  # the committed traces' model, streams, depth
+            run_ids += ingest_trace(trace, None, meta, domain=domain, steps=steps, con=con)
+        say("analysing")
+        report = analysis.analyze(con, run_ids or None, warmup)
+        for run in report["runs"]:
+            if "syncs_per_step" in run:
+                run["pipelining"] = _pipelining(con, run, output_len, warmup)
+        if not report["runs"]:
+            raise BubblelabError(f"{catalog} holds no runs: give traces to add")
+        return report
+
+    if isinstance(catalog, duckdb.DuckDBPyConnection):
+        report = work(catalog)
+    elif run_dir is not None:
+        con = run_catalog(run_dir)
+        try:
+            report = work(con)
+        finally:
+            con.close()
+    else:
+        report = update_catalog(None if catalog is None else Path(catalog), work)
+    _name_runs(report)
+    return report
+
+
+def _pipelining(
+    con: duckdb.DuckDBPyConnection, run: dict, output_len: float | None, warmup: int
+) -> dict:
+    """What pipelining would buy a foreign run, with its mid-step host syncs named among the
+    assumptions; the reason where it cannot be predicted."""
+    extra = [r for r in run["syncs_per_step"] if r["flagged"] and r["event"] == "sync"]
+    syncs = "; ".join(f"{r['per_step']:.3g} x {r['api']} a step" for r in extra) or None
+    try:
+        return pipelining_gain(
+            analysis.per_step(con, run["run_id"]),
+            output_len=output_len,
+            extra_syncs=syncs,
+            warmup=warmup,
+        )
+    except BubblelabError as e:
+        return {"not_predicted": str(e)}
+
+
+def _name_runs(report: dict) -> None:
+    """Each run, and each tensor-parallel run, named by its configuration (a worker rank's run
+    after its rank 0)."""
+    ranks = {
+        r["rank_run_id"]: (tp["run_id"], r["rank"])
+        for tp in report["tensor_parallel"]
+        for r in tp["per_rank"]
+    }
+    names = config_names(report["runs"], ranks)
+    for run in report["runs"]:
+        run["name"] = names[run["run_id"]]
+    for tp in report["tensor_parallel"]:
+        tp["name"] = names.get(tp["run_id"], tp["run_id"])
