@@ -56,17 +56,22 @@ class Work(Protocol[Out_co]):
         """After the commit, outside its range: the step's device times, for the timeline."""
 
 
-class Phases(Protocol):
+class PhaseRanges(Protocol):
+    """Where each phase's range goes: engine.phases.Phases (NVTX, timeline), the replay's log."""
+
     def range(self, name: str, step: int) -> AbstractContextManager[object]: ...
 
 
 class Loop(Generic[Out]):
+    """The pipeline object: a Pipeline (slots, steps in flight, invariants) run by the scheduler's
+    plans, one tick per call."""
+
     def __init__(
         self,
         depth: int,
         scheduler: Scheduler,
         work: Work[Out],
-        phases: Phases,
+        phases: PhaseRanges,
         debug: bool = False,
     ):
         self.pipeline = Pipeline(depth, debug=debug)
