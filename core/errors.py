@@ -1,5 +1,6 @@
-"""One exception type for every user-facing mistake, so the CLI can print one line and exit
-non-zero."""
+"""The project's exceptions: one type for every user-facing mistake, so the CLI can print one line
+and exit non-zero, and one for a broken invariant of the loop, which is a bug and keeps its
+traceback."""
 
 from __future__ import annotations
 
@@ -28,3 +29,13 @@ class OptionError(BubblelabError):
 class WorkerError(BubblelabError):
     """A tensor-parallel worker process died or stopped answering: the run ends, the engine is
     unusable."""
+
+
+class InvariantError(AssertionError):
+    """A numbered invariant of the loop is broken (I1-I7, listed in core/pipeline.py): a bug in
+    bubblelab, never the user's mistake, so not a BubblelabError (the CLI would shorten it to one
+    line). Raised explicitly rather than by `assert`, so the checks still run under `python -O`."""
+
+    def __init__(self, number: int, what: str):
+        self.number = number
+        super().__init__(f"I{number}: {what}")

@@ -9,21 +9,31 @@ replacement's prefill moves one step later and admissions that were apart at dep
 the end-of-run ramp-down, and to zombies (a request that stops on its own, not at its cap, rides one
 more decode step).
 
-The rules are the engine's (engine/llm_engine.py step(), engine/scheduler.py plan(),
-runs/driver.py drive()); tests/test_costmodel_schedule.py checks the replay against the engine
-itself, step by step. Assumed: the KV pool never runs short (no preemption), every request arrives
-at once (closed loop).
+The replay is the engine's own loop: core.loop.Loop over core.scheduler.Scheduler, the objects
+LLMEngine.step drives, with a `Work` that launches nothing and records when each phase ran (the
+event log simulate times) and a request finishing at its recorded length. The client is
+runs/driver.py drive()'s closed loop; tests/test_costmodel_schedule.py checks the replay against the
+engine itself, step by step. Assumed: the KV pool never runs short (no preemption), every request
+arrives at once (closed loop).
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import pandas as pd
 
+from ..core.block_manager import BlockManager
 from ..core.errors import BubblelabError
+from ..core.loop import Loop
+from ..core.pipeline import Step, check_depth
+from ..core.scheduler import Limits, Scheduler
+from ..core.sequence import Sequence as Seq
+
+__all__ = ["STEP_COLUMNS", "Limits", "Recording", "Request", "record", "replay"]
 
 
 @dataclass(frozen=True)
@@ -34,35 +44,21 @@ class Request:
     constrained: bool = False  # sampled under a grammar mask: waits for the commit before (I5)
 
 
-@dataclass(frozen=True)
-class Limits:
-    """The engine options that shape the schedule (engine.config.EngineConfig)."""
-
-    max_num_seqs: int
-    max_num_batched_tokens: int = 8192
-    max_model_len: int = 2048
-
-
 STEP_COLUMNS = [
     "step", "kind", "batch_size", "tokens", "constrained", "zombies", "finished",
     "launch_tick", "sample_tick", "sample_late", "commit_tick", "serial",
 ]  # fmt: skip
+GRAMMAR = "replayed grammar"  # a constrained row's constraint: the loop reads only that it has one
+_NOTHING = nullcontext()
 
 
-@dataclass(eq=False)
-class _Seq:
-    req: Request
-    launched: int = 0  # tokens launched (generated positions in flight or committed)
-    produced: int = 0
-    finalized: bool = False
-    refs: int = 0  # steps in flight that hold it (inflight_refs)
+@dataclass
+class Recording:
+    """A replayed run: its steps (STEP_COLUMNS) and the loop's event log, one (tick, phase, step)
+    per host phase in the order the loop ran them (plan, launch, finalize, commit, wait)."""
 
-    def schedulable(self, max_model_len: int) -> bool:
-        return (
-            not self.finalized
-            and self.launched < self.req.max_tokens
-            and self.req.prompt_len + self.launched < max_model_len
-        )
+    steps: pd.DataFrame
+    events: list[tuple[int, str, int]]
 
 
 def replay(requests: Sequence[Request], streams: int, depth: int, limits: Limits) -> pd.DataFrame:
@@ -76,104 +72,87 @@ def replay(requests: Sequence[Request], streams: int, depth: int, limits: Limits
     began after the step before it had been committed, so nothing was queued on the GPU while the
     host planned it (always at depth 1; at depth 2 after a tick that had nothing to launch).
     """
-    if depth not in (1, 2):
-        raise BubblelabError(f"depth must be 1 or 2, got {depth}")
-    if bad := [r for r in requests if not 1 <= r.output_len <= r.max_tokens]:
-        raise BubblelabError(f"a request cannot produce {bad[0].output_len} tokens under its cap")
-    loop = _Loop(limits)
-    pending, active, tick = deque(requests), 0, 0
+    return record(requests, streams, depth, limits).steps
+
+
+def record(requests: Sequence[Request], streams: int, depth: int, limits: Limits) -> Recording:
+    """replay()'s steps, and the event log of the loop that took them."""
+    check_depth(depth)
+    for r in requests:
+        if not 1 <= r.output_len <= r.max_tokens:
+            raise BubblelabError(f"a request cannot produce {r.output_len} tokens under its cap")
+        if r.prompt_len + r.output_len > limits.max_model_len:
+            raise BubblelabError(
+                f"a request of {r.prompt_len} prompt tokens cannot produce {r.output_len} tokens "
+                f"within max_model_len={limits.max_model_len}"
+            )
+    # One page per sequence and one to spare for each: the pool never runs short (no preemption).
+    blocks = BlockManager(2 * limits.max_num_seqs, limits.max_model_len)
+    scheduler = Scheduler(limits, blocks)
+    work = _Recorder()
+    loop = Loop(depth, scheduler, work, work)
+    pending, active = deque(enumerate(requests)), 0
     while pending or loop.busy():
         while pending and active < streams:  # the client tops the loop up before each tick
-            loop.waiting.append(_Seq(pending.popleft()))
+            i, r = pending.popleft()
+            grammar = GRAMMAR if r.constrained else None
+            scheduler.add(Seq(str(i), [0] * r.prompt_len, r, constraint=grammar))
             active += 1
-        launched = len(loop.in_flight) < depth and loop.launch(tick)
-        loop.sample(tick, late=False)
-        if loop.in_flight and (len(loop.in_flight) == depth or not launched):
-            active -= loop.commit(tick)
-            loop.sample(tick, late=True)
-        elif not launched:
-            raise BubblelabError("schedule replay stalled: work waiting but nothing can run")
-        tick += 1
-    steps = pd.DataFrame(loop.steps, columns=STEP_COLUMNS)
-    committed = steps["commit_tick"].shift(1, fill_value=-1)
-    return steps.assign(serial=steps["launch_tick"] > committed)
+        active -= sum(loop.tick())
+        work.tick += 1
+    return Recording(_steps(work.steps, work.events), work.events)
 
 
-class _Loop:
-    """The engine's scheduler and pipeline on abstract sequences: plan, launch, sample, commit."""
+class _Recorder:
+    """The replay's work: no device, the loop's phases logged as they run, and each request
+    finishing at its recorded length (its Request rides as the sequence's params)."""
 
-    def __init__(self, limits: Limits):
-        self.limits = limits
-        self.waiting: deque[_Seq] = deque()
-        self.running: list[_Seq] = []
-        self.in_flight: deque[tuple[dict, list[_Seq]]] = deque()
-        self.free_rows = limits.max_num_seqs
+    def __init__(self) -> None:
+        self.tick = 0
+        self.events: list[tuple[int, str, int]] = []
         self.steps: list[dict] = []
+        self._committing: dict = {}
 
-    def busy(self) -> bool:
-        return bool(self.waiting or self.running or self.in_flight)
+    def range(self, name: str, step: int) -> nullcontext:
+        self.events.append((self.tick, name, step))
+        return _NOTHING
 
-    def launch(self, tick: int) -> bool:
-        """Plan the next step: admit waiting requests into a prefill, else decode those running."""
-        admitted: list[_Seq] = []
-        tokens = 0
-        while self.waiting and self.free_rows:
-            seq = self.waiting[0]
-            if admitted and tokens + seq.req.prompt_len > self.limits.max_num_batched_tokens:
-                break
-            self.waiting.popleft()
-            self.free_rows -= 1
-            seq.launched = 1  # the prefill samples the first generated token
-            self.running.append(seq)
-            admitted.append(seq)
-            tokens += seq.req.prompt_len
-        if admitted:
-            kind, rows = "prefill", admitted
-        else:
-            kind, tokens = "decode", 0
-            rows = [s for s in self.running if s.schedulable(self.limits.max_model_len)]
-            for seq in rows:
-                seq.launched += 1
-            if not rows:
-                return False
-        for seq in rows:
-            seq.refs += 1
-        step = dict(step=len(self.steps), kind=kind, batch_size=len(rows), launch_tick=tick,
-                    tokens=tokens or len(rows), zombies=0, finished=0,
-                    constrained=sum(s.req.constrained for s in rows))  # fmt: skip
-        self.steps.append(step)
-        self.in_flight.append((step, rows))
-        return True
+    def launch(self, step: Step) -> None:
+        rows = len(step.seqs)  # zombies until their commit says otherwise
+        self.steps.append(dict(step=step.step_id, kind=step.kind.value, batch_size=rows,
+                               tokens=step.tokens, constrained=len(step.constrained),
+                               zombies=rows, finished=0))  # fmt: skip
 
-    def sample(self, tick: int, late: bool) -> None:
-        """Enqueue sampling, oldest first, up to the first step with a constrained row another step
-        in
-        flight still holds (its mask needs that step's commit: I5)."""
-        for step, rows in self.in_flight:
-            if "sample_tick" in step:
-                continue
-            if any(s.req.constrained and s.refs > 1 for s in rows):
-                break
-            step.update(sample_tick=tick, sample_late=late)
+    def finalize(self, step: Step) -> None:
+        pass
 
-    def commit(self, tick: int) -> int:
-        """Commit the oldest step; returns how many requests it finished."""
-        step, rows = self.in_flight.popleft()
-        for seq in rows:
-            if seq.finalized:  # a zombie: its row was computed, its token is dropped
-                step["zombies"] += 1
-                continue
-            seq.produced += 1
-            if seq.produced >= seq.req.output_len:
-                seq.finalized = True
-                step["finished"] += 1
-        for seq in rows:  # release late: a finished row leaves once no step in flight holds it
-            seq.refs -= 1
-            if seq.finalized and seq.refs == 0:
-                self.running.remove(seq)
-                self.free_rows += 1
-        step["commit_tick"] = tick
-        return step["finished"]
+    def wait(self, step: Step) -> list[int]:
+        self._committing = self.steps[step.step_id]
+        return [0] * len(step.seqs)
+
+    def accept(self, seq: Seq, token: int) -> bool:
+        self._committing["zombies"] -= 1
+        seq.finalized = seq.num_generated >= seq.params.output_len
+        self._committing["finished"] += seq.finalized
+        return seq.finalized
+
+    def committed(self, step: Step) -> None:
+        pass
+
+
+def _steps(steps: list[dict], events: list[tuple[int, str, int]]) -> pd.DataFrame:
+    """The step table, with the ticks read off the event log."""
+    committed_in = -1  # the tick of the latest commit
+    for tick, phase, step in events:
+        if phase == "launch":
+            steps[step]["launch_tick"] = tick
+        elif phase == "finalize":
+            steps[step].update(sample_tick=tick, sample_late=committed_in == tick)
+        elif phase == "commit":
+            steps[step]["commit_tick"] = committed_in = tick
+    table = pd.DataFrame(steps, columns=STEP_COLUMNS)
+    committed = table["commit_tick"].shift(1, fill_value=-1)
+    return table.assign(serial=table["launch_tick"] > committed)
 
 
 def requests_from_table(requests: pd.DataFrame) -> list[Request]:

@@ -1,18 +1,18 @@
 """A discrete-event model of the engine loop at depth 1 and 2, for tests and demo reports.
 
-The steps come from the engine's own rules (costmodel.schedule.replay, checked against the engine);
-this module times them with made-up costs: one host thread running plan / launch / finalize / commit
-per tick, one GPU stream running each step's forward then its sampling, a closed loop of `streams`
-clients. Knobs that the whole-run model must see through, each with a known answer: an eager prefill
-whose kernels follow its host launch, constrained rows (sampling after the commit before), a GPU
-hand-over between queued ops, unnamed loop code, start-up time, and a host or GPU that is faster or
-slower in one run than in another. The output has the contract's shapes (runs, per-step table,
-timeline, requests), so everything downstream of a real trace can be exercised without a GPU.
+The steps, and the order of the loop's phases, come from the engine's own loop (costmodel.schedule
+records its event log, checked against the engine); this module times them with made-up costs: one
+host thread running plan / launch / finalize / commit per tick, one GPU stream running each step's
+forward then its sampling, a closed loop of `streams` clients. Knobs that the whole-run model must
+see through, each with a known answer: an eager prefill whose kernels follow its host launch,
+constrained rows (sampling after the commit before), a GPU hand-over between queued ops, unnamed
+loop code, start-up time, and a host or GPU that is faster or slower in one run than in another.
+The output has the contract's shapes (runs, per-step table, timeline, requests), so everything
+downstream of a real trace can be exercised without a GPU.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,7 +20,7 @@ import pandas as pd
 
 from ..core.contract import STEP_COLUMNS, STEP_HOST_PHASES
 from .model import VLLM_BUCKETS, graph_bucket
-from .schedule import Limits, Request, replay
+from .schedule import Limits, Recording, Request, record
 
 MS = 1_000_000  # ns per ms
 
@@ -118,9 +118,10 @@ def simulate_run(
         for n, stop in zip(lengths, stops, strict=True)
     ]
     limits = Limits(max_num_seqs or max(8, streams), 8192, 4096)
-    schedule = replay(reqs, streams, depth, limits)
+    recording = record(reqs, streams, depth, limits)
+    schedule = recording.steps
     clock = _Clock(costs, np.random.default_rng(seed + 1))
-    _play(schedule, depth, costs, clock)
+    _play(recording, costs, clock)
 
     run_id = run_id or f"sim-d{depth}-s{streams}-{seed}"
     table = _step_table(run_id, depth, schedule, clock)
@@ -154,53 +155,44 @@ def simulate_run(
     return {"run": run, "steps": table, "timeline": timeline, "requests": request_table}
 
 
-def _play(schedule: pd.DataFrame, depth: int, costs: LoopCosts, clock: _Clock) -> None:
-    """Time the schedule tick by tick, in the engine's order: plan, launch, sample what may be
-    sampled,
-    commit the oldest (waiting for its sampled ids), sample what that commit made ready."""
-    by_tick: dict[tuple[str, int], list[dict]] = defaultdict(list)
-    for s in schedule.to_dict("records"):
-        by_tick["launch", s["launch_tick"]].append(s)
-        by_tick["late" if s["sample_late"] else "sample", s["sample_tick"]].append(s)
-        by_tick["commit", s["commit_tick"]].append(s)
+def _play(recording: Recording, costs: LoopCosts, clock: _Clock) -> None:
+    """Time the loop's event log in the order the loop ran it: plan, launch (and its forward),
+    finalize (and its sampling), commit (waiting for its sampled ids); the unnamed loop code at the
+    end of each tick."""
+    steps = recording.steps.to_dict("records")
     forward_end: dict[int, int] = {}
     sampled_at: dict[int, int] = {}
     clock.host_ns = clock.ns(costs.startup, costs.host_speed)
-    ticks = int(schedule["commit_tick"].max()) + 1 if len(schedule) else 0
-    launched = in_flight = 0
-
-    def sample(s: dict) -> None:
-        i = s["step"]
-        _, end = clock.on_host(
-            "finalize", i, costs.finalize + costs.mask_per_row * s["constrained"]
-        )
-        sampled_at[i] = clock.on_gpu("sampling", i, costs.sampling, max(end, forward_end[i]))
-
-    for tick in range(ticks):
-        if in_flight < depth:
-            clock.on_host("plan", launched, costs.plan)
-        for s in by_tick["launch", tick]:
+    ticks = 0  # ticks begun so far
+    for tick, phase, i in recording.events:
+        while ticks <= tick:  # a new tick: the last one's loop code ran first
+            if ticks:
+                clock.host_ns += clock.ns(costs.loop, costs.host_speed)
+            ticks += 1
+        if phase == "plan":  # step i is the one it plans, if it finds one
+            clock.on_host("plan", i, costs.plan)
+            continue
+        s = steps[i]
+        if phase == "launch":
             eager = s["kind"] == "prefill" and costs.prefill_launch_per_token > 0
             extra = costs.prefill_launch_per_token * s["tokens"] if eager else 0.0
-            start, end = clock.on_host("launch", s["step"], costs.launch + extra)
+            start, end = clock.on_host("launch", i, costs.launch + extra)
             forward = costs.forward(s["kind"], s["batch_size"], s["tokens"])
             ready, paced = (start, end) if eager else (end, 0)
-            forward_end[s["step"]] = clock.on_gpu("forward", s["step"], forward, ready, paced)
-            launched += 1
-            in_flight += 1
-        for s in by_tick["sample", tick]:
-            sample(s)
-        for s in by_tick["commit", tick]:
+            forward_end[i] = clock.on_gpu("forward", i, forward, ready, paced)
+        elif phase == "finalize":
+            mask = costs.mask_per_row * s["constrained"]
+            _, end = clock.on_host("finalize", i, costs.finalize + mask)
+            sampled_at[i] = clock.on_gpu("sampling", i, costs.sampling, max(end, forward_end[i]))
+        elif phase == "commit":
             start = clock.host_ns
-            clock.host_ns = max(clock.host_ns, sampled_at[s["step"]])
-            clock.host.append(("wait", s["step"], start, clock.host_ns))
+            clock.host_ns = max(clock.host_ns, sampled_at[i])
+            clock.host.append(("wait", i, start, clock.host_ns))
             clock.host_ns += clock.ns(
                 costs.commit + costs.commit_per_row * s["batch_size"], costs.host_speed
             )
-            clock.host.append(("commit", s["step"], start, clock.host_ns))
-            in_flight -= 1
-        for s in by_tick["late", tick]:
-            sample(s)
+            clock.host.append(("commit", i, start, clock.host_ns))
+    if ticks:
         clock.host_ns += clock.ns(costs.loop, costs.host_speed)
 
 

@@ -11,6 +11,8 @@ import torch
 
 from ..core.checks import check_float, check_int
 from ..core.errors import BubblelabError, OptionError
+from ..core.pipeline import check_depth
+from ..core.scheduler import Limits
 
 # Batch rows: each costs two logits rows of the vocabulary (1.2 GB at 1024 rows of Qwen3's 152k).
 MAX_NUM_SEQS = 1024
@@ -237,8 +239,7 @@ class EngineConfig:
     debug: bool = False  # check pipeline invariant I4 in full on every transition (tests)
 
     def __post_init__(self) -> None:
-        if self.depth not in (1, 2):
-            raise OptionError("depth", "must be 1 (blocking) or 2 (pipelined)", self.depth)
+        check_depth(self.depth)
         check_device(self.device)
         if self.tensor_parallel < 1:
             raise OptionError("tensor_parallel", "must be >= 1", self.tensor_parallel)
@@ -260,6 +261,12 @@ class EngineConfig:
                 f"must be one of {', '.join(ATTENTION_BACKENDS)}",
                 self.attention_backend,
             )
+
+    @property
+    def limits(self) -> Limits:
+        """The options that shape the schedule, as the scheduler (and the cost model's replay of
+        it) reads them."""
+        return Limits(self.max_num_seqs, self.max_num_batched_tokens, self.max_model_len)
 
 
 def check_device(device: str) -> str:

@@ -20,10 +20,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..core.block_manager import BlockManager
+from ..core.errors import InvariantError
 from ..core.pipeline import StepKind
-from .block_manager import BlockManager
+from ..core.sequence import Sequence
 from .sampler import SamplingFlags
-from .sequence import Sequence
 
 
 @dataclass(frozen=True)
@@ -247,9 +248,10 @@ class DecodeSlot:
         overwrote (I6)."""
         values = self.sampled_host[: n + 1].tolist()
         if values[0] != step_id:
-            raise AssertionError(
-                f"I6: slot {self.index} host buffer holds step {values[0]}, "
-                f"not step {step_id}: overwritten before its commit"
+            raise InvariantError(
+                6,
+                f"slot {self.index} host buffer holds step {values[0]}, "
+                f"not step {step_id}: overwritten before its commit",
             )
         return values[1:]
 

@@ -57,7 +57,7 @@ class LLM:
                 f"{len(per_prompt)} SamplingParams for {len(batch)} prompts: give one, or one each"
             )
         engine = self.engine
-        ids = [f"gen-{id(self)}-{engine.pipeline.next_step_id}-{i}" for i in range(len(batch))]
+        ids = [f"gen-{id(self)}-{engine.loop.pipeline.next_step_id}-{i}" for i in range(len(batch))]
         try:
             engine.add_requests(zip(ids, batch, per_prompt, strict=True))
         except RequestError as e:  # the caller knows its prompts by position, not by our ids

@@ -1,8 +1,10 @@
-"""LLMEngine, the serving loop. A tick: launch step t+1, commit step t, finalize (sample) t+1.
+"""LLMEngine, the serving engine: requests in, tokens out. A `step()` is one tick of the loop
+(core.loop.Loop: launch, finalize, commit, finalize), and the engine is the loop's work on the
+device: it launches and finalizes steps on the model runner, waits for their sampled ids and
+commits each row (stop tokens, EOS, length cap, the grammar's state).
 
-`depth` (1 or 2) is the only difference between blocking and pipelined decoding: the Pipeline allows
-at most `depth` steps in flight, and the same three phases run in the same code. At depth 1 a tick
-becomes launch t, finalize t, commit t, because the step to commit is the one just launched.
+`depth` (1 or 2) is the only difference between blocking and pipelined decoding: the loop allows at
+most `depth` steps in flight, and the same phases run in the same code.
 """
 
 from __future__ import annotations
@@ -15,18 +17,19 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..core.errors import BubblelabError, RequestError
-from ..core.pipeline import Pipeline, Step, StepKind
+from ..core.block_manager import BlockManager
+from ..core.errors import BubblelabError, InvariantError, RequestError
+from ..core.loop import Loop
+from ..core.pipeline import Step, check_depth
+from ..core.scheduler import Scheduler
+from ..core.sequence import Sequence, SequenceStatus
 from ..core.timeline import StepInfo, Timeline
-from .block_manager import BlockManager
 from .config import EngineConfig
 from .loader import LoadedModel, load_model
 from .model_runner import ModelRunner
 from .parallel.comm import TensorParallel
 from .phases import Phases
 from .sampling_params import SamplingParams
-from .scheduler import Scheduler
-from .sequence import Sequence, SequenceStatus
 from .streams import Streams
 
 
@@ -68,10 +71,10 @@ class LLMEngine:
                 self.workers.close()
             raise
         self.blocks = BlockManager(self.runner.num_blocks, config.block_size)
-        self.scheduler = Scheduler(config, self.blocks)
-        self.pipeline: Pipeline[Sequence] = Pipeline(config.depth, debug=config.debug)
+        self.scheduler = Scheduler(config.limits, self.blocks)
         self.timeline = timeline
         self.phases = Phases(nvtx_enabled=nvtx, timeline=timeline)
+        self.loop = Loop(config.depth, self.scheduler, self, self.phases, debug=config.debug)
         self.eos_token_ids = set(self.loaded.config.eos_token_ids)
         if self.tokenizer is not None and self.tokenizer.eos_token_id is not None:
             self.eos_token_ids.add(self.tokenizer.eos_token_id)
@@ -80,6 +83,7 @@ class LLMEngine:
         # append per token, so off unless asked for (run_workload(latency=True)).
         self.record_token_times = False
         self.closed = False
+        self._commit_ns: int | None = None  # the clock read of the commit under way
 
     def _init_device_side(self, config: EngineConfig, loaded: LoadedModel | None) -> None:
         tp = TensorParallel(0, config.tensor_parallel)
@@ -199,102 +203,70 @@ class LLMEngine:
         self.scheduler.abort(seq)
 
     def has_unfinished(self) -> bool:
-        return self.scheduler.has_work() or bool(self.pipeline.in_flight)
+        return self.loop.busy()
 
     def set_depth(self, depth: int) -> None:
-        """Switch between blocking (1) and pipelined (2) between runs. The pipeline's bound is the
-        only difference, so one engine (one model load, one graph capture) serves both depths; under
-        tensor parallelism the pipeline is rank 0's alone, so one set of worker processes too."""
-        if depth not in (1, 2):
-            raise BubblelabError(f"depth must be 1 (blocking) or 2 (pipelined), got {depth}")
+        """Switch between blocking (1) and pipelined (2) between runs. The loop's bound is the only
+        difference, so one engine (one model load, one graph capture) serves both depths; under
+        tensor parallelism the loop is rank 0's alone, so one set of worker processes too."""
+        check_depth(depth)
         if self.has_unfinished():
             raise RuntimeError("set_depth while requests are running")
         self.config.depth = depth
-        self.pipeline = Pipeline(depth, debug=self.config.debug)
+        self.loop = Loop(depth, self.scheduler, self, self.phases, debug=self.config.debug)
 
     # -- the loop ----------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
-        """A tick: launch the next step if a slot is free, sample what may be, commit the oldest."""
+        """One tick of the loop: launch the next step if a slot is free, sample what may be, commit
+        the oldest (core.loop.Loop.tick)."""
         self.runner.activate()
-        launched = False
-        if self.pipeline.can_launch():
-            step_id = self.pipeline.next_step_id
-            with self.phases.range("plan", step_id):
-                plan = self.scheduler.plan()
-            if plan is not None:
-                self._launch(plan.kind, plan.seqs)
-                launched = True
-        self._finalize_ready()
-        outputs: list[RequestOutput] = []
-        if self.pipeline.in_flight and (self.pipeline.full or not launched):
-            outputs = self._commit(self.pipeline.oldest())
-            self._finalize_ready()
-        elif not launched and self.scheduler.has_work():
-            raise RuntimeError("scheduler stalled: work waiting but nothing can be launched")
-        return outputs
+        return self.loop.tick()
 
-    def _launch(self, kind: StepKind, seqs: list[Sequence]) -> Step[Sequence]:
-        step = self.pipeline.launch(kind, seqs)
-        tokens = sum(s.num_tokens for s in seqs) if kind is StepKind.PREFILL else len(seqs)
-        with self.phases.range("launch", step.step_id):
-            self.phases.step_meta(
-                StepInfo(step.step_id, kind.value, len(seqs), tokens), self.config.depth
-            )
-            self.runner.launch(step, self.blocks, self.phases)
-        return step
+    # -- the loop's work (core.loop.Work): called by the loop, in its order ------------------------
+    def launch(self, step: Step) -> None:
+        info = StepInfo(step.step_id, step.kind.value, len(step.seqs), step.tokens)
+        self.phases.step_meta(info, self.config.depth)
+        self.runner.launch(step, self.blocks, self.phases)
 
-    def _finalize_ready(self) -> None:
-        for step in self.pipeline.ready_to_sample():
-            with self.phases.range("finalize", step.step_id):
-                self.pipeline.mark_sampled(step)
-                self.runner.finalize(step, self.phases)
+    def finalize(self, step: Step) -> None:
+        self.runner.finalize(step, self.phases)
 
-    def _commit(self, step: Step[Sequence]) -> list[RequestOutput]:
-        outputs = []
-        with self.phases.range("commit", step.step_id):
-            with self.phases.range("wait", step.step_id):
-                ids = self.runner.wait(step)
-            now = time.perf_counter_ns() if self.record_token_times else None
-            for seq, token in zip(step.seqs, ids, strict=True):
-                if seq.finalized:
-                    continue  # a zombie: finished at an earlier commit, skip this one
-                seq.token_ids.append(token)
-                if now is not None:
-                    seq.token_ns.append(now)
-                reason = self._finish_reason(seq, token)
-                if seq.constraint is not None and reason != "stop":
-                    seq.constraint.advance(token)
-                if reason is not None:
-                    seq.finalized, seq.finish_reason = True, reason
-                outputs.append(
-                    RequestOutput(seq.request_id, [token], seq, reason is not None, reason)
-                )
-            self.pipeline.retire(step)  # the slot's host buffer has been read: it may be reused
-            for seq in step.seqs:
-                self.scheduler.release_if_done(seq)
+    def wait(self, step: Step) -> list[int]:
+        ids = self.runner.wait(step)
+        self._commit_ns = time.perf_counter_ns() if self.record_token_times else None
+        return ids
+
+    def accept(self, seq: Sequence, token: int) -> RequestOutput:
+        if self._commit_ns is not None:
+            seq.token_ns.append(self._commit_ns)
+        p = seq.params
+        reason = None
+        if token in p.stop_token_ids:
+            reason = "stop"
+        elif token in self.eos_token_ids and (not p.ignore_eos or seq.constraint is not None):
+            reason = "stop"
+        elif seq.num_generated >= p.max_tokens or seq.num_tokens >= self.config.max_model_len:
+            reason = "length"
+        if seq.constraint is not None and reason != "stop":
+            seq.constraint.advance(token)
+        if reason is not None:
+            seq.finalized, seq.finish_reason = True, reason
+        return RequestOutput(seq.request_id, [token], seq, reason is not None, reason)
+
+    def committed(self, step: Step) -> None:
         if self.timeline is not None:
             (f0, f1), (s0, s1) = self.runner.device_times(step, profiled=self.phases.nvtx_enabled)
             self.timeline.add_device("forward", step.step_id, f0, f1)
             self.timeline.add_device("sampling", step.step_id, s0, s1)
-        return outputs
-
-    def _finish_reason(self, seq: Sequence, token: int) -> str | None:
-        p = seq.params
-        if token in p.stop_token_ids:
-            return "stop"
-        if token in self.eos_token_ids and (not p.ignore_eos or seq.constraint is not None):
-            return "stop"
-        if seq.num_generated >= p.max_tokens or seq.num_tokens >= self.config.max_model_len:
-            return "length"
-        return None
 
     # -- housekeeping ------------------------------------------------------------------------------
     def check_idle(self) -> None:
-        """After a run: every page free, every inflight_refs zero, both slots free."""
-        self.pipeline.check_drained()
-        self.blocks.check_all_free()
-        assert all(s.inflight_refs == 0 for s in self.seqs.values()), "inflight_refs left non-zero"
-        assert len(self.scheduler.free_rows) == self.config.max_num_seqs, "batch rows leaked"
+        """After a run: both slots free (I2), every inflight_refs zero (I4), every page and batch
+        row back (I7)."""
+        self.loop.pipeline.check_drained()
+        if any(s.inflight_refs for s in self.seqs.values()):
+            raise InvariantError(4, "inflight_refs left non-zero")
+        self.scheduler.check_all_free()
         if self.workers is not None:  # and every worker has sampled every step it was handed
             self.workers.check_idle()
 

@@ -17,10 +17,11 @@ import time
 
 import torch
 
+from ..core.block_manager import BlockManager
+from ..core.errors import InvariantError
 from ..core.pipeline import NUM_SLOTS, Step, StepKind
 from . import sampler
 from .attention.metadata import AttentionMetadata
-from .block_manager import BlockManager
 from .config import EngineConfig
 from .cuda_graphs import CudaGraphs, prefill_rows
 from .decode_slot import DecodeSlot, LaunchRecord
@@ -158,9 +159,8 @@ class ModelRunner:
     def finalize(self, step: Step, phases: Phases) -> None:
         slot, n = self.slots[step.slot], len(step.seqs)
         record = slot.record
-        assert record is not None and record.step_id == step.step_id, (
-            "I2: slot record of another step"
-        )
+        if record is None or record.step_id != step.step_id:
+            raise InvariantError(2, f"slot {slot.index} holds the record of another step")
         masked = any(s.constraint is not None for s in step.seqs)
         if masked:
             with phases.range("mask", step.step_id):

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from ..core.sequence import Sequence
 from ..core.timeline import Timeline
 from ..engine.llm_engine import LLMEngine
-from ..engine.sequence import Sequence
 from .latency import latency_summary, request_latency
 from .workload import Request, WorkloadSpec, make_requests
 

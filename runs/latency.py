@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from ..engine.sequence import Sequence
+from ..core.sequence import Sequence
 
 STATS = ("mean", "median", "p99")
 

@@ -1,4 +1,5 @@
-"""The schedule replay against the engine itself: the same steps (kind, rows) at depth 1 and 2."""
+"""The schedule replay against the engine itself: the same steps (kind, rows) at depth 1 and 2, and
+the same loop (its phases in the same order)."""
 
 import numpy as np
 import pytest
@@ -6,21 +7,36 @@ import pytest
 from bubblelab.core.errors import BubblelabError
 from bubblelab.core.timeline import Timeline
 from bubblelab.costmodel.costs import launched
-from bubblelab.costmodel.schedule import Limits, Request, replay, requests_from_steps
+from bubblelab.costmodel.schedule import Limits, Request, record, replay, requests_from_steps
+from bubblelab.costmodel.simulate import simulate_run
 from bubblelab.engine.sampling_params import SamplingParams
 from bubblelab.runs.driver import drive
 from bubblelab.runs.workload import Request as Sent
 from bubblelab.runs.workload import WorkloadSpec, make_requests
 from tests.engine_helpers import make_engine
 
+LOOP_PHASES = ["plan", "launch", "finalize", "commit", "wait"]
 
-def run_engine(loaded, requests, streams, depth, **limits):
+
+def engine_run(loaded, requests, streams, depth, **limits) -> tuple[Timeline, dict]:
     engine = make_engine(loaded, depth=depth, num_kv_blocks=4096, **limits)
     engine.timeline = engine.phases.timeline = Timeline()
     outputs, _ = drive(engine, requests, streams)
     engine.check_idle()
-    steps = engine.timeline.steps_frame().sort_values("step")
+    return engine.timeline, outputs
+
+
+def run_engine(loaded, requests, streams, depth, **limits):
+    timeline, outputs = engine_run(loaded, requests, streams, depth, **limits)
+    steps = timeline.steps_frame().sort_values("step")
     return list(zip(steps["kind"], steps["batch_size"], strict=True)), outputs
+
+
+def loop_order(timeline: Timeline) -> list[tuple[str, int]]:
+    """The engine's loop phases, (phase, step) in the order they began: the replay's event log."""
+    host = timeline.host_frame()
+    host = host[host["phase"].isin(LOOP_PHASES)].sort_values("start_ns", kind="stable")
+    return list(zip(host["phase"], host["step"], strict=True))
 
 
 def mixed_requests(n: int, seed: int) -> list[Sent]:
@@ -64,6 +80,34 @@ def test_replay_takes_the_engines_steps(tiny_llama, depth, streams, limits):
         assert schedule["serial"].all() and schedule["zombies"].sum() == 0
 
 
+@pytest.mark.parametrize("depth", [1, 2])
+def test_the_engine_runs_the_phases_the_replay_logged(tiny_llama, depth):
+    """One loop: the engine's host phases (plan, launch, finalize, commit, wait) come in the order,
+    and for the steps, of the replay's event log."""
+    sent = mixed_requests(12, seed=5)
+    timeline, outputs = engine_run(tiny_llama, sent, 3, depth, max_num_seqs=8,
+                                   max_num_batched_tokens=20)  # fmt: skip
+    requests = [
+        Request(len(r.prompt_ids), len(outputs[r.request_id]), r.params.max_tokens) for r in sent
+    ]
+    events = record(requests, 3, depth, Limits(8, 20, 128)).events
+    assert loop_order(timeline) == [(phase, step) for _, phase, step in events]
+
+
+@pytest.mark.parametrize("depth", [1, 2])
+def test_the_simulation_times_the_replays_event_log(depth):
+    """simulate plays the loop's own phases, in the loop's order, rather than re-deriving them."""
+    run = simulate_run(depth, streams=4, requests=12, output_len=6, stop_share=0.5, seed=1)
+    host = run["timeline"][run["timeline"]["lane"] == "host"]
+    played = [(p, i) for p, i in zip(host["phase"], host["step"], strict=True) if p != "wait"]
+    reqs = run["requests"]
+    events = record(
+        [Request(r.prompt_len, r.output_len, r.max_tokens) for r in reqs.itertuples()],
+        4, depth, Limits(8, 8192, 4096),
+    ).events  # fmt: skip
+    assert played == [(phase, step) for _, phase, step in events if phase != "wait"]
+
+
 def test_constrained_rows_sample_after_the_commit_and_ride_as_zombies(tiny_llama):
     spec = WorkloadSpec(
         streams=8, requests=32, output_len_mean=40, prompt_len=8, constraint="detect",
@@ -71,11 +115,16 @@ def test_constrained_rows_sample_after_the_commit_and_ride_as_zombies(tiny_llama
     )  # fmt: skip
     sent = make_requests(spec, tiny_llama.config.vocab_size)
     for depth in (1, 2):
-        engine_steps, outputs = run_engine(tiny_llama, sent, 8, depth, max_num_seqs=32,
-                                           max_model_len=256)  # fmt: skip
+        timeline, outputs = engine_run(tiny_llama, sent, 8, depth, max_num_seqs=32,
+                                       max_model_len=256)  # fmt: skip
+        engine_steps = timeline.steps_frame().sort_values("step")
         requests = [Request(8, len(outputs[r.request_id]), r.params.max_tokens, True) for r in sent]
-        schedule = replay(requests, 8, depth, Limits(32, 8192, 256))
-        assert list(zip(schedule["kind"], schedule["batch_size"], strict=True)) == engine_steps
+        recording = record(requests, 8, depth, Limits(32, 8192, 256))
+        schedule = recording.steps
+        assert list(zip(schedule["kind"], schedule["batch_size"], strict=True)) == list(
+            zip(engine_steps["kind"], engine_steps["batch_size"], strict=True)
+        )
+        assert loop_order(timeline) == [(phase, step) for _, phase, step in recording.events]
     # Depth 2: every grammar stop rides one more decode step; a decode's sampling waits for the
     # commit.
     assert schedule["zombies"].sum() == 32
@@ -97,6 +146,10 @@ def test_at_one_stream_an_admission_waits_for_the_finish_at_both_depths():
 def test_replay_refuses_lengths_over_the_cap():
     with pytest.raises(BubblelabError, match="cannot produce 5 tokens"):
         replay([Request(4, 5, 3)], 1, 1, Limits(8))
+    with pytest.raises(BubblelabError, match="cannot produce 30 tokens within max_model_len=128"):
+        replay([Request(100, 30, 30)], 1, 1, Limits(8, 8192, 128))  # the engine stops at 28
+    with pytest.raises(BubblelabError, match=r"depth must be 1 \(blocking\) or 2"):
+        replay([Request(4, 3, 3)], 1, 3, Limits(8))
 
 
 def test_request_lengths_read_off_a_depth_one_sequence_reproduce_it():

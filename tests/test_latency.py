@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from bubblelab.core.sequence import Sequence
 from bubblelab.engine.sampling_params import SamplingParams
-from bubblelab.engine.sequence import Sequence
 from bubblelab.runs.driver import run_workload
 from bubblelab.runs.latency import latency_summary, request_latency
 from bubblelab.runs.workload import WorkloadSpec

@@ -120,7 +120,7 @@ def test_zombie_commit_is_skipped_and_released_late(tiny_llama):
         engine, [Req("a", [5, 6, 7], SamplingParams(max_tokens=10, stop_token_ids=(stop,)))]
     )
     assert out.tokens["a"] == probe.tokens["a"][: first + 1] and out.reasons["a"] == "stop"
-    zombie_steps = [s for s in range(engine.pipeline.next_step_id)]
+    zombie_steps = [s for s in range(engine.loop.pipeline.next_step_id)]
     assert len(zombie_steps) == first + 2  # one wasted forward: the zombie tax at one stream
 
 

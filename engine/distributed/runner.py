@@ -10,8 +10,9 @@ WorkerError when a worker dies or hangs. close ends the workers and the process 
 
 from __future__ import annotations
 
+from ...core.block_manager import BlockManager
+from ...core.errors import InvariantError
 from ...core.pipeline import Step
-from ..block_manager import BlockManager
 from ..config import EngineConfig
 from ..loader import LoadedModel
 from ..model_runner import ModelRunner
@@ -52,7 +53,8 @@ class TPModelRunner(ModelRunner):
 
     def finalize(self, step: Step, phases: Phases) -> None:
         slot, record = self.slots[step.slot], self.slots[step.slot].record
-        assert record is not None and record.step_id == step.step_id, "I2: record of another step"
+        if record is None or record.step_id != step.step_id:
+            raise InvariantError(2, f"slot {slot.index} holds the record of another step")
         masked = any(s.constraint is not None for s in step.seqs)
         if masked:
             with phases.range("mask", step.step_id):

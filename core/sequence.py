@@ -1,4 +1,5 @@
-"""A request's state as the scheduler and the pipeline see it."""
+"""A request's state as the scheduler and the loop see it (plain Python: the engine's requests and
+the cost model's replayed ones are the same class)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,6 @@ import itertools
 from dataclasses import dataclass, field
 from enum import Enum, auto
 from typing import Any
-
-from .sampling_params import SamplingParams
 
 _ids = itertools.count()
 
@@ -29,7 +28,7 @@ class Sequence:
 
     request_id: str
     token_ids: list[int]
-    params: SamplingParams
+    params: Any  # engine SamplingParams, or a replayed request: the scheduler reads max_tokens
     constraint: Any = None  # engine.constraints Constraint, or None for plain text
     seed: int = 0  # per-request sampling seed (31-bit)
     seq_id: int = field(default_factory=lambda: next(_ids))

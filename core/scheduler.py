@@ -1,4 +1,5 @@
 """Continuous batching: waiting and running queues, admission, page growth, preemption (recompute).
+Plain Python: the engine plans its steps with it, and the cost model's replay plans the same steps.
 
 The scheduler plans step t+1 before step t is committed (depth 2), so it works from *launched*
 lengths (Sequence.num_launched), never from committed ones, and never touches a sequence's pages or
@@ -12,10 +13,19 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from ..core.pipeline import StepKind
 from .block_manager import BlockManager
-from .config import EngineConfig
+from .errors import InvariantError
+from .pipeline import StepKind
 from .sequence import Sequence, SequenceStatus
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The engine options that shape the schedule (engine.config.EngineConfig.limits)."""
+
+    max_num_seqs: int
+    max_num_batched_tokens: int = 8192
+    max_model_len: int = 2048
 
 
 @dataclass
@@ -25,14 +35,14 @@ class StepPlan:
 
 
 class Scheduler:
-    def __init__(self, config: EngineConfig, blocks: BlockManager):
-        self.max_num_seqs = config.max_num_seqs
-        self.max_num_batched_tokens = config.max_num_batched_tokens
-        self.max_model_len = config.max_model_len
+    def __init__(self, limits: Limits, blocks: BlockManager):
+        self.max_num_seqs = limits.max_num_seqs
+        self.max_num_batched_tokens = limits.max_num_batched_tokens
+        self.max_model_len = limits.max_model_len
         self.blocks = blocks
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []  # every sequence holding a row and pages, oldest first
-        self.free_rows: deque[int] = deque(range(config.max_num_seqs))
+        self.free_rows: deque[int] = deque(range(limits.max_num_seqs))
         self.num_preemptions = 0
 
     def add(self, seq: Sequence) -> None:
@@ -141,7 +151,7 @@ class Scheduler:
         """Zombie release: free the pages and row of a finalized or preempted sequence once no step
         in flight references it (inflight_refs == 0). A finalized one is finished; a preempted one
         queues for recompute. Called after every commit for the step's rows, on preemption and on
-        abort."""
+        abort. Giving back a page or a row that is still held would break I7 (core/pipeline.py)."""
         if seq.row is None or seq.inflight_refs or not (seq.finalized or seq.preempted):
             return False
         self.blocks.free(seq)
@@ -156,3 +166,9 @@ class Scheduler:
             seq.status = SequenceStatus.WAITING
             self.waiting.appendleft(seq)
         return True
+
+    def check_all_free(self) -> None:
+        """I7 after a run: every batch row and KV page is back."""
+        if len(self.free_rows) != self.max_num_seqs:
+            raise InvariantError(7, "batch rows leaked")
+        self.blocks.check_all_free()
