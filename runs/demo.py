@@ -18,10 +18,9 @@ from ..costmodel.simulate import LoopCosts, simulate_run
 from ..profiling.catalog import connect
 from ..profiling.ingest import ingest_timeline
 from .rundir import RESULTS_FILE, write_results
+from .schema import SIMULATED
 from .state import OURS, holds_run
 from .tables import collect
-
-SIMULATED = "simulated"  # the provenance key that marks a demo's results.json
 
 
 def is_simulated(run_dir: Path) -> bool:

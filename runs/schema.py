@@ -26,8 +26,9 @@ import pandas as pd
 
 from ..costmodel.costs import launched
 from ..costmodel.schedule import requests_from_steps
-from .demo import SIMULATED
 from .workload import WorkloadSpec, output_lengths
+
+SIMULATED = "simulated"  # the provenance key that marks a demo's results.json
 
 REQUEST_COLUMNS = ["run_id", "request", "prompt_len", "output_len", "max_tokens", "constrained"]
 ENGINE_DEFAULTS = {"max_num_batched_tokens": 8192}  # EngineConfig's default, never set by schema 1
