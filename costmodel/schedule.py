@@ -48,7 +48,7 @@ STEP_COLUMNS = [
     "step", "kind", "batch_size", "tokens", "constrained", "zombies", "finished",
     "launch_tick", "sample_tick", "sample_late", "commit_tick", "serial",
 ]  # fmt: skip
-GRAMMAR = "replayed grammar"  # a constrained row's constraint: the loop reads only that it has one
+_GRAMMAR = "replayed grammar"  # a constrained row's constraint: the loop reads only that it has one
 _NOTHING = nullcontext()
 
 
@@ -95,7 +95,7 @@ def record(requests: Sequence[Request], streams: int, depth: int, limits: Limits
     while pending or loop.busy():
         while pending and active < streams:  # the client tops the loop up before each tick
             i, r = pending.popleft()
-            grammar = GRAMMAR if r.constrained else None
+            grammar = _GRAMMAR if r.constrained else None
             scheduler.add(Seq(str(i), [0] * r.prompt_len, r, constraint=grammar))
             active += 1
         active -= sum(loop.tick())

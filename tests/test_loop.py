@@ -7,6 +7,7 @@ import subprocess
 import sys
 from contextlib import nullcontext
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -28,7 +29,8 @@ class Script:
     """A Work whose requests stop where `stops` says (request id -> tokens), logging every call."""
 
     def __init__(self, stops: dict[str, int]):
-        self.stops, self.calls = stops, []
+        self.stops = stops
+        self.calls: list[tuple[str, Any]] = []
 
     def range(self, name: str, step: int) -> nullcontext:
         self.calls.append((name, step))
