@@ -83,7 +83,8 @@ def test_a_worker_that_dies_during_init_fails_the_engine_in_one_line(when, monke
 
     def kill_workers() -> None:
         for proc in mp.active_children():
-            os.kill(proc.pid, signal.SIGKILL)
+            if proc.pid is not None:  # started: a child has its pid
+                os.kill(proc.pid, signal.SIGKILL)
 
     if when == "before its first word":
         replies = tp.TPWorkers._replies
