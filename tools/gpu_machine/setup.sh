@@ -5,6 +5,9 @@
 # are ~12 MiB smaller than the wheels, which keeps checkout + .device under the 64 MiB transfer), then this
 # checkout installed editable, so `bubblelab.<folder>` resolves to the checkout's folders.
 source .device/remote-setup.sh || return 1
+# The package is the checkout's root: a bubblelab/ folder left by the old layout's ignored caches on a
+# reused machine would be found first on PYTHONPATH and shadow it as a namespace package.
+rm -rf bubblelab
 if [ -f .device/site.tar.xz ]; then tar -xJf .device/site.tar.xz -C /tmp/site || return 1; fi
 python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . >/tmp/bubblelab-install.log 2>&1 \
   || { tail -5 /tmp/bubblelab-install.log; return 1; }
