@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -74,7 +75,7 @@ def main() -> None:
     bf16 = [next_logits(loaded, p) for p in ids]
     loaded.model.float()  # the same bf16-rounded weights, computed in fp32
     fp32 = [next_logits(loaded, p) for p in ids]
-    rows = []
+    rows: list[dict[str, Any]] = []
     for i, (g, e, lb, lf) in enumerate(zip(graph, eager, bf16, fp32, strict=True)):
         top = torch.topk(lf, 5)
         noise = float((lb - lf).abs().max())

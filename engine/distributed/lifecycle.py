@@ -13,6 +13,9 @@ Ending. Three things can make a teardown wait forever, so the order is fixed (TP
   blocked in a collective that rank 0 never joins (a step cut in half by an exception or Ctrl-C),
   waits for ever. The ranks leave cleanly only when they are in step and every rank's device work
   has drained; otherwise the workers are killed first and rank 0 aborts the group.
+- NCCL's destroy is collective: every rank must be in it at the same time. After SHUTDOWN the
+  workers and rank 0 leave together (rank 0 waiting for the workers' `left` before leaving itself
+  held both sides until their deadlines, 10 s, on two H200s).
 - What rank 0 cannot bound itself (a destroy inside NCCL) runs on a helper thread with a deadline,
   so close() returns and the interpreter can exit.
 """

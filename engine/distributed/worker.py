@@ -156,7 +156,8 @@ class Worker:
 
     def leave(self) -> None:
         """SHUTDOWN (the ranks are in step): drain this device, release the graphs (NCCL destroys
-        a communicator only after them), leave the group, then tell rank 0, which leaves last."""
+        a communicator only after them), leave the group (rank 0 leaves at the same time: the
+        destroy is collective), then tell rank 0."""
         for stream in (self.streams.compute, self.streams.copy):
             done = self.streams.event()
             stream.record(done)

@@ -278,9 +278,10 @@ class TPWorkers:
 
     def close(self) -> None:
         """End every worker and leave the group, within seconds; idempotent. Cleanly when the ranks
-        are in step (each drains, releases its graphs and leaves the group, rank 0 last); else the
-        workers are killed first and rank 0 aborts the group. Either way, then: kill whatever is
-        left, remove the ring, let go of the semaphores and the reply queue."""
+        are in step (rank 0 drains, sends SHUTDOWN, then every rank releases its graphs and leaves
+        the group at the same time); else the workers are killed first and rank 0 aborts the group.
+        Either way, then: kill whatever is left, remove the ring, let go of the semaphores and the
+        reply queue."""
         if self.closed:
             return
         self.closed = True
@@ -288,7 +289,7 @@ class TPWorkers:
         self._initialised.set()
         clean = False
         try:
-            clean = self._ask_workers_to_leave()
+            clean = self._send_shutdown()
         finally:
             self._end(clean)
 
@@ -297,7 +298,11 @@ class TPWorkers:
         try:
             if not clean:
                 self._kill()
+            # NCCL's destroy is collective: a rank that waited for its peers to leave before leaving
+            # itself would wait for ever (it did, on two GPUs: both sides sat out their deadlines).
             self._leave_group(abort=not clean)
+            if clean:
+                self._wait_left()
             deadline = time.monotonic() + (STOP_S if clean else 0.0)
             for proc in self.procs:  # after leaving the group a worker only has to exit
                 proc.join(timeout=max(0.0, deadline - time.monotonic()))
@@ -305,9 +310,9 @@ class TPWorkers:
             self._kill()
             self._release_ipc()
 
-    def _ask_workers_to_leave(self) -> bool:
-        """Drain rank 0, send SHUTDOWN, wait until every worker has left the group; False when that
-        cannot or did not work (and the workers must be killed)."""
+    def _send_shutdown(self) -> bool:
+        """Drain rank 0 and send SHUTDOWN; False when the ranks are not in step (the workers must
+        be killed)."""
         if not self.healthy() or self.ring is None or self.out_of_step:
             return False  # a worker failed, is still starting, or may wait in a collective
         try:
@@ -317,17 +322,20 @@ class TPWorkers:
                     stream.record(done)
                     self.streams.wait(done, self.watch("rank 0's last device work"))
             self._send(self._new_header(Op.SHUTDOWN), None, "the shutdown")
-            started = time.monotonic()
-            while len(self.left) < self.size - 1:
-                try:
-                    self._note(*self.replies.get(timeout=CHECK_S))  # a stale reply is skipped
-                except queue.Empty:
-                    self.check_alive()
-                    if time.monotonic() - started > STOP_S:
-                        self.fail(f"the workers did not leave within {STOP_S:.0f} s of SHUTDOWN")
         except (WorkerError, RuntimeError):  # RuntimeError: rank 0's CPU device thread failed
             return False
         return True
+
+    def _wait_left(self) -> None:
+        """Every worker answers `left` once out of the group; one that does not within STOP_S is
+        killed by _end."""
+        started = time.monotonic()
+        while len(self.left) < self.size - 1 and time.monotonic() - started < STOP_S:
+            try:
+                self._note(*self.replies.get(timeout=CHECK_S))  # a stale reply is skipped
+            except queue.Empty:
+                if not self.healthy():
+                    return
 
     def _leave_group(self, abort: bool) -> None:
         graphs, self.graphs = self.graphs, None
