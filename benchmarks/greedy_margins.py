@@ -2,8 +2,8 @@
 
 For each prompt of the GPU acceptance test (tests/test_engine_acceptance.py, 8 prompts of seeded
 random ids) it takes the first generated token from the engine with CUDA graphs and without, and
-compares both with the prompt's next-token logits from the reference forward (engine.reference) in
-bf16 and in fp32 on the same (bf16-rounded) weights. A graph/eager difference where the fp32 top-2
+compares both with the prompt's next-token logits from a plain forward in bf16 and in fp32 on the
+same (bf16-rounded) weights (testing/greedy_ties.py). A graph/eager difference where the fp32 top-2
 margin is below the bf16 logit error is a tie that rounding decides; one where the margin is large
 is a bug in what the graphs compute.
 
@@ -17,22 +17,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from bubblelab.core.files import write_atomic
 from bubblelab.core.timeline import Timeline
-from bubblelab.engine.attention.metadata import AttentionMetadata
 from bubblelab.engine.config import EngineConfig
 from bubblelab.engine.llm_engine import LLMEngine
 from bubblelab.engine.loader import LoadedModel, load_model
 from bubblelab.engine.sampling_params import SamplingParams
-
-
-def prompts(vocab: int, n: int = 8) -> list[list[int]]:
-    """The acceptance test's prompts (tests/test_engine_acceptance.greedy_tokens)."""
-    rng = np.random.default_rng(0)
-    return [rng.integers(100, min(5000, vocab), 16 + 3 * i).tolist() for i in range(n)]
+from testing.greedy_ties import fp32_logits, greedy_prompts, next_logits
 
 
 def first_tokens(loaded: LoadedModel, eager: bool, ids: list[list[int]]) -> list[int]:
@@ -52,29 +45,16 @@ def first_tokens(loaded: LoadedModel, eager: bool, ids: list[list[int]]) -> list
     return [out[f"g{i}"] for i in range(len(ids))]
 
 
-@torch.inference_mode()
-def next_logits(loaded: LoadedModel, prompt: list[int]) -> torch.Tensor:
-    model = loaded.model
-    device = model.embed_tokens.weight.device
-    hidden = model(
-        torch.tensor(prompt, device=device),
-        torch.arange(len(prompt), device=device),
-        AttentionMetadata.for_prompts([len(prompt)], device),
-    )
-    return model.compute_logits(hidden[-1:])[0].float()
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="qwen3-4b")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     loaded = load_model(args.model, dtype="bf16", device="cuda", seed=0)
-    ids = prompts(loaded.config.vocab_size)
+    ids = greedy_prompts(loaded.config.vocab_size)
     graph, eager = first_tokens(loaded, False, ids), first_tokens(loaded, True, ids)
     bf16 = [next_logits(loaded, p) for p in ids]
-    loaded.model.float()  # the same bf16-rounded weights, computed in fp32
-    fp32 = [next_logits(loaded, p) for p in ids]
+    fp32 = fp32_logits(loaded, ids)
     rows: list[dict[str, Any]] = []
     for i, (g, e, lb, lf) in enumerate(zip(graph, eager, bf16, fp32, strict=True)):
         top = torch.topk(lf, 5)

@@ -1,14 +1,14 @@
 """GPU acceptance of the engine and the pipeline (issues Engine and Pipelined decoding), per preset.
 
-bf16, seeded random weights: CUDA graphs replay; greedy graph == eager and depth 1 == depth 2 token
-for token, each run repeatable; no host synchronisation in a steady-state depth-2 run
+bf16, seeded random weights: CUDA graphs replay; depth 1 == depth 2 token for token, each run
+repeatable; greedy graph == eager except where the two part at a tie that bf16 rounding decides
+(testing/greedy_ties.py); no host synchronisation in a steady-state depth-2 run
 (torch.cuda.set_sync_debug_mode("error")); GPU memory flat once every shape has run. The depth 1 vs
 depth 2 timings of the same workload are a benchmark: `python -m benchmarks.depth_sweep`.
 """
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
@@ -19,6 +19,7 @@ from bubblelab.engine.loader import LoadedModel, load_model
 from bubblelab.engine.sampling_params import SamplingParams
 from bubblelab.runs.driver import run_workload
 from bubblelab.runs.workload import WorkloadSpec
+from testing.greedy_ties import divergences, greedy_prompts
 
 pytestmark = pytest.mark.gpu  # tests/conftest.py skips these without CUDA
 
@@ -44,14 +45,14 @@ def engine_for(loaded: LoadedModel, depth: int, eager: bool = False) -> LLMEngin
     return LLMEngine(cfg, loaded, timeline=Timeline())
 
 
-def greedy_tokens(engine: LLMEngine, n: int = 8, max_tokens: int = 48) -> dict[str, list[int]]:
-    rng = np.random.default_rng(0)
-    for i in range(n):
-        engine.add_request(
-            f"g{i}",
-            rng.integers(100, min(5000, engine.loaded.config.vocab_size), 16 + 3 * i).tolist(),
-            SamplingParams(max_tokens=max_tokens, ignore_eos=True),
-        )
+def prompts_for(loaded: LoadedModel) -> dict[str, list[int]]:
+    return {f"g{i}": p for i, p in enumerate(greedy_prompts(loaded.config.vocab_size))}
+
+
+def greedy_tokens(engine: LLMEngine, max_tokens: int = 48) -> dict[str, list[int]]:
+    params = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+    for request_id, prompt in prompts_for(engine.loaded).items():
+        engine.add_request(request_id, prompt, params)
     out = {}
     while engine.has_unfinished():
         for o in engine.step():
@@ -75,7 +76,9 @@ def first_mismatches(a: dict, b: dict) -> dict:
 
 
 def test_graphs_replay_and_greedy_tokens_agree(loaded):
-    """Graph == eager, depth 1 == depth 2, and the same engine twice gives the same tokens."""
+    """Depth 1 == depth 2 and the same engine twice gives the same tokens; graph == eager but for
+    ties. qwen3-4b on an H100 parted at position 0 of g1 with the fp32 top-2 margin 0.096 under a
+    bf16 error of 0.166 (benchmarks.greedy_margins): a tie, so the rule is checked, not equality."""
     graphs = engine_for(loaded, 2)
     graph_out = greedy_tokens(graphs)
     assert graphs.runner.graphs.decode_replays > 0
@@ -90,7 +93,9 @@ def test_graphs_replay_and_greedy_tokens_agree(loaded):
     d2 = engine_for(loaded, 2)
     d2_again = greedy_tokens(d2)
     d2.close()
-    assert first_mismatches(graph_out, eager_out) == {}, "graph vs eager"
+    parted = divergences(loaded, prompts_for(loaded), graph_out, eager_out)
+    print("graph vs eager", parted)
+    assert all(d["tie"] for d in parted.values()), f"graph vs eager part at a non-tie: {parted}"
     assert first_mismatches(d1_out, graph_out) == {}, "depth 1 vs depth 2"
     assert first_mismatches(d1_out, d1_again) == {}, "depth 1 repeated"
     assert first_mismatches(graph_out, d2_again) == {}, "depth 2 repeated"
