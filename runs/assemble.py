@@ -213,8 +213,17 @@ def _meta(summary: dict, plan: dict, command: str) -> dict:
             "command": command}  # fmt: skip
 
 
+# What each run's timed region met (runs.region), as run columns: why one repeat was slower.
+TIMING_COLUMNS = (
+    "compiles_in_run", "captures_in_run", "new_shapes_in_run", "gc_in_run", "gc_pause_ms_in_run",
+    "reserved_growth_mb_in_run", "alloc_retries_in_run", "sm_clock_mhz_min", "step_ms_max",
+    "slow_steps", "host_share", "warmup_s",
+)  # fmt: skip
+
+
 def _extra(run_id: str, run: dict, spec: dict, plan: dict, summary: dict) -> dict:
-    """The run columns schema 2 adds beside the catalog's (bubblelab.runs.schema)."""
+    """The run columns schema 2 adds beside the catalog's (bubblelab.runs.schema), and what the
+    run's timed region met (TIMING_COLUMNS, timing_flags: absent from older sweeps)."""
     engine = plan["engine"]
     return dict(
         run_id=run_id, repeat=run["repeat"], profiled=bool(plan["profile"]),
@@ -224,4 +233,6 @@ def _extra(run_id: str, run: dict, spec: dict, plan: dict, summary: dict) -> dic
         max_model_len=engine["max_model_len"], sm_clock_mhz=summary.get("sm_clock_mhz_median"),
         power_w=summary.get("power_w_median"),
         clock_anchor_us_max=summary.get("clock_anchor_us_max"),
+        **{k: summary.get(k) for k in TIMING_COLUMNS},
+        timing_flags="; ".join(summary.get("timing_flags") or []),
     )  # fmt: skip
