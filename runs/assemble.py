@@ -42,9 +42,12 @@ def needs_assembly(run_dir: Path) -> bool:
 
 
 def nsys_reports(out_dir: Path) -> list[Path]:
-    """The nsys pass's reports (traces/run.<n>.sqlite), in the order their ranges ran."""
-    found = [(int(p.name.split(".")[1]), p) for p in (out_dir / "traces").glob("run.*.sqlite")]
-    return [p for _, p in sorted(found)]
+    """The nsys pass's reports (traces/run.<n>.sqlite.gz, or .sqlite as sweeps kept them before),
+    in the order their ranges ran."""
+    found: dict[int, Path] = {}
+    for pattern in ("run.*.sqlite", "run.*.sqlite.gz"):  # the gzipped one, when both are there
+        found |= {int(p.name.split(".")[1]): p for p in (out_dir / "traces").glob(pattern)}
+    return [found[n] for n in sorted(found)]
 
 
 def assemble(out_dir: Path, strict: bool = True) -> Path:
