@@ -136,7 +136,8 @@ class CudaGraphs:
         torch.cuda.synchronize()
         # Every rank of a tensor-parallel engine replays the same graphs in the same order, so the
         # collectives they captured pair up.
-        for table in (*self.prefill_graphs, *self.decode_graphs, *self.sample_graphs):
+        tables: list[dict] = [*self.prefill_graphs, *self.decode_graphs, *self.sample_graphs]
+        for table in tables:
             for graph in table.values():
                 graph.replay()
         torch.cuda.synchronize()

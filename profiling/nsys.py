@@ -191,7 +191,7 @@ def finish_ranges(
     exports = [report.with_suffix(".sqlite") for _, report in reports]
     left = [(r, e) for (_, r), e in zip(reports, exports, strict=True) if not e.is_file()]
     with ThreadPoolExecutor(max(1, min(len(left), os.cpu_count() or 1))) as pool:
-        list(pool.map(lambda pair: export_sqlite(*pair, timeout), left))
+        list(pool.map(lambda pair: export_sqlite(pair[0], pair[1], timeout), left))
     if log is not None:
         write_atomic(
             log,

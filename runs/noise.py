@@ -1,11 +1,11 @@
 """Is a sweep's depth-2 speedup larger than its own noise? Said plainly, per configuration.
 
-Each repeat pairs a depth-1 and a depth-2 run on the same requests (costmodel.observed.pair_repeats),
-so each pair gives a speedup of its own; how much those disagree is the noise the pooled speedup
-carries. A speedup is inside its noise when fewer than two pairs ran (the noise is unknown) or when
-the pairs do not agree on its sign. Beside it, the walls' coefficient of variation over the repeats
-of each depth. The demo prints these lines: a laptop's CPU, shared with whatever else runs, often
-moves a run by more than pipelining does.
+Each repeat pairs a depth-1 and a depth-2 run on the same requests
+(costmodel.observed.pair_repeats), so each pair gives a speedup of its own; how much those disagree
+is the noise the pooled speedup carries. A speedup is inside its noise when fewer than two pairs ran
+(the noise is unknown) or when the pairs do not agree on its sign. Beside it, the walls'
+coefficient of variation over the repeats of each depth. The demo prints these lines: a laptop's
+CPU, shared with whatever else runs, often moves a run by more than pipelining does.
 """
 
 from __future__ import annotations

@@ -104,8 +104,9 @@ def finish(p: Pass, on_run: Callable | None, keep_reports: bool = False) -> dict
             raise BubblelabError(f"the sweep's worker failed: {' | '.join(tail)}")
     (p.run_dir / ENDED).touch()
     timings = {**_timings(p.run_dir, p.launched, p.started), **out}
-    for tag in p.left if on_run is not None else []:
-        on_run(tag, json.loads((p.run_dir / f"{tag}.json").read_text())["summary"])
+    if on_run is not None:
+        for tag in p.left:
+            on_run(tag, json.loads((p.run_dir / f"{tag}.json").read_text())["summary"])
     return timings
 
 

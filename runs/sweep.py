@@ -26,6 +26,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -186,6 +187,7 @@ def run_sweep(
             timings[p.name] = run_passes.finish(p, on_run, keep_reports)
             write_atomic(timings_path, json.dumps(timings, indent=1))
 
+    started = time.perf_counter()
     try:
         for name, runs, profiled in todo:
             if profiled and not _whole_nsys_pass(out_dir, runs):
@@ -204,6 +206,12 @@ def run_sweep(
                 after = running[-1] if running else None
                 running.append(run_passes.launch(name, plan, out_dir, left, after))
         finish_running()
+        # The passes overlap: their walls do not add up to the sweep's.
+        timings["passes"] = {"wall_s": time.perf_counter() - started}
+        write_atomic(timings_path, json.dumps(timings, indent=1))
+        if flagged := flagged_runs(out_dir):
+            say(f"{len(flagged)} runs met something in their timed region: "
+                + "; ".join(flagged[:4]) + ("; ..." if len(flagged) > 4 else ""))  # fmt: skip
         assemble(out_dir)
     except BaseException as e:
         run_passes.stop(running)
@@ -213,6 +221,17 @@ def run_sweep(
         raise
     run_state.mark(out_dir, state, "complete")
     return out_dir
+
+
+def flagged_runs(out_dir: Path) -> list[str]:
+    """'<pass>/<tag>: <flags>' for each finished run whose timed region met what a warm engine
+    should not (runs.region.flags)."""
+    out = []
+    for run in sorted(run_state.finished_runs(out_dir)):
+        summary = json.loads((out_dir / "runs" / f"{run}.json").read_text())["summary"]
+        if summary.get("timing_flags"):
+            out.append(f"{run}: {', '.join(summary['timing_flags'])}")
+    return out
 
 
 def _whole_nsys_pass(out_dir: Path, runs: list[dict]) -> bool:

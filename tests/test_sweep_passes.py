@@ -165,3 +165,20 @@ def test_the_gpu_gate_waits_for_the_previous_worker_to_be_gone(tmp_path):
     reaper.join()
     assert 1.0 < waited < 10 and previous.returncode == 0
     assert wait_for_exit(None) < 0.1
+
+
+def test_a_sweep_says_which_runs_met_something_in_their_timed_region(tmp_path, monkeypatch):
+    from bubblelab.runs import driver
+    from bubblelab.runs.rundir import read_results
+    from bubblelab.runs.sweep import run_sweep
+
+    monkeypatch.setattr(driver, "flags", lambda summary: ["compiled (1)"])
+    said: list[str] = []
+    run_sweep(spec(), tmp_path / "sweep", use_nsys=False, say=said.append)
+    (line,) = [s for s in said if "timed region" in s]
+    assert line.startswith("2 runs met something in their timed region: plain/s2-d1-r0: compiled")
+    results = read_results(tmp_path / "sweep")
+    assert (results.runs["timing_flags"] == "compiled (1)").all()
+    assert results.runs["compiles_in_run"].eq(0).all() and results.runs["gc_in_run"].eq(0).all()
+    timings = results.provenance["timings"]
+    assert timings["passes"]["wall_s"] >= timings["plain"]["wall_s"] > 0
