@@ -13,7 +13,8 @@ admission and its ends can produce:
 
 A captured graph serves a range of sizes (its bucket), so those need one run per bucket; eager
 shapes need each size. What an engine has run stays run (ModelRunner.shapes), so a later run of the
-same engine warms only what is new to it: the first run of a sweep pays, its repeats do not.
+same engine warms only what is new to it: the first run of a sweep pays, its repeats do not. Every
+run ends its warm-up with a few steps at full width (SETTLE_TOKENS a request).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from ..core.pipeline import StepKind
 from ..engine.llm_engine import LLMEngine
 from ..engine.sampling_params import SamplingParams
 from .workload import Request, WorkloadSpec
+
+SETTLE_TOKENS = 4
 
 
 def prefill_sizes(spec: WorkloadSpec, max_num_seqs: int, max_batched_tokens: int) -> range:
@@ -68,6 +71,9 @@ def warm_up(engine: LLMEngine, spec: WorkloadSpec, requests: list[Request]) -> d
     for r, key in decodes.items():
         if key not in runner.shapes:
             warm.run([2] * r)  # one decode step of r rows
+    # Every run, however warm the engine: a few steps at full width right before the timed region,
+    # so its first step does not follow an idle host and GPU.
+    warm.run([SETTLE_TOKENS] * rows)
     missing = sorted(map(str, needed_shapes(engine, spec) - runner.shapes))
     return {"warmup_requests": warm.requests, "warmup_steps": warm.steps,
             "warmup_shapes_s": time.perf_counter() - t0, "warmup_missing": missing}  # fmt: skip
