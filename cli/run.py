@@ -201,4 +201,4 @@ def demo(
 
     console.print("\n[bold]Depth 2 against this CPU's noise[/bold] (each repeat is a pair):")
     for line in noise_lines(read_results(out).runs):
-        console.print("  " + line, markup=False)
+        console.print("  " + line, markup=False, soft_wrap=True)  # one line each, unwrapped
