@@ -151,7 +151,10 @@ def summary_table(result: RunResult) -> Table:
 def demo(
     question: str = typer.Option("What is the capital of France?", help="The chat question."),
     streams: str = typer.Option("1,4", help="Streams of the profiled sweep (CPU-sized)."),
-    output_len_mean: float = typer.Option(32.0, help="Mean generated length of the sweep."),
+    output_len_mean: float = typer.Option(24.0, help="Mean generated length of the sweep."),
+    repeats: int = typer.Option(
+        3, help="Repeat pairs per configuration: their spread is the speedup's noise."
+    ),
     out: Path | None = typer.Option(
         None, help="A new run directory (default reports/demo-<timestamp>/)."
     ),
@@ -174,7 +177,7 @@ def demo(
         dtype="fp32",
         output_len_mean=output_len_mean,
         requests_per_stream=2,
-        repeats=1,
+        repeats=repeats,
         max_model_len=512,
     )
     out = out or Path("reports") / time.strftime("demo-%Y%m%d-%H%M%S")
@@ -193,3 +196,9 @@ def demo(
     n = len(answer[0].token_ids)
     console.print(f"{n} tokens in {dt:.2f} s: {n / dt:.1f} tokens/s\n")
     profile_and_report(spec, out, nsys=False, force=force)
+    from ..runs.noise import noise_lines
+    from ..runs.rundir import read_results
+
+    console.print("\n[bold]Depth 2 against this CPU's noise[/bold] (each repeat is a pair):")
+    for line in noise_lines(read_results(out).runs):
+        console.print("  " + line, markup=False, soft_wrap=True)  # one line each, unwrapped

@@ -63,8 +63,10 @@ class CudaGraphs:
             {} for _ in slots
         ]
         self.prefill_graphs: list[dict[int, torch.cuda.CUDAGraph]] = [{} for _ in slots]
-        # Replays counted, so a test can prove graphs are not silently off.
+        # Replays counted, so a test can prove graphs are not silently off; captures counted, so a
+        # timed run can prove it captured none (runs.region).
         self.decode_replays = self.sample_replays = self.prefill_replays = 0
+        self.captures = 0
 
     @property
     def captured(self) -> bool:
@@ -94,12 +96,15 @@ class CudaGraphs:
 
     # -- capture -----------------------------------------------------------------------------------
     def capture(self, decode: DecodeBody, sample: SampleBody, prefill: PrefillBody) -> None:
-        """Warm every shape up, then capture, largest first so smaller graphs reuse pool memory.
+        """Warm every shape up, then capture, largest first so smaller graphs reuse pool memory,
+        then replay each graph once.
 
         Warm-up runs every bucket before capturing any: lazy inits, autotuning and torch.compile's
         recompiles (static first shape, then dynamic) all settle, so every graph captures the same
-        final kernels. The caller has filled every slot's buffers with padding (valid indices
-        throughout)."""
+        final kernels. A graph's first replay uploads it to the device (milliseconds for a forward):
+        done here, it never lands inside a timed run. The caller has filled every slot's buffers
+        with padding (valid indices throughout), so the replays write only the pad row and the
+        scratch page."""
         for b in reversed(self.buckets):
             for slot in self.slots:
                 decode(slot, b)
@@ -126,12 +131,19 @@ class CudaGraphs:
                         sample(slot, b, all_greedy, masked)
                         # The last node: when the work ended.
                         slot.ev_graph_sample_end.event.record()
+                    self.captures += 1
                     self.sample_graphs[slot.index][(b, all_greedy, masked)] = graph
         torch.cuda.synchronize()
+        # Every rank of a tensor-parallel engine replays the same graphs in the same order, so the
+        # collectives they captured pair up.
+        tables: list[dict] = [*self.prefill_graphs, *self.decode_graphs, *self.sample_graphs]
+        for table in tables:
+            for graph in table.values():
+                graph.replay()
+        torch.cuda.synchronize()
 
-    @staticmethod
     def _capture(
-        pool, slot: DecodeSlot, body: Callable[..., None], *args: int
+        self, pool, slot: DecodeSlot, body: Callable[..., None], *args: int
     ) -> torch.cuda.CUDAGraph:
         """A forward graph whose first and last nodes record the slot's graph events: when the
         replay's work really started and ended on the GPU."""
@@ -140,4 +152,5 @@ class CudaGraphs:
             slot.ev_graph_start.event.record()
             body(slot, *args)
             slot.ev_graph_end.event.record()
+        self.captures += 1
         return graph

@@ -77,6 +77,10 @@ class ModelRunner:
         self.graphs = CudaGraphs(
             self.slots, self.max_rows, config.max_num_batched_tokens, prefill=static_prefill
         )
+        # Every forward and sampling shape run so far (forward_shape, sampling_shape): a shape's
+        # first run may allocate, autotune or compile, so a timed run should meet none for the
+        # first time (runs.warmup runs them before it, runs.region counts the new ones).
+        self.shapes: set[tuple] = set()
         if self.device.type == "cuda" and not config.enforce_eager:
             self._capture_graphs()
 
@@ -150,6 +154,27 @@ class ModelRunner:
         graph captures. For benchmarks that time it or count its kernels against the graph's."""
         self._decode_body(slot, rows)
 
+    # -- shapes ------------------------------------------------------------------------------------
+    def forward_shape(self, kind: StepKind, rows: int, tokens: int, longest: int = 1) -> tuple:
+        """What a forward of `rows` sequences (`tokens` in all, the longest prompt `longest`) runs:
+        its captured graph's bucket, else the eager shape (an eager prefill's attention kernel is
+        sized by its longest sequence too)."""
+        if kind is StepKind.DECODE:
+            bucket = self.graphs.decode_bucket(rows)
+            return ("decode", "graph", bucket) if bucket is not None else ("decode", rows)
+        bucket = self.graphs.prefill_bucket(tokens)
+        if bucket is not None:
+            return ("prefill", "graph", bucket)
+        return ("prefill", tokens, rows, longest)
+
+    def sampling_shape(self, rows: int, flags: SamplingFlags, masked: bool) -> tuple:
+        """What sampling `rows` rows runs: a captured graph (bucket and variant), else eagerly."""
+        variant = sampling_variant(flags, masked)
+        bucket = self.graphs.sample_bucket(rows, variant)
+        if bucket is not None:
+            return ("sample", "graph", bucket, variant)
+        return ("sample", rows, tuple(flags), masked)
+
     # -- the three phases --------------------------------------------------------------------------
     def launch(self, step: Step, blocks: BlockManager, phases: Phases) -> None:
         slot = self.slots[step.slot]
@@ -176,12 +201,14 @@ class ModelRunner:
         flags = slot.fill_sampling(seqs, step.step_id)
         record = slot.record = LaunchRecord(step.step_id, step.kind, n, flags)
         if step.kind is StepKind.DECODE:
+            self.shapes.add(self.forward_shape(step.kind, n, n))
             record.bucket = self.graphs.decode_bucket(n)
             slot.fill_decode(seqs, blocks, record.bucket)
             record.nbytes = slot.decode_nbytes
         else:
             lens = [s.num_tokens for s in seqs]
             record.tokens = sum(lens)
+            self.shapes.add(self.forward_shape(step.kind, n, record.tokens, max(lens)))
             record.bucket = self.graphs.prefill_bucket(record.tokens)
             if record.bucket is not None:
                 slot.fill_prefill(seqs, record.bucket, prefill_rows(record.bucket, self.max_rows))
@@ -239,6 +266,7 @@ class ModelRunner:
         variant = sampling_variant(record.flags, masked)
         bucket = self.graphs.sample_bucket(n, variant)
         record.sample_graph = bucket is not None
+        self.shapes.add(self.sampling_shape(n, record.flags, masked))
         with phases.range("sampling", record.step_id):
             record.sampling_launched_ns = time.perf_counter_ns()
             if bucket is not None and variant is not None:

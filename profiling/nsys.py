@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ..core.errors import BubblelabError
@@ -135,36 +136,86 @@ def profile_ranges(
     log: Path | None = None,
 ) -> list[Path]:
     """Profile `argv`, one report per cudaProfilerApi range; return their SQLite exports in the
-    order the ranges ran. A report nsys left unexported is exported here. log: where to keep what
-    nsys and the command printed (nsys's report lines between the command's own show when nsys
-    wrote each report)."""
+    order the ranges ran (start_ranges, then finish_ranges)."""
+    return finish_ranges(start_ranges(out_base, argv, env=env), timeout=timeout, log=log)
+
+
+class Ranges:
+    """An nsys session under way (start_ranges): its process and where its reports go."""
+
+    def __init__(self, proc: subprocess.Popen, out_base: Path, cmd: list[str]):
+        self.proc, self.out_base, self.cmd = proc, out_base, cmd
+
+
+def start_ranges(out_base: Path, argv: list[str], *, env: dict[str, str] | None = None) -> Ranges:
+    """Start profiling `argv` (one report per cudaProfilerApi range) and return at once, so the
+    caller can do other work while it runs (runs.passes starts the next pass's worker)."""
     out_base = Path(out_base)
     out_base.parent.mkdir(parents=True, exist_ok=True)
-    result = _run(profile_command(out_base, argv, "repeat"), timeout=timeout, env=env)
+    cmd = profile_command(out_base, argv, "repeat")
+    try:
+        proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=None if env is None else {**os.environ, **env},
+        )
+    except OSError as e:
+        raise BubblelabError(f"cannot start {cmd[0]}: {e.strerror}") from None
+    return Ranges(proc, out_base, cmd)
+
+
+def finish_ranges(
+    ranges: Ranges, *, timeout: float | None = None, log: Path | None = None
+) -> list[Path]:
+    """Wait for the session; return its SQLite exports in the order the ranges ran. Reports nsys
+    left unexported are exported here, side by side. log: where to keep what nsys and the command
+    printed (nsys's report lines between the command's own show when nsys wrote each report)."""
+    try:
+        output, _ = ranges.proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        ranges.proc.kill()
+        ranges.proc.communicate()
+        raise BubblelabError(f"nsys profile timed out after {timeout} s") from None
     ended = time.time()
+    out_base = ranges.out_base
+    if ranges.proc.returncode != 0:
+        raise BubblelabError(
+            f"nsys profile exited with {ranges.proc.returncode}: {_last_line(output)}"
+        )
     pattern = re.compile(re.escape(out_base.name) + r"\.(\d+)\.nsys-rep$")
     reports = sorted(
         (int(m.group(1)), p) for p in out_base.parent.iterdir() if (m := pattern.match(p.name))
     )
-    exports, exported_here = [], []
-    for _, report in reports:
-        export = report.with_suffix(".sqlite")
-        if not export.is_file():
-            export_sqlite(report, export, timeout)
-            exported_here.append(export.name)
-        exports.append(export)
+    exports = [report.with_suffix(".sqlite") for _, report in reports]
+    left = [(r, e) for (_, r), e in zip(reports, exports, strict=True) if not e.is_file()]
+    with ThreadPoolExecutor(max(1, min(len(left), os.cpu_count() or 1))) as pool:
+        list(pool.map(lambda pair: export_sqlite(pair[0], pair[1], timeout), left))
     if log is not None:
         write_atomic(
             log,
-            f"{result.stdout}{result.stderr}[profile_ranges {ended:.3f}] nsys exited; exported "
-            f"here: {', '.join(exported_here) or 'none'} ({time.time() - ended:.1f} s)\n",
+            f"{output}[profile_ranges {ended:.3f}] nsys exited; exported here: "
+            f"{', '.join(e.name for _, e in left) or 'none'} ({time.time() - ended:.1f} s)\n",
         )
     if not exports:
         raise BubblelabError(
             f"nsys wrote no {out_base.name}.<n>.nsys-rep: did the runs call "
-            f"torch.cuda.profiler.start()? ({_last_line(result.stderr or result.stdout)})"
+            f"torch.cuda.profiler.start()? ({_last_line(output)})"
         )
     return exports
+
+
+def drop_reports(exports: list[Path]) -> int:
+    """Delete the .nsys-rep beside each SQLite export (the export holds what the analysis reads);
+    returns the bytes freed."""
+    freed = 0
+    for export in exports:
+        report = export.with_suffix(".nsys-rep")
+        if export.is_file() and report.is_file():
+            freed += report.stat().st_size
+            report.unlink()
+    return freed
 
 
 def _run(

@@ -42,9 +42,12 @@ def needs_assembly(run_dir: Path) -> bool:
 
 
 def nsys_reports(out_dir: Path) -> list[Path]:
-    """The nsys pass's reports (traces/run.<n>.sqlite), in the order their ranges ran."""
-    found = [(int(p.name.split(".")[1]), p) for p in (out_dir / "traces").glob("run.*.sqlite")]
-    return [p for _, p in sorted(found)]
+    """The nsys pass's reports (traces/run.<n>.sqlite.gz, or .sqlite as sweeps kept them before),
+    in the order their ranges ran."""
+    found: dict[int, Path] = {}
+    for pattern in ("run.*.sqlite", "run.*.sqlite.gz"):  # the gzipped one, when both are there
+        found |= {int(p.name.split(".")[1]): p for p in (out_dir / "traces").glob(pattern)}
+    return [found[n] for n in sorted(found)]
 
 
 def assemble(out_dir: Path, strict: bool = True) -> Path:
@@ -213,8 +216,17 @@ def _meta(summary: dict, plan: dict, command: str) -> dict:
             "command": command}  # fmt: skip
 
 
+# What each run's timed region met (runs.region), as run columns: why one repeat was slower.
+TIMING_COLUMNS = (
+    "compiles_in_run", "captures_in_run", "new_shapes_in_run", "gc_in_run", "gc_pause_ms_in_run",
+    "reserved_growth_mb_in_run", "alloc_retries_in_run", "sm_clock_mhz_min", "step_ms_max",
+    "slow_steps", "host_share", "warmup_s",
+)  # fmt: skip
+
+
 def _extra(run_id: str, run: dict, spec: dict, plan: dict, summary: dict) -> dict:
-    """The run columns schema 2 adds beside the catalog's (bubblelab.runs.schema)."""
+    """The run columns schema 2 adds beside the catalog's (bubblelab.runs.schema), and what the
+    run's timed region met (TIMING_COLUMNS, timing_flags: absent from older sweeps)."""
     engine = plan["engine"]
     return dict(
         run_id=run_id, repeat=run["repeat"], profiled=bool(plan["profile"]),
@@ -224,4 +236,6 @@ def _extra(run_id: str, run: dict, spec: dict, plan: dict, summary: dict) -> dic
         max_model_len=engine["max_model_len"], sm_clock_mhz=summary.get("sm_clock_mhz_median"),
         power_w=summary.get("power_w_median"),
         clock_anchor_us_max=summary.get("clock_anchor_us_max"),
+        **{k: summary.get(k) for k in TIMING_COLUMNS},
+        timing_flags="; ".join(summary.get("timing_flags") or []),
     )  # fmt: skip

@@ -15,6 +15,8 @@ from ..core.sequence import Sequence
 from ..core.timeline import Timeline
 from ..engine.llm_engine import LLMEngine
 from .latency import latency_summary, request_latency
+from .region import TimedRegion, flags, step_profile
+from .warmup import warm_up
 from .workload import Request, WorkloadSpec, make_requests
 
 
@@ -78,57 +80,53 @@ def run_workload(
     progress: Callable[[int], None] | None = None,
     latency: bool = False,
 ) -> RunResult:
-    """Warm up, then run `spec` with the in-process timeline on (and the CUDA profiler range when
-    profiling). latency: also time each token's commit, for TTFT / TPOT / ITL
-    (RunResult.latency)."""
+    """Warm up (runs.warmup: every shape the run can reach), then run `spec` with the in-process
+    timeline on (and the CUDA profiler range when profiling) inside a quiet, watched region
+    (runs.region: no garbage collection; compiles, captures, new shapes and allocator growth
+    counted). latency: also time each token's commit, for TTFT / TPOT / ITL (RunResult.latency)."""
     spec.check_fits(engine.config.max_model_len)
     requests = make_requests(spec, engine.loaded.config.vocab_size)
     timeline = engine.timeline if engine.timeline is not None else Timeline()
     engine.timeline = engine.phases.timeline = timeline
     warm_t0 = time.perf_counter()
-    # Lazy initialisation, allocator growth, first graph replays: keep them out of the figures.
+    warmed: dict = {}
     if warmup:
         timeline.enabled = False
-        warm = WorkloadSpec(
-            streams=spec.streams,
-            requests=spec.streams,
-            output_len_mean=8,
-            output_len_dist="fixed",
-            prompt_len=spec.prompt_len,
-            seed=spec.seed + 7919,
-        )
-        drive(
-            engine,
-            [_renamed(r, "warm-") for r in make_requests(warm, engine.loaded.config.vocab_size)],
-            spec.streams,
-        )
+        warmed = warm_up(engine, spec, requests)
     timeline.clear()
     timeline.enabled = True
     timeline.depth = engine.config.depth
     engine.streams.synchronize()
     engine.streams.calibrate()  # a fresh device-clock reference for this run's timeline
-    warmup_s = time.perf_counter() - warm_t0
-    if engine.workers is not None:  # every rank: a fresh timeline, and the profiler range
-        engine.workers.begin_run(profile, engine.config.depth)
-    if profile and engine.streams.is_cuda:
-        torch.cuda.profiler.start()
-    t0 = time.perf_counter()
-    profiler_s = t0 - warm_t0 - warmup_s  # opening the capture range (and the ranks' begin_run)
     engine.record_token_times = latency
     finished: dict[str, Sequence] = {}
+    region = TimedRegion(engine)
     try:
-        with GpuClocks(engine.streams.device if engine.streams.is_cuda else None) as clocks:
-            outputs, reasons = drive(engine, requests, spec.streams, progress, finished)
-            engine.streams.synchronize()
+        with region:  # its entry collects the garbage: part of the warm-up
+            t_open = time.perf_counter()
+            warmup_s = t_open - warm_t0
+            if engine.workers is not None:  # every rank: a fresh timeline, and the profiler range
+                engine.workers.begin_run(profile, engine.config.depth)
+            if profile and engine.streams.is_cuda:
+                torch.cuda.profiler.start()
+            t0 = time.perf_counter()
+            with GpuClocks(engine.streams.device if engine.streams.is_cuda else None) as clocks:
+                outputs, reasons = drive(engine, requests, spec.streams, progress, finished)
+                engine.streams.synchronize()
+            wall = time.perf_counter() - t0
+            if profile and engine.streams.is_cuda:
+                torch.cuda.profiler.stop()
+            ranks = engine.workers.end_run() if engine.workers is not None else []
+            t_closed = time.perf_counter()
     finally:
         engine.record_token_times = False
-    wall = time.perf_counter() - t0
-    if profile and engine.streams.is_cuda:
-        torch.cuda.profiler.stop()
-    ranks = engine.workers.end_run() if engine.workers is not None else []
-    profiler_s += time.perf_counter() - t0 - wall  # closing it: nsys's time, not the run's
+    # Opening and closing the capture range (and the ranks' begin_run): nsys's time, not the run's.
+    opened, closed = t0 - t_open, t_closed - t0 - wall
     summary = {**summarize(engine, spec, timeline, outputs, wall), **clocks.summary(),
-               "warmup_s": warmup_s, "profiler_s": profiler_s}  # fmt: skip
+               "warmup_s": warmup_s, "profiler_s": opened + closed,
+               "profiler_start_s": opened, "profiler_stop_s": closed,
+               **warmed, **region.summary(), **step_profile(timeline, wall)}  # fmt: skip
+    summary["timing_flags"] = flags(summary)
     result = RunResult(summary, outputs, reasons, timeline, requests, rank_timelines=ranks)
     if latency:
         result.latency = latency_summary(finished.values())
@@ -173,10 +171,6 @@ class GpuClocks:
         mhz, watts = np.array(self.samples).T
         return {"sm_clock_mhz_median": float(np.median(mhz)), "sm_clock_mhz_min": float(mhz.min()),
                 "power_w_median": float(np.median(watts))}  # fmt: skip
-
-
-def _renamed(r: Request, prefix: str) -> Request:
-    return Request(prefix + r.request_id, r.prompt_ids, r.params, r.arrival_s)
 
 
 def summarize(

@@ -14,7 +14,10 @@ results.json holds {"schema_version": 3, "runs": [...], "steps": [...], "attribu
 
 - runs: the "Run metadata" columns of docs/phases.md, one record per run, and schema 2's columns
   (bubblelab.runs.schema); a sweep adds what the worker measured on a GPU (sm_clock_mhz, power_w,
-  clock_anchor_us_max), and merge_results the run's run_dir.
+  clock_anchor_us_max), what each run's timed region met (runs.assemble.TIMING_COLUMNS: compiles,
+  graph captures, new shapes, garbage collections, allocator growth, the slowest step, the host
+  share; timing_flags says why a run's wall is suspect, empty when nothing is), and merge_results
+  the run's run_dir. Optional columns: a document without them reads them as missing.
 - requests: run_id, request, prompt_len, output_len, max_tokens, constrained: what each run was
   asked (in the order sent) and produced; the cost model replays the schedule from it.
 - steps: the per-step table of docs/phases.md, all runs together (run_id tells them apart).

@@ -3,12 +3,14 @@
 Two passes over the same configurations, each one process (bubblelab.runs.worker) that loads the
 model, compiles and captures its CUDA graphs once:
 
+- under nsys (when found), first: the first `nsys_repeats` repeats (one by default: a depth-1 and a
+  depth-2 run of each configuration), each run its own capture range, so one nsys session writes
+  one report per run. Set beside the unprofiled runs they show what the profiler did to each phase
+  (costmodel.perturbation).
 - unprofiled: every repeat of every configuration, depth 1 and depth 2 back to back on the same
   requests (a repeat's workload seed), so they pair up; the in-process timeline is the trace. This
-  is what the cost model is fed.
-- under nsys (when found): the first `nsys_repeats` repeats again, each run its own capture range,
-  so one nsys session writes one report per run. Set beside the unprofiled runs they show what the
-  profiler did to each phase (costmodel.perturbation).
+  is what the cost model is fed. Its worker starts while nsys finishes its reports, and times its
+  first run once nsys is done (bubblelab.runs.passes).
 
 On the CPU (the demo) the unprofiled pass runs in this process. `bubblelab.runs.assemble` ingests
 what the passes wrote (it also reads a sweep cut short) into the catalog and results.json.
@@ -24,7 +26,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -35,11 +36,11 @@ from ..core.checks import check_choice, check_float, check_int, parse_ints
 from ..core.errors import BubblelabError
 from ..core.files import write_atomic
 from ..engine.config import MAX_NUM_SEQS, EngineConfig, default_dtype
-from ..profiling.nsys import find_nsys, profile_ranges
+from ..profiling.nsys import find_nsys
+from . import passes as run_passes
 from . import state as run_state
 from .assemble import assemble, nsys_reports
 from .plain import check_streams_fit
-from .worker import run_plan
 from .workload import CONSTRAINTS, MAX_STREAMS, WorkloadSpec
 
 MIN_DECODE_STEPS = (
@@ -132,10 +133,11 @@ def sweep_spec(depths: str | list[int], streams: str | list[int], **options: Any
 
 
 def passes(spec: SweepSpec, nsys: bool) -> list[tuple[str, list[dict], bool]]:
-    """(name, runs, profiled) of each pass, in the order they run."""
+    """(name, runs, profiled) of each pass, in the order they run: under nsys the profiled pass
+    first, so that the unprofiled pass's start-up hides nsys's wrap-up (runs.passes)."""
     out = [("plain", spec.runs(), False)]
     if nsys:
-        out.append(("nsys", spec.runs(min(spec.nsys_repeats, spec.repeats)), True))
+        out.insert(0, ("nsys", spec.runs(min(spec.nsys_repeats, spec.repeats)), True))
     return out
 
 
@@ -149,10 +151,12 @@ def run_sweep(
     on_run: Callable[[str, dict], None] | None = None,
     say: Callable[[str], None] = print,
     on_plan: Callable[[int, int], None] | None = None,
+    keep_reports: bool = False,
 ) -> Path:
     """Run both passes (what out_dir lacks of them), then assemble out_dir (runs/, traces/,
     catalog.duckdb, results.json). on_plan(runs planned, runs already finished) is called once the
-    passes are known (whether nsys profiles is decided here), before any run.
+    passes are known (whether nsys profiles is decided here), before any run. keep_reports: keep
+    nsys's .nsys-rep files beside their (gzipped) SQLite exports.
 
     A new out_dir must not hold a run; an existing one is continued with resume (same options) or
     replaced with force. On a failure or Ctrl-C every finished run stays, DIR/status.json says what
@@ -175,6 +179,15 @@ def run_sweep(
         on_plan(len(planned), len(done & set(planned)))
     timings_path = out_dir / "runs" / "timings.json"
     timings = json.loads(timings_path.read_text()) if timings_path.is_file() else {}
+    running: list[run_passes.Pass] = []  # launched, each gated on the one before (runs.passes)
+
+    def finish_running() -> None:
+        while running:
+            p = running.pop(0)
+            timings[p.name] = run_passes.finish(p, on_run, keep_reports)
+            write_atomic(timings_path, json.dumps(timings, indent=1))
+
+    started = time.perf_counter()
     try:
         for name, runs, profiled in todo:
             if profiled and not _whole_nsys_pass(out_dir, runs):
@@ -185,12 +198,23 @@ def run_sweep(
             left = [r["tag"] for r in runs if f"{name}/{r['tag']}" not in finished]
             if not left:
                 continue
-            started, launched = time.perf_counter(), time.time()
-            _run_pass(plan, out_dir, on_run, left)
-            timings[name] = _pass_timings(out_dir / "runs" / name, launched, started)
-            write_atomic(timings_path, json.dumps(timings, indent=1))
+            if run_passes.in_process(plan):
+                finish_running()
+                timings[name] = run_passes.run_here(plan, left, on_run)
+                write_atomic(timings_path, json.dumps(timings, indent=1))
+            else:
+                after = running[-1] if running else None
+                running.append(run_passes.launch(name, plan, out_dir, left, after))
+        finish_running()
+        # The passes overlap: their walls do not add up to the sweep's.
+        timings["passes"] = {"wall_s": time.perf_counter() - started}
+        write_atomic(timings_path, json.dumps(timings, indent=1))
+        if flagged := flagged_runs(out_dir):
+            say(f"{len(flagged)} runs met something in their timed region: "
+                + "; ".join(flagged[:4]) + ("; ..." if len(flagged) > 4 else ""))  # fmt: skip
         assemble(out_dir)
     except BaseException as e:
+        run_passes.stop(running)
         error = _stopped(out_dir, state, e, created=created and not resume, say=say)
         if error is not None:
             raise error from None
@@ -199,17 +223,14 @@ def run_sweep(
     return out_dir
 
 
-def _pass_timings(run_dir: Path, launched: float, started: float) -> dict[str, float]:
-    """The pass's wall clock, and the parts outside its worker's own work: `start_s` from launch to
-    the worker's first line (the interpreter, its imports, nsys starting up) and `finish_s` from the
-    worker's last line to the pass's end (under nsys: its last reports, their export)."""
-    ended = time.time()
-    out = {"wall_s": time.perf_counter() - started}
-    worker = run_dir / "worker.json"
-    if worker.is_file():
-        w = json.loads(worker.read_text())
-        if "started_unix" in w and "ended_unix" in w:
-            out |= {"start_s": w["started_unix"] - launched, "finish_s": ended - w["ended_unix"]}
+def flagged_runs(out_dir: Path) -> list[str]:
+    """'<pass>/<tag>: <flags>' for each finished run whose timed region met what a warm engine
+    should not (runs.region.flags)."""
+    out = []
+    for run in sorted(run_state.finished_runs(out_dir)):
+        summary = json.loads((out_dir / "runs" / f"{run}.json").read_text())["summary"]
+        if summary.get("timing_flags"):
+            out.append(f"{run}: {', '.join(summary['timing_flags'])}")
     return out
 
 
@@ -251,32 +272,6 @@ def _stopped(
             f"{what} failed: {reason} ({len(finished)} finished runs kept in {out_dir})"
         )
     return None
-
-
-def _run_pass(plan: dict, out_dir: Path, on_run, left: list[str]) -> None:
-    """One worker, writing a record per run it makes (it skips the runs already recorded): in
-    this process on the CPU, else its own process (under nsys when profiled)."""
-    run_dir = Path(plan["out_dir"])
-    plan_path = write_atomic(run_dir / "plan.json", json.dumps(plan, indent=1))
-    argv = [sys.executable, "-m", "bubblelab.runs.worker", str(plan_path)]
-    if plan["profile"]:
-        profile_ranges(out_dir / "traces" / "run", argv, log=run_dir / "nsys.log")
-    elif plan["engine"]["device"] == "cpu":
-        run_plan(plan, on_run=on_run)
-        return
-    else:
-        _run_worker(argv)
-    for tag in left if on_run is not None else []:
-        on_run(tag, json.loads((run_dir / f"{tag}.json").read_text())["summary"])
-
-
-def _run_worker(argv: list[str]) -> None:
-    import subprocess
-
-    result = subprocess.run(argv, capture_output=True, text=True)
-    if result.returncode != 0:
-        tail = (result.stderr or result.stdout).strip().splitlines()[-3:]
-        raise BubblelabError(f"the sweep's worker failed: {' | '.join(tail)}")
 
 
 def _nsys_or_none(

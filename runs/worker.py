@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import subprocess
 import sys
 import time
@@ -37,14 +38,23 @@ def run_plan(
     on_run: Callable[[str, dict], None] | None = None,
 ) -> dict:
     """Make every run of `plan` with one engine: {"engine": EngineConfig kwargs (depth aside),
-    "runs": [{"tag", "depth", "workload": WorkloadSpec kwargs}], "out_dir", "profile": bool}. Writes
-    out_dir/<tag>.json per run; returns the timings (also out_dir/worker.json)."""
+    "runs": [{"tag", "depth", "workload": WorkloadSpec kwargs}], "out_dir", "profile": bool,
+    "gates": optional {"gpu": path, "timing": path}}. Writes out_dir/<tag>.json per run; returns
+    the timings (also out_dir/worker.json).
+
+    Gates let a pass start while the one before it ends (runs.passes): the worker waits for the
+    file `gpu` (the previous worker's worker.json) and for that worker's process to be gone before
+    it touches the GPU, so the memory it sizes its KV pool from is all there, and for `timing`
+    before its first timed run (nothing else runs on the machine any more)."""
     out_dir = Path(plan["out_dir"])
     out_dir.mkdir(parents=True, exist_ok=True)
     profile = bool(plan.get("profile", False))
+    gates = plan.get("gates") or {}
     # Where a pass's seconds go (docs/h200-costmodel.md, "The sweep's time"): the wall clock at
     # start and end lets the sweep tell the process's start and nsys's wrap-up from this work.
-    t0, started_unix = time.perf_counter(), time.time()
+    started_unix = time.time()
+    wait_gpu_s = wait_for_exit(gates.get("gpu"))
+    t0 = time.perf_counter()
     e = plan["engine"]
     if e.get("tensor_parallel", 1) == 1:  # a tensor-parallel engine loads each rank's shard itself
         loaded = loaded or load_model(
@@ -60,8 +70,11 @@ def run_plan(
     timings: dict[str, object] = {
         "setup_s": setup_s, "load_s": load_s, "engine_s": setup_s - load_s,  # compile + capture
         "runs_s": runs_s, "run_parts_s": parts, "started_unix": started_unix,
+        "wait_gpu_s": wait_gpu_s, "pid": os.getpid(),
     }  # fmt: skip
     try:
+        timings["wait_timing_s"] = wait_for(gates.get("timing"))
+        timings["runs_started_unix"] = time.time()
         for run in plan["runs"]:
             if (out_dir / f"{run['tag']}.json").is_file():  # finished before a resume
                 continue
@@ -84,6 +97,38 @@ def run_plan(
     timings["ended_unix"] = time.time()
     write_atomic(out_dir / "worker.json", json.dumps(timings, indent=1))
     return timings
+
+
+def wait_for(gate: str | None, poll_s: float = 0.05) -> float:
+    """Wait until the file `gate` exists (None: no wait); returns the seconds waited."""
+    t0 = time.perf_counter()
+    while gate is not None and not Path(gate).exists():
+        time.sleep(poll_s)
+    return time.perf_counter() - t0
+
+
+def wait_for_exit(gate: str | None) -> float:
+    """Wait for a worker's worker.json, then for its process (the pid it names) to be gone."""
+    t0 = time.perf_counter()
+    wait_for(gate)
+    pid = json.loads(Path(gate).read_text()).get("pid") if gate is not None else None
+    while pid is not None and _alive(pid):
+        time.sleep(0.05)
+    return time.perf_counter() - t0
+
+
+def _alive(pid: int) -> bool:
+    """The process runs (an exited one its parent has not reaped yet holds nothing: gone)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc: ask the kernel
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
 
 
 def _parts(run_s: float, summary: dict) -> dict[str, float]:

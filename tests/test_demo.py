@@ -24,6 +24,8 @@ def test_demo_answers_and_profiles(tmp_path):
             "1",
             "--output-len-mean",
             "4",
+            "--repeats",
+            "2",
             "--out",
             str(out),
         ],
@@ -38,7 +40,10 @@ def test_demo_answers_and_profiles(tmp_path):
     answer = result.stdout.split("A:", 1)[1].splitlines()[0].strip()
     assert answer  # the model said something
     runs = json.loads((out / "results.json").read_text())["runs"]
-    assert sorted(r["depth"] for r in runs) == [1, 2]
+    assert sorted(r["depth"] for r in runs) == [1, 1, 2, 2]  # two repeat pairs
+    # It says whether depth 2's speedup stands out of the run-to-run noise of this CPU.
+    (said,) = [line for line in result.stdout.splitlines() if "1 stream: depth 2" in line]
+    assert "pairs" in said and ("inside the noise" in said or "outside the noise" in said)
     assert {r["streams"] for r in runs} == {1} and all(r["generated_tokens"] > 0 for r in runs)
     # The report is about these runs: both run ids, the depth pair predicted, every section.
     html = (out / "report.html").read_text()

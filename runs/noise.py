@@ -1,0 +1,66 @@
+"""Is a sweep's depth-2 speedup larger than its own noise? Said plainly, per configuration.
+
+Each repeat pairs a depth-1 and a depth-2 run on the same requests
+(costmodel.observed.pair_repeats), so each pair gives a speedup of its own; how much those disagree
+is the noise the pooled speedup carries. A speedup is inside its noise when fewer than two pairs ran
+(the noise is unknown) or when the pairs do not agree on its sign. Beside it, the walls'
+coefficient of variation over the repeats of each depth. The demo prints these lines: a laptop's
+CPU, shared with whatever else runs, often moves a run by more than pipelining does.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..costmodel.observed import pair_repeats, pooled
+
+
+def speedup_noise(runs: pd.DataFrame) -> list[dict]:
+    """Per (model, streams): the pooled speedup (%), each pair's (%), whether the speedup is inside
+    the noise, and the walls' CV per depth (%; NaN with one repeat). Unprofiled runs when any."""
+    if "profiled" in runs and runs["profiled"].eq(False).any():
+        runs = runs[runs["profiled"].eq(False)]
+    out = []
+    for (model, streams), group in runs.groupby(["model", "streams"], sort=True):
+        d1, d2 = group[group["depth"] == 1], group[group["depth"] == 2]
+        pairs = pair_repeats(d1, d2)
+        if not pairs:
+            continue
+        each = [100 * (pooled(a.generated_tokens, a.wall_s, b.generated_tokens, b.wall_s) - 1)
+                for a, b in pairs]  # fmt: skip
+        t1, w1 = [a.generated_tokens for a, _ in pairs], [a.wall_s for a, _ in pairs]
+        t2, w2 = [b.generated_tokens for _, b in pairs], [b.wall_s for _, b in pairs]
+        out.append({
+            "model": model, "streams": int(streams), "pairs": len(pairs),
+            "speedup_pct": 100 * (pooled(t1, w1, t2, w2) - 1), "pair_speedups_pct": each,
+            "inside_noise": len(each) < 2 or min(each) <= 0 <= max(each),
+            "wall_cv_pct": {1: _cv(w1), 2: _cv(w2)},
+        })  # fmt: skip
+    return out
+
+
+def _cv(walls: list[float]) -> float:
+    w = np.asarray(walls, dtype=float)
+    return float(100 * w.std(ddof=1) / w.mean()) if len(w) > 1 else float("nan")
+
+
+def noise_lines(runs: pd.DataFrame) -> list[str]:
+    """One plain sentence per configuration, e.g. "4 streams: depth 2 -4.7% over depth 1, pairs
+    +2.1, -11.4, -4.7 (walls vary 8.0% / 6.1% between repeats): inside the noise"."""
+    lines = []
+    for c in speedup_noise(runs):
+        pairs = ", ".join(f"{s:+.1f}" for s in c["pair_speedups_pct"])
+        cv = c["wall_cv_pct"]
+        vary = (f" (walls vary {cv[1]:.1f}% / {cv[2]:.1f}% between repeats)"
+                if np.isfinite(cv[1]) and np.isfinite(cv[2]) else "")  # fmt: skip
+        if c["pairs"] < 2:
+            verdict = "one pair: its noise is unknown (more repeats tell)"
+        elif c["inside_noise"]:
+            verdict = "inside the noise: the pairs disagree on its sign"
+        else:
+            verdict = "outside the noise: every pair agrees on its sign"
+        label = f"{c['streams']} stream{'s' if c['streams'] != 1 else ''}"
+        lines.append(f"{label}: depth 2 {c['speedup_pct']:+.1f}% over depth 1, "
+                     f"pairs {pairs}{vary}: {verdict}")  # fmt: skip
+    return lines

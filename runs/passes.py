@@ -1,0 +1,153 @@
+"""A sweep's passes, each one worker (bubblelab.runs.worker) making its runs with one engine.
+
+On the GPU each pass is its own process, under nsys when it profiles, and a pass starts before the
+one before it has ended: its worker starts its interpreter and imports at once, touches the GPU
+once the previous worker has let go of it (that worker's worker.json is written) and times its
+first run once the previous pass has ended whole (nsys's last reports written, exported and
+compressed: the file `ended` in its run directory). The next pass's start-up, model load, compile
+and graph capture so hide the previous one's wrap-up, and no timed run shares the machine with
+another pass. On the CPU (the demo, the tests) a pass runs in this process, after the others.
+
+An nsys pass keeps what the analysis reads: each report's SQLite export, gzipped (ingest reads it
+so); the .nsys-rep files go unless asked for (keep_reports). Every part is timed (`finish`).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..core.errors import BubblelabError
+from ..core.files import write_atomic
+from ..profiling.nsys import Ranges, drop_reports, finish_ranges, start_ranges
+from .worker import run_plan
+
+ENDED = "ended"  # in a pass's run directory once the pass has ended whole (a gate for the next)
+LOG = "worker.log"  # what a pass's worker printed (nsys.log under nsys)
+
+
+@dataclass
+class Pass:
+    """A pass under way in its own process."""
+
+    name: str
+    run_dir: Path
+    left: list[str]  # the runs it makes (the others were recorded before a resume)
+    launched: float = field(default_factory=time.time)
+    started: float = field(default_factory=time.perf_counter)
+    proc: subprocess.Popen | None = None
+    ranges: Ranges | None = None
+
+
+def in_process(plan: dict) -> bool:
+    """A CPU pass without a profiler runs in this process (the demo, the tests)."""
+    return plan["engine"]["device"] == "cpu" and not plan["profile"]
+
+
+def run_here(plan: dict, left: list[str], on_run: Callable | None) -> dict[str, float]:
+    """Run a pass in this process; returns its timings."""
+    started, launched = time.perf_counter(), time.time()
+    run_dir = Path(plan["out_dir"])
+    write_atomic(run_dir / "plan.json", json.dumps(plan, indent=1))
+    run_plan(plan, on_run=on_run)
+    return _timings(run_dir, launched, started)
+
+
+def launch(name: str, plan: dict, out_dir: Path, left: list[str], after: Pass | None) -> Pass:
+    """Start a pass's worker (under nsys when it profiles), gated on the pass `after` if any."""
+    run_dir = Path(plan["out_dir"])
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for stale in (ENDED, "worker.json"):  # the gates of this pass are this run's, not a resume's
+        (run_dir / stale).unlink(missing_ok=True)
+    if after is not None:
+        plan = {**plan, "gates": {"gpu": str(after.run_dir / "worker.json"),
+                                  "timing": str(after.run_dir / ENDED)}}  # fmt: skip
+    plan_path = write_atomic(run_dir / "plan.json", json.dumps(plan, indent=1))
+    argv = [sys.executable, "-m", "bubblelab.runs.worker", str(plan_path)]
+    p = Pass(name, run_dir, left)
+    if plan["profile"]:
+        p.ranges = start_ranges(out_dir / "traces" / "run", argv)
+    else:
+        with (run_dir / LOG).open("w") as log:
+            p.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+    return p
+
+
+def finish(p: Pass, on_run: Callable | None, keep_reports: bool = False) -> dict[str, float]:
+    """Wait for the pass to end; under nsys export what nsys left, drop the .nsys-rep files (unless
+    keep_reports) and gzip the exports; then open the gate for the next pass. Returns its timings,
+    each part timed."""
+    out: dict[str, float] = {}
+    if p.ranges is not None:
+        exports = finish_ranges(p.ranges, log=p.run_dir / "nsys.log")
+        t = time.perf_counter()
+        out["reports_bytes"] = sum(e.with_suffix(".nsys-rep").stat().st_size for e in exports
+                                   if e.with_suffix(".nsys-rep").is_file())  # fmt: skip
+        if not keep_reports:
+            drop_reports(exports)
+        out["exports_bytes"] = sum(e.stat().st_size for e in exports)
+        out["traces_bytes"] = sum(e.stat().st_size for e in compress(exports))
+        out["compress_s"] = time.perf_counter() - t
+    else:
+        assert p.proc is not None
+        if p.proc.wait() != 0:
+            tail = (p.run_dir / LOG).read_text(errors="replace").strip().splitlines()[-3:]
+            raise BubblelabError(f"the sweep's worker failed: {' | '.join(tail)}")
+    (p.run_dir / ENDED).touch()
+    timings = {**_timings(p.run_dir, p.launched, p.started), **out}
+    if on_run is not None:
+        for tag in p.left:
+            on_run(tag, json.loads((p.run_dir / f"{tag}.json").read_text())["summary"])
+    return timings
+
+
+def stop(passes: list[Pass]) -> None:
+    """End the passes still running (a pass before them failed or the sweep was interrupted)."""
+    for p in passes:
+        proc = p.proc if p.proc is not None else p.ranges.proc if p.ranges is not None else None
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def compress(exports: list[Path]) -> list[Path]:
+    """Each export gzipped beside it (the plain file removed), in parallel: ingest reads .gz."""
+
+    def one(path: Path) -> Path:
+        target = path.with_name(path.name + ".gz")
+        partial = target.with_name(target.name + ".partial")  # a .gz there is whole
+        with path.open("rb") as src, gzip.open(partial, "wb", compresslevel=1) as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+        partial.replace(target)
+        path.unlink()
+        return target
+
+    with ThreadPoolExecutor(max(1, min(len(exports), os.cpu_count() or 1))) as pool:
+        return list(pool.map(one, exports))
+
+
+def _timings(run_dir: Path, launched: float, started: float) -> dict[str, float]:
+    """The pass's wall clock, and the parts outside its worker's own work: `start_s` from launch to
+    the worker's first line (the interpreter, its imports, nsys starting up) and `finish_s` from the
+    worker's last line to the pass's end (under nsys: its last reports, their export and
+    compression, compress_s of it)."""
+    ended = time.time()
+    out = {"wall_s": time.perf_counter() - started}
+    worker = run_dir / "worker.json"
+    if worker.is_file():
+        w = json.loads(worker.read_text())
+        if "started_unix" in w and "ended_unix" in w:
+            out |= {"start_s": w["started_unix"] - launched, "finish_s": ended - w["ended_unix"]}
+    return out

@@ -1,0 +1,33 @@
+"""The demo's plain sentence: is depth 2's speedup more than its repeat pairs' disagreement?"""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from bubblelab.runs.noise import noise_lines, speedup_noise
+
+
+def runs(streams: int, speedups: list[float], profiled: bool = False) -> list[dict]:
+    """A depth-1 run of 1 s and a depth-2 run at the given speedup per repeat (100 tokens each)."""
+    out = []
+    for repeat, s in enumerate(speedups):
+        for depth, wall in ((1, 1.0), (2, 1.0 / (1 + s / 100))):
+            out.append(dict(model="m", streams=streams, depth=depth, repeat=repeat, wall_s=wall,
+                            generated_tokens=100, profiled=profiled))  # fmt: skip
+    return out
+
+
+def test_a_speedup_the_pairs_disagree_on_is_inside_the_noise():
+    table = pd.DataFrame(runs(1, [5.0, -10.0, 2.0]) + runs(4, [5.0, 6.0, 4.0]) + runs(8, [3.0])
+                         + runs(4, [-50.0], profiled=True))  # fmt: skip
+    found = {c["streams"]: c for c in speedup_noise(table)}
+    assert found[1]["inside_noise"] and not found[4]["inside_noise"] and found[8]["inside_noise"]
+    assert found[4]["pairs"] == 3  # the profiled run is left out
+    assert found[4]["pair_speedups_pct"] == pytest.approx([5.0, 6.0, 4.0])
+    assert found[1]["wall_cv_pct"][1] == 0.0 and found[1]["wall_cv_pct"][2] > 5
+    lines = noise_lines(table)
+    assert lines[0].startswith("1 stream: depth 2 ") and "pairs +5.0, -10.0, +2.0" in lines[0]
+    assert lines[0].endswith("inside the noise: the pairs disagree on its sign")
+    assert lines[1].startswith("4 streams") and "outside the noise" in lines[1]
+    assert lines[2].endswith("one pair: its noise is unknown (more repeats tell)")
