@@ -27,7 +27,10 @@ def walls(cv: float, rng: np.random.Generator) -> tuple[float, float]:
     return TRUE * np.exp(cv * rng.standard_normal()), np.exp(cv * rng.standard_normal())
 
 
-def sweep(cv: float, seed: int, rule: RepeatRule = RepeatRule()):
+DEFAULT = RepeatRule()  # 30 s, 3 to 20 pairs
+
+
+def sweep(cv: float, seed: int, rule: RepeatRule = DEFAULT):
     """A configuration run pair by pair until the rule stops it (one second of workload a run)."""
     rng = np.random.default_rng(seed)
     w1: list[float] = []
