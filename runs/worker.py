@@ -28,6 +28,7 @@ from ..engine.config import EngineConfig
 from ..engine.llm_engine import LLMEngine
 from ..engine.loader import LoadedModel, load_model
 from .driver import RunResult, run_workload
+from .repeats import plan_runs
 from .workload import WorkloadSpec
 
 
@@ -62,7 +63,7 @@ def run_plan(
         "runs_s": runs_s, "run_parts_s": parts, "started_unix": started_unix,
     }  # fmt: skip
     try:
-        for run in plan["runs"]:
+        for run in plan_runs(plan):  # each configuration's repeats until known (runs.repeats)
             if (out_dir / f"{run['tag']}.json").is_file():  # finished before a resume
                 continue
             started, started_at = time.perf_counter(), time.strftime("%Y-%m-%d %H:%M:%S")
