@@ -180,6 +180,58 @@ def tp_table(comparison: pd.DataFrame) -> Table:
     return out
 
 
+def across_table(table: pd.DataFrame) -> Table:
+    """Card B's speedup forecast from card A's depth-1 runs, beside what B observed."""
+    from ..costmodel.headline import pct_text, pts_text
+
+    out = Table(
+        title="Depth 2 over depth 1 on another card, forecast from this card's depth-1 runs",
+        title_justify="left",
+        header_style="bold",
+    )
+    out.add_column("configuration")
+    for name in ("from", "GPU · host ratio", "forecast [95%]", "observed [95%]", "miss"):
+        out.add_column(name, justify="right", no_wrap=True)
+    for r in table.to_dict("records"):
+        out.add_row(
+            r["label"], str(r["from_device"]), f"{r['gpu_ratio']:.2f} · {r['host_ratio']:.2f}",
+            _marked(pct_text(r["across_predicted_pct"], r["across_predicted_lo"],
+                             r["across_predicted_hi"])),
+            _marked(pct_text(r["observed_pct"], r["observed_lo"], r["observed_hi"],
+                             r["observed_known"])),
+            pts_text(r["across_error_pts"]).removesuffix(" ?"),
+        )  # fmt: skip
+    out.caption = (
+        "ratio: the other card's GPU span of a steady decode step and its host tick over this "
+        "card's (costmodel.crossgpu says what the forecast assumes)"
+    )
+    return out
+
+
+def _across(from_dir: Path, to_dir: Path, json_out: str | None, n_boot: int) -> None:
+    from ..costmodel.bootstrap import check_n_boot
+    from ..costmodel.crossgpu import predict_across
+    from ..runs.rundir import load_sources
+
+    check_n_boot(n_boot)
+    dest = check_json_dest(json_out)
+    console = console_for(dest, width=200)
+    a, b = load_sources([from_dir]), load_sources([to_dir])
+    table = predict_across((a.runs, a.steps, a.requests), (b.runs, b.steps, b.requests),
+                           n_boot=n_boot)  # fmt: skip
+    if table.empty:
+        raise BubblelabError(f"no configuration of {from_dir} was measured in {to_dir} too")
+    if dest is not None:
+        import json
+
+        written = emit_json(dest, json.loads(table.to_json(orient="records")))
+        if written is not None:
+            console.print(f"wrote {written}", markup=False)
+        if dest == "-":
+            return
+    console.print(across_table(table))
+
+
 def _num(v: float | None, nd: int = 3) -> str:
     return "–" if v is None or math.isnan(v) else f"{v:.{nd}f}"
 
@@ -196,17 +248,30 @@ def register(app: typer.Typer) -> None:
         catalog: Path | None = typer.Option(
             None, "--catalog", help="A run directory (results.json) or a DuckDB catalog."
         ),
+        from_dir: Path | None = typer.Option(
+            None, "--from", help="Forecast another card's runs from this run directory's depth 1."
+        ),
+        to_dir: Path | None = typer.Option(
+            None, "--to", help="...the run directory of the card to forecast (with --from)."
+        ),
         json_out: str | None = options.JSON,
         n_boot: int = options.N_BOOT,
     ) -> None:
-        """The post's prediction table: blocking and pipelined ms, L, predicted, observed, interval,
-        error."""
+        """The forecast from depth 1 alone against the observed speedup, then what explains it;
+        --from A --to B: card B's speedup from card A's depth-1 runs."""
         from ..costmodel.bootstrap import check_n_boot
         from ..costmodel.headline import noise_lines
         from ..costmodel.predict import predict_blog, predict_runs
         from ..costmodel.tensor_parallel import tp_comparison
         from ..runs.rundir import load_sources
 
+        if (from_dir is None) != (to_dir is None):
+            raise BubblelabError("give --from A and --to B together")
+        if from_dir is not None and to_dir is not None:
+            if blog or run_dirs or catalog is not None:
+                raise BubblelabError("--from/--to take no other source")
+            _across(from_dir, to_dir, json_out, n_boot)
+            return
         sources = [*(run_dirs or []), *([catalog] if catalog is not None else [])]
         if blog == bool(sources) or (catalog is not None and len(sources) > 1):
             raise BubblelabError("give RUN_DIR (one or more), --catalog PATH or --blog")
