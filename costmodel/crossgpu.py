@@ -146,6 +146,7 @@ def predict_across(
         rows.append(
             dict(
                 label=run_label(d1_b.iloc[0], depth=False),
+                streams=int(first["streams"]),
                 from_device=first["device"],
                 to_device=d1_b.iloc[0]["device"],
                 gpu_ratio=ratio.gpu,
