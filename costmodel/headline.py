@@ -54,7 +54,7 @@ def pts_text(value: float, lo: float | None = None, hi: float | None = None) -> 
 def inside_noise(row: dict) -> bool:
     """The observed interval holds 0: on these repeats depth 2 cannot be told from depth 1."""
     lo, hi = row.get("observed_lo"), row.get("observed_hi")
-    return lo is not None and math.isfinite(lo) and lo <= 0 <= hi
+    return lo is not None and hi is not None and math.isfinite(lo) and lo <= 0 <= hi
 
 
 def headline(table: pd.DataFrame) -> dict | None:

@@ -87,9 +87,11 @@ def test_the_reports_headline_cards_read_depth_1_alone(runs):
     pages = [render_report(results_of(r), "sim", n_boot=200) for r in (runs, perturbed(runs))]
 
     def card(html: str, name: str) -> str:
-        return re.search(rf'<div class="kpi" id="kpi-{name}">.*?</div>\s*</div>', html, re.S)[0]
+        found = re.search(rf'<div class="kpi" id="kpi-{name}">.*?</div>\s*</div>', html, re.S)
+        assert found is not None, name
+        return found[0]
 
-    def first_cells(html: str) -> list[str]:
+    def first_cells(html: str) -> list[list[str]]:
         section = html[html.index('id="prediction"') : html.index('id="step"')]
         rows = re.findall(r"<tr><td class=\"label\">(.*?)</tr>", section, re.S)
         return [re.findall(r"<td>(.*?)</td>", row, re.S)[:3] for row in rows]  # forecast..miss
