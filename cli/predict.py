@@ -87,10 +87,10 @@ def forecast_table(table: pd.DataFrame) -> Table:
             f"{_num(r.get('wall_cv_d1_pct'), 1)}% · {_num(r.get('wall_cv_d2_pct'), 1)}%",
         )
     out.caption = (
+        "?: not known to ±1 point (its 95% interval is wider, or under the 6 pairs 95% needs). "
         "from depth 1 alone: the whole-run model fed the depth-1 run only (its schedule at depth 2 "
         "replayed from the requests). observed: the median repeat pair. miss: observed − forecast, "
-        "points. ?: the 95% interval is wider than ±1 point (95% needs 6 pairs or more). CV: wall "
-        "per token over the repeats"
+        "points. CV: wall per token over the repeats"
     )
     return out
 

@@ -38,7 +38,7 @@ def test_demo_answers_and_profiles(tmp_path):
     answer = result.stdout.split("A:", 1)[1].splitlines()[0].strip()
     assert answer  # the model said something
     runs = json.loads((out / "results.json").read_text())["runs"]
-    assert sorted(r["depth"] for r in runs) == [1, 2]
+    assert sorted(r["depth"] for r in runs) == [1, 1, 1, 2, 2, 2]  # three pairs, to gauge noise
     assert {r["streams"] for r in runs} == {1} and all(r["generated_tokens"] > 0 for r in runs)
     # The report is about these runs: both run ids, the depth pair predicted, every section.
     html = (out / "report.html").read_text()
@@ -49,6 +49,9 @@ def test_demo_answers_and_profiles(tmp_path):
         assert f'id="{section}"' in html
     assert json.loads((out / "status.json").read_text())["status"] == "complete"
     results = json.loads((out / "results.json").read_text())
+    # Why its repeats stopped, recorded: three pairs of a CPU run are not enough to know ±1 point.
+    (verdict,) = results["provenance"]["repeats"]
+    assert verdict["pairs"] == 3 and verdict["observed_known"] is False
     # What it ran on, once: this checkout's revision and this CPU; no GPU clocks on the CPU.
     machine = results["provenance"]["machine"]
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True)
