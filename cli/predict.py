@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ..core.errors import BubblelabError
@@ -32,53 +33,107 @@ def _errors(predicted: float, error: float) -> str:
     return f"{_pct(predicted)} [dim]({error:+.1f})[/dim]"
 
 
-def prediction_table(table: pd.DataFrame, blog: bool) -> Table:
-    """The post's table (blog) or ours: per configuration, the post's per-step model, the whole-run
-    model (both runs' pieces) and the same from depth 1 alone, each with its error in points, and
-    the observed speedup with its interval over repeat pairs."""
-    title = (
-        "The post's table, re-predicted" if blog else "Predicted vs observed, depth 2 over depth 1"
-    )
-    out = Table(title=title, title_justify="left", header_style="bold")
+def _marked(text: str) -> str:
+    """costmodel.headline's text, its `?` in yellow (the numbers themselves carry no markup)."""
+    return escape(text).replace(" ?", " [yellow]?[/yellow]")
+
+
+def blog_table(table: pd.DataFrame) -> Table:
+    """The post's table, re-predicted: its periods, L, z, our prediction with its z bounds, the
+    post's own, what it observed."""
+    out = Table(title="The post's table, re-predicted", title_justify="left", header_style="bold")
     out.add_column("configuration")
-    per_step = "predicted [z: 1/L..0]" if blog else "per step (error)"
-    for name in ("blocking ms", "pipelined ms", "L", "z", per_step):
+    for name in ("blocking ms", "pipelined ms", "L", "z", "predicted [z: 1/L..0]",
+                 "post's prediction", "observed", "error"):  # fmt: skip
         out.add_column(name, justify="right", no_wrap=True)
-    extra = ["post's prediction"] if blog else ["whole run (error)", "depth 1 alone (error)"]
-    for name in (*extra, "observed [95%]"):
-        out.add_column(name, justify="right", no_wrap=True)
-    if blog:
-        out.add_column("error", justify="right", no_wrap=True)
     for r in table.itertuples():
-        cells = [r.label, f"{r.blocking_ms:.2f}", f"{r.pipelined_ms:.2f}", f"{r.L:.0f}",
-                 f"{100 * r.z:.2f}%"]  # fmt: skip
-        if blog:
-            cells += [
-                _pct(r.predicted_pct, r.predicted_lo, r.predicted_hi),
-                _pct(r.published_pct),
-                _pct(r.observed_pct),
-                f"{r.error_pts:+.1f} pts",
-            ]
-        else:
-            observed = _pct(r.observed_pct, r.observed_lo, r.observed_hi)
-            if not r.observed_known:
-                observed += " [yellow]?[/yellow]"
-            whole = _errors(r.wall_predicted_pct, r.wall_error_pts)
-            if r.wall_scope == "window":  # a trimmed trace: the model predicts its window
-                whole += f" [dim]window, measured {_pct(r.wall_observed_pct)}[/dim]"
-            cells += [
-                _errors(r.predicted_pct, r.error_pts),
-                whole,
-                _errors(r.wall_d1_predicted_pct, r.wall_d1_error_pts),
-                observed,
-            ]
-        out.add_row(*cells)
-    if not blog:
-        out.caption = (
-            "error: observed − predicted, points. ?: the observed speedup is not known to ±1 point "
-            "(its 95% interval over repeat pairs is wider, or there are fewer than 5 pairs)"
-        )
+        out.add_row(
+            r.label, f"{r.blocking_ms:.2f}", f"{r.pipelined_ms:.2f}", f"{r.L:.0f}",
+            f"{100 * r.z:.2f}%", _pct(r.predicted_pct, r.predicted_lo, r.predicted_hi),
+            _pct(r.published_pct), _pct(r.observed_pct), f"{r.error_pts:+.1f} pts",
+        )  # fmt: skip
     return out
+
+
+def forecast_table(table: pd.DataFrame) -> Table:
+    """The headline, first: per configuration the forecast from the depth-1 run alone and the
+    observed speedup, each with its 95% interval and `?` when not known to ±1 point, the miss
+    between them, and how much the runs varied (costmodel.headline: nothing here reads depth 2's
+    pieces)."""
+    from ..costmodel.headline import pct_text, pts_text
+
+    out = Table(
+        title="Depth 2 over depth 1: forecast from the depth-1 run alone, and observed",
+        title_justify="left",
+        header_style="bold",
+    )
+    out.add_column("configuration")
+    for name in ("from depth 1 alone [95%]", "observed [95%]", "pairs", "miss [95%]",
+                 "CV of wall d1 · d2"):  # fmt: skip
+        out.add_column(name, justify="right", no_wrap=True)
+    for r in table.to_dict("records"):
+        out.add_row(
+            r["label"],
+            _marked(
+                pct_text(
+                    r["wall_d1_predicted_pct"], r["wall_d1_predicted_lo"], r["wall_d1_predicted_hi"]
+                )
+            ),  # fmt: skip
+            _marked(
+                pct_text(r["observed_pct"], r["observed_lo"], r["observed_hi"], r["observed_known"])
+            ),  # fmt: skip
+            str(r["pairs"]),
+            _marked(pts_text(r["wall_d1_error_pts"], r["wall_d1_error_lo"], r["wall_d1_error_hi"])),
+            f"{_num(r.get('wall_cv_d1_pct'), 1)}% · {_num(r.get('wall_cv_d2_pct'), 1)}%",
+        )
+    out.caption = (
+        "?: not known to ±1 point (its 95% interval is wider, or under the 6 pairs 95% needs). "
+        "from depth 1 alone: the whole-run model fed the depth-1 run only (its schedule at depth 2 "
+        "replayed from the requests). observed: the median repeat pair. miss: observed − forecast, "
+        "points. CV: wall per token over the repeats"
+    )
+    return out
+
+
+def explanation_table(table: pd.DataFrame) -> Table:
+    """What explains each measured speedup: the post's per-step model on the measured periods and
+    the whole-run model fed depth 2's own pieces, with the pieces that move the forecast most.
+    Both read the depth-2 run: no forecast, no accuracy claim."""
+    from ..costmodel.headline import explanation
+
+    out = Table(
+        title="What explains the measured speedup (these read the depth-2 run)",
+        title_justify="left",
+        header_style="bold",
+    )
+    out.add_column("configuration")
+    columns = (
+        "blocking ms",
+        "pipelined ms",
+        "L",
+        "z",
+        "post, per step (error)",
+        "whole run, depth 2's pieces (error)",
+        "depth-2 pieces that make the miss",
+    )
+    for name in columns:
+        out.add_column(name, justify="right", no_wrap=True)
+    for r in table.itertuples():
+        whole = _errors(r.wall_predicted_pct, r.wall_error_pts)
+        if r.wall_scope == "window":  # a trimmed trace: the model predicts its window
+            whole += f" [dim]window, measured {_pct(r.wall_observed_pct)}[/dim]"
+        out.add_row(
+            r.label, f"{r.blocking_ms:.2f}", f"{r.pipelined_ms:.2f}", f"{r.L:.0f}",
+            f"{100 * r.z:.2f}%", _errors(r.predicted_pct, r.error_pts), whole,
+            escape(explanation(r._asdict())),
+        )  # fmt: skip
+    out.caption = "error: observed − that model, points"
+    return out
+
+
+def prediction_tables(table: pd.DataFrame) -> list[Table]:
+    """Our runs: the forecast first, then what explains the measurement."""
+    return [forecast_table(table), explanation_table(table)]
 
 
 def tp_lines(table: pd.DataFrame) -> list[str]:
@@ -108,25 +163,77 @@ def tp_table(comparison: pd.DataFrame) -> Table:
         title_justify="left",
         header_style="bold",
     )
-    for name in ("model · device · streams", "TP", "blocking ms", "pipelined ms", "per step",
-                 "whole run", "depth 1 alone", "observed [95%]"):  # fmt: skip
+    for name in ("model · device · streams", "TP", "depth 1 alone", "observed [95%]",
+                 "blocking ms", "pipelined ms", "per step", "whole run"):  # fmt: skip
         out.add_column(name, justify="left" if name.startswith("model") else "right")
     for r in comparison.to_dict("records"):
         out.add_row(
             f"{r['model']} · {r['device']} · {r['streams']}",
             str(r["tensor_parallel"]),
+            _pct(r["wall_d1_predicted_pct"]),
+            _pct(r["observed_pct"], r["observed_lo"], r["observed_hi"]),
             f"{r['blocking_ms']:.2f}",
             f"{r['pipelined_ms']:.2f}",
             _pct(r["predicted_pct"]),
             _pct(r["wall_predicted_pct"]),
-            _pct(r["wall_d1_predicted_pct"]),
-            _pct(r["observed_pct"], r["observed_lo"], r["observed_hi"]),
         )
     return out
 
 
-def _num(v: float | None) -> str:
-    return "–" if v is None or math.isnan(v) else f"{v:.3f}"
+def across_table(table: pd.DataFrame) -> Table:
+    """Card B's speedup forecast from card A's depth-1 runs, beside what B observed."""
+    from ..costmodel.headline import pct_text, pts_text
+
+    out = Table(
+        title="Depth 2 over depth 1 on another card, forecast from this card's depth-1 runs",
+        title_justify="left",
+        header_style="bold",
+    )
+    out.add_column("configuration")
+    for name in ("from", "GPU · host ratio", "forecast [95%]", "observed [95%]", "miss"):
+        out.add_column(name, justify="right", no_wrap=True)
+    for r in table.to_dict("records"):
+        out.add_row(
+            r["label"], str(r["from_device"]), f"{r['gpu_ratio']:.2f} · {r['host_ratio']:.2f}",
+            _marked(pct_text(r["across_predicted_pct"], r["across_predicted_lo"],
+                             r["across_predicted_hi"])),
+            _marked(pct_text(r["observed_pct"], r["observed_lo"], r["observed_hi"],
+                             r["observed_known"])),
+            pts_text(r["across_error_pts"]).removesuffix(" ?"),
+        )  # fmt: skip
+    out.caption = (
+        "ratio: the other card's GPU span of a steady decode step and its host tick over this "
+        "card's (costmodel.crossgpu says what the forecast assumes)"
+    )
+    return out
+
+
+def _across(from_dir: Path, to_dir: Path, json_out: str | None, n_boot: int) -> None:
+    from ..costmodel.bootstrap import check_n_boot
+    from ..costmodel.crossgpu import predict_across
+    from ..runs.rundir import load_sources
+
+    check_n_boot(n_boot)
+    dest = check_json_dest(json_out)
+    console = console_for(dest, width=200)
+    a, b = load_sources([from_dir]), load_sources([to_dir])
+    table = predict_across((a.runs, a.steps, a.requests), (b.runs, b.steps, b.requests),
+                           n_boot=n_boot)  # fmt: skip
+    if table.empty:
+        raise BubblelabError(f"no configuration of {from_dir} was measured in {to_dir} too")
+    if dest is not None:
+        import json
+
+        written = emit_json(dest, json.loads(table.to_json(orient="records")))
+        if written is not None:
+            console.print(f"wrote {written}", markup=False)
+        if dest == "-":
+            return
+    console.print(across_table(table))
+
+
+def _num(v: float | None, nd: int = 3) -> str:
+    return "–" if v is None or math.isnan(v) else f"{v:.{nd}f}"
 
 
 def register(app: typer.Typer) -> None:
@@ -141,16 +248,30 @@ def register(app: typer.Typer) -> None:
         catalog: Path | None = typer.Option(
             None, "--catalog", help="A run directory (results.json) or a DuckDB catalog."
         ),
+        from_dir: Path | None = typer.Option(
+            None, "--from", help="Forecast another card's runs from this run directory's depth 1."
+        ),
+        to_dir: Path | None = typer.Option(
+            None, "--to", help="...the run directory of the card to forecast (with --from)."
+        ),
         json_out: str | None = options.JSON,
         n_boot: int = options.N_BOOT,
     ) -> None:
-        """The post's prediction table: blocking and pipelined ms, L, predicted, observed, interval,
-        error."""
+        """The forecast from depth 1 alone against the observed speedup, then what explains it;
+        --from A --to B: card B's speedup from card A's depth-1 runs."""
         from ..costmodel.bootstrap import check_n_boot
+        from ..costmodel.headline import noise_lines
         from ..costmodel.predict import predict_blog, predict_runs
         from ..costmodel.tensor_parallel import tp_comparison
         from ..runs.rundir import load_sources
 
+        if (from_dir is None) != (to_dir is None):
+            raise BubblelabError("give --from A and --to B together")
+        if from_dir is not None and to_dir is not None:
+            if blog or run_dirs or catalog is not None:
+                raise BubblelabError("--from/--to take no other source")
+            _across(from_dir, to_dir, json_out, n_boot)
+            return
         sources = [*(run_dirs or []), *([catalog] if catalog is not None else [])]
         if blog == bool(sources) or (catalog is not None and len(sources) > 1):
             raise BubblelabError("give RUN_DIR (one or more), --catalog PATH or --blog")
@@ -183,13 +304,18 @@ def register(app: typer.Typer) -> None:
                 return
         if not console.is_terminal:  # piped or captured: don't squeeze the table into 80 columns
             console = console_for(dest, width=200)
-        console.print(prediction_table(table, blog))
-        if not blog:
-            for line in tp_lines(table):
-                console.print(line, markup=False)
-            comparison = tp_comparison(table)
-            if len(comparison):
-                console.print(tp_table(comparison))
+        if blog:
+            console.print(blog_table(table))
+            return
+        for printed in prediction_tables(table):
+            console.print(printed)
+        for line in noise_lines(table):
+            console.print(line, markup=False)
+        for line in tp_lines(table):
+            console.print(line, markup=False)
+        comparison = tp_comparison(table)
+        if len(comparison):
+            console.print(tp_table(comparison))
 
     @app.command()
     def report(

@@ -177,7 +177,8 @@ def demo(
         dtype="fp32",
         output_len_mean=output_len_mean,
         requests_per_stream=2,
-        repeats=repeats,
+        repeats=repeats,  # exactly this many pairs: enough to say whether the CPU's noise hides it
+        min_repeats=repeats,
         max_model_len=512,
     )
     out = out or Path("reports") / time.strftime("demo-%Y%m%d-%H%M%S")

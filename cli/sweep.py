@@ -36,7 +36,13 @@ def run_and_profile(
     ),
     prompt_len: int = options.PROMPT_LEN,
     repeats: int = typer.Option(
-        5, help="Unprofiled repeats (depth 1 and 2 paired on the same requests); nsys runs one."
+        20,
+        help="Unprofiled repeat pairs per configuration at most (depth 1 and 2 on the same "
+        "requests, ABBA); fewer once the speedup is known to ±1 point. nsys runs one.",
+    ),
+    min_repeats: int = typer.Option(3, help="...and at least (with one depth: the runs made)."),
+    budget_s: float = typer.Option(
+        30.0, help="Seconds of runs per configuration before it stops, known or not."
     ),
     constraint: str | None = options.CONSTRAINT,
     max_model_len: int = options.MAX_MODEL_LEN,
@@ -80,6 +86,8 @@ def run_and_profile(
             requests_per_stream=requests_per_stream,
             prompt_len=prompt_len,
             repeats=repeats,
+            min_repeats=min_repeats,
+            budget_s=budget_s,
             constraint=constraint,
             constrained_share=1.0 if constraint else 0.0,
             max_model_len=max_model_len,
@@ -103,13 +111,14 @@ def profile_and_report(
     spec, out: Path, *, nsys: bool | None = None, resume: bool = False, force: bool = False
 ) -> Path:
     """The sweep with a progress bar, then the report and the prediction tables."""
+    from ..costmodel.headline import noise_lines
     from ..costmodel.perturbation import profiler_perturbation
     from ..costmodel.predict import predict_runs
     from ..report.report import report_run_dir
     from ..runs.rundir import read_results
     from ..runs.state import check_new_run_dir
     from ..runs.sweep import run_sweep
-    from .predict import prediction_table
+    from .predict import prediction_tables
 
     if not resume:
         check_new_run_dir(out, force=force)  # before the progress bar shows
@@ -148,7 +157,10 @@ def profile_and_report(
         report = report_run_dir(out, table=table)
     wide = Console(width=max(console.width, 160))
     if len(table):
-        wide.print(prediction_table(table, blog=False))
+        for printed in prediction_tables(table):
+            wide.print(printed)
+        for line in noise_lines(table):  # plainly, where the demo's CPU is too noisy to tell
+            wide.print(line, markup=False)
     perturbation = profiler_perturbation(results.runs, results.steps)
     if len(perturbation):
         wide.print(perturbation_table(perturbation))

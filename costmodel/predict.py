@@ -7,17 +7,23 @@ profiler are left out when unprofiled runs are there: the model is fed what the 
 one. Speedups are in percent, like the post (+7.6 means depth 2 delivers 7.6% more tokens per
 second).
 
-Per configuration:
-- observed_pct: depth 2's tokens/s over depth 1's, pooled over the pairs; observed_lo / _hi its 95%
-  interval from resampling pairs; observed_known: the interval is within ±1 point over >= 5 pairs.
+Per configuration, the HEADLINE first: what a user can act on before running depth 2 and what was
+measured, each with its interval:
+- wall_d1_predicted_pct (_lo / _hi): the forecast, the whole-run model from the depth-1 run alone
+  (its schedule replayed from the requests, costed with depth 1's pieces); intervals resample pairs.
+- observed_pct: depth 2's tokens/s over depth 1's, the median pair (costmodel.observed);
+  observed_lo / _hi its 95% interval; observed_known: that interval is within ±1 point. pairs: how
+  many. wall_cv_d1_pct / _d2_pct: the spread of the runs (wall per token) at each depth.
+- wall_d1_error_pts (_lo / _hi): observed − forecast.
+The rest explains the measured speedup and reads the depth-2 run; it is no forecast:
 - blocking_ms / pipelined_ms: median period of the steady state (core.steady.steady_state).
 - predicted_pct: the post's model on those two periods, z from the measured step-cost curve (per
   step; *_lo / *_hi from resampling steps); error_pts = observed − predicted.
-- d1_predicted_pct: the same with T_pipe predicted from the depth-1 table alone.
+- d1_predicted_pct: the same with T_pipe predicted from the depth-1 table alone (z still from
+  both runs' step costs).
 - wall_predicted_pct: the whole-run model (costmodel.wholerun): the schedule depth 2 ran, costed
   with both runs' measured pieces; wall_error_pts = observed − it, with a 95% interval over pairs.
-- wall_d1_predicted_pct / wall_d1_error_pts: the whole-run model from depth 1 alone (its schedule
-  replayed from the requests); term_<name>_pts: what each measured depth-2 piece moves it by.
+  term_<name>_pts: what each measured depth-2 piece moves the forecast by, on the way to it.
 - A trimmed trace (fewer decode steps than its run's `decode_steps`) is modelled as a window: the
   walls are its periods and wall_observed_pct its measured token-rate ratio.
 - A tensor-parallel configuration (runs' tensor_parallel > 1) is rank 0's runs, each step's GPU time
@@ -47,7 +53,15 @@ from .model import (
     step_gpu_ms,
     zombie_tax,
 )
-from .observed import known, pair_repeats, pairs_interval, pooled
+from .observed import (
+    median_of_pairs,
+    pair_ratios,
+    pair_repeats,
+    pairs_interval,
+    pooled,
+    pooled_over_pairs,
+    wall_cv_pct,
+)
 from .schedule import Limits, requests_from_table
 from .tensor_parallel import tp_columns, tp_steps
 from .wholerun import TERMS, WholeRun, predict_pair_wall
@@ -57,6 +71,15 @@ CONFIG_KEYS = (
     "prompt_len", "constraint", "constrained_share", "profiled",
 )  # fmt: skip
 LIMITS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len")
+# What a table shows first: the forecast from the depth-1 run alone and the observed speedup, each
+# with its interval, and the miss between them. Nothing here reads a depth-2 run's pieces
+# (tests/test_costmodel_headline.py perturbs them). The rest of a row explains the measurement.
+HEADLINE = (
+    "label", "wall_d1_predicted_pct", "wall_d1_predicted_lo", "wall_d1_predicted_hi",
+    "observed_pct", "observed_lo", "observed_hi", "observed_known", "pairs",
+    "wall_d1_error_pts", "wall_d1_error_lo", "wall_d1_error_hi", "wall_cv_d1_pct", "wall_cv_d2_pct",
+)  # fmt: skip
+Statistic = Literal["median", "pooled"]
 
 
 def pct(ratio):
@@ -178,12 +201,14 @@ def _whole_runs(pairs, steps, requests, window) -> list[WholeRun]:
     return out
 
 
-def _wall_columns(pairs, whole: list[WholeRun], window: bool, n_boot, rng) -> dict:
-    """Observed and whole-run predicted speedups pooled over the pairs, with intervals over pairs.
+def _wall_columns(pairs, whole: list[WholeRun], window: bool, statistic: Statistic, n_boot, rng):
+    """Observed and whole-run predicted speedups over the pairs, with intervals over pairs.
 
-    observed_pct is always the runs' tokens over wall clock. The whole-run model predicts what its
+    observed_pct is always the runs' tokens over wall clock: the median pair's (costmodel.observed),
+    or with statistic="pooled" issue #16's pooled totals. The whole-run model predicts what its
     tables hold: the runs, or for trimmed traces their windows (wall_observed_pct: their token
-    rates)."""
+    rates); its speedups are taken over the pairs the same way, their intervals by resampling
+    pairs."""
     n = len(whole)
     run_tok1 = np.array([float(r1["generated_tokens"]) for r1, _ in pairs])
     run_tok2 = np.array([float(r2["generated_tokens"]) for _, r2 in pairs])
@@ -198,23 +223,22 @@ def _wall_columns(pairs, whole: list[WholeRun], window: bool, n_boot, rng) -> di
         "model": (tok2, np.array([w.model_ms for w in whole])),
         "d1": (tok1, np.array([w.from_d1_ms for w in whole])),  # depth 1's own steps, replayed
     }
+    over_pairs = pooled if statistic == "pooled" else _median_pair
 
     def speedup(name, idx):
         t2, w2 = walls[name]
-        return pct(pooled(tok1[idx], wall1[idx], t2[idx], w2[idx]))
+        return pct(over_pairs(tok1[idx], wall1[idx], t2[idx], w2[idx]))
 
-    def observed(idx):
-        return pct(pooled(run_tok1[idx], run_wall1[idx], run_tok2[idx], run_wall2[idx]))
-
+    if statistic == "pooled":  # its bootstrap draws first, as when the held-out set was frozen
+        observed = pooled_over_pairs(run_tok1, run_wall1, run_tok2, run_wall2, n_boot, rng)
+    else:
+        observed = median_of_pairs(pair_ratios(run_tok1, run_wall1, run_tok2, run_wall2))
     every = np.arange(n)
-    lo, hi = pairs_interval(observed, n, n_boot, rng)
     target = speedup("measured", every)
     out = dict(
-        pairs=n,
-        observed_pct=observed(every),
-        observed_lo=lo,
-        observed_hi=hi,
-        observed_known=known(lo, hi, n),
+        **observed.columns(),
+        wall_cv_d1_pct=wall_cv_pct(run_tok1, run_wall1),
+        wall_cv_d2_pct=wall_cv_pct(run_tok2, run_wall2),
         wall_scope="window" if window else "run",
         wall_observed_pct=target,
     )
@@ -231,8 +255,12 @@ def _wall_columns(pairs, whole: list[WholeRun], window: bool, n_boot, rng) -> di
             f"{prefix}_error_lo": err_lo,
             f"{prefix}_error_hi": err_hi,
         }
+    # The forecast's own interval (drawn last: the frozen columns above keep their draws).
+    d1_lo, d1_hi = pairs_interval(lambda idx: speedup("d1", idx), n, n_boot, rng)
     per_pair = [pct(w.predicted) for w in whole]
     out |= dict(
+        wall_d1_predicted_lo=d1_lo,
+        wall_d1_predicted_hi=d1_hi,
         wall_predicted_min=min(per_pair),
         wall_predicted_max=max(per_pair),
         replayed=all(w.replayed for w in whole),
@@ -240,6 +268,10 @@ def _wall_columns(pairs, whole: list[WholeRun], window: bool, n_boot, rng) -> di
         **{f"term_{t}_pts": float(np.mean([w.terms_pts[t] for w in whole])) for t in TERMS},
     )
     return out
+
+
+def _median_pair(tokens1, wall1, tokens2, wall2) -> float:
+    return float(np.median(pair_ratios(tokens1, wall1, tokens2, wall2)))
 
 
 def predict_pair(
@@ -251,11 +283,13 @@ def predict_pair(
     buckets: tuple[int, ...] | None | Literal["auto"] = "auto",
     n_boot: int = 1000,
     seed: int = 0,
+    statistic: Statistic = "median",
 ) -> dict:
-    """One row of the prediction table for a configuration's depth-1 and depth-2 runs.
+    """One row of the prediction table for a configuration's depth-1 and depth-2 runs, the
+    HEADLINE columns first.
 
     buckets: CUDA-graph batch sizes; "auto" = vLLM's on a GPU (the engine's agree at 1, 8 and 32
-    streams), none on the CPU, which runs eagerly.
+    streams), none on the CPU, which runs eagerly. statistic: how pairs combine (_wall_columns).
     """
     rng = np.random.default_rng(seed)
     steps1 = steps[steps["run_id"].isin(d1["run_id"])]
@@ -295,11 +329,12 @@ def predict_pair(
     )
     requests = requests if requests is not None else pd.DataFrame()
     whole = _whole_runs(pairs, steps, requests, window)
-    walls = _wall_columns(pairs, whole, window, n_boot, rng)
+    walls = _wall_columns(pairs, whole, window, statistic, n_boot, rng)
     predicted = pct(speedup(t_block, t_pipe, z))
     first = d1.iloc[0]
-    return dict(
+    row = dict(
         label=run_label(first, depth=False),
+        **walls,
         model=first.get("model"),
         device=first["device"],
         preset=first.get("preset"),
@@ -317,11 +352,11 @@ def predict_pair(
         d1_predicted_pct=pct(speedup(t_block, t_pipe_hat, z)),
         d1_predicted_lo=d1_lo,
         d1_predicted_hi=d1_hi,
-        **walls,
         error_pts=walls["observed_pct"] - predicted,
         runs_block=",".join(str(r1["run_id"]) for r1, _ in pairs),
         runs_pipe=",".join(str(r2["run_id"]) for _, r2 in pairs),
     )
+    return {**{k: row[k] for k in HEADLINE}, **row}
 
 
 def predict_runs(

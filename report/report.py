@@ -17,6 +17,7 @@ from markupsafe import Markup
 
 from ..core.errors import BubblelabError
 from ..core.files import write_atomic
+from ..costmodel.headline import explanation, within
 from ..costmodel.perturbation import profiler_perturbation
 from ..costmodel.predict import known_int, predict_blog, predict_runs
 from ..runs.rundir import Results, distinct_names, merge_results
@@ -45,6 +46,7 @@ def _env() -> jinja2.Environment:
     env.filters["dash"] = lambda v: (
         "–" if v is None or (isinstance(v, float) and pd.isna(v)) or v == "" else v
     )
+    env.globals.update(within=within, explain=explanation)
     return env
 
 
@@ -103,7 +105,7 @@ def render_report(
         devices=devices,
         headline=summary.headline(table, configs),
         perturbation=profiler_perturbation(results.runs, results.steps).to_dict("records"),
-        predictions=table.to_dict("records"),
+        predictions=summary.with_repeat_stops(table, results.provenance).to_dict("records"),
         skipped=table.attrs.get("skipped", []),
         blog=blog.to_dict("records"),
         configs=configs,

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from ..costmodel.compare import step_summary
+from ..costmodel.headline import headline as forecast_headline
 from ..costmodel.predict import known_int
 from ..profiling.analysis import SPLITS, steady_state
 from ..runs.rundir import Results
@@ -118,33 +119,38 @@ def step_columns(configs: list[dict], device: str) -> list[dict]:
 
 
 def headline(predictions: pd.DataFrame, configs: list[dict]) -> dict | None:
-    """The page's headline: the median configuration, with the range over every configuration
-    beside it, never a hand-picked or the largest one."""
-    if predictions.empty:
+    """The page's headline (costmodel.headline: the forecast from the depth-1 run alone beside the
+    observed speedup, for the median configuration, with the range over every one and the
+    forecast's largest miss), and the median configuration's bubble at each depth."""
+    out = forecast_headline(predictions)
+    if out is None:
         return None
-    observed = predictions["observed_pct"]
     paired = [c for c in configs if c["bubble_ms_d1"] is not None and c["bubble_ms_d2"] is not None]
 
     def median(key: str) -> float | None:
         values = [c[key] for c in paired if c[key] is not None]
         return float(np.median(values)) if values else None
 
-    return {
-        "configs": len(predictions),
-        "observed_median": float(observed.median()),
-        "observed_min": float(observed.min()),
-        "observed_max": float(observed.max()),
-        "predicted_median": float(predictions["predicted_pct"].median()),
+    return out | {
         "bubble_d1": median("bubble_ms_d1"),
         "bubble_d2": median("bubble_ms_d2"),
         "busy_d1": median("busy_pct_d1"),
         "busy_d2": median("busy_pct_d2"),
-        # The models against every configuration: the whole-run models by their largest miss.
-        "error_mean": float(predictions["error_pts"].abs().mean()),
-        "wall_error_max": float(predictions["wall_error_pts"].abs().max()),
-        "d1_error_max": float(predictions["wall_d1_error_pts"].abs().max()),
-        "known": int(predictions["observed_known"].sum()),
     }
+
+
+def with_repeat_stops(predictions: pd.DataFrame, provenance: dict) -> pd.DataFrame:
+    """The prediction table with `repeat_stop`: why each configuration's repeats stopped, as the
+    sweep recorded it (provenance "repeats", by stream count; runs.repeats), e.g. "known to ±1
+    point after 8 pairs" or "budget spent after 12 pairs (31 s)"; None without a record."""
+    verdicts = provenance.get("repeats") if isinstance(provenance, dict) else None
+    by_streams = {v["streams"]: v for v in verdicts or [] if isinstance(v, dict) and "stop" in v}
+    stops = []
+    for streams in predictions.get("streams", pd.Series(dtype=object)):
+        v = by_streams.get(streams)
+        what = {"known": "known to ±1 point"}.get(v["stop"], v["stop"]) if v else None
+        stops.append(f"{what} after {v['pairs']} pairs ({v['spent_s']:.0f} s)" if v else None)
+    return predictions.assign(repeat_stop=stops)
 
 
 def gap_samples(results: Results) -> list[tuple[str, int, np.ndarray]]:

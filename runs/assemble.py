@@ -22,6 +22,7 @@ from ..profiling.ingest import ingest_timeline, ingest_trace
 from ..profiling.nsys import nsys_version
 from . import state as run_state
 from .machine import machine_facts
+from .repeats import read_verdicts
 from .rundir import RESULTS_FILE, write_results
 from .tables import collect
 from .worker import rank_timelines_from_record, timeline_from_record
@@ -88,6 +89,7 @@ def assemble(out_dir: Path, strict: bool = True) -> Path:
         "catalog": str(catalog_path), "machine": machine_facts(),
         "finished_runs": found["finished"],
         "missing_runs": [run for run in state["planned"] if run not in found["finished"]],
+        "repeats": read_verdicts(out_dir / "runs" / "plain"),  # why each configuration stopped
     }  # fmt: skip
     con = connect(catalog_path)
     try:

@@ -106,7 +106,8 @@ def finish(p: Pass, on_run: Callable | None, keep_reports: bool = False) -> dict
     timings = {**_timings(p.run_dir, p.launched, p.started), **out}
     if on_run is not None:
         for tag in p.left:
-            on_run(tag, json.loads((p.run_dir / f"{tag}.json").read_text())["summary"])
+            if (record := p.run_dir / f"{tag}.json").is_file():  # runs.repeats may not need it
+                on_run(tag, json.loads(record.read_text())["summary"])
     return timings
 
 

@@ -42,15 +42,15 @@ OURS = (
 
 
 def finished_runs(run_dir: Path) -> set[str]:
-    """The finished runs, as "<pass>/<tag>" (runs/<pass>/<tag>.json; plan.json and worker.json
-    are the pass's own files)."""
+    """The finished runs, as "<pass>/<tag>" (runs/<pass>/<tag>.json; plan.json, worker.json and
+    repeats.json are the pass's own files)."""
     runs = run_dir / "runs"
     if not runs.is_dir():
         return set()
     return {
         f"{p.parent.name}/{p.stem}"
         for p in runs.glob("*/*.json")
-        if p.name not in ("plan.json", "worker.json")
+        if p.name not in ("plan.json", "worker.json", "repeats.json")
     }
 
 

@@ -4,13 +4,15 @@ Two passes over the same configurations, each one process (bubblelab.runs.worker
 model, compiles and captures its CUDA graphs once:
 
 - under nsys (when found), first: the first `nsys_repeats` repeats (one by default: a depth-1 and a
-  depth-2 run of each configuration), each run its own capture range, so one nsys session writes
-  one report per run. Set beside the unprofiled runs they show what the profiler did to each phase
-  (costmodel.perturbation).
-- unprofiled: every repeat of every configuration, depth 1 and depth 2 back to back on the same
-  requests (a repeat's workload seed), so they pair up; the in-process timeline is the trace. This
-  is what the cost model is fed. Its worker starts while nsys finishes its reports, and times its
-  first run once nsys is done (bubblelab.runs.passes).
+  depth-2 run of each configuration, or only the `nsys_depths`), each run its own capture range, so
+  one nsys session writes one report per run. Set beside the unprofiled runs they show what the
+  profiler did to each phase (costmodel.perturbation).
+- unprofiled: each configuration's repeats, depth 1 and depth 2 back to back on the same requests
+  (a repeat's workload seed), so they pair up, until the observed speedup is known to ±1 point or
+  the configuration's time budget is spent (runs.repeats, costmodel.repeats: at least
+  `min_repeats` pairs, at most `repeats`); the in-process timeline is the trace. This is what the
+  cost model is fed. Its worker starts while nsys finishes its reports, and times its first run
+  once nsys is done (bubblelab.runs.passes).
 
 On the CPU (the demo) the unprofiled pass runs in this process. `bubblelab.runs.assemble` ingests
 what the passes wrote (it also reads a sweep cut short) into the catalog and results.json.
@@ -35,12 +37,14 @@ from typing import Any
 from ..core.checks import check_choice, check_float, check_int, parse_ints
 from ..core.errors import BubblelabError
 from ..core.files import write_atomic
+from ..costmodel.repeats import RepeatRule, pair_order
 from ..engine.config import MAX_NUM_SEQS, EngineConfig, default_dtype
 from ..profiling.nsys import find_nsys
 from . import passes as run_passes
 from . import state as run_state
 from .assemble import assemble, nsys_reports
 from .plain import check_streams_fit
+from .repeats import needed, read_verdicts, unneeded, verdict_lines
 from .workload import CONSTRAINTS, MAX_STREAMS, WorkloadSpec
 
 MIN_DECODE_STEPS = (
@@ -58,10 +62,14 @@ class SweepSpec:
     output_len_mean: float = 110.0
     requests_per_stream: int | None = None  # None: enough for MIN_DECODE_STEPS decode steps a run
     prompt_len: int = 32
-    repeats: int = 5
+    repeats: int = 20  # pairs a configuration runs at most (runs.repeats: fewer once known)
+    min_repeats: int = 3  # ...and at least; with one depth, the runs each configuration makes
+    budget_s: float = 30.0  # seconds of runs a configuration may take before it stops unknown
     nsys_repeats: int = 1
+    nsys_depths: list[int] | None = None  # the depths the nsys pass profiles (None: every one)
     constraint: str | None = None
     constrained_share: float = 0.0
+    arrival_rate: float | None = None  # Poisson arrivals per second; None: a closed loop
     max_model_len: int = 512
     max_num_batched_tokens: int = 8192
     enforce_eager: bool = False
@@ -78,7 +86,11 @@ class SweepSpec:
         if self.requests_per_stream is not None:
             check_int("requests_per_stream", self.requests_per_stream, 1, 10_000)
         check_int("repeats", self.repeats, 1, 1000)
+        check_int("min_repeats", self.min_repeats, 1, 1000)
+        self.rule()  # the repeat rule's own checks
         check_int("nsys_repeats", self.nsys_repeats, 1, 1000)
+        if self.nsys_depths is not None:
+            self.nsys_depths = parse_ints("nsys_depths", self.nsys_depths, 1, 2)
         check_float("output_len_mean", self.output_len_mean, 1, 1e6)
         if self.constraint is not None:
             check_choice("constraint", self.constraint, CONSTRAINTS)
@@ -105,21 +117,33 @@ class SweepSpec:
             tensor_parallel=self.tensor_parallel,
         )  # fmt: skip
 
-    def runs(self, repeats: int | None = None) -> list[dict]:
-        """The runs in the order they run: per repeat, per stream count, the depths back to back on
-        the
-        same requests (the repeat's seed)."""
+    def rule(self) -> RepeatRule | None:
+        """How many pairs each configuration runs (costmodel.repeats); None with one depth, where
+        there is no speedup to know: min_repeats runs each (or repeats, when fewer)."""
+        if sorted(self.depths) != [1, 2]:
+            return None
+        return RepeatRule(self.budget_s, min(self.min_repeats, self.repeats), self.repeats)
+
+    def runs(self, repeats: int | None = None, depths: list[int] | None = None) -> list[dict]:
+        """The runs in the order they run: per stream count, its repeats (as many as the repeat
+        rule may ask for, or `repeats`), each repeat's depths back to back on the same requests (the
+        repeat's seed), in ABBA order."""
+        if repeats is None:
+            repeats = self.repeats if self.rule() else min(self.min_repeats, self.repeats)
+        depths = self.depths if depths is None else depths
         out = []
-        for r in range(self.repeats if repeats is None else repeats):
-            for s in self.streams:
-                for d in self.depths:
+        for s in self.streams:
+            for r in range(repeats):
+                order = pair_order(r) if sorted(depths) == [1, 2] else depths
+                for d in order:
                     workload = dict(
                         streams=s, requests=s * self.per_stream(),
                         output_len_mean=self.output_len_mean, prompt_len=self.prompt_len,
                         constraint=self.constraint, constrained_share=self.constrained_share,
-                        seed=self.seed + r,
+                        arrival_rate=self.arrival_rate, seed=self.seed + r,
                     )  # fmt: skip
-                    out.append(dict(tag=f"s{s}-d{d}-r{r}", depth=d, repeat=r, workload=workload))
+                    out.append(dict(tag=f"s{s}-d{d}-r{r}", config=f"s{s}", depth=d, repeat=r,
+                                    workload=workload))  # fmt: skip
         return out
 
 
@@ -137,7 +161,8 @@ def passes(spec: SweepSpec, nsys: bool) -> list[tuple[str, list[dict], bool]]:
     first, so that the unprofiled pass's start-up hides nsys's wrap-up (runs.passes)."""
     out = [("plain", spec.runs(), False)]
     if nsys:
-        out.insert(0, ("nsys", spec.runs(min(spec.nsys_repeats, spec.repeats)), True))
+        nsys_runs = spec.runs(min(spec.nsys_repeats, spec.repeats), spec.nsys_depths)
+        out.insert(0, ("nsys", nsys_runs, True))
     return out
 
 
@@ -192,10 +217,12 @@ def run_sweep(
         for name, runs, profiled in todo:
             if profiled and not _whole_nsys_pass(out_dir, runs):
                 run_state.clear_pass(out_dir, name)  # nsys numbers its reports per session
+            rule = spec.rule() if not profiled else None
             plan = dict(engine=spec.engine(), runs=runs, out_dir=str(out_dir / "runs" / name),
-                        profile=profiled)  # fmt: skip
+                        profile=profiled, repeat_rule=asdict(rule) if rule else None)  # fmt: skip
             finished = run_state.finished_runs(out_dir)
-            left = [r["tag"] for r in runs if f"{name}/{r['tag']}" not in finished]
+            wanted = needed(runs, read_verdicts(out_dir / "runs" / name))
+            left = [r["tag"] for r in wanted if f"{name}/{r['tag']}" not in finished]
             if not left:
                 continue
             if run_passes.in_process(plan):
@@ -206,6 +233,8 @@ def run_sweep(
                 after = running[-1] if running else None
                 running.append(run_passes.launch(name, plan, out_dir, left, after))
         finish_running()
+        if (out_dir / "runs" / "plain").is_dir():
+            _repeats_done(out_dir, state, "plain", say, on_plan)
         # The passes overlap: their walls do not add up to the sweep's.
         timings["passes"] = {"wall_s": time.perf_counter() - started}
         write_atomic(timings_path, json.dumps(timings, indent=1))
@@ -221,6 +250,19 @@ def run_sweep(
         raise
     run_state.mark(out_dir, state, "complete")
     return out_dir
+
+
+def _repeats_done(out_dir: Path, state: dict, name: str, say, on_plan) -> None:
+    """After the unprofiled pass: say where each configuration's repeats stopped and why, and plan
+    no more of the runs the rule did not need."""
+    for line in verdict_lines(read_verdicts(out_dir / "runs" / name)):
+        say(line)
+    skipped = {f"{name}/{tag}" for tag in unneeded(out_dir / "runs" / name)}
+    if skipped & set(state["planned"]):
+        state["planned"] = [run for run in state["planned"] if run not in skipped]
+        run_state.write_state(out_dir, state)
+        if on_plan is not None:  # the progress bar's total: the runs that will have run
+            on_plan(len(state["planned"]), len(run_state.finished_runs(out_dir)))
 
 
 def flagged_runs(out_dir: Path) -> list[str]:
@@ -249,9 +291,10 @@ def _stopped(
     interrupted = isinstance(e, KeyboardInterrupt)
     reason = "interrupted" if interrupted else " ".join(str(e).split()) or type(e).__name__
     finished = run_state.finished_runs(out_dir)
-    # The first planned run without a record was running; none: every run had finished and the
-    # results were being assembled.
-    running = next((run for run in state["planned"] if run not in finished), None)
+    # The first planned run without a record was running (of those the repeat rule still wanted);
+    # none: every run had finished and the results were being assembled.
+    skipped = {f"plain/{tag}" for tag in unneeded(out_dir / "runs" / "plain")}
+    running = next((r for r in state["planned"] if r not in finished and r not in skipped), None)
     failed = {"run": running, "error": reason}
     run_state.mark(out_dir, state, "interrupted" if interrupted else "failed", failed=failed)
     known = isinstance(e, BubblelabError)

@@ -29,6 +29,7 @@ from ..engine.config import EngineConfig
 from ..engine.llm_engine import LLMEngine
 from ..engine.loader import LoadedModel, load_model
 from .driver import RunResult, run_workload
+from .repeats import plan_runs
 from .workload import WorkloadSpec
 
 
@@ -75,7 +76,7 @@ def run_plan(
     try:
         timings["wait_timing_s"] = wait_for(gates.get("timing"))
         timings["runs_started_unix"] = time.time()
-        for run in plan["runs"]:
+        for run in plan_runs(plan):  # each configuration's repeats until known (runs.repeats)
             if (out_dir / f"{run['tag']}.json").is_file():  # finished before a resume
                 continue
             started, started_at = time.perf_counter(), time.strftime("%Y-%m-%d %H:%M:%S")

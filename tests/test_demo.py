@@ -54,6 +54,9 @@ def test_demo_answers_and_profiles(tmp_path):
         assert f'id="{section}"' in html
     assert json.loads((out / "status.json").read_text())["status"] == "complete"
     results = json.loads((out / "results.json").read_text())
+    # Why its repeats stopped, recorded: three pairs of a CPU run are not enough to know ±1 point.
+    (verdict,) = results["provenance"]["repeats"]
+    assert verdict["pairs"] == 2 and verdict["observed_known"] is False
     # What it ran on, once: this checkout's revision and this CPU; no GPU clocks on the CPU.
     machine = results["provenance"]["machine"]
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True)

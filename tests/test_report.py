@@ -196,21 +196,37 @@ def test_provenance_is_said_once(tmp_path):
 
 
 def test_headline_is_the_median_configuration():
+    """The forecast from depth 1 alone and the observed speedup of the median configuration, each
+    with its interval and ? when wider than ±1 point; the range of every one; the largest miss."""
     predictions = pd.DataFrame(
         {
+            "label": ["a", "b", "c"],
             "observed_pct": [1.0, 5.0, 30.0],
-            "predicted_pct": [2.0, 4.0, 6.0],
-            "error_pts": [-1.0, 1.0, 24.0],
-            "wall_error_pts": [0.5, -2.0, 1.0],
-            "wall_d1_error_pts": [1.5, 0.0, -3.0],
+            "observed_lo": [0.5, 3.0, 29.5],
+            "observed_hi": [1.5, 7.0, 30.5],
             "observed_known": [True, False, True],
+            "pairs": [8, 6, 8],
+            "wall_d1_predicted_pct": [2.0, 4.0, 33.0],
+            "wall_d1_predicted_lo": [1.8, 3.5, 32.0],
+            "wall_d1_predicted_hi": [2.2, 4.5, 34.0],
+            "wall_d1_error_pts": [-1.0, 1.0, -3.0],
+            "wall_d1_error_lo": [-1.2, 0.0, -4.0],
+            "wall_d1_error_hi": [-0.8, 2.0, -2.0],
+            "wall_error_pts": [0.5, -2.0, 1.0],  # the model fed depth 2: not in the headline
         }
     )
     line = summary.headline(predictions, [])
     assert line is not None
-    assert (line["observed_median"], line["observed_min"], line["observed_max"]) == (5, 1, 30)
-    assert line["configs"] == 3 and line["known"] == 2
-    assert (line["wall_error_max"], line["d1_error_max"]) == (2.0, 3.0)  # the largest misses
+    assert (line["label"], line["forecast"], line["observed"]) == (
+        "b",
+        "+4.0% [+3.5, +4.5]",
+        "+5.0% [+3.0, +7.0] ?",
+    )
+    assert (line["observed_min"], line["observed_max"]) == (1, 30)
+    assert (line["forecast_min"], line["forecast_max"]) == (2, 33)
+    assert line["configs"] == 3 and line["known"] == 2 and line["within_1"] == 2
+    assert (line["miss"], line["miss_label"]) == ("-3.0 pts [-4.0, -2.0]", "c")  # the largest
+    assert line["noise"] == []
 
 
 def test_page_headline_follows_the_rule(demo_dir):
@@ -218,8 +234,10 @@ def test_page_headline_follows_the_rule(demo_dir):
     r = read_results(demo_dir)
     table = predict_runs(r.runs, r.steps, n_boot=100)
     hero = html[html.index('<header class="hero">') : html.index("</header>")]
-    big = re.findall(r'<div class="big">([^<]+)</div>', hero)
-    assert big[0] == f"{table['observed_pct'].median():+.1f}%"
+    big = re.findall(r'<div class="big">([^<]+)<', hero)
+    median = table.sort_values("observed_pct").iloc[(len(table) - 1) // 2]
+    assert big[0] == f"{median['wall_d1_predicted_pct']:+.1f}%"  # the forecast comes first
+    assert f"observed {median['observed_pct']:+.1f}%" in hero
     assert f"{table['observed_pct'].max():+.1f}%" in hero  # the range is there, beside it
 
 

@@ -44,7 +44,8 @@ def test_runs_are_long_enough_by_default_and_pair_up_by_repeat():
     assert spec.per_stream() * 30 >= MIN_DECODE_STEPS  # 14 requests a stream at L = 30
     assert SweepSpec(output_len_mean=110).per_stream() == 4
     runs = spec.runs()
-    assert [r["tag"] for r in runs[:4]] == ["s1-d1-r0", "s1-d2-r0", "s8-d1-r0", "s8-d2-r0"]
+    # A configuration's repeats together, depths in ABBA order: a drift falls on both alike.
+    assert [r["tag"] for r in runs[:4]] == ["s1-d1-r0", "s1-d2-r0", "s1-d2-r1", "s1-d1-r1"]
     # Depth 1 and depth 2 of a repeat run on the same requests; repeats differ.
     seeds = {(r["repeat"], r["depth"]): r["workload"]["seed"] for r in runs}
     assert seeds[0, 1] == seeds[0, 2] != seeds[1, 1]
@@ -142,3 +143,33 @@ def test_a_sweep_cut_short_is_assembled_from_the_runs_that_finished(tmp_path):
     assemble(tmp_path, strict=False)
     runs = read_results(tmp_path).runs
     assert sorted(runs["run_id"]) == ["s2-d1-r0-timeline", "s2-d1-r1-timeline", "s2-d2-r0-timeline"]
+
+
+def test_repeats_stop_by_the_rule_and_say_why(tmp_path):
+    """The unprofiled pass runs a configuration pair by pair (ABBA) until the repeat rule stops it:
+    here its budget, spent by the first run, after the minimum of 3 pairs of at most 6. The
+    console, the sweep's state and results.json say why; a resumed sweep has nothing left to do."""
+    spec = SweepSpec(model="tiny-llama", streams=[2], output_len_mean=5, requests_per_stream=2,
+                     prompt_len=6, repeats=6, min_repeats=3, budget_s=0.001)  # fmt: skip
+    seen: list[str] = []
+    said: list[str] = []
+    run_sweep(spec, tmp_path, use_nsys=False, on_run=lambda tag, _: seen.append(tag),
+              say=said.append)  # fmt: skip
+    assert seen == ["s2-d1-r0", "s2-d2-r0", "s2-d2-r1", "s2-d1-r1", "s2-d1-r2", "s2-d2-r2"]
+    (verdict,) = [line for line in said if line.startswith("s2: ")]  # and what the runs met
+    assert "not known: budget spent" in verdict
+    provenance = read_results(tmp_path).provenance
+    (verdict,) = provenance["repeats"]
+    assert (
+        verdict["stop"] == "budget spent"
+        and verdict["pairs"] == 3
+        and not verdict["observed_known"]
+    )
+    assert verdict["streams"] == 2 and verdict["runs"] == seen and verdict["cv_d1_pct"] >= 0
+    assert provenance["missing_runs"] == []  # the runs the rule did not need are not missing
+    run_sweep(spec, tmp_path, use_nsys=False, resume=True, on_run=lambda tag, _: seen.append(tag))
+    assert len(seen) == 6
+    # A fixed number of pairs: at most = at least.
+    fixed = SweepSpec(model="tiny-llama", streams=[2], repeats=2, min_repeats=2)
+    assert fixed.rule().min_pairs == fixed.rule().max_pairs == 2
+    assert SweepSpec(depths=[1]).rule() is None and len(SweepSpec(depths=[1]).runs()) == 3 * 3

@@ -16,17 +16,26 @@ MAX_NAMED = 3  # points named on a what-if curve
 
 @svg_figure
 def predicted_vs_observed(table: pd.DataFrame, blog: pd.DataFrame | None = None) -> Figure:
-    """Predicted against observed speedup (%), with bootstrap intervals; the post's rows for
-    reference.
-
-    The whole-run model is plotted against what it predicts: the wall clock, or for a trace trimmed
-    to a window of its run the window's measured token rate (wall_observed_pct).
+    """Predicted against observed speedup (%), with 95% intervals: first the forecast from the
+    depth-1 run alone (the whole-run model, against the wall clock or, for a trace trimmed to a
+    window of its run, the window's measured token rate: wall_observed_pct), then the post's
+    per-step model, which reads depth 2's period; the post's rows for reference. The whole-run
+    model fed depth 2's own pieces is not drawn: it reads the run it would be judged against.
     """
     fig = Figure(figsize=(5.0, 4.6))
     ax = fig.subplots()
     series = [
         (
-            "post's model, steady state",
+            "forecast from depth 1 alone",
+            "wall_d1_predicted_pct",
+            "wall_d1_predicted_lo",
+            "wall_d1_predicted_hi",
+            "wall_observed_pct",
+            "s",
+            "#8e6cbf",
+        ),
+        (
+            "post's model, steady state (reads depth 2)",
             "predicted_pct",
             "predicted_lo",
             "predicted_hi",
@@ -34,16 +43,6 @@ def predicted_vs_observed(table: pd.DataFrame, blog: pd.DataFrame | None = None)
             "o",
             "#3b6fb6",
         ),
-        (
-            "from depth 1 alone",
-            "d1_predicted_pct",
-            "d1_predicted_lo",
-            "d1_predicted_hi",
-            "observed_pct",
-            "s",
-            "#8e6cbf",
-        ),
-        ("whole-run model", "wall_predicted_pct", None, None, "wall_observed_pct", "D", "#3aa17e"),
     ]
     points = []
     if blog is not None and len(blog):
@@ -62,7 +61,8 @@ def predicted_vs_observed(table: pd.DataFrame, blog: pd.DataFrame | None = None)
         xerr = yerr = None
         if lo and lo in table:
             xerr = np.vstack([table[col] - table[lo], table[hi] - table[col]]).clip(min=0)
-        if observed == "observed_pct":
+        whole_runs = "wall_scope" in table and (table["wall_scope"] == "run").all()
+        if observed == "observed_pct" or whole_runs:  # whole runs: the same observed speedup
             yerr = np.vstack(
                 [
                     table["observed_pct"] - table["observed_lo"],

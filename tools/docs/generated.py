@@ -27,10 +27,11 @@ from pathlib import Path
 import pandas as pd
 
 from bubblelab.costmodel.compare import step_summary
+from bubblelab.costmodel.headline import accuracy_cells
 from bubblelab.costmodel.predict import predict_runs
 from bubblelab.profiling import analysis
 from bubblelab.profiling.catalog import connect
-from bubblelab.runs.rundir import Results
+from bubblelab.runs.rundir import Results, read_results
 from bubblelab.runs.traces import TRACES_DIR, load_traces
 from tools.docs import foreign_tables, measurements_index
 
@@ -219,6 +220,37 @@ def costmodel_traces() -> str:
     return "\n".join(lines)
 
 
+COSTMODEL = ROOT / "docs" / "measurements" / "2026-11-23"
+FROZEN = COSTMODEL / "costmodel-heldout" / "predictions-3f021e1.json"
+
+
+def costmodel_headline() -> str:
+    """README.md: the cost model on the H200's held-out and development sets, the forecast from
+    depth 1 alone first (costmodel.headline.accuracy_cells). The held-out row is the frozen
+    predictions (tests/test_costmodel_heldout.py); both rows read the observed side with the
+    statistic the sets were analysed with (issue #16's pooled pairs)."""
+    frozen = pd.DataFrame(json.loads(FROZEN.read_text()))
+    dev = []
+    for path in sorted((COSTMODEL / "costmodel-dev").glob("dev-*.results.json.gz")):
+        results = read_results(path)
+        dev.append(predict_runs(results.runs, results.steps, results.requests, statistic="pooled"))
+    rows = (
+        ("held out: 8 configurations chosen, and the model frozen, before they ran", frozen),
+        (
+            "development, the same engine: qwen3-0.6b and qwen3-4b, 1-128 streams",
+            pd.concat(dev, ignore_index=True),
+        ),
+    )
+    lines = [
+        "| rows | forecast from depth 1 alone | observed known to ±1 point "
+        "| explains (reads depth 2): the post's per-step model "
+        "| explains (reads depth 2): whole run, depth 2's pieces |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [f"| {name} | {' | '.join(accuracy_cells(table))} |" for name, table in rows]
+    return "\n".join(lines)
+
+
 RENDERERS: dict[str, Callable[[], str]] = {
     "h200-engines": h200_engines,
     "h200-peers": h200_peers,
@@ -226,6 +258,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "traces-nsys-inflation": traces_nsys_inflation,
     "costmodel-depth1": costmodel_depth1,
     "costmodel-traces": costmodel_traces,
+    "costmodel-headline": costmodel_headline,
     "foreign-fixtures": foreign_tables.foreign_fixtures,
     "foreign-nanovllm-writeup": foreign_tables.nanovllm_writeup,
     "foreign-findings": foreign_tables.foreign_findings,

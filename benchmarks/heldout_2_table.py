@@ -1,0 +1,171 @@
+"""The second held-out set's published table, from each GPU's `benchmarks.heldout_2` output.
+
+    python -m benchmarks.heldout_2_table --run H100=DIR_A --run H200=DIR_B \\
+        --out TABLE.md --json ROWS.json
+
+Every row of every GPU, none left out: the observed speedup with its 95% interval, whether it is
+known to ±1 point (and if not, why the repeats stopped), each depth's CV of wall per token, the
+forecast from depth 1 alone with its interval, the miss, and for a miss over 1 point the measured
+depth-2 pieces that make it (costmodel.headline.explanation). With two GPUs, each one's speedup
+forecast from the other's depth-1 runs too (costmodel.crossgpu). The goal line counts the rows known
+to ±1 point and forecast within 1 point; a row not known counts as not met.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+
+from bubblelab.core.files import write_atomic
+from bubblelab.costmodel.crossgpu import predict_across
+from bubblelab.costmodel.headline import explanation, pct_text, pts_text
+from bubblelab.costmodel.predict import predict_runs
+from bubblelab.report.summary import with_repeat_stops
+from bubblelab.runs.rundir import Results, read_results
+
+SET = Path(__file__).with_name("heldout_2.json")
+MISS_PTS = 1.0
+
+
+def load(held_out: dict, runs: dict[str, Path]) -> dict[tuple[str, str], Results]:
+    """(GPU, sweep name) -> its results, for every sweep each GPU's output holds."""
+    return {
+        (gpu, sweep["name"]): read_results(root / sweep["name"])
+        for gpu, root in runs.items()
+        for sweep in held_out["sweeps"]
+        if (root / sweep["name"]).is_dir()
+    }
+
+
+def rows(held_out: dict, results: dict[tuple[str, str], Results], n_boot: int) -> pd.DataFrame:
+    ids = {s["name"]: s["ids"] for s in held_out["sweeps"]}
+    order = {s["name"]: i for i, s in enumerate(held_out["sweeps"])}
+    out = []
+    for (gpu, name), r in results.items():
+        table = predict_runs(r.runs, r.steps, r.requests, n_boot=n_boot)
+        table = with_repeat_stops(table, r.provenance)
+        named = [row_id(ids[name], name, s) for s in table["streams"]]
+        out.append(table.assign(gpu=gpu, sweep=name, id=named, order=order[name]))
+    table = pd.concat(out, ignore_index=True)
+    return table.sort_values(["order", "streams", "gpu"], kind="stable").drop(columns="order")
+
+
+def row_id(ids: dict, name: str, streams: int) -> str:
+    """The set's id of a configuration; a stream count the set does not name (--tiny shrinks
+    them) gets its sweep's name."""
+    return ids.get(str(streams), f"{name} s{streams}")
+
+
+def across(results: dict[tuple[str, str], Results], ids: dict, n_boot: int) -> pd.DataFrame:
+    """Each GPU's speedup forecast from every other GPU's depth-1 runs of the same sweep."""
+    out = []
+    for (source, name), a in results.items():
+        for (target, other), b in results.items():
+            if other != name or target == source:
+                continue
+            table = predict_across((a.runs, a.steps, a.requests), (b.runs, b.steps, b.requests),
+                                   n_boot=n_boot)  # fmt: skip
+            named = [row_id(ids[name], name, s) for s in table.get("streams", [])]
+            out.append(table.assign(source=source, target=target, id=named))
+    return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
+
+
+def markdown(table: pd.DataFrame, crossed: pd.DataFrame, model: str) -> str:
+    met = table["observed_known"] & (table["wall_d1_error_pts"].abs() <= MISS_PTS)
+    lines = [
+        f"Model: {model}. Goal: every observed speedup known to ±1 point and forecast from depth 1 "
+        f"within {MISS_PTS:.0f} point: met on {int(met.sum())} of {len(table)} rows; "
+        f"known on {int(table['observed_known'].sum())}; largest miss "
+        f"{table['wall_d1_error_pts'].abs().max():.1f} points.",
+        "",
+        "| id | GPU | configuration | pairs (why they stopped) | CV of wall d1 · d2 "
+        "| observed [95%] | forecast from depth 1 [95%] | miss [95%] "
+        "| what makes the miss (depth-2 pieces) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in table.to_dict("records"):
+        cells = [
+            r["id"], r["gpu"], r["label"], f"{r['pairs']} ({r['repeat_stop'] or '–'})",
+            f"{r['wall_cv_d1_pct']:.1f}% · {r['wall_cv_d2_pct']:.1f}%", observed(r),
+            pct_text(r["wall_d1_predicted_pct"], r["wall_d1_predicted_lo"],
+                     r["wall_d1_predicted_hi"]),
+            pts_text(r["wall_d1_error_pts"], r["wall_d1_error_lo"], r["wall_d1_error_hi"]),
+            explanation(r) if abs(r["wall_d1_error_pts"]) > MISS_PTS else "",
+        ]  # fmt: skip
+        lines.append(f"| {' | '.join(map(str, cells))} |")
+    if len(crossed):
+        lines += [
+            "",
+            "Across GPUs: each GPU's speedup forecast from the other's depth-1 runs "
+            "(costmodel.crossgpu: GPU span and host tick ratios read off both depth-1 runs).",
+            "",
+            "| id | forecast for | from | GPU · host ratio | forecast [95%] | observed [95%] "
+            "| miss |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for r in crossed.sort_values(["id", "target"]).to_dict("records"):
+            cells = [
+                r["id"], r["target"], r["source"], f"{r['gpu_ratio']:.2f} · {r['host_ratio']:.2f}",
+                pct_text(r["across_predicted_pct"], r["across_predicted_lo"],
+                         r["across_predicted_hi"]),
+                observed(r), f"{r['across_error_pts']:+.1f} pts",
+            ]  # fmt: skip
+            lines.append(f"| {' | '.join(map(str, cells))} |")
+    return "\n".join(lines) + "\n"
+
+
+def observed(r: dict) -> str:
+    return pct_text(r["observed_pct"], r["observed_lo"], r["observed_hi"], r["observed_known"])
+
+
+def model_commit(held_out: dict) -> str:
+    """The model the table was made with: the set's frozen commit, and whether costmodel/ has
+    changed since (git), or this checkout's commit when none was recorded."""
+    frozen = held_out.get("model_commit")
+    git = ["git", "-C", str(Path(__file__).parents[1])]
+    try:
+        head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()  # fmt: skip
+        if not frozen:
+            return f"costmodel/ at {head} (no model commit recorded in the set)"
+        changed = subprocess.run([*git, "diff", "--quiet", frozen, "--", "costmodel"]).returncode
+    except (OSError, subprocess.CalledProcessError):
+        return f"frozen at {frozen} (not checked: no git)" if frozen else "unknown (no git)"
+    return f"costmodel/ at {frozen}" + (
+        " — CHANGED since: these are not the frozen model's predictions" if changed else ""
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run", action="append", required=True, metavar="GPU=DIR",
+                        help="a GPU's benchmarks.heldout_2 output (once per GPU)")  # fmt: skip
+    parser.add_argument("--set", type=Path, default=SET)
+    parser.add_argument("--out", type=Path, help="the markdown table (default: stdout)")
+    parser.add_argument("--json", type=Path, help="every row, as JSON")
+    parser.add_argument("--n-boot", type=int, default=1000)
+    args = parser.parse_args()
+    held_out = json.loads(args.set.read_text())
+    runs = dict(arg.split("=", 1) for arg in args.run)
+    results = load(held_out, {gpu: Path(d) for gpu, d in runs.items()})
+    table = rows(held_out, results, args.n_boot)
+    crossed = across(results, {s["name"]: s["ids"] for s in held_out["sweeps"]}, args.n_boot)
+    text = markdown(table, crossed, model_commit(held_out))
+    if args.out:
+        write_atomic(args.out, text)
+    else:
+        print(text)
+    if args.json:
+        doc = {
+            "rows": json.loads(table.to_json(orient="records")),
+            "across": json.loads(crossed.to_json(orient="records")) if len(crossed) else [],
+        }
+        write_atomic(args.json, json.dumps(doc, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,140 @@
+"""What every output shows first about a prediction table: the report's cards, `bubblelab predict`'s
+first table and JSON keys, the README's table and the notebooks.
+
+The headline is the forecast a user can act on before running depth 2, the whole-run model fed the
+depth-1 run alone (wall_d1_predicted_pct), beside the observed speedup, each with its interval and a
+`?` when the interval is wider than ±1 point, and the miss between them. Nothing in it reads a
+depth-2 run's pieces (tests/test_costmodel_headline.py perturbs them and checks that nothing here
+moves). The model fed depth 2's own pieces, and the post's per-step model on depth 2's period, read
+the run they describe: they explain a measured speedup (which piece made the difference: the
+term_<name>_pts), and are shown as that, never as accuracy.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from .observed import KNOWN_PTS
+from .predict import HEADLINE
+from .wholerun import TERMS
+
+UNKNOWN = "?"  # beside a number whose 95% interval is wider than ±1 point
+
+
+def within(lo: float | None, hi: float | None) -> bool:
+    """An interval is there and within ±KNOWN_PTS points (half its width)."""
+    return lo is not None and hi is not None and math.isfinite(lo) and (hi - lo) / 2 <= KNOWN_PTS
+
+
+def pct_text(value: float, lo: float | None = None, hi: float | None = None, known=None) -> str:
+    """ "+12.3% [11.5, 13.1]", and " ?" when not known to ±1 point (known: the caller's verdict,
+    e.g. observed_known, else the interval's width decides)."""
+    if value is None or not math.isfinite(value):
+        return "–"
+    text = f"{value:+.1f}%"
+    if lo is not None and math.isfinite(lo):
+        text += f" [{lo:+.1f}, {hi:+.1f}]"
+    if not (within(lo, hi) if known is None else known):
+        text += f" {UNKNOWN}"
+    return text
+
+
+def pts_text(value: float, lo: float | None = None, hi: float | None = None) -> str:
+    if value is None or not math.isfinite(value):
+        return "–"
+    text = f"{value:+.1f} pts"
+    if lo is not None and math.isfinite(lo):
+        text += f" [{lo:+.1f}, {hi:+.1f}]"
+    return text if within(lo, hi) else f"{text} {UNKNOWN}"
+
+
+def inside_noise(row: dict) -> bool:
+    """The observed interval holds 0: on these repeats depth 2 cannot be told from depth 1."""
+    lo, hi = row.get("observed_lo"), row.get("observed_hi")
+    return lo is not None and hi is not None and math.isfinite(lo) and lo <= 0 <= hi
+
+
+def headline(table: pd.DataFrame) -> dict | None:
+    """The headline of a prediction table: its median configuration (by observed speedup; the
+    lower one of an even count) with the range over every configuration, never a chosen one; the
+    forecast's largest miss over every configuration; how many observed speedups are known; the
+    configurations whose speedup is inside the noise."""
+    if table.empty:
+        return None
+    rows = table.sort_values("observed_pct", kind="stable").to_dict("records")
+    median = rows[(len(rows) - 1) // 2]
+    miss = max(rows, key=lambda r: abs(r["wall_d1_error_pts"]))
+    return {
+        "configs": len(rows),
+        "label": median["label"],
+        "forecast": pct_text(
+            median["wall_d1_predicted_pct"],
+            median["wall_d1_predicted_lo"],
+            median["wall_d1_predicted_hi"],
+        ),
+        "observed": pct_text(
+            median["observed_pct"],
+            median["observed_lo"],
+            median["observed_hi"],
+            median["observed_known"],
+        ),
+        "pairs": int(median["pairs"]),
+        "observed_min": float(table["observed_pct"].min()),
+        "observed_max": float(table["observed_pct"].max()),
+        "forecast_min": float(table["wall_d1_predicted_pct"].min()),
+        "forecast_max": float(table["wall_d1_predicted_pct"].max()),
+        "miss": pts_text(
+            miss["wall_d1_error_pts"], miss["wall_d1_error_lo"], miss["wall_d1_error_hi"]
+        ),
+        "miss_label": miss["label"],
+        "within_1": int((table["wall_d1_error_pts"].abs() <= KNOWN_PTS).sum()),
+        "known": int(table["observed_known"].sum()),
+        "noise": [r["label"] for r in rows if inside_noise(r)],
+    }
+
+
+def noise_lines(table: pd.DataFrame) -> list[str]:
+    """Plain sentences for the configurations whose observed speedup is inside the noise."""
+    lines = []
+    for r in table.to_dict("records"):
+        if inside_noise(r):
+            observed = pct_text(r["observed_pct"], r["observed_lo"], r["observed_hi"], False)
+            lines.append(
+                f"{r['label']}: the measured speedup, {observed} over {int(r['pairs'])} pairs, is "
+                "inside the noise of these repeats: depth 2 cannot be told from depth 1 here "
+                "(more repeats, or a quieter machine, would)"
+            )
+    return lines
+
+
+def explanation(row: dict) -> str:
+    """Which measured depth-2 piece makes the difference between the forecast and the model fed
+    depth 2's pieces, largest first: what explains the miss, not a forecast."""
+    terms = sorted(
+        ((t, row.get(f"term_{t}_pts")) for t in TERMS if t != "admission"),
+        key=lambda tv: -abs(tv[1]) if tv[1] is not None and np.isfinite(tv[1]) else 0,
+    )
+    shown = [f"{t} {v:+.1f}" for t, v in terms if v is not None and abs(v) >= 0.05]
+    return ", ".join(shown) + " pts" if shown else "no depth-2 piece moves it by 0.1 point"
+
+
+def accuracy_cells(table: pd.DataFrame) -> list[str]:
+    """A set of configurations in one line (the README's table): the forecast's largest miss in
+    points (how many within 1 point) and how many observed speedups are known to ±1 point; then
+    what explains the measurements, not forecasts: the largest misses of the post's per-step model
+    and of the whole-run model fed depth 2's own pieces."""
+
+    def largest(column: str) -> str:
+        miss = table[column].abs()
+        return f"{miss.max():.1f} ({int((miss <= KNOWN_PTS).sum())} of {len(table)})"
+
+    known = f"{int(table['observed_known'].sum())} of {len(table)}"
+    return [largest("wall_d1_error_pts"), known, largest("error_pts"), largest("wall_error_pts")]
+
+
+def headline_frame(table: pd.DataFrame) -> pd.DataFrame:
+    """The table's HEADLINE columns, in order: what a notebook or a JSON reader sees first."""
+    return table[[c for c in HEADLINE if c in table]]

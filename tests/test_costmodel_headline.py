@@ -1,0 +1,131 @@
+"""The headline everywhere is the forecast from the depth-1 run alone (issue #25 item 3): perturb
+every piece of the depth-2 runs but what was observed (their wall clocks and tokens), and nothing a
+headline shows moves, while the models that read depth 2 (the explanation) do."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from rich.console import Console
+
+from bubblelab.cli.predict import explanation_table, forecast_table
+from bubblelab.costmodel.headline import accuracy_cells, headline, headline_frame, noise_lines
+from bubblelab.costmodel.predict import HEADLINE, predict_runs
+from bubblelab.costmodel.simulate import simulate_run
+from bubblelab.report.report import render_report
+from bubblelab.runs.rundir import Results
+
+ROOT = Path(__file__).resolve().parents[1]
+# A depth-2 run's pieces: its GPU spans, host phases, hand-over and periods (not wall_s).
+PIECES = ("forward_ms", "sampling_ms", "plan_ms", "launch_ms", "finalize_ms", "commit_ms",
+          "wait_ms", "period_ms", "busy_ms", "bubble_ms")  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def runs():
+    """Two configurations, 6 repeat pairs each."""
+    frames: dict[str, list] = {"runs": [], "steps": [], "requests": [], "timeline": []}
+    for streams in (2, 8):
+        for repeat in range(6):
+            for depth in (1, 2):
+                r = simulate_run(depth, streams=streams, requests=3 * streams, output_len=24,
+                                 seed=10 * streams + repeat, repeat=repeat,
+                                 run_id=f"s{streams}-r{repeat}-d{depth}")  # fmt: skip
+                frames["runs"].append(pd.DataFrame([r["run"]]))
+                for key in ("steps", "requests", "timeline"):
+                    frames[key].append(r[key])
+    return {k: pd.concat(v, ignore_index=True) for k, v in frames.items()}
+
+
+def perturbed(runs: dict, factor: float = 1.3) -> dict:
+    steps = runs["steps"].copy()
+    depth2 = steps["depth"] == 2
+    steps.loc[depth2, list(PIECES)] *= factor
+    return {**runs, "steps": steps}
+
+
+def table_of(runs: dict) -> pd.DataFrame:
+    return predict_runs(runs["runs"], runs["steps"], runs["requests"], n_boot=200)
+
+
+def results_of(runs: dict) -> Results:
+    empty = pd.DataFrame()
+    return Results(runs=runs["runs"], steps=runs["steps"], attribution=empty, gaps=empty,
+                   provenance={}, timeline=runs["timeline"], requests=runs["requests"],
+                   ranks=empty, rank_attribution=empty)  # fmt: skip
+
+
+def text(table) -> str:
+    console = Console(record=True, width=240)
+    console.print(table)
+    return console.export_text()
+
+
+def test_no_headline_reads_the_depth2_runs_pieces(runs):
+    before, after = table_of(runs), table_of(perturbed(runs))
+    # The explanation reads depth 2: the perturbation reaches it...
+    assert (before["wall_predicted_pct"] - after["wall_predicted_pct"]).abs().min() > 5
+    assert (before["predicted_pct"] - after["predicted_pct"]).abs().min() > 5
+    assert text(explanation_table(before)) != text(explanation_table(after))
+    # ...and no headline: the table's first columns and JSON keys, its headline, the CLI's first
+    # table, the README's first cells.
+    assert list(before.columns[: len(HEADLINE)]) == list(HEADLINE)
+    first = json.loads(before.to_json(orient="records"))[0]
+    assert list(first)[: len(HEADLINE)] == list(HEADLINE)
+    pd.testing.assert_frame_equal(headline_frame(before), headline_frame(after))
+    assert headline(before) == headline(after)
+    assert text(forecast_table(before)) == text(forecast_table(after))
+    assert accuracy_cells(before)[:2] == accuracy_cells(after)[:2]
+    assert accuracy_cells(before)[2:] != accuracy_cells(after)[2:]
+
+
+def test_the_reports_headline_cards_read_depth_1_alone(runs):
+    pages = [render_report(results_of(r), "sim", n_boot=200) for r in (runs, perturbed(runs))]
+
+    def card(html: str, name: str) -> str:
+        found = re.search(rf'<div class="kpi" id="kpi-{name}">.*?</div>\s*</div>', html, re.S)
+        assert found is not None, name
+        return found[0]
+
+    def first_cells(html: str) -> list[list[str]]:
+        section = html[html.index('id="prediction"') : html.index('id="step"')]
+        rows = re.findall(r"<tr><td class=\"label\">(.*?)</tr>", section, re.S)
+        return [re.findall(r"<td>(.*?)</td>", row, re.S)[:3] for row in rows]  # forecast..miss
+
+    for name in ("forecast", "miss"):
+        assert card(pages[0], name) == card(pages[1], name)
+    assert first_cells(pages[0]) == first_cells(pages[1]) and len(first_cells(pages[0])) == 2
+    assert "predicted from the depth-1 run alone" in card(pages[0], "forecast")
+
+
+def test_every_headline_number_carries_its_interval_and_mark():
+    """The demo's headline showed a speedup whose rows were `?`, without the mark."""
+    row = dict(label="cpu · 4 streams", observed_pct=4.8, observed_lo=-12.8, observed_hi=20.3,
+               observed_known=False, pairs=3, wall_d1_predicted_pct=6.1, wall_d1_predicted_lo=5.0,
+               wall_d1_predicted_hi=7.5, wall_d1_error_pts=-1.3, wall_d1_error_lo=-18.0,
+               wall_d1_error_hi=14.0)  # fmt: skip
+    line = headline(pd.DataFrame([row]))
+    assert line["forecast"] == "+6.1% [+5.0, +7.5] ?" and line["observed"].endswith("?")
+    assert line["miss"] == "-1.3 pts [-18.0, +14.0] ?"
+    # On a noisy CPU, plainly: the speedup is inside the noise.
+    assert line["noise"] == ["cpu · 4 streams"]
+    (sentence,) = noise_lines(pd.DataFrame([row]))
+    assert "inside the noise" in sentence and "+4.8% [-12.8, +20.3] ?" in sentence
+
+
+def test_the_notebook_shows_the_headline_first():
+    notebook = json.loads((ROOT / "notebooks" / "02_cost_model.ipynb").read_text())
+    code = ["".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "code"]
+    predicted = next(i for i, c in enumerate(code) if "predict_runs(" in c)
+    assert code[predicted].rstrip().endswith("headline_frame(table)")
+
+
+def test_the_readme_leads_with_the_forecast():
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("### Does the post's model predict") :]
+    header = next(line for line in section.splitlines() if line.startswith("| rows |"))
+    assert header.split("|")[2].strip().startswith("forecast from depth 1 alone")

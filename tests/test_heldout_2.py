@@ -1,0 +1,82 @@
+"""The second held-out set (benchmarks/heldout_2.json): what it holds, and its runner and table run
+as the lead runs them, `python -m benchmarks.heldout_2 --tiny` on the CPU then
+`python -m benchmarks.heldout_2_table` over two copies of its output standing for two GPUs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from bubblelab.engine.config import PRESETS
+from bubblelab.runs.sweep import SweepSpec
+
+ROOT = Path(__file__).parents[1]
+SET = json.loads((ROOT / "benchmarks" / "heldout_2.json").read_text())
+
+
+def configurations() -> list[dict]:
+    return [
+        {**sweep["options"], "streams": s, "id": sweep["ids"][str(s)]}
+        for sweep in SET["sweeps"]
+        for s in sweep["options"]["streams"]
+    ]
+
+
+def test_the_set_spans_what_the_brief_asks_for():
+    configs = configurations()
+    assert len(configs) >= 8
+    assert len({c["id"] for c in configs}) == len(configs)  # every configuration named once
+    assert {c["model"] for c in configs} <= set(PRESETS)
+    assert min(c["streams"] for c in configs) == 1 and max(c["streams"] for c in configs) == 128
+    lengths = [c["output_len_mean"] for c in configs]
+    assert min(lengths) == 30 and max(lengths) == 400
+    assert max(c["prompt_len"] for c in configs) == 1024
+    assert {c.get("constraint") for c in configs} == {None, "point", "detect"}
+    assert len({c["arrival_rate"] for c in configs if c.get("arrival_rate")}) == 1
+
+
+def test_every_sweep_passes_its_checks_before_anything_runs():
+    for sweep in SET["sweeps"]:  # as benchmarks.heldout_2 builds it, every check but the GPU's
+        SweepSpec(**sweep["options"], **SET["repeats"], device="cpu", nsys_depths=[1])
+
+
+def python_m(module: str, *args: str) -> str:
+    done = subprocess.run([sys.executable, "-m", f"benchmarks.{module}", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_runner_and_table_on_the_cpu(tmp_path):
+    h100, h200 = tmp_path / "h100", tmp_path / "h200"
+    said = python_m("heldout_2", "--device", "cpu", "--tiny", "--no-nsys", "--out", str(h100),
+                    "--only", "qwen3-8b-short")  # fmt: skip
+    assert "qwen3-8b-short" in said and "1 sweeps in" in said
+    assert "not known" in said  # two pairs of a tiny run are not enough to know the speedup
+    again = python_m("heldout_2", "--device", "cpu", "--tiny", "--no-nsys", "--out", str(h100),
+                     "--only", "qwen3-8b-short")  # fmt: skip
+    assert "(resumed)" in again
+    shutil.copytree(h100, h200)
+    table = python_m("heldout_2_table", "--run", f"H100={h100}", "--run", f"H200={h200}",
+                     "--n-boot", "50", "--json", str(tmp_path / "rows.json"))  # fmt: skip
+    rows = json.loads((tmp_path / "rows.json").read_text())
+    # streams 2 keeps its id (H17); 24 shrinks to 3 under --tiny and is named by its sweep
+    assert sorted({(r["id"], r["gpu"]) for r in rows["rows"]}) == [
+        ("H17", "H100"), ("H17", "H200"), ("qwen3-8b-short s3", "H100"),
+        ("qwen3-8b-short s3", "H200"),
+    ]  # fmt: skip
+    for r in rows["rows"]:  # every row: observed ± interval, known?, forecast, miss
+        assert r["observed_lo"] <= r["observed_pct"] <= r["observed_hi"]
+        assert r["observed_known"] is False
+        assert abs(r["wall_d1_error_pts"] - (r["observed_pct"] - r["wall_d1_predicted_pct"])) < 1e-9
+    # the same runs on both "GPUs": the ratios are 1 and the forecast across is the same card's
+    for r in rows["across"]:
+        assert r["gpu_ratio"] == r["host_ratio"] == 1.0
+    same = {(r["id"], r["gpu"]): r["wall_d1_predicted_pct"] for r in rows["rows"]}
+    for r in rows["across"]:
+        assert abs(r["across_predicted_pct"] - same[(r["id"], r["target"])]) < 1e-9
+    assert "met on 0 of 4 rows; known on 0" in table
+    assert "| H17 | H100 | tiny-llama" in table and "Across GPUs" in table
