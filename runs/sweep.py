@@ -70,7 +70,8 @@ class SweepSpec:
 
     def __post_init__(self) -> None:
         """Every option checked here, before a directory is made or a model loaded."""
-        self.dtype = self.dtype or default_dtype(self.device)
+        if self.dtype is None:  # '' is refused below, not defaulted
+            self.dtype = default_dtype(self.device)
         self.depths = parse_ints("depths", self.depths, 1, 2)
         self.streams = parse_ints("streams", self.streams, 1, MAX_STREAMS)
         check_streams_fit(self.streams)
