@@ -170,12 +170,14 @@ def run_sweep(
     state = run_state.open_run_dir(
         out_dir, asdict(spec), planned, profiler, resume=resume, force=force
     )
+    for record in run_state.set_aside_damaged(out_dir) if resume else ():
+        say(f"{record} is damaged: running it again")
     if done := run_state.finished_runs(out_dir):
         say(f"{len(done)} runs already finished in {out_dir}: running the rest")
     if on_plan is not None:
         on_plan(len(planned), len(done & set(planned)))
     timings_path = out_dir / "runs" / "timings.json"
-    timings = json.loads(timings_path.read_text()) if timings_path.is_file() else {}
+    timings = run_state.read_json(timings_path) if timings_path.is_file() else {}
     try:
         for name, runs, profiled in todo:
             if profiled and not _whole_nsys_pass(out_dir, runs):

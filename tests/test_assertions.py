@@ -28,7 +28,8 @@ class _Body(ast.NodeVisitor):
     checks only the failure), and the names it calls."""
 
     def __init__(self) -> None:
-        self.asserts, self.calls, self._in_except = False, set(), 0
+        self.asserts, self._in_except = False, 0
+        self.calls: set[str] = set()
 
     def visit_ExceptHandler(self, node: ast.ExceptHandler) -> None:
         self._in_except += 1

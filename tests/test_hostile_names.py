@@ -103,7 +103,7 @@ def refused_or_shown(argv: list[str], trace: Path, capsys) -> None:
     """Refused (exit 2, one line naming the trace) or shown (printable whatever the bytes were)."""
     try:
         main(argv)
-        code = 0
+        code: object = 0
     except SystemExit as e:
         code = e.code
     out, err = capsys.readouterr()
