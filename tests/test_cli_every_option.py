@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import typer.core
 import typer.main
 
 from bubblelab.cli import _register_all, app, main
@@ -43,8 +44,10 @@ def _begin(*args, **kwargs):
 
 def _options(command: str) -> list[str]:
     _register_all()
-    params = typer.main.get_command(app).commands[command].params
-    return [p.opts[0] for p in params if p.opts[0].startswith("--") and not p.is_flag]
+    group = typer.main.get_command(app)
+    assert isinstance(group, typer.core.TyperGroup)
+    params = group.commands[command].params
+    return [p.opts[0] for p in params if isinstance(p, typer.core.TyperOption) and not p.is_flag]
 
 
 def _snapshot(root: Path) -> dict[str, int]:
@@ -53,7 +56,8 @@ def _snapshot(root: Path) -> dict[str, int]:
 
 def test_every_command_is_covered():
     _register_all()
-    assert sorted(typer.main.get_command(app).commands) == sorted(BASE)
+    group = typer.main.get_command(app)
+    assert isinstance(group, typer.core.TyperGroup) and sorted(group.commands) == sorted(BASE)
 
 
 @pytest.mark.parametrize("command", sorted(BASE))
