@@ -73,6 +73,30 @@ def json_option_values(argv: list[str]) -> list[str]:
     return out
 
 
+def refuse_unusable_words(argv: list[str]) -> None:
+    """An empty or blank word ('--out ""', '--domain " "', 'analyze ""') is always a slip: typer
+    would read '' as the folder '.' or as the default. Bytes that are not UTF-8 (the shell passes
+    them through as surrogates) reach DuckDB and RE2, which cannot take them. Both are refused for
+    every option and input alike."""
+    for i, word in enumerate(argv):
+        flag, eq, value = word.partition("=") if word.startswith("--") else ("", "", word)
+        blank = not value.strip() and (eq or not flag)  # (a bare --flag has no value here)
+        if not blank and _utf8(word):
+            continue
+        if not flag and i and argv[i - 1].startswith("--") and "=" not in argv[i - 1]:
+            flag = argv[i - 1]  # the option this word is the value of
+        what = "is empty" if blank else "is not valid UTF-8"
+        raise BubblelabError(f"{flag or 'an input'} {what} ({value!r})")
+
+
+def _utf8(word: str) -> bool:
+    try:
+        word.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _not_a_json_value(word: str, command: str | None) -> bool:
     if word.startswith("-") and word != "-":
         return True
@@ -95,6 +119,7 @@ def main(argv: list[str] | None = None) -> None:
     _register_all()
     args = json_option_values(sys.argv[1:] if argv is None else argv)
     try:
+        refuse_unusable_words(args)
         status = app(args=args, prog_name="bubblelab", standalone_mode=False)
     except OptionError as e:  # the option as typed on the command line
         _fail(e.message("--" + e.option.replace("_", "-")))

@@ -22,13 +22,14 @@ def export(
     """Write trace.json.gz (open in ui.perfetto.dev or chrome://tracing: host phases and device
     spans per step) and runs, steps, gaps and attribution as Parquet."""
     from rich.console import Console
+    from rich.text import Text
 
     from ..core.files import check_output_dir
     from ..report.export import default_out_dir
     from ..report.export import export as export_source
 
     out_dir = check_output_dir(out or default_out_dir(source), "--out")
-    with Console(stderr=True).status(f"exporting {source}"):
+    with Console(stderr=True).status(Text(f"exporting {source}")):
         exported = export_source(source, out_dir)
     for path in (exported.trace, *exported.tables):
         typer.echo(path)

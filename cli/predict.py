@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from ..core.errors import BubblelabError
 from . import options
@@ -339,6 +340,7 @@ def register(app: typer.Typer) -> None:
         from ..costmodel.bootstrap import check_n_boot
         from ..report.report import report_dirs, report_run_dir
         from ..runs.assemble import assemble, needs_assembly
+        from ..runs.state import damaged_runs
 
         check_n_boot(n_boot)
         if out is not None:
@@ -355,8 +357,11 @@ def register(app: typer.Typer) -> None:
         for source in run_dirs:
             if not source.exists():
                 raise BubblelabError(f"{source} does not exist")
+            for record in damaged_runs(source) if source.is_dir() else ():
+                line = Text(f"skipped {record}: damaged (not a whole run record)")
+                console.print(line, soft_wrap=True)
             if source.is_dir() and needs_assembly(source):
-                with console.status(f"assembling the finished runs of {source}"):
+                with console.status(Text(f"assembling the finished runs of {source}")):
                     assemble(source)
         with console.status("writing the report"):
             if len(run_dirs) == 1:

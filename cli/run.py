@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from . import options
 from .output import check_json_dest, console_for, emit_json
@@ -85,7 +86,9 @@ def run(
         temperature=temperature,
     )
     console = console_for(dest)
-    with console.status(f"loading {model or 'the embedded SmolLM2-135M-Instruct'} on {device}"):
+    with console.status(
+        Text(f"loading {model or 'the embedded SmolLM2-135M-Instruct'} on {device}")
+    ):
         engine = LLMEngine(plan.engine)
     try:
         with _progress(console) as bar:

@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from ..core.errors import BubblelabError
 from . import options
@@ -114,14 +115,20 @@ def profile_and_report(
     from ..costmodel.headline import noise_lines
     from ..costmodel.perturbation import profiler_perturbation
     from ..costmodel.predict import predict_runs
+    from ..profiling.nsys import find_nsys
     from ..report.report import report_run_dir
     from ..runs.rundir import read_results
-    from ..runs.state import check_new_run_dir
+    from ..runs.state import check_new_run_dir, check_unlocked
     from ..runs.sweep import run_sweep
     from .predict import prediction_tables
 
-    if not resume:
-        check_new_run_dir(out, force=force)  # before the progress bar shows
+    # Refused before the progress bar shows: a folder in use or unwritable, nsys forced but absent.
+    if resume:
+        check_unlocked(out)
+    else:
+        check_new_run_dir(out, force=force)
+    if nsys:
+        find_nsys()
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -147,7 +154,7 @@ def profile_and_report(
             resume=resume,
             force=force,
             on_run=on_run,
-            say=bar.console.print,
+            say=lambda line: bar.console.print(Text(line), soft_wrap=True),  # paths: never markup
             on_plan=on_plan,
         )
     results = read_results(out)
@@ -164,7 +171,7 @@ def profile_and_report(
     perturbation = profiler_perturbation(results.runs, results.steps)
     if len(perturbation):
         wide.print(perturbation_table(perturbation))
-    console.print(f"report: {report}")
+    console.print(Text(f"report: {report}"), soft_wrap=True)
     return report
 
 

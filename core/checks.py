@@ -70,7 +70,8 @@ def parse_ints(name: str, text: str | int | list[int], lo: int, hi: int) -> list
     rule = f"takes comma-separated integers in [{lo}, {hi}]"
     if isinstance(text, str):
         try:
-            values: list = [int(x) for x in text.split(",") if x.strip()]
+            # an empty item ('1,,2', '1,2,') is a typo, not a value
+            values: list = [int(x) for x in text.split(",")]
         except ValueError:
             raise OptionError(name, rule, text) from None
     elif isinstance(text, list):

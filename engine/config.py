@@ -241,6 +241,11 @@ class EngineConfig:
     def __post_init__(self) -> None:
         check_depth(self.depth)
         check_device(self.device)
+        if self.model is not None and (not isinstance(self.model, str) or not self.model.strip()):
+            # '' would load the working directory as a checkpoint
+            raise OptionError(
+                "model", "must name a preset, a checkpoint dir or a GGUF file", self.model
+            )
         if self.tensor_parallel < 1:
             raise OptionError("tensor_parallel", "must be >= 1", self.tensor_parallel)
         if self.dtype is None:

@@ -13,14 +13,15 @@ import numbers
 import time
 import zlib
 from collections.abc import Iterable
+from collections.abc import Sequence as SequenceABC
 from dataclasses import dataclass, field
 
 import torch
 
 from ..core.block_manager import BlockManager
-from ..core.errors import BubblelabError, InvariantError, RequestError
+from ..core.errors import BubblelabError, InvariantError, RequestError, WorkerError
 from ..core.loop import Loop
-from ..core.pipeline import Step, check_depth
+from ..core.pipeline import NUM_SLOTS, Step, check_depth
 from ..core.scheduler import Scheduler
 from ..core.sequence import Sequence, SequenceStatus
 from ..core.timeline import StepInfo, Timeline
@@ -142,13 +143,10 @@ class LLMEngine:
                 f"request {request_id!r}: params must be SamplingParams, "
                 f"got {type(params).__name__}"
             )
-        ids = self._tokenize(prompt)
-        if not ids:
-            raise RequestError(f"request {request_id!r}: empty prompt")
-        if not all(isinstance(t, numbers.Integral) and not isinstance(t, bool) for t in ids):
-            raise RequestError(
-                f"request {request_id!r}: a prompt is a string or a list of token ids (int)"
-            )
+        try:
+            ids = self._tokenize(prompt)
+        except RequestError as e:
+            raise RequestError(f"request {request_id!r}: {e}") from None
         if len(ids) >= self.config.max_model_len:
             raise RequestError(
                 f"request {request_id!r}: prompt of {len(ids)} tokens does not fit "
@@ -161,23 +159,33 @@ class LLMEngine:
             )
         constraint = self._make_constraint(request_id, params)
         seed = params.seed if params.seed is not None else zlib.crc32(request_id.encode())
-        return Sequence(
-            request_id, [int(t) for t in ids], params, constraint=constraint, seed=seed & 0x7FFFFFFF
-        )
+        return Sequence(request_id, ids, params, constraint=constraint, seed=seed & 0x7FFFFFFF)
 
     def _tokenize(self, prompt: str | list[int]) -> list[int]:
+        """A prompt's token ids: text through the tokenizer, or a list (tuple) of ints as is."""
         if isinstance(prompt, str):
             if self.tokenizer is None:
                 raise RequestError(
                     "this model has no tokenizer (a random-weight preset): pass token ids"
                 )
-            return self.tokenizer.encode(prompt) if prompt else []
-        try:
-            return list(prompt)
-        except TypeError:
+            try:
+                prompt.encode("utf-8")
+            except UnicodeEncodeError as e:  # a lone surrogate: no tokenizer can read it
+                raise RequestError(
+                    f"the prompt is not valid Unicode (a lone surrogate at character {e.start})"
+                ) from None
+            ids = self.tokenizer.encode(prompt) if prompt else []
+        elif isinstance(prompt, SequenceABC) and not isinstance(prompt, (bytes, bytearray)):
+            ids = list(prompt)
+            if not all(isinstance(t, numbers.Integral) and not isinstance(t, bool) for t in ids):
+                raise RequestError("a prompt is a string or a list of token ids (int)")
+        else:
             raise RequestError(
                 f"a prompt is a string or a list of token ids, got {type(prompt).__name__}"
-            ) from None
+            )
+        if not ids:
+            raise RequestError("empty prompt")
+        return [int(t) for t in ids]
 
     def _make_constraint(self, request_id: str, params: SamplingParams):
         if params.constraint is None:
@@ -201,6 +209,54 @@ class LLMEngine:
         if seq is None or seq.finalized or seq.status is SequenceStatus.FINISHED:
             return
         self.scheduler.abort(seq)
+
+    def cancel(self, request_ids: Iterable[str]) -> None:
+        """End these requests now and forget them, whatever state an exception left the loop in
+        (an `on_step` callback raising, Ctrl-C inside a tick): each is aborted, the steps in flight
+        that hold them are committed so their pages and rows go back (release late), and they
+        leave `seqs`. Ids not here are ignored. A loop an exception broke half way through a tick
+        is started afresh (reset), so the engine stays usable either way."""
+        seqs = [self.seqs[r] for r in dict.fromkeys(request_ids) if r in self.seqs]
+        try:
+            for seq in seqs:
+                self.abort(seq.request_id)
+                self.scheduler.release_if_done(seq)  # a commit cut short before its release
+            drained = self._drain(seqs)
+        except Exception:  # a tick broken half way cannot be replayed
+            drained = False
+        if not drained:
+            self.reset()
+        for seq in seqs:
+            del self.seqs[seq.request_id]
+
+    def _drain(self, seqs: list[Sequence]) -> bool:
+        """Tick until these aborted sequences are released: the steps in flight that hold them
+        commit within `depth` ticks."""
+        for _ in range(2 * NUM_SLOTS):
+            if all(s.status is SequenceStatus.FINISHED for s in seqs):
+                return True
+            self.step()
+        return all(s.status is SequenceStatus.FINISHED for s in seqs)
+
+    def reset(self) -> None:
+        """Forget every request and every step in flight, keeping the model, its graphs and the KV
+        tensors: a fresh scheduler, page pool and pipeline, as after construction. Waits for the
+        device first, so no step still writes into a page handed out again. Every unfinished
+        request ends as aborted."""
+        if self.workers is not None:  # the workers' own slots would disagree with rank 0's
+            raise WorkerError("a tensor-parallel engine cannot be reset: close it")
+        self.streams.synchronize()
+        for seq in self.seqs.values():
+            if seq.status is not SequenceStatus.FINISHED:
+                seq.finalized, seq.finish_reason = True, "abort"
+                seq.status = SequenceStatus.FINISHED
+            seq.inflight_refs, seq.row, seq.preempted = 0, None, False
+            seq.block_table.clear()
+        next_step_id = self.loop.pipeline.next_step_id  # step ids stay unique (slot tags, timeline)
+        self.blocks = BlockManager(self.runner.num_blocks, self.config.block_size)
+        self.scheduler = Scheduler(self.config.limits, self.blocks)
+        self.loop = Loop(self.config.depth, self.scheduler, self, self.phases, self.config.debug)
+        self.loop.pipeline.next_step_id = next_step_id
 
     def has_unfinished(self) -> bool:
         return self.loop.busy()
@@ -237,8 +293,6 @@ class LLMEngine:
         return ids
 
     def accept(self, seq: Sequence, token: int) -> RequestOutput:
-        if self._commit_ns is not None:
-            seq.token_ns.append(self._commit_ns)
         p = seq.params
         reason = None
         if token in p.stop_token_ids:
@@ -248,10 +302,28 @@ class LLMEngine:
         elif seq.num_generated >= p.max_tokens or seq.num_tokens >= self.config.max_model_len:
             reason = "length"
         if seq.constraint is not None and reason != "stop":
-            seq.constraint.advance(token)
+            reason = self._advance_grammar(seq, token, reason)
         if reason is not None:
             seq.finalized, seq.finish_reason = True, reason
+        if reason == "dead_end":
+            return RequestOutput(seq.request_id, [], seq, True, reason)
+        if self._commit_ns is not None:
+            seq.token_ns.append(self._commit_ns)
         return RequestOutput(seq.request_id, [token], seq, reason is not None, reason)
+
+    @staticmethod
+    def _advance_grammar(seq: Sequence, token: int, reason: str | None) -> str | None:
+        """Moves a constrained request's grammar past `token`. A grammar that allows no token here
+        (a dead end: its mask was empty) ends this request alone, without the token it refused;
+        a length cap that ends it before the grammar is complete says the output is cut."""
+        try:
+            seq.constraint.advance(token)
+        except ValueError:
+            seq.token_ids.pop()
+            return "dead_end"
+        if reason == "length" and not seq.constraint.is_complete():
+            return "cut"
+        return reason
 
     def committed(self, step: Step) -> None:
         if self.timeline is not None:

@@ -28,9 +28,19 @@ class SamplingParams:
             check_int("max_tokens", self.max_tokens, 1, 1 << 20)
             if self.seed is not None:
                 check_int("seed", self.seed, 0, 2**63 - 1)
+            if not isinstance(self.stop_token_ids, (list, tuple, set, frozenset)):
+                raise OptionError(
+                    "stop_token_ids", "must be a list of token ids", self.stop_token_ids
+                )
             self.stop_token_ids = tuple(self.stop_token_ids)
             for t in self.stop_token_ids:
                 check_int("stop_token_ids", t, 0)
+            if not isinstance(self.ignore_eos, bool):
+                raise OptionError("ignore_eos", "must be True or False", self.ignore_eos)
+            if self.constraint is not None and not isinstance(self.constraint, str):
+                raise OptionError("constraint", "must be a string or None", self.constraint)
+            if not isinstance(self.constraint_args, dict):
+                raise OptionError("constraint_args", "must be a dict", self.constraint_args)
         except OptionError as e:
             raise RequestError(str(e)) from None
 

@@ -15,7 +15,8 @@ from pathlib import Path
 import duckdb
 
 from ..core.checks import check_float, check_int
-from ..core.errors import BubblelabError
+from ..core.errors import BubblelabError, OptionError
+from ..core.files import check_output_path
 from ..costmodel.foreign import pipelining_gain
 from ..profiling import analysis
 from ..profiling.ingest import DOMAIN, ingest_trace
@@ -53,6 +54,13 @@ def analyze_traces(
     if run_dir is not None and (len(paths) > 1 or catalog is not None):
         raise BubblelabError(f"{run_dir} is a run directory: analyse it alone, without --catalog")
     check_int("warmup", warmup, 0, 10**6)
+    if not isinstance(domain, str) or not domain.strip():
+        raise OptionError("domain", "must name an NVTX domain", domain)
+    if twice := next((p for i, p in enumerate(paths) if p.resolve() in
+                      {q.resolve() for q in paths[:i]}), None):  # fmt: skip
+        raise BubblelabError(f"{twice} is given twice: each trace is one run")
+    if paths and isinstance(catalog, (str, Path)):  # refused before the analysis, not after it
+        check_output_path(Path(catalog), "--catalog")
     if output_len is not None:  # checked here: pipelining_gain's refusals are per run
         check_float("output_len", output_len, 1, 1e6)
     say = on_progress or (lambda _: None)
@@ -70,6 +78,8 @@ def analyze_traces(
                 run["pipelining"] = _pipelining(con, run, output_len, warmup)
         if not report["runs"]:
             raise BubblelabError(f"{catalog} holds no runs: give traces to add")
+        if warmup and not any(run["steps"] for run in report["runs"]):  # before the catalog is kept
+            raise OptionError("warmup", "leaves no steady-state step in any run", warmup)
         return report
 
     if isinstance(catalog, duckdb.DuckDBPyConnection):

@@ -63,7 +63,7 @@ def assemble(out_dir: Path, strict: bool = True) -> Path:
     if not any(runs for _, _, runs, _ in passes):
         raise BubblelabError(f"{out_dir} holds no finished run")
     timings_path = out_dir / "runs" / "timings.json"
-    timings = json.loads(timings_path.read_text()) if timings_path.is_file() else {}
+    timings = run_state.read_json(timings_path) if timings_path.is_file() else {}
     found: dict[str, list] = {"run_ids": [], "extras": [], "requests": [], "finished": []}
 
     def build(catalog_path: Path) -> None:
@@ -108,18 +108,21 @@ def assemble(out_dir: Path, strict: bool = True) -> Path:
 
 def _readable_passes(out_dir: Path, strict: bool) -> list[tuple[str, dict, list[dict], list]]:
     """(name, plan, runs with a record, the pass's reports) of each pass to ingest."""
-    out = []
+    out, finished = [], run_state.finished_runs(out_dir)
     for name in PASSES:
         run_dir = out_dir / "runs" / name
         if not (run_dir / "plan.json").is_file():
             continue
-        plan = json.loads((run_dir / "plan.json").read_text())
-        runs = [r for r in plan["runs"] if (run_dir / f"{r['tag']}.json").is_file()]
+        plan = run_state.read_json(run_dir / "plan.json")
+        runs = [r for r in plan["runs"] if f"{name}/{r['tag']}" in finished]  # damaged: skipped
         traces = nsys_reports(out_dir) if plan["profile"] else []
-        if plan["profile"] and len(traces) != len(plan["runs"]):
+        # The reports pair with the runs by position: the pass is read whole or not at all.
+        whole = len(traces) == len(runs) == len(plan["runs"])
+        if plan["profile"] and not whole:
             if strict:
                 raise BubblelabError(
-                    f"nsys wrote {len(traces)} reports for {len(plan['runs'])} runs"
+                    f"nsys wrote {len(traces)} reports for {len(plan['runs'])} runs "
+                    f"({len(runs)} whole run records)"
                 )
             continue
         out.append((name, plan, runs, traces))
@@ -163,7 +166,7 @@ def _ingest_passes(
                 timelines.close()
         worker = out_dir / "runs" / name / "worker.json"
         timings.setdefault(name, {}).update(
-            json.loads(worker.read_text()) if worker.is_file() else {},
+            run_state.read_json(worker) if worker.is_file() else {},
             ingest_s=time.perf_counter() - started,
         )
 

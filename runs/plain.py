@@ -45,7 +45,7 @@ def plan_runs(
     config = EngineConfig(
         model=model,
         device=device,
-        dtype=dtype or default_dtype(device),
+        dtype=default_dtype(device) if dtype is None else dtype,  # '' is refused, not defaulted
         depth=depth,
         tensor_parallel=tensor_parallel,
         # One batch-row budget for every run: one engine, as a sweep has.

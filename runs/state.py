@@ -7,21 +7,27 @@
   complete).
 - An existing run directory is touched only when asked: `resume` runs what is missing with the
   saved options, `force` replaces bubblelab's files (and only those) with a new sweep.
+- One sweep at a time writes a run directory: it holds an flock on DIR/.lock (with its pid in it)
+  from open_run_dir to mark; the kernel drops it with the process, so a killed sweep leaves none.
 - catalog.duckdb, results.json and report.html are derived from the finished runs
   (bubblelab.runs.assemble), so they can always be rebuilt from what finished.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import shutil
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from ..core.errors import BubblelabError
-from ..core.files import write_atomic
+from ..core.files import check_output_dir, write_atomic
 
 SPEC_FILE = "sweep.json"
 STATE_FILE = "status.json"
@@ -41,17 +47,99 @@ OURS = (
 )
 
 
+LOCK_FILE = ".lock"  # never removed while a sweep may wait on it: removing it races the next one
+_held: dict[Path, int] = {}  # run directory -> the open lock file this process holds
+
+
+@contextmanager
+def lock_run_dir(run_dir: Path) -> Iterator[None]:
+    """Hold the run directory's lock for the block (it must exist)."""
+    acquire(run_dir)
+    try:
+        yield
+    finally:
+        release(run_dir)
+
+
+def acquire(run_dir: Path) -> None:
+    """Take the run directory's lock, or say which process holds it."""
+    fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise _in_use(run_dir) from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    _held[run_dir.resolve()] = fd
+
+
+def release(run_dir: Path) -> None:
+    if (fd := _held.pop(run_dir.resolve(), None)) is not None:
+        os.close(fd)
+
+
+def check_unlocked(run_dir: Path) -> None:
+    """Refuse a run directory another sweep holds, without writing anything."""
+    try:
+        fd = os.open(run_dir / LOCK_FILE, os.O_RDONLY)
+    except OSError:  # no lock file: no sweep has held it
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        raise _in_use(run_dir) from None
+    finally:
+        os.close(fd)
+
+
+def _in_use(run_dir: Path) -> BubblelabError:
+    try:
+        pid = (run_dir / LOCK_FILE).read_text().strip() or "unknown"
+    except OSError:
+        pid = "unknown"
+    return BubblelabError(
+        f"{run_dir} is in use by another sweep (pid {pid}): wait for it to end, or choose "
+        "another --out"
+    )
+
+
 def finished_runs(run_dir: Path) -> set[str]:
-    """The finished runs, as "<pass>/<tag>" (runs/<pass>/<tag>.json; plan.json, worker.json and
-    repeats.json are the pass's own files)."""
+    """The finished runs, as "<pass>/<tag>": those with a whole record."""
+    return {f"{p.parent.name}/{p.stem}" for p in _records(run_dir) if _whole(p)}
+
+
+def damaged_runs(run_dir: Path) -> list[Path]:
+    """Records that are there but not whole: cut by a full disk or a bad copy (write_atomic never
+    leaves one half written). Not finished: `report` skips them, `--resume` runs them again."""
+    return [p for p in _records(run_dir) if not _whole(p)]
+
+
+def set_aside_damaged(run_dir: Path) -> list[Path]:
+    """Remove the damaged records, so that a resumed sweep runs them again; returns them."""
+    damaged = damaged_runs(run_dir)
+    for record in damaged:
+        record.unlink()
+    return damaged
+
+
+def _records(run_dir: Path) -> list[Path]:
+    """runs/<pass>/<tag>.json (plan.json, worker.json and repeats.json are the pass's own files; a
+    hidden folder is what a killed write_atomic left, never a pass)."""
     runs = run_dir / "runs"
     if not runs.is_dir():
-        return set()
-    return {
-        f"{p.parent.name}/{p.stem}"
-        for p in runs.glob("*/*.json")
-        if p.name not in ("plan.json", "worker.json", "repeats.json")
-    }
+        return []
+    own = ("plan.json", "worker.json", "repeats.json")
+    passes = [d for d in runs.iterdir() if d.is_dir() and not d.name.startswith(".")]
+    return sorted(p for d in passes for p in d.glob("*.json") if p.name not in own)
+
+
+def _whole(record: Path) -> bool:
+    try:
+        doc = json.loads(record.read_bytes())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(doc, dict) and "summary" in doc
 
 
 def holds_run(run_dir: Path) -> bool:
@@ -63,7 +151,7 @@ def read_state(run_dir: Path) -> dict[str, Any] | None:
     sweep (a run directory made by write_results directly, or before these files existed)."""
     if not (run_dir / STATE_FILE).is_file():
         return None
-    state, spec = _read_json(run_dir / STATE_FILE), _read_json(run_dir / SPEC_FILE)
+    state, spec = read_json(run_dir / STATE_FILE), read_json(run_dir / SPEC_FILE)
     if state.get("version") != STATE_VERSION:
         raise BubblelabError(
             f"{run_dir / STATE_FILE} was not written by this bubblelab (version {STATE_VERSION})"
@@ -71,7 +159,8 @@ def read_state(run_dir: Path) -> dict[str, Any] | None:
     return {**state, "spec": spec}
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def read_json(path: Path) -> dict[str, Any]:
+    """A JSON object from a file of the run directory; anything else is one line naming it."""
     try:
         doc = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -104,25 +193,45 @@ def open_run_dir(
     if resume and force:
         raise BubblelabError("give --resume or --force, not both")
     if resume:
-        state = read_state(run_dir)
-        if state is None:
-            raise BubblelabError(f"{run_dir} holds no sweep to resume (no {STATE_FILE})")
-        if state["spec"] != spec:
-            changed = sorted(
-                k for k in {**spec, **state["spec"]} if spec.get(k) != state["spec"].get(k)
-            )
-            raise BubblelabError(
-                f"{run_dir} was swept with other options ({', '.join(changed)}); "
-                "resume it with its own, or give --force to replace it"
-            )
-        if state["profiler"] != profiler:
-            raise BubblelabError(
-                f"{run_dir} was profiled with {state['profiler']}, this sweep would use {profiler}"
-            )
-        state.update(status="running", failed=None)
-        write_state(run_dir, state)
-        return state
-    check_new_run_dir(run_dir, force=force)
+        state = _resumable(run_dir, spec, profiler)
+    else:
+        check_new_run_dir(run_dir, force=force)
+        run_dir.mkdir(parents=True, exist_ok=True)
+    acquire(run_dir)  # refusals come first, so they write nothing; released by mark()
+    try:
+        if resume:
+            state.update(status="running", failed=None)
+            write_state(run_dir, state)
+            return state
+        return _new(run_dir, spec, planned, profiler, force)
+    except BaseException:
+        release(run_dir)
+        raise
+
+
+def _resumable(run_dir: Path, spec: dict, profiler: str) -> dict[str, Any]:
+    """The saved state of a sweep this one may continue: the same options and profiler."""
+    state = read_state(run_dir)
+    if state is None:
+        raise BubblelabError(f"{run_dir} holds no sweep to resume (no {STATE_FILE})")
+    if state["spec"] != spec:
+        changed = sorted(
+            k for k in {**spec, **state["spec"]} if spec.get(k) != state["spec"].get(k)
+        )
+        raise BubblelabError(
+            f"{run_dir} was swept with other options ({', '.join(changed)}); "
+            "resume it with its own, or give --force to replace it"
+        )
+    if state["profiler"] != profiler:
+        raise BubblelabError(
+            f"{run_dir} was profiled with {state['profiler']}, this sweep would use {profiler}"
+        )
+    return state
+
+
+def _new(
+    run_dir: Path, spec: dict, planned: list[str], profiler: str, force: bool
+) -> dict[str, Any]:
     if force:
         _remove_ours(run_dir)
     write_atomic(run_dir / SPEC_FILE, json.dumps(spec, indent=1) + "\n")
@@ -142,16 +251,19 @@ def open_run_dir(
 
 def check_new_run_dir(run_dir: Path, *, force: bool = False) -> None:
     """Refuse, before any work, an output directory a new sweep may not write: a file, a folder of
-    other files, or (without force) one that already holds a run."""
+    other files, one another sweep holds, one that cannot be written, or (without force) one
+    that already holds a run."""
     if run_dir.exists() and not run_dir.is_dir():
         raise BubblelabError(f"{run_dir} is a file, not a run directory")
+    check_unlocked(run_dir)
+    check_output_dir(run_dir, "--out")
     if holds_run(run_dir):
         if not force:
             raise BubblelabError(
                 f"{run_dir} already holds a run: --resume {run_dir} finishes it, --force "
                 "replaces it, or choose another --out"
             )
-    elif run_dir.is_dir() and any(run_dir.iterdir()):
+    elif run_dir.is_dir() and any(p.name != LOCK_FILE for p in run_dir.iterdir()):
         raise BubblelabError(
             f"{run_dir} is not empty and holds no bubblelab run: choose another --out"
         )
@@ -170,6 +282,7 @@ def mark(run_dir: Path, state: dict[str, Any], status: str, **facts: Any) -> Non
     """Record how the sweep ended (complete, interrupted, failed) and why."""
     state.update(status=status, **facts)
     write_state(run_dir, state)
+    release(run_dir)
 
 
 def clear_pass(run_dir: Path, name: str) -> None:
@@ -182,5 +295,7 @@ def clear_pass(run_dir: Path, name: str) -> None:
 def remove_sweep(run_dir: Path) -> None:
     """A new sweep that finished no run leaves nothing behind: its files and its folder."""
     _remove_ours(run_dir)
+    release(run_dir)
+    (run_dir / LOCK_FILE).unlink(missing_ok=True)  # it made the folder: it takes the lock with it
     if run_dir.is_dir() and not any(run_dir.iterdir()):
         run_dir.rmdir()

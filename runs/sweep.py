@@ -79,7 +79,8 @@ class SweepSpec:
 
     def __post_init__(self) -> None:
         """Every option checked here, before a directory is made or a model loaded."""
-        self.dtype = self.dtype or default_dtype(self.device)
+        if self.dtype is None:  # '' is refused below, not defaulted
+            self.dtype = default_dtype(self.device)
         self.depths = parse_ints("depths", self.depths, 1, 2)
         self.streams = parse_ints("streams", self.streams, 1, MAX_STREAMS)
         check_streams_fit(self.streams)
@@ -198,12 +199,14 @@ def run_sweep(
     state = run_state.open_run_dir(
         out_dir, asdict(spec), planned, profiler, resume=resume, force=force
     )
+    for record in run_state.set_aside_damaged(out_dir) if resume else ():
+        say(f"{record} is damaged: running it again")
     if done := run_state.finished_runs(out_dir):
         say(f"{len(done)} runs already finished in {out_dir}: running the rest")
     if on_plan is not None:
         on_plan(len(planned), len(done & set(planned)))
     timings_path = out_dir / "runs" / "timings.json"
-    timings = json.loads(timings_path.read_text()) if timings_path.is_file() else {}
+    timings = run_state.read_json(timings_path) if timings_path.is_file() else {}
     running: list[run_passes.Pass] = []  # launched, each gated on the one before (runs.passes)
 
     def finish_running() -> None:

@@ -46,7 +46,7 @@ def test_the_doc_names_the_posts_ideas():
 
 @pytest.mark.parametrize("name", NAMES)
 def test_every_name_in_the_doc_resolves(name):
-    resolve(name)
+    assert resolve(name) is not None
 
 
 @pytest.mark.parametrize(

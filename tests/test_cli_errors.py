@@ -43,6 +43,7 @@ def paths(tmp_path_factory) -> dict[str, Path]:
         "SQLITE": root / "other.sqlite",
         "REAL": root / "real",
         "MISSING": root / "missing",
+        "TRACE": ROOT / "traces" / "nsys-h200-probe.sqlite",
     }
 
 
@@ -53,6 +54,9 @@ BAD = [
     ("run --streams 1,x", "--streams"),
     ("run --streams ,", "--streams"),
     ("run --streams 2,2", "--streams"),
+    ("run --streams 1,,2", "--streams"),  # an empty item is a typo, not a value (#28)
+    ("run --streams 1,2,", "--streams"),
+    ("run --streams ' '", "--streams"),
     ("run --streams 2000", "--streams"),  # more than the engine's batch rows: it would only queue
     ("run --streams 16 --max-num-seqs 8", "--max-num-seqs (8)"),
     ("run --requests 0", "--requests"),
@@ -82,6 +86,9 @@ BAD = [
     ("run --constraint point --constrained-share 2", "--constrained-share"),
     ("run --constrained-share 0.5", "--constrained-share"),
     ("run --dtype fp8", "--dtype"),
+    ("run --dtype ''", "--dtype"),
+    ("run --model ''", "--model"),
+    ("run --model ' '", "--model"),
     ("run --device tpu", "--device"),
     ("run --attention-backend magic", "--attention-backend"),
     ("run --json=DIR", "--json"),
@@ -91,6 +98,9 @@ BAD = [
     ("run --no-such-option", "--no-such-option"),
     ("run-and-profile --depths 3", "--depths"),
     ("run-and-profile --depths 1,1", "--depths"),
+    ("run-and-profile --depths 1,,2", "--depths"),
+    ("run-and-profile --dtype ''", "--dtype"),
+    ("run-and-profile --model ''", "--model"),
     ("run-and-profile --streams 0", "--streams"),
     ("run-and-profile --streams 1,2000", "--streams"),
     ("run-and-profile --repeats 0", "--repeats"),
@@ -124,6 +134,11 @@ BAD = [
     ("analyze --gap-threshold-us nan JUNK", "--gap-threshold-us"),
     ("analyze --step-rule kernels JUNK", "--step-rule"),
     ("analyze --step-range ( JUNK", "--step-range"),
+    ("analyze --domain '' TRACE", "--domain"),
+    ("analyze --domain ' ' TRACE", "--domain"),
+    ("analyze TRACE --warmup 100000", "--warmup leaves no steady-state step"),
+    ("analyze TRACE TRACE", "TRACE"),
+    ("analyze TRACE --catalog DIR", "--catalog"),
     ("predict", "--blog"),
     ("predict --blog --n-boot 0", "--n-boot"),
     ("predict --blog --n-boot 1000000000", "--n-boot"),

@@ -123,7 +123,8 @@ def test_steady_state_depth2_never_syncs_with_the_host(warm_engines):
     torch.cuda.set_sync_debug_mode("error")  # any host synchronisation raises
     try:
         spec = WorkloadSpec(streams=8, requests=16, output_len_mean=64)
-        run_workload(warm_engines[2], spec, warmup=False)
+        result = run_workload(warm_engines[2], spec, warmup=False)
+        assert len(result.outputs) == 16 and all(result.outputs.values())
     finally:
         torch.cuda.set_sync_debug_mode("default")
 

@@ -39,8 +39,11 @@ def test_the_set_spans_what_the_brief_asks_for():
 
 
 def test_every_sweep_passes_its_checks_before_anything_runs():
-    for sweep in SET["sweeps"]:  # as benchmarks.heldout_2 builds it, every check but the GPU's
+    specs = [  # as benchmarks.heldout_2 builds them: every check but the GPU's runs here
         SweepSpec(**sweep["options"], **SET["repeats"], device="cpu", nsys_depths=[1])
+        for sweep in SET["sweeps"]
+    ]
+    assert len(specs) == len(SET["sweeps"]) and all(s.nsys_depths == [1] for s in specs)
 
 
 def python_m(module: str, *args: str) -> str:

@@ -99,17 +99,23 @@ def test_a_model_name_from_metadata_is_data_too(trace, tmp_path, capsys):
     assert "[/bold]x[red]yfirst\\nsecond·s4·d1·r0" in out
 
 
+def refused_or_shown(argv: list[str], trace: Path, capsys) -> None:
+    """Refused (exit 2, one line naming the trace) or shown (printable whatever the bytes were)."""
+    try:
+        main(argv)
+        code: object = 0
+    except SystemExit as e:
+        code = e.code
+    out, err = capsys.readouterr()
+    if code:
+        assert code == 2 and len(err.splitlines()) == 1 and str(trace) in err, err
+    else:
+        assert out.strip() and out.encode("utf-8")
+
+
 def test_invalid_utf8_names_are_refused_or_shown_never_a_traceback(tmp_path, capsys):
     trace = hostile_trace(tmp_path / "invalid.sqlite", [INVALID, "plain"])
-    try:
-        main(["analyze", str(trace), "--warmup", "1"])
-    except SystemExit as e:  # refused: one line naming the trace
-        assert e.code == 2
-        err = capsys.readouterr().err
-        assert len(err.splitlines()) == 1 and str(trace) in err
-    else:
-        out = capsys.readouterr().out
-        out.encode("utf-8")  # printable whatever the bytes were
+    refused_or_shown(["analyze", str(trace), "--warmup", "1"], trace, capsys)
 
 
 def test_the_report_escapes_hostile_names(tmp_path):
@@ -142,11 +148,4 @@ def test_invalid_utf8_through_report_and_export(tmp_path, capsys):
         ["export", str(trace), "--out", str(tmp_path / "x")],
         ["report", str(trace), "--out", str(tmp_path / "r" / "report.html"), "--n-boot", "20"],
     ):
-        try:
-            main(argv)
-        except SystemExit as e:  # refused: one line naming the trace
-            assert e.code == 2
-            err = capsys.readouterr().err
-            assert len(err.splitlines()) == 1 and str(trace) in err
-        else:
-            capsys.readouterr().out.encode("utf-8")
+        refused_or_shown(argv, trace, capsys)

@@ -64,7 +64,10 @@ def make_constraint(
     compiled = grammar.compile_grammar(
         kind, body, tokenizer=tokenizer, vocab_size=vocab_size, eos_token_ids=eos_token_ids
     )
-    return grammar.GrammarConstraint(compiled, eos_token_ids)
+    constraint = grammar.GrammarConstraint(compiled, eos_token_ids)
+    if not constraint.can_start(vocab_size):
+        raise RequestError(f"{kind} {body!r} has no output: no token may begin one")
+    return constraint
 
 
 def parse_output(

@@ -38,6 +38,12 @@ class GrammarConstraint:
         else:
             self.matcher.fill_next_token_bitmask(out.reshape(1, -1))
 
+    def can_start(self, vocab_size: int) -> bool:
+        """Some token (EOS included) may come first: the grammar has an output at all."""
+        first = np.zeros(-(-vocab_size // 32), np.int32)
+        self.matcher.fill_next_token_bitmask(first.reshape(1, -1))
+        return bool(first.any())
+
     def advance(self, token_id: int) -> None:
         if not self.matcher.accept_token(token_id):
             raise ValueError(f"token {token_id} is not allowed by the grammar")

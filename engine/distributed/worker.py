@@ -29,6 +29,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from ...core.errors import InvariantError
 from ...core.pipeline import NUM_SLOTS, StepKind
 from ...core.timeline import StepInfo, Timeline
 from ..config import EngineConfig
@@ -195,9 +196,8 @@ class Worker:
     def finalize(self, h: np.ndarray, payload: np.ndarray) -> None:
         i, step = int(h[H.SLOT]), int(h[H.STEP])
         held, slot = self.held[i], self.runner.slots[i]
-        assert held is not None and held.record.step_id == step and not held.sampled, (
-            f"rank {self.rank}: finalize of step {step} it does not hold"
-        )
+        if held is None or held.record.step_id != step or held.sampled:
+            raise InvariantError(3, f"rank {self.rank}: finalize of step {step} it does not hold")
         masked, rows = bool(h[H.MASKED]), held.record.rows
         with self.phases.range("finalize", step):
             if masked:
@@ -212,7 +212,8 @@ class Worker:
         held = self.held[i]
         if held is None:
             return
-        assert held.sampled, f"rank {self.rank}: slot {i} relaunched before step sampled"
+        if not held.sampled:
+            raise InvariantError(6, f"rank {self.rank}: slot {i} relaunched before step sampled")
         slot = self.runner.slots[i]
         self.streams.wait(slot.ev_done, self._check_parent)
         if self.timeline.enabled:

@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as tmp
 
-from ...core.errors import BubblelabError, WorkerError
+from ...core.errors import BubblelabError, InvariantError, WorkerError
 from ...core.pipeline import StepKind
 from ...core.timeline import StepInfo, Timeline
 from ..config import PRESETS, EngineConfig
@@ -237,7 +237,8 @@ class TPWorkers:
     def check_idle(self) -> None:
         self._send(self._new_header(Op.CHECK_IDLE), None, "an idle check")
         problems = {r: p for r, p in self._replies("idle", self.timeout_s).items() if p}
-        assert not problems, f"workers not idle: {problems}"
+        if problems:
+            raise InvariantError(2, f"workers not idle: {problems}")
 
     def _replies(self, kind: str, timeout_s: float) -> dict[int, Any]:
         """One `kind` reply from every worker, watching them while waiting (its data as sent)."""
@@ -252,7 +253,8 @@ class TPWorkers:
                     self.fail(f"no {kind!r} from every worker within {timeout_s:.0f} s")
                 continue
             if not self._note(k, rank, data):
-                assert k == kind, f"expected {kind!r} from rank {rank}, got {k!r}"
+                if k != kind:
+                    raise WorkerError(f"expected {kind!r} from rank {rank}, got {k!r}")
                 got[rank] = data
         return got
 
