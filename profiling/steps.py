@@ -256,7 +256,7 @@ def _from_ranges(
 
 def _from_trace(
     con: duckdb.DuckDBPyConnection, run_id: str, tid: int, launches: np.ndarray
-) -> tuple[list[Candidate], str]:
+) -> tuple[list[Candidate], dict[str, str]]:
     """Every rule's steps with at least MIN_STEPS of them, and what each rule had to go on (for an
     error line)."""
     points = con.execute(
