@@ -223,3 +223,18 @@ def test_a_trace_cut_in_half_gives_the_same_steady_medians(tmp_path):
     assert got["steps"] == pytest.approx(want["steps"] / 2, abs=4)  # less the warm-up steps
     for figure in ("period", "bubble", "forward", "bubble_share"):
         assert got[figure] == pytest.approx(want[figure], rel=0.02), figure
+
+
+def test_ops_overlapping_on_one_stream_are_counted(clean, tmp_path):
+    """A stream runs its ops in order: kernels running on past the next one's start are counted
+    in one line (kept: the GPU did run them)."""
+    trace, _ = clean
+    late = _mutated(
+        trace,
+        tmp_path,
+        'UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET "end" = "end" + 1000000 WHERE rowid % 50 = 0',
+    )
+    con = connect(None)
+    checks = found(con, ingest(late, None, {}, con=con))["steps_found"]["checks"]
+    assert len(checks) == 1
+    assert checks[0].endswith("GPU ops counted: overlap the op before them on their stream")

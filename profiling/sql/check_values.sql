@@ -57,8 +57,7 @@ DELETE FROM gpu_ops WHERE run_id = $run_id AND op_problem(start, "end", launched
 
 INSERT INTO trace_checks
 WITH ordered AS (
-    SELECT start, max("end") OVER (PARTITION BY pid, stream_id ORDER BY start, "end"
-                                   ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS before_end,
+    SELECT start, lag("end") OVER (PARTITION BY pid, stream_id ORDER BY start, "end") AS before_end,
            count(*) OVER () AS total
     FROM gpu_ops WHERE run_id = $run_id
 )
