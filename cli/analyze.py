@@ -199,13 +199,18 @@ def _steps_table(runs: list[dict]) -> Table:
             cell(run["name"]),
             _dash(run["depth"]),
             _dash(run["streams"]),
-            mark + str(run["steps"]),
             *(
-                mark + _median(run[f"{c}_ms"])
-                for c in ("forward", "sampling", "bubble", "kernel_gap", "period")
+                value if value == "–" else mark + value
+                for value in (
+                    str(run["steps"]),
+                    *(
+                        _median(run[f"{c}_ms"])
+                        for c in ("forward", "sampling", "bubble", "kernel_gap", "period")
+                    ),
+                    _percent(run["bubble_share"]),
+                    _percent(run["host_late_share"]),
+                )
             ),
-            mark + _percent(run["bubble_share"]),
-            mark + _percent(run["host_late_share"]),
         )
     table.caption = (
         "~: the steps are not sure (the red line above says why and how to settle it)\n"

@@ -219,14 +219,21 @@ def _weigh(
         said.insert(0, f"{mine.read_share:.0%} of its steps end in a device-to-host read")
     if rule == "sync" and repeating(mine):
         said.insert(0, f"{mine.repeat_share:.0%} of its steps launch the same work")
+    against: dict[str, list[str]] = {}  # what a better-or-as-well supported rule finds: its rules
     for other in rules[~rules.chosen].itertuples():
         if agree(other, mine):
             said.append(f"the {other.rule} rule finds the same steps")
         elif support(other) >= support(mine):
-            doubts.append(
-                f"the {other.rule} rule finds {other.steps} steps of {other.window_ms:.3g} ms "
-                f"against {mine.steps} of {mine.window_ms:.3g} ms"
+            against.setdefault(f"{other.steps} steps of {other.window_ms:.3g} ms", []).append(
+                other.rule
             )
+    for steps, names in against.items():
+        who = (
+            f"the {names[0]} rule finds"
+            if len(names) == 1
+            else f"the {' and '.join(names)} rules find"
+        )
+        doubts.append(f"{who} {steps} against {mine.steps} of {mine.window_ms:.3g} ms")
     return said, doubts
 
 
