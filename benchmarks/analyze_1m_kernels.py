@@ -15,7 +15,7 @@ attribution (both splits), the idle histogram, the sync inventory, the kernel su
                a step, copies, memsets, two streams, OS calls, one NVTX range a step)
     graph      --step-rule graph on that trace
     sync       --step-rule sync on that trace
-    auto       no option on that trace: both rules tried, the better one (sync) kept
+    auto       no option on that trace: every rule tried, the evidence picks one (sync)
     eager      no option on a trace of 400 eager launches a step, each in a framework NVTX range
 
 Usage (--source: any nsys export to scale up instead of the seeds):

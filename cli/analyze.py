@@ -50,9 +50,9 @@ def analyze(
     step_rule: str = typer.Option(
         "auto",
         "--step-rule",
-        help="Without bubblelab ranges or --step-range: auto, sync (the host sync closing each "
-        "step) "
-        "or graph (one CUDA-graph replay a step).",
+        help="Without bubblelab ranges or --step-range: auto (every rule tried, the evidence "
+        "picks), sync (the host sync closing each step), graph (one CUDA-graph replay a step) or "
+        "pause (the host's pause before each step's first launch).",
     ),
     gap_threshold_us: float = typer.Option(
         5.0, "--gap-threshold-us", help="Foreign runs: GPU idle shorter than this is a kernel gap."
@@ -90,6 +90,8 @@ def analyze(
             return
         console.print(f"wrote {written}", markup=False)
     console.print(_found_table(report["runs"]))
+    for line in _doubts(report["runs"]):
+        console.print(line)
     console.print(_steps_table(report["runs"]))
     console.print(_attribution_table(report["runs"]))
     for tp in report["tensor_parallel"]:
@@ -137,10 +139,33 @@ def _found_table(runs: list[dict]) -> Table:
             found["confidence"],
         )
     table.caption = Text("\n").join(
-        cell(f"{r['name']}: {r['steps_found']['detail']}", limit=200) for r in runs
+        cell(f"{r['name']}: {r['steps_found']['detail']}", limit=200)
+        + (
+            cell(f"; sure: {r['steps_found']['evidence']}", limit=200)
+            if r["steps_found"].get("evidence") and r["steps_found"]["sure"]
+            else Text()
+        )
+        for r in runs
     )
     table.caption_justify = "left"
     return table
+
+
+def _doubts(runs: list[dict]) -> list[Text]:
+    """One red line per run whose steps are not sure (its figures are marked ~), and one per kind
+    of row the value checks dropped or counted."""
+    lines = []
+    for run in runs:
+        found = run["steps_found"]
+        if not found["sure"] and run["steps"]:
+            line = cell(f"run {run['name']}: {found['unsure']}; its figures are marked ~", 400)
+            line.stylize("red")
+            lines.append(line)
+        for check in found["checks"]:
+            line = cell(f"run {run['name']}: {check}", 300)
+            line.stylize("red")
+            lines.append(line)
+    return lines
 
 
 def _median(stat: dict) -> str:
@@ -169,19 +194,26 @@ def _steps_table(runs: list[dict]) -> Table:
     ):
         table.add_column(column, justify="left" if column == "run" else "right", no_wrap=True)
     for run in runs:
+        mark = "" if run["steps_found"]["sure"] else "~"  # not sure of the steps (line above)
         table.add_row(
             cell(run["name"]),
             _dash(run["depth"]),
             _dash(run["streams"]),
-            str(run["steps"]),
             *(
-                _median(run[f"{c}_ms"])
-                for c in ("forward", "sampling", "bubble", "kernel_gap", "period")
+                value if value == "–" else mark + value
+                for value in (
+                    str(run["steps"]),
+                    *(
+                        _median(run[f"{c}_ms"])
+                        for c in ("forward", "sampling", "bubble", "kernel_gap", "period")
+                    ),
+                    _percent(run["bubble_share"]),
+                    _percent(run["host_late_share"]),
+                )
             ),
-            _percent(run["bubble_share"]),
-            _percent(run["host_late_share"]),
         )
     table.caption = (
+        "~: the steps are not sure (the red line above says why and how to settle it)\n"
         "forward, sampling: GPU spans; bubble: period outside them; kernel gap: idle inside them\n"
         "foreign runs: forward = period - bubble; bubble / kernel gap: idle gaps above / below "
         "--gap-threshold-us\n"

@@ -21,8 +21,8 @@ from ..core.steady import WARMUP_STEPS, steady_state
 from ..core.timeline import Timeline
 from . import foreign, queries
 from .catalog import connect
+from .evidence import step_summary
 from .ingest import ingest_timeline
-from .steps import step_summary
 
 Catalog = Path | str | duckdb.DuckDBPyConnection
 SUMMARY_COLUMNS = (
@@ -248,12 +248,19 @@ def summarize(df: pd.DataFrame) -> dict:
     return summary
 
 
-def analyze(catalog: Catalog, run_ids: list[str] | None = None, warmup: int = WARMUP_STEPS) -> dict:
+def analyze(
+    catalog: Catalog,
+    run_ids: list[str] | None = None,
+    warmup: int = WARMUP_STEPS,
+    output_len: float | None = None,
+) -> dict:
     """Steady-state summary and bubble attribution per run, and bubblelab runs pooled per (depth,
     streams).
 
     A run without `streams` metadata gets its steady-state batch size (the streams of a closed
-    loop). Every run says how its steps were found (`steps_found`, steps.step_summary); a foreign
+    loop). Every run says how its steps were found and how sure that is (`steps_found`,
+    evidence.step_summary; output_len, the tokens a request generates, when known, is one
+    cross-check of a foreign run's step count); a foreign
     run adds its idle split (foreign.idle_split) and its host syncs per steady step
     (foreign.sync_summary). Every rank of a tensor-parallel run is a run here too (its `rank`);
     `tensor_parallel` puts the ranks of each such run side by side (profiling.ranks.analyze_ranks)
@@ -285,7 +292,7 @@ def analyze(catalog: Catalog, run_ids: list[str] | None = None, warmup: int = WA
             "streams": _int(streams),
             "tensor_parallel": _int(run.get("tensor_parallel")),
             "rank": _int(run.get("rank")),  # a tensor-parallel worker's own run: 1, 2, ...
-            "steps_found": step_summary(con, run_id, steps, steady),
+            "steps_found": step_summary(con, run_id, steps, steady, output_len),
             **_digest([parts[run_id]]),
             "flagged_syncs": int(syncs.flagged.sum()),
         }

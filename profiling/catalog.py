@@ -26,7 +26,7 @@ OFFLINE: dict[str, str | bool | int | float | list[str]] = {
     "allow_community_extensions": False,
 }
 SQLITE_MAGIC = b"SQLite format 3\x00"
-CATALOG_VERSION = 5  # bump when a table of sql/catalog_schema.sql changes
+CATALOG_VERSION = 6  # bump when a table of sql/catalog_schema.sql changes
 RUN_COLUMNS = (
     "run_id",
     "model",

@@ -40,7 +40,7 @@ from .catalog import (
 )
 from .nsys import export_sqlite
 from .steps import StepOptions, find_steps
-from .trace_check import Part, TraceFacts, inspect_trace
+from .trace_check import Part, TraceFacts, capture_range, check_values, inspect_trace
 
 # (nsys table, ingestion statement); tables are created lazily, so a missing one means "no such
 # events".
@@ -111,9 +111,12 @@ def _ingest(
         run_ids = []
         try:
             con.execute(f"ATTACH {sql_string(str(plain))} AS ns (TYPE sqlite, READ_ONLY)")
+            capture = capture_range(con, facts.tables)
             for part in facts.parts:
                 run_ids.append(
-                    _ingest_part(con, trace, facts, part, meta, domain if ours else None, options)
+                    _ingest_part(
+                        con, trace, facts, part, meta, domain if ours else None, options, capture
+                    )
                 )
             if ours and len(run_ids) > 1:  # a tensor-parallel engine: one process per rank
                 with _transaction(con):
@@ -135,6 +138,7 @@ def _ingest_part(
     meta: dict,
     domain: str | None,
     options: StepOptions,
+    capture: tuple[float, float],
 ) -> str:
     """One process on one GPU as a run: by our ranges (domain given) or as a foreign run. The run's
     key is the trace's sha256, plus, for a foreign run, how its steps were found (the same trace
@@ -179,6 +183,8 @@ def _ingest_part(
         for table, statement in OPTIONAL_TABLES:
             if table in facts.tables:
                 queries.execute(con, statement, params)
+        what = f"{trace} ({part})" if several else str(trace)
+        check_values(con, run_id, capture, what)
         if domain is not None:
             con.execute(
                 "INSERT INTO step_rules VALUES (?, 'bubblelab', ?, ?, ?, NULL, NULL)",
@@ -186,7 +192,6 @@ def _ingest_part(
             )
             _derive_ours(con, run_id)
         else:
-            what = f"{trace} ({part})" if several else str(trace)
             find_steps(con, run_id, (pid, device), options, what)
             _derive_foreign(con, run_id, options)
     return run_id

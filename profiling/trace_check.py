@@ -1,10 +1,18 @@
-"""Is this file an nsys SQLite export we can analyse? One BubblelabError line per kind of bad input.
+"""Is this file an nsys SQLite export we can analyse, and can its values be believed? One
+BubblelabError line per kind of bad input.
 
 Checked before anything is copied: a missing file, not SQLite, a truncated file, SQLite that is not
 an nsys export, an export schema other than 3.x, a graph-mode capture (kernels hidden inside graph
 replays), and a trace without kernels. Also reads what the trace itself knows: the run metadata,
 whether it holds ranges of our NVTX domain, and which processes and GPUs ran GPU work (each becomes
 a run of its own).
+
+Checked once a run's rows are copied (sql/check_values.sql, before anything is derived from them):
+intervals that end before they start, GPU ops of zero length or starting before the call that
+launched them, timestamps outside the capture's range (`capture_range`), ops overlapping on one
+stream. Bad rows are dropped and counted (`value_warnings` words them, one line each); a run that
+loses more than DAMAGED_SHARE of its GPU ops or CUDA calls is refused (`refuse_damaged`): its
+figures would rest on what is left.
 """
 
 from __future__ import annotations
@@ -16,10 +24,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+import duckdb
+
 from ..core.contract import DOMAIN
 from ..core.errors import BubblelabError
+from . import queries
 
 SUPPORTED_SCHEMA_MAJOR = "3"  # nsys 2021-2025 exports; the probe trace is 3.20.3
+DAMAGED_SHARE = 0.05  # a run losing more of its GPU ops or CUDA calls to bad values is refused
+OVERLAP_NS = 10_000  # ops overlapping the one before on their stream by more are counted
 
 
 @dataclass(frozen=True)
@@ -214,3 +227,56 @@ def _run_facts(db: sqlite3.Connection, tables: set[str], meta: dict) -> dict:
 def _sha256(path: Path) -> str:
     with path.open("rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def capture_range(con: duckdb.DuckDBPyConnection, tables: set[str]) -> tuple[float, float]:
+    """The time range the capture covered (sql/capture_range.sql), from the trace attached as `ns`:
+    where its CUDA API calls lie, or its kernels in a trace without calls."""
+    calls = "CUPTI_ACTIVITY_KIND_RUNTIME"
+    table = calls if calls in tables else "CUPTI_ACTIVITY_KIND_KERNEL"
+    starts = con.sql(f"SELECT start FROM ns.{table} WHERE start IS NOT NULL")
+    lo, hi = queries.run(con, "capture_range", starts=starts).iloc[0]
+    return float(lo), float(hi)
+
+
+def check_values(
+    con: duckdb.DuckDBPyConnection, run_id: str, capture: tuple[float, float], what: str
+) -> None:
+    """Drop and count the run's rows that cannot be believed (sql/check_values.sql); refuse the run
+    when more than DAMAGED_SHARE of its GPU ops or CUDA calls went."""
+    lo, hi = capture
+    params = {"run_id": run_id, "lo": lo, "hi": hi, "overlap_ns": OVERLAP_NS}
+    queries.execute(con, "check_values", params)
+    rows = con.execute(
+        "SELECT what, sum(count), any_value(total) FROM trace_checks "
+        "WHERE run_id = ? AND action = 'dropped' AND what IN ('GPU ops', 'CUDA API calls') "
+        "GROUP BY what ORDER BY what DESC",
+        [run_id],
+    ).fetchall()
+    for rows_of, dropped, total in rows:
+        if dropped > DAMAGED_SHARE * total:
+            problems = "; ".join(
+                f"{n} {problem}"
+                for n, problem in con.execute(
+                    "SELECT count, problem FROM trace_checks WHERE run_id = ? AND what = ? "
+                    "AND action = 'dropped' ORDER BY count DESC, problem",
+                    [run_id, rows_of],
+                ).fetchall()
+            )
+            raise BubblelabError(
+                f"{what}: {dropped} of {total} {rows_of} cannot be believed ({problems}): "
+                "the trace's timestamps are damaged, its figures would rest on what is left"
+            )
+
+
+def value_warnings(con: duckdb.DuckDBPyConnection, run_id: str) -> list[str]:
+    """What the value checks found in a run, one line each: '12 of 33959 GPU ops dropped: end
+    before start'."""
+    rows = con.execute(
+        "SELECT what, problem, count, total, action FROM trace_checks WHERE run_id = ? "
+        "ORDER BY what, count DESC, problem",
+        [run_id],
+    ).fetchall()
+    return [
+        f"{n} of {total} {what} {action}: {problem}" for what, problem, n, total, action in rows
+    ]

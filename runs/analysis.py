@@ -72,7 +72,7 @@ def analyze_traces(
             meta = index_meta(trace)  # the committed traces' model, streams, depth
             run_ids += ingest_trace(trace, None, meta, domain=domain, steps=steps, con=con)
         say("analysing")
-        report = analysis.analyze(con, run_ids or None, warmup)
+        report = analysis.analyze(con, run_ids or None, warmup, output_len)
         for run in report["runs"]:
             if "syncs_per_step" in run:
                 run["pipelining"] = _pipelining(con, run, output_len, warmup)

@@ -17,6 +17,15 @@ optionally one range per step in a domain of its own. Shaped like transformers' 
 + cudaStreamSynchronize each), and an 8-byte pageable upload + stream sync in each layer of the
 prefill (its static cache's lazy initialisation), syncs that read nothing back.
 
+Shapes that mislead a rule (issue #24): a decode forward of several graph replays (XLA's command
+buffers, per-layer or piecewise graphs: `graphs_per_step`); reads of the logits mid-step, each
+followed by as much host work as the step's bookkeeping, then the sampling (`mid_reads`: several
+reading syncs a step, alike); and a wait
+outside the CUDA API (`wait="futex"`, as JAX waits: a helper thread of the process enqueues the
+tokens' copy back, the engine thread enqueues a host callback and sleeps in `futex` until it
+fires; no blocking CUDA call on the engine thread; `wait="callback"`: the same without the copy,
+the tokens staying on the GPU).
+
 Times are microseconds; the GPU runs each op when it is launched and the GPU has finished the ops
 before it (plus a 2 us launch latency), so every sync ends when the GPU is done.
 """
@@ -39,6 +48,7 @@ from testing.synthetic_trace import (
 SIDE = 22  # a second compute stream
 GRAPH = 31  # the stream a graph's nodes run on
 DTOD = 8
+READER = MAIN + 1  # a helper thread of the engine's process (wait="futex": it reads the tokens)
 
 
 @dataclass
@@ -60,6 +70,9 @@ class Engine:
     node_us: float = 20.0
     node_gap_us: float = 1.0  # launch gap between nodes: below the 5 us kernel-gap threshold
     bookkeeping_us: float = 900.0
+    graphs_per_step: int = 1  # the decode forward as this many replays of distinct graphs
+    mid_reads: int = 0  # reads of the logits a step, host work, then the sampling launched
+    wait: str = "cuda"  # cuda: closed as `close` says; futex | callback: outside the CUDA API
     tid: int = MAIN
     device: int = 0
     t0: float = 1000.0
@@ -75,6 +88,8 @@ class Truth:
     range_windows: list[tuple[int, int]] = field(default_factory=list)
     graph_launches: list[int] = field(default_factory=list)
     kinds: list[str] = field(default_factory=list)
+    # what belongs to each step whatever the rule: from its first launch to the next step's (ns)
+    launch_windows: list[tuple[int, int]] = field(default_factory=list)
 
 
 class _Loop:
@@ -169,6 +184,7 @@ def engine_trace(b: TraceBuilder, e: Engine) -> Truth:
         prefill = e.prefill_first and k == 0
         truth.kinds.append("prefill" if prefill else "decode")
         step_start = loop.t
+        truth.launch_windows.append((us(step_start + 1), 0))  # the first upload's call
         # inputs: three pinned uploads, a DtoD copy and a memset into the graph's buffers
         for _ in range(3):
             loop.copy(HTOD, 1, PINNED, 512, blocking=False)
@@ -197,38 +213,54 @@ def engine_trace(b: TraceBuilder, e: Engine) -> Truth:
                     loop.copy(HTOD, 1, PAGEABLE, 8, blocking=False)
                     loop.synchronize()
         else:
-            at, host = loop.t, 30.0
-            start = max(at + 2, loop.gpu_free)
-            nodes = [
-                (
-                    start + i * (e.node_us + e.node_gap_us),
-                    start + i * (e.node_us + e.node_gap_us) + e.node_us,
+            for g in range(e.graphs_per_step):  # each a graph of its own (node ids say which)
+                at, host = loop.t, 30.0
+                start = max(at + 2, loop.gpu_free)
+                nodes = [
+                    (
+                        start + i * (e.node_us + e.node_gap_us),
+                        start + i * (e.node_us + e.node_gap_us) + e.node_us,
+                    )
+                    for i in range(e.nodes // e.graphs_per_step)
+                ]
+                loop.frame("graph.replay", host + 1)
+                b.graph_launch(
+                    at,
+                    nodes,
+                    loop.api("cudaGraphLaunch_v10000", "cuGraphLaunch"),
+                    e.tid,
+                    GRAPH,
+                    e.device,
+                    host,
+                    graph_id=g + 1,
                 )
-                for i in range(e.nodes)
-            ]
-            loop.frame("graph.replay", host + 1)
-            b.graph_launch(
-                at,
-                nodes,
-                loop.api("cudaGraphLaunch_v10000", "cuGraphLaunch"),
-                e.tid,
-                GRAPH,
-                e.device,
-                host,
-            )
-            truth.graph_launches.append(us(at))
-            loop.gpu_free = nodes[-1][1]
-            loop.t += host + 2
+                truth.graph_launches.append(us(at))
+                loop.gpu_free = nodes[-1][1]
+                loop.t += host + 2
         loop.kernel("lm_head_gemm", 40, "cuLaunchKernel")
         for _ in range(e.extra_syncs):  # .item(): a 4-byte pageable copy back, then a stream sync
             loop.copy(DTOH, 1, PAGEABLE, 4, blocking=False)
             loop.synchronize()
             loop.t += 8  # the loop's Python between two .item() calls
+        for _ in range(e.mid_reads):  # the logits checked on the host before sampling: a read,
+            loop.kernel("isfinite_all", 4, launch_kernel)  # then as much host work as the
+            loop.copy(DTOH, 1, PAGEABLE, 1, blocking=False)  # step's bookkeeping: no sync rule
+            loop.synchronize()  # can tell this point from the closing one
+            loop.t += e.bookkeeping_us
         loop.kernel("clone", 3, launch_kernel)
         loop.kernel("side_stream_softmax", 5, launch_kernel, SIDE)
         loop.kernel("sampler_argmax", 6, "cuLaunchKernelEx")
         # read the tokens back: the sync that closes the step
-        if e.close == "tolist":
+        if e.wait in ("futex", "callback"):
+            at = loop.t
+            start, end = loop.run_at(at + 5, 1)
+            if e.wait == "futex":
+                b.memcpy(at + 5, start, end, DTOH, PINNED, COMPUTE, "cuMemcpyDtoHAsync_v2", 128,
+                         READER, e.device, host_us=3)  # fmt: skip
+            b.call("cuLaunchHostFunc", at, at + 2, e.tid)  # launches no GPU op
+            b.os_call("futex", at + 3, end + 20, e.tid)  # woken by the callback
+            loop.t = end + 21
+        elif e.close == "tolist":
             loop.copy(DTOH, 1, PAGEABLE, 8 * 16, blocking=False)
             loop.synchronize()
         elif e.close == "memcpy":  # synchronous copy, no sync call and no sync record
@@ -265,6 +297,10 @@ def engine_trace(b: TraceBuilder, e: Engine) -> Truth:
         if e.step_range:
             b.range(e.step_range, None, step_start, loop.t - 1, e.tid, domain_id=2)
             truth.range_windows.append((us(step_start), us(loop.t - 1)))
+    truth.launch_windows = [
+        (s, truth.launch_windows[i + 1][0] if i + 1 < e.steps else us(loop.t))
+        for i, (s, _) in enumerate(truth.launch_windows)
+    ]
     # the step range rule: each window runs to the next step's range
     truth.range_windows = [
         (s, truth.range_windows[i + 1][0] if i + 1 < len(truth.range_windows) else end)

@@ -196,9 +196,11 @@ class TraceBuilder:
         stream: int = COMPUTE,
         device: int = 0,
         host_us: float = 2,
+        graph_id: int = 0,
     ) -> int:
         """One graph replay traced node by node: a call at `at` (host_us long) and a kernel per
-        node, each carrying the call's correlation id and a graph node id."""
+        node, each carrying the call's correlation id and a graph node id (CUPTI's: the graph's id
+        in the high 32 bits)."""
         corr = self.call(api, at, at + host_us, tid)
         for i, (start, end) in enumerate(nodes):
             self.kernel(
@@ -207,7 +209,7 @@ class TraceBuilder:
                 start,
                 end,
                 stream,
-                100 + i,
+                (graph_id << 32) + 100 + i,
                 tid=tid,
                 device=device,
                 correlation=corr,

@@ -11,7 +11,7 @@ import bisect
 import heapq
 import re
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -57,6 +57,21 @@ def union(ops: list[tuple[int, int]]) -> list[list[int]]:
     return islands
 
 
+def step_graphs(rows: Rows, windows: list[tuple[int, int]]) -> dict[int, int]:
+    """Step -> the graph of its largest replay (a graph named by its lowest node id; of replays as
+    large, the lowest id)."""
+    replays: dict[tuple[int, int], list[int]] = defaultdict(list)
+    for o in rows.ops:
+        k = step_of(windows, o.call.start) if o.call else None
+        if k is not None and o.node is not None:
+            replays[k, o.corr].append(o.node)
+    largest: dict[int, tuple[int, int]] = {}
+    for (k, _), nodes in replays.items():
+        key = (len(nodes), -min(nodes))
+        largest[k] = max(largest.get(k, key), key)
+    return {k: -graph for k, (_, graph) in largest.items()}
+
+
 def per_step(rows: Rows, windows: list[tuple[int, int]]) -> list[Step]:
     mine: dict[int, list] = defaultdict(list)
     for o in rows.ops:
@@ -78,8 +93,17 @@ def per_step(rows: Rows, windows: list[tuple[int, int]]) -> list[Step]:
     launch_median = statistics.median(s.launches for s in steps)
     islands = union([(o.start, o.end) for o in rows.ops])
     island_starts = [s for s, _ in islands]
+    graph_of = step_graphs(rows, windows)
+    uses = Counter(graph_of.values())
     for s in steps:
-        if s.op_ns > PREFILL_RATIO * op_median or s.launches > PREFILL_RATIO * launch_median:
+        rare = s.step in graph_of and uses[graph_of[s.step]] * 2 * PREFILL_RATIO < max(
+            uses.values()
+        )
+        if (
+            s.op_ns > PREFILL_RATIO * op_median
+            or s.launches > PREFILL_RATIO * launch_median
+            or rare
+        ):
             s.kind = "prefill"
     for s, nxt in zip(steps, steps[1:], strict=False):
         lo, hi = s.gpu_start, nxt.gpu_start

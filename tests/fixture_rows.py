@@ -23,6 +23,8 @@ POLL = re.compile(r"^cu(da)?(EventQuery|StreamQuery|StreamWaitEvent)")
 COPY_NAMES = {1: "HtoD", 2: "DtoH", 8: "DtoD", 10: "PtoP"}
 DTOH = 2
 MIN_STEPS, SPLIT_RATIO, GRAPH_SHARE = 3, 4.0, 0.5  # the constants profiling/README.md names
+READ_SHARE, REPEAT, AGREE, SCORE_TIE = 0.9, 0.05, (0.02, 0.05), 0.05  # and the evidence's
+PRIORITY = ("nvtx", "sync", "graph", "pause")
 
 
 @dataclass
@@ -49,6 +51,7 @@ class Op:
     pageable: bool = False
     nbytes: int | None = None
     call: Call | None = None
+    node: int | None = None  # graphNodeId
 
 
 @dataclass
@@ -79,7 +82,7 @@ def load(path: Path) -> Rows:
     by_corr = {(c.pid, c.corr): c for c in calls}
     assert len(by_corr) == len(calls), "a correlation id names two calls"
     ops = [
-        Op("kernel", s, e, pid, corr, names[n], g is not None)
+        Op("kernel", s, e, pid, corr, names[n], g is not None, node=g)
         for s, e, pid, corr, n, g in db.execute(
             'SELECT start, "end", globalPid, correlationId, shortName, graphNodeId '
             "FROM CUPTI_ACTIVITY_KIND_KERNEL"
@@ -230,6 +233,11 @@ def with_work(windows: list[tuple[int, int]], launches: list[int]) -> list[tuple
     ]
 
 
+def last_window(launches: list[int], start: int) -> list[tuple[int, int]]:
+    """A rule's last step: from its last boundary to the last launch."""
+    return [(start, max(launches[-1] + 1, start))]
+
+
 def sync_windows(rows: Rows, tid: int) -> list[tuple[int, int]]:
     closing = closing_points(sync_points(rows, tid))
     if not closing:
@@ -237,7 +245,8 @@ def sync_windows(rows: Rows, tid: int) -> list[tuple[int, int]]:
     launches = launch_times(rows)
     ends = [p.end for p in closing]
     starts = [launches[0] if launches else ends[0], *ends[:-1]]
-    return with_work(list(zip(starts, ends, strict=True)), launches)
+    windows = list(zip(starts, ends, strict=True)) + last_window(launches, ends[-1])
+    return with_work(windows, launches)
 
 
 def graph_windows(rows: Rows, tid: int) -> list[tuple[int, int]]:
@@ -249,7 +258,37 @@ def graph_windows(rows: Rows, tid: int) -> list[tuple[int, int]]:
         return []
     biggest = max(replays.values())
     big = sorted(start for (start, _), n in replays.items() if n >= GRAPH_SHARE * biggest)
-    return with_work(list(zip(big, big[1:], strict=False)), launch_times(rows))
+    launches = launch_times(rows)
+    windows = list(zip(big, big[1:], strict=False)) + last_window(launches, big[-1])
+    return with_work(windows, launches)
+
+
+def pause_windows(rows: Rows, tid: int) -> list[tuple[int, int]]:
+    """From each launch after a long pause of the engine thread to the next: the highest cut above
+    a >= SPLIT_RATIO jump in the sorted pauses whose steps hold the same number of launches most
+    often. A launch here is a call that launched something other than a device-to-host copy."""
+    calls = sorted(
+        (c.start, c.end)
+        for c in rows.calls
+        if c.tid == tid and any(not (o.op == "memcpy" and o.copy_kind == DTOH) for o in c.ops)
+    )
+    pauses, reach = [math.inf], calls[0][1] if calls else 0
+    for s, e in calls[1:]:
+        pauses.append(max(s - reach, 1000))
+        reach = max(reach, e)
+    known = sorted({math.log(p) for p in pauses if p != math.inf})
+    cuts = [math.exp(b) for a, b in zip(known, known[1:], strict=False) if b - a >= math.log(4)]
+    for cut in reversed(cuts):
+        opens = [k for k, p in enumerate(pauses) if p >= cut * (1 - 1e-9)]
+        between = Counter(b - a - 1 for a, b in zip(opens, opens[1:], strict=False))
+        if len(opens) >= MIN_STEPS and max(between.values()) >= 0.5 * sum(between.values()):
+            launches = launch_times(rows)
+            starts = [calls[k][0] for k in opens]
+            windows = list(zip(starts, starts[1:], strict=False)) + last_window(
+                launches, starts[-1]
+            )
+            return with_work(windows, launches)
+    return []
 
 
 def range_windows(rows: Rows, regex: str) -> list[tuple[int, int]]:
@@ -280,19 +319,96 @@ def spread(windows: list[tuple[int, int]]) -> float:
     return 1.4826 * mad / median if median > 0 else math.inf
 
 
-def find_steps(rows: Rows, step_range: str | None = None) -> tuple[str, list[tuple[int, int]]]:
-    """(rule, windows): the step range if named; else the better of sync and graph."""
-    if step_range:
-        return "nvtx", range_windows(rows, step_range)
+@dataclass
+class Candidate:
+    """One rule's steps and the evidence for them (profiling/evidence.py's definitions)."""
+
+    rule: str
+    windows: list[tuple[int, int]]
+    coverage: float = 0.0
+    spread: float = 0.0
+    read_share: float = 0.0
+    repeat_share: float = 0.0
+
+    @property
+    def steps(self) -> int:
+        return len(self.windows)
+
+    @property
+    def window_ms(self) -> float:
+        return statistics.median(e - s for s, e in self.windows) / 1e6
+
+    @property
+    def support(self) -> tuple[bool, bool]:
+        return self.read_share >= READ_SHARE, self.repeat_share >= READ_SHARE
+
+
+def measure(rows: Rows, rule: str, windows: list[tuple[int, int]]) -> Candidate:
+    launches = launch_times(rows)
+    reads = sorted(o.call.start for o in rows.ops if o.call and o.copy_kind == DTOH)
+
+    def held(times: list[int], w: tuple[int, int]) -> int:
+        return bisect.bisect_left(times, w[1]) - bisect.bisect_left(times, w[0])
+
+    whole = windows[:-1] if len(windows) > 1 else windows
+    calls = [held(launches, w) for w in whole]
+    middle = calls[len(calls) // 4 : max(3, len(calls) - len(calls) // 4)]
+    modal = max(sorted(set(middle)), key=middle.count)
+    return Candidate(
+        rule,
+        windows,
+        coverage(rows, windows[0][0], windows[-1][1]),
+        spread(windows),
+        sum(held(reads, w) > 0 for w in whole) / len(whole),
+        sum(abs(n - modal) <= REPEAT * modal for n in middle) / len(middle),
+    )
+
+
+def agree(a: Candidate, b: Candidate) -> bool:
+    steps, window = AGREE
+    return abs(a.steps - b.steps) <= max(2, steps * max(a.steps, b.steps)) and abs(
+        a.window_ms - b.window_ms
+    ) <= window * max(a.window_ms, b.window_ms)
+
+
+def candidates(rows: Rows, step_range: str | None = None) -> list[Candidate]:
+    """Every rule's steps (MIN_STEPS or more) with their evidence; the named range first."""
     tid = engine_thread(rows)
-    candidates = [
-        (rule, w)
-        for rule, w in (("sync", sync_windows(rows, tid)), ("graph", graph_windows(rows, tid)))
-        if len(w) >= MIN_STEPS
+    found = [("sync", sync_windows(rows, tid)), ("graph", graph_windows(rows, tid)),
+             ("pause", pause_windows(rows, tid))]  # fmt: skip
+    if step_range:
+        found.insert(0, ("nvtx", range_windows(rows, step_range)))
+    return [measure(rows, rule, w) for rule, w in found if len(w) >= MIN_STEPS]
+
+
+def choose(found: list[Candidate], step_range: str | None = None) -> Candidate:
+    """The named range; else the rule closed by reads, best scoring, or the first of PRIORITY of
+    those as well closed that agree with it and score about as well."""
+    if step_range:
+        return found[0]
+    best = max(found, key=lambda c: (c.support[0], c.coverage - c.spread))
+    same = [
+        c
+        for c in found
+        if c is best
+        or (
+            agree(c, best)
+            and c.support[0] == best.support[0]
+            and c.coverage - c.spread >= best.coverage - best.spread - SCORE_TIE
+        )
     ]
+    return min(same, key=lambda c: PRIORITY.index(c.rule))
 
-    def score(candidate: tuple[str, list]) -> tuple[float, bool]:
-        rule, w = candidate
-        return coverage(rows, w[0][0], w[-1][1]) - spread(w), rule == "sync"
 
-    return max(candidates, key=score)
+def sure(found: list[Candidate], chosen: Candidate) -> bool:
+    """An independent cross-check holds (another rule agrees, the steps end in reads for a rule not
+    looking for them, they repeat for the sync rule) and no other rule as well supported finds
+    other steps."""
+    others = [c for c in found if c is not chosen]
+    checked = (
+        any(agree(c, chosen) for c in others)
+        or (chosen.rule != "sync" and chosen.support[0])
+        or (chosen.rule == "sync" and chosen.support[1])
+    )
+    doubted = any(not agree(c, chosen) and c.support >= chosen.support for c in others)
+    return checked and not doubted

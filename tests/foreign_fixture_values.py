@@ -21,7 +21,7 @@ from bubblelab.profiling.catalog import connect
 from bubblelab.profiling.ingest import ingest
 from bubblelab.profiling.steps import StepOptions
 from tests import fixture_figures as ff
-from tests.fixture_rows import engine_thread, find_steps, load
+from tests.fixture_rows import candidates, choose, engine_thread, load, sure
 
 FIXTURES = Path(__file__).resolve().parents[1] / "traces" / "foreign"
 INDEX = json.loads((FIXTURES / "index.json").read_text())
@@ -120,20 +120,23 @@ def per_step_tables(name: str):
 
 @functools.cache
 def brute_rows(name: str):
-    """(rows, rule, windows, per-step rows) read from the fixture's raw SQLite rows."""
+    """(rows, rule, windows, per-step rows, whether a cross-check holds) read from the fixture's
+    raw SQLite rows."""
     with tempfile.TemporaryDirectory() as tmp:
         plain = Path(tmp) / f"{name}.sqlite"
         with gzip.open(FIXTURES / f"{name}.sqlite.gz") as src, plain.open("wb") as dst:
             shutil.copyfileobj(src, dst)
         rows = load(plain)
-    rule, windows = find_steps(rows, entry(name).get("step_range"))
-    return rows, rule, windows, ff.per_step(rows, windows)
+    step_range = entry(name).get("step_range")
+    found = candidates(rows, step_range)
+    chosen = choose(found, step_range)
+    return rows, chosen.rule, chosen.windows, ff.per_step(rows, chosen.windows), sure(found, chosen)
 
 
 @functools.cache
 def brute(name: str) -> dict:
     """The figures of `analysed`, from the raw rows (no run id, no rule detail: words)."""
-    rows, rule, windows, steps = brute_rows(name)
+    rows, rule, windows, steps, checked = brute_rows(name)
     steady = ff.steady(steps)
     n = len(steady)
     periods = [s.period / 1e6 for s in steady]
@@ -141,7 +144,7 @@ def brute(name: str) -> dict:
     inside = sum(s.op_ns for s in steps)
     cv = statistics.pstdev(periods) / statistics.mean(periods)
     coverage = inside / total
-    high, medium = cv <= 0.15 and coverage >= 0.8, cv <= 0.5 and coverage >= 0.5
+    high, medium = cv <= 0.15 and coverage >= 0.8 and checked, cv <= 0.5 and coverage >= 0.5
     gaps = [g for s in steady for g in s.gaps]
     bubbles = [(a, b) for a, b in gaps if b - a >= ff.GAP_NS]
     began, by_time, labels = ff.attribution(rows, bubbles)

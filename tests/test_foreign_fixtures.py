@@ -50,7 +50,7 @@ def test_every_step_matches_brute_force(name):
     """Per step, to the nanosecond: GPU span, kind, period, busy, kernel gaps, bubble, host wait;
     every idle gap of every timed step; every host sync with its step, closing and flagged."""
     steps, gaps, inventory = per_step_tables(name)
-    rows, _, windows, want = brute_rows(name)
+    rows, _, windows, want, _ = brute_rows(name)
     assert len(steps) == len(want) == len(windows)
     for row, w in zip(steps.itertuples(), want, strict=True):
         assert (row.step, row.kind, row.gpu_start_ns, row.gpu_end_ns) == (

@@ -1,6 +1,7 @@
 """A fuzz pass over the two readers of untrusted files (issue #14 item 7): nsys traces (ingest and
 analysis) and run directories' results.json. Mutated real files either read or fail with one
-BubblelabError: no other exception, no hang (a deadline per example), bounded memory."""
+BubblelabError: no other exception, no hang (a deadline per example), bounded memory; a trace that
+reads gives figures that hold their invariants (`check_figures`)."""
 
 from __future__ import annotations
 
@@ -108,6 +109,7 @@ def read_trace(path: Path) -> None:
     try:
         run_id = ingest(path, None, {}, con=con)
         report = analysis.analyze(con, [run_id], 1)
+        check_figures(con, run_id, report["runs"][0])
     except BubblelabError as e:
         report = {"refused": str(e)}
     finally:
@@ -116,6 +118,20 @@ def read_trace(path: Path) -> None:
         assert report["refused"] and "\n" not in report["refused"]
     else:
         assert [run["run_id"] for run in report["runs"]] == [run_id]
+
+
+def check_figures(con, run_id: str, run: dict) -> None:
+    """What a mutated trace that reads must still give: steps >= 0, shares in [0, 1], per step
+    busy <= period and no negative time, and `sure` only with nothing dropped at ingest."""
+    assert run["steps"] >= 0
+    for share in ("bubble_share", "host_late_share"):
+        assert run[share] is None or 0 <= run[share] <= 1, (share, run[share])
+    steps = analysis.per_step(con, run_id)
+    timed = steps[steps.period_ms.notna()]
+    assert (timed.period_ms >= 0).all()
+    assert (timed.busy_ms <= timed.period_ms + 1e-9).all()
+    found = run["steps_found"]
+    assert not (found["sure"] and any("dropped" in c for c in found["checks"]))
 
 
 @FUZZ

@@ -128,7 +128,7 @@ def test_analyze_foreign_bad_input_exit_2(fork_trace):
     assert result.stderr.count("\n") == 1 and "matches no NVTX range" in result.stderr
     result = bubblelab("analyze", str(fork_trace), "--step-rule", "kernels")
     assert result.returncode == 2
-    assert "--step-rule must be one of auto, sync, graph, got 'kernels'" in result.stderr
+    assert "--step-rule must be one of auto, sync, graph, pause, got 'kernels'" in result.stderr
     rep = fork_trace.with_suffix(".nsys-rep")
     rep.write_bytes(b"not really a report")
     result = bubblelab("analyze", str(rep))  # PATH holds no nsys here

@@ -113,7 +113,7 @@ def union_length(intervals: list[tuple[int, int]], lo: int, hi: int) -> int:
 @st.composite
 def traces(draw) -> tuple[TraceBuilder, list]:
     """Nested ranges on two threads; CUDA calls inside or between them launch kernels/copies
-    anywhere."""
+    anywhere after their call."""
     b, clock = TraceBuilder(), 100
     launched: list[tuple[int, int, int]] = []
     for step in range(draw(st.integers(2, 4))):
@@ -129,7 +129,8 @@ def traces(draw) -> tuple[TraceBuilder, list]:
             clock += draw(st.integers(0, 3))
         for _ in range(draw(st.integers(1, 6))):
             at = draw(st.integers(100, clock))
-            gpu = draw(st.integers(max(0, at - 30), at + 40))
+            # never before its launch: such an op is dropped at ingest (test_profiling_trust.py)
+            gpu = draw(st.integers(at, at + 40))
             end = gpu + draw(st.integers(1, 12))
             if draw(st.booleans()) or not launched:  # a trace without kernels is refused
                 b.kernel("k", at, gpu, end)

@@ -90,6 +90,19 @@ CREATE TABLE IF NOT EXISTS step_rules (
 -- Host window of each step of a foreign run: CUDA calls starting in [host_start, host_end) belong to it.
 CREATE TABLE IF NOT EXISTS step_windows (run_id VARCHAR, step BIGINT, host_start BIGINT, host_end BIGINT);
 
+-- Every rule profiling/steps.py tried on a foreign run, with the evidence for its steps (profiling/evidence.py):
+-- how many, their median host window, how irregular (robust CV of the windows' lengths), the share of the
+-- GPU's time inside them, the share closed by a device-to-host read (the sampled tokens coming back), the
+-- share launching the same work, and whether it was the rule used.
+CREATE TABLE IF NOT EXISTS step_candidates (
+    run_id VARCHAR, rule VARCHAR, detail VARCHAR, steps INTEGER, window_ms DOUBLE, spread DOUBLE,
+    coverage DOUBLE, read_share DOUBLE, repeat_share DOUBLE, chosen BOOLEAN);
+
+-- What the value checks at ingest found (sql/check_values.sql): rows of a kind ('GPU ops', 'CUDA API calls',
+-- ...) with a problem, how many of how many, and what was done ('dropped' or 'counted').
+CREATE TABLE IF NOT EXISTS trace_checks (
+    run_id VARCHAR, what VARCHAR, problem VARCHAR, count BIGINT, total BIGINT, action VARCHAR);
+
 -- OS runtime calls (nsys -t osrt), for what the host was doing while the GPU idled.
 CREATE TABLE IF NOT EXISTS os_calls (
     run_id VARCHAR, tid BIGINT, start BIGINT, "end" BIGINT, name VARCHAR, nesting INTEGER);

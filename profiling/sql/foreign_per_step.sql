@@ -13,20 +13,38 @@
 --   kind        'prefill' when the summed time of the step's ops, or the number of calls that launched them,
 --               exceeds $prefill_ratio x the run's median step (a prefill runs every prompt token, a decode
 --               step one per sequence; an eager prefill beside graph-replayed decode steps launches its
---               kernels one by one; and the median step of a generation run is a decode step); else
---               'decode'. batch_size and depth are unknown (NULL).
+--               kernels one by one; and the median step of a generation run is a decode step), or when its
+--               largest graph replay is of a graph the run replays in fewer than 1 / (2 x $prefill_ratio) as
+--               many steps as its most used one (a prefill captured as a graph of its own, which may cost
+--               and launch what a decode step does; a graph is named by its nodes' ids); else 'decode'.
+--               batch_size and depth are unknown (NULL).
 WITH ops AS (
-    SELECT step, start, "end", correlation_id FROM gpu_ops WHERE run_id = $run_id AND step IS NOT NULL
+    SELECT step, start, "end", correlation_id, graph_node FROM gpu_ops WHERE run_id = $run_id AND step IS NOT NULL
 ),
 step_ops AS (
     SELECT step, min(start) AS gpu_start_ns, max("end") AS gpu_end_ns, sum("end" - start) AS op_ns,
            count(DISTINCT correlation_id) AS launches
     FROM ops GROUP BY step
 ),
+replays AS (  -- each graph replay: its graph (the lowest node id names it) and how many nodes it ran
+    SELECT step, min(graph_node) AS graph, count(*) AS nodes
+    FROM ops WHERE graph_node IS NOT NULL GROUP BY step, correlation_id
+),
+step_graphs AS (  -- the graph of each step's largest replay (of equals, the lowest id)
+    SELECT step, min(graph) FILTER (nodes = largest) AS graph
+    FROM (SELECT *, max(nodes) OVER (PARTITION BY step) AS largest FROM replays)
+    GROUP BY step
+),
+rare_graphs AS (
+    SELECT step
+    FROM (SELECT step, count(*) OVER (PARTITION BY graph) AS uses FROM step_graphs)
+    WHERE uses * 2 * $prefill_ratio < (SELECT max(uses) FROM (SELECT count(*) AS uses FROM step_graphs GROUP BY graph))
+),
 periods AS (
     SELECT *, lead(gpu_start_ns) OVER (ORDER BY step) AS next_start_ns,
            op_ns > $prefill_ratio * median(op_ns) OVER ()
-             OR launches > $prefill_ratio * median(launches) OVER () AS prefill_like
+             OR launches > $prefill_ratio * median(launches) OVER ()
+             OR step IN (FROM rare_graphs) AS prefill_like
     FROM step_ops
 ),
 busy AS (
