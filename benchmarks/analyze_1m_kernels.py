@@ -5,7 +5,7 @@ Builds a scaled-up copy of a seed trace by replaying its events back to back unt
 --kernels kernels (the SQL in benchmarks/sql/), then, per mode and repeat, in a fresh in-memory
 catalog as `bubblelab analyze TRACE` uses: ingestion, the per-step table, steady state, the
 attribution (both splits), the idle histogram, the sync inventory, the kernel summary,
-`analysis.analyze` and, for another engine's trace, the pipelining prediction. Wall and CPU seconds
+`overview.analyze` and, for another engine's trace, the pipelining prediction. Wall and CPU seconds
 (CPU time, DuckDB's threads included, is what other jobs on the cores disturb least). Modes:
 
     bubblelab  our NVTX ranges (an engine-shaped depth-2 seed: 400 kernels a step, the probe's
@@ -42,7 +42,7 @@ import duckdb
 from benchmarks.analyze_seeds import engine_shaped_seed, foreign_seed
 from bubblelab.core.files import write_atomic
 from bubblelab.costmodel.foreign import pipelining_gain
-from bubblelab.profiling import analysis
+from bubblelab.profiling import analysis, overview
 from bubblelab.profiling.catalog import OFFLINE, connect, load_sqlite_extension, sql_string
 from bubblelab.profiling.ingest import ingest
 from bubblelab.profiling.steps import StepOptions
@@ -142,7 +142,7 @@ def one_pass(trace: Path, options: StepOptions, foreign: bool) -> tuple[dict, in
     timed("idle_histogram", lambda: analysis.idle_histogram(con, run, steady), times)
     timed("sync_inventory", lambda: analysis.sync_inventory(con, run), times)
     timed("kernel_summary", lambda: analysis.kernel_summary(con, run), times)
-    timed("analyze", lambda: analysis.analyze(con, [run]), times)
+    timed("analyze", lambda: overview.analyze(con, [run]), times)
     if foreign:
         timed("pipelining", lambda: pipelining_gain(steps), times)
     con.close()

@@ -27,10 +27,10 @@ from transformers import (
 
 from benchmarks.compare_common import Clock, Sweep, not_run, progress, sync
 from bubblelab.core.files import write_atomic
+from bubblelab.core.steady import WARMUP_STEPS
 from bubblelab.engine.config import ModelConfig, default_dtype
 from bubblelab.engine.export import hf_causal_lm
 from bubblelab.engine.loader import load_model
-from bubblelab.profiling.analysis import WARMUP_STEPS
 from bubblelab.runs.workload import WorkloadSpec, make_requests
 
 

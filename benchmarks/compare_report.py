@@ -10,7 +10,7 @@ matplotlib.use("Agg")  # headless: the device machine has no display
 import matplotlib.pyplot as plt  # noqa: E402
 
 from bubblelab.core.files import write_atomic
-from bubblelab.profiling.analysis import WARMUP_STEPS  # noqa: E402
+from bubblelab.core.steady import WARMUP_STEPS  # noqa: E402
 
 
 def write_markdown(result: dict, path: Path) -> str:

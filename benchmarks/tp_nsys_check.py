@@ -5,7 +5,7 @@ exactly as `bubblelab run-and-profile --tensor-parallel N` runs it, then:
 - from each nsys report (DIR/traces/run.<n>.sqlite): kernels and NCCL kernels per GPU, our NVTX
   ranges per process (every rank captured: a GPU and a process per rank);
 - from the catalog: each nsys run's ranks (one run per process, ranked at ingest) and the per-rank
-  analysis of every TP run (profiling.ranks via profiling.analysis.analyze: the ranks' medians,
+  analysis of every TP run (profiling.ranks via profiling.overview.analyze: the ranks' medians,
   straggler, skew, collectives apart from compute, where each rank's bubble went);
 - the prediction table with the GPU pieces taken across ranks (costmodel.tensor_parallel).
 
@@ -30,7 +30,7 @@ from typing import Any
 from bubblelab.core.errors import BubblelabError
 from bubblelab.core.files import write_atomic
 from bubblelab.costmodel.predict import predict_runs
-from bubblelab.profiling import analysis
+from bubblelab.profiling import analysis, overview
 from bubblelab.runs.assemble import nsys_reports
 from bubblelab.runs.rundir import read_results, results_path
 from bubblelab.runs.sources import run_catalog
@@ -109,7 +109,7 @@ def main() -> None:
                 "records"
             )
             report["tensor_parallel"] = [
-                compact(tp) for tp in analysis.analyze(con)["tensor_parallel"]
+                compact(tp) for tp in overview.analyze(con)["tensor_parallel"]
             ]
         finally:
             con.close()

@@ -66,7 +66,7 @@ def analyze(
 ) -> None:
     """Per-step breakdown of each run: steps found, forward, bubble and period, where the bubble
     went, and for a foreign engine its host syncs and what pipelining would buy it."""
-    from ..profiling.analysis import WARMUP_STEPS
+    from ..core.steady import WARMUP_STEPS
     from ..profiling.steps import StepOptions
     from ..runs.analysis import analyze_traces
     from .ranks import LEGEND, rank_lines, rank_table

@@ -17,11 +17,10 @@ import duckdb
 import pandas as pd
 
 from ..core.errors import BubblelabError
-from ..core.steady import WARMUP_STEPS, steady_state
+from ..core.steady import steady_state
 from ..core.timeline import Timeline
 from . import foreign, queries
 from .catalog import connect
-from .evidence import step_summary
 from .ingest import ingest_timeline
 
 Catalog = Path | str | duckdb.DuckDBPyConnection
@@ -246,106 +245,6 @@ def summarize(df: pd.DataFrame) -> dict:
     period = df["period_ms"].sum()
     summary["bubble_share"] = _float(df["bubble_ms"].sum() / period) if period else None
     return summary
-
-
-def analyze(
-    catalog: Catalog,
-    run_ids: list[str] | None = None,
-    warmup: int = WARMUP_STEPS,
-    output_len: float | None = None,
-) -> dict:
-    """Steady-state summary and bubble attribution per run, and bubblelab runs pooled per (depth,
-    streams).
-
-    A run without `streams` metadata gets its steady-state batch size (the streams of a closed
-    loop). Every run says how its steps were found and how sure that is (`steps_found`,
-    evidence.step_summary; output_len, the tokens a request generates, when known, is one
-    cross-check of a foreign run's step count); a foreign
-    run adds its idle split (foreign.idle_split) and its host syncs per steady step
-    (foreign.sync_summary). Every rank of a tensor-parallel run is a run here too (its `rank`);
-    `tensor_parallel` puts the ranks of each such run side by side (profiling.ranks.analyze_ranks)
-    and the pooled groups hold rank 0's runs only (a worker's steps are the same steps again).
-    """
-    from . import ranks  # ranks reads this module's answers
-
-    con = _open(catalog)
-    meta = runs(con).set_index("run_id")
-    per_run, parts = [], {}
-    for run_id in meta.index.tolist() if run_ids is None else run_ids:
-        run = meta.loc[run_id]
-        steps = per_step(con, run_id)
-        steady = steady_state(steps, warmup)
-        is_foreign = foreign.is_foreign(con, run_id)
-        parts[run_id] = (
-            steady,
-            attribution(con, run_id, steady),
-            idle_gaps(con, run_id, steady, bubble_only=True),  # kernel gaps stay in DuckDB
-        )
-        streams = run.streams if pd.notna(run.streams) else steady.batch_size.mode().max()
-        syncs = sync_inventory(con, run_id)
-        entry = {
-            "run_id": run_id,
-            "model": run.model,
-            "device": run.device,
-            "source": run.source,
-            "depth": _int(run.depth),
-            "streams": _int(streams),
-            "tensor_parallel": _int(run.get("tensor_parallel")),
-            "rank": _int(run.get("rank")),  # a tensor-parallel worker's own run: 1, 2, ...
-            "steps_found": step_summary(con, run_id, steps, steady, output_len),
-            **_digest([parts[run_id]]),
-            "flagged_syncs": int(syncs.flagged.sum()),
-        }
-        if is_foreign:
-            entry["idle_split"] = foreign.idle_split(parts[run_id][2], steady)
-            entry["syncs_per_step"] = _records(foreign.sync_summary(syncs, steady))
-        per_run.append(entry)
-    groups = []
-    ours = [
-        r for r in per_run if r["steps_found"]["rule"] == foreign.OURS and not (r["rank"] or 0) > 0
-    ]
-    for depth, streams in sorted({(r["depth"], r["streams"]) for r in ours}, key=str):
-        members = [r["run_id"] for r in ours if (r["depth"], r["streams"]) == (depth, streams)]
-        groups.append(
-            {
-                "depth": depth,
-                "streams": streams,
-                "runs": members,
-                **_digest([parts[m] for m in members]),
-            }
-        )
-    tp = ranks.analyze_ranks(con, None if run_ids is None else list(run_ids), warmup)
-    return {"warmup_steps": warmup, "runs": per_run, "groups": groups, "tensor_parallel": tp}
-
-
-def _digest(parts: list[tuple[pd.DataFrame, ...]]) -> dict:
-    """summarize() of the pooled steady steps; their bubble per step by phase and by top-level
-    part, split by time and by where each gap began (ms_per_step); the share of the bubble in gaps
-    the host ended late (it launched the next work only after the GPU had gone idle)."""
-    steady, split, gaps = (pd.concat(frames) for frames in zip(*parts, strict=True))
-    bubble_gaps = gaps[gaps.within.isna() & gaps.launch_lag_us.notna()]
-    late = (
-        bubble_gaps.idle_us[bubble_gaps.launch_lag_us > 0].sum() / bubble_gaps.idle_us.sum()
-        if bubble_gaps.idle_us.sum()
-        else None
-    )
-    return {
-        **summarize(steady),
-        "attribution_ms_per_step": ms_per_step(split, len(steady)),
-        "host_late_share": None if late is None else _float(late),
-    }
-
-
-def _records(table: pd.DataFrame) -> list[dict]:
-    """A table as JSON-ready records (numpy scalars to Python, NaN to None)."""
-    return [
-        {k: (None if pd.isna(v) else v.item() if hasattr(v, "item") else v) for k, v in row.items()}
-        for row in table.to_dict("records")
-    ]
-
-
-def _int(x) -> int | None:
-    return None if x is None or pd.isna(x) else int(x)
 
 
 def _float(x: float) -> float | None:

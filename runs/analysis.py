@@ -2,7 +2,7 @@
 each run's steady-state breakdown and bubble attribution out, named by configuration, with what
 pipelining would buy a foreign engine.
 
-It spans profiling (ingest, profiling.analysis.analyze) and the cost model
+It spans profiling (ingest, profiling.overview.analyze) and the cost model
 (costmodel.foreign.pipelining_gain), so it lives here; the CLI prints its answer, and the notebooks
 and tools/ call it for the same numbers.
 """
@@ -17,8 +17,9 @@ import duckdb
 from ..core.checks import check_float, check_int
 from ..core.errors import BubblelabError, OptionError
 from ..core.files import check_output_path
+from ..core.steady import WARMUP_STEPS
 from ..costmodel.foreign import pipelining_gain
-from ..profiling import analysis
+from ..profiling import analysis, overview
 from ..profiling.ingest import DOMAIN, ingest_trace
 from ..profiling.steps import StepOptions
 from .catalogs import update_catalog
@@ -31,13 +32,13 @@ def analyze_traces(
     inputs: Sequence[Path | str] = (),
     *,
     catalog: Path | str | duckdb.DuckDBPyConnection | None = None,
-    warmup: int = analysis.WARMUP_STEPS,
+    warmup: int = WARMUP_STEPS,
     domain: str = DOMAIN,
     steps: StepOptions | None = None,
     output_len: float | None = None,
     on_progress: Callable[[str], None] | None = None,
 ) -> dict:
-    """profiling.analysis.analyze of the runs of `inputs`, every run named (`name`, e.g.
+    """profiling.overview.analyze of the runs of `inputs`, every run named (`name`, e.g.
     `qwen3-0.6b·s32·d1·r0`) and a foreign run's `pipelining` predicted (or `not_predicted`, why).
 
     inputs: nsys exports (.sqlite, .sqlite.gz, .nsys-rep; an index.json beside one gives its run
@@ -72,7 +73,7 @@ def analyze_traces(
             meta = index_meta(trace)  # the committed traces' model, streams, depth
             run_ids += ingest_trace(trace, None, meta, domain=domain, steps=steps, con=con)
         say("analysing")
-        report = analysis.analyze(con, run_ids or None, warmup, output_len)
+        report = overview.analyze(con, run_ids or None, warmup, output_len)
         for run in report["runs"]:
             if "syncs_per_step" in run:
                 run["pipelining"] = _pipelining(con, run, output_len, warmup)

@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 from bubblelab.costmodel.foreign import pipelining_gain
-from bubblelab.profiling import analysis
+from bubblelab.profiling import analysis, overview
 from bubblelab.profiling.catalog import connect
 from bubblelab.profiling.ingest import ingest
 from bubblelab.profiling.steps import StepOptions
@@ -54,7 +54,7 @@ def analysed(name: str) -> dict:
     run = ingest(
         FIXTURES / f"{name}.sqlite.gz", None, {}, steps=StepOptions(e.get("step_range")), con=con
     )
-    report = analysis.analyze(con, [run])["runs"][0]
+    report = overview.analyze(con, [run])["runs"][0]
     steps = analysis.per_step(con, run)
     steady = analysis.steady_state(steps)
     gaps = analysis.idle_gaps(con, run, steady)

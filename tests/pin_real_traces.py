@@ -9,7 +9,7 @@ from __future__ import annotations
 import pprint
 from pathlib import Path
 
-from bubblelab.profiling import analysis
+from bubblelab.profiling import analysis, overview
 from bubblelab.profiling.catalog import connect
 from bubblelab.profiling.ingest import ingest
 
@@ -45,7 +45,7 @@ def expected(con, run: str) -> dict:
             for r in hist[hist.gaps > 0][["lo_us", "gaps", "kernel_gaps"]].values.tolist()
         ],
         kernels=[(r.name, r.phase, int(r.calls), r6(r.total_ms)) for r in kernels.itertuples()],
-        host_late_share=r6(analysis.analyze(con, [run])["groups"][0]["host_late_share"]),
+        host_late_share=r6(overview.analyze(con, [run])["groups"][0]["host_late_share"]),
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
 import re
 from pathlib import Path
@@ -85,3 +86,47 @@ def test_the_product_imports_itself_relatively():
         if line.lstrip().startswith(("from bubblelab", "import bubblelab"))
     ]
     assert not absolute, absolute
+
+
+def product_imports() -> dict[str, set[str]]:
+    """module -> the product modules it imports, anywhere in its body (a lazy import inside a
+    function is an edge too: it still ties the two modules together)."""
+    modules = {
+        ".".join(f.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): f
+        for name in PRODUCT
+        for f in (ROOT / name).rglob("*.py")
+    }
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for module, path in modules.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom) or not node.level:
+                continue
+            base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1])
+            target = f"{base}.{node.module}" if node.module else base
+            for alias in node.names:  # `from . import x` names a module where one exists
+                sub = f"{target}.{alias.name}"
+                graph[module].add(sub if sub in modules else target)
+    return {m: {t for t in ts if t in modules and t != m} for m, ts in graph.items()}
+
+
+def test_no_import_circle_in_the_product():
+    """Issue #23: the import graph read from the checkout has no circle (a package's __init__ that
+    re-exports its own modules is not one: nothing below imports it back)."""
+    graph = product_imports()
+    circles = []
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for target in sorted(graph[module]):
+            if state.get(target) == 1:
+                circles.append(path[path.index(target) :] + [target])
+            elif target not in state:
+                visit(target, [*path, target])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert len(graph) > 100 and not circles, circles

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bubblelab.core.errors import BubblelabError
-from bubblelab.profiling import analysis
+from bubblelab.profiling import analysis, overview
 from bubblelab.profiling.catalog import connect
 from bubblelab.profiling.ingest import ingest
 from bubblelab.report.report import render_report
@@ -108,7 +108,7 @@ def read_trace(path: Path) -> None:
     con = connect(None)
     try:
         run_id = ingest(path, None, {}, con=con)
-        report = analysis.analyze(con, [run_id], 1)
+        report = overview.analyze(con, [run_id], 1)
         check_figures(con, run_id, report["runs"][0])
     except BubblelabError as e:
         report = {"refused": str(e)}

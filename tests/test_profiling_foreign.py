@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bubblelab.core.errors import BubblelabError
-from bubblelab.profiling import analysis
+from bubblelab.profiling import analysis, overview
 from bubblelab.profiling.catalog import connect
 from bubblelab.profiling.ingest import ingest, ingest_trace
 from bubblelab.profiling.steps import GAP_THRESHOLD_US, StepOptions
@@ -105,7 +105,7 @@ def test_nano_vllm_shaped_engine(tmp_path):
     run = ingest(trace, None, {}, con=con)
     steps, inventory = check_against_brute_force(con, run, trace, truth.windows)
     assert steps.kind.tolist() == truth.kinds
-    summary = analysis.analyze(con, [run])["runs"][0]
+    summary = overview.analyze(con, [run])["runs"][0]
     found = summary["steps_found"]
     assert (found["rule"], found["steps"], found["prefill_steps"]) == ("sync", 14, 1)
     assert found["confidence"] == "high" and found["gpu_coverage"] == 1.0
@@ -124,7 +124,7 @@ def test_fork_shaped_engine_names_its_extra_syncs(tmp_path):
     con = connect(None)
     run = ingest(trace, None, {}, con=con)
     _, inventory = check_against_brute_force(con, run, trace, truth.windows)
-    summary = analysis.analyze(con, [run], warmup=1)["runs"][0]
+    summary = overview.analyze(con, [run], warmup=1)["runs"][0]
     assert summary["steps_found"]["rule"] == "sync" and summary["steps_found"]["steps"] == 10
     per_step = {
         (r["api"], r["detail"], r["closing"]): r["per_step"] for r in summary["syncs_per_step"]
@@ -152,7 +152,7 @@ def test_generate_shaped_engine_keeps_its_prefill_whole(tmp_path):
     run = ingest(trace, None, {}, con=con)
     steps, inventory = check_against_brute_force(con, run, trace, truth.windows)
     assert steps.kind.tolist() == truth.kinds == ["decode"] * 3 + ["prefill"] + ["decode"] * 11
-    found = analysis.analyze(con, [run], warmup=0)["runs"][0]["steps_found"]
+    found = overview.analyze(con, [run], warmup=0)["runs"][0]["steps_found"]
     assert (found["steps"], found["prefill_steps"]) == (15, 1)
     assert "15 of 43 sync points" in found["detail"]
     assert "28 read nothing back and close no step" in found["detail"]
@@ -177,7 +177,7 @@ def test_steps_closed_many_ways(tmp_path, engine):
     con = connect(None)
     run = ingest(trace, None, {}, con=con)
     check_against_brute_force(con, run, trace, truth.windows)
-    assert analysis.analyze(con, [run])["runs"][0]["steps_found"]["rule"] == "sync"
+    assert overview.analyze(con, [run])["runs"][0]["steps_found"]["rule"] == "sync"
 
 
 def test_step_range_and_graph_rules(tmp_path):
@@ -361,7 +361,7 @@ def test_our_h200_traces_read_as_foreign(name):
     for how in ({"domain": "none"}, {"steps": StepOptions(rule="sync")},
                 {"steps": StepOptions(rule="graph")}):  # fmt: skip
         run = ingest(trace, None, {}, con=con, **how)
-        found = analysis.analyze(con, [run])["runs"][0]["steps_found"]
+        found = overview.analyze(con, [run])["runs"][0]["steps_found"]
         assert found["sure"] and found["confidence"] == "high", found["unsure"]
         steps = analysis.per_step(con, run)
         steady = analysis.steady_state(steps)

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from bubblelab.profiling import analysis, ranks
+from bubblelab.profiling import overview, ranks
 from bubblelab.profiling.catalog import connect
 from bubblelab.profiling.ingest import ingest_trace
 from testing.synthetic_tp_trace import ALL_GATHER, ALL_REDUCE, STEPS, STRAGGLER_FLIP, tp_trace
@@ -95,7 +95,7 @@ def test_the_straggler_and_the_skew_of_every_step(tp2):
 
 def test_analyze_puts_the_ranks_side_by_side_over_rank_0s_steady_steps(tp2):
     _, con, run_ids = tp2
-    report = analysis.analyze(con, run_ids, warmup=0)
+    report = overview.analyze(con, run_ids, warmup=0)
     (tp,) = report["tensor_parallel"]
     assert (tp["ranks"], tp["steady_steps"]) == (2, len(STEADY))
     assert [s["step"] for s in tp["steps"]] == STEADY
@@ -153,7 +153,7 @@ def test_two_engines_in_one_trace_are_not_one_tensor_parallel_run(tmp_path):
     run_ids = ingest_trace(b.write(tmp_path / "two.sqlite"), None, {}, con=con)
     assert len(run_ids) == 2
     assert con.sql("SELECT rank, tensor_parallel FROM runs").fetchall() == [(None, None)] * 2
-    assert analysis.analyze(con, run_ids, warmup=0)["tensor_parallel"] == []
+    assert overview.analyze(con, run_ids, warmup=0)["tensor_parallel"] == []
 
 
 def test_the_cli_prints_a_table_of_the_ranks_and_its_json_carries_them(tp2, tmp_path):

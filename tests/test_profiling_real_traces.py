@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bubblelab.profiling import analysis
+from bubblelab.profiling import analysis, overview
 from bubblelab.profiling.catalog import connect
 from bubblelab.profiling.ingest import ingest
 
@@ -389,7 +389,7 @@ def test_analyze_report(catalog):
     """`bubblelab analyze --json`: per (depth, streams) the pinned medians, and the top-level
     attribution per steady step adding up to the mean bubble."""
     con, runs = catalog
-    report = analysis.analyze(con, [runs[name] for name in NAMES])
+    report = overview.analyze(con, [runs[name] for name in NAMES])
     groups = {(g["depth"], g["streams"]): g for g in report["groups"]}
     assert sorted(groups) == [(1, 1), (1, 32), (2, 1), (2, 32)]
     for name in NAMES:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bubblelab.core.errors import BubblelabError
-from bubblelab.profiling import analysis
+from bubblelab.profiling import overview
 from bubblelab.profiling.catalog import connect
 from bubblelab.profiling.ingest import ingest
 from bubblelab.profiling.steps import StepOptions
@@ -21,7 +21,7 @@ SHIFT = 1 << 62  # ns: a timestamp shifted by ~146 years
 
 
 def found(con, run: str) -> dict:
-    return analysis.analyze(con, [run])["runs"][0]
+    return overview.analyze(con, [run])["runs"][0]
 
 
 @pytest.mark.parametrize(

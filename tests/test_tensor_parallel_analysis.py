@@ -15,7 +15,7 @@ import pytest
 from bubblelab.core.errors import BubblelabError
 from bubblelab.costmodel.predict import predict_runs
 from bubblelab.costmodel.tensor_parallel import tp_comparison, tp_pieces, tp_steps
-from bubblelab.profiling import analysis, ranks
+from bubblelab.profiling import overview, ranks
 from bubblelab.runs import assemble as assemble_module
 from bubblelab.runs.rundir import read_results
 from bubblelab.runs.sources import run_catalog
@@ -70,7 +70,7 @@ def test_every_rank_has_the_same_steps_and_its_own_bubble(tp2):
         assert (overlap > 0).mean() > 0.9
         # no kernels in a timeline: no compute/communication split, said as NULL
         assert steps["comm_ms"].isna().all()
-    report = analysis.analyze(con, warmup=0)
+    report = overview.analyze(con, warmup=0)
     assert len(report["tensor_parallel"]) == 4
     for tp in report["tensor_parallel"]:
         assert tp["ranks"] == 2 and tp["steady_steps"] > 3

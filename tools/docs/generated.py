@@ -29,7 +29,7 @@ import pandas as pd
 from bubblelab.costmodel.compare import step_summary
 from bubblelab.costmodel.headline import accuracy_cells
 from bubblelab.costmodel.predict import predict_runs
-from bubblelab.profiling import analysis
+from bubblelab.profiling import overview
 from bubblelab.profiling.catalog import connect
 from bubblelab.runs.rundir import Results, read_results
 from bubblelab.runs.traces import TRACES_DIR, load_traces
@@ -55,10 +55,10 @@ PEERS = ROOT / "docs" / "measurements" / "2026-11-23" / "peers" / "compare_nanov
 
 @functools.cache
 def committed_traces() -> tuple[Results, dict]:
-    """The committed traces and profiling.analysis.analyze's answer on them."""
+    """The committed traces and profiling.overview.analyze's answer on them."""
     con = connect(None)
     results = load_traces(catalog=con)
-    return results, analysis.analyze(con, list(results.runs["run_id"]))
+    return results, overview.analyze(con, list(results.runs["run_id"]))
 
 
 def _trace_names() -> dict[str, str]:
