@@ -72,13 +72,15 @@ def recorded(path: Path) -> Iterator[tuple[str, str]]:
         yield "repeats", f"{sweep['repeats']}" + (" + 1 under nsys" if profiled else "")
         return
     meta = {**doc.get("meta", {}), **doc.get("env", {}), **doc}
+    machine = meta.get("machine")  # a benchmark's own record of its machine (runs.machine)
     gpu = meta.get("device") or meta.get("gpu")
-    if isinstance(gpu, str):
+    if isinstance(gpu, str) and not (machine and gpu in ("cuda", "cpu")):  # a name, not a kind
         yield "gpu", gpu
     if isinstance(meta.get("torch"), str):
         yield "torch", meta["torch"]
-    if machine := meta.get("machine"):  # a CPU benchmark's own record (runs.machine)
-        yield "gpu", f"{machine['cpu_count']}-core CPU"
+    if machine:
+        gpus = machine.get("gpus") or []
+        yield "gpu", gpus[0]["name"] if gpus else f"{machine['cpu_count']}-core CPU"
         yield "commit", machine["git_revision"][:7]
     # a benchmark's own count, its sweep's or its command line's
     for repeats in (
