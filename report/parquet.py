@@ -2,8 +2,9 @@
 polars, DuckDB or Spark.
 
 Columns are those of results.json (docs/phases.md; runs.rundir), attribution's two splits of the
-bubble (time_ms, began_ms) among them: every table carries run_id, and runs.parquet adds each run's
-configuration label, so the tables join without bubblelab. The provenance travels as JSON in
+bubble (time_ms, began_ms) among them, with the columns and types of report.parquet_schema
+whatever the source: every table carries run_id, and runs.parquet adds each run's configuration
+label, so the tables join without bubblelab. The provenance travels as JSON in
 runs.parquet's schema metadata (key `bubblelab.provenance`).
 """
 
@@ -21,6 +22,7 @@ import pyarrow.parquet as pq
 from ..core.files import write_atomic
 from ..runs.rundir import Results
 from .labels import run_name
+from .parquet_schema import SCHEMAS, conform
 
 TABLES = ("runs", "steps", "gaps", "attribution")
 
@@ -36,7 +38,11 @@ def write_parquet(results: Results, out_dir: Path) -> list[Path]:
         if name == "runs":
             frame = frame.assign(config=frame.apply(run_name, axis=1, depth=False))
             metadata = {"bubblelab.provenance": json.dumps(results.provenance, default=str)}
-        table = pa.Table.from_pandas(_arrow_ready(frame), preserve_index=False)
+        frame = _arrow_ready(conform(frame, SCHEMAS[name]))
+        schema = pa.Table.from_pandas(frame, preserve_index=False).schema  # the extra columns'
+        for i, declared in enumerate(SCHEMAS[name]):
+            schema = schema.set(i, declared)
+        table = pa.Table.from_pandas(frame, schema=schema, preserve_index=False)
         if metadata:
             table = table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata})
         path = out_dir / f"{name}.parquet"

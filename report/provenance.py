@@ -19,13 +19,15 @@ import pandas as pd
 
 from ..runs.rundir import Results
 
-SHOWN = ("command", "machine", "sweep")  # provenance keys shown as facts; the rest as JSON
+SHOWN = ("command", "machine", "sweep")  # provenance keys shown as facts; the rest summarised
 NOT_RECORDED = "not recorded"
+SHORT = 100  # characters: a value this short is shown whole; a longer one as a summary, JSON folded
 
 
 def sources(results: Results, name: str) -> list[dict]:
     """One record per source (run directory) of results: name, facts [(what, text)], other
-    provenance [(key, JSON text)], and its number of runs."""
+    provenance [{key, summary, json}] (json: the whole value, folded on the page; None when the
+    summary is all of it), and its number of runs."""
     named = results.provenance.get("sources")
     if "run_dir" in results.runs and isinstance(named, dict):
         parts = [(n, results.runs[results.runs["run_dir"] == n], p) for n, p in named.items()]
@@ -36,7 +38,7 @@ def sources(results: Results, name: str) -> list[dict]:
             "name": n,
             "runs": len(runs),
             "facts": facts(runs, p if isinstance(p, dict) else {}),
-            "other": [(k, _json(v)) for k, v in (p or {}).items() if k not in SHOWN],
+            "other": [_other(k, v) for k, v in (p or {}).items() if k not in SHOWN],
         }
         for n, runs, p in parts
     ]
@@ -170,5 +172,33 @@ def _text(value: object) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def _json(value: object) -> str:
-    return value if isinstance(value, str) else json.dumps(value, indent=1, default=str)
+def _other(key: str, value: object) -> dict:
+    """A provenance entry as one line of the facts table: short values whole, long ones (a
+    sweep's timings: ~1,500 px of JSON) as their top-level keys or length, the JSON folded."""
+    flat = value if isinstance(value, str) else json.dumps(value, default=str)
+    if len(flat) <= SHORT:
+        return {"key": key, "summary": flat, "json": None}
+    if isinstance(value, dict):
+        summary = f"{len(value)} entries: " + ", ".join(
+            f"{k} {_scalar(v)}" if _scalar(v) else str(k) for k, v in value.items()
+        )
+    elif isinstance(value, list):
+        summary = f"{len(value)} items"
+    else:
+        summary = flat[:SHORT] + "…"
+    if len(summary) > 2 * SHORT:
+        summary = summary[: 2 * SHORT].rsplit(", ", 1)[0] + ", …"
+    pretty = value if isinstance(value, str) else json.dumps(value, indent=1, default=str)
+    return {"key": key, "summary": summary, "json": pretty}
+
+
+def _scalar(value: object) -> str:
+    """A number, text or flag as a few characters; "" for anything nested. A dict holding only
+    wall_s (a sweep's timings per pass) reads as its seconds."""
+    if isinstance(value, dict) and set(value) == {"wall_s"}:
+        value = value["wall_s"]
+    if isinstance(value, bool) or value is None:
+        return str(value).lower()
+    if isinstance(value, int | float):
+        return f"{value:.4g}"
+    return value if isinstance(value, str) and len(value) <= 24 else ""

@@ -51,14 +51,15 @@ def _env() -> jinja2.Environment:
 
 
 def timeline_charts(results: Results) -> list[dict]:
-    """One lane chart per configuration: its first depth-1 run over its first depth-2 run."""
+    """One lane chart per configuration: its first depth-1 run over its first depth-2 run; and
+    `series`, every step of the same runs over time (figures.step_series)."""
     by_config: dict[str, dict[int, dict]] = {}
     for run in results.runs.to_dict("records"):
         depth = known_int(run["depth"]) or 0  # unknown for a trace of another engine
         by_config.setdefault(run_name(run, depth=False), {}).setdefault(depth, run)
     charts = []
     for title, by_depth in by_config.items():
-        panels = []
+        panels, series = [], []
         for depth, run in sorted(by_depth.items()):
             steps = results.steps[results.steps["run_id"] == run["run_id"]]
             steps = steps[steps["gpu_start_ns"].notna()]  # a last planned step may have no GPU span
@@ -68,10 +69,16 @@ def timeline_charts(results: Results) -> list[dict]:
                 mode = "as traced" if not depth else "blocking" if depth == 1 else "pipelined"
                 name = f"depth {depth or '?'} ({mode})"
                 panels.append((name, steps, ranges, device_word([run["device"]])))
+                series.append((f"{name} · every step of run {run['run_id']}", steps))
         if panels:
             has_host = any(r is not None and len(r) for _, _, r, _ in panels)
             charts.append(
-                dict(title=title, svg=Markup(figures.lane_chart(panels)), has_host=has_host)
+                dict(
+                    title=title,
+                    svg=Markup(figures.lane_chart(panels)),
+                    has_host=has_host,
+                    series=Markup(figures.step_series(series, device=panels[0][3])),
+                )
             )
     return charts
 

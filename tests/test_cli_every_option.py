@@ -31,6 +31,7 @@ BASE = {
     "predict": ["--blog", "--n-boot", "20"],
     "report": ["--demo", "demo", "--n-boot", "20"],
     "export": [TRACE, "--out", "exported"],
+    "compare": [TRACE, TRACE],
 }
 
 

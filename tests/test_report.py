@@ -391,3 +391,20 @@ def test_report_names_a_configuration_it_cannot_predict(tmp_path, demo_dir):
     html = report_run_dir(tmp_path, n_boot=50).read_text()
     assert "Left out: sim · simulated · 8 streams: no steady-state decode steps" in html
     assert "sim · simulated · 1 stream" in html
+
+
+def test_long_provenance_is_a_line_with_its_json_folded(tmp_path):
+    """A sweep's timings (~1,500 px of JSON on the page) read as one line of the facts table,
+    the JSON behind a <details>; short values stay whole."""
+    run_dir = tmp_path / "run"
+    write_demo_run_dir(run_dir, streams=(1,), requests_per_stream=2, output_len=16)
+    r = read_results(run_dir)
+    timings = {f"pass{i}": {"wall_s": 1.5 * i, "runs": list(range(20))} for i in range(30)}
+    r.provenance.update(timings=timings, catalog="out/catalog.duckdb")
+    write_results(run_dir, r.runs, r.steps, r.attribution, r.gaps, r.provenance, r.timeline)
+    html = report_run_dir(run_dir, n_boot=20, export=False).read_text()
+    line = re.search(r"<dt>timings</dt><dd>(.*?)<details", html, re.S)
+    assert line and line.group(1).startswith("30 entries: pass0, pass1")
+    assert len(line.group(1)) < 250
+    assert re.search(r'<details class="raw">\s*<summary>JSON</summary><pre>\{', html)
+    assert "<dt>catalog</dt><dd>out/catalog.duckdb</dd>" in html

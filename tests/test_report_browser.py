@@ -1,7 +1,8 @@
 """The report in a real browser: headless Chromium, driven over the DevTools protocol on a pipe.
 
-Checks that the page renders, logs no console error, raises no exception, opens no dialog (a planted
-`<script>alert(1)</script>` would) and paints a non-blank screenshot.
+Checks that the page renders at 1400 px wide, logs no console error, raises no exception, opens no
+dialog (a planted `<script>alert(1)</script>` would), paints a non-blank screenshot and draws no
+figure text over other text.
 """
 
 import base64
@@ -26,6 +27,7 @@ from bubblelab.runs.demo import write_demo_run_dir
 from tests.test_report import EVIL, plant
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+WIDTH = 1400  # px: a laptop's browser window
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None, reason="chromium is not installed (apt-get install -y chromium)"
 )
@@ -134,7 +136,9 @@ class Browser:
         os.close(self._from_chrome)
 
 
-def load(url: str, user_data_dir, width: int = 1280, measure: dict[str, str] | None = None) -> dict:
+def load(
+    url: str, user_data_dir, width: int = WIDTH, measure: dict[str, str] | None = None
+) -> dict:
     """Open url; return its problems (console errors, exceptions, dialogs), text, a screenshot and
     the value of each JavaScript expression in `measure`, by name."""
     browser = Browser(user_data_dir)
@@ -199,7 +203,7 @@ def load(url: str, user_data_dir, width: int = 1280, measure: dict[str, str] | N
 def assert_not_blank(png: bytes, path) -> None:
     path.write_bytes(png)
     pixels = mpimg.imread(io.BytesIO(png), format="png")[..., :3]
-    assert pixels.shape[0] > 2000 and pixels.shape[1] == 1280  # the whole long page
+    assert pixels.shape[0] > 2000 and pixels.shape[1] == WIDTH  # the whole long page
     colors = np.unique((pixels[::4, ::4] * 255).astype(np.uint8).reshape(-1, 3), axis=0)
     assert len(colors) > 200  # text, charts, the hero gradient
     assert pixels.std() > 0.05
@@ -221,8 +225,10 @@ def test_report_renders_cleanly(tmp_path):
         run_dir, streams=(1, 8), requests_per_stream=3, output_len=32, costs=LoopCosts(fwd_base=1.0)
     )
     report = report_run_dir(run_dir, n_boot=100)
-    result = load(report.as_uri(), tmp_path / "profile", measure={"links": LINKS})
+    measure = {"links": LINKS, "overlaps": OVERLAPS}
+    result = load(report.as_uri(), tmp_path / "profile", measure=measure)
     assert result["problems"] == []
+    assert result["overlaps"] == []
     assert "Prediction vs measurement" in result["text"] and "Provenance" in result["text"]
     assert_not_blank(result["png"], tmp_path / "report.png")
     # The data section links the trace and the four tables, and each link opens a file beside it.
@@ -244,6 +250,19 @@ SCALES = """Array.from(document.querySelectorAll("figure svg"))
 FOLDS = """[document.querySelectorAll("#timeline details").length,
             document.querySelectorAll("#timeline details[open]").length]"""
 LINKS = """Array.from(document.querySelectorAll("#data a")).map(a => a.href)"""
+# Text drawn over text inside a figure (matplotlib writes each label as a group `...-text_N` of
+# glyph paths): pairs of such boxes that overlap by more than a pixel each way.
+OVERLAPS = """Array.from(document.querySelectorAll("figure svg")).flatMap((svg, n) => {
+    const boxes = Array.from(svg.querySelectorAll('g[id*="-text_"]'))
+        .map(g => g.getBoundingClientRect()).filter(r => r.width > 0 && r.height > 0);
+    const hits = [];
+    boxes.forEach((a, i) => boxes.slice(i + 1).forEach(b => {
+        const w = Math.min(a.right, b.right) - Math.max(a.left, b.left);
+        const h = Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top);
+        if (w > 1 && h > 1) hits.push([n, Math.round(a.left), Math.round(a.top)]);
+    }));
+    return hits;
+})"""
 SWEEP = Path(__file__).resolve().parents[1] / "docs" / "measurements" / "h200-sweep"
 
 
@@ -253,21 +272,32 @@ def test_sweep_report_is_legible(tmp_path):
     scrolls through (its first version was 43,575 px tall)."""
     dirs = sorted(p for p in SWEEP.iterdir() if p.is_dir())
     page = report_dirs(dirs, tmp_path / "report.html", n_boot=50, export=False)
-    measure = {"rows": ROWS, "legends": LEGENDS, "scales": SCALES, "folds": FOLDS}
+    measure = {
+        "rows": ROWS,
+        "legends": LEGENDS,
+        "scales": SCALES,
+        "folds": FOLDS,
+        "overlaps": OVERLAPS,
+    }
     result = load(page.as_uri(), tmp_path / "profile", measure=measure)
     assert result["problems"] == []
     height = mpimg.imread(io.BytesIO(result["png"]), format="png").shape[0]
-    assert 4_000 < height < 12_000
+    assert 4_000 < height < 12_500  # 12,057 px at 1400 px wide with the open step series
     rows = result["rows"]
     assert rows["prediction"] == rows["step"] == 18
     assert rows["compare"] == 2  # qwen3-0.6b with and without a grammar, at 8 and 32 streams
     assert result["legends"]["gaps"] == [2]  # depth 1, depth 2: not one entry per run
     assert result["legends"]["attribution"][0] <= 16  # the host phases
-    assert len(result["legends"]["timeline"]) == 18  # one chart per configuration, each
-    assert max(result["legends"]["timeline"]) <= 8  # naming the tick's phases, not its runs
+    # per configuration a lane chart and its step series, in that order
+    lanes, series = result["legends"]["timeline"][::2], result["legends"]["timeline"][1::2]
+    assert len(lanes) == len(series) == 18
+    assert max(lanes) <= 8  # naming the tick's phases, not its runs
+    assert set(series) == {4}  # period, bubble, batch size, prefill
     assert result["folds"] == [18, 1]
-    # every figure (the 18 timelines, folded or not, and 4 more) drawn at 90% of its size or more
-    assert len(result["scales"]) == 22 and min(result["scales"]) > 0.9
+    # every figure (the 18 timelines and their 18 step series, folded or not, and 4 more) drawn at
+    # 90% of its size or more
+    assert len(result["scales"]) == 40 and min(result["scales"]) > 0.9
+    assert result["overlaps"] == []  # the idle-gap panels' titles once ran together
 
 
 def test_planted_script_is_shown_not_run(tmp_path):
@@ -278,3 +308,17 @@ def test_planted_script_is_shown_not_run(tmp_path):
     assert result["problems"] == []  # no alert dialog, no CSP violation: nothing tried to run
     assert result["scripts"] == 0
     assert EVIL in result["text"]  # the name is there, as text
+
+
+def test_harness_sees_overlapping_text(tmp_path):
+    """Control: OVERLAPS finds two text groups drawn over each other, and only those."""
+    page = tmp_path / "overlap.html"
+    page.write_text(
+        '<!doctype html><figure><svg width="200" height="100">'
+        '<g id="f-text_1"><rect x="0" y="0" width="50" height="20"/></g>'
+        '<g id="f-text_2"><rect x="10" y="5" width="50" height="20"/></g>'
+        '<g id="f-text_3"><rect x="120" y="50" width="20" height="20"/></g>'
+        "</svg></figure>"
+    )
+    result = load(page.as_uri(), tmp_path / "profile", measure={"overlaps": OVERLAPS})
+    assert len(result["overlaps"]) == 1

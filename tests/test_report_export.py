@@ -127,6 +127,27 @@ def test_parquet_reads_back_as_the_tables(trace_export):
     assert runs.column("config").to_pylist() == ["qwen3-0.6b · NVIDIA H200 · 1 stream"]
 
 
+def test_a_run_export_and_a_trace_export_concatenate_with_their_types(trace_export, tmp_path):
+    """One schema per table whatever the source (report.parquet_schema): a run directory's export
+    and a trace's have the same columns and pandas types, and pd.concat keeps them."""
+    _, trace_out = trace_export
+    run_dir = tmp_path / "run"
+    write_demo_run_dir(run_dir, streams=(1,), requests_per_stream=2, output_len=16)
+    export(run_dir, tmp_path / "out")
+    for table in ("runs", "steps", "gaps", "attribution"):
+        run = pd.read_parquet(tmp_path / "out" / f"{table}.parquet")
+        trace = pd.read_parquet(trace_out / f"{table}.parquet")
+        assert list(run.columns) == list(trace.columns), table
+        both = pd.concat([run, trace], ignore_index=True)
+        assert both.dtypes.equals(run.dtypes) and both.dtypes.equals(trace.dtypes), table
+    runs = pd.read_parquet(trace_out / "runs.parquet")
+    steps = pd.read_parquet(trace_out / "steps.parquet")
+    assert pd.api.types.is_datetime64_any_dtype(runs["started_at"])
+    assert runs["depth"].dtype == steps["depth"].dtype == "Int64"
+    assert steps["batch_size"].dtype == steps["gpu_start_ns"].dtype == "Int64"
+    assert runs["requests"].dtype == "Int64" and steps["period_ms"].dtype == "float64"
+
+
 def test_run_directory_with_its_catalog_exports_every_step(tmp_path):
     """A sweep leaves catalog.duckdb beside results.json: the export reads every host range from it,
     not only the window results.json keeps."""

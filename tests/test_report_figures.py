@@ -72,3 +72,65 @@ def test_machine_facts_are_best_effort(tmp_path):
     cpuinfo.write_text("processor\t: 0\nmodel name\t: Example CPU @ 3.00GHz\ncpu MHz\t\t: 2999.5\n")
     facts = cpu_facts(cpuinfo)
     assert facts["cpu_model"] == "Example CPU @ 3.00GHz" and facts["cpu_mhz"] == 2999.5
+
+
+def _texts_overlap(fig) -> list[tuple[str, str]]:
+    """Pairs of visible titles whose drawn boxes overlap (rendered with Agg, as laid out)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig).draw()
+    renderer = fig.canvas.get_renderer()
+    titles = [
+        t
+        for ax in fig.axes
+        if ax.get_visible()
+        for t in (ax.title, ax._left_title, ax._right_title)
+        if t.get_text()
+    ]
+    boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in titles]
+    return [
+        (a, b) for i, (a, ba) in enumerate(boxes) for b, bb in boxes[i + 1 :] if ba.overlaps(bb)
+    ]
+
+
+def test_idle_gap_panel_titles_never_run_together():
+    """The committed H200 report's panel titles ran into each other: long configuration names
+    now wrap to their panel's width."""
+    import matplotlib
+
+    from bubblelab.report.figures.steps import gap_histogram
+    from bubblelab.report.figures.style import STYLE
+
+    names = [
+        f"qwen3-{m} · NVIDIA H200 · {s} streams · grammar detect"
+        for m, s in (("0.6b", 128), ("1.7b", 64), ("4b", 32), ("8b", 8), ("14b", 1))
+    ]
+    gaps = [(n, d, np.random.default_rng(0).random(40)) for n in names for d in (1, 2)]
+    with matplotlib.rc_context(STYLE):
+        assert _texts_overlap(gap_histogram.__wrapped__(gaps)) == []
+
+
+def test_step_series_draws_every_step_and_marks_prefills():
+    import matplotlib
+
+    from bubblelab.report.example import RUN_DIR
+    from bubblelab.report.figures.series import step_series
+    from bubblelab.report.figures.style import STYLE
+    from bubblelab.runs.rundir import read_results
+
+    r = read_results(RUN_DIR)
+    runs = r.runs[r.runs["streams"] == 32]
+    panels = [
+        (f"depth {d}", r.steps[r.steps["run_id"] == run_id])
+        for run_id, d in zip(runs["run_id"], runs["depth"], strict=True)
+    ]
+    with matplotlib.rc_context(STYLE):
+        fig = step_series.__wrapped__(panels)
+    assert _texts_overlap(fig) == []
+    ax = fig.axes[0]
+    period, bubble, prefills = ax.lines
+    steps = panels[0][1]
+    assert len(period.get_xdata()) == len(steps)  # every step, not a steady window
+    assert list(prefills.get_xdata()) == sorted(steps.loc[steps["kind"] == "prefill", "step"])
+    assert len(prefills.get_xdata()) > 0
+    assert figures.step_series(panels).startswith("<svg")

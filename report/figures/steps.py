@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import textwrap
 
 import numpy as np
 import pandas as pd
@@ -24,6 +25,7 @@ from .style import (
 
 DEPTH_NAMES = {0: "as traced (depth unknown)", 1: "depth 1 (blocking)", 2: "depth 2 (pipelined)"}
 GAP_COLUMNS = 4  # small multiples per row
+TITLE_CHARS_PER_IN = 11  # characters of SMALL_FONT_PT text per inch of panel, with room to spare
 
 
 @svg_figure
@@ -61,7 +63,9 @@ def gap_histogram(gaps: list[tuple[str, int, np.ndarray]], device: str = "GPU") 
         if i >= len(configs):
             ax.set_visible(False)
             continue
-        ax.set_title(configs[i], loc="left", fontsize=SMALL_FONT_PT, fontweight="normal")
+        # Wrapped to the panel's width: long configuration names ran into the next panel's.
+        title = textwrap.fill(configs[i], width=int(TITLE_CHARS_PER_IN * FULL_WIDTH_IN / cols))
+        ax.set_title(title, loc="left", fontsize=SMALL_FONT_PT, fontweight="normal")
         ax.set_xscale("log")
         subs = (1.0, 2.0, 5.0) if hi / lo < 300 else (1.0,)
         ax.xaxis.set_major_locator(ticker.LogLocator(subs=subs, numticks=8))

@@ -1,0 +1,61 @@
+"""`bubblelab compare A B`: two traces or two run directories side by side (report.diff)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from . import options as shared
+
+
+def register(app: typer.Typer) -> None:
+    app.command("compare")(compare)
+
+
+def compare(
+    a: Path = typer.Argument(..., help="A run directory (results.json) or an nsys export."),
+    b: Path = typer.Argument(..., help="The run directory or nsys export to set against A."),
+    html: Path | None = typer.Option(None, "--html", help="Also write the comparison as a page."),
+    json_out: str | None = shared.JSON,
+) -> None:
+    """The steady-state step, where the bubble went, and the kernels (where both have a catalog) of
+    A and B side by side, with B - A."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from ..core.files import check_output_path, write_atomic
+    from ..report.diff import compare as compare_sources
+    from ..report.diff_page import render_comparison
+    from .output import cell, check_json_dest, console_for, emit_json
+
+    dest = check_json_dest(json_out)
+    if html is not None:
+        check_output_path(html, "--html")
+    console = console_for(dest)
+    with console.status(f"comparing {a} and {b}"):
+        result = compare_sources(a, b)
+    if written := emit_json(dest, result.to_dict()):
+        console.print(f"wrote {written}", markup=False)
+    if html is not None:
+        console.print(f"wrote {write_atomic(html, render_comparison(result))}", markup=False)
+    for letter, name in zip("AB", result.names, strict=True):
+        console.print(Text.assemble(f"{letter}  ", cell(name, 200)))
+    for title, frame, what in (
+        ("Steady-state step (medians)", result.steps, "metric"),
+        ("Bubble by host phase, ms per steady step", result.attribution, "phase"),
+        ("Kernels, GPU ms per step", result.kernels, "kernel"),
+    ):
+        for pair, rows in frame.groupby("pair", sort=False):
+            table = Table(title=Text(f"{title} · {pair}"), title_justify="left")
+            table.add_column(what, overflow="fold")
+            for name in ("A", "B", "B - A"):
+                table.add_column(name, justify="right", no_wrap=True)
+            for row in rows.to_dict("records"):
+                numbers = (_number(row[c]) for c in ("a", "b", "diff"))
+                table.add_row(cell(row[what], 200), *numbers)
+            console.print(table)
+
+
+def _number(value: float) -> str:
+    return "–" if value != value else f"{value:.4g}"  # NaN: not measured in one of the two

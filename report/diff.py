@@ -1,0 +1,135 @@
+"""Two traces or two run directories step by step (`bubblelab compare A B`): the steady-state step,
+where the bubble went, and (where both have a catalog) the kernels, side by side with B − A.
+
+Runs pair by configuration and depth (report.labels.run_name); two sources that share none (a
+depth-1 trace against a depth-2 trace, two engines) pair run by run in order. Repeats of a
+configuration count as one: the median of their steady-state medians.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from ..costmodel.compare import step_summary
+from ..profiling.analysis import kernel_summary
+from ..runs.rundir import distinct_names
+from ..runs.sources import Source, open_source
+from .summary import attribution_per_step
+
+METRICS = (
+    "steps",
+    "batch",
+    "forward_ms",
+    "kernel_gap_ms",
+    "bubble_ms",
+    "period_ms",
+    "tokens_per_s",
+)
+TOP_KERNELS = 10  # per pair of runs, by the larger of the two times
+
+
+@dataclass
+class Comparison:
+    names: tuple[str, str]  # A's and B's, as the tables' columns say "a" and "b"
+    steps: pd.DataFrame  # pair, metric, a, b, diff, diff_pct
+    attribution: pd.DataFrame  # pair, phase, a, b, diff: bubble ms per steady step (time split)
+    kernels: pd.DataFrame  # pair, kernel, a, b, diff: GPU ms per step; empty without catalogs
+
+    def to_dict(self) -> dict:
+        return {
+            "a": self.names[0],
+            "b": self.names[1],
+            **{
+                name: getattr(self, name).to_dict("records")
+                for name in ("steps", "attribution", "kernels")
+            },
+        }
+
+
+def compare(a: Path | str, b: Path | str) -> Comparison:
+    """Open two traces or run directories (runs.sources) and compare them."""
+    first, second = open_source(a), open_source(b)
+    first.name, second.name = distinct_names([Path(a), Path(b)])
+    return compare_sources(first, second)
+
+
+def compare_sources(a: Source, b: Source) -> Comparison:
+    summaries = [_summary(s) for s in (a, b)]
+    pairs = _pairs(*summaries)
+    steps = _side_by_side(
+        [
+            (pair, metric, ra[metric], rb[metric])
+            for pair, ra, rb in pairs
+            for metric in METRICS
+            if metric in ra and metric in rb
+        ],
+        "metric",
+    )
+    steps["diff_pct"] = 100 * steps["diff"] / steps["a"].where(steps["a"] != 0)
+    attribution = [attribution_per_step(s.results) for s in (a, b)]
+    phases = []
+    for pair, ra, rb in pairs:
+        ma, mb = (_by_phase(t, r) for t, r in zip(attribution, (ra, rb), strict=True))
+        phases += [(pair, p, ma.get(p, 0.0), mb.get(p, 0.0)) for p in dict.fromkeys([*ma, *mb])]
+    kernels = []
+    if a.catalog is not None and b.catalog is not None:
+        for pair, ra, rb in pairs:
+            ka, kb = _kernels(a, ra), _kernels(b, rb)
+            both = pd.concat([ka, kb], axis=1, keys=["a", "b"]).fillna(0.0)
+            top = both.max(axis=1).sort_values(ascending=False).index[:TOP_KERNELS]
+            kernels += [(pair, k, both.at[k, "a"], both.at[k, "b"]) for k in top]
+    return Comparison(
+        (a.name, b.name),
+        steps,
+        _side_by_side(phases, "phase"),
+        _side_by_side(kernels, "kernel"),
+    )
+
+
+def _summary(source: Source) -> pd.DataFrame:
+    """step_summary's steady-state medians, one row per configuration and depth."""
+    summary = step_summary(source.results.runs, source.results.steps)
+    if summary.empty:
+        return summary
+    summary["depth"] = summary["depth"].fillna(0).astype(int)
+    first = summary.groupby(["config", "depth"], sort=False).first()
+    numbers = summary.groupby(["config", "depth"], sort=False)[list(METRICS)].median()
+    out = first.drop(columns=list(METRICS)).join(numbers).reset_index()
+    return out
+
+
+def _pairs(a: pd.DataFrame, b: pd.DataFrame) -> list[tuple[str, dict, dict]]:
+    ra, rb = a.to_dict("records"), b.to_dict("records")
+    keys = {(r["config"], r["depth"]): r for r in rb}
+    matched = [(x["label"], x, keys[(x["config"], x["depth"])]) for x in ra if keys.get(
+        (x["config"], x["depth"])
+    )]  # fmt: skip
+    if matched:
+        return matched
+    return [(f"{x['label']} | {y['label']}", x, y) for x, y in zip(ra, rb, strict=False)]
+
+
+def _by_phase(attribution: pd.DataFrame, run: dict) -> dict[str, float]:
+    rows = attribution[
+        (attribution["config"] == run["config"]) & (attribution["depth"] == run["depth"])
+    ]
+    return rows.groupby("phase", sort=False)["time_ms"].sum().to_dict()
+
+
+def _kernels(source: Source, run: dict) -> pd.Series:
+    """GPU ms per step by kernel name, over the run's every traced step."""
+    assert source.catalog is not None
+    run_id = run["run_id"]
+    table = kernel_summary(source.catalog, run_id)
+    steps = max(1, int((source.results.steps["run_id"] == run_id).sum()))
+    return table.groupby("name")["total_ms"].sum() / steps
+
+
+def _side_by_side(rows: list[tuple], what: str) -> pd.DataFrame:
+    frame = pd.DataFrame(rows, columns=["pair", what, "a", "b"])
+    frame[["a", "b"]] = frame[["a", "b"]].astype(float)
+    frame["diff"] = frame["b"] - frame["a"]
+    return frame

@@ -1,0 +1,35 @@
+"""`bubblelab compare A B --html PAGE`: report.diff's tables as one self-contained page, styled as
+the report (no scripts, nothing from outside; trace-derived names escaped)."""
+
+from __future__ import annotations
+
+import jinja2
+import pandas as pd
+
+from .diff import Comparison
+from .report import TEMPLATES
+
+
+def render_comparison(comparison: Comparison) -> str:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True, undefined=jinja2.StrictUndefined
+    )
+    env.filters["num"] = lambda v, nd=2: "–" if v is None or pd.isna(v) else f"{v:,.{nd}f}"
+    env.filters["signed"] = lambda v, nd=1: "–" if v is None or pd.isna(v) else f"{v:+.{nd}f}%"
+    records = comparison.to_dict()
+    tables = [
+        dict(id="steps", title="Steady-state step (medians)", what="metric", pct=True,
+             rows=records["steps"], empty="No steady-state steps in common."),
+        dict(id="attribution", title="Bubble by host phase, ms per steady step", what="phase",
+             pct=False, rows=records["attribution"], empty="No bubble attribution in either."),
+        dict(id="kernels", title="Kernels, GPU ms per step", what="kernel", pct=False,
+             rows=records["kernels"],
+             empty="Kernels need a catalog on both sides (a trace, or a run directory with "
+             "catalog.duckdb)."),
+    ]  # fmt: skip
+    return env.get_template("compare.html.j2").render(
+        a=comparison.names[0],
+        b=comparison.names[1],
+        tables=tables,
+        kernels=bool(records["kernels"]),
+    )
