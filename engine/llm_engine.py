@@ -217,6 +217,12 @@ class LLMEngine:
         leave `seqs`. Ids not here are ignored. A loop an exception broke half way through a tick
         is started afresh (reset), so the engine stays usable either way."""
         seqs = [self.seqs[r] for r in dict.fromkeys(request_ids) if r in self.seqs]
+        if self.workers is not None and self.workers.failed is not None:
+            # A tensor-parallel engine whose worker failed can only close: its error, raised on,
+            # is the news, not a reset's refusal.
+            for seq in seqs:
+                del self.seqs[seq.request_id]
+            return
         try:
             for seq in seqs:
                 self.abort(seq.request_id)
