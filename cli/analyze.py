@@ -12,7 +12,6 @@ updated whole or not at all.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import typer
@@ -22,6 +21,7 @@ from rich.text import Text
 
 from . import options as shared
 from .output import cell, check_json_dest, console_for, emit_json
+from .tables import show
 
 
 def register(app: typer.Typer) -> None:
@@ -72,8 +72,7 @@ def analyze(
     from .ranks import LEGEND, rank_lines, rank_table
 
     dest = check_json_dest(json_out)
-    # People's output on stdout (stderr under --json -); piped: no squeezed columns.
-    console = console_for(dest, width=None if sys.stdout.isatty() else 120)
+    console = console_for(dest)  # people's output: stdout (stderr under --json -)
     with console.status("") as status:
         report = analyze_traces(
             traces or (),
@@ -89,13 +88,13 @@ def analyze(
         if dest == "-":
             return
         console.print(f"wrote {written}", markup=False)
-    console.print(_found_table(report["runs"]))
+    show(console, _found_table(report["runs"]))
     for line in _doubts(report["runs"]):
         console.print(line)
-    console.print(_steps_table(report["runs"]))
-    console.print(_attribution_table(report["runs"]))
+    show(console, _steps_table(report["runs"]))
+    show(console, _attribution_table(report["runs"]), drop_empty=True)
     for tp in report["tensor_parallel"]:
-        console.print(rank_table(tp, tp["name"]))
+        show(console, rank_table(tp, tp["name"]))
         for note in rank_lines(tp):
             console.print(note, markup=False)
     if report["tensor_parallel"]:
@@ -291,7 +290,7 @@ def _print_foreign(console: Console, run: dict) -> None:
         table.add_column("began", justify="right")
         for phase, ms in list(split["time"]["phase"].items())[:8]:
             table.add_row(cell(phase), _ms(ms), _ms(split["began"]["phase"].get(phase)))
-        console.print(table)
+        show(console, table)
     if run["syncs_per_step"]:
         table = Table(title=Text(f"run {rid}: host syncs per steady step"), title_justify="left")
         for column in (
@@ -314,7 +313,7 @@ def _print_foreign(console: Console, run: dict) -> None:
                 cell(row["after"]),
                 cell(row["phase"]),
             )
-        console.print(table)
+        show(console, table)
     gain = run.get("pipelining", {})
     if "speedup_pct" in gain:
         lo, hi = gain["interval_pct"]

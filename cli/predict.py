@@ -16,6 +16,7 @@ from rich.text import Text
 from ..core.errors import BubblelabError
 from . import options
 from .output import check_json_dest, console_for, emit_json
+from .tables import show
 
 if TYPE_CHECKING:  # pandas is imported by the commands, not for --help
     import pandas as pd
@@ -216,7 +217,7 @@ def _across(from_dir: Path, to_dir: Path, json_out: str | None, n_boot: int) -> 
 
     check_n_boot(n_boot)
     dest = check_json_dest(json_out)
-    console = console_for(dest, width=200)
+    console = console_for(dest)
     a, b = load_sources([from_dir]), load_sources([to_dir])
     table = predict_across((a.runs, a.steps, a.requests), (b.runs, b.steps, b.requests),
                            n_boot=n_boot)  # fmt: skip
@@ -230,7 +231,7 @@ def _across(from_dir: Path, to_dir: Path, json_out: str | None, n_boot: int) -> 
             console.print(f"wrote {written}", markup=False)
         if dest == "-":
             return
-    console.print(across_table(table))
+    show(console, across_table(table))
 
 
 def _num(v: float | None, nd: int = 3) -> str:
@@ -304,19 +305,19 @@ def register(app: typer.Typer) -> None:
             if dest == "-":
                 return
         if not console.is_terminal:  # piped or captured: don't squeeze the table into 80 columns
-            console = console_for(dest, width=200)
+            console = console_for(dest)
         if blog:
-            console.print(blog_table(table))
+            show(console, blog_table(table))
             return
         for printed in prediction_tables(table):
-            console.print(printed)
+            show(console, printed)
         for line in noise_lines(table):
             console.print(line, markup=False)
         for line in tp_lines(table):
             console.print(line, markup=False)
         comparison = tp_comparison(table)
         if len(comparison):
-            console.print(tp_table(comparison))
+            show(console, tp_table(comparison))
 
     @app.command()
     def report(

@@ -14,6 +14,7 @@ from rich.text import Text
 
 from . import options
 from .output import check_json_dest, console_for, emit_json
+from .tables import show
 
 if TYPE_CHECKING:
     from ..runs.driver import RunResult
@@ -101,7 +102,7 @@ def run(
     finally:
         engine.close()
     for result in results:
-        console.print(summary_table(result))
+        show(console, summary_table(result))
     written = emit_json(dest, {"runs": [run_record(r) for r in results]})
     if written is not None:
         console.print(f"wrote {written}", markup=False)

@@ -15,6 +15,7 @@ from rich.text import Text
 
 from ..core.errors import BubblelabError
 from . import options
+from .tables import show
 
 console = Console()
 
@@ -162,15 +163,14 @@ def profile_and_report(
     table = predict_runs(results.runs, results.steps, results.requests, ranks=results.ranks)
     with console.status("writing the report"):
         report = report_run_dir(out, table=table)
-    wide = Console(width=max(console.width, 160))
     if len(table):
         for printed in prediction_tables(table):
-            wide.print(printed)
+            show(console, printed)
         for line in noise_lines(table):  # plainly, where the demo's CPU is too noisy to tell
-            wide.print(line, markup=False)
+            console.print(line, markup=False)
     perturbation = profiler_perturbation(results.runs, results.steps)
     if len(perturbation):
-        wide.print(perturbation_table(perturbation))
+        show(console, perturbation_table(perturbation))
     console.print(Text(f"report: {report}"), soft_wrap=True)
     return report
 
