@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from . import options as shared
-from .output import cell, check_json_dest, console_for, emit_json
+from .output import SCHEMA, cell, check_json_dest, console_for, emit_json
 from .tables import show
 
 
@@ -31,6 +31,7 @@ def register(app: typer.Typer) -> None:
 def analyze(
     traces: list[Path] = typer.Argument(
         None,
+        metavar="TRACES",
         help="nsys exports: .sqlite, .sqlite.gz or .nsys-rep (none: every run already in "
         "--catalog); or one run directory of run-and-profile.",
     ),
@@ -57,15 +58,16 @@ def analyze(
     gap_threshold_us: float = typer.Option(
         5.0, "--gap-threshold-us", help="Foreign runs: GPU idle shorter than this is a kernel gap."
     ),
-    output_len: float = typer.Option(
+    output_len_mean: float = typer.Option(
         None,
-        "--output-len",
-        help="Foreign runs: tokens a request generates, for the zombie tax (default: decode steps "
-        "+ 1).",
+        help="Foreign runs: mean generated length L, for the zombie tax (default: decode steps + "
+        "1).",
     ),
 ) -> None:
-    """Per-step breakdown of each run: steps found, forward, bubble and period, where the bubble
-    went, and for a foreign engine its host syncs and what pipelining would buy it."""
+    """Break each traced run down step by step: forward, bubble, period and where the bubble went.
+
+    Also the steps found, and for a foreign engine its host syncs and what pipelining would buy
+    it."""
     from ..core.steady import WARMUP_STEPS
     from ..profiling.steps import StepOptions
     from ..runs.analysis import analyze_traces
@@ -80,11 +82,11 @@ def analyze(
             warmup=WARMUP_STEPS if warmup is None else warmup,
             domain=domain,
             steps=StepOptions(step_range, step_rule, gap_threshold_us),
-            output_len=output_len,
+            output_len=output_len_mean,
             on_progress=lambda what: status.update(Text(what)),
         )
     if dest is not None:
-        written = emit_json(dest, report)
+        written = emit_json(dest, {"schema": SCHEMA, **report})
         if dest == "-":
             return
         console.print(f"wrote {written}", markup=False)
