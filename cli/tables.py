@@ -49,7 +49,7 @@ def records(table: Table) -> Group:
     for row in rows if table.show_header else ():
         block = _grid()
         for header, value in list(zip(headers, row, strict=True))[1:]:
-            block.add_row(f"{header}:", _text(value))
+            block.add_row(Text(f"{header}:"), _text(value))  # headers are plain text here
         heading = Text(f"{headers[0]}: " if headers[0] else "") + _text(row[0])
         parts.extend([_text(heading, "bold"), block])
     if table.caption:

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from ..core.files import write_atomic
 from ..runs.rundir import Results
-from .labels import run_name
+from .labels import run_name, run_names
 
 TABLES = ("runs", "steps", "gaps", "attribution")
 
@@ -34,7 +34,10 @@ def write_parquet(results: Results, out_dir: Path) -> list[Path]:
             continue
         metadata = None
         if name == "runs":
-            frame = frame.assign(config=frame.apply(run_name, axis=1, depth=False))
+            frame = frame.assign(
+                config=frame.apply(run_name, axis=1, depth=False),
+                run_name=frame["run_id"].map(run_names(frame)),
+            )
             metadata = {"bubblelab.provenance": json.dumps(results.provenance, default=str)}
         table = pa.Table.from_pandas(_arrow_ready(frame), preserve_index=False)
         if metadata:
