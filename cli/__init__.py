@@ -66,7 +66,7 @@ OPTION_NAMES = {"depths": "depth", "output_len": "output_len_mean"}
 def renamed(argv: list[str]) -> list[str]:
     """argv with the command's old option spellings (ALIASES) written the current way."""
     aliases = ALIASES.get(argv[0], {}) if argv else {}
-    out = []
+    out: list[str] = []
     for i, arg in enumerate(argv):
         if arg == "--":
             return out + argv[i:]

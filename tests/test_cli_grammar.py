@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from importlib.metadata import version
 from pathlib import Path
 
@@ -164,7 +165,7 @@ IDEAS = {
 }
 
 
-def _commands() -> dict:
+def _commands() -> Mapping:
     import typer.core
     import typer.main
 
