@@ -47,7 +47,7 @@ def blog_table(table: pd.DataFrame) -> Table:
     out.add_column("configuration")
     for name in ("blocking ms", "pipelined ms", "L", "z", "predicted [z: 1/L..0]",
                  "post's prediction", "observed", "error"):  # fmt: skip
-        out.add_column(name, justify="right", no_wrap=True)
+        out.add_column(escape(name), justify="right", no_wrap=True)  # [z: ...] is not markup
     for r in table.itertuples():
         out.add_row(
             r.label, f"{r.blocking_ms:.2f}", f"{r.pipelined_ms:.2f}", f"{r.L:.0f}",
