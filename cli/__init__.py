@@ -35,7 +35,12 @@ def _version(value: bool) -> None:
 @app.callback()
 def _root(
     version: bool = typer.Option(
-        False, "--version", is_eager=True, callback=_version, help="Print the version and exit."
+        False,
+        "--version",
+        is_eager=True,
+        callback=_version,
+        metavar="",
+        help="Print the version and exit.",
     ),
 ) -> None:
     """Measure the GPU bubble of an LLM engine and what pipelined decoding wins back."""
@@ -47,6 +52,27 @@ def _register_all() -> None:
     if not app.registered_commands:  # main() may run more than once in a process (tests)
         for module in (run, sweep, analyze, predict, export, compare):
             module.register(app)
+
+
+# Old spellings that still work (users' scripts), hidden from --help: old -> the one name now.
+ALIASES = {
+    "analyze": {"--output-len": "--output-len-mean"},
+    "run-and-profile": {"--depths": "--depth"},
+}
+# Library fields whose option has another name on the command line.
+OPTION_NAMES = {"depths": "depth", "output_len": "output_len_mean"}
+
+
+def renamed(argv: list[str]) -> list[str]:
+    """argv with the command's old option spellings (ALIASES) written the current way."""
+    aliases = ALIASES.get(argv[0], {}) if argv else {}
+    out: list[str] = []
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            return out + argv[i:]
+        flag, eq, value = arg.partition("=")
+        out.append(aliases.get(flag, flag) + eq + value)
+    return out
 
 
 # What each command takes as arguments: none, trace files, or run directories and files.
@@ -117,12 +143,12 @@ def _fail(message: str, status: int = 2) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     _register_all()
-    args = json_option_values(sys.argv[1:] if argv is None else argv)
+    args = json_option_values(renamed(sys.argv[1:] if argv is None else argv))
     try:
         refuse_unusable_words(args)
         status = app(args=args, prog_name="bubblelab", standalone_mode=False)
     except OptionError as e:  # the option as typed on the command line
-        _fail(e.message("--" + e.option.replace("_", "-")))
+        _fail(e.message("--" + OPTION_NAMES.get(e.option, e.option).replace("_", "-")))
     except BubblelabError as e:  # user mistakes: one line, no traceback, non-zero exit
         _fail(str(e))
     except typer.TyperException as e:  # usage errors: unknown option, a value of the wrong type

@@ -12,7 +12,6 @@ updated whole or not at all.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import typer
@@ -21,7 +20,8 @@ from rich.table import Table
 from rich.text import Text
 
 from . import options as shared
-from .output import cell, check_json_dest, console_for, emit_json
+from .output import SCHEMA, cell, check_json_dest, console_for, emit_json
+from .tables import show
 
 
 def register(app: typer.Typer) -> None:
@@ -31,6 +31,7 @@ def register(app: typer.Typer) -> None:
 def analyze(
     traces: list[Path] = typer.Argument(
         None,
+        metavar="TRACES",
         help="nsys exports: .sqlite, .sqlite.gz or .nsys-rep (none: every run already in "
         "--catalog); or one run directory of run-and-profile.",
     ),
@@ -57,23 +58,23 @@ def analyze(
     gap_threshold_us: float = typer.Option(
         5.0, "--gap-threshold-us", help="Foreign runs: GPU idle shorter than this is a kernel gap."
     ),
-    output_len: float = typer.Option(
+    output_len_mean: float = typer.Option(
         None,
-        "--output-len",
-        help="Foreign runs: tokens a request generates, for the zombie tax (default: decode steps "
-        "+ 1).",
+        help="Foreign runs: mean generated length L, for the zombie tax (default: decode steps + "
+        "1).",
     ),
 ) -> None:
-    """Per-step breakdown of each run: steps found, forward, bubble and period, where the bubble
-    went, and for a foreign engine its host syncs and what pipelining would buy it."""
+    """Break each traced run down step by step: forward, bubble, period and where the bubble went.
+
+    Also the steps found, and for a foreign engine its host syncs and what pipelining would buy
+    it."""
     from ..core.steady import WARMUP_STEPS
     from ..profiling.steps import StepOptions
     from ..runs.analysis import analyze_traces
     from .ranks import LEGEND, rank_lines, rank_table
 
     dest = check_json_dest(json_out)
-    # People's output on stdout (stderr under --json -); piped: no squeezed columns.
-    console = console_for(dest, width=None if sys.stdout.isatty() else 120)
+    console = console_for(dest)  # people's output: stdout (stderr under --json -)
     with console.status("") as status:
         report = analyze_traces(
             traces or (),
@@ -81,21 +82,21 @@ def analyze(
             warmup=WARMUP_STEPS if warmup is None else warmup,
             domain=domain,
             steps=StepOptions(step_range, step_rule, gap_threshold_us),
-            output_len=output_len,
+            output_len=output_len_mean,
             on_progress=lambda what: status.update(Text(what)),
         )
     if dest is not None:
-        written = emit_json(dest, report)
+        written = emit_json(dest, {"schema": SCHEMA, **report})
         if dest == "-":
             return
         console.print(f"wrote {written}", markup=False)
-    console.print(_found_table(report["runs"]))
+    show(console, _found_table(report["runs"]))
     for line in _doubts(report["runs"]):
         console.print(line)
-    console.print(_steps_table(report["runs"]))
-    console.print(_attribution_table(report["runs"]))
+    show(console, _steps_table(report["runs"]))
+    show(console, _attribution_table(report["runs"]), drop_empty=True)
     for tp in report["tensor_parallel"]:
-        console.print(rank_table(tp, tp["name"]))
+        show(console, rank_table(tp, tp["name"]))
         for note in rank_lines(tp):
             console.print(note, markup=False)
     if report["tensor_parallel"]:
@@ -291,7 +292,7 @@ def _print_foreign(console: Console, run: dict) -> None:
         table.add_column("began", justify="right")
         for phase, ms in list(split["time"]["phase"].items())[:8]:
             table.add_row(cell(phase), _ms(ms), _ms(split["began"]["phase"].get(phase)))
-        console.print(table)
+        show(console, table)
     if run["syncs_per_step"]:
         table = Table(title=Text(f"run {rid}: host syncs per steady step"), title_justify="left")
         for column in (
@@ -314,7 +315,7 @@ def _print_foreign(console: Console, run: dict) -> None:
                 cell(row["after"]),
                 cell(row["phase"]),
             )
-        console.print(table)
+        show(console, table)
     gain = run.get("pipelining", {})
     if "speedup_pct" in gain:
         lo, hi = gain["interval_pct"]

@@ -19,8 +19,9 @@ def compare(
     html: Path | None = typer.Option(None, "--html", help="Also write the comparison as a page."),
     json_out: str | None = shared.JSON,
 ) -> None:
-    """The steady-state step, where the bubble went, and the kernels (where both have a catalog) of
-    A and B side by side, with B - A."""
+    """Put two traces or run directories side by side, with B - A.
+
+    The steady-state step, where the bubble went, and the kernels where both have a catalog."""
     from rich.table import Table
     from rich.text import Text
 

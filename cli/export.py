@@ -6,6 +6,9 @@ from pathlib import Path
 
 import typer
 
+from . import options
+from .output import SCHEMA, STDOUT, check_json_dest, emit_json
+
 
 def register(app: typer.Typer) -> None:
     app.command("export")(export)
@@ -13,14 +16,19 @@ def register(app: typer.Typer) -> None:
 
 def export(
     source: Path = typer.Argument(
-        ..., help="A run directory (results.json) or an nsys SQLite export (.sqlite, .sqlite.gz)."
+        ...,
+        metavar="SOURCE",
+        help="A run directory (results.json) or an nsys SQLite export (.sqlite, .sqlite.gz).",
     ),
     out: Path | None = typer.Option(
         None, "--out", help="Folder to write into (default: SOURCE/export, or NAME-export here)."
     ),
+    json_out: str | None = options.JSON,
 ) -> None:
-    """Write trace.json.gz (open in ui.perfetto.dev or chrome://tracing: host phases and device
-    spans per step) and runs, steps, gaps and attribution as Parquet."""
+    """Write a run directory or a trace as a Perfetto trace and Parquet tables.
+
+    trace.json.gz opens in ui.perfetto.dev or chrome://tracing (host phases and device spans per
+    step); runs, steps, gaps and attribution are written as Parquet."""
     from rich.console import Console
     from rich.text import Text
 
@@ -28,13 +36,22 @@ def export(
     from ..report.export import default_out_dir
     from ..report.export import export as export_source
 
+    dest = check_json_dest(json_out)
     out_dir = check_output_dir(out or default_out_dir(source), "--out")
     with Console(stderr=True).status(Text(f"exporting {source}")):
         exported = export_source(source, out_dir)
     for path in (exported.trace, *exported.tables):
-        typer.echo(path)
+        typer.echo(path, err=dest == STDOUT)
     if not exported.every_step:
         typer.echo(
             "host phases cover the steps results.json keeps (no catalog.duckdb beside it)",
             err=True,
         )
+    doc = {
+        "schema": SCHEMA,
+        "trace": str(exported.trace),
+        "tables": [str(t) for t in exported.tables],
+        "every_step": exported.every_step,
+    }
+    if (written := emit_json(dest, doc)) is not None:
+        typer.echo(f"wrote {written}", err=True)

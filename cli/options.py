@@ -21,6 +21,7 @@ MAX_MODEL_LEN = typer.Option(512, help="Longest sequence the KV cache must hold.
 ATTENTION_BACKEND = typer.Option("auto", help="auto, torch, flash-attn or triton.")
 SEED = typer.Option(0, help="Workload and sampling seed.")
 N_BOOT = typer.Option(1000, help="Bootstrap resamples for the intervals (1 to 10000).")
+FORCE = typer.Option(False, "--force", metavar="", help="Replace the run already in --out.")
 JSON = typer.Option(
     None,
     "--json",

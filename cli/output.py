@@ -16,6 +16,7 @@ from rich.text import Text
 from ..core.files import check_output_path, write_atomic
 
 STDOUT = "-"
+SCHEMA = 1  # the version of every command's JSON (docs/cli-json.md); a change of shape bumps it
 
 
 def check_json_dest(dest: str | None) -> str | None:
@@ -53,6 +54,11 @@ def emit_json(dest: str | None, obj: Any) -> Path | None:
         sys.stdout.flush()
         return None
     return write_atomic(Path(dest), json_text(obj) + "\n")
+
+
+def records(table: Any) -> list[dict]:
+    """A DataFrame as JSON rows (pandas' own conversion: NaN as null, timestamps as text)."""
+    return json.loads(table.to_json(orient="records")) if len(table) else []
 
 
 def _finite(obj: Any) -> Any:

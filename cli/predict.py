@@ -15,7 +15,8 @@ from rich.text import Text
 
 from ..core.errors import BubblelabError
 from . import options
-from .output import check_json_dest, console_for, emit_json
+from .output import SCHEMA, STDOUT, check_json_dest, console_for, emit_json
+from .tables import show
 
 if TYPE_CHECKING:  # pandas is imported by the commands, not for --help
     import pandas as pd
@@ -46,7 +47,7 @@ def blog_table(table: pd.DataFrame) -> Table:
     out.add_column("configuration")
     for name in ("blocking ms", "pipelined ms", "L", "z", "predicted [z: 1/L..0]",
                  "post's prediction", "observed", "error"):  # fmt: skip
-        out.add_column(name, justify="right", no_wrap=True)
+        out.add_column(escape(name), justify="right", no_wrap=True)  # [z: ...] is not markup
     for r in table.itertuples():
         out.add_row(
             r.label, f"{r.blocking_ms:.2f}", f"{r.pipelined_ms:.2f}", f"{r.L:.0f}",
@@ -216,7 +217,7 @@ def _across(from_dir: Path, to_dir: Path, json_out: str | None, n_boot: int) -> 
 
     check_n_boot(n_boot)
     dest = check_json_dest(json_out)
-    console = console_for(dest, width=200)
+    console = console_for(dest)
     a, b = load_sources([from_dir]), load_sources([to_dir])
     table = predict_across((a.runs, a.steps, a.requests), (b.runs, b.steps, b.requests),
                            n_boot=n_boot)  # fmt: skip
@@ -230,7 +231,7 @@ def _across(from_dir: Path, to_dir: Path, json_out: str | None, n_boot: int) -> 
             console.print(f"wrote {written}", markup=False)
         if dest == "-":
             return
-    console.print(across_table(table))
+    show(console, across_table(table))
 
 
 def _num(v: float | None, nd: int = 3) -> str:
@@ -242,10 +243,13 @@ def register(app: typer.Typer) -> None:
     def predict(
         run_dirs: list[Path] = typer.Argument(
             None,
+            metavar="RUN_DIRS",
             help="Run directories (results.json, any schema version) or results files; several "
             "are predicted together, e.g. TP 1 and TP 2 side by side.",
         ),
-        blog: bool = typer.Option(False, "--blog", help="Use the Photon post's published inputs."),
+        blog: bool = typer.Option(
+            False, "--blog", metavar="", help="Use the Photon post's published inputs."
+        ),
         catalog: Path | None = typer.Option(
             None, "--catalog", help="A run directory (results.json) or a DuckDB catalog."
         ),
@@ -258,8 +262,10 @@ def register(app: typer.Typer) -> None:
         json_out: str | None = options.JSON,
         n_boot: int = options.N_BOOT,
     ) -> None:
-        """The forecast from depth 1 alone against the observed speedup, then what explains it;
-        --from A --to B: card B's speedup from card A's depth-1 runs."""
+        """Forecast what pipelining buys from the depth-1 runs alone, beside what was observed.
+
+        Then what explains each measured speedup. --from A --to B: card B's speedup from card A's
+        depth-1 runs."""
         from ..costmodel.bootstrap import check_n_boot
         from ..costmodel.headline import noise_lines
         from ..costmodel.predict import predict_blog, predict_runs
@@ -304,24 +310,25 @@ def register(app: typer.Typer) -> None:
             if dest == "-":
                 return
         if not console.is_terminal:  # piped or captured: don't squeeze the table into 80 columns
-            console = console_for(dest, width=200)
+            console = console_for(dest)
         if blog:
-            console.print(blog_table(table))
+            show(console, blog_table(table))
             return
         for printed in prediction_tables(table):
-            console.print(printed)
+            show(console, printed)
         for line in noise_lines(table):
             console.print(line, markup=False)
         for line in tp_lines(table):
             console.print(line, markup=False)
         comparison = tp_comparison(table)
         if len(comparison):
-            console.print(tp_table(comparison))
+            show(console, tp_table(comparison))
 
     @app.command()
     def report(
         run_dirs: list[Path] = typer.Argument(
             ...,
+            metavar="RUN_DIRS",
             help="Run directories holding results.json (or one nsys export); two or more are "
             "compared side by side.",
         ),
@@ -329,13 +336,18 @@ def register(app: typer.Typer) -> None:
             None, "--out", help="The page to write (default RUN_DIR/report.html for one directory)."
         ),
         demo: bool = typer.Option(
-            False, "--demo", help="First fill RUN_DIR with a simulated run (no GPU needed)."
+            False,
+            "--demo",
+            metavar="",
+            help="First fill RUN_DIR with a simulated run (no GPU needed).",
         ),
         n_boot: int = options.N_BOOT,
+        json_out: str | None = options.JSON,
     ) -> None:
-        """Write one self-contained page of tables and figures, and its data (trace, Parquet)
-        beside it in export/. For a sweep that was interrupted or failed, from the runs that
-        finished."""
+        """Write one self-contained page of tables and figures for run directories or a trace.
+
+        Its data (trace, Parquet) goes beside it in export/. For a sweep that was interrupted or
+        failed, the page is made from the runs that finished."""
         from ..core.files import check_output_path
         from ..costmodel.bootstrap import check_n_boot
         from ..report.report import report_dirs, report_run_dir
@@ -343,11 +355,12 @@ def register(app: typer.Typer) -> None:
         from ..runs.state import damaged_runs
 
         check_n_boot(n_boot)
+        dest = check_json_dest(json_out)
         if out is not None:
             check_output_path(out, "--out")
         if len(run_dirs) > 1 and out is None:
             raise BubblelabError("a report of several run directories needs --out PATH")
-        console = Console(stderr=True)
+        console, skipped = Console(stderr=True), []
         if demo:
             from ..runs.demo import write_demo_run_dir
 
@@ -358,8 +371,8 @@ def register(app: typer.Typer) -> None:
             if not source.exists():
                 raise BubblelabError(f"{source} does not exist")
             for record in damaged_runs(source) if source.is_dir() else ():
-                line = Text(f"skipped {record}: damaged (not a whole run record)")
-                console.print(line, soft_wrap=True)
+                skipped.append(f"{record}: damaged (not a whole run record)")
+                console.print(Text(f"skipped {skipped[-1]}"), soft_wrap=True)
             if source.is_dir() and needs_assembly(source):
                 with console.status(Text(f"assembling the finished runs of {source}")):
                     assemble(source)
@@ -369,4 +382,7 @@ def register(app: typer.Typer) -> None:
             else:
                 assert out is not None
                 page = report_dirs(run_dirs, out, n_boot=n_boot)
-        typer.echo(page)
+        typer.echo(page, err=dest == STDOUT)
+        written = emit_json(dest, {"schema": SCHEMA, "report": str(page), "skipped": skipped})
+        if written is not None:
+            console.print(Text(f"wrote {written}"), soft_wrap=True)

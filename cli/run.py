@@ -13,10 +13,12 @@ from rich.table import Table
 from rich.text import Text
 
 from . import options
-from .output import check_json_dest, console_for, emit_json
+from .output import SCHEMA, check_json_dest, console_for, emit_json
+from .tables import show
 
 if TYPE_CHECKING:
     from ..runs.driver import RunResult
+    from ..runs.plain import RunPlan
 
 
 def register(app: typer.Typer) -> None:
@@ -31,7 +33,10 @@ def run(
     depth: int = typer.Option(2, help="Pipeline depth: 1 = blocking, 2 = pipelined."),
     tensor_parallel: int = typer.Option(1, help="GPUs (processes) the model is split over."),
     streams: str = options.STREAMS,
-    requests: int | None = typer.Option(None, help="Requests per run (default 4 x streams)."),
+    requests_per_stream: int | None = typer.Option(
+        None, help="Requests per stream in each run (default 4)."
+    ),
+    requests: int | None = typer.Option(None, hidden=True),  # the old total per run: scripts
     output_len_mean: float = options.OUTPUT_LEN_MEAN,
     output_len_dist: str = typer.Option("uniform", help="uniform, exponential or fixed."),
     prompt_len: int = options.PROMPT_LEN,
@@ -48,17 +53,22 @@ def run(
         None, help="Batch rows (default: the most streams, at least 8)."
     ),
     max_model_len: int = options.MAX_MODEL_LEN,
-    enforce_eager: bool = typer.Option(False, help="Disable CUDA graphs."),
+    enforce_eager: bool = typer.Option(
+        False, "--enforce-eager", metavar="", help="Disable CUDA graphs."
+    ),
     compile: bool | None = typer.Option(
         None,
         "--compile/--no-compile",
+        metavar="",
         help="torch.compile the fused elementwise ops (default: on for CUDA, off for CPU).",
     ),
     attention_backend: str = options.ATTENTION_BACKEND,
     json_out: str | None = options.JSON,
 ) -> None:
-    """Run a workload through the engine (one per streams value) and print throughput, step time,
-    prefill vs decode time and per-request latency (TTFT, TPOT, ITL)."""
+    """Run a workload through the engine and print what it measured.
+
+    One run per streams value: throughput, step time, prefill vs decode time and per-request
+    latency (TTFT, TPOT, ITL)."""
     from ..engine.llm_engine import LLMEngine
     from ..runs.plain import plan_runs, run_plan, run_record
 
@@ -85,6 +95,8 @@ def run(
         arrival_rate=arrival_rate,
         temperature=temperature,
     )
+    if requests_per_stream is not None:
+        plan = _per_stream(plan, requests_per_stream, requests)
     console = console_for(dest)
     with console.status(
         Text(f"loading {model or 'the embedded SmolLM2-135M-Instruct'} on {device}")
@@ -101,10 +113,27 @@ def run(
     finally:
         engine.close()
     for result in results:
-        console.print(summary_table(result))
-    written = emit_json(dest, {"runs": [run_record(r) for r in results]})
+        show(console, summary_table(result))
+    written = emit_json(dest, {"schema": SCHEMA, "runs": [run_record(r) for r in results]})
     if written is not None:
         console.print(f"wrote {written}", markup=False)
+
+
+def _per_stream(plan: RunPlan, per_stream: int, requests: int | None) -> RunPlan:
+    """Each run's requests as a number per stream, as run-and-profile counts them."""
+    from dataclasses import replace
+
+    from ..core.checks import check_int
+    from ..core.errors import BubblelabError
+    from ..runs.workload import MAX_REQUESTS
+
+    if requests is not None:
+        raise BubblelabError("give --requests-per-stream or --requests (per run), not both")
+    check_int("requests_per_stream", per_stream, 1, MAX_REQUESTS)
+    workloads = [replace(w, requests=per_stream * w.streams) for w in plan.workloads]
+    for workload in workloads:
+        workload.check_fits(plan.engine.max_model_len)
+    return replace(plan, workloads=workloads)
 
 
 def _progress(console: Console) -> Progress:
@@ -161,10 +190,12 @@ def demo(
     out: Path | None = typer.Option(
         None, help="A new run directory (default reports/demo-<timestamp>/)."
     ),
-    force: bool = typer.Option(False, help="Replace the run already in --out."),
+    force: bool = options.FORCE,
+    json_out: str | None = options.JSON,
 ) -> None:
-    """The main job on the embedded SmolLM2-135M-Instruct: answer a chat question, then profile
-    depth 1 vs 2."""
+    """Answer a chat question on the embedded SmolLM2, then profile depth 1 against depth 2.
+
+    The model is SmolLM2-135M-Instruct, on the CPU; the sweep's report is written to --out."""
     import time
 
     from ..engine import LLM, SamplingParams
@@ -184,9 +215,10 @@ def demo(
         min_repeats=repeats,
         max_model_len=512,
     )
+    dest = check_json_dest(json_out)
     out = out or Path("reports") / time.strftime("demo-%Y%m%d-%H%M%S")
     check_new_run_dir(out, force=force)  # before the chat, not after it
-    console = Console()
+    console = console_for(dest)
     with console.status("loading the embedded SmolLM2-135M-Instruct (GGUF)"):
         llm = LLM()
     t0 = time.perf_counter()
@@ -199,7 +231,9 @@ def demo(
     console.print(answer[0].text.strip(), markup=False)
     n = len(answer[0].token_ids)
     console.print(f"{n} tokens in {dt:.2f} s: {n / dt:.1f} tokens/s\n")
-    profile_and_report(spec, out, nsys=False, force=force)
+    chat = {"question": question, "answer": answer[0].text.strip(), "generated_tokens": n,
+            "seconds": dt, "tokens_per_s": n / dt}  # fmt: skip
+    profile_and_report(spec, out, nsys=False, force=force, dest=dest, head=chat)
     from ..runs.noise import noise_lines
     from ..runs.rundir import read_results
 

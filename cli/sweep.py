@@ -8,15 +8,14 @@ import time
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
 from ..core.errors import BubblelabError
 from . import options
-
-console = Console()
+from .output import SCHEMA, check_json_dest, console_for, emit_json, records
+from .tables import show
 
 
 def register(app: typer.Typer) -> None:
@@ -28,7 +27,9 @@ def run_and_profile(
     model: str | None = options.MODEL,
     device: str = options.DEVICE,
     dtype: str | None = options.DTYPE,
-    depths: str = typer.Option("1,2", help="Pipeline depths, run back to back."),
+    depth: str = typer.Option(
+        "1,2", help="Pipeline depths, run back to back: a number or a comma-separated list."
+    ),
     tensor_parallel: int = typer.Option(1, help="GPUs (processes) the model is split over."),
     streams: str = options.STREAMS,
     output_len_mean: float = options.OUTPUT_LEN_MEAN,
@@ -54,16 +55,23 @@ def run_and_profile(
     resume: Path | None = typer.Option(
         None, help="Finish the sweep in this directory: run only what is missing, same options."
     ),
-    force: bool = typer.Option(False, help="Replace the run already in --out."),
+    force: bool = options.FORCE,
     nsys: bool | None = typer.Option(
-        None, "--nsys/--no-nsys", help="Force or forbid nsys (default: use it when found)."
+        None,
+        "--nsys/--no-nsys",
+        metavar="",
+        help="Force or forbid nsys (default: use it when found).",
     ),
+    json_out: str | None = options.JSON,
 ) -> None:
-    """Measure depth 1 vs depth 2 over a sweep, unprofiled and under nsys; analyse; report.
-    Ctrl-C keeps every finished run: --resume DIR runs the rest."""
+    """Measure depth 1 against depth 2 over a sweep, then analyse it and write its report.
+
+    Each configuration runs unprofiled, then under nsys when it is found. Ctrl-C keeps every
+    finished run: --resume DIR runs the rest."""
     from ..runs.state import read_state
     from ..runs.sweep import SweepSpec, sweep_spec
 
+    dest = check_json_dest(json_out)
     if resume is not None:
         if given := [name for name in _sweep_options(ctx) if _given(ctx, name)]:
             raise BubblelabError(
@@ -77,7 +85,7 @@ def run_and_profile(
         out = resume
     else:
         spec = sweep_spec(
-            depths,
+            depth,
             streams,
             model=model,
             device=device,
@@ -95,11 +103,11 @@ def run_and_profile(
             attention_backend=attention_backend,
         )
         out = out or Path("reports") / time.strftime("%Y%m%d-%H%M%S")
-    profile_and_report(spec, out, nsys=nsys, resume=resume is not None, force=force)
+    profile_and_report(spec, out, nsys=nsys, resume=resume is not None, force=force, dest=dest)
 
 
 def _sweep_options(ctx: typer.Context) -> list[str]:
-    return [str(p.name) for p in ctx.command.params if p.name not in ("resume", "nsys")]
+    return [str(p.name) for p in ctx.command.params if p.name not in ("resume", "nsys", "json_out")]
 
 
 def _given(ctx: typer.Context, name: str) -> bool:
@@ -109,9 +117,17 @@ def _given(ctx: typer.Context, name: str) -> bool:
 
 
 def profile_and_report(
-    spec, out: Path, *, nsys: bool | None = None, resume: bool = False, force: bool = False
+    spec,
+    out: Path,
+    *,
+    nsys: bool | None = None,
+    resume: bool = False,
+    force: bool = False,
+    dest: str | None = None,
+    head: dict | None = None,
 ) -> Path:
-    """The sweep with a progress bar, then the report and the prediction tables."""
+    """The sweep with a progress bar, then the report and the prediction tables; with dest, the
+    JSON document (head's keys first: the demo's chat)."""
     from ..costmodel.headline import noise_lines
     from ..costmodel.perturbation import profiler_perturbation
     from ..costmodel.predict import predict_runs
@@ -129,6 +145,7 @@ def profile_and_report(
         check_new_run_dir(out, force=force)
     if nsys:
         find_nsys()
+    console = console_for(dest)
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -162,16 +179,28 @@ def profile_and_report(
     table = predict_runs(results.runs, results.steps, results.requests, ranks=results.ranks)
     with console.status("writing the report"):
         report = report_run_dir(out, table=table)
-    wide = Console(width=max(console.width, 160))
     if len(table):
         for printed in prediction_tables(table):
-            wide.print(printed)
+            show(console, printed)
         for line in noise_lines(table):  # plainly, where the demo's CPU is too noisy to tell
-            wide.print(line, markup=False)
+            console.print(line, markup=False)
     perturbation = profiler_perturbation(results.runs, results.steps)
     if len(perturbation):
-        wide.print(perturbation_table(perturbation))
+        show(console, perturbation_table(perturbation))
     console.print(Text(f"report: {report}"), soft_wrap=True)
+    written = emit_json(
+        dest,
+        {
+            "schema": SCHEMA,
+            **(head or {}),
+            "run_dir": str(out),
+            "report": str(report),
+            "prediction": records(table),
+            "perturbation": records(perturbation),
+        },
+    )
+    if written is not None:
+        console.print(Text(f"wrote {written}"), soft_wrap=True)
     return report
 
 

@@ -8,6 +8,13 @@ from collections.abc import Iterable
 import pandas as pd
 
 from ..costmodel.predict import run_label
+from ..runs.tables import config_names
+
+
+def run_names(runs: pd.DataFrame) -> dict[str, str]:
+    """Each run's own name, by run_id: its trace file's stem, or model·streams·depth·repeat
+    (runs.tables.config_names owns the rule), the same in the console, Parquet and Perfetto."""
+    return config_names(runs.to_dict("records"))
 
 
 def run_name(run: dict | pd.Series, depth: bool = True) -> str:

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 
 from ..core.files import write_atomic
 from ..runs.rundir import Results
-from .labels import run_name
+from .labels import run_name, run_names
 from .parquet_schema import SCHEMAS, conform
 
 TABLES = ("runs", "steps", "gaps", "attribution")
@@ -36,7 +36,10 @@ def write_parquet(results: Results, out_dir: Path) -> list[Path]:
             continue
         metadata = None
         if name == "runs":
-            frame = frame.assign(config=frame.apply(run_name, axis=1, depth=False))
+            frame = frame.assign(
+                config=frame.apply(run_name, axis=1, depth=False),
+                run_name=frame["run_id"].map(run_names(frame)),
+            )
             metadata = {"bubblelab.provenance": json.dumps(results.provenance, default=str)}
         frame = _arrow_ready(conform(frame, SCHEMAS[name]))
         schema = pa.Table.from_pandas(frame, preserve_index=False).schema  # the extra columns'

@@ -20,6 +20,7 @@ RUNS = pa.schema(
     [
         ("run_id", TEXT),
         ("config", TEXT),  # report.labels.run_name without the depth: rows of one configuration
+        ("run_name", TEXT),  # runs.tables.config_names: as the console, report and Perfetto show it
         ("model", TEXT),
         ("preset", TEXT),
         ("depth", INT),

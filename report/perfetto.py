@@ -24,7 +24,7 @@ import pandas as pd
 from ..core.files import write_atomic
 from ..runs.rundir import Results
 from ..runs.tables import spans_from_steps
-from .labels import device_word, run_name
+from .labels import device_word, run_names
 
 # Thread ids: host threads, the host's sync waits (a foreign run's), device tracks, steps.
 HOST_TID, WAIT_TID, DEVICE_TID, STEPS_TID = 1, 50, 100, 200
@@ -55,7 +55,9 @@ def chrome_trace(results: Results, ranges: pd.DataFrame | None = None) -> dict:
     rebuilt from the per-step table.
     """
     events: list[dict] = []
+    names = run_names(results.runs)
     for pid, run in enumerate(results.runs.to_dict("records"), start=1):
+        run["run_name"] = names[run["run_id"]]
         run_id = run["run_id"]
         steps = results.steps[results.steps["run_id"] == run_id].sort_values("step")
         if ranges is not None:
@@ -91,7 +93,7 @@ def _run_events(pid: int, run: dict, steps: pd.DataFrame, ranges: pd.DataFrame) 
     kinds = steps.set_index("step")["kind"].to_dict()
     device = device_word([run.get("device")])
     meta = [
-        _meta(pid, None, "process_name", name=run_name(run)),
+        _meta(pid, None, "process_name", name=run["run_name"]),
         _meta(pid, None, "process_labels", labels=f"run {run['run_id']}"),
         _meta(pid, None, "process_sort_index", sort_index=pid),
     ]

@@ -74,6 +74,9 @@ def analyze_traces(
             run_ids += ingest_trace(trace, None, meta, domain=domain, steps=steps, con=con)
         say("analysing")
         report = overview.analyze(con, run_ids or None, warmup, output_len)
+        files = dict(con.execute("SELECT run_id, trace_path FROM runs").fetchall())
+        for run in report["runs"]:  # where each run came from: its name (_name_runs) says it
+            run["trace_path"] = files.get(run["run_id"])
         for run in report["runs"]:
             if "syncs_per_step" in run:
                 run["pipelining"] = _pipelining(con, run, output_len, warmup)

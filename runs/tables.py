@@ -67,9 +67,11 @@ def _cat(frames: list[pd.DataFrame]) -> pd.DataFrame:
 def config_names(
     runs: list[dict], rank_of: dict[str, tuple[str, int]] | None = None
 ) -> dict[str, str]:
-    """Each run named by its configuration, e.g. `qwen3-0.6b·s8·d2·r0` (r: the repeat, in the
-    order given), not by its hash; split over GPUs `qwen3-32b·tp2·s8·d2·r0`, and a worker rank's
-    own timeline `...·r0·rank1`. Runs without a model are named by the start of their id.
+    """Each run named by where it came from, never by its hash. Ours (the depth is known) by
+    configuration, e.g. `qwen3-0.6b·s8·d2·r0` (r: the repeat, in the order given); split over GPUs
+    `qwen3-32b·tp2·s8·d2·r0`, and a worker rank's own timeline `...·r0·rank1`. Another engine's
+    trace by its file's stem, `cupy-decode` (a second run of that stem `cupy-decode·2`). Runs with
+    neither a model nor a trace file are named by the start of their id.
     rank_of: the runs that are rank r > 0 of a tensor-parallel run, as rank_run_id -> (rank 0's
     run_id, r); each is named after its rank 0."""
     workers = {k: v for k, v in (rank_of or {}).items() if v[1] > 0}
@@ -78,8 +80,15 @@ def config_names(
     for run in runs:
         if run["run_id"] in workers:
             continue
-        model = run.get("model")
-        parts = [str(model) if isinstance(model, str) and model else str(run["run_id"])[:8]]
+        stem = trace_stem(run.get("trace_path"))
+        if _known(run.get("depth")) is None and stem:  # another engine's trace: its file
+            seen[stem] = count = seen.get(stem, 0) + 1
+            names[run["run_id"]] = stem if count == 1 else f"{stem}·{count}"
+            continue
+        model = next(
+            (m for m in (run.get("preset"), run.get("model")) if isinstance(m, str) and m), None
+        )
+        parts = [model or str(run["run_id"])[:8]]
         for prefix, key in (("tp", "tensor_parallel"), ("s", "streams"), ("d", "depth")):
             value = _known(run.get(key))
             if value is not None and (key != "tensor_parallel" or value > 1):
@@ -91,6 +100,16 @@ def config_names(
     for run_id, (lead, rank) in workers.items():
         names[run_id] = f"{names.get(lead, str(lead)[:8])}·rank{rank}"
     return names
+
+
+def trace_stem(path: object) -> str | None:
+    """A trace file's name without its export suffixes: x/cupy-decode.sqlite.gz -> cupy-decode."""
+    if not isinstance(path, str) or not path:
+        return None
+    name = path.replace("\\", "/").rsplit("/", 1)[-1]
+    for suffix in (".gz", ".sqlite", ".nsys-rep", ".qdrep"):
+        name = name.removesuffix(suffix)
+    return name or None
 
 
 def _known(value: object) -> int | None:

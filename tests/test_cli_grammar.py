@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from importlib.metadata import version
 from pathlib import Path
 
@@ -83,7 +84,10 @@ def test_shared_options_have_one_default_everywhere():
     run_defaults, sweep_defaults = _defaults(run), _defaults(run_and_profile)
     shared = set(run_defaults) & set(sweep_defaults)
     assert {"model", "device", "streams", "max_model_len", "output_len_mean"} <= shared
-    for name in shared:
+    # --depth is one idea with one name; its default is what each command is for: run drives the
+    # pipelined engine, a sweep compares both depths.
+    assert (run_defaults.pop("depth"), sweep_defaults.pop("depth")) == (2, "1,2")
+    for name in shared - {"depth"}:
         assert run_defaults[name] == sweep_defaults[name], name
     # ... and they are the library's.
     spec, workload = SweepSpec(), WorkloadSpec()
@@ -150,3 +154,81 @@ def test_ctrl_c_says_interrupted(monkeypatch, capsys):
         main(["run", "--model", "tiny-llama"])
     assert exit_.value.code == 130
     assert capsys.readouterr().err == "bubblelab: error: interrupted\n"
+
+
+# Ideas several commands take, and every spelling one might give them: one spelling each is shown.
+IDEAS = {
+    "pipeline depth": ("--depth", "--depths"),
+    "requests": ("--requests-per-stream", "--requests"),
+    "mean generated length L": ("--output-len-mean", "--output-len"),
+    "output folder or page": ("--out", "--output", "--out-dir"),
+    "bootstrap resamples": ("--n-boot", "--bootstrap"),
+    "JSON output": ("--json", "--json-out"),
+    "replace an existing run": ("--force", "--overwrite"),
+}
+
+
+def _commands() -> Mapping:
+    import typer.core
+    import typer.main
+
+    from bubblelab.cli import _register_all
+
+    _register_all()
+    group = typer.main.get_command(app)
+    assert isinstance(group, typer.core.TyperGroup)
+    return group.commands
+
+
+def test_one_name_per_idea_in_every_command():
+    shown = {
+        name: {o for p in command.params if not getattr(p, "hidden", False) for o in p.opts}
+        for name, command in _commands().items()
+    }
+    for idea, spellings in IDEAS.items():
+        used = {o for opts in shown.values() for o in opts if o in spellings}
+        assert len(used) <= 1, f"{idea}: {sorted(used)}"
+    # ... and one option name (the parameter) is spelt one way everywhere.
+    spelt: dict[str, set[str]] = {}
+    for command in _commands().values():
+        for p in command.params:
+            if p.opts[0].startswith("--"):
+                spelt.setdefault(str(p.name), set()).add(p.opts[0])
+    assert {n: s for n, s in spelt.items() if len(s) > 1} == {}
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        (["analyze", "--output-len", "0", "x.sqlite"], "--output-len-mean"),
+        (["analyze", "--output-len=0", "x.sqlite"], "--output-len-mean"),
+        (["run-and-profile", "--depths", "3"], "--depth"),
+    ],
+)
+def test_old_spellings_still_work_and_the_error_names_the_new(old, new, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(old)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"bubblelab: error: {new} "), err
+
+
+def test_run_counts_requests_per_stream_as_run_and_profile_does(monkeypatch):
+    from bubblelab.runs import plain
+
+    planned = []
+    monkeypatch.setattr(plain, "run_plan", lambda plan, **_: planned.append(plan) or [])
+    monkeypatch.setattr("bubblelab.engine.llm_engine.LLMEngine.__init__", lambda self, c: None)
+    monkeypatch.setattr("bubblelab.engine.llm_engine.LLMEngine.close", lambda self: None)
+    main(["run", "--model", "tiny-llama", "--streams", "1,3", "--requests-per-stream", "2"])
+    assert [w.requests for w in planned[0].workloads] == [2, 6]
+
+
+def test_help_reads_as_sentences():
+    """Each command's summary is one whole sentence on its line; flags show no value."""
+    for name, command in _commands().items():
+        summary = (command.help or "").split("\n\n")[0]
+        assert "\n" not in summary.strip() and summary.strip().endswith("."), name
+        for p in command.params:
+            if getattr(p, "is_flag", False):
+                assert p.metavar == "", f"{name} {p.opts[0]}"

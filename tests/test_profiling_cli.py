@@ -102,7 +102,7 @@ def fork_trace(tmp_path_factory) -> Path:
 
 
 def test_analyze_foreign_trace_json(fork_trace):
-    result = bubblelab("analyze", str(fork_trace), "--json", "--output-len", "64")
+    result = bubblelab("analyze", str(fork_trace), "--json", "--output-len-mean", "64")
     assert result.returncode == 0, result.stderr
     (run,) = json.loads(result.stdout)["runs"]
     assert run["steps_found"]["rule"] == "sync" and run["steps_found"]["steps"] == 16

@@ -133,9 +133,9 @@ def test_a_failure_midway_leaves_a_resumable_directory_that_says_what_failed(tmp
 
 
 def test_a_single_depth_sweep_reports(tmp_path):
-    """`--depths 2` crashed in the report step after all the runs."""
+    """`--depth 2` crashed in the report step after all the runs."""
     out = tmp_path / "d2"
-    argv = ["run-and-profile", "--model", "tiny-llama", "--depths", "2", "--streams", "1"]
+    argv = ["run-and-profile", "--model", "tiny-llama", "--depth", "2", "--streams", "1"]
     argv += ["--output-len-mean", "4", "--requests-per-stream", "1", "--max-model-len", "64"]
     argv += ["--repeats", "1"]
     main([*argv, "--no-nsys", "--out", str(out)])

@@ -300,7 +300,7 @@ def test_run_and_profile_records_each_rank_as_its_own_run(tmp_path):
     names = {(e["pid"], e.get("tid")): e["args"]["name"] for e in trace["traceEvents"]
              if e["ph"] == "M" and e["name"] in ("process_name", "thread_name")}  # fmt: skip
     for pid in (1, 2):
-        assert names[(pid, None)] == f"tiny-llama · cpu · TP 2 · 2 streams · depth {pid}"
+        assert names[(pid, None)] == f"tiny-llama·tp2·s2·d{pid}·r0"  # as analyze names it
         tracks = {names[key]: len(s) for key, s in slices.items() if key[0] == pid}
         assert {"rank 0 host", "rank 0 CPU", "rank 1 host", "rank 1 CPU"} <= set(tracks)
         assert tracks["rank 1 host"] > 3 and tracks["rank 1 CPU"] == tracks["rank 0 CPU"]
