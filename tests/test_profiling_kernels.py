@@ -4,6 +4,7 @@ on a hand-laid synthetic trace and on a committed H200 engine trace."""
 from __future__ import annotations
 
 import gzip
+import json
 import shutil
 import sqlite3
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 from bubblelab.profiling import kernels
 from bubblelab.profiling.catalog import connect
 from bubblelab.profiling.ingest import ingest
+from tests.cli_helpers import run_bubblelab
 from tests.profiling_trace_builder import blocking_trace
 
 TRACES = Path(__file__).parents[1] / "traces"
@@ -209,3 +211,27 @@ def test_kernel_names_shortened_for_display():
     assert got.kernel.tolist() == ["vectorized_elementwise_kernel", "nvjet_sm90_tst"]
     assert got.name.iloc[0].startswith("void at::native::")
     assert got.busy_share.tolist() == pytest.approx([10 / 15, 5 / 15])
+
+
+def test_analyze_kernels_flag(tmp_path):
+    trace = blocking_trace(tmp_path / "d1.sqlite")
+    result = run_bubblelab(
+        "analyze", str(trace), "--warmup", "1", "--kernels", "--json", columns=120, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    (run,) = json.loads(result.stdout)["runs"]
+    view = run["kernels"]
+    top = view["top_kernels"][0]
+    assert (top["kernel"], top["calls"], top["total_ms"]) == ("gemm_a", 6, pytest.approx(1.8))
+    assert sum(r["share"] for r in view["run_split"]) == pytest.approx(1)
+    assert {r["scope"] for r in view["launch_latency"]} == {"run", "api", "step"}
+    printed = run_bubblelab(
+        "analyze", str(trace), "--warmup", "1", "--kernels", columns=120, timeout=120
+    )
+    assert printed.returncode == 0, printed.stderr
+    assert "top kernels by GPU time" in printed.stdout and "gemm_a" in printed.stdout
+    assert "idle between steps" in printed.stdout and "cudaEventSynchronize" in printed.stdout
+    plain = run_bubblelab(
+        "analyze", str(trace), "--warmup", "1", "--json", columns=120, timeout=120
+    )
+    assert "kernels" not in json.loads(plain.stdout)["runs"][0]
