@@ -50,6 +50,13 @@ def run_split(catalog: Catalog, run_id: str) -> pd.DataFrame:
     return queries.run(_open(catalog), "run_split", {"run_id": run_id})
 
 
+def trace_ops(catalog: Catalog, run_id: str) -> pd.DataFrame:
+    """Every kernel, copy and CUDA API call with the flow linking each launch to its first op
+    (sql/trace_ops.sql): the export's kernel, copy and API tracks, in trace_ranges' columns plus
+    correlation_id and flow."""
+    return queries.run(_open(catalog), "trace_ops", {"run_id": run_id}).assign(run_id=run_id)
+
+
 def kernel_view(con: duckdb.DuckDBPyConnection, run_id: str, top: int = TOP) -> dict:
     """The four answers as JSON-ready records: `top_kernels`, `cuda_api`, `launch_latency` (the run,
     per API and per step) and `run_split`."""

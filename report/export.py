@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..profiling.analysis import trace_ranges
+from ..profiling.kernels import trace_ops
 from ..runs.catalogs import rank_runs
 from ..runs.rundir import Results
 from ..runs.sources import Source, open_source
@@ -52,7 +53,8 @@ def export_results(results: Results, out_dir: Path, ranges: pd.DataFrame | None)
 def ranges_of(sources: list[Source], prefixed: bool = False) -> pd.DataFrame | None:
     """Every host range and step span of the sources' runs, from their catalogs, with the rank
     they ran on (a tensor-parallel run's workers as ranks 1, 2, ... of its run_id); None when any
-    source has none (then the export falls back to results.json for all of them). prefixed: run
+    source has none (then the export falls back to results.json for all of them); with them every
+    kernel, copy and CUDA API call (profiling.kernels.trace_ops). prefixed: run
     ids as runs.rundir.merge_results names them ("<source>/<run_id>")."""
     with_catalog = [(s, s.catalog) for s in sources if s.catalog is not None]
     if not sources or len(with_catalog) < len(sources):
@@ -63,5 +65,6 @@ def ranges_of(sources: list[Source], prefixed: bool = False) -> pd.DataFrame | N
             name = f"{s.name}/{run_id}" if prefixed else run_id
             ranks = {0: run_id, **rank_runs(catalog, run_id)}
             for rank, rank_run in ranks.items():
-                frames.append(trace_ranges(catalog, rank_run).assign(run_id=name, rank=rank))
+                for rows in (trace_ranges(catalog, rank_run), trace_ops(catalog, rank_run)):
+                    frames.append(rows.assign(run_id=name, rank=rank))
     return pd.concat(frames, ignore_index=True)

@@ -16,6 +16,7 @@ import pytest
 from bubblelab.profiling import kernels
 from bubblelab.profiling.catalog import connect
 from bubblelab.profiling.ingest import ingest
+from bubblelab.report.export import export
 from tests.cli_helpers import run_bubblelab
 from tests.profiling_trace_builder import blocking_trace
 
@@ -235,3 +236,29 @@ def test_analyze_kernels_flag(tmp_path):
         "analyze", str(trace), "--warmup", "1", "--json", columns=120, timeout=120
     )
     assert "kernels" not in json.loads(plain.stdout)["runs"][0]
+
+
+def test_perfetto_export_carries_ops_and_launch_flows(tmp_path):
+    """Kernels, copies and API calls on tracks of their own; a flow from each launch to its op."""
+    trace = blocking_trace(tmp_path / "d1.sqlite")
+    exported = export(trace, tmp_path / "out")
+    events = json.loads(gzip.decompress(exported.trace.read_bytes()))["traceEvents"]
+    tracks = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    by_track: dict[str, list[dict]] = {}
+    for e in events:
+        if e["ph"] == "X":
+            by_track.setdefault(tracks[(e["pid"], e["tid"])], []).append(e)
+    raw = raw_rows(trace)
+    kernels_shown = [e for name, es in by_track.items() if name.startswith("kernels") for e in es]
+    copies_shown = [e for name, es in by_track.items() if name.startswith("copies") for e in es]
+    api_shown = [e for name, es in by_track.items() if name.startswith("CUDA API") for e in es]
+    assert sorted(e["name"] for e in kernels_shown) == sorted(raw["kernels"].name)
+    assert len(copies_shown) == len(raw["copies"]) and len(api_shown) == len(raw["api"])
+    outs = {e["bind_id"]: e for e in events if e.get("flow_out")}
+    ins = {e["bind_id"]: e for e in events if e.get("flow_in")}
+    launched = set(raw["kernels"].cid)  # every kernel here has a launch call of its own
+    assert len(outs) == len(ins) >= len(launched) and set(outs) == set(ins)
+    for bind_id, launch in outs.items():
+        op = ins[bind_id]
+        assert launch["args"]["correlation_id"] == op["args"]["correlation_id"]
+        assert launch["ts"] <= op["ts"]  # the call came before its work
