@@ -24,7 +24,7 @@ from ..runs.rundir import Results, distinct_names, merge_results
 from ..runs.sources import Source, open_source
 from . import figures, provenance, summary
 from .compare import side_by_side
-from .export import TRACE_FILE, Exported, export_results, ranges_of
+from .export import TRACE_FILE, Exported, export_results, op_tables, ranges_of
 from .labels import device_word, run_name
 from .ranks import rank_sections
 
@@ -180,7 +180,8 @@ def _write(
     else:
         results = merge_results({s.name: s.results for s in sources})
         ranges = ranges_of(sources, prefixed=True)
-    exported = export_results(results, out.parent / EXPORT_DIR, ranges) if export else None
+    tables = op_tables(sources, prefixed=len(sources) > 1) if export else None
+    exported = export_results(results, out.parent / EXPORT_DIR, ranges, tables) if export else None
     return write_atomic(out, render_report(results, title, n_boot, exported, table))
 
 

@@ -262,3 +262,15 @@ def test_perfetto_export_carries_ops_and_launch_flows(tmp_path):
         op = ins[bind_id]
         assert launch["args"]["correlation_id"] == op["args"]["correlation_id"]
         assert launch["ts"] <= op["ts"]  # the call came before its work
+
+
+def test_parquet_export_has_kernels_and_api(tmp_path):
+    trace = blocking_trace(tmp_path / "d1.sqlite")
+    exported = export(trace, tmp_path / "out")
+    assert {p.name for p in exported.tables} >= {"kernels.parquet", "api.parquet"}
+    table = pd.read_parquet(tmp_path / "out" / "kernels.parquet").set_index("name")
+    raw = raw_rows(trace)["kernels"]
+    assert table.calls.to_dict() == raw.name.value_counts().to_dict()  # every kernel, no "other"
+    assert table.loc["gemm_a", "total_ms"] == pytest.approx(1.8)
+    api = pd.read_parquet(tmp_path / "out" / "api.parquet")
+    assert api.calls.sum() == len(raw_rows(trace)["api"]) and set(api["rank"]) == {0}

@@ -110,8 +110,10 @@ def test_trace_of_another_engine(tmp_path):
 def test_parquet_reads_back_as_the_tables(trace_export):
     exported, out = trace_export
     assert sorted(p.name for p in exported.tables) == [
+        "api.parquet",  # kernels and api: tests/test_profiling_kernels.py
         "attribution.parquet",
         "gaps.parquet",
+        "kernels.parquet",
         "runs.parquet",
         "steps.parquet",
     ]
