@@ -25,6 +25,7 @@ from ..runs.sources import Source, open_source
 from . import figures, provenance, summary
 from .compare import side_by_side
 from .export import TRACE_FILE, Exported, export_results, op_tables, ranges_of
+from .kernels import kernel_sections
 from .labels import device_word, run_name
 from .ranks import rank_sections
 
@@ -82,8 +83,10 @@ def render_report(
     n_boot: int = 1000,
     exported: Exported | None = None,
     table: pd.DataFrame | None = None,
+    kernels: list[dict] | None = None,
 ) -> str:
     """The page. exported: the files written beside it, linked relative to it (EXPORT_DIR/).
+    kernels: the "Kernels" section's runs (report.kernels.kernel_sections; none: no section).
     table: predict_runs of these results when the caller has it already (run-and-profile prints
     it too; the bootstrap is the page's slowest part)."""
     if table is None:
@@ -127,6 +130,7 @@ def render_report(
         sources=provenance.sources(results, title),
         machine=provenance.report_facts(),
         exports=_links(exported),
+        kernels=kernels or [],
     )
     return _env().get_template("report.html.j2").render(**context)
 
@@ -182,7 +186,8 @@ def _write(
         ranges = ranges_of(sources, prefixed=True)
     tables = op_tables(sources, prefixed=len(sources) > 1) if export else None
     exported = export_results(results, out.parent / EXPORT_DIR, ranges, tables) if export else None
-    return write_atomic(out, render_report(results, title, n_boot, exported, table))
+    page = render_report(results, title, n_boot, exported, table, kernel_sections(sources))
+    return write_atomic(out, page)
 
 
 def _links(exported: Exported | None) -> list[dict]:

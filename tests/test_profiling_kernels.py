@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import shutil
 import sqlite3
 from pathlib import Path
@@ -17,6 +18,7 @@ from bubblelab.profiling import kernels
 from bubblelab.profiling.catalog import connect
 from bubblelab.profiling.ingest import ingest
 from bubblelab.report.export import export
+from bubblelab.report.report import report_run_dir
 from tests.cli_helpers import run_bubblelab
 from tests.profiling_trace_builder import blocking_trace
 
@@ -274,3 +276,12 @@ def test_parquet_export_has_kernels_and_api(tmp_path):
     assert table.loc["gemm_a", "total_ms"] == pytest.approx(1.8)
     api = pd.read_parquet(tmp_path / "out" / "api.parquet")
     assert api.calls.sum() == len(raw_rows(trace)["api"]) and set(api["rank"]) == {0}
+
+
+def test_report_has_a_kernels_section(tmp_path):
+    trace = blocking_trace(tmp_path / "d1.sqlite")
+    page = report_run_dir(trace, n_boot=10, export=False, out=tmp_path / "r.html").read_text()
+    section = page[page.index('id="kernels"') : page.index('id="gaps"')]
+    assert "gemm_a" in section and "argmax" in section
+    widths = [float(w) for w in re.findall(r"width: ([\d.]+)%", section)]
+    assert sum(widths) == pytest.approx(100, abs=0.05)  # the split bar fills the line
