@@ -23,7 +23,7 @@ busy AS (
 rows AS (
     SELECT rank, name, calls, total_ns, p50_ns, p90_ns, p99_ns, max_ns FROM ranked WHERE rank <= $top
     UNION ALL
-    SELECT $top + 1, NULL, sum(calls)::BIGINT, sum(total_ns)::BIGINT, NULL, NULL, NULL, max(max_ns)
+    SELECT $top::BIGINT + 1, NULL, sum(calls)::BIGINT, sum(total_ns)::BIGINT, NULL, NULL, NULL, max(max_ns)
     FROM ranked WHERE rank > $top HAVING count(*) > 0
 ),
 shortened AS (
