@@ -4,8 +4,10 @@ the steps?
 Builds a scaled-up copy of a seed trace by replaying its events back to back until it holds at least
 --kernels kernels (the SQL in benchmarks/sql/), then, per mode and repeat, in a fresh in-memory
 catalog as `bubblelab analyze TRACE` uses: ingestion, the per-step table, steady state, the
-attribution (both splits), the idle histogram, the sync inventory, the kernel summary,
-`overview.analyze` and, for another engine's trace, the pipelining prediction. Wall and CPU seconds
+attribution (both splits), the idle histogram, the sync inventory, the kernel summary, the
+kernel-level view of `analyze --kernels` (profiling.kernels: top kernels, CUDA API summary, launch
+latency, whole-run split), `overview.analyze` and, for another engine's trace, the pipelining
+prediction. Wall and CPU seconds
 (CPU time, DuckDB's threads included, is what other jobs on the cores disturb least). Modes:
 
     bubblelab  our NVTX ranges (an engine-shaped depth-2 seed: 400 kernels a step, the probe's
@@ -42,7 +44,7 @@ import duckdb
 from benchmarks.analyze_seeds import engine_shaped_seed, foreign_seed
 from bubblelab.core.files import write_atomic
 from bubblelab.costmodel.foreign import pipelining_gain
-from bubblelab.profiling import analysis, overview
+from bubblelab.profiling import analysis, kernels, overview
 from bubblelab.profiling.catalog import OFFLINE, connect, load_sqlite_extension, sql_string
 from bubblelab.profiling.ingest import ingest
 from bubblelab.profiling.steps import StepOptions
@@ -142,6 +144,10 @@ def one_pass(trace: Path, options: StepOptions, foreign: bool) -> tuple[dict, in
     timed("idle_histogram", lambda: analysis.idle_histogram(con, run, steady), times)
     timed("sync_inventory", lambda: analysis.sync_inventory(con, run), times)
     timed("kernel_summary", lambda: analysis.kernel_summary(con, run), times)
+    timed("top_kernels", lambda: kernels.top_kernels(con, run), times)  # analyze --kernels
+    timed("cuda_api_summary", lambda: kernels.cuda_api_summary(con, run), times)
+    timed("launch_latency", lambda: kernels.launch_latency(con, run), times)
+    timed("run_split", lambda: kernels.run_split(con, run), times)
     timed("analyze", lambda: overview.analyze(con, [run]), times)
     if foreign:
         timed("pipelining", lambda: pipelining_gain(steps), times)

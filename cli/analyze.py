@@ -63,6 +63,12 @@ def analyze(
         help="Foreign runs: mean generated length L, for the zombie tax (default: decode steps + "
         "1).",
     ),
+    kernels: bool = typer.Option(
+        False,
+        "--kernels",
+        help="Add the kernel-level view: top kernels, CUDA API summary, launch latency, and the "
+        "whole run split into compute, copies and idle time.",
+    ),
 ) -> None:
     """Break each traced run down step by step: forward, bubble, period and where the bubble went.
 
@@ -71,6 +77,7 @@ def analyze(
     from ..core.steady import WARMUP_STEPS
     from ..profiling.steps import StepOptions
     from ..runs.analysis import analyze_traces
+    from .kernels import kernel_tables
     from .ranks import LEGEND, rank_lines, rank_table
 
     dest = check_json_dest(json_out)
@@ -83,6 +90,7 @@ def analyze(
             domain=domain,
             steps=StepOptions(step_range, step_rule, gap_threshold_us),
             output_len=output_len_mean,
+            kernels=kernels,
             on_progress=lambda what: status.update(Text(what)),
         )
     if dest is not None:
@@ -101,6 +109,9 @@ def analyze(
             console.print(note, markup=False)
     if report["tensor_parallel"]:
         console.print(LEGEND, markup=False)
+    for run in report["runs"] if kernels else ():
+        for table in kernel_tables(run):
+            console.print(table)
     for run in report["runs"]:
         if "syncs_per_step" in run:
             _print_foreign(console, run)

@@ -24,7 +24,7 @@ stays only when an independent cross-check holds:
 - another rule finds the same steps (`agrees with graph`);
 - the steps are closed by a read, for a rule that does not look for reads (graph, pause, nvtx);
 - the steps repeat one pattern of launches, for the sync rule (which does not look at launches);
-- the steps match the generated length when it is known (--output-len: one step a token);
+- the steps match the generated length when it is known (--output-len-mean: one step a token);
 and nothing contradicts it:
 - no other rule whose steps are as well supported (closed by reads, repeating) finds different
   steps;

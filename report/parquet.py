@@ -1,5 +1,6 @@
 """Runs as Parquet tables: runs, steps, idle gaps and bubble attribution, one file each, for pandas,
-polars, DuckDB or Spark.
+polars, DuckDB or Spark; from a trace's catalog also kernels (every kernel's count, total and
+percentiles: profiling.kernels.top_kernels) and api (the CUDA API summary).
 
 Columns are those of results.json (docs/phases.md; runs.rundir), attribution's two splits of the
 bubble (time_ms, began_ms) among them, with the columns and types of report.parquet_schema
@@ -27,11 +28,14 @@ from .parquet_schema import SCHEMAS, conform
 TABLES = ("runs", "steps", "gaps", "attribution")
 
 
-def write_parquet(results: Results, out_dir: Path) -> list[Path]:
-    """OUT_DIR/<table>.parquet for each table that has rows; returns the paths written."""
+def write_parquet(
+    results: Results, out_dir: Path, extra: dict[str, pd.DataFrame] | None = None
+) -> list[Path]:
+    """OUT_DIR/<table>.parquet for each table that has rows, results' and extra's (name ->
+    table); returns the paths written."""
     paths = []
-    for name in TABLES:
-        frame: pd.DataFrame = getattr(results, name)
+    tables = [(name, getattr(results, name)) for name in TABLES] + list((extra or {}).items())
+    for name, frame in tables:
         if frame.empty:
             continue
         metadata = None

@@ -3,7 +3,9 @@
 One process per run, named by its configuration and depth; in it one thread per lane: the host
 (its phases as recorded, nested ranges inside their parents; for a foreign run, its sync waits on a
 track of their own), the device (each step's forward and
-sampling span) and the steps (one slice per step period, its per-step row in the args). A
+sampling span) and the steps (one slice per step period, its per-step row in the args); from a
+catalog, also every kernel and every copy (a track per stream) and every CUDA API call (a track per
+host thread), a flow arrow from each launch call to the first op it launched. A
 tensor-parallel run has a host and a device lane per rank ("rank 1 host", ...), on one clock. Step
 ids are in every slice's args. Timestamps are microseconds from the run's first exported event, so
 depth 1 and depth 2 of a configuration line up when opened together.
@@ -28,6 +30,10 @@ from .labels import device_word, run_names
 
 # Thread ids: host threads, the host's sync waits (a foreign run's), device tracks, steps.
 HOST_TID, WAIT_TID, DEVICE_TID, STEPS_TID = 1, 50, 100, 200
+# The raw ops' tracks, two ids apart (room for a second track where slices overlap): lane ->
+# (first id, label).
+OP_TRACKS = {"kernel": (300, "kernels, stream"), "copy": (600, "copies, stream"),
+             "api": (800, "CUDA API, thread")}  # fmt: skip
 RANK_TIDS = 1000  # rank r's host and device threads: r * RANK_TIDS + HOST_TID, ...
 STEP_ARGS = (
     "kind",
@@ -114,6 +120,15 @@ def _run_events(pid: int, run: dict, steps: pd.DataFrame, ranges: pd.DataFrame) 
             slices += _track(pid, base + WAIT_TID, prefix + "host waits", waits, t0, meta, None)
         gpu = mine[mine["lane"] == "gpu"]
         slices += _track(pid, base + DEVICE_TID, prefix + device, gpu, t0, meta, kinds=kinds)
+        flows = (pid * 64 + rank) << 32  # flow ids: a launch's correlation id, unique per run/rank
+        for lane, (first, label) in OP_TRACKS.items():
+            rows = mine[mine["lane"] == lane]
+            if rows.empty:  # none recorded (results.json's ranges): no tracks
+                continue
+            for i, (key, group) in enumerate(rows.groupby("tid", sort=True)):
+                number = int(key) % 2**24 if lane == "api" else int(key)  # nsys globalTid: tid bits
+                tid, name = base + first + 2 * i, f"{prefix}{label} {number}"
+                slices += _track(pid, tid, name, group, t0, meta, None, flows)
     periods = steps.assign(
         start_ns=steps["gpu_start_ns"],
         end_ns=steps["gpu_start_ns"] + steps["period_ms"].fillna(0) * 1e6,
@@ -142,9 +157,12 @@ def _track(
     t0: float,
     meta: list[dict],
     kinds: dict | None,
+    flows: int | None = None,
 ) -> list[dict]:
     """One lane's slices, on as many tracks as needed: a slice that overlaps one before it without
-    nesting inside it (which one thread's slices must) goes to the next track of the lane."""
+    nesting inside it (which one thread's slices must) goes to the next track of the lane. flows:
+    rows with a `flow` ('out': a launch call, 'in': the first op it launched) carry the flow
+    (bind_id flows + their correlation id, the trace event format's flow_out/flow_in)."""
     rows = rows.dropna(subset=["start_ns", "end_ns"])  # a span the step did not have
     if kinds is not None:  # the device lane: a part the step did not run (no sampling) is no span
         rows = rows[rows["end_ns"] > rows["start_ns"]]
@@ -160,6 +178,10 @@ def _track(
             phase = "prefill"
         args = {"step": None if pd.isna(step) else int(step)}
         out.append(_slice(pid, tid + track, phase, row, t0, args))
+        if flows is not None and isinstance(row.get("flow"), str):
+            correlation = int(row["correlation_id"])
+            args["correlation_id"] = correlation
+            out[-1].update({"bind_id": flows + correlation, f"flow_{row['flow']}": True})
     for track in range(max(1, len(stacks))):
         label = name if track == 0 else f"{name} ({track + 1})"
         meta.append(_meta(pid, tid + track, "thread_name", name=label))

@@ -24,7 +24,8 @@ from ..runs.rundir import Results, distinct_names, merge_results
 from ..runs.sources import Source, open_source
 from . import figures, provenance, summary
 from .compare import side_by_side
-from .export import TRACE_FILE, Exported, export_results, ranges_of
+from .export import TRACE_FILE, Exported, export_results, op_tables, ranges_of
+from .kernels import kernel_sections
 from .labels import device_word, run_name
 from .ranks import rank_sections
 
@@ -89,8 +90,10 @@ def render_report(
     n_boot: int = 1000,
     exported: Exported | None = None,
     table: pd.DataFrame | None = None,
+    kernels: list[dict] | None = None,
 ) -> str:
     """The page. exported: the files written beside it, linked relative to it (EXPORT_DIR/).
+    kernels: the "Kernels" section's runs (report.kernels.kernel_sections; none: no section).
     table: predict_runs of these results when the caller has it already (run-and-profile prints
     it too; the bootstrap is the page's slowest part)."""
     if table is None:
@@ -134,6 +137,7 @@ def render_report(
         sources=provenance.sources(results, title),
         machine=provenance.report_facts(),
         exports=_links(exported),
+        kernels=kernels or [],
     )
     return _env().get_template("report.html.j2").render(**context)
 
@@ -187,8 +191,10 @@ def _write(
     else:
         results = merge_results({s.name: s.results for s in sources})
         ranges = ranges_of(sources, prefixed=True)
-    exported = export_results(results, out.parent / EXPORT_DIR, ranges) if export else None
-    return write_atomic(out, render_report(results, title, n_boot, exported, table))
+    tables = op_tables(sources, prefixed=len(sources) > 1) if export else None
+    exported = export_results(results, out.parent / EXPORT_DIR, ranges, tables) if export else None
+    page = render_report(results, title, n_boot, exported, table, kernel_sections(sources))
+    return write_atomic(out, page)
 
 
 def _links(exported: Exported | None) -> list[dict]:

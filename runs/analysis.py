@@ -21,6 +21,7 @@ from ..core.steady import WARMUP_STEPS
 from ..costmodel.foreign import pipelining_gain
 from ..profiling import analysis, overview
 from ..profiling.ingest import DOMAIN, ingest_trace
+from ..profiling.kernels import kernel_view
 from ..profiling.steps import StepOptions
 from .catalogs import update_catalog
 from .sources import run_catalog
@@ -36,6 +37,7 @@ def analyze_traces(
     domain: str = DOMAIN,
     steps: StepOptions | None = None,
     output_len: float | None = None,
+    kernels: bool = False,
     on_progress: Callable[[str], None] | None = None,
 ) -> dict:
     """profiling.overview.analyze of the runs of `inputs`, every run named (`name`, e.g.
@@ -46,7 +48,9 @@ def analyze_traces(
     ask profiling.analysis more afterwards; default: in memory); none: every run already in
     `catalog`; or one run directory, read from the catalog its sweep left. steps: how to find a
     foreign engine's steps; output_len: its requests' mean generated length, for the zombie tax
-    (default: its decode steps + 1). on_progress: told what is being done, in words.
+    (default: its decode steps + 1). kernels: each run adds `kernels`, the kernel-level view
+    (profiling.kernels.kernel_view: top kernels, CUDA API summary, launch latency, whole-run split).
+    on_progress: told what is being done, in words.
     """
     paths = [Path(p) for p in inputs]
     if not paths and catalog is None:
@@ -80,6 +84,8 @@ def analyze_traces(
         for run in report["runs"]:
             if "syncs_per_step" in run:
                 run["pipelining"] = _pipelining(con, run, output_len, warmup)
+            if kernels:
+                run["kernels"] = kernel_view(con, run["run_id"])
         if not report["runs"]:
             raise BubblelabError(f"{catalog} holds no runs: give traces to add")
         if warmup and not any(run["steps"] for run in report["runs"]):  # before the catalog is kept

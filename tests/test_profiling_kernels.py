@@ -1,0 +1,287 @@
+"""The kernel-level view (profiling.kernels) against brute force in pandas over the raw SQLite rows,
+on a hand-laid synthetic trace and on a committed H200 engine trace."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import shutil
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from bubblelab.profiling import kernels
+from bubblelab.profiling.catalog import connect
+from bubblelab.profiling.ingest import ingest
+from bubblelab.report.export import export
+from bubblelab.report.report import report_run_dir
+from tests.cli_helpers import run_bubblelab
+from tests.profiling_trace_builder import blocking_trace
+
+TRACES = Path(__file__).parents[1] / "traces"
+
+
+@pytest.fixture(scope="module", params=["synthetic", "qwen3-0.6b-s32-d2.sqlite.gz"])
+def case(request, tmp_path_factory):
+    """(catalog, run_id, raw rows) of one trace."""
+    tmp = tmp_path_factory.mktemp("kernels")
+    if request.param == "synthetic":
+        path = blocking_trace(tmp / "d1.sqlite")
+    else:
+        path = tmp / "trace.sqlite"
+        with gzip.open(TRACES / request.param) as src, path.open("wb") as dst:
+            shutil.copyfileobj(src, dst)
+    con = connect(None)
+    run_id = ingest(path, None, con=con)
+    return con, run_id, raw_rows(path)
+
+
+def raw_rows(path: Path) -> dict[str, pd.DataFrame]:
+    """The export's kernels, copies/memsets and CUDA API calls, names resolved."""
+    db = sqlite3.connect(path)
+    tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+    def read(sql: str) -> pd.DataFrame:
+        return pd.read_sql_query(sql, db)
+
+    rows = {
+        "kernels": read(
+            "SELECT k.start, k.end, k.correlationId AS cid, s.value AS name "
+            "FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.shortName"
+        ),
+        "api": read(
+            "SELECT r.start, r.end, r.correlationId AS cid, s.value AS name "
+            "FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s ON s.id = r.nameId"
+        ),
+        "copies": pd.concat(
+            [
+                read(f"SELECT start, end FROM {t}")
+                for t in ("CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
+                if t in tables
+            ]
+        ),  # fmt: skip
+    }
+    db.close()
+    return rows
+
+
+def union(intervals) -> list[tuple[int, int]]:
+    merged: list[list[int]] = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return [(a, b) for a, b in merged]
+
+
+def length(intervals) -> int:
+    return sum(b - a for a, b in intervals)
+
+
+def overlap(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> int:
+    """Length of the intersection of two disjoint sorted interval lists."""
+    total, i, j = 0, 0, 0
+    while i < len(a) and j < len(b):
+        total += max(0, min(a[i][1], b[j][1]) - max(a[i][0], b[j][0]))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def intervals(frame: pd.DataFrame) -> list[tuple[int, int]]:
+    return list(zip(frame.start.tolist(), frame.end.tolist(), strict=True))
+
+
+def test_top_kernels_match_brute_force(case):
+    con, run_id, raw = case
+    busy = length(union(intervals(raw["kernels"]) + intervals(raw["copies"])))
+    d = raw["kernels"].assign(ns=raw["kernels"].end - raw["kernels"].start)
+    brute = d.groupby("name").ns.agg(["count", "sum", "mean", "max"])
+    for q in (0.5, 0.9, 0.99):
+        brute[q] = d.groupby("name").ns.quantile(q)
+    brute = brute.reset_index().sort_values(["sum", "name"], ascending=[False, True])
+    top = 3
+    got = kernels.top_kernels(con, run_id, top=top)
+    assert len(got) == min(top, len(brute)) + (len(brute) > top)
+    for (_, want), (_, row) in zip(brute.head(top).iterrows(), got.iterrows(), strict=False):
+        assert row["name"] == want["name"] and row.calls == want["count"]
+        assert row.total_ms == pytest.approx(want["sum"] / 1e6)
+        assert row.mean_us == pytest.approx(want["mean"] / 1e3)
+        for q, column in ((0.5, "p50_us"), (0.9, "p90_us"), (0.99, "p99_us")):
+            assert row[column] == pytest.approx(want[q] / 1e3)
+        assert row.max_us == pytest.approx(want["max"] / 1e3)
+        assert row.busy_share == pytest.approx(want["sum"] / busy)
+    if len(brute) > top:
+        rest = got.iloc[-1]
+        assert rest.kernel == f"other {len(brute) - top} kernels" and pd.isna(rest["name"])
+        assert rest.calls == brute["count"].iloc[top:].sum()
+        assert rest.total_ms == pytest.approx(brute["sum"].iloc[top:].sum() / 1e6)
+    assert got.calls.sum() == len(d)
+
+
+def test_cuda_api_summary_matches_brute_force(case):
+    con, run_id, raw = case
+    d = raw["api"].assign(ns=raw["api"].end - raw["api"].start)
+    got = kernels.cuda_api_summary(con, run_id).set_index("name")
+    assert set(got.index) == set(d.name)
+    for name, calls in d.groupby("name"):
+        row = got.loc[name]
+        assert row.calls == len(calls)
+        assert row.total_ms == pytest.approx(calls.ns.sum() / 1e6)
+        assert row.p50_us == pytest.approx(calls.ns.quantile(0.5) / 1e3)
+        assert row.p99_us == pytest.approx(calls.ns.quantile(0.99) / 1e3)
+    assert got.share.sum() == pytest.approx(1)
+
+
+def test_launch_latency_matches_brute_force(case):
+    con, run_id, raw = case
+    first = raw["kernels"].groupby("cid").start.min().rename("kernel_start")
+    launches = raw["api"].join(first, on="cid", how="inner")
+    launches["latency_us"] = (launches.kernel_start - launches.start) / 1e3
+    got = kernels.launches(con, run_id)
+    assert len(got) == len(launches)
+    assert np.allclose(sorted(got.latency_us), sorted(launches.latency_us))
+    summary = kernels.launch_latency(con, run_id)
+    run = summary[summary.scope == "run"].iloc[0]
+    assert run.launches == len(launches)
+    assert run.median_us == pytest.approx(launches.latency_us.median())
+    assert run.p90_us == pytest.approx(launches.latency_us.quantile(0.9))
+    steps = summary[summary.scope == "step"].dropna(subset=["step"]).set_index("step")
+    for step, rows in got.dropna(subset=["step"]).groupby("step"):
+        assert steps.loc[step].median_us == pytest.approx(rows.latency_us.median())
+        assert steps.loc[step].p90_us == pytest.approx(rows.latency_us.quantile(0.9))
+    per_api = summary[summary.scope == "api"]
+    assert per_api.launches.sum() == len(launches)
+
+
+def test_run_split_matches_brute_force_and_adds_up(case):
+    con, run_id, raw = case
+    compute = union(intervals(raw["kernels"]))
+    busy = union(intervals(raw["kernels"]) + intervals(raw["copies"]))
+    every = pd.concat([raw["kernels"], raw["copies"], raw["api"]])
+    span = int(every.end.max() - every.start.min())
+    steps = con.execute(
+        "SELECT gpu_start_ns, gpu_end_ns, period_ms FROM steps"
+        " WHERE run_id = ? AND gpu_start_ns IS NOT NULL ORDER BY step",
+        [run_id],
+    ).df()
+    extents = union(
+        (int(r.gpu_start_ns), int(r.gpu_end_ns) if pd.isna(r.period_ms)
+         else int(r.gpu_start_ns) + round(r.period_ms * 1e6))
+        for r in steps.itertuples()
+    )  # fmt: skip
+    idle_in = length(extents) - overlap(extents, busy)
+    want = {
+        "compute": length(compute),
+        "copies": length(busy) - length(compute),
+        "idle in steps": idle_in,
+        "idle between steps": span - length(busy) - idle_in,
+    }
+    got = kernels.run_split(con, run_id).set_index("part")
+    assert list(got.index) == list(want)
+    for part, ns in want.items():
+        assert got.loc[part, "ms"] == pytest.approx(ns / 1e6, abs=1e-6)
+        assert 0 <= got.loc[part, "share"] <= 1
+    assert got.share.sum() == pytest.approx(1)
+
+
+def test_kernel_view_is_json_ready(case):
+    con, run_id, _ = case
+    view = kernels.kernel_view(con, run_id, top=2)
+    assert set(view) == {"top_kernels", "cuda_api", "launch_latency", "run_split"}
+    assert len(view["top_kernels"]) <= 3
+    assert all(
+        type(v) in (int, float, str, bool, type(None)) for r in view["cuda_api"] for v in r.values()
+    )
+
+
+def test_kernel_names_shortened_for_display():
+    con = connect(None)
+    con.execute(
+        'INSERT INTO gpu_ops (run_id, op, start, "end", name) VALUES '
+        "('r', 'kernel', 0, 10, 'void at::native::vectorized_elementwise_kernel<4, F>(int, T)'), "
+        "('r', 'kernel', 20, 25, 'nvjet_sm90_tst')"
+    )
+    con.execute("INSERT INTO gpu_busy VALUES ('r', 0, 10, 0), ('r', 20, 25, 10)")
+    got = kernels.top_kernels(con, "r")
+    assert got.kernel.tolist() == ["vectorized_elementwise_kernel", "nvjet_sm90_tst"]
+    assert got.name.iloc[0].startswith("void at::native::")
+    assert got.busy_share.tolist() == pytest.approx([10 / 15, 5 / 15])
+
+
+def test_analyze_kernels_flag(tmp_path):
+    trace = blocking_trace(tmp_path / "d1.sqlite")
+    result = run_bubblelab(
+        "analyze", str(trace), "--warmup", "1", "--kernels", "--json", columns=120, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    (run,) = json.loads(result.stdout)["runs"]
+    view = run["kernels"]
+    top = view["top_kernels"][0]
+    assert (top["kernel"], top["calls"], top["total_ms"]) == ("gemm_a", 6, pytest.approx(1.8))
+    assert sum(r["share"] for r in view["run_split"]) == pytest.approx(1)
+    assert {r["scope"] for r in view["launch_latency"]} == {"run", "api", "step"}
+    printed = run_bubblelab(
+        "analyze", str(trace), "--warmup", "1", "--kernels", columns=120, timeout=120
+    )
+    assert printed.returncode == 0, printed.stderr
+    assert "top kernels by GPU time" in printed.stdout and "gemm_a" in printed.stdout
+    assert "idle between steps" in printed.stdout and "cudaEventSynchronize" in printed.stdout
+    plain = run_bubblelab(
+        "analyze", str(trace), "--warmup", "1", "--json", columns=120, timeout=120
+    )
+    assert "kernels" not in json.loads(plain.stdout)["runs"][0]
+
+
+def test_perfetto_export_carries_ops_and_launch_flows(tmp_path):
+    """Kernels, copies and API calls on tracks of their own; a flow from each launch to its op."""
+    trace = blocking_trace(tmp_path / "d1.sqlite")
+    exported = export(trace, tmp_path / "out")
+    events = json.loads(gzip.decompress(exported.trace.read_bytes()))["traceEvents"]
+    tracks = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    by_track: dict[str, list[dict]] = {}
+    for e in events:
+        if e["ph"] == "X":
+            by_track.setdefault(tracks[(e["pid"], e["tid"])], []).append(e)
+    raw = raw_rows(trace)
+    kernels_shown = [e for name, es in by_track.items() if name.startswith("kernels") for e in es]
+    copies_shown = [e for name, es in by_track.items() if name.startswith("copies") for e in es]
+    api_shown = [e for name, es in by_track.items() if name.startswith("CUDA API") for e in es]
+    assert sorted(e["name"] for e in kernels_shown) == sorted(raw["kernels"].name)
+    assert len(copies_shown) == len(raw["copies"]) and len(api_shown) == len(raw["api"])
+    outs = {e["bind_id"]: e for e in events if e.get("flow_out")}
+    ins = {e["bind_id"]: e for e in events if e.get("flow_in")}
+    launched = set(raw["kernels"].cid)  # every kernel here has a launch call of its own
+    assert len(outs) == len(ins) >= len(launched) and set(outs) == set(ins)
+    for bind_id, launch in outs.items():
+        op = ins[bind_id]
+        assert launch["args"]["correlation_id"] == op["args"]["correlation_id"]
+        assert launch["ts"] <= op["ts"]  # the call came before its work
+
+
+def test_parquet_export_has_kernels_and_api(tmp_path):
+    trace = blocking_trace(tmp_path / "d1.sqlite")
+    exported = export(trace, tmp_path / "out")
+    assert {p.name for p in exported.tables} >= {"kernels.parquet", "api.parquet"}
+    table = pd.read_parquet(tmp_path / "out" / "kernels.parquet").set_index("name")
+    raw = raw_rows(trace)["kernels"]
+    assert table.calls.to_dict() == raw.name.value_counts().to_dict()  # every kernel, no "other"
+    assert table.loc["gemm_a", "total_ms"] == pytest.approx(1.8)
+    api = pd.read_parquet(tmp_path / "out" / "api.parquet")
+    assert api.calls.sum() == len(raw_rows(trace)["api"]) and set(api["rank"]) == {0}
+
+
+def test_report_has_a_kernels_section(tmp_path):
+    trace = blocking_trace(tmp_path / "d1.sqlite")
+    page = report_run_dir(trace, n_boot=10, export=False, out=tmp_path / "r.html").read_text()
+    section = page[page.index('id="kernels"') : page.index('id="gaps"')]
+    assert "gemm_a" in section and "argmax" in section
+    widths = [float(w) for w in re.findall(r"width: ([\d.]+)%", section)]
+    assert sum(widths) == pytest.approx(100, abs=0.05)  # the split bar fills the line
