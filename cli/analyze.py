@@ -66,6 +66,7 @@ def analyze(
     kernels: bool = typer.Option(
         False,
         "--kernels",
+        metavar="",
         help="Add the kernel-level view: top kernels, CUDA API summary, launch latency, and the "
         "whole run split into compute, copies and idle time.",
     ),

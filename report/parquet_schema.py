@@ -71,7 +71,24 @@ ATTRIBUTION = pa.schema(
         ("began_share", FLOAT),
     ]
 )
-SCHEMAS = {"runs": RUNS, "steps": STEPS, "gaps": GAPS, "attribution": ATTRIBUTION}
+# A trace's kernels by total time and its CUDA API summary (profiling.kernels), one row per name.
+KERNELS = pa.schema(
+    [("run_id", TEXT), ("rank", INT), ("kernel", TEXT), ("name", TEXT), ("calls", INT)]
+    + [(c, FLOAT) for c in ("total_ms", "mean_us", "p50_us", "p90_us", "p99_us", "max_us")]
+    + [("busy_share", FLOAT)]
+)
+API = pa.schema(
+    [("run_id", TEXT), ("rank", INT), ("name", TEXT), ("calls", INT)]
+    + [(c, FLOAT) for c in ("total_ms", "mean_us", "p50_us", "p99_us", "max_us", "share")]
+)
+SCHEMAS = {
+    "runs": RUNS,
+    "steps": STEPS,
+    "gaps": GAPS,
+    "attribution": ATTRIBUTION,
+    "kernels": KERNELS,
+    "api": API,
+}
 
 
 def conform(frame: pd.DataFrame, schema: pa.Schema) -> pd.DataFrame:
