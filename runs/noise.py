@@ -1,9 +1,11 @@
 """Is a sweep's depth-2 speedup larger than its own noise? Said plainly, per configuration.
 
 Each repeat pairs a depth-1 and a depth-2 run on the same requests
-(costmodel.observed.pair_repeats), so each pair gives a speedup of its own; how much those disagree
-is the noise the pooled speedup carries. A speedup is inside its noise when fewer than two pairs ran
-(the noise is unknown) or when the pairs do not agree on its sign. Beside it, the walls'
+(costmodel.observed.pair_repeats), so each pair gives a speedup of its own. The speedup is the
+median pair with its interval (costmodel.observed.median_of_pairs), the same figure the prediction
+table shows; it is inside its noise when fewer than two pairs ran (the noise is unknown) or when the
+interval holds 0 (costmodel.headline.inside_noise: with up to five pairs the interval is their
+range, so the pairs disagree on its sign). Beside it, the walls'
 coefficient of variation over the repeats of each depth. The demo prints these lines: a laptop's
 CPU, shared with whatever else runs, often moves a run by more than pipelining does.
 """
@@ -13,7 +15,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..costmodel.observed import pair_repeats, pooled
+from ..costmodel.headline import inside_noise
+from ..costmodel.observed import median_of_pairs, pair_ratios, pair_repeats
 
 
 def speedup_noise(runs: pd.DataFrame) -> list[dict]:
@@ -27,14 +30,14 @@ def speedup_noise(runs: pd.DataFrame) -> list[dict]:
         pairs = pair_repeats(d1, d2)
         if not pairs:
             continue
-        each = [100 * (pooled(a.generated_tokens, a.wall_s, b.generated_tokens, b.wall_s) - 1)
-                for a, b in pairs]  # fmt: skip
         t1, w1 = [a.generated_tokens for a, _ in pairs], [a.wall_s for a, _ in pairs]
         t2, w2 = [b.generated_tokens for _, b in pairs], [b.wall_s for _, b in pairs]
+        each = [100 * (r - 1) for r in pair_ratios(t1, w1, t2, w2)]
+        observed = median_of_pairs(pair_ratios(t1, w1, t2, w2))
         out.append({
             "model": model, "streams": int(streams), "pairs": len(pairs),
-            "speedup_pct": 100 * (pooled(t1, w1, t2, w2) - 1), "pair_speedups_pct": each,
-            "inside_noise": len(each) < 2 or min(each) <= 0 <= max(each),
+            "speedup_pct": observed.pct, "pair_speedups_pct": each,
+            "inside_noise": len(each) < 2 or inside_noise(observed.columns()),
             "wall_cv_pct": {1: _cv(w1), 2: _cv(w2)},
         })  # fmt: skip
     return out

@@ -31,3 +31,16 @@ def test_a_speedup_the_pairs_disagree_on_is_inside_the_noise():
     assert lines[0].endswith("inside the noise: the pairs disagree on its sign")
     assert lines[1].startswith("4 streams") and "outside the noise" in lines[1]
     assert lines[2].endswith("one pair: its noise is unknown (more repeats tell)")
+
+
+def test_the_noise_line_shows_the_prediction_tables_figure():
+    """The demo's noise line and its prediction table name one speedup: the median pair (they once
+    printed -5.4% and -6.2% for the same runs, pooled against median)."""
+    from bubblelab.costmodel.observed import median_of_pairs
+
+    table = pd.DataFrame(runs(4, [-15.6, -6.2, 5.5]))
+    (found,) = speedup_noise(table)
+    ratios = [1 + s / 100 for s in (-15.6, -6.2, 5.5)]
+    assert found["speedup_pct"] == pytest.approx(median_of_pairs(ratios).pct)
+    assert found["speedup_pct"] == pytest.approx(-6.2) and found["inside_noise"]
+    assert "depth 2 -6.2% over depth 1" in noise_lines(table)[0]
