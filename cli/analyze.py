@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from . import options as shared
-from .output import SCHEMA, cell, check_json_dest, console_for, emit_json
+from .output import SCHEMA, cell, check_json_dest, console_for, emit_and_say
 from .tables import show
 
 
@@ -94,11 +94,8 @@ def analyze(
             kernels=kernels,
             on_progress=lambda what: status.update(Text(what)),
         )
-    if dest is not None:
-        written = emit_json(dest, {"schema": SCHEMA, **report})
-        if dest == "-":
-            return
-        console.print(f"wrote {written}", markup=False)
+    if emit_and_say(console, dest, {"schema": SCHEMA, **report}):
+        return
     show(console, _found_table(report["runs"]))
     for line in _doubts(report["runs"]):
         console.print(line)

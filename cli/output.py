@@ -56,6 +56,14 @@ def emit_json(dest: str | None, obj: Any) -> Path | None:
     return write_atomic(Path(dest), json_text(obj) + "\n")
 
 
+def emit_and_say(console: Console, dest: str | None, obj: Any) -> bool:
+    """emit_json, saying on the console where the file went; True when the JSON took stdout (then
+    nothing else belongs there)."""
+    if (written := emit_json(dest, obj)) is not None:
+        console.print(f"wrote {written}", markup=False)
+    return dest == STDOUT
+
+
 def records(table: Any) -> list[dict]:
     """A DataFrame as JSON rows (pandas' own conversion: NaN as null, timestamps as text)."""
     return json.loads(table.to_json(orient="records")) if len(table) else []

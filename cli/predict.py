@@ -15,7 +15,7 @@ from rich.text import Text
 
 from ..core.errors import BubblelabError
 from . import options
-from .output import SCHEMA, STDOUT, check_json_dest, console_for, emit_json
+from .output import SCHEMA, STDOUT, check_json_dest, console_for, emit_and_say, emit_json, records
 from .tables import show
 
 if TYPE_CHECKING:  # pandas is imported by the commands, not for --help
@@ -223,14 +223,8 @@ def _across(from_dir: Path, to_dir: Path, json_out: str | None, n_boot: int) -> 
                            n_boot=n_boot)  # fmt: skip
     if table.empty:
         raise BubblelabError(f"no configuration of {from_dir} was measured in {to_dir} too")
-    if dest is not None:
-        import json
-
-        written = emit_json(dest, json.loads(table.to_json(orient="records")))
-        if written is not None:
-            console.print(f"wrote {written}", markup=False)
-        if dest == "-":
-            return
+    if emit_and_say(console, dest, records(table)):
+        return
     show(console, across_table(table))
 
 
@@ -301,14 +295,8 @@ def register(app: typer.Typer) -> None:
                     f"{', '.join(map(str, sources))}: no configuration measured at both depth 1 "
                     "and depth 2"
                 )
-        if dest is not None:
-            import json
-
-            written = emit_json(dest, json.loads(table.to_json(orient="records")))
-            if written is not None:
-                console.print(f"wrote {written}", markup=False)
-            if dest == "-":
-                return
+        if emit_and_say(console, dest, records(table)):
+            return
         if not console.is_terminal:  # piped or captured: don't squeeze the table into 80 columns
             console = console_for(dest)
         if blog:

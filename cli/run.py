@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from . import options
-from .output import SCHEMA, check_json_dest, console_for, emit_json
+from .output import SCHEMA, check_json_dest, console_for, emit_and_say
 from .tables import show
 
 if TYPE_CHECKING:
@@ -114,9 +114,7 @@ def run(
         engine.close()
     for result in results:
         show(console, summary_table(result))
-    written = emit_json(dest, {"schema": SCHEMA, "runs": [run_record(r) for r in results]})
-    if written is not None:
-        console.print(f"wrote {written}", markup=False)
+    emit_and_say(console, dest, {"schema": SCHEMA, "runs": [run_record(r) for r in results]})
 
 
 def _per_stream(plan: RunPlan, per_stream: int, requests: int | None) -> RunPlan:
