@@ -181,8 +181,13 @@ def finish_ranges(
     ended = time.time()
     out_base = ranges.out_base
     if ranges.proc.returncode != 0:
+        # Keep what the command printed: nsys's last line ("No reports were generated") hides the
+        # profiled command's own error, which is the one to name.
+        if log is not None:
+            write_atomic(log, output)
+        where = f" (whole output: {log})" if log is not None else ""
         raise BubblelabError(
-            f"nsys profile exited with {ranges.proc.returncode}: {_last_line(output)}"
+            f"nsys profile exited with {ranges.proc.returncode}: {_cause(output)}{where}"
         )
     pattern = re.compile(re.escape(out_base.name) + r"\.(\d+)\.nsys-rep$")
     reports = sorted(
@@ -244,3 +249,15 @@ def _run(
 def _last_line(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[-1] if lines else "no output"
+
+
+def _cause(text: str) -> str:
+    """The profiled command's last Python error line when it printed one (nsys's own last line
+    follows it), else the output's last line."""
+    errors = [
+        line.strip()
+        for line in text.splitlines()
+        if re.match(r"[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b", line.strip())
+    ]
+    last = _last_line(text)
+    return f"{errors[-1]}; then {last}" if errors else last

@@ -21,6 +21,11 @@ elif "fail" in args:
     print("some detail", file=sys.stderr)
     print("Error: the application crashed", file=sys.stderr)
     sys.exit(3)
+elif "workerdies" in args:  # the profiled command fails, then nsys says its own last line
+    print("Traceback (most recent call last):")
+    print("bubblelab.core.errors.BubblelabError: grammar 'point' does not compile")
+    print("No reports were generated")
+    sys.exit(1)
 elif "nocapture" not in args:
     out = args[args.index("-o") + 1]
     pathlib.Path(out + ".sqlite").write_text("export")
@@ -110,3 +115,14 @@ def test_failures_are_one_line_errors(fake_nsys, tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(BubblelabError, match="nsys .* not found"):
         nsys.profile_command(tmp_path / "o", ["x"])
+
+
+def test_a_failed_session_names_the_commands_error_and_keeps_its_output(fake_nsys, tmp_path):
+    """nsys's last line ("No reports were generated") hides why: the profiled command's own error
+    line is named, and the whole output kept in the log."""
+    log = tmp_path / "nsys.log"
+    ranges = nsys.start_ranges(tmp_path / "o", ["workerdies"])
+    with pytest.raises(BubblelabError) as e:
+        nsys.finish_ranges(ranges, log=log)
+    assert "grammar 'point' does not compile; then No reports were generated" in str(e.value)
+    assert str(log) in str(e.value) and "Traceback" in log.read_text()
