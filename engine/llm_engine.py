@@ -187,6 +187,21 @@ class LLMEngine:
             raise RequestError("empty prompt")
         return [int(t) for t in ids]
 
+    def min_tokens(self, params: SamplingParams) -> int:
+        """The smallest max_tokens a request with these parameters may ask for (its constraint's
+        shortest complete output; 1 without one)."""
+        if params.constraint is None:
+            return 1
+        from .constraints import min_output_tokens
+
+        return min_output_tokens(
+            params.constraint,
+            vocab_size=self.loaded.config.vocab_size,
+            eos_token_ids=sorted(self.eos_token_ids),
+            tokenizer=self.tokenizer,
+            args=params.constraint_args,
+        )
+
     def _make_constraint(self, request_id: str, params: SamplingParams):
         if params.constraint is None:
             return None

@@ -101,12 +101,17 @@ class _Batches:
 
     def run(self, max_tokens: list[int]) -> None:
         engine = self.engine
+        longest = engine.config.max_model_len - self.spec.prompt_len
         for template in self.templates:
+            # A constrained request needs its shortest output's tokens: every length moves up by
+            # the same amount, so a staggered batch still loses one row a step.
+            extra = engine.min_tokens(template) - 1
             batch = []
             for n in max_tokens:
                 params = dataclasses.replace(
-                    template, max_tokens=n, ignore_eos=True, seed=self.requests
-                )
+                    template, max_tokens=max(1, min(n + extra, longest)), ignore_eos=True,
+                    seed=self.requests,
+                )  # fmt: skip
                 prompt = self.rng.integers(self.low, self.high, self.spec.prompt_len).tolist()
                 batch.append((f"warm-{self.requests}", prompt, params))
                 self.requests += 1

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from bubblelab.core.timeline import StepInfo, Timeline
+from bubblelab.engine.sampling_params import SamplingParams
 from bubblelab.runs import region
 from bubblelab.runs.driver import run_workload
 from bubblelab.runs.warmup import needed_shapes, prefill_sizes
@@ -139,3 +140,17 @@ def test_a_warm_cuda_run_compiles_captures_and_allocates_nothing(depth):
     assert s["device_allocs_in_run"] == 0 and s["alloc_retries_in_run"] == 0
     assert s["reserved_growth_mb_in_run"] == 0
     engine.close()
+
+
+@pytest.mark.parametrize("constraint", ["point", "detect"])
+def test_constrained_workloads_warm_up_with_outputs_long_enough(tiny_llama, constraint):
+    """A point output takes several tokens: the warm-up's one-token requests would be refused
+    (max_tokens too small), so a constrained workload's warm-up asks each for its shortest output
+    more, and still warms every shape."""
+    engine = make_engine(tiny_llama, max_num_batched_tokens=12)
+    shortest = engine.min_tokens(SamplingParams(constraint=constraint))
+    assert shortest > 2  # the case the warm-up must meet
+    spec = WorkloadSpec(streams=3, requests=6, output_len_mean=shortest + 6, prompt_len=4, seed=2,
+                        constraint=constraint, constrained_share=1.0)  # fmt: skip
+    s = run_workload(engine, spec).summary
+    assert s["warmup_missing"] == [] and s["new_shapes_in_run"] == 0, s["new_shapes"]

@@ -70,6 +70,25 @@ def make_constraint(
     return constraint
 
 
+def min_output_tokens(
+    spec: str,
+    *,
+    vocab_size: int,
+    eos_token_ids: Sequence[int],
+    tokenizer=None,
+    args: dict | None = None,
+) -> int:
+    """The fewest tokens (EOS included) a complete output of `spec` takes: what max_tokens must
+    allow. A grammar's (regex, json) is not known before it runs: 1."""
+    kind, _ = _split(spec)
+    if kind not in CONSTRAINTS:
+        return 1
+    table = spatial.token_table(
+        kind, args or {}, vocab_size=vocab_size, eos_token_ids=eos_token_ids, tokenizer=tokenizer
+    )
+    return int(table.dist[0])
+
+
 def parse_output(
     spec: str,
     token_ids: Sequence[int],
