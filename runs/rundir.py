@@ -232,6 +232,11 @@ def read_results(run_dir: Path | str) -> Results:
     tables["runs"] = runs.reindex(
         columns=[*RUN_COLUMNS, *(c for c in runs if c not in RUN_COLUMNS)]
     )
+    sweep = provenance.get("sweep") or {}
+    if len(requests) and "arrival_s" not in requests and sweep.get("arrival_rate"):
+        from .schema import with_arrivals  # imports the workload: only for older arrival sweeps
+
+        requests = with_arrivals(requests, tables["runs"], sweep)
     return Results(**tables, provenance=provenance, requests=requests)
 
 
