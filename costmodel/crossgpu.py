@@ -34,8 +34,8 @@ from .costs import Curve, RunCosts, launched
 from .model import host_tick_ms, step_gpu_ms
 from .observed import Observed, median_of_pairs, pair_ratios, pair_repeats, pairs_interval
 from .predict import CONFIG_KEYS, _limits, pair_runs, run_label
-from .schedule import Limits, replay, requests_from_table
-from .wholerun import pipelined_wall_ms
+from .schedule import Limits, requests_from_table
+from .wholerun import depth2_replay, pipelined_wall_ms
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,7 @@ def forecast_across(
     """Depth 2 over depth 1 on the other card (ratio; 1.10 = +10%), from one depth-1 run: its
     requests replayed at depth 2, its pieces scaled by the cards' ratios."""
     costs = scaled(RunCosts.measure(steps1, wall1_s, 1), ratio)
-    schedule = replay(requests_from_table(requests), streams, 2, limits)
+    schedule, costs, _ = depth2_replay(requests_from_table(requests), streams, limits, costs)
     return depth1_wall_ms(steps1, wall1_s, ratio) / pipelined_wall_ms(schedule, costs)
 
 

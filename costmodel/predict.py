@@ -24,6 +24,9 @@ The rest explains the measured speedup and reads the depth-2 run; it is no forec
 - wall_predicted_pct: the whole-run model (costmodel.wholerun): the schedule depth 2 ran, costed
   with both runs' measured pieces; wall_error_pts = observed − it, with a 95% interval over pairs.
   term_<name>_pts: what each measured depth-2 piece moves the forecast by, on the way to it.
+- arrivals, arrival_wait_d1_ms, wall_d1_caveat: a workload whose requests arrive over time
+  (requests' arrival_s) is replayed on a clock, and the row says what that leaves uncertain
+  (_arrival_columns).
 - A trimmed trace (fewer decode steps than its run's `decode_steps`) is modelled as a window: the
   walls are its periods and wall_observed_pct its measured token-rate ratio.
 - A tensor-parallel configuration (runs' tensor_parallel > 1) is rank 0's runs, each step's GPU time
@@ -266,8 +269,30 @@ def _wall_columns(pairs, whole: list[WholeRun], window: bool, statistic: Statist
         replayed=all(w.replayed for w in whole),
         schedule_match=float(np.mean([w.schedule_match for w in whole])),
         **{f"term_{t}_pts": float(np.mean([w.terms_pts[t] for w in whole])) for t in TERMS},
+        **_arrival_columns(whole),
     )
     return out
+
+
+def _arrival_columns(whole: list[WholeRun]) -> dict:
+    """arrivals: the requests arrived over time, so the forecast replayed them on a clock (depth
+    1's step costs); arrival_wait_d1_ms: how long depth 1 emptied mid-run waiting for one (its
+    replay, mean over pairs); wall_d1_caveat: what of the forecast depth 1 alone cannot pin down."""
+    arrivals = any(w.arrivals for w in whole)
+    waited = float(np.mean([w.waited_ms for w in whole]))
+    caveats = []
+    if arrivals:
+        caveats.append(
+            "arrivals: the replay admits each request once it has arrived, timed by depth 1's "
+            "step costs; an arrival within a tick of a step boundary may go either way, so the "
+            "schedule is not reproduced step for step (schedule_match; term_replay_pts is its cost)"
+        )
+    if waited > 1e-6:  # float noise aside
+        caveats.append(
+            f"depth 1 emptied mid-run for {waited:.1f} ms waiting for arrivals: its step periods "
+            "hold those waits, so its step costs, and this forecast, are not clean"
+        )
+    return dict(arrivals=arrivals, arrival_wait_d1_ms=waited, wall_d1_caveat="; ".join(caveats))
 
 
 def _median_pair(tokens1, wall1, tokens2, wall2) -> float:

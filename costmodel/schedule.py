@@ -13,14 +13,19 @@ The replay is the engine's own loop: core.loop.Loop over core.scheduler.Schedule
 LLMEngine.step drives, with a `Work` that launches nothing and records when each phase ran (the
 event log simulate times) and a request finishing at its recorded length. The client is
 runs/driver.py drive()'s closed loop; tests/test_costmodel_schedule.py checks the replay against the
-engine itself, step by step. Assumed: the KV pool never runs short (no preemption), every request
-arrives at once (closed loop).
+engine itself, step by step. Assumed: the KV pool never runs short (no preemption).
+
+With timed arrivals (a Poisson workload) the client may send a request only once it has arrived, so
+the steps depend on time: how many ticks ran before each arrival. The replay then keeps a clock,
+advanced each tick by a `TickClock` (the whole-run model's step costs), and admits what has arrived
+by then, idling to the next arrival when nothing is left to run, as drive() does. A faster loop
+cannot admit a request before it arrives.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 
@@ -33,7 +38,7 @@ from ..core.pipeline import Step, check_depth
 from ..core.scheduler import Limits, Scheduler
 from ..core.sequence import Sequence as Seq
 
-__all__ = ["STEP_COLUMNS", "Limits", "Recording", "Request", "record", "replay"]
+__all__ = ["STEP_COLUMNS", "Limits", "Recording", "Request", "TickClock", "record", "replay"]
 
 
 @dataclass(frozen=True)
@@ -42,12 +47,18 @@ class Request:
     output_len: int  # tokens it produced, the prefill's sampled token included
     max_tokens: int  # its cap; output_len below it means it stopped on its own (EOS, grammar)
     constrained: bool = False  # sampled under a grammar mask: waits for the commit before (I5)
+    arrival_ms: float = 0.0  # when the client may send it, from the run's start (0: closed loop)
 
 
 STEP_COLUMNS = [
     "step", "kind", "batch_size", "tokens", "constrained", "zombies", "finished",
     "launch_tick", "sample_tick", "sample_late", "commit_tick", "serial",
 ]  # fmt: skip
+# How long a tick takes (ms), from the (kind, rows) of the step it launched and of the step it
+# committed (None: it launched or committed none), and whether they are one step (always at depth 1:
+# its host and GPU work run in series).
+Shape = tuple[str, int]
+TickClock = Callable[[Shape | None, Shape | None, bool], float]
 _GRAMMAR = "replayed grammar"  # a constrained row's constraint: the loop reads only that it has one
 _NOTHING = nullcontext()
 
@@ -55,14 +66,23 @@ _NOTHING = nullcontext()
 @dataclass
 class Recording:
     """A replayed run: its steps (STEP_COLUMNS) and the loop's event log, one (tick, phase, step)
-    per host phase in the order the loop ran them (plan, launch, finalize, commit, wait)."""
+    per host phase in the order the loop ran them (plan, launch, finalize, commit, wait). idle_ms:
+    the time the loop had nothing to run and waited for an arrival (timed arrivals only)."""
 
     steps: pd.DataFrame
     events: list[tuple[int, str, int]]
+    idle_ms: float = 0.0
 
 
-def replay(requests: Sequence[Request], streams: int, depth: int, limits: Limits) -> pd.DataFrame:
-    """The step sequence of a closed-loop run: one row per step (STEP_COLUMNS).
+def replay(
+    requests: Sequence[Request],
+    streams: int,
+    depth: int,
+    limits: Limits,
+    clock: TickClock | None = None,
+) -> pd.DataFrame:
+    """The step sequence of a run: one row per step (STEP_COLUMNS). clock: how long each tick
+    takes, needed when requests arrive over time (record()).
 
     batch_size counts every row the step computes, zombies those whose request had already finished
     (rows computed, tokens dropped), finished the requests whose last token the step produced,
@@ -72,12 +92,24 @@ def replay(requests: Sequence[Request], streams: int, depth: int, limits: Limits
     began after the step before it had been committed, so nothing was queued on the GPU while the
     host planned it (always at depth 1; at depth 2 after a tick that had nothing to launch).
     """
-    return record(requests, streams, depth, limits).steps
+    return record(requests, streams, depth, limits, clock).steps
 
 
-def record(requests: Sequence[Request], streams: int, depth: int, limits: Limits) -> Recording:
-    """replay()'s steps, and the event log of the loop that took them."""
+def record(
+    requests: Sequence[Request],
+    streams: int,
+    depth: int,
+    limits: Limits,
+    clock: TickClock | None = None,
+) -> Recording:
+    """replay()'s steps, and the event log of the loop that took them.
+
+    Requests are sent in order, at most `streams` at a time, each once it has arrived: the time is
+    the sum of the clock's ticks and of the waits for an arrival when nothing was left to run.
+    """
     check_depth(depth)
+    if clock is None and any(r.arrival_ms > 0 for r in requests):
+        raise BubblelabError("requests that arrive over time need a clock to replay them")
     for r in requests:
         if not 1 <= r.output_len <= r.max_tokens:
             raise BubblelabError(f"a request cannot produce {r.output_len} tokens under its cap")
@@ -92,15 +124,25 @@ def record(requests: Sequence[Request], streams: int, depth: int, limits: Limits
     work = _Recorder()
     loop = Loop(depth, scheduler, work, work)
     pending, active = deque(enumerate(requests)), 0
+    now = idle = 0.0
     while pending or loop.busy():
-        while pending and active < streams:  # the client tops the loop up before each tick
+        # The client tops the loop up before each tick with what has arrived (drive()).
+        while pending and active < streams and pending[0][1].arrival_ms <= now:
             i, r = pending.popleft()
             grammar = _GRAMMAR if r.constrained else None
             scheduler.add(Seq(str(i), [0] * r.prompt_len, r, constraint=grammar))
             active += 1
+        if not loop.busy():  # nothing to run: the client waits for the next arrival
+            idle += pending[0][1].arrival_ms - now
+            now = pending[0][1].arrival_ms
+            continue
+        launched = len(work.steps)  # the id of the step this tick launches, if it launches one
         active -= sum(loop.tick())
+        if clock is not None:
+            committed = work.committed_in(work.tick)
+            now += clock(work.shape(launched), work.shape(committed), committed == launched)
         work.tick += 1
-    return Recording(_steps(work.steps, work.events), work.events)
+    return Recording(_steps(work.steps, work.events), work.events, idle)
 
 
 class _Recorder:
@@ -116,6 +158,21 @@ class _Recorder:
     def range(self, name: str, step: int) -> nullcontext:
         self.events.append((self.tick, name, step))
         return _NOTHING
+
+    def shape(self, step: int | None) -> tuple[str, int] | None:
+        """(kind, rows) of a step, None for none (a tick that launched nothing)."""
+        if step is None or step >= len(self.steps):
+            return None
+        return self.steps[step]["kind"], self.steps[step]["batch_size"]
+
+    def committed_in(self, tick: int) -> int | None:
+        """The step this tick committed, if it committed one (the log's last commit)."""
+        for t, phase, step in reversed(self.events):
+            if t != tick:
+                return None
+            if phase == "commit":
+                return step
+        return None
 
     def launch(self, step: Step) -> None:
         rows = len(step.seqs)  # zombies until their commit says otherwise
@@ -156,12 +213,15 @@ def _steps(steps: list[dict], events: list[tuple[int, str, int]]) -> pd.DataFram
 
 
 def requests_from_table(requests: pd.DataFrame) -> list[Request]:
-    """A run's `requests` table (docs/phases.md) as replay input, in the order they were sent."""
+    """A run's `requests` table (docs/phases.md) as replay input, in the order they were sent; its
+    arrival_s (when the workload had an arrival rate) as each request's arrival."""
     ordered = requests.sort_values("request")
+    arrivals = ordered["arrival_s"] if "arrival_s" in ordered else pd.Series(0.0, ordered.index)
     return [
-        Request(int(r.prompt_len), int(r.output_len), int(r.max_tokens), bool(r.constrained))
-        for r in ordered.itertuples()
-    ]
+        Request(int(r.prompt_len), int(r.output_len), int(r.max_tokens), bool(r.constrained),
+                float(arrival) * 1e3 if pd.notna(arrival) else 0.0)
+        for r, arrival in zip(ordered.itertuples(), arrivals, strict=True)
+    ]  # fmt: skip
 
 
 def requests_from_steps(

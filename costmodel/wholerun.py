@@ -40,7 +40,7 @@ import pandas as pd
 
 from ..core.errors import BubblelabError
 from .costs import RunCosts, launched
-from .schedule import Limits, Request, replay
+from .schedule import Limits, Request, Shape, TickClock, record
 
 # The terms between the two predictions, in the order they are swapped in (WholeRun.terms_pts).
 TERMS = ("admission", "replay", "forward", "host", "handoff", "overhead")
@@ -92,6 +92,46 @@ def depth2_order(steps: pd.DataFrame) -> pd.DataFrame:
     return ordered.loc[order]
 
 
+def tick_clock(costs: RunCosts) -> TickClock:
+    """How long a replayed tick takes, costed with a run's pieces: the host work of the step it
+    launches and the GPU work of the step it commits, overlapped (depth 2: it launches t+1 while
+    the GPU runs t), or one after the other when they are one step (depth 1), less the finalize that
+    runs once the step's GPU work has started (pipelined_wall_ms's serial step)."""
+
+    def tick_ms(launched: Shape | None, committed: Shape | None, same: bool) -> float:
+        gpu = float(costs.step_gpu([committed[0]], [committed[1]])[0]) if committed else 0.0
+        if launched is None:
+            return gpu
+        if same:
+            return gpu + float(costs.step_exposed([launched[0]], [launched[1]])[0])
+        host = float(costs.step_host([launched[0]], [launched[1]])[0])
+        return max(host, gpu + costs.handoff_ms if committed else 0.0)
+
+    return tick_ms
+
+
+def depth2_replay(
+    requests: list[Request], streams: int, limits: Limits, costs: RunCosts
+) -> tuple[pd.DataFrame, RunCosts, float]:
+    """Depth 2's schedule replayed from depth 1's requests, depth 1's pieces to cost it with, and
+    how long depth 1 emptied mid-run waiting for an arrival (ms, its replay's).
+
+    With timed arrivals the replay keeps time with those pieces (tick_clock): which requests have
+    arrived by each tick depends on how fast the loop runs. Waiting for an arrival is time outside
+    the steps: depth 1's is inside its measured overhead, so the overhead changes by what depth 2's
+    replay waited less depth 1's replay (the same wait before the first arrival cancels). A wait
+    mid-run is not: the measured period of the step before it holds it, so depth 1's pieces are not
+    clean; the returned wait says how much."""
+    if not any(r.arrival_ms > 0 for r in requests):  # a closed loop: the steps do not need time
+        return record(requests, streams, 2, limits).steps, costs, 0.0
+    clock = tick_clock(costs)
+    depth2 = record(requests, streams, 2, limits, clock)
+    depth1 = record(requests, streams, 1, limits, clock)
+    overhead = costs.overhead_ms + depth2.idle_ms - depth1.idle_ms
+    mid_run = depth1.idle_ms - requests[0].arrival_ms  # the loop starts empty: the first wait
+    return depth2.steps, replace(costs, overhead_ms=overhead), mid_run
+
+
 def same_schedule(a: pd.DataFrame, b: pd.DataFrame) -> bool:
     """Do two schedules take the same steps (kind and rows, in order)?"""
     left, right = a.sort_values("step"), b.sort_values("step")
@@ -119,6 +159,8 @@ class WholeRun:
     schedule_match: bool  # ...and is the one depth 2 ran
     terms_pts: dict[str, float] = field(default_factory=dict)  # from_d1 -> model, points per term
     rate_scale: float = 1.0  # window: tokens of depth 2's window over depth 1's (1 for whole runs)
+    arrivals: bool = False  # the requests arrived over time (replayed on a clock: depth2_replay)
+    waited_ms: float = 0.0  # ...and depth 1 emptied mid-run waiting for one this long (replayed)
 
     @property
     def observed(self) -> float:
@@ -155,8 +197,10 @@ def predict_pair_wall(
     c1 = RunCosts.measure(steps1, wall1_s, 1, window)
     c2 = RunCosts.measure(steps2, wall2_s, 2, window)
     replayed = requests is not None and limits is not None and not window
+    measured1, waited_ms = c1, 0.0
+    arrivals = requests is not None and any(r.arrival_ms > 0 for r in requests)
     if requests is not None and limits is not None and not window:
-        hat = replay(requests, streams, 2, limits)
+        hat, c1, waited_ms = depth2_replay(requests, streams, limits, c1)
     else:
         hat = depth2_order(steps1)
     match = replayed and same_schedule(hat, steps2)
@@ -174,7 +218,7 @@ def predict_pair_wall(
     # From depth 1 alone to the model, one measured piece at a time.
     steps = {"start": steps1, "admission": hat}
     walls = {
-        "start": pipelined_wall_ms(steps1, c1, whole),
+        "start": pipelined_wall_ms(steps1, measured1, whole),
         "admission": pipelined_wall_ms(hat, c1, whole),
         "replay": pipelined_wall_ms(ran, c1, whole),
         "forward": pipelined_wall_ms(ran, replace(c1, gpu=c2.gpu), whole),
@@ -196,4 +240,6 @@ def predict_pair_wall(
         schedule_match=match,
         terms_pts=terms,
         rate_scale=1.0 if whole else _window_tokens(ran) / _window_tokens(steps1),
+        arrivals=arrivals,
+        waited_ms=waited_ms,
     )

@@ -18,8 +18,10 @@ results.json holds {"schema_version": 3, "runs": [...], "steps": [...], "attribu
   graph captures, new shapes, garbage collections, allocator growth, the slowest step, the host
   share; timing_flags says why a run's wall is suspect, empty when nothing is), and merge_results
   the run's run_dir. Optional columns: a document without them reads them as missing.
-- requests: run_id, request, prompt_len, output_len, max_tokens, constrained: what each run was
-  asked (in the order sent) and produced; the cost model replays the schedule from it.
+- requests: run_id, request, prompt_len, output_len, max_tokens, constrained, arrival_s: what each
+  run was asked (in the order sent), when it could be sent (0 in a closed loop) and what it
+  produced; the cost model replays the schedule from it. An older arrival sweep's lack arrival_s: it
+  is regenerated from the sweep's seed (runs.schema.with_arrivals).
 - steps: the per-step table of docs/phases.md, all runs together (run_id tells them apart).
 - attribution: run_id, phase, top_level, and the bubble of the run's steady steps split by host
   phase two ways (profiling.analysis.attribution): time_ms, the idle time during which `phase` was
@@ -232,6 +234,11 @@ def read_results(run_dir: Path | str) -> Results:
     tables["runs"] = runs.reindex(
         columns=[*RUN_COLUMNS, *(c for c in runs if c not in RUN_COLUMNS)]
     )
+    sweep = provenance.get("sweep") or {}
+    if len(requests) and "arrival_s" not in requests and sweep.get("arrival_rate"):
+        from .schema import with_arrivals  # imports the workload: only for older arrival sweeps
+
+        requests = with_arrivals(requests, tables["runs"], sweep)
     return Results(**tables, provenance=provenance, requests=requests)
 
 

@@ -26,7 +26,7 @@ import pandas as pd
 
 from ..costmodel.costs import launched
 from ..costmodel.schedule import requests_from_steps
-from .workload import WorkloadSpec, output_lengths
+from .workload import WorkloadSpec, arrival_times, output_lengths
 
 SIMULATED = "simulated"  # the provenance key that marks a demo's results.json
 
@@ -137,3 +137,26 @@ def _requests(run: dict, steps: pd.DataFrame, sweep: dict) -> pd.DataFrame | Non
             "constrained": constrained,
         }
     )
+
+
+def with_arrivals(requests: pd.DataFrame, runs: pd.DataFrame, sweep: dict) -> pd.DataFrame:
+    """A requests table written before it had arrival_s, of a sweep with an arrival rate: each
+    run's arrivals regenerated from its repeat's seed (the sweep's seed + repeat), as make_requests
+    drew them. Runs that cannot be matched to a repeat keep none (NaN)."""
+    if requests.empty or "arrival_s" in requests or not sweep.get("arrival_rate"):
+        return requests
+    arrivals = []
+    for run in runs.to_dict("records"):
+        mine = requests[requests["run_id"] == run["run_id"]]
+        if mine.empty or run.get("repeat") is None or pd.isna(run.get("repeat")):
+            continue
+        spec = WorkloadSpec(
+            streams=int(run["streams"]), requests=len(mine),
+            output_len_mean=float(sweep.get("output_len_mean", run["output_len_mean"])),
+            prompt_len=int(mine["prompt_len"].iloc[0]), arrival_rate=float(sweep["arrival_rate"]),
+            seed=int(sweep.get("seed", 0)) + int(run["repeat"]),
+        )  # fmt: skip
+        times = arrival_times(spec)
+        arrivals.append(pd.Series(times[mine["request"].astype(int)], index=mine.index))
+    found = pd.concat(arrivals) if arrivals else pd.Series(dtype=float)
+    return requests.assign(arrival_s=found.reindex(requests.index))

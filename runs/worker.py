@@ -160,6 +160,7 @@ def result_record(result: RunResult) -> dict:
                 "output_len": len(result.outputs[r.request_id]),
                 "max_tokens": r.params.max_tokens,
                 "constrained": r.params.constraint is not None,
+                "arrival_s": r.arrival_s,
             }
             for i, r in enumerate(result.requests)
         ],

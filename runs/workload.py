@@ -94,10 +94,10 @@ def output_lengths(spec: WorkloadSpec, rng: np.random.Generator) -> np.ndarray:
     return rng.integers(max(1, round(L / 2)), round(3 * L / 2) + 1, n)
 
 
-def make_requests(spec: WorkloadSpec, vocab_size: int) -> list[Request]:
-    """Random-token prompts (a forward's cost does not depend on token values), seeded lengths."""
+def _draws(spec: WorkloadSpec, rng: np.random.Generator):
+    """Each request's output length, whether it is constrained, and its arrival (s): the seed's
+    first draws, in this order (arrival_times redraws them)."""
     assert spec.requests is not None  # WorkloadSpec.__post_init__ filled in the default
-    rng = np.random.default_rng(spec.seed)
     lengths = output_lengths(spec, rng)
     constrained = rng.random(spec.requests) < spec.constrained_share
     arrivals = (
@@ -105,6 +105,20 @@ def make_requests(spec: WorkloadSpec, vocab_size: int) -> list[Request]:
         if spec.arrival_rate
         else np.zeros(spec.requests)
     )
+    return lengths, constrained, arrivals
+
+
+def arrival_times(spec: WorkloadSpec) -> np.ndarray:
+    """When make_requests(spec) lets each request be sent (s from the run's start; 0: closed
+    loop)."""
+    return _draws(spec, np.random.default_rng(spec.seed))[2]
+
+
+def make_requests(spec: WorkloadSpec, vocab_size: int) -> list[Request]:
+    """Random-token prompts (a forward's cost does not depend on token values), seeded lengths."""
+    assert spec.requests is not None  # WorkloadSpec.__post_init__ filled in the default
+    rng = np.random.default_rng(spec.seed)
+    lengths, constrained, arrivals = _draws(spec, rng)
     # Stay clear of special tokens.
     low, high = min(100, vocab_size // 4), max(101, vocab_size - 1000)
     requests = []

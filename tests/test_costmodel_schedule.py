@@ -1,6 +1,8 @@
 """The schedule replay against the engine itself: the same steps (kind, rows) at depth 1 and 2, and
 the same loop (its phases in the same order)."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -10,9 +12,10 @@ from bubblelab.costmodel.costs import launched
 from bubblelab.costmodel.schedule import Limits, Request, record, replay, requests_from_steps
 from bubblelab.costmodel.simulate import simulate_run
 from bubblelab.engine.sampling_params import SamplingParams
+from bubblelab.runs import driver
 from bubblelab.runs.driver import drive
 from bubblelab.runs.workload import Request as Sent
-from bubblelab.runs.workload import WorkloadSpec, make_requests
+from bubblelab.runs.workload import WorkloadSpec, arrival_times, make_requests
 from tests.engine_helpers import make_engine
 
 LOOP_PHASES = ["plan", "launch", "finalize", "commit", "wait"]
@@ -78,6 +81,72 @@ def test_replay_takes_the_engines_steps(tiny_llama, depth, streams, limits):
     assert schedule["finished"].sum() == len(sent)
     if depth == 1:
         assert schedule["serial"].all() and schedule["zombies"].sum() == 0
+
+
+class TickTime:
+    """drive()'s clock (time.perf_counter, time.sleep) where each engine tick takes TICK_S: the
+    engine then meets each arrival between the same two ticks as a replay timed by the same clock,
+    whatever this machine's speed."""
+
+    TICK_S = 2.0**-10  # a power of two: sums of ticks are exact
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+    def tick_ms(self, *_) -> float:
+        return self.TICK_S * 1e3
+
+
+@pytest.mark.parametrize("depth", [1, 2])
+def test_replay_admits_each_request_once_it_has_arrived(tiny_llama, depth, monkeypatch):
+    """Poisson arrivals (issue #25: the held-out arrivals sweep): the client sends a request only
+    once it has arrived, so the steps depend on when each tick ran. Arrivals a few ticks apart,
+    requests a dozen ticks long and 4 streams: the loop admits mid-run, queues and idles."""
+    spec = WorkloadSpec(streams=4, requests=16, output_len_mean=12, prompt_len=6,
+                        arrival_rate=200.0, seed=2)  # fmt: skip
+    sent = make_requests(spec, tiny_llama.config.vocab_size)
+    clock = TickTime()
+    monkeypatch.setattr(driver, "time", clock)
+    engine = make_engine(tiny_llama, depth=depth, num_kv_blocks=4096, max_num_seqs=8)
+    engine.timeline = engine.phases.timeline = Timeline()
+    tick = engine.step
+
+    def timed_tick():
+        clock.now += TickTime.TICK_S
+        return tick()
+
+    monkeypatch.setattr(engine, "step", timed_tick)
+    outputs, _ = drive(engine, sent, spec.streams)
+    engine.check_idle()
+    steps = engine.timeline.steps_frame().sort_values("step")
+    engine_steps = list(zip(steps["kind"], steps["batch_size"], strict=True))
+
+    requests = [
+        Request(len(r.prompt_ids), len(outputs[r.request_id]), r.params.max_tokens,
+                arrival_ms=r.arrival_s * 1e3)
+        for r in sent
+    ]  # fmt: skip
+    recording = record(requests, spec.streams, depth, Limits(8, 8192, 128), clock.tick_ms)
+    schedule = recording.steps
+    assert list(zip(schedule["kind"], schedule["batch_size"], strict=True)) == engine_steps
+    assert recording.idle_ms > 0  # it did wait for an arrival with nothing to run
+    # The same requests as a closed loop take other steps: the arrivals shaped this run.
+    closed = replay([replace(r, arrival_ms=0.0) for r in requests], spec.streams, depth,
+                    Limits(8, 8192, 128))  # fmt: skip
+    assert len(closed) < len(schedule)
+    # The workload's own arrivals, regenerated from its seed (older results lack arrival_s).
+    assert arrival_times(spec).tolist() == [r.arrival_s for r in sent]
+
+
+def test_timed_arrivals_need_a_clock():
+    with pytest.raises(BubblelabError, match="need a clock"):
+        record([Request(4, 2, 2, arrival_ms=5.0)], 1, 2, Limits(8, 8192, 128))
 
 
 @pytest.mark.parametrize("depth", [1, 2])

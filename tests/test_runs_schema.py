@@ -13,6 +13,8 @@ import pytest
 from bubblelab.costmodel.costs import launched
 from bubblelab.costmodel.schedule import Limits, replay, requests_from_table
 from bubblelab.runs.rundir import SCHEMA_VERSION, read_results
+from bubblelab.runs.schema import with_arrivals
+from bubblelab.runs.workload import WorkloadSpec, make_requests
 
 ROOT = Path(__file__).parents[1]
 SWEEP = ROOT / "docs" / "measurements" / "h200-sweep"
@@ -115,3 +117,20 @@ def test_a_schema_2_demo_file_keeps_where_its_bubble_went(tmp_path):
     attribution = read_results(tmp_path).attribution
     assert attribution["time_ms"].tolist() == [0.3, 0.2]
     assert attribution["began_ms"].isna().all()
+
+
+def test_an_arrival_sweep_without_arrival_times_gets_them_from_its_seed():
+    """Requests tables before arrival_s (the first H100 held-out arrivals sweep): each run's
+    arrivals regenerated from its repeat's seed, as make_requests drew them."""
+    sweep = {"arrival_rate": 200.0, "output_len_mean": 20, "seed": 3}
+    runs = pd.DataFrame({"run_id": ["a", "b"], "repeat": [0, 1], "streams": [2, 2],
+                         "output_len_mean": [20.0, 20.0]})  # fmt: skip
+    requests = pd.DataFrame({"run_id": ["a"] * 4 + ["b"] * 4, "request": [*range(4)] * 2,
+                             "prompt_len": 8})  # fmt: skip
+    filled = with_arrivals(requests, runs, sweep)
+    for run_id, repeat in (("a", 0), ("b", 1)):
+        spec = WorkloadSpec(streams=2, requests=4, output_len_mean=20, prompt_len=8,
+                            arrival_rate=200.0, seed=3 + repeat)  # fmt: skip
+        sent = [r.arrival_s for r in make_requests(spec, vocab_size=512)]
+        assert filled.loc[filled["run_id"] == run_id, "arrival_s"].tolist() == sent
+    assert with_arrivals(requests, runs, {}) is requests  # a closed loop has none to add
