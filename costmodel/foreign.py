@@ -139,17 +139,15 @@ def _node_traced(
     # T_pipe (the GPU's) stays and T_block loses the exposed launch time: the gain only falls.
     upper = float(gpu.median()) >= float(host.median()) - float(per_step.median())
     what = (
-        "an upper bound for the unprofiled engine"
+        "an upper bound for the unprofiled engine's"
         if upper
-        else "not the unprofiled engine's (its host work would still outlast the GPU's, so it "
-        "may gain more or less)"
+        else "not the unprofiled engine's (its host would still outlast the GPU: more or less)"
     )
     line = (
-        f"CUDA graphs were traced node by node (nsys --cuda-graph-trace=node): each "
-        f"cudaGraphLaunch held the host {launch_ms:.3f} ms (median; a few us unprofiled), "
-        f"{len(launches) / len(steady):.3g} a step: {share:.0%} of a step's host time. The "
-        f"prediction is for the profiled engine and {what}; profile with "
-        "--cuda-graph-trace=graph to predict the engine itself."
+        f"nsys traced the CUDA graphs node by node: each cudaGraphLaunch held the host "
+        f"{launch_ms:.3f} ms (median; a few us unprofiled), {len(launches) / len(steady):.3g} a "
+        f"step, {share:.0%} of the step's host time. The gain is the profiled engine's, {what}; "
+        "profile with --cuda-graph-trace=graph to predict it."
     )
     return {
         "graph_launch_ms": round(launch_ms, 6),
