@@ -14,6 +14,7 @@ import pandas as pd
 
 from . import queries
 from .analysis import Catalog, _open
+from .catalog import one_row
 
 TOP = 15  # kernels listed by name; the rest are summed as one row
 
@@ -61,11 +62,8 @@ def trace_ops(catalog: Catalog, run_id: str) -> pd.DataFrame:
 def untraced_graphs(catalog: Catalog, run_id: str) -> str | None:
     """One line when the run's CUDA-graph replays were traced whole (their kernels unseen), else
     None."""
-    replays = (
-        _open(catalog)
-        .execute("SELECT count(*) FROM gpu_ops WHERE run_id = ? AND op = 'graph'", [run_id])
-        .fetchone()[0]
-    )
+    sql = "SELECT count(*) FROM gpu_ops WHERE run_id = ? AND op = 'graph'"
+    (replays,) = one_row(_open(catalog), sql, [run_id])
     if not replays:
         return None
     return (
