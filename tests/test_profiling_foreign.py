@@ -451,3 +451,22 @@ def test_random_graph_traced_engines_match_brute_force(tmp_path_factory, engine)
     con = connect(None)
     run = ingest(trace, None, {}, con=con)
     check_against_brute_force(con, run, trace, truth.windows)
+
+
+def test_graph_rule_on_whole_replays_skips_the_small_side_graph(tmp_path):
+    """Traced whole, replays carry no node count: the graph rule sizes them by GPU time, so a small
+    sampling graph beside each forward graph is no step of its own."""
+    b = TraceBuilder()
+    for k in range(6):
+        t = 1000 + 1000 * k
+        b.graph_replay(t, t + 5, t + 400, graph_id=1)  # the forward
+        b.graph_replay(t + 10, t + 400, t + 420, graph_id=2)  # the sampling graph
+        b.memcpy(t + 20, t + 420, t + 425, copy_kind=2)
+        b.sync("cudaStreamSynchronize_v3020", t + 22, t + 426, 3)
+    con = connect(None)
+    run = ingest(b.write(tmp_path / "g.sqlite", our_domain=False), None, {},
+                 steps=StepOptions(rule="graph"), con=con)  # fmt: skip
+    steps = analysis.per_step(con, run)
+    assert len(steps) == 6 and steps.period_ms[:5].tolist() == pytest.approx([1.0] * 5)
+    (detail,) = con.execute("SELECT detail FROM step_rules WHERE run_id = ?", [run]).fetchone()
+    assert "6 replays of graphs with >= 198 us on the GPU" in detail
