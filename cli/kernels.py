@@ -9,7 +9,8 @@ from .output import cell
 
 def kernel_tables(run: dict) -> list[Table]:
     """Top kernels, the whole-run split, the CUDA API summary and launch latency of one run (a
-    `run` of runs.analysis.analyze_traces(kernels=True)); --json adds every step's latency."""
+    `run` of runs.analysis.analyze_traces(kernels=True)); --json adds every step's latency. The
+    top kernels' caption says when the kernels inside CUDA graphs were not traced."""
     view = run["kernels"]
     return [
         _table(
@@ -28,6 +29,7 @@ def kernel_tables(run: dict) -> list[Table]:
                 )
                 for r in view["top_kernels"]
             ],
+            caption=view.get("note"),
         ),  # fmt: skip
         _table(
             f"{run['name']}: the whole capture",
@@ -68,8 +70,10 @@ def kernel_tables(run: dict) -> list[Table]:
     ]
 
 
-def _table(title: str, columns: tuple[str, ...], rows: list[tuple]) -> Table:
-    table = Table(title=title, title_justify="left", header_style="bold")
+def _table(
+    title: str, columns: tuple[str, ...], rows: list[tuple], caption: str | None = None
+) -> Table:
+    table = Table(title=title, title_justify="left", header_style="bold", caption=caption)
     for i, column in enumerate(columns):
         table.add_column(column, justify="left" if i == 0 else "right", no_wrap=True)
     for row in rows:

@@ -62,6 +62,12 @@ def run_and_profile(
         metavar="",
         help="Force or forbid nsys (default: use it when found).",
     ),
+    cuda_graph_trace: str = typer.Option(
+        "node",
+        metavar="[node|graph]",
+        help="How nsys traces CUDA graphs: node (their kernels, for the kernel view) or graph "
+        "(whole replays: lighter on the host, for a prediction from the trace).",
+    ),
     json_out: str | None = options.JSON,
 ) -> None:
     """Measure depth 1 against depth 2 over a sweep, then analyse it and write its report.
@@ -101,6 +107,7 @@ def run_and_profile(
             constrained_share=1.0 if constraint else 0.0,
             max_model_len=max_model_len,
             attention_backend=attention_backend,
+            cuda_graph_trace=cuda_graph_trace,
         )
         out = out or Path("reports") / time.strftime("%Y%m%d-%H%M%S")
     profile_and_report(spec, out, nsys=nsys, resume=resume is not None, force=force, dest=dest)

@@ -75,6 +75,12 @@ def sync_inventory(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
     return queries.run(con, "foreign_syncs", {"run_id": run_id})
 
 
+def node_traced_launches(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
+    """The run's CUDA-graph launches whose replays were traced node by node, one row each: step,
+    name, host_ms (sql/node_traced_launches.sql); empty for graphs traced whole or none."""
+    return queries.run(con, "node_traced_launches", {"run_id": run_id})
+
+
 def layer(label: str) -> str:
     """The top-level part of a foreign host-activity label: 'cuda: graph launch' -> 'CUDA API'."""
     return LAYERS.get(label.split(": ", 1)[0], label) if ": " in label else label

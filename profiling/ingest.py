@@ -46,6 +46,7 @@ from .trace_check import Part, TraceFacts, capture_range, check_values, inspect_
 # events".
 OPTIONAL_TABLES = (
     ("CUPTI_ACTIVITY_KIND_KERNEL", "ingest_kernels"),
+    ("CUPTI_ACTIVITY_KIND_GRAPH_TRACE", "ingest_graphs"),  # replays traced whole: one op each
     ("CUPTI_ACTIVITY_KIND_MEMCPY", "ingest_memcpys"),
     ("CUPTI_ACTIVITY_KIND_MEMSET", "ingest_memsets"),
     ("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "ingest_syncs"),

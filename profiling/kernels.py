@@ -3,7 +3,8 @@ kernels by GPU time, the CUDA API summary, launch latency (API call to kernel st
 overall) and the whole capture's split into compute, copies and idle time inside and between steps.
 
 One query of profiling/sql/ each; `kernel_view` gathers them as `bubblelab analyze --kernels`
-reports them.
+reports them. A CUDA-graph replay traced whole (nsys --cuda-graph-trace=graph) is one row named for
+its graph: its kernels are not in the trace, and `untraced_graphs` says so.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import pandas as pd
 
 from . import queries
 from .analysis import Catalog, _open
+from .catalog import one_row
 
 TOP = 15  # kernels listed by name; the rest are summed as one row
 
@@ -57,10 +59,24 @@ def trace_ops(catalog: Catalog, run_id: str) -> pd.DataFrame:
     return queries.run(_open(catalog), "trace_ops", {"run_id": run_id}).assign(run_id=run_id)
 
 
+def untraced_graphs(catalog: Catalog, run_id: str) -> str | None:
+    """One line when the run's CUDA-graph replays were traced whole (their kernels unseen), else
+    None."""
+    sql = "SELECT count(*) FROM gpu_ops WHERE run_id = ? AND op = 'graph'"
+    (replays,) = one_row(_open(catalog), sql, [run_id])
+    if not replays:
+        return None
+    return (
+        f"the kernels inside {replays} CUDA-graph replays were not traced (each is one row, "
+        "'CUDA graph N [whole replay]'): re-profile with --cuda-graph-trace=node to see them"
+    )
+
+
 def kernel_view(con: duckdb.DuckDBPyConnection, run_id: str, top: int = TOP) -> dict:
     """The four answers as JSON-ready records: `top_kernels`, `cuda_api`, `launch_latency` (the run,
-    per API and per step) and `run_split`."""
+    per API and per step) and `run_split`; `note`: untraced_graphs' line, or None."""
     return {
+        "note": untraced_graphs(con, run_id),
         "top_kernels": _records(top_kernels(con, run_id, top)),
         "cuda_api": _records(cuda_api_summary(con, run_id)),
         "launch_latency": _records(launch_latency(con, run_id)),

@@ -1,10 +1,13 @@
 """Run a command under Nsight Systems and get its SQLite export(s).
 
 The capture covers only what the run brackets with cudaProfilerStart/Stop
-(torch.cuda.profiler.start/stop after warm-up), traces CUDA and NVTX, and expands CUDA graphs node
-by node so their kernels are visible. One process may bracket many runs: with
---capture-range-end=repeat (nsys 2025.3) every range is its own report, <out>.1.nsys-rep,
-<out>.2.nsys-rep, ... in the order they ran (profile_ranges).
+(torch.cuda.profiler.start/stop after warm-up), traces CUDA and NVTX, and by default expands CUDA
+graphs node by node so their kernels are visible (graph_trace "node"). Node tracing costs each
+cudaGraphLaunch ~0.25 ms of host time on an H100, which a blocking loop exposes as bubble; "graph"
+records a replay as one row (its kernels unseen) and leaves the host's timing close to the
+unprofiled engine's: the trace to predict from (profiling/README.md).
+One process may bracket many runs: with --capture-range-end=repeat (nsys 2025.3) every range is its
+own report, <out>.1.nsys-rep, <out>.2.nsys-rep, ... in the order they ran (profile_ranges).
 Commands are argument lists handed to subprocess, never a shell, so any path or argument is safe.
 """
 
@@ -19,6 +22,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from ..core.checks import check_choice
 from ..core.errors import BubblelabError
 from ..core.files import write_atomic
 
@@ -34,6 +38,7 @@ PROFILE_OPTIONS = (
     "--export",
     "sqlite",
 )
+GRAPH_TRACE_MODES = ("node", "graph")  # nsys --cuda-graph-trace: per kernel, or per replay
 
 
 def find_nsys() -> str:
@@ -69,11 +74,18 @@ def export_path(out_base: Path) -> Path:
     return out_base.parent / f"{out_base.name}.sqlite"
 
 
-def profile_command(out_base: Path, argv: list[str], capture_end: str = "stop") -> list[str]:
+def profile_command(
+    out_base: Path, argv: list[str], capture_end: str = "stop", graph_trace: str = "node"
+) -> list[str]:
     """The full argument list that profiles `argv` and exports `<out_base>.sqlite` (capture_end
-    "stop": the first capture range) or `<out_base>.<n>.sqlite` per range ("repeat")."""
-    options = [f"--capture-range-end={capture_end}" if o.startswith("--capture-range-end") else o
-               for o in PROFILE_OPTIONS]  # fmt: skip
+    "stop": the first capture range) or `<out_base>.<n>.sqlite` per range ("repeat"); graph_trace:
+    CUDA graphs traced by "node" (their kernels seen) or as whole "graph" replays (lighter)."""
+    check_choice("cuda_graph_trace", graph_trace, GRAPH_TRACE_MODES)
+    chosen = {"--capture-range-end": capture_end, "--cuda-graph-trace": graph_trace}
+    options = []
+    for option in PROFILE_OPTIONS:
+        name = option.split("=")[0]
+        options.append(f"{name}={chosen[name]}" if name in chosen else option)
     return [
         find_nsys(),
         "profile",
@@ -92,11 +104,13 @@ def run_under_nsys(
     *,
     timeout: float | None = None,
     env: dict[str, str] | None = None,
+    graph_trace: str = "node",
 ) -> Path:
     """Profile `argv`; return the SQLite export. Failures are one-line BubblelabErrors."""
     out_base = Path(out_base)
     out_base.parent.mkdir(parents=True, exist_ok=True)
-    result = _run(profile_command(out_base, argv), timeout=timeout, env=env)
+    command = profile_command(out_base, argv, graph_trace=graph_trace)
+    result = _run(command, timeout=timeout, env=env)
     trace = export_path(out_base)
     if not trace.is_file():
         raise BubblelabError(
@@ -134,10 +148,12 @@ def profile_ranges(
     timeout: float | None = None,
     env: dict[str, str] | None = None,
     log: Path | None = None,
+    graph_trace: str = "node",
 ) -> list[Path]:
     """Profile `argv`, one report per cudaProfilerApi range; return their SQLite exports in the
     order the ranges ran (start_ranges, then finish_ranges)."""
-    return finish_ranges(start_ranges(out_base, argv, env=env), timeout=timeout, log=log)
+    ranges = start_ranges(out_base, argv, env=env, graph_trace=graph_trace)
+    return finish_ranges(ranges, timeout=timeout, log=log)
 
 
 class Ranges:
@@ -147,12 +163,18 @@ class Ranges:
         self.proc, self.out_base, self.cmd = proc, out_base, cmd
 
 
-def start_ranges(out_base: Path, argv: list[str], *, env: dict[str, str] | None = None) -> Ranges:
+def start_ranges(
+    out_base: Path,
+    argv: list[str],
+    *,
+    env: dict[str, str] | None = None,
+    graph_trace: str = "node",
+) -> Ranges:
     """Start profiling `argv` (one report per cudaProfilerApi range) and return at once, so the
     caller can do other work while it runs (runs.passes starts the next pass's worker)."""
     out_base = Path(out_base)
     out_base.parent.mkdir(parents=True, exist_ok=True)
-    cmd = profile_command(out_base, argv, "repeat")
+    cmd = profile_command(out_base, argv, "repeat", graph_trace)
     try:
         proc = subprocess.Popen(
             cmd,

@@ -2,8 +2,10 @@
 BubblelabError line per kind of bad input.
 
 Checked before anything is copied: a missing file, not SQLite, a truncated file, SQLite that is not
-an nsys export, an export schema other than 3.x, a graph-mode capture (kernels hidden inside graph
-replays), and a trace without kernels. Also reads what the trace itself knows: the run metadata,
+an nsys export, an export schema other than 3.x, graph launches of which nothing ran on the GPU (no
+graph-node kernels, no whole-graph rows), and a trace without kernels or graph replays. A capture
+with --cuda-graph-trace=graph is read: each replay is one GPU op (the kernel view says its kernels
+were not traced). Also reads what the trace itself knows: the run metadata,
 whether it holds ranges of our NVTX domain, and which processes and GPUs ran GPU work (each becomes
 a run of its own).
 
@@ -110,16 +112,13 @@ def _inspect(db: sqlite3.Connection, trace: Path, domain: str) -> TraceFacts:
             f"{trace}: unsupported nsys export schema {schema} "
             f"(bubblelab reads schema {SUPPORTED_SCHEMA_MAJOR}.x)"
         )
-    _refuse_graph_mode(db, trace, tables)
+    _refuse_untraced_graphs(db, trace, tables)
     parts = _parts(db, tables)
     if any(not isinstance(p.pid, int) or not isinstance(p.device, int) for p in parts):
         raise BubblelabError(
             f"{trace}: GPU activity without a process or GPU id (a damaged export?)"
         )
-    if (
-        "CUPTI_ACTIVITY_KIND_KERNEL" not in tables
-        or not db.execute("SELECT 1 FROM CUPTI_ACTIVITY_KIND_KERNEL LIMIT 1").fetchone()
-    ):
+    if not any(_has_rows(db, tables, t) for t in COMPUTE_TABLES):
         raise BubblelabError(f"{trace}: no kernels in the trace ({_found(db, tables)})")
     has_domain = bool(
         "NVTX_EVENTS" in tables
@@ -133,15 +132,17 @@ def _inspect(db: sqlite3.Connection, trace: Path, domain: str) -> TraceFacts:
     return TraceFacts(_sha256(trace), tables, meta, _run_facts(db, tables, meta), has_domain, parts)
 
 
-GPU_TABLES = (
-    "CUPTI_ACTIVITY_KIND_KERNEL",
-    "CUPTI_ACTIVITY_KIND_MEMCPY",
-    "CUPTI_ACTIVITY_KIND_MEMSET",
-)
+GRAPH_TRACE = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"  # a replay traced whole (--cuda-graph-trace=graph)
+COMPUTE_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", GRAPH_TRACE)
+GPU_TABLES = (*COMPUTE_TABLES, "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
+
+
+def _has_rows(db: sqlite3.Connection, tables: set[str], table: str) -> bool:
+    return table in tables and bool(db.execute(f"SELECT 1 FROM {table} LIMIT 1").fetchone())
 
 
 def _parts(db: sqlite3.Connection, tables: set[str]) -> list[Part]:
-    """Processes x GPUs that ran kernels, copies or memsets."""
+    """Processes x GPUs that ran kernels, graph replays, copies or memsets."""
     selects = [f"SELECT globalPid, deviceId FROM {t}" for t in GPU_TABLES if t in tables]
     if not selects:
         return []
@@ -170,18 +171,11 @@ def _found(db: sqlite3.Connection, tables: set[str]) -> str:
     )
 
 
-def _refuse_graph_mode(db: sqlite3.Connection, trace: Path, tables: set[str]) -> None:
-    """Graph replays traced as whole graphs hide their kernels: an empty kernel table is not an idle
-    GPU."""
-    hint = "re-profile with --cuda-graph-trace=node"
-    if (
-        "CUPTI_ACTIVITY_KIND_GRAPH_TRACE" in tables
-        and db.execute("SELECT 1 FROM CUPTI_ACTIVITY_KIND_GRAPH_TRACE LIMIT 1").fetchone()
-    ):
-        raise BubblelabError(
-            f"{trace}: CUDA graphs were traced as whole graphs, their kernels are hidden; {hint}"
-        )
-    if "CUPTI_ACTIVITY_KIND_RUNTIME" not in tables:
+def _refuse_untraced_graphs(db: sqlite3.Connection, trace: Path, tables: set[str]) -> None:
+    """Graph launches whose replays left no row (neither their kernels, traced by node, nor the
+    replay, traced whole): an empty kernel table is not an idle GPU."""
+    hint = "re-profile with --cuda-graph-trace=graph (or node, to see their kernels)"
+    if "CUPTI_ACTIVITY_KIND_RUNTIME" not in tables or _has_rows(db, tables, GRAPH_TRACE):
         return
     graph_launches = db.execute(
         "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE nameId IN (SELECT id FROM "
@@ -196,7 +190,8 @@ def _refuse_graph_mode(db: sqlite3.Connection, trace: Path, tables: set[str]) ->
     )
     if graph_launches and not node_kernels:
         raise BubblelabError(
-            f"{trace}: {graph_launches} CUDA graph launches but no graph-node kernels; {hint}"
+            f"{trace}: {graph_launches} CUDA graph launches but no graph-node kernels and no "
+            f"whole-graph replays; {hint}"
         )
 
 
@@ -231,9 +226,9 @@ def _sha256(path: Path) -> str:
 
 def capture_range(con: duckdb.DuckDBPyConnection, tables: set[str]) -> tuple[float, float]:
     """The time range the capture covered (sql/capture_range.sql), from the trace attached as `ns`:
-    where its CUDA API calls lie, or its kernels in a trace without calls."""
-    calls = "CUPTI_ACTIVITY_KIND_RUNTIME"
-    table = calls if calls in tables else "CUPTI_ACTIVITY_KIND_KERNEL"
+    where its CUDA API calls lie, or its kernels (graph replays) in a trace without calls."""
+    calls, kernels = "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_KERNEL"
+    table = calls if calls in tables else kernels if kernels in tables else GRAPH_TRACE
     starts = con.sql(f"SELECT start FROM ns.{table} WHERE start IS NOT NULL")
     lo, hi = queries.run(con, "capture_range", starts=starts).iloc[0]
     return float(lo), float(hi)

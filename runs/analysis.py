@@ -19,7 +19,7 @@ from ..core.errors import BubblelabError, OptionError
 from ..core.files import check_output_path
 from ..core.steady import WARMUP_STEPS
 from ..costmodel.foreign import pipelining_gain
-from ..profiling import analysis, overview
+from ..profiling import analysis, foreign, overview
 from ..profiling.ingest import DOMAIN, ingest_trace
 from ..profiling.kernels import kernel_view
 from ..profiling.steps import StepOptions
@@ -109,8 +109,9 @@ def analyze_traces(
 def _pipelining(
     con: duckdb.DuckDBPyConnection, run: dict, output_len: float | None, warmup: int
 ) -> dict:
-    """What pipelining would buy a foreign run, with its mid-step host syncs named among the
-    assumptions; the reason where it cannot be predicted."""
+    """What pipelining would buy a foreign run, with its mid-step host syncs and the host time nsys
+    added to node-traced graph launches named among the assumptions; the reason where it cannot be
+    predicted."""
     extra = [r for r in run["syncs_per_step"] if r["flagged"] and r["event"] == "sync"]
     syncs = "; ".join(f"{r['per_step']:.3g} x {r['api']} a step" for r in extra) or None
     try:
@@ -118,6 +119,7 @@ def _pipelining(
             analysis.per_step(con, run["run_id"]),
             output_len=output_len,
             extra_syncs=syncs,
+            graph_launches=foreign.node_traced_launches(con, run["run_id"]),
             warmup=warmup,
         )
     except BubblelabError as e:

@@ -75,7 +75,8 @@ def launch(name: str, plan: dict, out_dir: Path, left: list[str], after: Pass | 
     argv = [sys.executable, "-m", "bubblelab.runs.worker", str(plan_path)]
     p = Pass(name, run_dir, left)
     if plan["profile"]:
-        p.ranges = start_ranges(out_dir / "traces" / "run", argv)
+        graph_trace = plan.get("cuda_graph_trace", "node")  # a plan from before the option
+        p.ranges = start_ranges(out_dir / "traces" / "run", argv, graph_trace=graph_trace)
     else:
         with (run_dir / LOG).open("w") as log:
             p.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)

@@ -39,7 +39,7 @@ from ..core.errors import BubblelabError
 from ..core.files import write_atomic
 from ..costmodel.repeats import RepeatRule, pair_order
 from ..engine.config import MAX_NUM_SEQS, EngineConfig, default_dtype
-from ..profiling.nsys import find_nsys
+from ..profiling.nsys import GRAPH_TRACE_MODES, find_nsys
 from . import passes as run_passes
 from . import state as run_state
 from .assemble import assemble, nsys_reports
@@ -67,6 +67,9 @@ class SweepSpec:
     budget_s: float = 30.0  # seconds of runs a configuration may take before it stops unknown
     nsys_repeats: int = 1
     nsys_depths: list[int] | None = None  # the depths the nsys pass profiles (None: every one)
+    # nsys --cuda-graph-trace: "node" shows the kernels inside graphs (the kernel view), "graph"
+    # keeps the host's timing close to the unprofiled engine's (a prediction from the trace)
+    cuda_graph_trace: str = "node"
     constraint: str | None = None
     constrained_share: float = 0.0
     arrival_rate: float | None = None  # Poisson arrivals per second; None: a closed loop
@@ -92,6 +95,7 @@ class SweepSpec:
         check_int("nsys_repeats", self.nsys_repeats, 1, 1000)
         if self.nsys_depths is not None:
             self.nsys_depths = parse_ints("nsys_depths", self.nsys_depths, 1, 2)
+        check_choice("cuda_graph_trace", self.cuda_graph_trace, GRAPH_TRACE_MODES)
         check_float("output_len_mean", self.output_len_mean, 1, 1e6)
         if self.constraint is not None:
             check_choice("constraint", self.constraint, CONSTRAINTS)
@@ -222,7 +226,8 @@ def run_sweep(
                 run_state.clear_pass(out_dir, name)  # nsys numbers its reports per session
             rule = spec.rule() if not profiled else None
             plan = dict(engine=spec.engine(), runs=runs, out_dir=str(out_dir / "runs" / name),
-                        profile=profiled, repeat_rule=asdict(rule) if rule else None)  # fmt: skip
+                        profile=profiled, repeat_rule=asdict(rule) if rule else None,
+                        cuda_graph_trace=spec.cuda_graph_trace)  # fmt: skip
             finished = run_state.finished_runs(out_dir)
             wanted = needed(runs, read_verdicts(out_dir / "runs" / name))
             left = [r["tag"] for r in wanted if f"{name}/{r['tag']}" not in finished]

@@ -71,6 +71,7 @@ class Engine:
     node_gap_us: float = 1.0  # launch gap between nodes: below the 5 us kernel-gap threshold
     bookkeeping_us: float = 900.0
     graphs_per_step: int = 1  # the decode forward as this many replays of distinct graphs
+    graph_trace: str = "node"  # how nsys traced the replays: node (kernels) or graph (one row each)
     mid_reads: int = 0  # reads of the logits a step, host work, then the sampling launched
     wait: str = "cuda"  # cuda: closed as `close` says; futex | callback: outside the CUDA API
     tid: int = MAIN
@@ -166,6 +167,7 @@ class _Loop:
 
 def engine_trace(b: TraceBuilder, e: Engine) -> Truth:
     """Write one engine's loop into builder `b`; returns the truth about its steps."""
+    b.graph_trace = e.graph_trace
     loop, truth = _Loop(b, e), Truth()
     launch_kernel = loop.api("cudaLaunchKernel_v7000", "cuLaunchKernel")
     previous_close = None

@@ -90,6 +90,9 @@ class TraceBuilder:
     # process): a tensor-parallel trace has one per rank.
     domain_tids: tuple[int, ...] = (MAIN,)
     gpus: int = 1  # TARGET_INFO_GPU rows
+    # how graph_launch records a replay, as nsys --cuda-graph-trace: "node" (a kernel per node) or
+    # "graph" (one CUPTI_ACTIVITY_KIND_GRAPH_TRACE row over the nodes, no kernel)
+    graph_trace: str = "node"
 
     def string(self, value: str) -> int:
         if value not in self.strings:
@@ -198,10 +201,14 @@ class TraceBuilder:
         host_us: float = 2,
         graph_id: int = 0,
     ) -> int:
-        """One graph replay traced node by node: a call at `at` (host_us long) and a kernel per
-        node, each carrying the call's correlation id and a graph node id (CUPTI's: the graph's id
-        in the high 32 bits)."""
+        """One graph replay: a call at `at` (host_us long) and, traced by node, a kernel per node,
+        each carrying the call's correlation id and a graph node id (CUPTI's: the graph's id in the
+        high 32 bits); traced whole (graph_trace "graph"), one graph row from the first node's
+        start to the last node's end."""
         corr = self.call(api, at, at + host_us, tid)
+        if self.graph_trace == "graph":
+            self._graph_row(nodes[0][0], nodes[-1][1], corr, tid, stream, device, graph_id)
+            return corr
         for i, (start, end) in enumerate(nodes):
             self.kernel(
                 f"node_{i % 7}",
@@ -317,19 +324,28 @@ class TraceBuilder:
             )
         )
 
-    def graph_replay(self, at: float, start: float, end: float) -> None:
-        corr = self.call("cudaGraphLaunch_v10000", at, at + 2)
+    def graph_replay(
+        self, at: float, start: float, end: float, graph_id: int = 1, tid: int = MAIN
+    ) -> int:
+        """A replay traced whole: a cudaGraphLaunch at `at` and one graph row over [start, end)."""
+        corr = self.call("cudaGraphLaunch_v10000", at, at + 2, tid)
+        self._graph_row(start, end, corr, tid, COMPUTE, 0, graph_id)
+        return corr
+
+    def _graph_row(
+        self, start: float, end: float, corr: int, tid: int, stream: int, device: int, graph: int
+    ) -> None:
         self.rows["CUPTI_ACTIVITY_KIND_GRAPH_TRACE"].append(
             dict(
                 start=us(start),
                 end=us(end),
-                deviceId=0,
+                deviceId=device,
                 contextId=1,
-                streamId=COMPUTE,
+                streamId=stream,
                 correlationId=corr,
-                globalPid=PID,
-                graphId=1,
-                graphExecId=1,
+                globalPid=pid_of(tid),
+                graphId=graph,
+                graphExecId=graph,
             )
         )
 

@@ -52,6 +52,11 @@ def load(path: Path, pid: int | None = None, device: int | None = None) -> Raw:
     ]
     calls = [c for c in calls if mine(c["pid"])]
     ops = []
+    for r in rows("CUPTI_ACTIVITY_KIND_GRAPH_TRACE"):  # a replay traced whole: one op
+        if mine(r["globalPid"], r["deviceId"]):
+            ops.append(dict(op="graph", start=r["start"], end=r["end"], pid=r["globalPid"],
+                            corr=r["correlationId"], graph=True, copy_kind=None, src=None,
+                            dst=None, bytes=None, name=f"CUDA graph {r['graphId']}"))  # fmt: skip
     for table, op in (
         ("CUPTI_ACTIVITY_KIND_KERNEL", "kernel"),
         ("CUPTI_ACTIVITY_KIND_MEMCPY", "memcpy"),

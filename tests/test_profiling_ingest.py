@@ -129,16 +129,27 @@ def one_step(b: TraceBuilder) -> TraceBuilder:
     return b
 
 
-def test_graph_mode_capture_is_refused(tmp_path):
+def test_graph_mode_capture_is_read_by_our_phases(tmp_path):
+    """--cuda-graph-trace=graph: the replay is one GPU op of the phase its launch ran in."""
     b = one_step(TraceBuilder())
-    b.graph_replay(30, 40, 400)
-    with pytest.raises(BubblelabError, match=r"traced as whole graphs.*--cuda-graph-trace=node"):
-        ingest(b.write(tmp_path / "graph.sqlite"), None, {}, con=connect(None))
+    corr = b.graph_replay(30, 40, 400, graph_id=3)
+    con = connect(None)
+    run = ingest(b.write(tmp_path / "graph.sqlite"), None, {}, con=con)
+    assert con.execute(
+        "SELECT op, name, correlation_id, launched_at, phase, step, graph_node FROM gpu_ops "
+        "WHERE run_id = ?",
+        [run],
+    ).fetchall() == [("graph", "CUDA graph 3 [whole replay]", corr, 30_000, "forward", 0, 3)]
+    assert analysis.per_step(con, run).forward_ms.tolist() == pytest.approx([0.36])
 
+
+def test_graph_launches_without_rows_are_refused(tmp_path):
     b = one_step(TraceBuilder())
     b.call("cudaGraphLaunch_v10000", 30, 32)
     b.kernel("gemm", 40, 50, 60)  # an eager kernel, but the replay's kernels are missing
-    with pytest.raises(BubblelabError, match=r"1 CUDA graph launches but no graph-node kernels"):
+    with pytest.raises(
+        BubblelabError, match=r"1 CUDA graph launches but no graph-node kernels and no whole-graph"
+    ):
         ingest(b.write(tmp_path / "nonodes.sqlite"), None, {}, con=connect(None))
 
 

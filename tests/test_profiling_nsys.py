@@ -126,3 +126,57 @@ def test_a_failed_session_names_the_commands_error_and_keeps_its_output(fake_nsy
         nsys.finish_ranges(ranges, log=log)
     assert "grammar 'point' does not compile; then No reports were generated" in str(e.value)
     assert str(log) in str(e.value) and "Traceback" in log.read_text()
+
+
+# -- how CUDA graphs are traced: node (their kernels) or graph (whole replays, light) --------------
+def test_graph_trace_mode_is_a_parameter(fake_nsys, tmp_path):
+    assert "--cuda-graph-trace=node" in nsys.profile_command(tmp_path / "o", ["x"])
+    cmd = nsys.profile_command(tmp_path / "o", ["x"], "repeat", graph_trace="graph")
+    assert [o for o in cmd if o.startswith("--c")] == [
+        "--cpuctxsw=none",
+        "--cuda-graph-trace=graph",
+        "--capture-range=cudaProfilerApi",
+        "--capture-range-end=repeat",
+    ]
+    nsys.run_under_nsys(tmp_path / "g", ["python", "x"], graph_trace="graph")
+    assert "--cuda-graph-trace=graph" in recorded(fake_nsys)
+    with pytest.raises(BubblelabError, match="cuda_graph_trace must be one of node, graph"):
+        nsys.profile_command(tmp_path / "o", ["x"], graph_trace="kernels")
+
+
+def test_the_sweep_option_reaches_the_nsys_command_line(fake_nsys, tmp_path, monkeypatch):
+    """SweepSpec.cuda_graph_trace goes to the nsys pass's command line and into the sweep's
+    recorded options (the results' provenance["sweep"])."""
+    from bubblelab.runs import passes
+    from bubblelab.runs.state import SPEC_FILE
+    from bubblelab.runs.sweep import SweepSpec, run_sweep
+
+    seen = {}
+
+    def start_ranges(out_base, argv, *, env=None, graph_trace="node"):
+        seen["cmd"] = nsys.profile_command(out_base, argv, "repeat", graph_trace)
+        seen["spec"] = json.loads((Path(out_base).parents[1] / SPEC_FILE).read_text())
+        raise BubblelabError("stopped here")
+
+    monkeypatch.setattr(passes, "start_ranges", start_ranges)
+    spec = SweepSpec(model="tiny-llama", streams=[2], output_len_mean=4, requests_per_stream=2,
+                     prompt_len=4, repeats=1, cuda_graph_trace="graph")  # fmt: skip
+    with pytest.raises(BubblelabError, match="stopped here"):
+        run_sweep(spec, tmp_path / "sweep", use_nsys=True, say=lambda _: None)
+    assert "--cuda-graph-trace=graph" in seen["cmd"]
+    assert seen["spec"]["cuda_graph_trace"] == "graph"
+    with pytest.raises(BubblelabError, match="cuda_graph_trace must be one of node, graph"):
+        SweepSpec(model="tiny-llama", cuda_graph_trace="nodes")
+
+
+def test_run_and_profile_takes_the_graph_trace_mode(tmp_path, monkeypatch):
+    from bubblelab.cli import main
+    from bubblelab.cli import sweep as cli_sweep
+
+    given = {}
+    monkeypatch.setattr(cli_sweep, "profile_and_report", lambda spec, *a, **k: given.update(s=spec))
+    main(["run-and-profile", "--model", "tiny-llama", "--out", str(tmp_path / "r"),
+          "--cuda-graph-trace", "graph"])  # fmt: skip
+    assert given["s"].cuda_graph_trace == "graph"
+    main(["run-and-profile", "--model", "tiny-llama", "--out", str(tmp_path / "r")])
+    assert given["s"].cuda_graph_trace == "node"  # the default: the kernels inside graphs seen

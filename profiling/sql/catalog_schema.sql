@@ -51,9 +51,10 @@ CREATE TABLE IF NOT EXISTS api_calls (
     run_id VARCHAR, tid BIGINT, pid BIGINT, start BIGINT, "end" BIGINT, correlation_id BIGINT,
     name VARCHAR, phase VARCHAR, step BIGINT);
 
--- Kernels, memcpys and memsets (op = 'kernel' | 'memcpy' | 'memset'; 'device' for timeline intervals),
--- with the host time and thread of the CUDA call that launched them and that call's step and phase;
--- graph_node is set for the nodes of a CUDA graph replay (traced with --cuda-graph-trace=node).
+-- Kernels, memcpys and memsets (op = 'kernel' | 'memcpy' | 'memset'; 'graph' for a CUDA-graph replay traced
+-- whole, its kernels unseen; 'device' for timeline intervals), with the host time and thread of the CUDA call
+-- that launched them and that call's step and phase; graph_node is set for the nodes of a CUDA graph replay
+-- (traced with --cuda-graph-trace=node) and, on a 'graph' op, holds the graph's id.
 CREATE TABLE IF NOT EXISTS gpu_ops (
     run_id VARCHAR, op VARCHAR, start BIGINT, "end" BIGINT, stream_id BIGINT, pid BIGINT,
     correlation_id BIGINT, name VARCHAR, bytes BIGINT, copy_kind INTEGER, src_kind INTEGER,

@@ -61,9 +61,9 @@ points AS (
 engine AS (
     SELECT engine_tid AS tid FROM step_rules WHERE run_id = $run_id
 ),
-launches AS (  -- the engine thread's kernel launches in time order, named by their first kernel
+launches AS (  -- the engine thread's kernel (or whole-graph) launches in time order, named by their first op
     SELECT launched_at, arg_min(name, start) AS name
-    FROM gpu_ops WHERE run_id = $run_id AND tid = (FROM engine) AND op = 'kernel'
+    FROM gpu_ops WHERE run_id = $run_id AND tid = (FROM engine) AND op IN ('kernel', 'graph')
     GROUP BY launched_at
 ),
 placed AS (  -- each row with the engine thread's sync point it falls in, if any

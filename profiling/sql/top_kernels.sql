@@ -2,7 +2,8 @@
 -- group them): launches, total, mean, p50/p90/p99 and max (us), and the share of the GPU's busy time (the union
 -- of every kernel, copy and memset: table gpu_busy); kernels on concurrent streams can sum past 100%.
 -- The $top largest by total time are listed, the rest summed as one row (`kernel` = 'other N kernels', no
--- percentiles). `kernel` is the name shortened for display: no return type, template arguments, parameter list
+-- percentiles). A CUDA-graph replay traced whole (ingest_graphs.sql) is a row of its own: 'CUDA graph N [whole
+-- replay]'. `kernel` is the name shortened for display: no return type, template arguments, parameter list
 -- or namespace.
 WITH per_kernel AS (
     SELECT name, count(*) AS calls, sum("end" - start) AS total_ns,
@@ -11,7 +12,7 @@ WITH per_kernel AS (
            quantile_cont("end" - start, 0.99) AS p99_ns,
            max("end" - start) AS max_ns
     FROM gpu_ops
-    WHERE run_id = $run_id AND op = 'kernel'
+    WHERE run_id = $run_id AND op IN ('kernel', 'graph')
     GROUP BY name
 ),
 ranked AS (

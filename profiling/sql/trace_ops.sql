@@ -1,14 +1,15 @@
 -- Every kernel, copy and CUDA API call of one run: the tracks a user opens the Chrome/Perfetto export for
--- (bubblelab.report.perfetto), with what links each launch to its work. lane: 'kernel' (tid = the stream),
+-- (bubblelab.report.perfetto), with what links each launch to its work. lane: 'kernel' (a kernel or a graph
+-- replay traced whole; tid = the stream),
 -- 'copy' (memcpy and memset; tid = the stream) or 'api' (tid = the host thread); phase: the name; flow: 'out'
 -- on an API call that launched GPU work, 'in' on the first op that call launched (a graph replay's nodes share
 -- its correlation id), so each arrow runs from a launch to where its work began.
 WITH ops AS (
-    SELECT CASE WHEN op = 'kernel' THEN 'kernel' ELSE 'copy' END AS lane, name, step, stream_id AS tid,
+    SELECT CASE WHEN op IN ('kernel', 'graph') THEN 'kernel' ELSE 'copy' END AS lane, name, step, stream_id AS tid,
            start, "end", pid, correlation_id,
            row_number() OVER (PARTITION BY pid, correlation_id ORDER BY start, "end") AS nth
     FROM gpu_ops
-    WHERE run_id = $run_id AND op IN ('kernel', 'memcpy', 'memset')
+    WHERE run_id = $run_id AND op IN ('kernel', 'graph', 'memcpy', 'memset')
 ),
 launched AS (
     SELECT DISTINCT pid, correlation_id FROM ops WHERE correlation_id IS NOT NULL
