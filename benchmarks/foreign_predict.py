@@ -65,6 +65,7 @@ def rows(sweep: Path, n_boot: int = 1000) -> list[dict]:
             "foreign_pct": gain.get("speedup_pct"),
             "foreign_interval_pct": gain.get("interval_pct"),
             "not_predicted": gain.get("not_predicted"),
+            "bound": gain.get("bound"),  # set where the trace's graphs were traced node by node
             "observed_pct": float(m["observed_pct"]),
             "observed_interval_pct": [float(m["observed_lo"]), float(m["observed_hi"])],
             "observed_known": bool(m["observed_known"]),

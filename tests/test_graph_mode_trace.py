@@ -1,0 +1,63 @@
+"""A real trace taken with nsys's default `--cuda-graph-trace=graph` (our engine on one H200, where
+a replay is one CUPTI_ACTIVITY_KIND_GRAPH_TRACE row and its kernels are absent): read with its NVTX
+phases and read as a foreign engine's, it gives the same steps, period and shares, the period
+matches brute force over the raw rows, and the kernel view says what it cannot show."""
+
+from __future__ import annotations
+
+import gzip
+import sqlite3
+import statistics
+from pathlib import Path
+
+import pytest
+
+from bubblelab.profiling import analysis
+from bubblelab.profiling.catalog import connect
+from bubblelab.runs.analysis import analyze_traces
+
+TRACE = Path(__file__).parents[1] / "traces" / "graph-mode" / "qwen3-0.6b-s1-d1.sqlite.gz"
+
+
+@pytest.fixture(scope="module")
+def raw(tmp_path_factory) -> sqlite3.Connection:
+    plain = tmp_path_factory.mktemp("graph-mode") / "trace.sqlite"
+    plain.write_bytes(gzip.decompress(TRACE.read_bytes()))
+    return sqlite3.connect(plain)
+
+
+def read(domain: str) -> tuple[dict, object]:
+    con = connect(None)
+    report = analyze_traces([TRACE], catalog=con, domain=domain, output_len=64, kernels=True)
+    run = report["runs"][0]
+    return run, analysis.steady_state(analysis.per_step(con, run["run_id"]))
+
+
+def test_graph_rows_are_the_gpu_work_and_native_and_foreign_agree(raw):
+    replays = raw.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_GRAPH_TRACE").fetchone()[0]
+    assert replays == 548  # two a step: the forward graph and the sampling graph
+    ours, ours_steady = read("bubblelab")
+    foreign, steady = read("none")
+    assert foreign["steps_found"]["rule"] == "sync" and foreign["steps_found"]["sure"]
+    assert len(steady) == len(ours_steady) == 261
+    assert steady.period_ms.median() == pytest.approx(ours_steady.period_ms.median(), rel=0.01)
+    for column in ("busy_ms", "bubble_ms"):
+        share = steady[column].sum() / steady.period_ms.sum()
+        want = ours_steady[column].sum() / ours_steady.period_ms.sum()
+        assert share == pytest.approx(want, abs=0.01)
+    # Brute force: a step is a forward replay (the longer graph) to the next one.
+    rows = raw.execute(
+        'SELECT start, "end" - start FROM CUPTI_ACTIVITY_KIND_GRAPH_TRACE ORDER BY start'
+    ).fetchall()
+    long = statistics.median(d for _, d in rows)
+    forwards = [s for s, d in rows if d >= long]
+    periods = [(b - a) / 1e6 for a, b in zip(forwards, forwards[1:], strict=False)]
+    assert steady.period_ms.median() == pytest.approx(statistics.median(periods), rel=0.01)
+
+
+def test_a_graph_mode_prediction_carries_no_node_tracing_warning_and_the_kernel_view_says_why():
+    run, _ = read("none")
+    gain = run["pipelining"]
+    assert "graph_launch_ms" not in gain or gain.get("graph_launch_ms") is None
+    assert not any("node by node" in line and "upper bound" in line for line in gain["assumptions"])
+    assert "were not traced" in run["kernels"]["note"]
