@@ -33,7 +33,10 @@ def machine_facts() -> dict:
 
 def git_facts(checkout: Path = CHECKOUT) -> dict:
     """The revision of the bubblelab checkout that ran, and whether it had uncommitted changes (None
-    outside a checkout: an installed copy has no revision of its own)."""
+    outside a checkout: an installed copy has no revision of its own). A `.git-rev` file names the
+    revision of a copied tree whose own .git (if any) is not the one it came from: it wins."""
+    if (checkout / ".git-rev").is_file():
+        return {"git_revision": (checkout / ".git-rev").read_text().strip(), "git_dirty": None}
     if not (checkout / ".git").exists():
         return {"git_revision": None, "git_dirty": None}
     revision = _run(["git", "-C", str(checkout), "rev-parse", "HEAD"])

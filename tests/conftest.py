@@ -43,11 +43,14 @@ def _gpu_run_record(record_testsuite_property):
     """On a CUDA machine, the JUnit XML (--junitxml) names the GPU, the commit and the date."""
     if not torch.cuda.is_available():
         return
-    rev = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
-    ).stdout.strip()
-    if not rev and (ROOT / ".git-rev").is_file():  # a copy without .git (the GPU machine's)
-        rev = (ROOT / ".git-rev").read_text().strip()
+    # .git-rev names a copied tree's revision (the GPU machine's copy has a .git of its own)
+    rev = (ROOT / ".git-rev").read_text().strip() if (ROOT / ".git-rev").is_file() else ""
+    rev = (
+        rev
+        or subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
+        ).stdout.strip()
+    )
     record_testsuite_property("gpu", torch.cuda.get_device_name())
     record_testsuite_property("commit", rev or "unknown")
     record_testsuite_property("date", dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))

@@ -68,6 +68,12 @@ def test_machine_facts_are_this_machine():
 
 def test_machine_facts_are_best_effort(tmp_path):
     assert git_facts(tmp_path) == {"git_revision": None, "git_dirty": None}
+    # A copied tree names its revision in .git-rev, over whatever .git the copy has.
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git-rev").write_text("9823259\n")
+    assert git_facts(tmp_path) == {"git_revision": "9823259", "git_dirty": None}
+    (tmp_path / ".git-rev").unlink()
+    (tmp_path / ".git").rmdir()
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text("processor\t: 0\nmodel name\t: Example CPU @ 3.00GHz\ncpu MHz\t\t: 2999.5\n")
     facts = cpu_facts(cpuinfo)

@@ -7,7 +7,7 @@
 set -u
 out=${1:-${OUT:-docs/measurements/$(date -u +%F)}}
 mkdir -p "$out"
-rev=$(git rev-parse --short HEAD 2>/dev/null || cat .git-rev 2>/dev/null || echo unknown)
+rev=$(cat .git-rev 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 python3 -m pytest -q -m gpu -p no:cacheprovider --junitxml="$out/gpu-tests.xml" \
   -o junit_suite_name="gpu $gpu $rev $(date -u +%FT%TZ)"

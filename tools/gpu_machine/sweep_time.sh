@@ -11,7 +11,7 @@ set -u
 OUT=${OUT:-/tmp/sweep-time-out}
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/sweep-time.log") 2>&1
-echo "git $(git rev-parse --short HEAD 2>/dev/null || cat .git-rev 2>/dev/null)  $(date -u +%FT%TZ)"
+echo "git $(cat .git-rev 2>/dev/null || git rev-parse --short HEAD 2>/dev/null)  $(date -u +%FT%TZ)"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw --format=csv,noheader
 nsys --version
 
