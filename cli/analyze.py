@@ -329,9 +329,11 @@ def _print_foreign(console: Console, run: dict) -> None:
     if "speedup_pct" in gain:
         lo, hi = gain["interval_pct"]
         mark = ""
-        if "graph_launch_ms" in gain:  # graphs traced node by node: the profiled engine's number
+        if (
+            "graph_launch_ms" in gain
+        ):  # nsys slowed every graph launch: the profiled engine's number
             mark = "upper bound" if gain["bound"] == "upper" else "not sure"
-            mark += " (the profiled engine's: graphs traced node by node): "
+            mark += f" (the profiled engine's: graphs traced {gain['graph_trace']}-level): "
         console.print(
             f"run {rid}: {mark}pipelining would buy {gain['speedup_pct']:+.1f}% "
             f"(95% interval {lo:+.1f}% .. {hi:+.1f}%), assuming:",

@@ -11,11 +11,12 @@ is pipelined (README.md, "From depth 1 alone"):
   rest of the period is the host's own work (bookkeeping, scheduling, launching), which a pipelined
   loop still does once a step, under the GPU's work instead of before it.
 
-Under nsys's --cuda-graph-trace=node every graph launch costs the host ~0.25 ms more than unprofiled
-(an H100), all of it exposed in a blocking loop: the trace's T_block is the profiled engine's. Given
-those launches (`graph_launches`), the prediction says so, names their host time, and is marked an
-upper bound for the unprofiled engine (`bound`) where the GPU's work outlasts the host's without
-them; --cuda-graph-trace=graph records a replay as one row and leaves the host's timing alone.
+Under nsys every CUDA-graph launch holds the host far longer than unprofiled, all of it exposed in a
+blocking loop, so the trace's T_block is the profiled engine's. Measured on our engine (qwen3-0.6b,
+docs/foreign-traces.md): ~0.25 ms a launch traced node by node (--cuda-graph-trace=node), ~0.10 ms
+traced whole (=graph), a few tens of us unprofiled. Given the launches (`graph_launches`), the
+prediction says so, names their host time, and is marked an upper bound for the unprofiled engine
+(`bound`) where the GPU's work outlasts the host's without them.
 
 Inputs are profiling's tables (the per-step table, the sync summary, the node-traced graph
 launches); profiling never imports this.
@@ -51,11 +52,11 @@ def pipelining_gain(
     output_len: the mean number of tokens a request generates (L, for the zombie tax z = 1/L, its
     upper bound); default: the run's decode steps + 1 (one batch that started and finished inside
     the trace). extra_syncs: how the run's mid-step host syncs read (e.g. "128 x
-    cudaStreamSynchronize"), if any. graph_launches: the run's graph launches whose replays nsys
-    traced node by node (step, host_ms), if any: the result then carries `graph_launch_ms` (their
-    median host time), `graph_launch_share` (of the step's host time) and `bound` ("upper" where
-    the number bounds the unprofiled engine's gain from above, else None), and its first assumption
-    says so. The interval resamples the steady steps (jointly for T_block
+    cudaStreamSynchronize"), if any. graph_launches: the run's traced graph launches (step, host_ms,
+    whole), if any: the result then carries `graph_launch_ms` (their median host time),
+    `graph_launch_share` (of the step's host time), `graph_trace` ("node" or "graph") and `bound`
+    ("upper" where the number bounds the unprofiled engine's gain from above, else None), and its
+    first assumption says so. The interval resamples the steady steps (jointly for T_block
     and T_pipe) and spans z from 1/L (low end) to 0 (high end).
     """
     if output_len is not None:
@@ -77,7 +78,7 @@ def pipelining_gain(
     lo = interval(pct(speedup(boot_block, boot_pipe, z)))[0]
     hi = interval(pct(speedup(boot_block, boot_pipe, 0.0)))[1]
     gpu_ms, host_ms = float(gpu.median()), float(host.median())
-    profiled = _node_traced(graph_launches, steady, gpu, host)
+    profiled = _traced_launches(graph_launches, steady, gpu, host)
     assumptions = [
         *([profiled["line"]] if profiled else []),
         f"T_block = {t_block:.3f} ms: the median period of {len(steady)} steady decode steps of "
@@ -95,7 +96,7 @@ def pipelining_gain(
             else "(the run's decode steps + 1: one batch from start to end)."
         ),
         "The interval: steps resampled (95%), z from 1/L (low end) to 0 (high end).",
-        "Under nsys the host runs slower (CUDA API tracing; graph launches traced node by node), "
+        "Under nsys the host runs slower (every CUDA call traced; graph launches most), "
         "which "
         "inflates the host side and the bubble: the unprofiled engine gains less "
         "(costmodel/README.md).",
@@ -121,10 +122,10 @@ def pipelining_gain(
     }
 
 
-def _node_traced(
+def _traced_launches(
     launches: pd.DataFrame | None, steady: pd.DataFrame, gpu: pd.Series, host: pd.Series
 ) -> dict | None:
-    """What nsys's node-level graph tracing did to the steady steps' host time: the median launch,
+    """What nsys's tracing of the CUDA graphs did to the steady steps' host time: the median launch,
     its share of the step's host time, the bound the prediction is, and the assumption line."""
     if launches is None or launches.empty:
         return None
@@ -135,6 +136,7 @@ def _node_traced(
     host_ms = host.to_numpy(float)
     share = float(np.median(per_step.to_numpy(float) / np.where(host_ms > 0, host_ms, np.nan)))
     launch_ms = float(launches["host_ms"].median())
+    whole = bool(launches["whole"].all()) if "whole" in launches else False
     # Without the profiler's launch time the host's work shrinks; while the GPU's still outlasts it,
     # T_pipe (the GPU's) stays and T_block loses the exposed launch time: the gain only falls.
     upper = float(gpu.median()) >= float(host.median()) - float(per_step.median())
@@ -143,15 +145,21 @@ def _node_traced(
         if upper
         else "not the unprofiled engine's (its host would still outlast the GPU: more or less)"
     )
+    how = "whole (one row a replay)" if whole else "node by node"
+    advice = (
+        "time its blocking loop unprofiled to know by how much"
+        if whole
+        else "profile with --cuda-graph-trace=graph to shrink the gap"
+    )
     line = (
-        f"nsys traced the CUDA graphs node by node: each cudaGraphLaunch held the host "
-        f"{launch_ms:.3f} ms (median; a few us unprofiled), {len(launches) / len(steady):.3g} a "
-        f"step, {share:.0%} of the step's host time. The gain is the profiled engine's, {what}; "
-        "profile with --cuda-graph-trace=graph to predict it."
+        f"nsys traced the CUDA graphs {how}: each cudaGraphLaunch held the host {launch_ms:.3f} ms "
+        f"(median; tens of us unprofiled), {len(launches) / len(steady):.3g} a step, {share:.0%} "
+        f"of the step's host time. The gain is the profiled engine's, {what}; {advice}."
     )
     return {
         "graph_launch_ms": round(launch_ms, 6),
         "graph_launch_share": round(share, 6),
+        "graph_trace": "graph" if whole else "node",
         "bound": "upper" if upper else None,
         "line": line,
     }

@@ -75,10 +75,10 @@ def sync_inventory(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
     return queries.run(con, "foreign_syncs", {"run_id": run_id})
 
 
-def node_traced_launches(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
-    """The run's CUDA-graph launches whose replays were traced node by node, one row each: step,
-    name, host_ms (sql/node_traced_launches.sql); empty for graphs traced whole or none."""
-    return queries.run(con, "node_traced_launches", {"run_id": run_id})
+def traced_graph_launches(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
+    """The run's CUDA-graph launches, one row each: step, name, host_ms, whole (the replay traced as
+    one row, --cuda-graph-trace=graph, rather than node by node) (sql/traced_graph_launches.sql)."""
+    return queries.run(con, "traced_graph_launches", {"run_id": run_id})
 
 
 def layer(label: str) -> str:

@@ -119,7 +119,7 @@ def _pipelining(
             analysis.per_step(con, run["run_id"]),
             output_len=output_len,
             extra_syncs=syncs,
-            graph_launches=foreign.node_traced_launches(con, run["run_id"]),
+            graph_launches=foreign.traced_graph_launches(con, run["run_id"]),
             warmup=warmup,
         )
     except BubblelabError as e:
