@@ -110,6 +110,9 @@ def noise_lines(table: pd.DataFrame) -> list[str]:
     return lines
 
 
+STRUCTURE_PTS = 0.5  # a residual the model's own structure leaves, worth naming beside the pieces
+
+
 def explanation(row: dict) -> str:
     """Which measured depth-2 piece makes the difference between the forecast and the model fed
     depth 2's pieces, largest first: what explains the miss, not a forecast."""
@@ -118,7 +121,12 @@ def explanation(row: dict) -> str:
         key=lambda tv: -abs(tv[1]) if tv[1] is not None and np.isfinite(tv[1]) else 0,
     )
     shown = [f"{t} {v:+.1f}" for t, v in terms if v is not None and abs(v) >= 0.05]
-    return ", ".join(shown) + " pts" if shown else "no depth-2 piece moves it by 0.1 point"
+    said = ", ".join(shown) + " pts" if shown else "no depth-2 piece moves it by 0.1 point"
+    # What the pieces cannot explain: the model fed all of depth 2's measured pieces still misses.
+    rest = row.get("wall_error_pts")
+    if rest is not None and np.isfinite(rest) and abs(rest) >= STRUCTURE_PTS:
+        said += f"; fed all of them the model still misses by {rest:+.1f} pts (its structure)"
+    return said
 
 
 def accuracy_cells(table: pd.DataFrame) -> list[str]:

@@ -49,3 +49,20 @@ def test_the_readmes_held_out_row_is_the_frozen_predictions():
     cells = [miss("wall_d1_error_pts"), known, miss("error_pts"), miss("wall_error_pts")]
     section = (ROOT / "README.md").read_text()
     assert " | ".join(cells) + " |" in section, cells
+
+
+def test_the_explanation_names_what_the_pieces_cannot():
+    """A miss the measured depth-2 pieces do not close is said to be the model's structure (the
+    model fed every depth-2 piece still misses), not left to look explained."""
+    from bubblelab.costmodel.headline import explanation
+
+    row = {"term_admission_pts": -2.5, "term_replay_pts": 0.0, "term_forward_pts": -0.37,
+           "term_host_pts": 0.03, "term_handoff_pts": -0.07, "term_overhead_pts": 0.23}  # fmt: skip
+    assert explanation(row | {"wall_error_pts": -4.6}) == (
+        "forward -0.4, overhead +0.2, handoff -0.1 pts; fed all of them the model still misses by "
+        "-4.6 pts (its structure)"
+    )
+    assert (
+        explanation(row | {"wall_error_pts": 0.2})
+        == "forward -0.4, overhead +0.2, handoff -0.1 pts"
+    )
