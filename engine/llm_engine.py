@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..core.block_manager import BlockManager
-from ..core.errors import BubblelabError, InvariantError, RequestError, WorkerError
+from ..core.errors import BubblelabError, InvariantError, OptionError, RequestError, WorkerError
 from ..core.loop import Loop
 from ..core.pipeline import NUM_SLOTS, Step, check_depth
 from ..core.scheduler import Scheduler
@@ -100,6 +100,15 @@ class LLMEngine:
             tp=tp,
         )
         self.tokenizer = self.loaded.tokenizer
+        positions = self.loaded.config.max_position_embeddings
+        if (
+            config.max_model_len > positions
+        ):  # its rotary table ends there: a position past it fails
+            raise OptionError(
+                "max_model_len",
+                f"must be at most the model's {positions} positions",
+                config.max_model_len,
+            )
         # Timing events always: a timeline may be attached later (run_workload does), and they
         # cost next to nothing.
         self.streams = Streams(torch.device(config.device), timing=True)

@@ -81,6 +81,7 @@ BAD = [
     ("run --max-num-seqs 100000", "--max-num-seqs"),
     ("run --max-model-len 0", "--max-model-len"),
     ("run --max-model-len 1", "--max-model-len"),
+    ("run --model tiny-qwen3 --max-model-len 1280", "--max-model-len must be at most the model's"),
     ("run --depth 3", "--depth"),
     ("run --depth abc", "--depth"),
     ("run --seed -1", "--seed"),
