@@ -186,7 +186,10 @@ class LLMEngine:
             ids = self.tokenizer.encode(prompt) if prompt else []
         elif isinstance(prompt, SequenceABC) and not isinstance(prompt, (bytes, bytearray)):
             ids = list(prompt)
-            if not all(isinstance(t, numbers.Integral) and not isinstance(t, bool) for t in ids):
+            # By distinct type, not token by token: an isinstance against the Integral ABC costs
+            # ~1 us, so a 1024-token prompt took ~1 ms of the host's time before its prefill.
+            kinds = set(map(type, ids))
+            if not all(issubclass(k, numbers.Integral) and not issubclass(k, bool) for k in kinds):
                 raise RequestError("a prompt is a string or a list of token ids (int)")
         else:
             raise RequestError(

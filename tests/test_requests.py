@@ -88,3 +88,13 @@ def test_sampling_options_are_checked_on_construction(options):
     with pytest.raises(RequestError) as e:
         SamplingParams(**options)
     assert next(iter(options)) in str(e.value) and "\n" not in str(e.value)
+
+
+def test_numpy_integers_are_token_ids(llm):
+    """Token ids are checked by type (numbers.Integral, never bool): numpy's integers pass, as
+    ints; the check runs once per distinct type, not per token (a 1024-token prompt paid ~1 ms)."""
+    import numpy as np
+
+    want = [o.token_ids for o in llm.generate([[5, 6, 7]], GREEDY)]
+    assert [o.token_ids for o in llm.generate([list(np.array([5, 6, 7]))], GREEDY)] == want
+    assert [o.token_ids for o in llm.generate([[np.int32(5), 6, np.uint16(7)]], GREEDY)] == want
