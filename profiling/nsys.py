@@ -3,9 +3,9 @@
 The capture covers only what the run brackets with cudaProfilerStart/Stop
 (torch.cuda.profiler.start/stop after warm-up), traces CUDA and NVTX, and by default expands CUDA
 graphs node by node so their kernels are visible (graph_trace "node"). Node tracing costs each
-cudaGraphLaunch ~0.25 ms of host time on an H100, which a blocking loop exposes as bubble; "graph"
-records a replay as one row (its kernels unseen) and leaves the host's timing close to the
-unprofiled engine's: the trace to predict from (profiling/README.md).
+cudaGraphLaunch ~0.2-0.25 ms of host time on an H200, which a blocking loop exposes as bubble;
+"graph" records a replay as one row (its kernels unseen) and costs less (~0.1 ms a launch on an
+H200), though the host still runs far slower than unprofiled (profiling/README.md).
 One process may bracket many runs: with --capture-range-end=repeat (nsys 2025.3) every range is its
 own report, <out>.1.nsys-rep, <out>.2.nsys-rep, ... in the order they ran (profile_ranges).
 Commands are argument lists handed to subprocess, never a shell, so any path or argument is safe.
