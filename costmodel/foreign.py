@@ -136,7 +136,7 @@ def _traced_launches(
     host_ms = host.to_numpy(float)
     share = float(np.median(per_step.to_numpy(float) / np.where(host_ms > 0, host_ms, np.nan)))
     launch_ms = float(launches["host_ms"].median())
-    whole = bool(launches["whole"].all()) if "whole" in launches else False
+    whole = bool(launches["whole"].all())
     # Without the profiler's launch time the host's work shrinks; while the GPU's still outlasts it,
     # T_pipe (the GPU's) stays and T_block loses the exposed launch time: the gain only falls.
     upper = float(gpu.median()) >= float(host.median()) - float(per_step.median())

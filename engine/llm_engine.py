@@ -206,13 +206,7 @@ class LLMEngine:
             return 1
         from .constraints import min_output_tokens
 
-        return min_output_tokens(
-            params.constraint,
-            vocab_size=self.loaded.config.vocab_size,
-            eos_token_ids=sorted(self.eos_token_ids),
-            tokenizer=self.tokenizer,
-            args=params.constraint_args,
-        )
+        return min_output_tokens(params.constraint, **self._vocabulary(params))
 
     def _make_constraint(self, request_id: str, params: SamplingParams):
         if params.constraint is None:
@@ -221,15 +215,20 @@ class LLMEngine:
 
         try:
             return make_constraint(
-                params.constraint,
-                vocab_size=self.loaded.config.vocab_size,
-                eos_token_ids=sorted(self.eos_token_ids),
-                tokenizer=self.tokenizer,
-                args=params.constraint_args,
-                max_tokens=params.max_tokens,
+                params.constraint, **self._vocabulary(params), max_tokens=params.max_tokens
             )
         except RequestError as e:
             raise RequestError(f"request {request_id!r}: {e}") from None
+
+    def _vocabulary(self, params: SamplingParams) -> dict:
+        """What a request's constraint is built against: this model's vocabulary, its EOS tokens,
+        its tokenizer, and the request's constraint arguments."""
+        return dict(
+            vocab_size=self.loaded.config.vocab_size,
+            eos_token_ids=sorted(self.eos_token_ids),
+            tokenizer=self.tokenizer,
+            args=params.constraint_args,
+        )
 
     def abort(self, request_id: str) -> None:
         seq = self.seqs.get(request_id)
