@@ -9,12 +9,14 @@ A warm-up round first, then --repeats rounds in which the engines take turns (A 
 run is set against its roofline floor (costmodel.roofline: prefill FLOPs / matmul peak + decode
 steps x weight bytes / copy bandwidth, both measured at the start). nano-vllm (source staged in
 .peers/nano-vllm by tools/gpu_machine/stage_nanovllm.sh) runs in a child process of its own,
-optionally tensor parallel (--tensor-parallel N); bubblelab runs in this one, on GPU 0. Writes
-compare_nanovllm.{json,md,png} to --out; see benchmarks/README.md.
+at each --tensor-parallel size (1,2: one child a size, started one after another); bubblelab runs
+in this one on GPU 0, at the same sizes (a size > 1 adds worker processes on the next GPUs), so
+every engine at every size takes turns in one run. Writes compare_nanovllm.{json,md,png} to --out;
+see benchmarks/README.md.
 
     python -m benchmarks.compare_nanovllm --out $OUT              # H200, qwen3-4b: ~5 minutes
     python -m benchmarks.compare_nanovllm --out $OUT --quick      # ~3 minutes
-    python -m benchmarks.compare_nanovllm --parts a --tensor-parallel 2 --out $OUT  # two GPUs
+    python -m benchmarks.compare_nanovllm --tensor-parallel 1,2 --out $OUT  # two GPUs, TP 1 and 2
     python -m benchmarks.compare_nanovllm --device cpu --preset tiny-qwen3 --streams 1,2 --L 8 \
         --out /tmp/peer                                           # dry run: bubblelab only
 """
@@ -84,7 +86,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--attention-backend", default=None, help="bubblelab's (default triton on CUDA, else torch)"
     )
     ap.add_argument(
-        "--tensor-parallel", type=int, default=1, help="nano-vllm's tensor_parallel_size"
+        "--tensor-parallel",
+        default="1",
+        help="tensor-parallel sizes, e.g. 1,2: nano-vllm's tensor_parallel_size and bubblelab's, "
+        "every engine at every size interleaved",
     )
     ap.add_argument(
         "--nanovllm-gpu-memory",
@@ -92,6 +97,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=0.45,
         help="nano-vllm's gpu_memory_utilization: it sizes its KV pool to this share of the GPU "
         "minus what is in use, bubblelab's engines included (they share GPU 0)",
+    )
+    ap.add_argument(
+        "--nanovllm-gpu-memory-next",
+        type=float,
+        default=0.25,
+        help="for each further nano-vllm child (the next --tensor-parallel size): this share of "
+        "the GPU over what is in use on GPU 0 when it starts",
     )
     ap.add_argument("--nanovllm-path", type=Path, default=NANOVLLM, help="the staged source")
     ap.add_argument("--skip-nanovllm", action="store_true")
@@ -104,9 +116,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     a.parts = [p for p in ("a", "b") if p in a.parts.split(",")]
     a.streams = sorted({int(s) for s in a.streams.split(",")})
     a.attention_backend = a.attention_backend or ("triton" if a.device == "cuda" else "torch")
-    if a.repeats < 1 or not a.parts or a.tensor_parallel < 1:
-        ap.error("need --repeats >= 1, a part (a, b) and --tensor-parallel >= 1")
+    try:
+        a.tensor_parallel = sorted({int(n) for n in str(a.tensor_parallel).split(",")})
+    except ValueError:
+        ap.error(f"--tensor-parallel takes sizes such as 1,2, not {a.tensor_parallel!r}")
+    if a.repeats < 1 or not a.parts or min(a.tensor_parallel) < 1:
+        ap.error("need --repeats >= 1, a part (a, b) and --tensor-parallel sizes >= 1")
     return a
+
+
+def nano_label(tp: int) -> str:
+    return f"nano-vllm (TP {tp})" if tp > 1 else "nano-vllm"
+
+
+def bubblelab_label(tp: int, depth: int) -> str:
+    return f"bubblelab-tp{tp}-d{depth}" if tp > 1 else f"bubblelab-d{depth}"
 
 
 def build_cases(a: argparse.Namespace, vocab_size: int) -> list[Case]:
@@ -135,10 +159,10 @@ def main(argv: list[str] | None = None) -> dict:
     status, attention = (
         ("not run: skipped (--skip-nanovllm)", "")
         if a.skip_nanovllm
-        else peer_status(a.nanovllm_path, a.device, a.tensor_parallel)
+        else peer_status(a.nanovllm_path, a.device, max(a.tensor_parallel))
     )
     result = describe(a, loaded, cases, roof, attention, status)
-    nano = result["nanovllm"]["label"]
+    nano = ", ".join(nano_label(tp) for tp in a.tensor_parallel)
     clock.log(
         f"{result['device']}: copy {roof['copy_bandwidth'] / 1e9:.0f} GB/s, matmul "
         f"{roof['matmul_peak'] / 1e12:.3g} TFLOP/s; {a.preset} loaded; {nano}: "
@@ -146,21 +170,30 @@ def main(argv: list[str] | None = None) -> dict:
     )
     # the checkpoint (8 GB for qwen3-4b) outside --out, whose files travel back from the GPU machine
     ckpt = Path(tempfile.mkdtemp(prefix="bubblelab-nanovllm-"))
-    peer: NanoVllm | None = None
+    peers: dict[int, NanoVllm] = {}
     engines: dict = {}
     try:
+        first, *later = a.tensor_parallel
         if status is None:
-            peer = start_peer(loaded, a, ckpt, attention, clock)
-        engines = build_bubblelab(loaded, a, dtype, cases, result, clock)
+            peers[first] = start_peer(loaded, a, ckpt, attention, clock, first)
+        for tp in a.tensor_parallel:
+            engines |= build_bubblelab(loaded, a, dtype, cases, result, clock, tp)
         runners: dict[str, tuple[Callable[[Case], dict], int]] = {}
-        if peer is not None and peer_ready(peer, a, result, clock):
-            runners[nano] = (lambda c: peer.run(c.to_json(), a.run_timeout_s), a.tensor_parallel)
-        for depth, engine in engines.items():
-            runners[f"bubblelab-d{depth}"] = (partial(peer_bubblelab.run_case, engine), 1)
+        ready = first in peers and peer_ready(peers[first], a, result, clock, first)
+        for tp in later if ready else []:
+            # one child at a time: each sizes its KV pool from what is in use when it starts
+            peers[tp] = start_peer(loaded, a, ckpt, attention, clock, tp)
+            if not peer_ready(peers[tp], a, result, clock, tp):
+                del peers[tp]
+        for tp, peer in peers.items() if ready else []:
+            runners[nano_label(tp)] = (partial(run_peer, peer, a.run_timeout_s), tp)
+        for (tp, depth), engine in engines.items():
+            run = partial(peer_bubblelab.run_case, engine, depth=depth)
+            runners[bubblelab_label(tp, depth)] = (run, tp)
         for part in a.parts:
             run_part(part, [c for c in cases if c.part == part], runners, a, result, clock)
     finally:
-        if peer is not None:
+        for peer in peers.values():
             peer.close()
         peer_bubblelab.close_engines(engines)
         shutil.rmtree(ckpt, ignore_errors=True)
@@ -181,7 +214,6 @@ def describe(
     status: str | None,
 ) -> dict:
     """The result's frame: versions, settings, the cases, each case's floor at 1 and at N GPUs."""
-    nano = f"nano-vllm (TP {a.tensor_parallel})" if a.tensor_parallel > 1 else "nano-vllm"
     backend = loaded.model.attn_backend
     impl = getattr(backend, "impl", None)
     return {
@@ -192,7 +224,7 @@ def describe(
         "dtype": "bf16" if a.device == "cuda" else "fp32",
         "bubblelab_attention": a.attention_backend + (f"({impl})" if impl else ""),
         "nanovllm": {
-            "label": nano,
+            "labels": {str(tp): nano_label(tp) for tp in a.tensor_parallel},
             "commit": staged_commit(a.nanovllm_path),
             "tensor_parallel": a.tensor_parallel,
             "attention": attention,
@@ -201,11 +233,13 @@ def describe(
         "roofline": {**roof, "formula": FORMULA},
         "cases": {c.name: case_facts(c) for c in cases},
         "floors": {
-            c.name: {str(n): floor_facts(loaded, c, roof, n) for n in {1, a.tensor_parallel}}
+            c.name: {str(n): floor_facts(loaded, c, roof, n) for n in {1, *a.tensor_parallel}}
             for c in cases
         },
         "runs": [],
-        "not_run": [] if status is None else [not_run(nano, a.preset, status)],
+        "not_run": []
+        if status is None
+        else [not_run(nano_label(tp), a.preset, status) for tp in a.tensor_parallel],
     }
 
 
@@ -216,50 +250,67 @@ def build_bubblelab(
     cases: list[Case],
     result: dict,
     clock: Clock,
+    tp: int,
 ) -> dict:
-    """bubblelab's depth 1 and 2 engines, or {} with the reason recorded (nano-vllm still runs)."""
+    """bubblelab's depth 1 and 2 engines at tensor parallel `tp`, {(tp, depth): engine}, or {}
+    with the reason recorded (the others still run)."""
     try:
         engines = peer_bubblelab.build_engines(
-            loaded, a.preset, a.device, dtype, a.attention_backend, cases
+            loaded, a.preset, a.device, dtype, a.attention_backend, cases, tp
         )
     except Exception as exc:  # noqa: BLE001
         traceback.print_exc()
         reason = f"engines failed to build: {type(exc).__name__}: {first_line(exc)}"
-        result["not_run"].append(not_run("bubblelab", a.preset, reason))
+        result["not_run"].append(not_run(bubblelab_label(tp, 1)[:-3], a.preset, reason))
         return {}
-    clock.log("bubblelab engines ready (depth 1 and 2)")
-    return engines
+    clock.log(f"bubblelab engines ready (tensor parallel {tp}, depth 1 and 2)")
+    return {(tp, depth): engine for depth, engine in engines.items()}
 
 
-def peer_ready(peer: NanoVllm, a: argparse.Namespace, result: dict, clock: Clock) -> bool:
+def peer_ready(peer: NanoVllm, a: argparse.Namespace, result: dict, clock: Clock, tp: int) -> bool:
     """Wait for nano-vllm's child to finish loading; False, the reason recorded, if it does not."""
-    nano = result["nanovllm"]["label"]
+    nano = nano_label(tp)
     try:
-        result["nanovllm"].update(peer.ready(a.init_timeout_s))
+        facts = peer.ready(a.init_timeout_s)
     except PeerError as exc:
         result["not_run"].append(not_run(nano, a.preset, f"init failed: {exc}"))
         clock.log(f"{nano} not run: {exc}")
         return False
-    clock.log(f"{nano} ready in {result['nanovllm']['init_s']:.0f} s")
+    result["nanovllm"].update(facts)  # versions and paths, the same for every child
+    result["nanovllm"].setdefault("init_s_by_tp", {})[str(tp)] = facts.get("init_s")
+    clock.log(f"{nano} ready in {facts.get('init_s', float('nan')):.0f} s")
     return True
 
 
+def run_peer(peer: NanoVllm, timeout_s: float, case: Case) -> dict:
+    return peer.run(case.to_json(), timeout_s)
+
+
 def start_peer(
-    loaded: LoadedModel, a: argparse.Namespace, ckpt: Path, attention: str, clock: Clock
+    loaded: LoadedModel, a: argparse.Namespace, ckpt: Path, attention: str, clock: Clock, tp: int
 ) -> NanoVllm:
-    """Write the checkpoint and start nano-vllm's child: it loads while bubblelab builds engines."""
-    t = time.perf_counter()
-    write_hf_checkpoint(loaded, ckpt)
-    clock.log(f"checkpoint written in {time.perf_counter() - t:.1f} s")
+    """Write the checkpoint (once) and start nano-vllm's child at tensor parallel `tp`: the first
+    loads while bubblelab builds engines; a later one is given --nanovllm-gpu-memory-next of the
+    GPU over what is in use when it starts (nano-vllm sizes its KV pool from its share minus
+    everything in use, the other children included)."""
+    if not (ckpt / "config.json").is_file():
+        t = time.perf_counter()
+        write_hf_checkpoint(loaded, ckpt)
+        clock.log(f"checkpoint written in {time.perf_counter() - t:.1f} s")
+    share = a.nanovllm_gpu_memory
+    if tp != a.tensor_parallel[0] and a.device == "cuda":
+        free, total = torch.cuda.mem_get_info(0)
+        share = min(0.95, (total - free) / total + a.nanovllm_gpu_memory_next)
     eos = loaded.config.eos_token_ids
     job = {
         "ckpt": str(ckpt.resolve()),
-        "tensor_parallel": a.tensor_parallel,
-        "gpu_memory_utilization": a.nanovllm_gpu_memory,
+        "tensor_parallel": tp,
+        "gpu_memory_utilization": share,
         "eos_token_id": eos[0] if eos else -1,
     }
     use_shim = attention.startswith("flash-attn-4")
-    return NanoVllm(job, a.nanovllm_path.resolve(), a.out / "nanovllm.log", use_shim)
+    log = a.out / ("nanovllm.log" if tp == 1 else f"nanovllm-tp{tp}.log")
+    return NanoVllm(job, a.nanovllm_path.resolve(), log, use_shim)
 
 
 def run_part(

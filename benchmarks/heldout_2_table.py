@@ -46,7 +46,9 @@ def rows(held_out: dict, results: dict[tuple[str, str], Results], n_boot: int) -
     order = {s["name"]: i for i, s in enumerate(held_out["sweeps"])}
     out = []
     for (gpu, name), r in results.items():
-        table = predict_runs(r.runs, r.steps, r.requests, n_boot=n_boot)
+        # tensor parallel: the GPU pieces taken across every rank (costmodel.tensor_parallel)
+        ranks = r.ranks if not r.ranks.empty else None
+        table = predict_runs(r.runs, r.steps, r.requests, ranks=ranks, n_boot=n_boot)
         table = with_repeat_stops(table, r.provenance)
         named = [row_id(ids[name], name, s) for s in table["streams"]]
         out.append(table.assign(gpu=gpu, sweep=name, id=named, order=order[name]))

@@ -16,12 +16,20 @@ from bubblelab.runs.workload import Request
 
 
 def build_engines(
-    loaded: LoadedModel, preset: str, device: str, dtype: str, backend: str, cases: Sequence[Case]
+    loaded: LoadedModel,
+    preset: str,
+    device: str,
+    dtype: str,
+    backend: str,
+    cases: Sequence[Case],
+    tensor_parallel: int = 1,
 ) -> dict[int, LLMEngine]:
     """{depth: engine} for depth 1 and 2, sized for the longest request and the most streams of
     `cases` (the KV pool holds every request in flight at full length; nothing is preempted); the
     rest at the engine's defaults, as nano-vllm runs at its own (both prefill (a)'s 6,483 prompt
-    tokens in one step)."""
+    tokens in one step). At tensor parallel > 1 one engine (its worker processes load their own
+    shards of the same seeded weights) serves both depths: run_case switches it
+    (LLMEngine.set_depth), so the two depths share one set of workers."""
     longest = max(len(p) + m for c in cases for p, m in zip(c.prompts, c.max_tokens, strict=True))
     multiple = getattr(loaded.model.attn_backend, "block_size_multiple", 1)
     # the engine's default page, raised to a multiple the backend accepts (flash-attn 2: 256)
@@ -29,6 +37,9 @@ def build_engines(
     engines: dict[int, LLMEngine] = {}
     try:
         for depth in (1, 2):
+            if tensor_parallel > 1 and engines:
+                engines[depth] = engines[1]
+                continue
             config = EngineConfig(
                 model=preset,
                 device=device,
@@ -38,16 +49,20 @@ def build_engines(
                 max_model_len=longest + 1,
                 block_size=block_size,
                 attention_backend=backend,
+                tensor_parallel=tensor_parallel,
             )
-            engines[depth] = LLMEngine(config, loaded)
+            engines[depth] = LLMEngine(config, loaded if tensor_parallel == 1 else None)
     except Exception:
         close_engines(engines)
         raise
     return engines
 
 
-def run_case(engine: LLMEngine, case: Case) -> dict:
-    """Every request of `case` through the engine with at most case.streams in flight."""
+def run_case(engine: LLMEngine, case: Case, depth: int | None = None) -> dict:
+    """Every request of `case` through the engine with at most case.streams in flight (at `depth`
+    when given: an engine serving both depths is switched first)."""
+    if depth is not None and engine.config.depth != depth:
+        engine.set_depth(depth)
     requests = [
         Request(
             f"{case.name}-{i}",
@@ -67,7 +82,7 @@ def run_case(engine: LLMEngine, case: Case) -> dict:
     return {"wall_s": wall, "generated_tokens": sum(len(ids) for ids in outputs.values())}
 
 
-def close_engines(engines: dict[int, LLMEngine]) -> None:
-    for engine in engines.values():
+def close_engines(engines: dict) -> None:
+    for engine in {id(e): e for e in engines.values()}.values():  # one engine may serve both depths
         engine.close()
     engines.clear()

@@ -23,9 +23,9 @@ TARGETS = {
 
 def summarise(result: dict) -> list[dict]:
     """Per (case, engine), measured repeats only: median and spread of wall time and tokens/s,
-    distance to the floor, and the speed-up over nano-vllm: ratio of medians, and the per-repeat
-    paired ratios (the engines ran back to back in each repeat)."""
-    nano = result["nanovllm"]["label"]
+    distance to the floor, and the speed-up over nano-vllm on as many GPUs: ratio of medians, and
+    the per-repeat paired ratios (the engines ran back to back in each repeat)."""
+    labels = result["nanovllm"]["labels"]
     runs = [r for r in result["runs"] if r["repeat"] != WARMUP and "error" not in r]
     keys = list(dict.fromkeys((r["case"], r["engine"]) for r in runs))
     rows = []
@@ -33,11 +33,14 @@ def summarise(result: dict) -> list[dict]:
         mine = [r for r in runs if (r["case"], r["engine"]) == (case, engine)]
         wall = np.array([r["wall_s"] for r in mine])
         tps = np.array([r["tokens_per_s"] for r in mine])
+        gpus = mine[0]["gpus"]
+        nano = labels.get(str(gpus))
         row = {
             "part": mine[0]["part"],
             "case": case,
             "streams": mine[0]["streams"],
             "engine": engine,
+            "gpus": gpus,
             "repeats": len(mine),
             "wall_s": float(np.median(wall)),
             "wall_s_min": float(wall.min()),
@@ -56,7 +59,7 @@ def summarise(result: dict) -> list[dict]:
             row["vs_nanovllm"] = float(np.median(list(peer.values()))) / row["wall_s"]
             row["vs_nanovllm_paired"] = [float(np.median(paired)), min(paired), max(paired)]
             target = TARGETS[row["part"]].get(engine)
-            if target is not None and result["nanovllm"]["tensor_parallel"] == 1:
+            if target is not None and gpus == 1:
                 row["target"] = target
                 row["target_met"] = row["vs_nanovllm"] >= target
         rows.append(row)
@@ -73,8 +76,9 @@ def write_markdown(result: dict, path: Path) -> str:
         "",
         f"{args['preset']} shapes, {result['dtype']}, seeded random weights, the same for every "
         f"engine. nano-vllm {commit} (GeeeekExplorer/nano-vllm; attention "
-        f"{nano.get('attention') or '-'}; tensor parallel {nano['tensor_parallel']}); bubblelab "
-        f"attention {result['bubblelab_attention']}, tensor parallel 1; torch {result['torch']}, "
+        f"{nano.get('attention') or '-'}); bubblelab attention {result['bubblelab_attention']}; "
+        f"tensor parallel {', '.join(map(str, nano['tensor_parallel']))} for both, each engine "
+        f"against nano-vllm on as many GPUs; torch {result['torch']}, "
         f"transformers {result['transformers']}. {args['repeats']} rounds after a warm-up round, "
         "engines interleaved (A B C A B C ...); median (min-max), interquartile range in the JSON. "
         "Wall time of the whole run, timed inside each engine's process; tok/s = generated "
@@ -97,12 +101,13 @@ def write_markdown(result: dict, path: Path) -> str:
             f"{c['prompt_len_max']} tokens ({c['prompt_tokens']:,} in all), "
             f"{c['output_tokens'] // c['requests']} tokens each, temperature {c['temperature']:g}",
             "",
-            "| engine | wall s | tok/s | tok/s, prompt + generated | floor s | wall / floor "
-            "| vs nano-vllm (paired) | target |",
-            "|---|---:|---:|---:|---:|---:|---|---|",
+            "| engine | GPUs | wall s | tok/s | tok/s, prompt + generated | floor s "
+            "| wall / floor | vs nano-vllm (paired) | target |",
+            "|---|---:|---:|---:|---:|---:|---:|---|---|",
         ]
         lines += [
-            f"| {r['engine']} | {_spread(r, 'wall_s', 3)} | {_spread(r, 'tokens_per_s', 0)} | "
+            f"| {r['engine']} | {r['gpus']} | {_spread(r, 'wall_s', 3)} | "
+            f"{_spread(r, 'tokens_per_s', 0)} | "
             f"{r['total_tokens_per_s']:,.0f} | {r['floor_s']:.3f} | {r['over_floor']:.2f}x | "
             f"{_vs(r)} | {_target(r)} |"
             for r in part_a
@@ -114,12 +119,12 @@ def write_markdown(result: dict, path: Path) -> str:
             f"requests, {args['prompt_len']}-token prompts, output lengths uniform on [L/2, 3L/2], "
             f"L = {args['L']:g}, temperature {result['cases'][part_b[0]['case']]['temperature']:g}",
             "",
-            "| streams | engine | wall s | tok/s | floor s | wall / floor | vs nano-vllm (paired) "
-            "| target |",
-            "|---:|---|---:|---:|---:|---:|---|---|",
+            "| streams | engine | GPUs | wall s | tok/s | floor s | wall / floor "
+            "| vs nano-vllm (paired) | target |",
+            "|---:|---|---:|---:|---:|---:|---:|---|---|",
         ]
         lines += [
-            f"| {r['streams']} | {r['engine']} | {_spread(r, 'wall_s', 3)} | "
+            f"| {r['streams']} | {r['engine']} | {r['gpus']} | {_spread(r, 'wall_s', 3)} | "
             f"{_spread(r, 'tokens_per_s', 0)} | {r['floor_s']:.3f} | {r['over_floor']:.2f}x | "
             f"{_vs(r)} | {_target(r)} |"
             for r in sorted(part_b, key=lambda r: r["streams"])
@@ -145,7 +150,10 @@ def plot(result: dict, path: Path) -> None:
         err = [[r["wall_s"] - r["wall_s_min"] for r in part_a],
                [r["wall_s_max"] - r["wall_s"] for r in part_a]]  # fmt: skip
         ax_a.bar(x, [r["wall_s"] for r in part_a], yerr=err, capsize=4, color="tab:blue")
-        ax_a.axhline(part_a[0]["floor_s"], ls="--", c="k", label="roofline floor (1 GPU)")
+        for gpus in sorted({r["gpus"] for r in part_a}):
+            floor = next(r["floor_s"] for r in part_a if r["gpus"] == gpus)
+            ax_a.axhline(floor, ls="--" if gpus == 1 else ":", c="k",
+                         label=f"roofline floor ({gpus} GPU{'s' if gpus > 1 else ''})")  # fmt: skip
         ax_a.set_xticks(list(x), [r["engine"] for r in part_a], rotation=15, fontsize="small")
         ax_a.set(ylabel="wall time, s (median, min-max)", title="(a) the write-up's workload")
         ax_a.legend(fontsize="small")
@@ -159,7 +167,7 @@ def plot(result: dict, path: Path) -> None:
             [r["streams"] for r in mine], y, yerr=err, marker="o", capsize=3, label=engine
         )
     if part_b:
-        floors = {r["streams"]: r for r in part_b}
+        floors = {r["streams"]: r for r in part_b if r["gpus"] == 1}
         streams = sorted(floors)
         cases = result["cases"]
         ax_b.plot(

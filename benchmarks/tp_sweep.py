@@ -111,6 +111,12 @@ def main() -> None:
     ap.add_argument(
         "--preset-min-s", type=float, default=0, help="a preset starts only with this left"
     )
+    ap.add_argument(
+        "--separate-tp",
+        action="store_true",
+        help="one TP size's engine at a time (repeats not interleaved across sizes): for a model "
+        "whose TP-1 and TP-2 engines do not fit GPU 0 together (qwen3-32b on 80 GB)",
+    )
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
@@ -131,8 +137,25 @@ def main() -> None:
         if left < args.preset_min_s:  # engines alone take minutes: skip what cannot finish a repeat
             print(f"{preset}: skipped, {left:.0f} s left before the deadline", flush=True)
             continue
-        engines = {}
-        for tp in (int(t) for t in args.tp.split(",")):
+        sizes = [int(t) for t in args.tp.split(",")]
+        for group in [[tp] for tp in sizes] if args.separate_tp else [sizes]:
+            run_group(preset, group, args, doc, late, save)
+    save()
+    for e in doc["summary"]:
+        ratio = f"  x{e['step_vs_tp1']:.2f} of tp1" if e["tp"] != 1 and e["step_vs_tp1"] else ""
+        print(f"{e['preset']:>10} s{e['streams']:<4} tp{e['tp']} d{e['depth']}: "
+              f"{e['tokens_per_s']:8.0f} tok/s  "
+              f"step {e['step_ms_median']:7.3f} ms{ratio}")  # fmt: skip
+
+
+def run_group(
+    preset: str, sizes: list[int], args: argparse.Namespace, doc: dict, late, save
+) -> None:
+    """The engines of `sizes` alive side by side; every repeat runs every stream count, TP size
+    and depth back to back, so one repeat's configurations see the same machine state."""
+    engines = {}
+    try:
+        for tp in sizes:
             engines[tp], init_s = make_engine(preset, tp, args)
             doc["engines"].append({"preset": preset, "tp": tp, "init_s": init_s})
             print(f"{preset} tp{tp}: engine ready in {init_s:.1f} s", flush=True)
@@ -158,16 +181,12 @@ def main() -> None:
                               f"bubble/rank {bubbles} ms", flush=True)  # fmt: skip
         for engine in engines.values():
             engine.check_idle()
+    finally:
+        for engine in engines.values():
             engine.close()
-        del engines
+        engines.clear()
         if args.device == "cuda":
             torch.cuda.empty_cache()
-    save()
-    for e in doc["summary"]:
-        ratio = f"  x{e['step_vs_tp1']:.2f} of tp1" if e["tp"] != 1 and e["step_vs_tp1"] else ""
-        print(f"{e['preset']:>10} s{e['streams']:<4} tp{e['tp']} d{e['depth']}: "
-              f"{e['tokens_per_s']:8.0f} tok/s  "
-              f"step {e['step_ms_median']:7.3f} ms{ratio}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -192,14 +192,14 @@ class LLMEngine:
         assert os.path.isfile(os.path.join(model, "model.safetensors"))
         for name, value in json.loads(os.environ["EXPECT_ENV"]).items():
             assert os.environ.get(name) == value, name
-        assert kwargs["tensor_parallel_size"] == int(os.environ["EXPECT_TP"])
+        assert str(kwargs["tensor_parallel_size"]) in os.environ["EXPECT_TP"].split(",")
         assert not kwargs["enforce_eager"] and 0 < kwargs["gpu_memory_utilization"] < 1
         if os.environ.get("STANDIN_FAIL") == "init":
             raise RuntimeError("stand-in failure\\nsecond line")
         self.tokenizer = AutoTokenizer.from_pretrained(model, use_fast=True)
         assert self.tokenizer.eos_token_id == 2 and self.tokenizer.decode([5]) == ""
-        with open(os.environ["STANDIN_PID_FILE"], "w") as f:
-            f.write(str(os.getpid()))
+        with open(os.environ["STANDIN_PID_FILE"], "a") as f:
+            f.write(f"{os.getpid()}\\n")
         self.waiting, self.running, self.next_id, self.steps = [], [], 0, 0
 
     def add_request(self, prompt, sampling_params):
@@ -240,7 +240,7 @@ class LLMEngine:
 }
 
 
-def standin(tmp_path: Path, fail: str = "", tp: int = 1) -> tuple[Path, dict]:
+def standin(tmp_path: Path, fail: str = "", tp: int | str = 1) -> tuple[Path, dict]:
     root = tmp_path / "standin"
     for name, text in STANDIN.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
@@ -256,24 +256,31 @@ def standin(tmp_path: Path, fail: str = "", tp: int = 1) -> tuple[Path, dict]:
     return root, env
 
 
-@pytest.mark.parametrize("tp", [1, 2])
+@pytest.mark.parametrize("tp", ["1", "1,2"])
 def test_standin_runs_interleaved(tmp_path, tp):
     """nano-vllm's child takes turns with bubblelab (A B C A B C), `generate` for (a) and a closed
-    loop for (b); --tensor-parallel reaches it, with NVLink multicast off in its environment; the
-    speed-ups over it are reported, with issue #13's targets when both run on one GPU; the child is
-    gone afterwards."""
+    loop for (b); at --tensor-parallel 1,2 a child a size and bubblelab at each size (TP 2: worker
+    processes, one engine for both depths), all interleaved, with NVLink multicast off in the
+    children's environment; each engine's speed-up is over nano-vllm on as many GPUs, with issue
+    #13's targets on one GPU; the children are gone afterwards."""
     path, env = standin(tmp_path, tp=tp)
     out = tmp_path / "out"
-    parts = ("a", "b") if tp == 1 else ("a",)
+    sizes = [int(n) for n in tp.split(",")]
+    parts = ("a", "b") if sizes == [1] else ("a",)
     args = ["--parts", ",".join(parts), "--streams", "1,2", "--repeats", "2"]
-    result = run_harness(
-        out, *args, "--tensor-parallel", str(tp), "--nanovllm-path", str(path), env=env
-    )
+    result = run_harness(out, *args, "--tensor-parallel", tp, "--nanovllm-path", str(path), env=env)
     assert result["not_run"] == []
-    nano = "nano-vllm" if tp == 1 else "nano-vllm (TP 2)"
-    assert result["nanovllm"]["label"] == nano and result["nanovllm"]["commit"].startswith("0123")
+    nanos = {1: "nano-vllm", 2: "nano-vllm (TP 2)"}
+    assert result["nanovllm"]["labels"] == {str(n): nanos[n] for n in sizes}
+    assert result["nanovllm"]["commit"].startswith("0123")
     assert result["nanovllm"]["nanovllm_file"] == str(path / "nanovllm" / "__init__.py")
-    engines = [nano, "bubblelab-d1", "bubblelab-d2"]
+    ours = {
+        (n, d): f"bubblelab-tp{n}-d{d}" if n > 1 else f"bubblelab-d{d}"
+        for n in (1, 2)
+        for d in (1, 2)
+    }
+    engines = [nanos[n] for n in sizes] + [ours[n, d] for n in sizes for d in (1, 2)]
+    gpus = {nanos[n]: n for n in sizes} | {ours[n, d]: n for n in sizes for d in (1, 2)}
     order = [(r["case"], r["repeat"], r["engine"]) for r in result["runs"]]
     cases = (["writeup"], ["decode-1", "decode-2"])[: len(parts)]
     assert order == [
@@ -281,19 +288,22 @@ def test_standin_runs_interleaved(tmp_path, tp):
     ]
     for run in result["runs"]:
         assert run["generated_tokens"] == result["cases"][run["case"]]["output_tokens"]
-        assert run["gpus"] == (tp if run["engine"] == nano else 1)
+        assert run["gpus"] == gpus[run["engine"]]
     check_floors(result)
     rows = {(r["case"], r["engine"]): r for r in result["summary"]}
-    d2 = rows[("writeup", "bubblelab-d2")]
-    assert d2["vs_nanovllm"] == pytest.approx(rows[("writeup", nano)]["wall_s"] / d2["wall_s"])
+    for n in sizes:
+        d2 = rows[("writeup", ours[n, 2])]
+        nano = rows[("writeup", nanos[n])]
+        assert d2["vs_nanovllm"] == pytest.approx(nano["wall_s"] / d2["wall_s"])
     markdown = (out / "compare_nanovllm.md").read_text()
     assert "nano-vllm 0123456789ab" in markdown
-    if tp == 1:
+    nano = nanos[1]
+    if sizes == [1]:
         assert (d2["target"], rows[("decode-1", "bubblelab-d2")]["target"]) == (1.25, 1.15)
         assert rows[("decode-2", "bubblelab-d1")]["target"] == 1.0
         assert "target" not in rows[("decode-2", nano)] and ">= 1.25x: " in markdown
     else:
-        assert not any("target" in r for r in result["summary"])
+        assert not any("target" in r for r in result["summary"] if r["gpus"] == 2)
     assert_gone(tmp_path / "standin.pid")
 
 
@@ -318,11 +328,13 @@ def test_standin_failure_or_hang_is_one_line_and_the_rest_runs(tmp_path, fail):
 
 
 def assert_gone(pid_file: Path) -> None:
-    pid = int(pid_file.read_text())
-    for _ in range(50):
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"the nano-vllm child {pid} is still running")
+    """Every nano-vllm child that wrote its pid to `pid_file` has exited."""
+    for pid in map(int, pid_file.read_text().split()):
+        for _ in range(50):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError(f"the nano-vllm child {pid} is still running")

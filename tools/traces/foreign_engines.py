@@ -7,6 +7,8 @@ writes JOB["info"]: what ran (engine version, workload, tokens, wall seconds).
   nano-vllm nano    the original nano-vllm (GeeeekExplorer), the write-up's workload twice: raw,
   then 0.3 s idle, then
           with one NVTX range per LLMEngine.step (patched from outside, domain "nano-vllm")
+  nano-tp2  the original nano-vllm at tensor parallel 2 (one process a GPU), the write-up's
+          workload once after a small warm-up, traced whole: only rank 0 could start a capture range
   fork    PyPI nano-vllm-fork on the same workload (its `.item()` per sequence: 129 host syncs a
   step) hf      transformers generate, static cache, eager (compile disabled), 4 requests
   jax     a jitted decode step of a small transformer with host-side sampling (numpy), 200 steps
@@ -118,6 +120,7 @@ def _nano_llm(job: dict, info: dict, is_fork: bool):
     engine.AutoTokenizer = StubTokenizer  # the original loads one from the checkpoint directory
     _patch_rope()
     kwargs = dict(
+        tensor_parallel_size=job.get("tensor_parallel", 1),
         enforce_eager=False,
         max_model_len=1024,
         max_num_seqs=PROMPTS,
@@ -169,6 +172,34 @@ def nano(job: dict, info: dict, is_fork: bool = False) -> None:
     info.update(workload=WORKLOAD, requests=PROMPTS, mean_generated_len=MAX_TOKENS)
     info["runs"] = {k: {"wall_s": w, "generated_tokens": n} for k, (w, n) in runs.items()}
     info["torch"] = torch.__version__
+    llm.exit()
+
+
+def nano_tp2(job: dict, info: dict) -> None:
+    """Tensor parallel 2: rank 1 is a process nano-vllm spawns, which nothing here can make call
+    cudaProfilerStart, so nsys traces the whole run (make_foreign_traces: no capture range) and the
+    warm-up is kept small: 8 prompts of 8 tokens compile and capture what the workload needs."""
+    from multiprocessing.shared_memory import SharedMemory
+
+    import torch
+    from nanovllm import SamplingParams
+
+    try:  # nano-vllm's fixed-name block, left by a killed run, would fail the workers' start
+        stale = SharedMemory(name="nanovllm")
+        stale.close()
+        stale.unlink()
+    except FileNotFoundError:
+        pass
+    llm, _ = _nano_llm({**job, "tensor_parallel": 2}, info, is_fork=False)
+    vocab = json.loads((Path(job["ckpt"]) / "config.json").read_text())["vocab_size"]
+    warm = SamplingParams(temperature=TEMPERATURE, max_tokens=8, ignore_eos=True)
+    _generate(llm, _prompts(1, vocab)[:8], warm)
+    time.sleep(0.3)  # the idle that separates the warm-up from the traced workload
+    params = SamplingParams(temperature=TEMPERATURE, max_tokens=MAX_TOKENS, ignore_eos=True)
+    wall, tokens = _generate(llm, _prompts(2, vocab), params)
+    info.update(workload=WORKLOAD, requests=PROMPTS, mean_generated_len=MAX_TOKENS,
+                tensor_parallel=2, torch=torch.__version__)  # fmt: skip
+    info["runs"] = {"raw": {"wall_s": wall, "generated_tokens": tokens}}
     llm.exit()
 
 
@@ -382,6 +413,7 @@ def cupy_decode(job: dict, info: dict) -> None:
 WORKERS = {
     "ckpt": write_checkpoints,
     "nano": nano,
+    "nano-tp2": nano_tp2,
     "fork": fork,
     "hf": hf,
     "jax": jax_decode,

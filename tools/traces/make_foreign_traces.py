@@ -48,11 +48,13 @@ ENGINES = Path(__file__).resolve().parent / "foreign_engines.py"
 TRACED = "cuda,nvtx,osrt"  # without osrt if this nsys cannot trace OS calls (then retried once)
 
 
-def nsys_args(traced: str = TRACED) -> list[str]:
+def nsys_args(traced: str = TRACED, whole: bool = False) -> list[str]:
+    """nsys's options; `whole`: no capture range (a worker process nobody can make call
+    cudaProfilerStart would otherwise go untraced, if nsys brackets each process on its own)."""
+    bracket = [] if whole else ["--capture-range=cudaProfilerApi", "--capture-range-end=stop"]
     return [
         "profile", "-t", traced, "-s", "none", "--cpuctxsw=none", "--cuda-graph-trace=node",
-        "--capture-range=cudaProfilerApi", "--capture-range-end=stop", "--export", "sqlite",
-        "--force-overwrite", "true",
+        *bracket, "--export", "sqlite", "--force-overwrite", "true",
     ]  # fmt: skip
 
 
@@ -72,6 +74,7 @@ class Job:
     traces: list[str]  # fixture names this job yields
     env: dict = field(default_factory=dict)
     job: dict = field(default_factory=dict)
+    whole: bool = False  # traced from start to end (nsys_args)
 
 
 def jobs(args: argparse.Namespace, work: Path) -> list[Job]:
@@ -104,6 +107,15 @@ def jobs(args: argparse.Namespace, work: Path) -> list[Job]:
             ["nano-vllm-fork"],
             env={"PYTHONPATH": [*fork_path, shim]},
             job={"ckpt": str(fork_ckpt), "source": source, "gpu_memory_utilization": 0.3},
+        ),
+        Job(
+            "nano-tp2",
+            240,
+            "nano-vllm (github GeeeekExplorer/nano-vllm), tensor parallel 2",
+            ["nanovllm-tp2"],
+            env={"PYTHONPATH": [source, shim]},
+            job={"ckpt": str(nano_ckpt), "source": source, "gpu_memory_utilization": 0.5},
+            whole=True,
         ),
         Job("jax", 90, "JAX jitted decode loop", ["jax-decode"], job={"steps": 200}),
         Job("hf", 90, "transformers generate", ["hf-generate"], job={"preset": args.fork_preset}),
@@ -169,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         planned = [
             j
             for j in planned
-            if j.name in wanted or (j.name == "ckpt" and wanted & {"nano", "fork"})
+            if j.name in wanted or (j.name == "ckpt" and wanted & {"nano", "nano-tp2", "fork"})
         ]
     summary: dict = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "jobs": {}, "traces": {}}
     index: dict = {}
@@ -256,7 +268,7 @@ def run_job(job: Job, work: Path, nsys: str, timeout: float, traced: str = TRACE
     payload = json.dumps({**job.job, "info": str(info_path)})
     command = [sys.executable, str(ENGINES), job.name, payload]
     if job.name != "ckpt":
-        command = [nsys, *nsys_args(traced), "-o", str(work / job.name), *command]
+        command = [nsys, *nsys_args(traced, job.whole), "-o", str(work / job.name), *command]
     env = dict(os.environ)
     for key, parts in job.env.items():
         env[key] = os.pathsep.join([*parts, env.get(key, "")])
@@ -281,7 +293,8 @@ def run_job(job: Job, work: Path, nsys: str, timeout: float, traced: str = TRACE
             proc.wait(timeout=10)
     info = json.loads(info_path.read_text()) if info_path.is_file() else {}
     info["command"] = " ".join(
-        ["nsys", *nsys_args(traced), "-o", job.name, "python3", str(ENGINES.relative_to(ROOT))]
+        ["nsys", *nsys_args(traced, job.whole), "-o", job.name, "python3"]
+        + [str(ENGINES.relative_to(ROOT))]
         + [job.name, "JOB"]
         if job.name != "ckpt"
         else command[1:3]
@@ -302,6 +315,8 @@ def finish(trace: str, job: Job, info: dict, work: Path, out: Path, keep: int) -
 
     export = work / f"{job.name}.sqlite"
     options = StepOptions(step_range=STEP_RANGE) if trace.endswith("-nvtx") else StepOptions()
+    if trace == "nanovllm-tp2":  # two processes: kept whole for the per-rank analysis here
+        return keep_whole(export, out / f"{trace}.sqlite.gz", job, info)
     first, last = step_window(export, options, keep, raw_half=trace == "nanovllm-raw")
     run = info.get("runs", {}).get("nvtx" if trace.endswith("-nvtx") else "raw", {})
     gz = trim_and_gzip(export, out / f"{trace}.sqlite", first, last, options, keep)
@@ -325,6 +340,32 @@ def finish(trace: str, job: Job, info: dict, work: Path, out: Path, keep: int) -
             f"{Path(job.job['ckpt']).name.removeprefix('ckpt-')} (seeded random weights)"
         )
     return entry, digest(gz, options, entry.get("mean_generated_len"))
+
+
+def keep_whole(export: Path, gz: Path, job: Job, info: dict) -> tuple[dict, dict]:
+    """The export gzipped as it is (the multi-process analysis happens after, on any machine);
+    refused when it is too big to come back."""
+    with export.open("rb") as src, gzip.open(gz, "wb", compresslevel=9) as dst:
+        shutil.copyfileobj(src, dst)
+    if gz.stat().st_size > MAX_GZ_BYTES:
+        size = gz.stat().st_size
+        gz.unlink()
+        raise RuntimeError(f"{gz.name}: {size >> 20} MiB gzipped, over {MAX_GZ_BYTES >> 20} MiB")
+    run = info.get("runs", {}).get("raw", {})
+    entry = {
+        "engine": job.engine,
+        "engine_version": source_version(Path(job.job["source"])),
+        "model": f"{Path(job.job['ckpt']).name.removeprefix('ckpt-')} (seeded random weights)",
+        "workload": info.get("workload"),
+        "command": info.get("command"),
+        "requests": info.get("requests"),
+        "mean_generated_len": info.get("mean_generated_len"),
+        "generated_tokens": run.get("generated_tokens"),
+        "wall_s": run.get("wall_s"),
+        "torch": info.get("torch"),
+        "tensor_parallel": 2,
+    }
+    return entry, {"bytes": gz.stat().st_size, "kept": "whole"}
 
 
 def step_window(export: Path, options, keep: int, raw_half: bool = False) -> tuple[int, int]:

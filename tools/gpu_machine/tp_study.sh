@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Issue #27's runs on the two-GPU machine, in two calls of at most 10 minutes (the machine stays warm
+# between them; flash-attn-4 unstaged first, tools/gpu_machine/README.md). From the checkout root:
+#   source tools/gpu_machine/setup.sh && bash tools/gpu_machine/tp_study.sh 1 $OUT   # carry .device .peers
+#   source tools/gpu_machine/setup.sh && bash tools/gpu_machine/tp_study.sh 2 $OUT
+# Part 1: nano-vllm and bubblelab at TP 1 and 2, interleaved (qwen3-4b: the write-up's workload and a
+# closed loop at 1 and 32 streams); bubblelab at TP 2 under nsys, every rank in one report
+# (benchmarks.tp_nsys_check); nano-vllm at TP 2 under nsys, traced whole (tools.traces).
+# Part 2: the TP study (benchmarks.tp_sweep: qwen3-8b and qwen3-32b, TP 1 and 2, depth 1 and 2,
+# 1/8/32/128 streams) and the TP cost model's held-out set (benchmarks/heldout_tp.json).
+# Each step has its own time limit; a step that fails is logged and the next one runs. What comes
+# back: OUT/part<N>.tar.xz (JSON, logs) and OUT/traces<N>.tar.xz (nsys exports, when small enough).
+set -u
+part=$1 out=$2 work=/tmp/tp-study-$1
+mkdir -p "$work"
+rev=$(cat .git-rev 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)
+{ echo "commit $rev"; date -u +%FT%TZ; nvidia-smi --query-gpu=name,memory.total --format=csv,noheader; } \
+  > "$work/machine.txt"
+step() {  # step NAME SECONDS COMMAND...: timed, logged, never fatal
+  local name=$1 limit=$2; shift 2
+  local t0=$SECONDS
+  timeout -k 20 "$limit" "$@" > "$work/$name.log" 2>&1
+  echo "$name: exit $? after $((SECONDS - t0)) s" | tee -a "$work/steps.txt"
+  tar -cJf "$out/part$part.tar.xz" -C "$work" --exclude='*.sqlite' --exclude='traces' --exclude='run-*' . 2>/dev/null
+}
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+if [ "$part" = 1 ]; then
+  source /tmp/fa4site/env.sh || echo "no flash-attn-4: nano-vllm will not run" >> "$work/steps.txt"
+  step peers 330 python -m benchmarks.compare_nanovllm --tensor-parallel 1,2 --parts a,b \
+    --streams 1,32 --L 64 --requests-per-stream 1 --repeats 5 --deadline-s 290 --out "$work/peers"
+  step tp-nsys-check 150 python -m benchmarks.tp_nsys_check --model qwen3-0.6b --tp 2 --streams 8 \
+    --repeats 2 --dir "$work/run-tp-nsys" --out "$work/tp-nsys-check.json"
+  step nano-tp2-trace 110 python -m tools.traces.make_foreign_traces --only nano-tp2 \
+    --nano-preset qwen3-0.6b --fork-preset qwen3-0.6b --budget-s 100 --work "$work/ft-work" \
+    --out "$work/ft"
+  mkdir -p "$work/traces"
+  cp "$work"/run-tp-nsys/traces/*.sqlite "$work/traces/" 2>/dev/null
+  cp "$work"/ft/foreign/*.sqlite.gz "$work/traces/" 2>/dev/null
+else
+  big=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+  separate=$([ "${big:-0}" -lt 100000 ] && echo --separate-tp)  # 32b TP 1 + TP 2 need > 80 GB on GPU 0
+  step tp-sweep-8b 230 python -m benchmarks.tp_sweep --presets qwen3-8b --streams 1,8,32,128 \
+    --repeats 5 --L 64 --deadline-s 200 --out "$work/tp-sweep-8b.json"
+  step tp-sweep-32b 200 python -m benchmarks.tp_sweep --presets qwen3-32b --streams 1,8,32,128 \
+    --repeats 5 --L 64 --deadline-s 170 $separate --out "$work/tp-sweep-32b.json"
+  step heldout-tp 140 python -m benchmarks.heldout_2 --set benchmarks/heldout_tp.json --no-nsys \
+    --budget-s 12 --only qwen3-8b-tp2,qwen3-1.7b-tp2 --out "$work/heldout-tp"
+  mkdir -p "$work/traces"
+  for d in "$work"/heldout-tp/*/; do  # the sweeps' results (their timelines are big: gzip apart)
+    n=$(basename "$d"); [ -f "$d/results.json" ] && gzip -c "$d/results.json" > "$work/traces/$n.results.json.gz"
+  done
+fi
+tar -cJf "$out/part$part.tar.xz" -C "$work" --exclude='*.sqlite' --exclude='traces' --exclude='run-*' . 2>/dev/null
+tar -cJf "$out/traces$part.tar.xz" -C "$work" traces 2>/dev/null
+ls -la "$out"; cat "$work/steps.txt"
