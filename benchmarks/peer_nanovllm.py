@@ -77,7 +77,13 @@ def peer_status(path: Path, device: str, tensor_parallel: int) -> tuple[str | No
         return None, "flash-attn-4 (FA2-API shim)"
     if fa2_entries() is not None:
         return None, "flash-attn 2"
-    return "not run: neither flash-attn-4 (`flash_attn.cute`) nor flash-attn 2 imports", ""
+    try:  # why FA4 did not import: the line that lets the next run fix it
+        import flash_attn.cute  # noqa: F401
+
+        why = "imports, but has no flash_attn_varlen_func"
+    except Exception as exc:  # noqa: BLE001
+        why = f"{type(exc).__name__}: {first_line(exc)}"
+    return f"not run: neither flash-attn-4 (`flash_attn.cute`: {why}) nor flash-attn 2 imports", ""
 
 
 def write_hf_checkpoint(loaded: Any, directory: Path) -> Path:

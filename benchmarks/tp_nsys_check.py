@@ -64,6 +64,16 @@ def report_facts(trace: Path) -> dict[str, Any]:
     return facts
 
 
+def log_tails(run_dir: Path, lines: int = 40) -> dict[str, str]:
+    """The last lines of every log of a failed sweep (nsys's, each pass's worker's), by path."""
+    return {
+        str(log.relative_to(run_dir)): "\n".join(
+            log.read_text(errors="replace").splitlines()[-lines:]
+        )
+        for log in sorted(run_dir.rglob("*.log"))
+    }
+
+
 def compact(tp: dict) -> dict:
     """A TP run's analysis without its per-step rows (results.json keeps those)."""
     return {k: v for k, v in tp.items() if k != "steps"}
@@ -94,6 +104,7 @@ def main() -> None:
         run_sweep(spec, args.dir, use_nsys=not args.no_nsys, force=True, say=print)
     except BubblelabError as e:
         report["sweep_error"] = str(e)
+        report["logs"] = log_tails(args.dir)  # the run directory stays on the GPU machine
     reports = {p.name: report_facts(p) for p in nsys_reports(args.dir)}
     report["nsys_reports"] = reports
     report["every_rank_captured"] = bool(reports) and all(

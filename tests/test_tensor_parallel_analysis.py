@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -192,3 +193,17 @@ def test_a_damaged_ranks_table_is_one_line(tp2, tmp_path):
     (tmp_path / "results.json").write_text(json.dumps(doc))
     with pytest.raises(BubblelabError, match=r"ranks.forward_start holds values that are not"):
         read_results(tmp_path)
+
+
+def test_the_held_out_table_forecasts_a_tp_sweep_across_ranks(tp2, tmp_path):
+    """benchmarks.heldout_2_table on a TP-2 sweep (the TP held-out set's path, issue #27 item 4)
+    costs it with every rank's pieces, as `predict` does, not rank 0's alone."""
+    shutil.copytree(tp2, tmp_path / "runs" / "tp-sweep")
+    held_out = tmp_path / "set.json"
+    held_out.write_text(json.dumps({"sweeps": [{"name": "tp-sweep", "ids": {"2": "T0"}}]}))
+    rows = tmp_path / "rows.json"
+    cmd = [sys.executable, "-m", "benchmarks.heldout_2_table", "--set", str(held_out),
+           "--run", f"cpu={tmp_path / 'runs'}", "--json", str(rows), "--n-boot", "50"]  # fmt: skip
+    subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, timeout=300)
+    (row,) = json.loads(rows.read_text())["rows"]
+    assert row["id"] == "T0" and "slowest of 2 ranks" in row["gpu_from"]

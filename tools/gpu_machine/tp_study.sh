@@ -21,11 +21,12 @@ step() {  # step NAME SECONDS COMMAND...: timed, logged, never fatal
   local t0=$SECONDS
   timeout -k 20 "$limit" "$@" > "$work/$name.log" 2>&1
   echo "$name: exit $? after $((SECONDS - t0)) s" | tee -a "$work/steps.txt"
-  tar -cJf "$out/part$part.tar.xz" -C "$work" --exclude='*.sqlite' --exclude='traces' --exclude='run-*' . 2>/dev/null
+  tar -cJf "$out/part$part.tar.xz" -C "$work" --exclude='*.sqlite' --exclude='traces' --exclude='run-*' --exclude='ft-work' --exclude='*.nsys-rep' . 2>/dev/null
 }
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 if [ "$part" = 1 ]; then
   source /tmp/fa4site/env.sh || echo "no flash-attn-4: nano-vllm will not run" >> "$work/steps.txt"
+  python -c 'import flash_attn.cute' > "$work/fa4-import.log" 2>&1; echo "fa4 import: exit $?" >> "$work/steps.txt"
   step peers 330 python -m benchmarks.compare_nanovllm --tensor-parallel 1,2 --parts a,b \
     --streams 1,32 --L 64 --requests-per-stream 1 --repeats 5 --deadline-s 290 --out "$work/peers"
   step tp-nsys-check 150 python -m benchmarks.tp_nsys_check --model qwen3-0.6b --tp 2 --streams 8 \
@@ -50,6 +51,6 @@ else
     n=$(basename "$d"); [ -f "$d/results.json" ] && gzip -c "$d/results.json" > "$work/traces/$n.results.json.gz"
   done
 fi
-tar -cJf "$out/part$part.tar.xz" -C "$work" --exclude='*.sqlite' --exclude='traces' --exclude='run-*' . 2>/dev/null
-tar -cJf "$out/traces$part.tar.xz" -C "$work" traces 2>/dev/null
+tar -cJf "$out/part$part.tar.xz" -C "$work" --exclude='*.sqlite' --exclude='traces' --exclude='run-*' --exclude='ft-work' --exclude='*.nsys-rep' . 2>/dev/null
+tar -cf - -C "$work" traces | xz -T0 -3 > "$out/traces$part.tar.xz" 2>/dev/null
 ls -la "$out"; cat "$work/steps.txt"

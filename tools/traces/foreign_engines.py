@@ -112,6 +112,12 @@ def _nano_llm(job: dict, info: dict, is_fork: bool):
     import nanovllm
 
     info["nanovllm_file"] = nanovllm.__file__
+    try:  # the FA2-API shim falls back to SDPA without it: not nano-vllm as its authors ship it
+        import flash_attn.cute  # noqa: F401
+
+        info["attention"] = "flash-attn-4 (FA2-API shim)"
+    except Exception as exc:  # noqa: BLE001
+        info["attention"] = f"SDPA fallback of the shim (flash_attn.cute: {type(exc).__name__})"
     inside = Path(nanovllm.__file__).resolve().is_relative_to(Path(job["source"]).resolve())
     if is_fork == inside:
         raise RuntimeError(f"imported the wrong nano-vllm: {nanovllm.__file__}")

@@ -75,6 +75,7 @@ class Job:
     env: dict = field(default_factory=dict)
     job: dict = field(default_factory=dict)
     whole: bool = False  # traced from start to end (nsys_args)
+    opt_in: bool = False  # runs only when --only names it (its trace would pass the 8 files back)
 
 
 def jobs(args: argparse.Namespace, work: Path) -> list[Job]:
@@ -116,6 +117,7 @@ def jobs(args: argparse.Namespace, work: Path) -> list[Job]:
             env={"PYTHONPATH": [source, shim]},
             job={"ckpt": str(nano_ckpt), "source": source, "gpu_memory_utilization": 0.5},
             whole=True,
+            opt_in=True,
         ),
         Job("jax", 90, "JAX jitted decode loop", ["jax-decode"], job={"steps": 200}),
         Job("hf", 90, "transformers generate", ["hf-generate"], job={"preset": args.fork_preset}),
@@ -155,7 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nano-preset", default="qwen3-4b", help="bubblelab preset for nano-vllm")
     parser.add_argument("--fork-preset", default="qwen3-0.6b", help="preset for the fork and HF")
     parser.add_argument(
-        "--only", default=None, help="comma-separated jobs (ckpt,nano,fork,jax,hf,cupy)"
+        "--only",
+        default=None,
+        help="comma-separated jobs (ckpt,nano,fork,jax,hf,cupy; nano-tp2 only when named)",
     )
     parser.add_argument("--budget-s", type=float, default=360, help="no job starts past this")
     parser.add_argument(
@@ -175,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
             args.fork_site = install_wheel(args.fork_wheel, work / "fork-site")
         except (OSError, subprocess.CalledProcessError) as e:
             print(f"cannot install {args.fork_wheel}: {e}", flush=True)
-    planned = jobs(args, work)
+    planned = [j for j in jobs(args, work) if not j.opt_in or args.only]
     if args.only:
         wanted = set(args.only.split(","))
         planned = [
