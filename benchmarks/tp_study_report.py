@@ -21,44 +21,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from bubblelab.core.files import write_atomic  # noqa: E402
-
-KEYS = ["preset", "streams", "tp", "depth"]
-
-
-def flatten(docs: list[dict]) -> pd.DataFrame:
-    """One row per run: rank 0's forward and handoff, the bubble of its most idle rank."""
-    rows = []
-    for doc in docs:
-        for r in doc["runs"]:
-            ranks = r["ranks"]
-            bubbles = [x.get("bubble_ms", np.nan) for x in ranks]
-            rows.append({
-                **{k: r[k] for k in (*KEYS, "repeat", "tokens_per_s", "step_ms_median")},
-                "gpu": doc["gpu"],
-                "forward_ms": ranks[0].get("forward_ms", np.nan),
-                "bubble_ms": float(np.nanmax(bubbles)),
-                "bubble_rank0_ms": bubbles[0],
-                "bubble_rank1_ms": bubbles[1] if len(bubbles) > 1 else np.nan,
-                "handoff_us": ranks[0].get("handoff_us_median", np.nan),
-            })  # fmt: skip
-    return pd.DataFrame(rows)
-
-
-def summary(runs: pd.DataFrame) -> pd.DataFrame:
-    """Medians over repeats per configuration, and depth 2's gain over depth 1 (per repeat)."""
-    table = runs.groupby(KEYS).median(numeric_only=True).reset_index()
-    table["repeats"] = runs.groupby(KEYS).size().values
-    pairs = runs.pivot_table(
-        index=["preset", "streams", "tp", "repeat"], columns="depth", values="tokens_per_s"
-    ).dropna()
-    gain = (pairs[2] / pairs[1] - 1) * 100
-    by = gain.groupby(level=["preset", "streams", "tp"])
-    stats = pd.DataFrame({"gain_pct": by.median(), "gain_min": by.min(), "gain_max": by.max()})
-    table = table.merge(stats.reset_index(), on=["preset", "streams", "tp"], how="left")
-    tp1 = table[table.tp == 1].set_index(["preset", "streams", "depth"]).step_ms_median
-    index = pd.MultiIndex.from_frame(table[["preset", "streams", "depth"]])
-    table["step_vs_tp1"] = table.step_ms_median.values / tp1.reindex(index).values
-    return table
+from tools.docs.tp_tables import flatten, summary  # noqa: E402
 
 
 def plot(table: pd.DataFrame, path: Path, gpu: str) -> None:

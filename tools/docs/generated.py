@@ -33,7 +33,7 @@ from bubblelab.profiling import overview
 from bubblelab.profiling.catalog import connect
 from bubblelab.runs.rundir import Results, read_results
 from bubblelab.runs.traces import TRACES_DIR, load_traces
-from tools.docs import foreign_tables, measurements_index
+from tools.docs import foreign_tables, measurements_index, tp_tables
 
 ROOT = Path(__file__).resolve().parents[2]
 FILES = (
@@ -42,6 +42,7 @@ FILES = (
     "costmodel/README.md",
     "docs/foreign-traces.md",
     "docs/measurements/README.md",
+    "docs/tensor-parallel.md",
 )
 BLOCK = re.compile(
     r"(<!-- generated: (?P<name>[\w-]+) \(python -m tools\.docs\.generated\) -->\n)"
@@ -263,6 +264,8 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "foreign-nanovllm-writeup": foreign_tables.nanovllm_writeup,
     "foreign-findings": foreign_tables.foreign_findings,
     "measurements-index": measurements_index.measurements_index,
+    "tp-study": tp_tables.tp_study,
+    "tp-heldout": tp_tables.tp_heldout,
 }
 
 
