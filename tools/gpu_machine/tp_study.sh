@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Issue #27's runs on the two-GPU machine, in two calls of at most 10 minutes (the machine stays warm
+# Issue #27's runs on the two-GPU machine, in three calls of at most 10 minutes (the machine stays warm
 # between them; flash-attn-4 unstaged first, tools/gpu_machine/README.md). From the checkout root:
 #   source tools/gpu_machine/setup.sh && bash tools/gpu_machine/tp_study.sh 1 $OUT   # carry .device .peers
-#   source tools/gpu_machine/setup.sh && bash tools/gpu_machine/tp_study.sh 2 $OUT
+#   source tools/gpu_machine/setup.sh && bash tools/gpu_machine/tp_study.sh 2 $OUT   # then 3
 # Part 1: nano-vllm and bubblelab at TP 1 and 2, interleaved (qwen3-4b: the write-up's workload and a
 # closed loop at 1 and 32 streams); bubblelab at TP 2 under nsys, every rank in one report
 # (benchmarks.tp_nsys_check); nano-vllm at TP 2 under nsys, traced whole (tools.traces).
 # Part 2: the TP study (benchmarks.tp_sweep: qwen3-8b and qwen3-32b, TP 1 and 2, depth 1 and 2,
-# 1/8/32/128 streams) and the TP cost model's held-out set (benchmarks/heldout_tp.json).
+# 1/8/32/128 streams, 5 repeats). Part 3: the TP GPU tests and the TP cost model's held-out set
+# (benchmarks/heldout_tp.json; resumed where an earlier call left it).
 # Each step has its own time limit; a step that fails is logged and the next one runs. What comes
 # back: OUT/part<N>.tar.xz (JSON, logs) and OUT/traces<N>.tar.xz (nsys exports, when small enough).
 set -u
@@ -37,15 +38,19 @@ if [ "$part" = 1 ]; then
   mkdir -p "$work/traces"
   cp "$work"/run-tp-nsys/traces/*.sqlite "$work/traces/" 2>/dev/null
   cp "$work"/ft/foreign/*.sqlite.gz "$work/traces/" 2>/dev/null
-else
+elif [ "$part" = 2 ]; then
   big=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
   separate=$([ "${big:-0}" -lt 100000 ] && echo --separate-tp)  # 32b TP 1 + TP 2 need > 80 GB on GPU 0
   step tp-sweep-8b 230 python -m benchmarks.tp_sweep --presets qwen3-8b --streams 1,8,32,128 \
     --repeats 5 --L 64 --deadline-s 200 --out "$work/tp-sweep-8b.json"
-  step tp-sweep-32b 200 python -m benchmarks.tp_sweep --presets qwen3-32b --streams 1,8,32,128 \
-    --repeats 5 --L 64 --deadline-s 170 $separate --out "$work/tp-sweep-32b.json"
-  step heldout-tp 140 python -m benchmarks.heldout_2 --set benchmarks/heldout_tp.json --no-nsys \
-    --budget-s 12 --only qwen3-8b-tp2,qwen3-1.7b-tp2 --out "$work/heldout-tp"
+  step tp-sweep-32b 330 python -m benchmarks.tp_sweep --presets qwen3-32b --streams 1,8,32,128 \
+    --repeats 5 --L 64 --deadline-s 300 $separate --out "$work/tp-sweep-32b.json"
+else  # part 3: the GPU tests on the pair (TP 2 == TP 1 tokens, depth 1 == depth 2), the held-out set
+  rev=$(cat .git-rev 2>/dev/null || echo unknown)
+  step tp-gpu-tests 300 python -m pytest -q -m gpu -p no:cacheprovider tests/test_tensor_parallel_gpu.py \
+    --junitxml="$work/tp-gpu-tests.xml" -o junit_suite_name="gpu 2x $gpu $rev $(date -u +%FT%TZ)"
+  step heldout-tp 280 python -m benchmarks.heldout_2 --set benchmarks/heldout_tp.json --no-nsys \
+    --budget-s 20 --out "$work/heldout-tp"
   mkdir -p "$work/traces"
   for d in "$work"/heldout-tp/*/; do  # the sweeps' results (their timelines are big: gzip apart)
     n=$(basename "$d"); [ -f "$d/results.json" ] && gzip -c "$d/results.json" > "$work/traces/$n.results.json.gz"
