@@ -69,9 +69,11 @@ from .schedule import Limits, requests_from_table
 from .tensor_parallel import tp_columns, tp_steps
 from .wholerun import TERMS, WholeRun, predict_pair_wall
 
+# arrival_rate: Poisson arrivals a second, None for a closed loop (runs record it since issue #25:
+# two sweeps that differ only in the rate are two configurations, never one)
 CONFIG_KEYS = (
     "model", "preset", "device", "tensor_parallel", "streams", "requests", "output_len_mean",
-    "prompt_len", "constraint", "constrained_share", "profiled",
+    "prompt_len", "constraint", "constrained_share", "arrival_rate", "profiled",
 )  # fmt: skip
 LIMITS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len")
 # What a table shows first: the forecast from the depth-1 run alone and the observed speedup, each
@@ -129,9 +131,9 @@ def predict_blog() -> pd.DataFrame:
 
 
 def run_label(run: pd.Series | dict, depth: bool = True) -> str:
-    """ "preset · device[ · TP n] · N streams[ · depth d]": how tables and figures name a run or
-    configuration (TP n: split over n GPUs, when n > 1). A trace of another engine knows neither
-    streams nor depth: those parts are left out."""
+    """ "preset · device[ · TP n] · N streams[ · R req/s][ · depth d]": how tables and figures name
+    a run or configuration (TP n: split over n GPUs, when n > 1; R: Poisson arrivals a second).
+    A trace of another engine knows neither streams nor depth: those parts are left out."""
     name = next(
         (v for v in (run.get("preset"), run.get("model")) if isinstance(v, str) and v), "model"
     )
@@ -142,6 +144,9 @@ def run_label(run: pd.Series | dict, depth: bool = True) -> str:
     streams = known_int(run.get("streams"))
     if streams is not None:
         label += f" · {streams} stream{'s' if streams > 1 else ''}"
+    rate = run.get("arrival_rate")
+    if rate is not None and not pd.isna(rate):
+        label += f" · {rate:g} req/s"
     run_depth = known_int(run.get("depth"))
     return f"{label} · depth {run_depth}" if depth and run_depth is not None else label
 

@@ -45,6 +45,7 @@ RUNS = pa.schema(
         ("prompt_len", INT),
         ("constraint", TEXT),
         ("constrained_share", FLOAT),
+        ("arrival_rate", FLOAT),  # Poisson arrivals a second; null: a closed loop
         ("max_num_seqs", INT),
         ("max_num_batched_tokens", INT),
         ("max_model_len", INT),

@@ -236,7 +236,8 @@ def _extra(run_id: str, run: dict, spec: dict, plan: dict, summary: dict) -> dic
     return dict(
         run_id=run_id, repeat=run["repeat"], profiled=bool(plan["profile"]),
         prompt_len=spec["prompt_len"], constraint=spec["constraint"],
-        constrained_share=spec["constrained_share"], max_num_seqs=engine["max_num_seqs"],
+        constrained_share=spec["constrained_share"], arrival_rate=spec.get("arrival_rate"),
+        max_num_seqs=engine["max_num_seqs"],
         max_num_batched_tokens=engine["max_num_batched_tokens"],
         max_model_len=engine["max_model_len"], sm_clock_mhz=summary.get("sm_clock_mhz_median"),
         power_w=summary.get("power_w_median"),

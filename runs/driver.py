@@ -204,6 +204,7 @@ def summarize(
         "prompt_len": spec.prompt_len,
         "constraint": spec.constraint,
         "constrained_share": spec.constrained_share,
+        "arrival_rate": spec.arrival_rate,
         "cuda_graphs": engine.runner.graphs.captured,
         "compiled": engine.loaded.model.compile_enabled,
         "attention_backend": engine.loaded.model.attn_backend.name,

@@ -17,7 +17,7 @@ from bubblelab.costmodel.model import (
     whatif_speedup,
     zombie_tax,
 )
-from bubblelab.costmodel.predict import predict_runs
+from bubblelab.costmodel.predict import predict_runs, run_label
 from bubblelab.costmodel.simulate import LoopCosts, simulate_run
 from bubblelab.runs.rundir import RUN_COLUMNS, load_runs, read_results, write_results
 
@@ -238,3 +238,21 @@ def test_a_run_without_steady_steps_is_skipped_and_named(sim):
     assert table.attrs["skipped"] == [
         "sim · simulated · 8 streams: no steady-state decode steps in runs sim-d1-s8-8, sim-d2-s8-8"
     ]
+
+
+def test_sweeps_that_differ_only_in_the_arrival_rate_are_two_configurations():
+    """Runs record their Poisson arrival rate (None: a closed loop); two run directories that
+    differ only in it are two configurations, each paired and predicted on its own, never one
+    whose depth-1 and depth-2 runs mix rates."""
+    runs, steps = [], []
+    for rate in (None, 50.0):
+        for depth in (1, 2):
+            r = simulate_run(depth, streams=4, requests=8, output_len=32, seed=3,
+                             run_id=f"rate{rate}-d{depth}", repeat=0)  # fmt: skip
+            runs.append({**r["run"], "arrival_rate": rate})
+            steps.append(r["steps"])
+    table = predict_runs(pd.DataFrame(runs), pd.concat(steps), n_boot=50)
+    assert sorted(table["runs_block"]) == ["rate50.0-d1", "rateNone-d1"]
+    assert [row.pairs for row in table.itertuples()] == [1, 1]
+    assert "· 50 req/s" in run_label({**runs[2], "depth": None}, depth=False)
+    assert "req/s" not in run_label(runs[0], depth=False)

@@ -134,6 +134,18 @@ def test_results_record_what_each_request_produced(tmp_path):
     assert Path(tmp_path / "runs" / "plain" / "plan.json").is_file()
 
 
+def test_the_runs_record_their_arrival_rate(tmp_path):
+    """An open-loop sweep's runs carry its Poisson rate (the cost model keys configurations by it);
+    a closed loop's is null."""
+    spec = SweepSpec(model="tiny-llama", streams=[2], output_len_mean=5, requests_per_stream=2,
+                     prompt_len=6, repeats=1, depths=[1], arrival_rate=400.0)  # fmt: skip
+    run_sweep(spec, tmp_path, use_nsys=False)
+    runs = read_results(tmp_path).runs
+    assert list(runs["arrival_rate"]) == [400.0]
+    record = json.loads(next((tmp_path / "runs" / "plain").glob("s2-d1-r0.json")).read_text())
+    assert record["summary"]["arrival_rate"] == 400.0
+
+
 def test_a_sweep_cut_short_is_assembled_from_the_runs_that_finished(tmp_path):
     spec = SweepSpec(model="tiny-llama", streams=[2], output_len_mean=5, requests_per_stream=2,
                      prompt_len=6, repeats=2)  # fmt: skip
