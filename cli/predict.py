@@ -261,7 +261,7 @@ def register(app: typer.Typer) -> None:
         Then what explains each measured speedup. --from A --to B: card B's speedup from card A's
         depth-1 runs."""
         from ..costmodel.bootstrap import check_n_boot
-        from ..costmodel.headline import noise_lines
+        from ..costmodel.headline import caveat_lines, noise_lines
         from ..costmodel.predict import predict_blog, predict_runs
         from ..costmodel.tensor_parallel import tp_comparison
         from ..runs.rundir import load_sources
@@ -304,7 +304,7 @@ def register(app: typer.Typer) -> None:
             return
         for printed in prediction_tables(table):
             show(console, printed)
-        for line in noise_lines(table):
+        for line in [*noise_lines(table), *caveat_lines(table)]:
             console.print(line, markup=False)
         for line in tp_lines(table):
             console.print(line, markup=False)

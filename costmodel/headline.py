@@ -110,6 +110,16 @@ def noise_lines(table: pd.DataFrame) -> list[str]:
     return lines
 
 
+def caveat_lines(table: pd.DataFrame) -> list[str]:
+    """Plain sentences for the forecasts from depth 1 that depth 1 alone cannot pin down (arrivals
+    timed on a replayed clock, depth 1 idle waiting for them: predict's wall_d1_caveat)."""
+    return [
+        f"{r['label']}: the forecast from depth 1 is uncertain here: {r['wall_d1_caveat']}"
+        for r in table.to_dict("records")
+        if isinstance(r.get("wall_d1_caveat"), str) and r["wall_d1_caveat"]
+    ]
+
+
 STRUCTURE_PTS = 0.5  # a residual the model's own structure leaves, worth naming beside the pieces
 
 

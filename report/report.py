@@ -17,7 +17,7 @@ from markupsafe import Markup
 
 from ..core.errors import BubblelabError
 from ..core.files import write_atomic
-from ..costmodel.headline import explanation, within
+from ..costmodel.headline import caveat_lines, explanation, within
 from ..costmodel.perturbation import profiler_perturbation
 from ..costmodel.predict import known_int, predict_blog, predict_runs
 from ..runs.rundir import Results, distinct_names, merge_results
@@ -117,6 +117,7 @@ def render_report(
         perturbation=profiler_perturbation(results.runs, results.steps).to_dict("records"),
         predictions=summary.with_repeat_stops(table, results.provenance).to_dict("records"),
         skipped=table.attrs.get("skipped", []),
+        caveats=caveat_lines(table) if len(table) else [],
         blog=blog.to_dict("records"),
         configs=configs,
         step_columns=summary.step_columns(configs, word),

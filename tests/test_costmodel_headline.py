@@ -129,3 +129,23 @@ def test_the_readme_leads_with_the_forecast():
     section = readme[readme.index("### Does the post's model predict") :]
     header = next(line for line in section.splitlines() if line.startswith("| rows |"))
     assert header.split("|")[2].strip().startswith("forecast from depth 1 alone")
+
+
+def test_an_arrival_workloads_forecast_says_what_depth_1_cannot_pin_down(tmp_path):
+    """A sweep whose requests arrive over time (Poisson): its forecast is replayed on a clock timed
+    by depth 1, which `predict` and the report now say beside the number (wall_d1_caveat), not
+    only in the JSON."""
+    from bubblelab.runs.sweep import SweepSpec, run_sweep
+    from tests.cli_helpers import run_bubblelab
+
+    spec = SweepSpec(model="tiny-llama", streams=[2], output_len_mean=6, requests_per_stream=3,
+                     prompt_len=6, repeats=2, min_repeats=2, arrival_rate=300.0)  # fmt: skip
+    run_sweep(spec, tmp_path / "arrivals", use_nsys=False, say=lambda _: None)
+    done = run_bubblelab("predict", str(tmp_path / "arrivals"), "--n-boot", "50", columns=200)
+    assert done.returncode == 0, done.stderr
+    said = " ".join(done.stdout.split())
+    assert "300 req/s: the forecast from depth 1 is uncertain here: arrivals:" in said
+    page = tmp_path / "report.html"
+    done = run_bubblelab("report", str(tmp_path / "arrivals"), "--out", str(page), "--n-boot", "50")
+    assert done.returncode == 0, done.stderr
+    assert "the forecast from depth 1 is uncertain here: arrivals:" in page.read_text()
