@@ -107,6 +107,9 @@ def analyze(
             console.print(note, markup=False)
     if report["tensor_parallel"]:
         console.print(LEGEND, markup=False)
+    names = {r["run_id"]: r["name"] for r in report["runs"]}
+    for split in report.get("split_engines", []):
+        console.print(_split_line(split, names), markup=False)
     for run in report["runs"] if kernels else ():
         for table in kernel_tables(run):
             console.print(table)
@@ -276,6 +279,17 @@ def _attribution_table(runs: list[dict]) -> Table:
         )
     table.caption = "time: while the host was in it (the headline)\nbegan: gaps that began in it"
     return table
+
+
+def _split_line(split: dict, names: dict[str, str]) -> str:
+    """Another engine's trace of several processes, each on its own GPU running collectives."""
+    runs = ", ".join(names.get(r, r) for r in split["run_ids"])
+    return (
+        f"{runs}: {len(split['run_ids'])} processes of one trace, each on its own GPU and "
+        f"launching collectives: most likely one engine split over {split['gpus']} GPUs. Each is "
+        "analysed as a run of its own; their steps are not matched rank by rank (bubblelab does "
+        "that for its own traces: docs/tensor-parallel.md)"
+    )
 
 
 def _print_foreign(console: Console, run: dict) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ..core.steady import WARMUP_STEPS, steady_state
-from . import foreign, ranks
+from . import foreign, queries, ranks
 from .analysis import (
     Catalog,
     _float,
@@ -90,7 +90,18 @@ def analyze(
             }
         )
     tp = ranks.analyze_ranks(con, None if run_ids is None else list(run_ids), warmup)
-    return {"warmup_steps": warmup, "runs": per_run, "groups": groups, "tensor_parallel": tp}
+    split = queries.run(
+        con,
+        "split_engines",
+        {"run_ids": [r["run_id"] for r in per_run], "ours": foreign.OURS,
+         "comm_kernels": ranks.COMM_KERNELS},
+    )  # fmt: skip
+    return {
+        "warmup_steps": warmup, "runs": per_run, "groups": groups, "tensor_parallel": tp,
+        "split_engines": [
+            {"run_ids": list(r.run_ids), "gpus": int(r.gpus)} for r in split.itertuples()
+        ],
+    }  # fmt: skip
 
 
 def _digest(parts: list[tuple[pd.DataFrame, ...]]) -> dict:

@@ -41,9 +41,12 @@ def rank_tid(rank: int) -> int:
     return pid | (486 + rank)
 
 
-def tp_trace(path: Path, ranks: int = 2, steps: int = STEPS) -> Path:
-    """Write the export described above for `ranks` processes (ranks >= 2 repeat rank 1)."""
+def tp_trace(path: Path, ranks: int = 2, steps: int = STEPS, ours: bool = True) -> Path:
+    """Write the export described above for `ranks` processes (ranks >= 2 repeat rank 1).
+    ours=False leaves out every NVTX range and mark: another engine's trace of the same work."""
     b = TraceBuilder(domain_tids=tuple(rank_tid(r) for r in range(ranks)), gpus=ranks)
+    if not ours:
+        b.range = b.mark = lambda *args, **kwargs: None  # type: ignore[method-assign,assignment]
     for k in range(steps):
         t = 10000 + 1000 * k
         kind, tokens = ("prefill", 64) if k == 0 else ("decode", 4)

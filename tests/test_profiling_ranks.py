@@ -153,7 +153,28 @@ def test_two_engines_in_one_trace_are_not_one_tensor_parallel_run(tmp_path):
     run_ids = ingest_trace(b.write(tmp_path / "two.sqlite"), None, {}, con=con)
     assert len(run_ids) == 2
     assert con.sql("SELECT rank, tensor_parallel FROM runs").fetchall() == [(None, None)] * 2
-    assert overview.analyze(con, run_ids, warmup=0)["tensor_parallel"] == []
+    report = overview.analyze(con, run_ids, warmup=0)
+    assert report["tensor_parallel"] == [] and report["split_engines"] == []  # ours: no collectives
+
+
+def test_another_engines_processes_on_their_own_gpus_are_named_as_one_split_engine(tmp_path, tp2):
+    """The same work without bubblelab's ranges (another engine split over two GPUs, as nano-vllm
+    at TP 2): no ranks are claimed, and analyze says what the processes look like instead of
+    leaving two unrelated-looking runs."""
+    trace = tp_trace(tmp_path / "engine-tp2.sqlite", ours=False)
+    con = connect(None)
+    run_ids = ingest_trace(trace, None, {}, con=con)
+    report = overview.analyze(con, run_ids, warmup=0)
+    assert report["tensor_parallel"] == []
+    assert report["split_engines"] == [{"run_ids": run_ids, "gpus": 2}]
+    assert overview.analyze(tp2[1], tp2[2], warmup=0)["split_engines"] == []  # ours: ranked
+    out = bubblelab("analyze", str(trace), "--warmup", "0")
+    assert out.returncode == 0, out.stderr
+    flat = " ".join(out.stdout.split())
+    assert (
+        "engine-tp2, engine-tp2·2: 2 processes of one trace, each on its own GPU and launching "
+        "collectives: most likely one engine split over 2 GPUs" in flat
+    )
 
 
 def test_the_cli_prints_a_table_of_the_ranks_and_its_json_carries_them(tp2, tmp_path):
