@@ -108,8 +108,20 @@ def analyze(
     if report["tensor_parallel"]:
         console.print(LEGEND, markup=False)
     names = {r["run_id"]: r["name"] for r in report["runs"]}
+    sure = {r["run_id"]: r["steps_found"]["confidence"] == "high" for r in report["runs"]}
     for split in report.get("split_engines", []):
         console.print(_split_line(split, names), markup=False)
+        if not all(sure.get(r, False) for r in split["run_ids"]):
+            console.print(
+                "  the steps of these ranks are not sure (their runs above say why): the table "
+                "below stands on them, read its figures as ~",
+                style="red",
+            )
+        if split["ranks"] is not None:
+            name = names.get(split["run_ids"][0], split["run_ids"][0])
+            show(console, rank_table(split["ranks"], name, "by the GPU time they share"))
+            for note in rank_lines(split["ranks"]):
+                console.print(note, markup=False)
     for run in report["runs"] if kernels else ():
         for table in kernel_tables(run):
             console.print(table)
@@ -284,11 +296,13 @@ def _attribution_table(runs: list[dict]) -> Table:
 def _split_line(split: dict, names: dict[str, str]) -> str:
     """Another engine's trace of several processes, each on its own GPU running collectives."""
     runs = ", ".join(names.get(r, r) for r in split["run_ids"])
+    matched = ", ".join(f"{m} of {n}" for m, n in split["matched_steps"])
     return (
         f"{runs}: {len(split['run_ids'])} processes of one trace, each on its own GPU and "
-        f"launching collectives: most likely one engine split over {split['gpus']} GPUs. Each is "
-        "analysed as a run of its own; their steps are not matched rank by rank (bubblelab does "
-        "that for its own traces: docs/tensor-parallel.md)"
+        f"launching collectives: most likely one engine split over {split['gpus']} GPUs, ranked "
+        f"by GPU. Each is also a run of its own. Its ranks side by side below: each rank's steps "
+        f"matched to rank 0's by the GPU time they share ({matched} steps matched), the GPU "
+        "span standing for the forward; host phases unknown (docs/tensor-parallel.md)"
     )
 
 

@@ -35,13 +35,14 @@ SKEWS = (
 )
 
 
-def rank_table(entry: dict, name: str) -> Table:
+def rank_table(entry: dict, name: str, matched: str = "by step id") -> Table:
     """One tensor-parallel run: a column per rank (any number of them), medians over rank 0's
-    steady steps in ms, then how often each rank was last and where its bubble went."""
+    steady steps in ms, then how often each rank was last and where its bubble went. matched: how
+    the ranks' steps were matched (another engine's: by the GPU time they share)."""
     title = Text("Ranks of ") + cell(name)
     title.append(
         f": {entry['ranks']} ranks, {entry['steady_steps']} steady steps "
-        "(rank 0's, matched by step id), median ms"
+        f"(rank 0's, matched {matched}), median ms"
     )
     table = Table(title=title, title_justify="left", header_style="bold", caption_justify="left")
     table.add_column("")

@@ -63,8 +63,25 @@ def rank_steps(catalog: Catalog, run_id: str) -> pd.DataFrame:
         raise BubblelabError(f"{run_id} is not rank 0 of a tensor-parallel run in the catalog")
     con.register("tp_ranks", members)
     try:
-        comm = queries.relation(con, "comm_vs_compute", {"comm_kernels": COMM_KERNELS})
+        params = {"comm_kernels": COMM_KERNELS, "every_phase": False}
+        comm = queries.relation(con, "comm_vs_compute", params)
         return queries.run(con, "tp_rank_steps", comm=comm)
+    finally:
+        con.unregister("tp_ranks")
+
+
+def split_rank_steps(catalog: Catalog, run_ids: list[str]) -> pd.DataFrame:
+    """The ranks of another engine split over GPUs (profiling/sql/split_engines.sql: its processes'
+    runs, in the order of their GPUs) side by side, in rank_steps' shape: each rank's steps matched
+    to rank 0's by the GPU time they share (split_rank_steps.sql), `own_step` its own number."""
+    con = _open(catalog)
+    members = pd.DataFrame({"run_id": run_ids[0], "rank": range(len(run_ids)),
+                            "rank_run_id": run_ids})  # fmt: skip
+    con.register("tp_ranks", members)
+    try:
+        params = {"comm_kernels": COMM_KERNELS, "every_phase": True}
+        comm = queries.relation(con, "comm_vs_compute", params)
+        return queries.run(con, "split_rank_steps", comm=comm)
     finally:
         con.unregister("tp_ranks")
 

@@ -166,8 +166,29 @@ def test_another_engines_processes_on_their_own_gpus_are_named_as_one_split_engi
     run_ids = ingest_trace(trace, None, {}, con=con)
     report = overview.analyze(con, run_ids, warmup=0)
     assert report["tensor_parallel"] == []
-    assert report["split_engines"] == [{"run_ids": run_ids, "gpus": 2}]
+    (split,) = report["split_engines"]
+    assert split["run_ids"] == run_ids and split["gpus"] == 2
+    assert split["matched_steps"] == [[STEPS, STEPS], [STEPS, STEPS]]
     assert overview.analyze(tp2[1], tp2[2], warmup=0)["split_engines"] == []  # ours: ranked
+    # Side by side, steps matched by shared GPU time: what the layout puts there (the module's
+    # docstring). The collectives: rank 0 waits 120 us in its all-reduce, rank 1 40, both 40 in
+    # the all-gather, as our own ranges say too. A step's GPU work starts with its HtoD copy
+    # (rank 0 at +100 us, rank 1 at +170) and ends with rank 0's DtoH copy at +585 (+605 at
+    # STRAGGLER_FLIP) and rank 1's argmax at +590: rank 1 is last by 5 us but at that step.
+    ours = {
+        r["rank"]: r
+        for r in overview.analyze(tp2[1], tp2[2], warmup=0)["tensor_parallel"][0]["per_rank"]
+    }
+    side = split["ranks"]
+    mine = {r["rank"]: r for r in side["per_rank"]}
+    assert (
+        [mine[r]["comm_ms"] for r in (0, 1)] == [ours[r]["comm_ms"] for r in (0, 1)] == [0.16, 0.08]
+    )
+    assert [mine[r]["forward_lag_ms"] for r in (0, 1)] == [0.0, pytest.approx(0.07)]
+    steady = STEPS - 1  # every step but the last (no period) is steady at --warmup 0
+    assert side["steady_steps"] == steady
+    assert mine[1]["gpu_straggler_share"] == pytest.approx((steady - 1) / steady)
+    assert side["straggler"]["gpu_extra_ms"]["median"] == pytest.approx(0.005)
     out = bubblelab("analyze", str(trace), "--warmup", "0")
     assert out.returncode == 0, out.stderr
     flat = " ".join(out.stdout.split())
@@ -175,6 +196,8 @@ def test_another_engines_processes_on_their_own_gpus_are_named_as_one_split_engi
         "engine-tp2, engine-tp2·2: 2 processes of one trace, each on its own GPU and launching "
         "collectives: most likely one engine split over 2 GPUs" in flat
     )
+    assert "(10 of 10, 10 of 10 steps matched)" in flat
+    assert "Ranks of engine-tp2: 2 ranks" in flat and "matched by the GPU time they share" in flat
 
 
 def test_the_cli_prints_a_table_of_the_ranks_and_its_json_carries_them(tp2, tmp_path):

@@ -10,6 +10,7 @@
 --   comm_exposed_ms  collective time with no compute kernel running beside it: what communication adds to the
 --                    step's GPU time (all of comm_ms when the collectives share the compute stream)
 --   comm_kernels     how many collective kernels ran
+-- $every_phase: every kernel of the step (another engine's trace has no phases).
 -- Runs without kernels have no rows: an in-process timeline records each step's spans, not its kernels (and
 -- gloo's collectives on the CPU run on the host).
 WITH ops AS (
@@ -17,7 +18,8 @@ WITH ops AS (
            CASE WHEN regexp_matches(name, $comm_kernels) THEN 'comm' ELSE 'compute' END AS class
     FROM gpu_ops
     WHERE run_id IN (SELECT rank_run_id FROM tp_ranks)
-      AND op = 'kernel' AND step IS NOT NULL AND phase IN ('forward', 'prefill', 'sampling')
+      AND op = 'kernel' AND step IS NOT NULL
+      AND (phase IN ('forward', 'prefill', 'sampling') OR $every_phase)  -- another engine's: no phases
 ),
 reach AS (  -- union by sweep: a kernel adds what lies past the furthest end of the kernels started before it
     SELECT *,
