@@ -266,6 +266,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "measurements-index": measurements_index.measurements_index,
     "tp-study": tp_tables.tp_study,
     "tp-heldout": tp_tables.tp_heldout,
+    "tp-readme": tp_tables.tp_readme,
 }
 
 

@@ -94,3 +94,23 @@ def tp_heldout() -> str:
             f"{r['wall_d1_error_pts']:+.1f} pts |"
         )
     return "\n".join(lines)
+
+
+def tp_readme() -> str:
+    """README: what depth 2 buys at TP 1 and at TP 2, per model, over the stream counts measured."""
+    t = study()
+    gains = t[t.depth == 2].groupby(["preset", "tp"])["gain_pct"].agg(["min", "max"])
+    streams = sorted(t.streams.unique())
+    parts = [
+        f"{preset}: {gains.loc[(preset, 2), 'min']:+.1f} to {gains.loc[(preset, 2), 'max']:+.1f}% "
+        f"at TP 2 against {gains.loc[(preset, 1), 'min']:+.1f} to "
+        f"{gains.loc[(preset, 1), 'max']:+.1f}% at TP 1"
+        for preset in sorted({p for p, _ in gains.index}, key=lambda p: float(p.split("-")[1][:-1]))
+    ]
+    return (
+        "What tensor parallelism does to the bubble, measured on two H200s "
+        '(docs/tensor-parallel.md, "Measured on two H200s"): the depth-1 bubble a step does not '
+        "shrink with TP while the forward does, so depth 2 buys more at TP 2 ("
+        + "; ".join(parts)
+        + f", {streams[0]}-{streams[-1]} streams); docs/tp-study.png has a panel per stream count."
+    )
