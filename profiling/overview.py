@@ -90,6 +90,7 @@ def analyze(
             }
         )
     tp = ranks.analyze_ranks(con, None if run_ids is None else list(run_ids), warmup)
+    found = {r["run_id"]: r["steps_found"]["steps"] for r in per_run}
     split = queries.run(
         con,
         "split_engines",
@@ -98,16 +99,18 @@ def analyze(
     )  # fmt: skip
     return {
         "warmup_steps": warmup, "runs": per_run, "groups": groups, "tensor_parallel": tp,
-        "split_engines": [_split_engine(con, list(r.run_ids), warmup) for r in split.itertuples()],
+        "split_engines": [
+            _split_engine(con, list(r.run_ids), found, warmup) for r in split.itertuples()
+        ],
     }  # fmt: skip
 
 
-def _split_engine(con: Catalog, run_ids: list[str], warmup: int) -> dict:
+def _split_engine(con: Catalog, run_ids: list[str], found: dict[str, int], warmup: int) -> dict:
     """Another engine split over GPUs: its processes' runs in the order of their GPUs (rank 0
     first) and their ranks side by side (ranks.summary of ranks.split_rank_steps: each rank's steps
-    matched to rank 0's by shared GPU time), with how many of each rank's steps found a match."""
+    matched to rank 0's by shared GPU time), with how many of each rank's steps (`found`, by run)
+    found a match."""
     steps = ranks.split_rank_steps(con, run_ids)
-    found = {r: len(per_step(con, r)) for r in run_ids}
     matched = steps.groupby("rank_run_id")["own_step"].nunique().to_dict()
     (side_by_side,) = ranks.summary(steps, warmup) if len(steps) else (None,)
     return {

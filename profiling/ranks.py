@@ -61,13 +61,7 @@ def rank_steps(catalog: Catalog, run_id: str) -> pd.DataFrame:
     members = tp_groups(con, [run_id])
     if members.empty:
         raise BubblelabError(f"{run_id} is not rank 0 of a tensor-parallel run in the catalog")
-    con.register("tp_ranks", members)
-    try:
-        params = {"comm_kernels": COMM_KERNELS, "every_phase": False}
-        comm = queries.relation(con, "comm_vs_compute", params)
-        return queries.run(con, "tp_rank_steps", comm=comm)
-    finally:
-        con.unregister("tp_ranks")
+    return _side_by_side(con, members, "tp_rank_steps", every_phase=False)
 
 
 def split_rank_steps(catalog: Catalog, run_ids: list[str]) -> pd.DataFrame:
@@ -77,11 +71,19 @@ def split_rank_steps(catalog: Catalog, run_ids: list[str]) -> pd.DataFrame:
     con = _open(catalog)
     members = pd.DataFrame({"run_id": run_ids[0], "rank": range(len(run_ids)),
                             "rank_run_id": run_ids})  # fmt: skip
+    return _side_by_side(con, members, "split_rank_steps", every_phase=True)
+
+
+def _side_by_side(
+    con: duckdb.DuckDBPyConnection, members: pd.DataFrame, query: str, every_phase: bool
+) -> pd.DataFrame:
+    """`query` over the ranks `members` (relation tp_ranks) with each rank-step's collectives
+    (comm_vs_compute.sql; every_phase: every kernel of a step, for runs without our phases)."""
     con.register("tp_ranks", members)
     try:
-        params = {"comm_kernels": COMM_KERNELS, "every_phase": True}
+        params = {"comm_kernels": COMM_KERNELS, "every_phase": every_phase}
         comm = queries.relation(con, "comm_vs_compute", params)
-        return queries.run(con, "split_rank_steps", comm=comm)
+        return queries.run(con, query, comm=comm)
     finally:
         con.unregister("tp_ranks")
 

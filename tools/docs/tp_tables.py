@@ -17,6 +17,11 @@ SWEEPS = (STUDY / "tp-sweep-8b.json", STUDY / "tp-sweep-32b.json")
 KEYS = ["preset", "streams", "tp", "depth"]
 
 
+def _by_size(preset: str) -> float:
+    """qwen3-8b before qwen3-32b: presets in the order of their parameter counts."""
+    return float(preset.split("-")[1][:-1])
+
+
 def flatten(docs: list[dict]) -> pd.DataFrame:
     """One row per run: rank 0's forward and handoff, each rank's bubble and the largest."""
     rows = []
@@ -66,7 +71,7 @@ def tp_study() -> str:
         "| TP 2 | TP-2 step / TP 1 (depth 2) |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
-    for preset in sorted({k[0] for k in t.index}, key=lambda p: float(p.split("-")[1][:-1])):
+    for preset in sorted({k[0] for k in t.index}, key=_by_size):
         for s in sorted({k[1] for k in t.index if k[0] == preset}):
             one, two = t.loc[(preset, s, 1, 1)], t.loc[(preset, s, 2, 1)]
             g1, g2 = t.loc[(preset, s, 1, 2)], t.loc[(preset, s, 2, 2)]
@@ -105,7 +110,7 @@ def tp_readme() -> str:
         f"{preset}: {gains.loc[(preset, 2), 'min']:+.1f} to {gains.loc[(preset, 2), 'max']:+.1f}% "
         f"at TP 2 against {gains.loc[(preset, 1), 'min']:+.1f} to "
         f"{gains.loc[(preset, 1), 'max']:+.1f}% at TP 1"
-        for preset in sorted({p for p, _ in gains.index}, key=lambda p: float(p.split("-")[1][:-1]))
+        for preset in sorted({p for p, _ in gains.index}, key=_by_size)
     ]
     return (
         "What tensor parallelism does to the bubble, measured on two H200s "

@@ -325,6 +325,17 @@ def finish(trace: str, job: Job, info: dict, work: Path, out: Path, keep: int) -
     run = info.get("runs", {}).get("nvtx" if trace.endswith("-nvtx") else "raw", {})
     gz = trim_and_gzip(export, out / f"{trace}.sqlite", first, last, options, keep)
     entry = {
+        **index_entry(job, info, run),
+        "steps": [first, last],
+        **({"step_range": STEP_RANGE} if trace.endswith("-nvtx") else {}),
+    }
+    return entry, digest(gz, options, entry.get("mean_generated_len"))
+
+
+def index_entry(job: Job, info: dict, run: dict) -> dict:
+    """What index.json says of a trace: the engine, its version, model and workload, what the run
+    generated (`run`: its wall_s and generated_tokens)."""
+    entry = {
         "engine": job.engine,
         "engine_version": info.get("engine_version")
         or source_version(Path(job.job.get("source", "."))),
@@ -336,39 +347,23 @@ def finish(trace: str, job: Job, info: dict, work: Path, out: Path, keep: int) -
         "generated_tokens": run.get("generated_tokens"),
         "wall_s": run.get("wall_s"),
         "torch": info.get("torch"),
-        "steps": [first, last],
-        **({"step_range": STEP_RANGE} if trace.endswith("-nvtx") else {}),
     }
-    if job.name in ("nano", "fork"):  # both load a checkpoint of seeded random weights
+    if "ckpt" in job.job:  # nano-vllm and the fork load a checkpoint of seeded random weights
         entry["model"] = (
             f"{Path(job.job['ckpt']).name.removeprefix('ckpt-')} (seeded random weights)"
         )
-    return entry, digest(gz, options, entry.get("mean_generated_len"))
+    return entry
 
 
 def keep_whole(export: Path, gz: Path, job: Job, info: dict) -> tuple[dict, dict]:
     """The export gzipped as it is (the multi-process analysis happens after, on any machine);
     refused when it is too big to come back."""
-    with export.open("rb") as src, gzip.open(gz, "wb", compresslevel=9) as dst:
-        shutil.copyfileobj(src, dst)
+    gzip_file(export, gz)
     if gz.stat().st_size > MAX_GZ_BYTES:
         size = gz.stat().st_size
         gz.unlink()
         raise RuntimeError(f"{gz.name}: {size >> 20} MiB gzipped, over {MAX_GZ_BYTES >> 20} MiB")
-    run = info.get("runs", {}).get("raw", {})
-    entry = {
-        "engine": job.engine,
-        "engine_version": source_version(Path(job.job["source"])),
-        "model": f"{Path(job.job['ckpt']).name.removeprefix('ckpt-')} (seeded random weights)",
-        "workload": info.get("workload"),
-        "command": info.get("command"),
-        "requests": info.get("requests"),
-        "mean_generated_len": info.get("mean_generated_len"),
-        "generated_tokens": run.get("generated_tokens"),
-        "wall_s": run.get("wall_s"),
-        "torch": info.get("torch"),
-        "tensor_parallel": 2,
-    }
+    entry = {**index_entry(job, info, info.get("runs", {}).get("raw", {})), "tensor_parallel": 2}
     return entry, {"bytes": gz.stat().st_size, "kept": "whole"}
 
 
@@ -395,14 +390,18 @@ def trim_and_gzip(export: Path, plain: Path, first: int, last: int, options, kee
 
     while True:
         trim_foreign(export, plain, first, last, options)
-        gz = plain.with_name(plain.name + ".gz")
-        with plain.open("rb") as src, gzip.open(gz, "wb", compresslevel=9) as dst:
-            shutil.copyfileobj(src, dst)
+        gz = gzip_file(plain, plain.with_name(plain.name + ".gz"))
         plain.unlink()
         if gz.stat().st_size <= MAX_GZ_BYTES or last - first < 20:
             return gz
         middle = (first + last) // 2
         first, last = middle - (last - first) // 4, middle + (last - first) // 4
+
+
+def gzip_file(src: Path, gz: Path) -> Path:
+    with src.open("rb") as plain, gzip.open(gz, "wb", compresslevel=9) as packed:
+        shutil.copyfileobj(plain, packed)
+    return gz
 
 
 def digest(trace: Path, options, output_len: float | None) -> dict:
