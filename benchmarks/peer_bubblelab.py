@@ -23,13 +23,15 @@ def build_engines(
     backend: str,
     cases: Sequence[Case],
     tensor_parallel: int = 1,
+    nvtx: bool = False,
 ) -> dict[int, LLMEngine]:
     """{depth: engine} for depth 1 and 2, sized for the longest request and the most streams of
     `cases` (the KV pool holds every request in flight at full length; nothing is preempted); the
     rest at the engine's defaults, as nano-vllm runs at its own (both prefill (a)'s 6,483 prompt
     tokens in one step). At tensor parallel > 1 one engine (its worker processes load their own
     shards of the same seeded weights) serves both depths: run_case switches it
-    (LLMEngine.set_depth), so the two depths share one set of workers."""
+    (LLMEngine.set_depth), so the two depths share one set of workers. nvtx: the engines mark
+    their phases for nsys."""
     longest = max(len(p) + m for c in cases for p, m in zip(c.prompts, c.max_tokens, strict=True))
     multiple = getattr(loaded.model.attn_backend, "block_size_multiple", 1)
     # the engine's default page, raised to a multiple the backend accepts (flash-attn 2: 256)
@@ -51,7 +53,7 @@ def build_engines(
                 attention_backend=backend,
                 tensor_parallel=tensor_parallel,
             )
-            engines[depth] = LLMEngine(config, loaded if tensor_parallel == 1 else None)
+            engines[depth] = LLMEngine(config, loaded if tensor_parallel == 1 else None, nvtx=nvtx)
     except Exception:
         close_engines(engines)
         raise

@@ -8,9 +8,10 @@ from .output import cell
 
 
 def kernel_tables(run: dict) -> list[Table]:
-    """Top kernels, the whole-run split, the CUDA API summary and launch latency of one run (a
-    `run` of runs.analysis.analyze_traces(kernels=True)); --json adds every step's latency. The
-    top kernels' caption says when the kernels inside CUDA graphs were not traced."""
+    """Top kernels, GPU time by step kind and class, the whole-run split, the CUDA API summary and
+    launch latency of one run (a `run` of runs.analysis.analyze_traces(kernels=True)); --json adds
+    every step's latency. The top kernels' caption says when the kernels inside CUDA graphs were
+    not traced."""
     view = run["kernels"]
     return [
         _table(
@@ -30,6 +31,21 @@ def kernel_tables(run: dict) -> list[Table]:
                 for r in view["top_kernels"]
             ],
             caption=view.get("note"),
+        ),  # fmt: skip
+        _table(
+            f"{run['name']}: GPU time by step kind and class of work",
+            ("step kind", "class", "ops", "total ms", "ms / step", "share%"),
+            [
+                (
+                    r["kind"],
+                    r["class"],
+                    r["ops"],
+                    _f(r["total_ms"]),
+                    _f(r["per_step_ms"]),
+                    _pct(r["share"]),
+                )
+                for r in view["kernel_classes"]
+            ],
         ),  # fmt: skip
         _table(
             f"{run['name']}: the whole capture",

@@ -1,6 +1,7 @@
 """The kernel-level view users of `nsys stats` and HTA expect, over a run in the catalog: the top
-kernels by GPU time, the CUDA API summary, launch latency (API call to kernel start, per step and
-overall) and the whole capture's split into compute, copies and idle time inside and between steps.
+kernels by GPU time, each step kind's GPU time by class of work (GEMM, attention, sampling...), the
+CUDA API summary, launch latency (API call to kernel start, per step and overall) and the whole
+capture's split into compute, copies and idle time inside and between steps.
 
 One query of profiling/sql/ each; `kernel_view` gathers them as `bubblelab analyze --kernels`
 reports them. A CUDA-graph replay traced whole (nsys --cuda-graph-trace=graph) is one row named for
@@ -24,6 +25,14 @@ def top_kernels(catalog: Catalog, run_id: str, top: int = TOP) -> pd.DataFrame:
     for display), name (in full), calls, total_ms, mean/p50/p90/p99/max_us and busy_share (of the
     GPU's busy time); the rest as one row named 'other N kernels'."""
     return queries.run(_open(catalog), "top_kernels", {"run_id": run_id, "top": top})
+
+
+def kernel_classes(catalog: Catalog, run_id: str) -> pd.DataFrame:
+    """Per step kind (prefill, decode, ...) and class of work (gemm, attention, sampling,
+    elementwise, collective, copy, other): ops, total_ms, per_step_ms and share of the run's GPU
+    time (sql/kernel_classes.sql). Where the forward's time goes, which the per-step table's spans
+    do not say."""
+    return queries.run(_open(catalog), "kernel_classes", {"run_id": run_id})
 
 
 def cuda_api_summary(catalog: Catalog, run_id: str) -> pd.DataFrame:
@@ -73,11 +82,13 @@ def untraced_graphs(catalog: Catalog, run_id: str) -> str | None:
 
 
 def kernel_view(con: duckdb.DuckDBPyConnection, run_id: str, top: int = TOP) -> dict:
-    """The four answers as JSON-ready records: `top_kernels`, `cuda_api`, `launch_latency` (the run,
-    per API and per step) and `run_split`; `note`: untraced_graphs' line, or None."""
+    """The five answers as JSON-ready records: `top_kernels`, `kernel_classes`, `cuda_api`,
+    `launch_latency` (the run, per API and per step) and `run_split`; `note`: untraced_graphs'
+    line, or None."""
     return {
         "note": untraced_graphs(con, run_id),
         "top_kernels": _records(top_kernels(con, run_id, top)),
+        "kernel_classes": _records(kernel_classes(con, run_id)),
         "cuda_api": _records(cuda_api_summary(con, run_id)),
         "launch_latency": _records(launch_latency(con, run_id)),
         "run_split": _records(run_split(con, run_id)),

@@ -126,6 +126,34 @@ def test_top_kernels_match_brute_force(case):
     assert got.calls.sum() == len(d)
 
 
+def test_kernel_classes_cover_every_op_once(case):
+    """Every kernel, copy and memset counted once, in one class, under its step's kind; sampling
+    is what was launched under a `sampling` range; per-step figures divide by that kind's steps."""
+    con, run_id, raw = case
+    got = kernels.kernel_classes(con, run_id)
+    ns = lambda f: int((f.end - f.start).sum())  # noqa: E731
+    assert got.ops.sum() == len(raw["kernels"]) + len(raw["copies"])
+    assert got.total_ms.sum() == pytest.approx((ns(raw["kernels"]) + ns(raw["copies"])) / 1e6)
+    assert got.share.sum() == pytest.approx(1)
+    assert set(got["class"]) <= {
+        "gemm", "attention", "sampling", "elementwise", "collective", "copy", "other"
+    }  # fmt: skip
+    ops = con.execute(
+        'SELECT o."end" - o.start AS ns, o.phase, o.op, s.kind FROM gpu_ops o '
+        "LEFT JOIN steps s ON s.run_id = o.run_id AND s.step = o.step WHERE o.run_id = ?",
+        [run_id],
+    ).df()
+    sampling = ops[(ops.phase == "sampling") & (ops.op == "kernel")]
+    assert got[got["class"] == "sampling"].total_ms.sum() == pytest.approx(sampling.ns.sum() / 1e6)
+    steps = con.execute(
+        "SELECT kind, count(*) AS n FROM steps WHERE run_id = ? GROUP BY kind", [run_id]
+    ).df()
+    for kind, n in zip(steps.kind, steps.n, strict=True):
+        rows = got[got.kind == kind]
+        assert rows.per_step_ms.to_numpy() == pytest.approx(rows.total_ms.to_numpy() / n)
+        assert rows.total_ms.sum() == pytest.approx(ops[ops.kind == kind].ns.sum() / 1e6)
+
+
 def test_cuda_api_summary_matches_brute_force(case):
     con, run_id, raw = case
     d = raw["api"].assign(ns=raw["api"].end - raw["api"].start)
@@ -195,7 +223,9 @@ def test_run_split_matches_brute_force_and_adds_up(case):
 def test_kernel_view_is_json_ready(case):
     con, run_id, _ = case
     view = kernels.kernel_view(con, run_id, top=2)
-    assert set(view) == {"note", "top_kernels", "cuda_api", "launch_latency", "run_split"}
+    assert set(view) == {
+        "note", "top_kernels", "kernel_classes", "cuda_api", "launch_latency", "run_split"
+    }  # fmt: skip
     assert view["note"] is None  # node-traced (or eager) kernels: all of them are seen
     assert len(view["top_kernels"]) <= 3
     assert all(
