@@ -15,6 +15,7 @@ from bubblelab.engine.sampler import (
     bitmask_words,
     column_keys,
     noisy_argmax,
+    temperature_sample,
     row_keys,
     sample,
     warmup,
@@ -199,10 +200,8 @@ def compiled_cuda_sampler():
     warmup(
         QWEN_VOCAB, "cuda"
     )  # switches Gumbel-max to the torch.compile'd kernel, as the engine does
-    assert sampler._compiled_noisy_argmax is not None, (
-        "torch.compile of the sampler failed (see warnings)"
-    )
-    return sampler._compiled_noisy_argmax
+    assert noisy_argmax in sampler._compiled, "torch.compile of the sampler failed (see warnings)"
+    return sampler._compiled[noisy_argmax]
 
 
 def gpu_case(rows: int):
@@ -282,3 +281,21 @@ def test_gpu_compiled_gumbel_max_agrees_with_eager(compiled_cuda_sampler):
     assert (
         fused == eager
     ).float().mean().item() > 0.99  # only last-ulp log differences may flip a near-tie
+
+
+@pytest.mark.gpu
+def test_gpu_compiled_temperature_sample_agrees_with_eager(compiled_cuda_sampler):
+    """The common case's one compiled kernel (cast, greedy rows, temperature, Gumbel-max) against
+    the same function run eagerly, on bf16 logits as the model hands them over."""
+    logits, _, seeds, counters = gpu_case(256)
+    logits = logits.bfloat16()
+    temperature = torch.tensor([0.0, 0.6, 1.0, 1.7] * 64, device="cuda")
+    seed = torch.tensor(seeds, dtype=torch.int32, device="cuda")
+    counter = torch.tensor(counters, dtype=torch.int32, device="cuda")
+    columns = column_keys(QWEN_VOCAB, logits.device)
+    args = (logits, temperature, seed, counter, columns)
+    fused = sampler._compiled[temperature_sample](*args)
+    eager = temperature_sample(*args)
+    greedy = temperature == 0
+    assert torch.equal(fused[greedy], logits.float().argmax(-1)[greedy])
+    assert (fused == eager).float().mean().item() > 0.99  # last-ulp log differences only

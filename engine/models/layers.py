@@ -79,8 +79,17 @@ class RMSNorm(Fusable):
 class SiluAndMul(Fusable):
     """The gated MLP activation over the fused gate|up projection: silu(gate) * up."""
 
-    @fused
+    triton = False  # the Triton kernel (models/triton_fused.py) instead: TransformerLM.set_compile
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.triton:
+            from .triton_fused import silu_and_mul  # Triton: imported only where it runs
+
+            return silu_and_mul(x)
+        return self.act(x)
+
+    @fused
+    def act(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = x.chunk(2, dim=-1)
         return F.silu(gate) * up
 

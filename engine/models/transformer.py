@@ -4,7 +4,8 @@ Projections are fused vLLM-style (qkv_proj, gate_up_proj); load_weights maps Hug
 them. Every op in forward() is shape-static and sync-free, so a decode step can be captured in a
 CUDA graph. The residual stream is vLLM's: each RMSNorm also does the pending residual add; with
 set_compile(True) a layer is its four GEMMs, the attention kernels and fused elementwise kernels
-(add+RMSNorm twice, q/k norm+RoPE+KV store, SiLU*mul).
+(add+RMSNorm twice, SiLU*mul, and on CUDA q/k norm+RoPE+KV store as one Triton kernel,
+models/triton_fused.py).
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ class Attention(Fusable):
             self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
             self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
         self.backend = backend
+        # q/k norm, RoPE and the cache store as one Triton kernel (set_compile turns it on on CUDA)
+        self.triton_qkv = False
         # Paged K/V caches, each [num_blocks, block_size, kv_heads, head_dim], bound later.
         self.k_cache: torch.Tensor | None = None
         self.v_cache: torch.Tensor | None = None
@@ -63,7 +66,26 @@ class Attention(Fusable):
         meta: AttentionMetadata,
         rotary: RotaryEmbedding,
     ) -> torch.Tensor:
-        q, k, v = self.qkv_to_cache(positions, self.qkv_proj(x), meta.slot_mapping, rotary)
+        qkv = self.qkv_proj(x)
+        if self.triton_qkv:
+            from .triton_fused import qk_norm_rope_store  # Triton: imported only where it runs
+
+            q, k, v = qk_norm_rope_store(
+                qkv,
+                positions,
+                rotary.cos_sin_cache,
+                self.num_heads,
+                self.num_kv_heads,
+                self.head_dim,
+                self.q_norm.weight if self.qk_norm else None,
+                self.k_norm.weight if self.qk_norm else None,
+                self.q_norm.eps if self.qk_norm else 0.0,
+                self.k_cache,
+                self.v_cache,
+                meta.slot_mapping,
+            )
+        else:
+            q, k, v = self.qkv_to_cache(positions, qkv, meta.slot_mapping, rotary)
         o = self.backend.forward(q, k, v, self.k_cache, self.v_cache, meta, self.scale)
         return self.o_proj(o.flatten(1))
 
@@ -189,9 +211,15 @@ class TransformerLM(nn.Module):
                 "compile on CUDA needs Triton and a C compiler (gcc, clang or $CC); "
                 "use --no-compile"
             )
+        triton = bool(enabled and cuda and os.environ.get("BUBBLELAB_TRITON_QKV", "1") != "0")
         for module in self.modules():
             if isinstance(module, Fusable):
                 module.compiled = enabled
+            # BUBBLELAB_TRITON_QKV=0 keeps Inductor's kernels for these chains (A/B measurements).
+            if isinstance(module, Attention):
+                module.triton_qkv = triton
+            if isinstance(module, SiluAndMul):
+                module.triton = triton
 
     @property
     def compile_enabled(self) -> bool:

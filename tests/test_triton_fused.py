@@ -1,0 +1,184 @@
+"""The Triton kernels of engine/models/triton_fused.py against the eager chains they replace: q/k
+RMSNorm + RoPE + KV-cache store (Attention.qkv_to_cache: RMSNorm modules, RotaryEmbedding,
+store_kv_cache) and SiLU-and-mul (SiluAndMul.act).
+
+On CPU the kernel runs under Triton's interpreter, in one subprocess that sets TRITON_INTERPRET
+before importing anything (as tests/test_triton_decode.py). The interpreter casts fp32 to bf16 by
+truncation, not rounding, so the CPU cases are fp32 and fp16 (where it rounds as the GPU does); the
+GPU case is bf16.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# (tokens, heads, kv heads, head dim, q/k norm, dtype)
+CPU_CASES = [
+    (5, 4, 2, 64, True, "fp32"),
+    (37, 6, 2, 128, True, "fp32"),
+    (3, 2, 1, 64, False, "fp32"),
+    (37, 6, 2, 128, True, "fp16"),
+    (1, 4, 4, 64, False, "fp16"),
+]
+# (tokens, intermediate size, dtype) for SiLU-and-mul
+SILU_CASES = [(3, 1000, "fp32"), (17, 2048, "fp16"), (1, 64, "fp32")]
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def make_case(tokens, heads, kv_heads, dim, norm, dtype, device, seed=0):
+    from bubblelab.engine.models.layers import RMSNorm, RotaryEmbedding
+
+    g = torch.Generator().manual_seed(seed)
+    qkv = (3 * torch.randn(tokens, (heads + 2 * kv_heads) * dim, generator=g)).to(dtype)
+    positions = torch.randint(0, 500, (tokens,), generator=g)
+    rotary = RotaryEmbedding(dim, 512, 1e6, None)
+    norms = None
+    if norm:
+        norms = RMSNorm(dim, 1e-6).to(dtype), RMSNorm(dim, 1e-6).to(dtype)
+        with torch.no_grad():
+            for n in norms:
+                n.weight.copy_(torch.rand(dim, generator=g) + 0.5)
+    blocks, block_size = 8, 16
+    slots = torch.randperm(blocks * block_size, generator=g)[:tokens]
+    cache = torch.zeros(blocks, block_size, kv_heads, dim, dtype=dtype)
+    to = lambda t: t.to(device)  # noqa: E731
+    norms = norms and tuple(n.to(device) for n in norms)
+    return to(qkv), to(positions), rotary.to(device), norms, to(slots), to(cache)
+
+
+@torch.no_grad()
+def compare(tokens, heads, kv_heads, dim, norm, dtype, device="cpu") -> dict:
+    """Both paths on one case: per output, the largest difference and the share of differing
+    elements."""
+    from bubblelab.engine.attention import store_kv_cache
+    from bubblelab.engine.models.triton_fused import qk_norm_rope_store
+
+    qkv, positions, rotary, norms, slots, cache = make_case(
+        tokens, heads, kv_heads, dim, norm, DTYPES[dtype], device
+    )
+    caches = [cache.clone() for _ in range(4)]  # eager k, v; kernel k, v
+    q, k, v = qkv.split([heads * dim, kv_heads * dim, kv_heads * dim], dim=-1)
+    q, k = q.reshape(tokens, heads, dim), k.reshape(tokens, kv_heads, dim)
+    v = v.reshape(tokens, kv_heads, dim)
+    if norms:
+        q, k = norms[0](q), norms[1](k)
+    q, k = rotary(positions, q, k)
+    store_kv_cache(k, v, caches[0], caches[1], slots)
+    got = qk_norm_rope_store(
+        qkv,
+        positions,
+        rotary.cos_sin_cache,
+        heads,
+        kv_heads,
+        dim,
+        norms[0].weight if norms else None,
+        norms[1].weight if norms else None,
+        1e-6,
+        caches[2],
+        caches[3],
+        slots,
+    )
+    out = {}
+    for name, a, b in zip(
+        ("q", "k", "v", "k_cache", "v_cache"),
+        (q, k, v, *caches[:2]),
+        (*got, *caches[2:]),
+        strict=True,
+    ):
+        assert a.shape == b.shape and a.dtype == b.dtype, name
+        out[name] = {
+            "max_diff": float((a.float() - b.float()).abs().max()),
+            "differ": float((a != b).float().mean()),
+        }
+    return out
+
+
+@torch.no_grad()
+def compare_silu(tokens, inter, dtype, device="cpu") -> dict:
+    from bubblelab.engine.models.layers import SiluAndMul
+    from bubblelab.engine.models.triton_fused import silu_and_mul
+
+    g = torch.Generator().manual_seed(tokens)
+    x = (4 * torch.randn(tokens, 2 * inter, generator=g)).to(DTYPES[dtype]).to(device)
+    want, got = SiluAndMul().act(x), silu_and_mul(x)
+    assert want.shape == got.shape and want.dtype == got.dtype
+    return {
+        "max_rel": float(
+            ((want.float() - got.float()).abs() / want.float().abs().clamp(min=1e-3)).max()
+        ),
+        "differ": float((want != got).float().mean()),
+    }
+
+
+@pytest.fixture(scope="module")
+def cpu_results() -> dict:
+    pytest.importorskip("triton")
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, __file__, json.dumps(CPU_CASES + SILU_CASES)],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return {tuple(r["case"]): r for r in json.loads(proc.stdout.strip().splitlines()[-1])}
+
+
+@pytest.mark.parametrize("case", SILU_CASES, ids=lambda c: "n{}-i{}-{}".format(*c))
+def test_interpreted_silu_and_mul_matches_eager(cpu_results, case):
+    r = cpu_results[tuple(case)]
+    assert "error" not in r, r.get("error")
+    # exp differs from the library's in the last bit at most: one rounding step of the dtype
+    assert r["diffs"]["max_rel"] <= (2e-6 if case[-1] == "fp32" else 2e-3), r
+
+
+@pytest.mark.parametrize("case", CPU_CASES, ids=lambda c: "n{}-h{}-kv{}-d{}-norm{}-{}".format(*c))
+def test_interpreted_kernel_matches_the_eager_chain(cpu_results, case):
+    r = cpu_results[tuple(case)]
+    assert "error" not in r, r.get("error")
+    # v and its cache slots are copies: exact. q and k round where eager rounds: exact without
+    # the norm; with it only the norm's fp32 sum order differs (a few fp32 ulp, which flip an fp16
+    # rounding now and then).
+    for name in ("v", "v_cache"):
+        assert r["diffs"][name]["max_diff"] == 0.0, (name, r)
+    for name in ("q", "k", "k_cache"):
+        d = r["diffs"][name]
+        if not case[4]:
+            assert d["max_diff"] == 0.0, (name, r)
+        elif case[-1] == "fp32":
+            assert d["max_diff"] <= 2e-6, (name, r)
+        else:
+            assert d["differ"] < 0.01 and d["max_diff"] <= 2e-3, (name, r)
+
+
+@pytest.mark.gpu  # tests/conftest.py skips these without CUDA
+def test_gpu_kernel_matches_the_eager_chain_in_bf16():
+    diffs = compare(300, 32, 8, 128, True, "bf16", device="cuda")
+    for name in ("v", "v_cache"):
+        assert diffs[name]["max_diff"] == 0.0, diffs
+    for name in ("q", "k"):  # only the norm's sum order differs: a last-bit flip now and then
+        assert diffs[name]["differ"] < 0.01, diffs
+    silu = compare_silu(300, 9728, "bf16", device="cuda")
+    assert silu["max_rel"] <= 1e-2 and silu["differ"] < 0.01, silu  # one bf16 step, rarely
+
+
+if __name__ == "__main__":  # the subprocess of cpu_results: TRITON_INTERPRET=1 is set already
+    results = []
+    for case in json.loads(sys.argv[1]):
+        try:
+            diffs = compare(*case) if len(case) == 6 else compare_silu(*case)
+            results.append({"case": case, "diffs": diffs})
+        except Exception as e:  # noqa: BLE001 -- reported per case
+            results.append({"case": case, "error": f"{type(e).__name__}: {e}"})
+    print(json.dumps(results))
