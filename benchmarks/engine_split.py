@@ -25,7 +25,6 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -90,10 +89,9 @@ def run_round(engine, case: Case, depth: int) -> dict:
     timeline = Timeline(depth=depth)
     engine.timeline = engine.phases.timeline = timeline
     engine.streams.calibrate()  # a fresh device-clock reference for this round's timeline
-    t0 = time.perf_counter_ns()
     result = peer_bubblelab.run_case(engine, case)
     engine.timeline = engine.phases.timeline = None
-    return timeline_split(timeline, depth, t0, result["wall_s"])
+    return timeline_split(timeline, depth, result["t0_ns"], result["wall_s"])
 
 
 def child(a: argparse.Namespace) -> None:

@@ -47,7 +47,8 @@ def make_case(tokens, heads, kv_heads, dim, norm, dtype, device, seed=0):
         with torch.no_grad():
             for n in norms:
                 n.weight.copy_(torch.rand(dim, generator=g) + 0.5)
-    blocks, block_size = 8, 16
+    block_size = 16
+    blocks = -(-tokens // block_size) + 2
     slots = torch.randperm(blocks * block_size, generator=g)[:tokens]
     cache = torch.zeros(blocks, block_size, kv_heads, dim, dtype=dtype)
     to = lambda t: t.to(device)  # noqa: E731

@@ -177,10 +177,15 @@ def _sm_count(device: torch.device) -> int:
 
 
 def default_num_splits(
-    batch: int, kv_heads: int, max_blocks: int, block_size: int, device: torch.device
+    batch: int,
+    kv_heads: int,
+    max_blocks: int,
+    block_size: int,
+    device: torch.device,
+    block_n: int = BLOCK_N,
 ) -> int:
     """Enough (row, KV head, split) programs to fill every SM once, at most one split per tile."""
-    max_tiles = triton.cdiv(max_blocks * block_size, BLOCK_N)
+    max_tiles = triton.cdiv(max_blocks * block_size, block_n)
     want = triton.cdiv(_sm_count(device), batch * kv_heads)
     return max(1, min(want, max_tiles, MAX_SPLITS))
 
@@ -193,10 +198,14 @@ def paged_decode_attention(
     context_lens: torch.Tensor,
     scale: float,
     num_splits: int | None = None,
+    block_n: int = BLOCK_N,
+    num_warps: int = 4,
+    num_stages: int = 2,
 ) -> torch.Tensor:
     """q [B, heads, D]; k/v_cache [num_blocks, block_size, kv_heads, D];
     block_tables [B, max_blocks] int32; context_lens [B] int32 (the current token included, already
-    in the cache). Returns [B, heads, D] in q's dtype. Rows with context 0 get zeros."""
+    in the cache). Returns [B, heads, D] in q's dtype. Rows with context 0 get zeros. block_n,
+    num_warps, num_stages: the tile and launch shape (benchmarks.decode_attention_tune)."""
     batch, heads, head_dim = q.shape
     _, block_size, kv_heads, _ = k_cache.shape
     group = heads // kv_heads
@@ -214,7 +223,7 @@ def paged_decode_attention(
         raise ValueError("q and the caches need a contiguous last dim")
     if num_splits is None:
         num_splits = default_num_splits(
-            batch, kv_heads, block_tables.shape[1], block_size, q.device
+            batch, kv_heads, block_tables.shape[1], block_size, q.device, block_n
         )
     out = torch.empty_like(q)
     if batch == 0:
@@ -253,12 +262,12 @@ def paged_decode_attention(
         BLOCK_G=max(16, triton.next_power_of_2(group)),
         HEAD_DIM=head_dim,
         PAGE=block_size,
-        BLOCK_N=BLOCK_N,
+        BLOCK_N=block_n,
         SPLIT=split,
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         UPCAST=_INTERPRETED and q.dtype != torch.float32,
-        num_warps=4,
-        num_stages=2,
+        num_warps=num_warps,
+        num_stages=num_stages,
     )
     if split:
         _merge_kernel[(batch, heads)](

@@ -1,0 +1,120 @@
+"""Tile and launch shape of the Triton paged decode kernel: which (block_n, num_warps, num_stages)
+reads the KV cache fastest at the batch sizes and contexts the engine meets.
+
+qwen3-4b's attention shapes (32 heads, 8 KV heads, head_dim 128, 16-token pages, bf16); one CUDA
+graph holds `--layers` calls, each on its own KV pool (so the cache does not sit in L2), replayed
+`--iters` times; median replay time per call against the KV-read floor (K and V of every context
+token at the measured copy bandwidth).
+
+    python -m benchmarks.decode_attention_tune --out $OUT/tune.json     # H100: ~1 minute
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import statistics
+from pathlib import Path
+
+import torch
+
+from bubblelab.core.files import write_atomic
+from bubblelab.engine.attention.triton_decode import paged_decode_attention
+
+HEADS, KV_HEADS, DIM, PAGE = 32, 8, 128, 16
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--batches", default="1,32,128")
+    ap.add_argument("--contexts", default="82,512,2048", help="tokens per row")
+    ap.add_argument("--block-n", default="16,32,64")
+    ap.add_argument("--warps", default="2,4")
+    ap.add_argument("--stages", default="1,2,3")
+    ap.add_argument("--layers", type=int, default=24)
+    ap.add_argument("--iters", type=int, default=20)
+    return ap.parse_args(argv)
+
+
+def ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x]
+
+
+def make_layer(batch: int, context: int):
+    """One layer's q, KV pool, shuffled block tables and context lengths, on the GPU."""
+    pages = -(-context // PAGE)
+    k = torch.randn(batch * pages + 1, PAGE, KV_HEADS, DIM, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn_like(k)
+    order = torch.randperm(batch * pages, device="cuda")
+    tables = order.view(batch, pages).to(torch.int32)
+    lens = torch.full((batch,), context, dtype=torch.int32, device="cuda")
+    q = torch.randn(batch, HEADS, DIM, device="cuda", dtype=torch.bfloat16)
+    return q, k, v, tables, lens
+
+
+def time_config(layers: list, iters: int, **shape) -> float:
+    """Median us per call over graph replays of one call per layer."""
+    for q, k, v, t, n in layers:  # compile, and check it runs
+        paged_decode_attention(q, k, v, t, n, DIM**-0.5, **shape)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for q, k, v, t, n in layers:
+            paged_decode_attention(q, k, v, t, n, DIM**-0.5, **shape)
+    times = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(1e3 * start.elapsed_time(end) / len(layers))
+    return statistics.median(times)
+
+
+def main(argv: list[str] | None = None) -> None:
+    a = parse_args(argv)
+    torch.manual_seed(0)
+    x = torch.empty(1 << 28, dtype=torch.uint8, device="cuda")
+    y = torch.empty_like(x)
+    for _ in range(3):
+        y.copy_(x)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(10):
+        y.copy_(x)
+    end.record()
+    end.synchronize()
+    bandwidth = 2 * 10 * x.numel() / (start.elapsed_time(end) / 1e3)  # bytes/s, read + write
+    del x, y
+    rows = []
+    for batch, context in itertools.product(ints(a.batches), ints(a.contexts)):
+        layers = [make_layer(batch, context) for _ in range(a.layers)]
+        floor_us = 1e6 * 2 * batch * context * KV_HEADS * DIM * 2 / bandwidth
+        for block_n, warps, stages in itertools.product(
+            ints(a.block_n), ints(a.warps), ints(a.stages)
+        ):
+            shape = {"block_n": block_n, "num_warps": warps, "num_stages": stages}
+            try:
+                us = time_config(layers, a.iters, **shape)
+            except Exception as e:  # noqa: BLE001 -- a shape Triton cannot build is a row too
+                rows.append({"batch": batch, "context": context, **shape, "error": str(e)[:200]})
+                continue
+            rows.append(
+                {"batch": batch, "context": context, **shape, "us": us, "x_floor": us / floor_us}
+            )
+            print(json.dumps(rows[-1]), flush=True)
+        del layers
+        torch.cuda.empty_cache()
+    facts = {
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "copy_bandwidth_gbs": bandwidth / 1e9,
+        "rows": rows,
+    }
+    write_atomic(a.out, json.dumps(facts, indent=1))
+
+
+if __name__ == "__main__":
+    main()
