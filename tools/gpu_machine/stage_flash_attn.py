@@ -20,9 +20,10 @@ What goes over (all pinned, py3.12 manylinux x86_64, --no-deps), and why nothing
   xxhash                         the one dependency of nano-vllm the GPU machine lacks
 Already on the GPU machine: torch 2.11 (which requires cuda-bindings 13 and the CUDA 13 runtime
 wheels), numpy, triton, transformers (+ safetensors, tqdm), and from .device/ apache-tvm-ffi
-0.1.15.post2. Not needed: the nvidia-cutlass-dsl meta wheel (only a .pth, replaced by PYTHONPATH),
-torch-c-dlpack-ext (torch >= 2.10 has the DLPack exchange API itself), protobuf (declared but never
-imported).
+0.1.15.post2 less its libtvm_ffi_testing.so, which `import tvm_ffi` loads: that one file goes over
+in `.fa4t/` (--tvm-only stages just it). Not needed: the nvidia-cutlass-dsl meta wheel (only a
+.pth, replaced by PYTHONPATH), torch-c-dlpack-ext (torch >= 2.10 has the DLPack exchange API
+itself), protobuf (declared but never imported).
 """
 
 from __future__ import annotations
@@ -163,12 +164,40 @@ def split(archive: Path, parts_root: Path) -> list[Path]:
     return dirs
 
 
+TVM_FFI = ("apache-tvm-ffi", "0.1.15.post2")
+TVM_TESTING = "tvm_ffi/lib/libtvm_ffi_testing.so"
+
+
+def stage_tvm_testing(work: Path, parts_root: Path) -> Path:
+    """The apache-tvm-ffi wheel's libtvm_ffi_testing.so (missing from .device/'s copy of the
+    package) into `.fa4t/`; env.sh puts it beside libtvm_ffi.so on the GPU machine."""
+    dest = work / "tvm"
+    dest.mkdir(parents=True, exist_ok=True)
+    name, version = TVM_FFI
+    subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+         "--python-version", "3.12", "--implementation", "cp", "--abi", "cp312",
+         "--platform", "manylinux_2_28_x86_64", "-d", str(dest), f"{name}=={version}"],
+        check=True,
+    )  # fmt: skip
+    wheel = sorted(dest.glob(f"{name.replace('-', '_')}-{version}-*.whl"))[-1]
+    out = parts_root / ".fa4t"
+    out.mkdir(exist_ok=True)
+    with zipfile.ZipFile(wheel) as z:
+        (out / Path(TVM_TESTING).name).write_bytes(z.read(TVM_TESTING))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument(
         "--work", type=Path, default=Path("/tmp/fa4stage"), help="downloads and the unpacked tree"
     )
+    ap.add_argument("--tvm-only", action="store_true", help="stage only .fa4t/ (see above)")
     args = ap.parse_args()
+    if args.tvm_only:
+        print(f"staged {stage_tvm_testing(args.work, ROOT)}/: carry it with the last call")
+        return
     wheels = download(args.work / "wheels")
     site = args.work / "site"
     unpack(wheels, site)
@@ -178,6 +207,7 @@ def main() -> None:
     pack(site, archive)
     print(f"{ARCHIVE}: {archive.stat().st_size / 1e6:.1f} MB")
     dirs = split(archive, ROOT)
+    tvm = stage_tvm_testing(args.work, ROOT)
     for d in dirs:
         print(f"  {d.name}/  {sum(f.stat().st_size for f in d.iterdir()) / 1e6:.1f} MB")
     pairs = [[d.name for d in dirs[i : i + 2]] for i in range(0, len(dirs), 2)]
@@ -185,8 +215,8 @@ def main() -> None:
     for n, pair in enumerate(pairs, 1):
         print(f"  call {n}: carry {pair}: bash {UNSTAGE}")
     print(
-        f"  call {len(pairs) + 1}: carry ['.device']: source .device/remote-setup.sh && "
-        f"bash {UNSTAGE} && source /tmp/fa4site/env.sh && "
+        f"  call {len(pairs) + 1}: carry ['.device', '{tvm.name}']: "
+        f"source .device/remote-setup.sh && bash {UNSTAGE} && source /tmp/fa4site/env.sh && "
         "python -m tools.gpu_machine.fa4_smoke --out $OUT"
     )
 

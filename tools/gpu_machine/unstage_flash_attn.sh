@@ -9,6 +9,8 @@ SITE=${FA4_SITE:-/tmp/fa4site}
 mkdir -p "$PARTS"
 for d in .fa4?; do
   [ -d "$d" ] || continue
+  # .fa4t/: apache-tvm-ffi's libtvm_ffi_testing.so, which .device/'s copy lacks (env.sh places it)
+  [ -f "$d/libtvm_ffi_testing.so" ] && cp -f "$d/libtvm_ffi_testing.so" "$PARTS"/ && continue
   cp -f "$d"/MANIFEST.json "$PARTS"/ && cp -f "$d"/fa4site.tar.xz.* "$PARTS"/ && echo "unstage: took $(ls "$d" | grep -v MANIFEST) from $d/"
 done
 [ -f "$PARTS/MANIFEST.json" ] || { echo "unstage: no part carried yet"; exit 0; }
@@ -42,6 +44,14 @@ if [ -f "$SITE/.complete" ]; then
   # dsl_packages: where the nvidia-cutlass-dsl .pth would point (a .pth is only read from site dirs).
   FA4_PYTHONPATH="$SITE:$SITE/nvidia_cutlass_dsl/dsl_packages"
   echo "export PYTHONPATH=$FA4_PYTHONPATH\${PYTHONPATH:+:\$PYTHONPATH}" > "$SITE/env.sh"
+  # `import tvm_ffi` loads libtvm_ffi_testing.so from its lib/: put the carried copy there (once
+  # .device/'s packages are installed, i.e. when env.sh is sourced after setup.sh).
+  cat >> "$SITE/env.sh" <<'ENV'
+tvm_lib=$(python3 -c 'import importlib.util, os; print(os.path.dirname(importlib.util.find_spec("tvm_ffi").origin))' 2>/dev/null)/lib
+if [ -f /tmp/fa4parts/libtvm_ffi_testing.so ] && [ -d "$tvm_lib" ] && [ ! -f "$tvm_lib/libtvm_ffi_testing.so" ]; then
+  cp /tmp/fa4parts/libtvm_ffi_testing.so "$tvm_lib/"
+fi
+ENV
   echo "unstage: PYTHONPATH=$FA4_PYTHONPATH (prepend; or: source $SITE/env.sh)"
 fi
 exit 0
