@@ -232,15 +232,28 @@ def _call(fn: Callable, *args: torch.Tensor) -> torch.Tensor:
         return fn(*args)
 
 
+def _triton_temperature_sample(
+    logits: torch.Tensor,
+    temperature: torch.Tensor,
+    seed: torch.Tensor,
+    counter: torch.Tensor,
+    columns: torch.Tensor,
+) -> torch.Tensor:
+    """temperature_sample in Triton (engine/triton_sampler.py), which hashes column ids itself."""
+    from .triton_sampler import temperature_sample as kernel  # Triton: only where it runs
+
+    return kernel(logits, temperature, seed, counter)
+
+
 def warmup(vocab_size: int, device: torch.device | str) -> None:
-    """Call before timing starts. On CUDA, switches the sampling math to torch.compile'd kernels
-    (elementwise math plus exact argmaxes, so rows stay batch-invariant): the common case
-    (temperature_sample) and Gumbel-max after top-k / top-p (noisy_argmax), each a single kernel
-    instead of ~20 eager passes over [B, V] int64, and compiles them now for a batch of 1 and for
-    larger ones. Without warmup, sampling stays eager."""
+    """Call before timing starts. On CUDA, switches the sampling math to fused kernels (elementwise
+    math plus exact argmaxes, so rows stay batch-invariant): the common case (temperature_sample)
+    to two Triton kernels over vocabulary chunks, Gumbel-max after top-k / top-p (noisy_argmax) to
+    one torch.compile'd kernel, instead of ~20 eager passes over [B, V] int64; and builds them now
+    for a batch of 1 and for larger ones. Without warmup, sampling stays eager."""
     if torch.device(device).type == "cuda" and not _compiled:
-        for fn in (temperature_sample, noisy_argmax):
-            _compiled[fn] = torch.compile(fn, dynamic=True, fullgraph=True)
+        _compiled[noisy_argmax] = torch.compile(noisy_argmax, dynamic=True, fullgraph=True)
+        _compiled[temperature_sample] = _triton_temperature_sample
     for rows in (1, 2):
         logits = torch.zeros(rows, vocab_size, device=device)
         for params in (SamplingParams(temperature=1.0), SamplingParams(temperature=1.0, top_k=2)):
