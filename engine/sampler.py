@@ -242,7 +242,7 @@ def _triton_temperature_sample(
     """temperature_sample in Triton (engine/triton_sampler.py), which hashes column ids itself."""
     from .triton_sampler import temperature_sample as kernel  # Triton: only where it runs
 
-    return kernel(logits, temperature, seed, counter)
+    return kernel(logits, temperature, seed, counter, (_GOLDEN, _MUL1, _MUL2))
 
 
 def warmup(vocab_size: int, device: torch.device | str) -> None:

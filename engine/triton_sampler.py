@@ -17,8 +17,6 @@ import torch
 import triton
 import triton.language as tl
 
-from .sampler import _GOLDEN, _MUL1, _MUL2
-
 SPLIT = 4096  # columns per program: ~37 chunks a row for a 152k vocabulary
 BLOCK = 1024  # columns per loop iteration
 
@@ -96,9 +94,12 @@ def temperature_sample(
     temperature: torch.Tensor,
     seed: torch.Tensor,
     counter: torch.Tensor,
+    hash_constants: tuple[int, int, int],
 ) -> torch.Tensor:
     """[B, V] logits (any float dtype, unit stride along V) -> [B] int64: argmax where temperature
-    is 0, else Gumbel-max over logits / temperature with sampler's counter-based noise."""
+    is 0, else Gumbel-max over logits / temperature with sampler's counter-based noise, whose
+    (golden, mul1, mul2) constants the sampler hands over (it owns the noise's definition)."""
+    golden, mul1, mul2 = hash_constants
     rows, vocab = logits.shape
     out = torch.empty(rows, dtype=torch.int64, device=logits.device)
     if rows == 0:
@@ -116,9 +117,9 @@ def temperature_sample(
         vocab,
         logits.stride(0),
         num_chunks,
-        GOLDEN=_GOLDEN,
-        MUL1=_MUL1,
-        MUL2=_MUL2,
+        GOLDEN=golden,
+        MUL1=mul1,
+        MUL2=mul2,
         SPLIT=SPLIT,
         BLOCK=BLOCK,
         num_warps=4,

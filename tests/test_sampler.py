@@ -15,9 +15,9 @@ from bubblelab.engine.sampler import (
     bitmask_words,
     column_keys,
     noisy_argmax,
-    temperature_sample,
     row_keys,
     sample,
+    temperature_sample,
     warmup,
 )
 from bubblelab.engine.sampling_params import SamplingParams

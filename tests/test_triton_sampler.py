@@ -35,13 +35,15 @@ def make_case(rows: int, vocab: int, device: str, seed: int = 0):
 
 
 def compare(rows: int, vocab: int, device: str = "cpu", dtype: str = "fp32") -> dict:
-    from bubblelab.engine import triton_sampler
+    from bubblelab.engine import sampler, triton_sampler
     from bubblelab.engine.sampler import column_keys, temperature_sample
 
     logits, temperature, seed, counter = make_case(rows, vocab, device)
     logits = logits.to(getattr(torch, {"fp32": "float32", "bf16": "bfloat16"}[dtype]))
-    eager = temperature_sample(logits, temperature, seed, counter, column_keys(vocab, device))
-    got = triton_sampler.temperature_sample(logits, temperature, seed, counter)
+    columns = column_keys(vocab, torch.device(device))
+    eager = temperature_sample(logits, temperature, seed, counter, columns)
+    constants = (sampler._GOLDEN, sampler._MUL1, sampler._MUL2)
+    got = triton_sampler.temperature_sample(logits, temperature, seed, counter, constants)
     greedy = temperature == 0
     return {
         "equal": float((eager == got).float().mean()),

@@ -123,8 +123,11 @@ def qk_norm_rope_store(
     if n == 0:
         return q, k, v
     store = k_cache is not None and v_cache is not None and slot_mapping is not None
-    if store:  # slot s of a [blocks, block_size, ...] cache is at s * stride(1)
+    # slot s of a contiguous [blocks, block_size, ...] cache starts at s * stride(1)
+    k_stride = v_stride = 0
+    if k_cache is not None and v_cache is not None and store:
         assert k_cache.is_contiguous() and v_cache.is_contiguous()
+        k_stride, v_stride = k_cache.stride(1), v_cache.stride(1)
     has_norm = q_weight is not None and k_weight is not None
     # Enough programs to fill the GPU at decode sizes, 16 tokens each at prefill sizes.
     block_t = min(16, triton.next_power_of_2(max(2, n // 256)))
@@ -143,8 +146,8 @@ def qk_norm_rope_store(
         n,
         qkv.stride(0),
         cos_sin.stride(0),
-        k_cache.stride(1) if store else 0,
-        v_cache.stride(1) if store else 0,
+        k_stride,
+        v_stride,
         eps,
         NUM_HEADS=num_heads,
         NUM_KV=num_kv_heads,

@@ -33,7 +33,7 @@ from bubblelab.profiling import overview
 from bubblelab.profiling.catalog import connect
 from bubblelab.runs.rundir import Results, read_results
 from bubblelab.runs.traces import TRACES_DIR, load_traces
-from tools.docs import foreign_tables, measurements_index, tp_tables
+from tools.docs import engine_speed, foreign_tables, measurements_index, tp_tables
 
 ROOT = Path(__file__).resolve().parents[2]
 FILES = (
@@ -43,6 +43,7 @@ FILES = (
     "docs/foreign-traces.md",
     "docs/measurements/README.md",
     "docs/tensor-parallel.md",
+    "docs/engine-speed.md",
 )
 BLOCK = re.compile(
     r"(<!-- generated: (?P<name>[\w-]+) \(python -m tools\.docs\.generated\) -->\n)"
@@ -51,7 +52,6 @@ BLOCK = re.compile(
     re.S,
 )
 ENGINES = ROOT / "docs" / "measurements" / "compare-engines" / "compare_engines.json"
-PEERS = ROOT / "docs" / "measurements" / "2026-11-23" / "peers" / "compare_nanovllm.json"
 
 
 @functools.cache
@@ -90,42 +90,6 @@ def h200_engines() -> str:
             f"| {d1['gpu_busy']:.0%} → {d2['gpu_busy']:.0%} | {win:+.1%} |"
         )
     return "\n".join(lines)
-
-
-def h200_peers() -> str:
-    """README: bubblelab against the original nano-vllm (benchmarks.compare_nanovllm's JSON)."""
-    doc = json.loads(PEERS.read_text())
-    rows = pd.DataFrame(doc["summary"])
-    lines = [
-        "| workload | nano-vllm | bubblelab depth 1 | bubblelab depth 2 | depth 2 / nano-vllm "
-        "| depth 1 / nano-vllm | wall / floor: nano-vllm, depth 2 |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for case, g in rows.groupby("case", sort=False):
-        by = {r["engine"]: r for r in g.to_dict("records")}
-        nano, d1, d2 = by["nano-vllm"], by["bubblelab-d1"], by["bubblelab-d2"]
-        what = (
-            "the write-up's: 128 prompts, 64 tokens"
-            if case == "writeup"
-            else f"closed loop, {nano['streams']} stream{'s' if nano['streams'] > 1 else ''}"
-        )
-
-        def wall(r: dict) -> str:
-            return f"{r['wall_s']:.3f} s ({r['wall_s_min']:.3f}-{r['wall_s_max']:.3f})"
-
-        def ratio(r: dict) -> str:
-            lo, hi = r["vs_nanovllm_paired"][1:]  # the paired rounds' smallest and largest ratio
-            return f"{r['vs_nanovllm']:.2f}x ({lo:.2f}-{hi:.2f})"
-
-        lines.append(
-            f"| {what} | {wall(nano)} | {wall(d1)} | {wall(d2)} | {ratio(d2)} | {ratio(d1)} "
-            f"| {nano['over_floor']:.1f}x, {d2['over_floor']:.1f}x |"
-        )
-    commit = doc["nanovllm"]["commit"].split()[0][:7]
-    return "\n".join(lines) + (
-        f"\n\n{doc['device']}, {doc['dtype']}, torch {doc['torch']}; nano-vllm {commit}, "
-        f"{doc['summary'][0]['repeats']} interleaved rounds after a warm-up, median (min-max)."
-    )
 
 
 def traces_steady_state() -> str:
@@ -254,7 +218,8 @@ def costmodel_headline() -> str:
 
 RENDERERS: dict[str, Callable[[], str]] = {
     "h200-engines": h200_engines,
-    "h200-peers": h200_peers,
+    "nanovllm-peers": engine_speed.peers,
+    "engine-split": engine_speed.engine_split,
     "traces-steady-state": traces_steady_state,
     "traces-nsys-inflation": traces_nsys_inflation,
     "costmodel-depth1": costmodel_depth1,
