@@ -112,7 +112,7 @@ class ModelRunner:
             block_tables=slot.block_tables_d[:rows],
         )
         hidden = self.model(self.pending[d["rows"][:rows]], d["positions"][:rows], meta)
-        slot.logits[:rows].copy_(self.model.compute_logits(hidden))
+        self.model.compute_logits(hidden, out=slot.logits[:rows])
 
     def _prefill_body(
         self, slot: DecodeSlot, tokens: int, rows: int, lens: list[int] | None = None
@@ -131,7 +131,7 @@ class ModelRunner:
         )
         hidden = self.model(d["p_input_ids"][:tokens], d["p_positions"][:tokens], meta)
         last = hidden[d["p_last_index"][:rows]]
-        slot.logits[:rows].copy_(self.model.compute_logits(last))
+        self.model.compute_logits(last, out=slot.logits[:rows])
 
     def _sample_body(self, slot: DecodeSlot, n: int, flags: SamplingFlags, masked: bool) -> None:
         """Samples rows [0, n); what it reads is all on the device, so a graph per bucket can

@@ -314,5 +314,12 @@ def test_report_has_a_kernels_section(tmp_path):
     page = report_run_dir(trace, n_boot=10, export=False, out=tmp_path / "r.html").read_text()
     section = page[page.index('id="kernels"') : page.index('id="gaps"')]
     assert "gemm_a" in section and "argmax" in section
-    widths = [float(w) for w in re.findall(r"width: ([\d.]+)%", section)]
-    assert sum(widths) == pytest.approx(100, abs=0.05)  # the split bar fills the line
+    bars = re.findall(r'<div class="splitbar">(.*?)</div>', section)
+    con = connect(None)
+    run_id = ingest(trace, None, con=con)
+    kinds = set(kernels.kernel_classes(con, run_id).kind)
+    assert len(bars) == len(kinds) + 1  # a bar per step kind, then the whole capture's
+    for bar in bars:  # each fills its line
+        widths = [float(w) for w in re.findall(r"width: ([\d.]+)%", bar)]
+        assert sum(widths) == pytest.approx(100, abs=0.05)
+    assert "class-gemm" in section and "ms of GPU time a step" in section

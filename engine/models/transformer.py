@@ -225,10 +225,11 @@ class TransformerLM(nn.Module):
     def compile_enabled(self) -> bool:
         return self.norm.compiled
 
-    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Full-vocabulary logits on every rank (vocab_logits: one all-gather above size 1)."""
+    def compute_logits(self, hidden: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Full-vocabulary logits on every rank (vocab_logits: one all-gather above size 1), into
+        `out` when given."""
         weight = self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
-        return vocab_logits(hidden, weight, self.config.vocab_size, self.tp)
+        return vocab_logits(hidden, weight, self.config.vocab_size, self.tp, out)
 
     def bind_kv_cache(self, k_caches: list[torch.Tensor], v_caches: list[torch.Tensor]) -> None:
         """Attach one paged cache per layer, each [num_blocks, block_size, kv_heads, head_dim]."""
