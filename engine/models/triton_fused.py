@@ -126,7 +126,8 @@ def qk_norm_rope_store(
     # slot s of a contiguous [blocks, block_size, ...] cache starts at s * stride(1)
     k_stride = v_stride = 0
     if k_cache is not None and v_cache is not None and store:
-        assert k_cache.is_contiguous() and v_cache.is_contiguous()
+        if not (k_cache.is_contiguous() and v_cache.is_contiguous()):
+            raise ValueError("the paged K/V caches must be contiguous")
         k_stride, v_stride = k_cache.stride(1), v_cache.stride(1)
     has_norm = q_weight is not None and k_weight is not None
     # Enough programs to fill the GPU at decode sizes, 16 tokens each at prefill sizes.
