@@ -31,7 +31,7 @@ def _mix32(x, MUL1: tl.constexpr, MUL2: tl.constexpr):
 
 
 @triton.jit
-def _partial_kernel(
+def _sample_partial_kernel(
     LOGITS,
     TEMP,
     SEED,
@@ -79,7 +79,7 @@ def _partial_kernel(
 
 
 @triton.jit
-def _merge_kernel(PART_VAL, PART_IDX, OUT, num_chunks, BLOCK_C: tl.constexpr):
+def _sample_merge_kernel(PART_VAL, PART_IDX, OUT, num_chunks, BLOCK_C: tl.constexpr):
     row = tl.program_id(0)
     c = tl.arange(0, BLOCK_C)
     valid = c < num_chunks
@@ -107,7 +107,7 @@ def temperature_sample(
     num_chunks = triton.cdiv(vocab, SPLIT)
     part_val = torch.empty(rows, num_chunks, dtype=torch.float32, device=logits.device)
     part_idx = torch.empty(rows, num_chunks, dtype=torch.int32, device=logits.device)
-    _partial_kernel[(rows, num_chunks)](
+    _sample_partial_kernel[(rows, num_chunks)](
         logits,
         temperature,
         seed,
@@ -125,7 +125,7 @@ def temperature_sample(
         num_warps=4,
         enable_fp_fusion=False,  # the math rounds as eager's does
     )
-    _merge_kernel[(rows,)](
+    _sample_merge_kernel[(rows,)](
         part_val, part_idx, out, num_chunks, BLOCK_C=triton.next_power_of_2(num_chunks)
     )
     return out

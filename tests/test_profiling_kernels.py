@@ -16,7 +16,7 @@ import pytest
 
 from bubblelab.profiling import kernels
 from bubblelab.profiling.catalog import connect
-from bubblelab.profiling.ingest import ingest
+from bubblelab.profiling.ingest import ingest, ingest_trace
 from bubblelab.report.export import export
 from bubblelab.report.report import report_run_dir
 from tests.cli_helpers import run_bubblelab
@@ -139,11 +139,14 @@ def test_kernel_classes_cover_every_op_once(case):
         "gemm", "attention", "sampling", "elementwise", "collective", "copy", "other"
     }  # fmt: skip
     ops = con.execute(
-        'SELECT o."end" - o.start AS ns, o.phase, o.op, s.kind FROM gpu_ops o '
+        'SELECT o."end" - o.start AS ns, o.phase, o.op, o.name, s.kind FROM gpu_ops o '
         "LEFT JOIN steps s ON s.run_id = o.run_id AND s.step = o.step WHERE o.run_id = ?",
         [run_id],
     ).df()
-    sampling = ops[(ops.phase == "sampling") & (ops.op == "kernel")]
+    # sampling: launched under a sampling range, or (no range: other engines) named for it
+    pattern = r"(?i)argmax|multinomial|exponential|gumbel|top_?k_|top_?p_|sampl"
+    named = ops.name.str.contains(pattern)
+    sampling = ops[(ops.op == "kernel") & ((ops.phase == "sampling") | named)]
     assert got[got["class"] == "sampling"].total_ms.sum() == pytest.approx(sampling.ns.sum() / 1e6)
     steps = con.execute(
         "SELECT kind, count(*) AS n FROM steps WHERE run_id = ? GROUP BY kind", [run_id]
@@ -152,6 +155,26 @@ def test_kernel_classes_cover_every_op_once(case):
         rows = got[got.kind == kind]
         assert rows.per_step_ms.to_numpy() == pytest.approx(rows.total_ms.to_numpy() / n)
         assert rows.total_ms.sum() == pytest.approx(ops[ops.kind == kind].ns.sum() / 1e6)
+
+
+def test_kernel_classes_read_flash_attn_4_as_attention(tmp_path):
+    """nano-vllm's committed write-up trace (H200): flash-attn-4's CuTe kernels carry `cutlass` in
+    their names, and are attention, one a layer a decode step; its sampling, which it marks with
+    no range, is found by name."""
+    path = tmp_path / "nano.sqlite"
+    with gzip.open(TRACES / "foreign" / "nanovllm-nvtx.sqlite.gz") as src, path.open("wb") as dst:
+        shutil.copyfileobj(src, dst)
+    con = connect(None)
+    run_id = ingest_trace(path, None, con=con)[0]
+    got = kernels.kernel_classes(con, run_id).set_index(["kind", "class"])
+    steps = con.execute("SELECT count(*) FROM steps WHERE run_id = ? AND kind = 'decode'", [run_id])
+    decode_steps = steps.fetchone()[0]
+    assert got.loc[("decode", "attention")].ops == 36 * decode_steps  # qwen3-4b's 36 layers
+    assert got.loc[("decode", "sampling")].ops == decode_steps
+    flash_kernels = con.execute(
+        "SELECT count(*) FROM gpu_ops WHERE run_id = ? AND name ILIKE '%flash%'", [run_id]
+    ).fetchone()[0]
+    assert flash_kernels == got.xs("attention", level="class").ops.sum()
 
 
 def test_cuda_api_summary_matches_brute_force(case):

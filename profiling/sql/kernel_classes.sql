@@ -1,7 +1,8 @@
 -- Where does each kind of step spend its GPU time, by class of work? One row per step kind and class:
 --   gemm        matrix multiplies (cuBLAS / cuBLASLt / nvjet / CUTLASS, and their split-K reductions)
---   attention   attention kernels (flash-attn, FMHA, the engine's Triton prefill / decode / merge kernels)
---   sampling    everything launched under a `sampling` range (ours; other engines' traces have none)
+--   attention   attention kernels (flash-attn 2/4, FMHA, the engine's Triton prefill / decode / merge kernels)
+--   sampling    everything launched under a `sampling` range (ours); in other engines' traces, which have
+--               no such range, kernels named for it (argmax, multinomial, exponential, top-k/p, sample)
 --   elementwise norms, activations, RoPE, KV stores, casts, copies done by kernels
 --   collective  NCCL and other communication kernels
 --   copy        memcpy / memset
@@ -20,11 +21,15 @@ classed AS (
                 WHEN phase = 'sampling' THEN 'sampling'
                 WHEN regexp_matches(name, '(?i)nccl|all_?reduce|all_?gather|reduce_?scatter|cross_device')
                     THEN 'collective'
+                -- before GEMM: flash-attn-4's CuTe kernels are named kernel_cutlass_..._flash_attn...
+                WHEN regexp_matches(name, '(?i)attn|attention|flash|fmha|^_(decode|merge|prefill)_kernel$')
+                    THEN 'attention'
                 WHEN regexp_matches(name, '(?i)gemm|gemv|nvjet|cutlass|xmma|splitkreduce|cublas|matmul|sm90_')
                     THEN 'gemm'
-                WHEN regexp_matches(name, '(?i)attn|attention|flash|fmha|_decode_kernel|_merge_kernel|_prefill_kernel')
-                    THEN 'attention'
-                WHEN regexp_matches(name, '(?i)triton_|elementwise|norm|rotary|rope|silu|act_and_mul|copy|cat|index|reduce|softmax')
+                -- other engines mark no sampling range: their sampling kernels by name
+                WHEN regexp_matches(name, '(?i)argmax|multinomial|exponential|gumbel|top_?k_|top_?p_|sampl')
+                    THEN 'sampling'
+                WHEN regexp_matches(name, '(?i)triton_|elementwise|norm|rotary|rope|qkv|silu|act_and_mul|copy|cat|index|gather|reduce|softmax|kvcache')
                     THEN 'elementwise'
                 ELSE 'other' END AS class
     FROM ops
