@@ -8,18 +8,13 @@ The GPU tests run the compiled kernel.
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.triton_interpreter import results_by_case, serve_cases
 
 # (group, head_dim, block_size, dtype, num_splits); None = the kernel's own choice (4 SMs assumed on
 # CPU).
@@ -125,18 +120,7 @@ def run_cpu_case(
 
 @pytest.fixture(scope="module")
 def cpu_results() -> dict:
-    pytest.importorskip("triton")
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(
-        [sys.executable, __file__, json.dumps(CPU_CASES)],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return {tuple(r["case"]): r for r in json.loads(proc.stdout.strip().splitlines()[-1])}
+    return results_by_case(__file__, CPU_CASES)
 
 
 @pytest.mark.parametrize("case", CPU_CASES, ids=lambda c: "g{}-d{}-bs{}-{}-s{}".format(*c))
@@ -255,13 +239,5 @@ def test_gpu_engine_with_triton_backend_matches_torch_backend(preset):
     assert tokens["triton"] == tokens["torch"]
 
 
-if (
-    __name__ == "__main__"
-):  # the subprocess of cpu_results: TRITON_INTERPRET=1 is set before triton imports
-    results = []
-    for case in json.loads(sys.argv[1]):
-        try:
-            results.append({"case": case, **run_cpu_case(*case)})
-        except Exception as exc:  # one broken case must not hide the others
-            results.append({"case": case, "error": f"{type(exc).__name__}: {exc}"})
-    print(json.dumps(results))
+if __name__ == "__main__":  # the subprocess of cpu_results: TRITON_INTERPRET=1 is set already
+    serve_cases(run_cpu_case)

@@ -3,23 +3,17 @@ RMSNorm + RoPE + KV-cache store (Attention.qkv_to_cache: RMSNorm modules, Rotary
 store_kv_cache) and SiLU-and-mul (SiluAndMul.act).
 
 On CPU the kernel runs under Triton's interpreter, in one subprocess that sets TRITON_INTERPRET
-before importing anything (as tests/test_triton_decode.py). The interpreter casts fp32 to bf16 by
+before importing anything (tests/triton_interpreter.py). The interpreter casts fp32 to bf16 by
 truncation, not rounding, so the CPU cases are fp32 and fp16 (where it rounds as the GPU does); the
 GPU case is bf16.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.triton_interpreter import results_by_case, serve_cases
 
 # (tokens, heads, kv heads, head dim, q/k norm, dtype)
 CPU_CASES = [
@@ -122,18 +116,7 @@ def compare_silu(tokens, inter, dtype, device="cpu") -> dict:
 
 @pytest.fixture(scope="module")
 def cpu_results() -> dict:
-    pytest.importorskip("triton")
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(
-        [sys.executable, __file__, json.dumps(CPU_CASES + SILU_CASES)],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return {tuple(r["case"]): r for r in json.loads(proc.stdout.strip().splitlines()[-1])}
+    return results_by_case(__file__, CPU_CASES + SILU_CASES)
 
 
 @pytest.mark.parametrize("case", SILU_CASES, ids=lambda c: "n{}-i{}-{}".format(*c))
@@ -177,11 +160,4 @@ def test_gpu_kernel_matches_the_eager_chain_in_bf16():
 
 
 if __name__ == "__main__":  # the subprocess of cpu_results: TRITON_INTERPRET=1 is set already
-    results = []
-    for case in json.loads(sys.argv[1]):
-        try:
-            diffs = compare(*case) if len(case) == 6 else compare_silu(*case)
-            results.append({"case": case, "diffs": diffs})
-        except Exception as e:  # noqa: BLE001 -- reported per case
-            results.append({"case": case, "error": f"{type(e).__name__}: {e}"})
-    print(json.dumps(results))
+    serve_cases(lambda *case: {"diffs": compare(*case) if len(case) == 6 else compare_silu(*case)})

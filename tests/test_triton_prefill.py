@@ -9,17 +9,14 @@ decorated: the cases run in one subprocess that sets it first, and report JSON, 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 from bubblelab.engine.loader import load_model
+from tests.triton_interpreter import run_interpreted
 
-ROOT = Path(__file__).resolve().parents[1]
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 TOL = {"fp32": 1e-5, "bf16": 2e-2, "fp16": 5e-3}
 # (lengths, padded rows, padded tokens, heads, kv heads, head_dim, dtype)
@@ -99,18 +96,7 @@ def run_static_forward() -> dict:
 
 @pytest.fixture(scope="module")
 def cpu_results() -> dict:
-    pytest.importorskip("triton")
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    proc = subprocess.run(
-        [sys.executable, __file__, json.dumps(KERNEL_CASES)],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_interpreted(__file__, KERNEL_CASES, timeout=600)
 
 
 @pytest.mark.parametrize("index", range(len(KERNEL_CASES)))

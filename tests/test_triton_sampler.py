@@ -3,22 +3,17 @@ eagerly: the same token for every row, greedy rows, sampled rows, ties, -inf col
 vocabulary that is not a multiple of the chunk.
 
 On CPU the kernels run under Triton's interpreter in a subprocess that sets TRITON_INTERPRET first
-(as tests/test_triton_decode.py); fp32 logits, where the interpreter's arithmetic is exact IEEE
+(tests/triton_interpreter.py); fp32 logits, where the interpreter's arithmetic is exact IEEE
 like eager's. The GPU case runs bf16 logits of the qwen3 vocabulary.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.triton_interpreter import results_by_case, serve_cases
+
 CPU_CASES = [(4, 5000), (3, 8192), (1, 300)]  # (rows, vocab)
 
 
@@ -55,18 +50,7 @@ def compare(rows: int, vocab: int, device: str = "cpu", dtype: str = "fp32") -> 
 
 @pytest.fixture(scope="module")
 def cpu_results() -> dict:
-    pytest.importorskip("triton")
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(
-        [sys.executable, __file__, json.dumps(CPU_CASES)],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return {tuple(r["case"]): r for r in json.loads(proc.stdout.strip().splitlines()[-1])}
+    return results_by_case(__file__, CPU_CASES)
 
 
 @pytest.mark.parametrize("case", CPU_CASES, ids=lambda c: "rows{}-vocab{}".format(*c))
@@ -86,10 +70,4 @@ def test_gpu_sampler_picks_eagers_tokens_on_bf16_logits():
 
 
 if __name__ == "__main__":  # the subprocess of cpu_results: TRITON_INTERPRET=1 is set already
-    results = []
-    for case in json.loads(sys.argv[1]):
-        try:
-            results.append({"case": case, **compare(*case)})
-        except Exception as e:  # noqa: BLE001 -- reported per case
-            results.append({"case": case, "error": f"{type(e).__name__}: {e}"})
-    print(json.dumps(results))
+    serve_cases(compare)
