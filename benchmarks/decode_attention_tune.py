@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.forward_kernels import copy_bandwidth
 from bubblelab.core.files import write_atomic
 from bubblelab.engine.attention.triton_decode import paged_decode_attention
 
@@ -76,18 +77,8 @@ def time_config(layers: list, iters: int, **shape) -> float:
 def main(argv: list[str] | None = None) -> None:
     a = parse_args(argv)
     torch.manual_seed(0)
-    x = torch.empty(1 << 28, dtype=torch.uint8, device="cuda")
-    y = torch.empty_like(x)
-    for _ in range(3):
-        y.copy_(x)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(10):
-        y.copy_(x)
-    end.record()
-    end.synchronize()
-    bandwidth = 2 * 10 * x.numel() / (start.elapsed_time(end) / 1e3)  # bytes/s, read + write
-    del x, y
+    bandwidth = copy_bandwidth("cuda")  # bytes/s, read + write
+    assert bandwidth is not None
     rows = []
     for batch, context in itertools.product(ints(a.batches), ints(a.contexts)):
         layers = [make_layer(batch, context) for _ in range(a.layers)]

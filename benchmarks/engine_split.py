@@ -27,6 +27,7 @@ import statistics
 import sys
 from pathlib import Path
 
+import pandas as pd
 import torch
 
 from benchmarks import peer_bubblelab
@@ -72,6 +73,16 @@ def timeline_split(timeline: Timeline, depth: int, t0_ns: int, wall_s: float) ->
         "last_step_ms": (last - int(dev[dev.phase == "forward"].start_ns.max())) / 1e6,
         "after_last_gpu_ms": 1e3 * wall_s - (last - t0_ns) / 1e6,
     }
+    for kind, sums in kind_sums(steps).items():
+        rows = steps[steps.kind == kind]
+        out[kind] = {**sums, "batch_size_max": int(rows.batch_size.max())}
+    return out
+
+
+def kind_sums(steps: pd.DataFrame) -> dict[str, dict]:
+    """A per-step table's steps, forward, sampling, period and bubble summed per step kind (the
+    last step has no period: its bubble and period are left out)."""
+    out = {}
     for kind, rows in steps.groupby("kind"):
         timed = rows.dropna(subset=["period_ms"])
         out[str(kind)] = {
@@ -80,7 +91,6 @@ def timeline_split(timeline: Timeline, depth: int, t0_ns: int, wall_s: float) ->
             "forward_ms": float(rows.forward_ms.sum()),
             "sampling_ms": float(rows.sampling_ms.sum()),
             "bubble_ms": float(timed.bubble_ms.sum()),
-            "batch_size_max": int(rows.batch_size.max()),
         }
     return out
 
@@ -153,17 +163,7 @@ def trace_split(export: Path, catalog: Path) -> dict:
     """One profiled round read back from its nsys export with the kernel view."""
     con = connect(catalog)
     run_id = ingest(export, None, con=con)
-    steps = per_step(con, run_id)
-    per_kind = {}
-    for kind, rows in steps.groupby("kind"):
-        timed = rows.dropna(subset=["period_ms"])
-        per_kind[str(kind)] = {
-            "steps": len(rows),
-            "period_ms": float(timed.period_ms.sum()),
-            "forward_ms": float(rows.forward_ms.sum()),
-            "sampling_ms": float(rows.sampling_ms.sum()),
-            "bubble_ms": float(timed.bubble_ms.sum()),
-        }
+    per_kind = kind_sums(per_step(con, run_id))
     view = kernels.kernel_view(con, run_id, top=12)
     con.close()
     return {
