@@ -122,13 +122,12 @@ def qk_norm_rope_store(
     v = qkv[:, (num_heads + num_kv_heads) * head_dim :].view(n, num_kv_heads, head_dim)
     if n == 0:
         return q, k, v
-    store = k_cache is not None and v_cache is not None and slot_mapping is not None
     # slot s of a contiguous [blocks, block_size, ...] cache starts at s * stride(1)
-    k_stride = v_stride = 0
-    if k_cache is not None and v_cache is not None and store:
+    store, k_stride, v_stride = False, 0, 0
+    if k_cache is not None and v_cache is not None and slot_mapping is not None:
         if not (k_cache.is_contiguous() and v_cache.is_contiguous()):
             raise ValueError("the paged K/V caches must be contiguous")
-        k_stride, v_stride = k_cache.stride(1), v_cache.stride(1)
+        store, k_stride, v_stride = True, k_cache.stride(1), v_cache.stride(1)
     has_norm = q_weight is not None and k_weight is not None
     # Enough programs to fill the GPU at decode sizes, 16 tokens each at prefill sizes.
     block_t = min(16, triton.next_power_of_2(max(2, n // 256)))
