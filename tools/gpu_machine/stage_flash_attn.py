@@ -63,7 +63,8 @@ ARCHIVE = "fa4site.tar.xz"
 UNSTAGE = "tools/gpu_machine/unstage_flash_attn.sh"
 
 
-def download(dest: Path) -> list[Path]:
+def download(dest: Path, wheels: dict[str, str] = WHEELS) -> list[Path]:
+    """The pinned wheels (name -> version) for the GPU machine's Python, in that order."""
     dest.mkdir(parents=True, exist_ok=True)
     cmd = [
         sys.executable,
@@ -84,15 +85,14 @@ def download(dest: Path) -> list[Path]:
         "-d",
         str(dest),
     ]
-    subprocess.run(cmd + [f"{name}=={version}" for name, version in WHEELS.items()], check=True)
-    wheels = []
-    for name in WHEELS:
-        stem = name.replace("-", "_") + f"-{WHEELS[name]}-"
-        match = sorted(dest.glob(f"{stem}*.whl"))
+    subprocess.run(cmd + [f"{name}=={version}" for name, version in wheels.items()], check=True)
+    found = []
+    for name, version in wheels.items():
+        match = sorted(dest.glob(f"{name.replace('-', '_')}-{version}-*.whl"))
         if not match:
-            raise SystemExit(f"no wheel for {name}=={WHEELS[name]} in {dest}")
-        wheels.append(match[-1])
-    return wheels
+            raise SystemExit(f"no wheel for {name}=={version} in {dest}")
+        found.append(match[-1])
+    return found
 
 
 def unpack(wheels: list[Path], site: Path) -> None:
@@ -171,16 +171,8 @@ TVM_TESTING = "tvm_ffi/lib/libtvm_ffi_testing.so"
 def stage_tvm_testing(work: Path, parts_root: Path) -> Path:
     """The apache-tvm-ffi wheel's libtvm_ffi_testing.so (missing from .device/'s copy of the
     package) into `.fa4t/`; env.sh puts it beside libtvm_ffi.so on the GPU machine."""
-    dest = work / "tvm"
-    dest.mkdir(parents=True, exist_ok=True)
     name, version = TVM_FFI
-    subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-         "--python-version", "3.12", "--implementation", "cp", "--abi", "cp312",
-         "--platform", "manylinux_2_28_x86_64", "-d", str(dest), f"{name}=={version}"],
-        check=True,
-    )  # fmt: skip
-    wheel = sorted(dest.glob(f"{name.replace('-', '_')}-{version}-*.whl"))[-1]
+    (wheel,) = download(work / "tvm", {name: version})
     out = parts_root / ".fa4t"
     out.mkdir(exist_ok=True)
     with zipfile.ZipFile(wheel) as z:
