@@ -335,7 +335,6 @@ def run_part(
         tag = "warm-up" if repeat == WARMUP else f"repeat {repeat}"
         try:
             timing = run(case)
-            timing.pop("t0_ns", None)  # bubblelab's clock reading, for engine_split only
         except Exception as exc:  # noqa: BLE001 - a failing engine is a result, the others go on
             if not isinstance(exc, PeerError):
                 traceback.print_exc()

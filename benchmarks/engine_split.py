@@ -25,6 +25,7 @@ import argparse
 import json
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -100,8 +101,10 @@ def run_round(engine, case: Case, depth: int) -> dict:
     engine.timeline = engine.phases.timeline = timeline
     engine.streams.calibrate()  # a fresh device-clock reference for this round's timeline
     result = peer_bubblelab.run_case(engine, case)
+    # where run_case's wall began, on the timeline's clock: it returns right after timing the end
+    t0_ns = time.perf_counter_ns() - round(1e9 * result["wall_s"])
     engine.timeline = engine.phases.timeline = None
-    return timeline_split(timeline, depth, result["t0_ns"], result["wall_s"])
+    return timeline_split(timeline, depth, t0_ns, result["wall_s"])
 
 
 def child(a: argparse.Namespace) -> None:
