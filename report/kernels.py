@@ -10,6 +10,7 @@ from .labels import run_name
 
 TOP = 8  # kernels listed per run; the rest are one row
 CLASSES = ("gemm", "attention", "elementwise", "sampling", "collective", "copy", "other")
+_ORDER = {c: i for i, c in enumerate(CLASSES)}  # the bars' order; an unknown class goes last
 
 
 def kernel_sections(sources: list[Source]) -> list[dict]:
@@ -44,8 +45,7 @@ def by_kind(records: list[dict]) -> list[dict]:
     for kind, rows in kinds.items():
         total = sum(r["total_ms"] for r in rows)
         per_step = [r["per_step_ms"] for r in rows if r["per_step_ms"] is not None]
-        order = {c: i for i, c in enumerate(CLASSES)}
-        rows = sorted(rows, key=lambda r: order.get(r["class"], len(CLASSES)))
+        rows = sorted(rows, key=lambda r: _ORDER.get(r["class"], len(CLASSES)))
         out.append(
             {
                 "kind": kind,
