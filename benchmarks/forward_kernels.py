@@ -5,7 +5,8 @@ For each preset (seeded random weights, bf16 on CUDA) and each mode, a ModelRunn
 decode graphs as the engine does; then, per batch size, the slot's metadata is filled with rows of
 `--context` tokens and the bucket's graph is replayed: median step time over CUDA events, kernels
 per step from torch.profiler (graph replay and, as a cross-check, the same body run eagerly). The
-floor is weight bytes / device-to-device copy bandwidth (a decode step must read every weight once).
+floor is (weight bytes + the rows' K/V bytes) / device-to-device copy bandwidth: a decode step must
+read every weight once and each row's whole context in every layer.
 On CPU (dry run) there are no graphs: the body runs directly and "kernels" counts top-level aten
 ops, views included. The torch backend gathers the block table's full width (--max-model-len) every
 step, so large batches also measure that traffic.
@@ -61,6 +62,7 @@ def main() -> None:
     )
     ap.add_argument("--attention-backend", default="torch")
     ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--modes", default="eager,compiled", help="eager, compiled or both")
     ap.add_argument("--out", type=Path, default=None, help="also write the JSON summary here")
     args = ap.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
@@ -82,7 +84,7 @@ def main() -> None:
     }
     for preset in args.presets.split(","):
         summary["presets"][preset] = {}
-        for mode in ("eager", "compiled"):
+        for mode in args.modes.split(","):
             try:
                 result = bench_preset(preset, mode == "compiled", batches, bandwidth, args)
             except Exception as exc:  # one failing mode must not lose the others' numbers
@@ -133,6 +135,17 @@ def bench_preset(
     }
     if bandwidth:
         result["floor_ms"] = round(result["weight_bytes"] / bandwidth * 1e3, 3)
+    mc = loaded.config
+    # Each row's attention reads its whole context's K and V in every layer: at 128 rows of 512
+    # tokens that is more bytes than the weights, so the floor counts both.
+    kv_bytes_per_token = (
+        2
+        * mc.num_layers
+        * mc.num_kv_heads
+        * mc.head_dim
+        * torch.finfo(loaded.model.embed_tokens.weight.dtype).bits
+        // 8
+    )
     slot = runner.slots[0]
     for b in batches:
         fill_decode_rows(runner, slot, b, args.context)
@@ -144,6 +157,11 @@ def bench_preset(
             "kernels": sum(kernels.values()),
             "per_layer": round(sum(kernels.values()) / num_layers, 1),
         }
+        if bandwidth:
+            row["kv_bytes"] = b * args.context * kv_bytes_per_token
+            floor_ms = (result["weight_bytes"] + row["kv_bytes"]) / bandwidth * 1e3
+            row["floor_ms"] = round(floor_ms, 3)
+            row["x_floor"] = round(row["step_ms"] / floor_ms, 2)
         if cuda:  # the same body launched eagerly: a cross-check of the graph count
             row["kernels_eager_body"] = sum(count_kernels(body, cuda)[0].values())
         if b == batches[0]:

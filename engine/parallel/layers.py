@@ -11,7 +11,8 @@
   its vocabulary slice of the logits and all-gathers them: every rank then holds the full logits
   (and samples them itself).
 
-At size 1 each layer is exactly its plain counterpart (F.linear, F.embedding), with no collective.
+At size 1 each layer is exactly its plain counterpart (a GEMM, F.embedding), with no collective;
+every GEMM goes through engine/linear.py, which picks cuBLAS or a tuned Triton kernel.
 How a full (unsharded) weight maps to a rank's shard is `shard_weight`; the loaders use it for
 checkpoints and for seeded random weights alike, so a TP-N model holds exactly the TP-1 model's
 numbers.
@@ -23,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..linear import linear
 from .comm import SINGLE, TensorParallel, all_gather_last, all_reduce
 
 
@@ -80,7 +82,7 @@ class ColumnParallelLinear(ParallelModule):
         self.weight = nn.Parameter(torch.empty(tp.split(out_features, "output rows"), in_features))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight)
+        return linear(x, self.weight)
 
 
 class MergedColumnParallelLinear(ColumnParallelLinear):
@@ -118,7 +120,7 @@ class RowParallelLinear(ParallelModule):
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = F.linear(x, self.weight)
+        y = linear(x, self.weight)
         return all_reduce(y) if self.tp.size > 1 else y
 
 
@@ -167,6 +169,6 @@ def vocab_logits(
     (seed, counter) and writes the same token into its own pending-token buffer, so the next
     forward's inputs are on every GPU without a broadcast of the sampled ids."""
     if tp.size == 1:
-        return F.linear(hidden, weight) if out is None else torch.mm(hidden, weight.t(), out=out)
-    logits = all_gather_last(F.linear(hidden, weight), tp.size)[..., :vocab_size]
+        return linear(hidden, weight, out)
+    logits = all_gather_last(linear(hidden, weight), tp.size)[..., :vocab_size]
     return logits if out is None else out.copy_(logits)

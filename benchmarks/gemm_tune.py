@@ -1,0 +1,193 @@
+"""Tunes the skinny Triton GEMM (engine/triton_gemm.py) against cuBLAS for every projection shape of
+the given presets at each decode row count, and writes this GPU's table, which engine/linear.py then
+follows: a shape and row count take the Triton config only where it beat cuBLAS by more than
+--margin, and its output matched cuBLAS's within bf16 rounding.
+
+Each candidate is timed as a decode step runs it: back to back over enough copies of the weight to
+overflow L2 four times (a step streams every layer's weights, none is in L2 when read), captured in
+one CUDA graph and replayed; time per GEMM = median replay / copies, over --reps replays after a
+warm-up. cuBLAS (F.linear) is timed the same way in the same process.
+
+    python -m benchmarks.gemm_tune --presets qwen3-4b,qwen3-8b        # writes engine/gemm_tables/
+    python -m benchmarks.gemm_tune --presets qwen3-0.6b --rows 1,8 --out /tmp/t.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import itertools
+import json
+import math
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from bubblelab.core.files import write_atomic
+from bubblelab.engine.config import preset
+from bubblelab.engine.linear import table_path
+from bubblelab.engine.triton_gemm import TileConfig, skinny_matmul
+
+ROWS = (1, 2, 4, 8, 16, 32, 64, 128)
+
+
+def projection_shapes(name: str) -> dict[str, tuple[int, int]]:
+    """(N, K) of each GEMM of a decode step at tensor parallel 1."""
+    c = preset(name)
+    q, kv = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
+    return {
+        "qkv_proj": (q + 2 * kv, c.hidden_size),
+        "o_proj": (c.hidden_size, q),
+        "gate_up_proj": (2 * c.intermediate_size, c.hidden_size),
+        "down_proj": (c.hidden_size, c.intermediate_size),
+        "lm_head": (c.vocab_size, c.hidden_size),
+    }
+
+
+def candidates(rows: int) -> list[TileConfig]:
+    """Launch shapes worth timing for this many rows: the GEMV form for one row, tl.dot tiles
+    otherwise (BLOCK_M the rows rounded up to a power of two, 16 to 64, or 128 at 128 rows)."""
+    out = []
+    if rows == 1:
+        for bn, bk, warps in itertools.product((8, 16, 32), (256, 512), (4, 8)):
+            out.append(TileConfig(1, bn, bk, warps, 3))
+    block_ms = {min(64, max(16, 1 << (rows - 1).bit_length()))} | ({128} if rows >= 128 else set())
+    for bm, bn, bk, warps, stages in itertools.product(
+        sorted(block_ms), (16, 32, 64, 128), (128, 256), (4, 8), (3, 4)
+    ):
+        if stages * (bm + bn) * bk * 2 <= 160 * 1024:  # shared memory of the pipelined tiles
+            out.append(TileConfig(bm, bn, bk, warps, stages))
+    return out
+
+
+def time_graph(fn: Callable[[torch.Tensor, torch.Tensor], object], x, weights, reps: int) -> float:
+    """Microseconds per call of fn(x, w), over every w in one captured graph."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # compiles and warms up outside the capture
+        for w in weights:
+            fn(x, w)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for w in weights:
+            fn(x, w)
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / len(weights))
+    del graph
+    return statistics.median(times)
+
+
+def tune_shape(n: int, k: int, rows: list[int], args, log) -> dict[str, dict]:
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    nbytes = n * k * 2
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    weights = [
+        (torch.randn(n, k, device="cuda", generator=gen) * k**-0.5).to(torch.bfloat16)
+        for _ in range(max(1, math.ceil(4 * l2 / nbytes)))
+    ]
+    result = {}
+    for m in rows:
+        x = torch.randn(m, k, device="cuda", generator=gen).to(torch.bfloat16)
+        out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        reference = F.linear(x, weights[0]).float()
+        cublas_us = time_graph(functools.partial(_cublas, out=out), x, weights, args.reps)
+        best: tuple[float, TileConfig] | None = None
+        for config in candidates(m):
+            try:
+                y = skinny_matmul(x, weights[0], config).float()
+            except Exception as exc:  # noqa: BLE001 -- a config this GPU cannot run is skipped
+                log(f"  skip {config}: {type(exc).__name__}")
+                continue
+            # bf16 output rounding: a few ulps of the largest value, never more
+            error = (y - reference).abs().max().item()
+            if error > 4e-3 * reference.abs().max().item():
+                log(f"  WRONG {config}: max error {error:.3g}")
+                continue
+            run = functools.partial(skinny_matmul, config=config, out=out)
+            us = time_graph(run, x, weights, args.reps)
+            if best is None or us < best[0]:
+                best = (us, config)
+        entry: dict = {"cublas_us": round(cublas_us, 2), "config": None}
+        if best is not None:
+            entry["triton_us"] = round(best[0], 2)
+            entry["best_triton"] = best[1].as_dict()
+            if best[0] < cublas_us * (1 - args.margin):
+                entry["config"] = best[1].as_dict()
+        fastest = min(cublas_us, best[0] if best else cublas_us)
+        entry["gbs"] = round(nbytes / fastest / 1e3, 1)
+        picked = "triton" if entry["config"] else "cublas"
+        triton_us = f"{best[0]:.1f}" if best else "-"
+        log(f"{n}x{k} rows {m}: cuBLAS {cublas_us:.1f} us, Triton {triton_us} us -> {picked}")
+        result[str(m)] = entry
+    return result
+
+
+def _cublas(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    return torch.mm(x, w.t(), out=out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--presets", default="qwen3-4b,qwen3-8b")
+    ap.add_argument("--rows", default=",".join(map(str, ROWS)))
+    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--margin", type=float, default=0.03, help="required win over cuBLAS")
+    ap.add_argument("--out", type=Path, default=None, help="default: this GPU's table")
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("gemm_tune needs a CUDA GPU")
+    rows = [int(r) for r in args.rows.split(",")]
+    device = torch.cuda.get_device_name(0)
+    out = args.out or table_path(device)
+    shapes: dict[tuple[int, int], list[str]] = {}
+    for name in args.presets.split(","):
+        for proj, shape in projection_shapes(name).items():
+            shapes.setdefault(shape, []).append(f"{name}.{proj}")
+    t0 = time.perf_counter()
+    table: dict = {
+        "device": device,
+        "torch": torch.__version__,
+        "triton": __import__("triton").__version__,
+        "commit": _commit(),
+        "command": "python -m benchmarks.gemm_tune " + " ".join(sys.argv[1:]),
+        "margin": args.margin,
+        "shapes": {},
+        "used_by": {},
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for (n, k), users in shapes.items():
+        table["shapes"][f"{n}x{k}"] = tune_shape(n, k, rows, args, lambda s: print(s, flush=True))
+        table["used_by"][f"{n}x{k}"] = users
+        table["wall_s"] = round(time.perf_counter() - t0, 1)
+        write_atomic(out, json.dumps(table, indent=1) + "\n")  # after each shape: nothing lost
+        torch.cuda.empty_cache()
+    print(f"wrote {out} in {table['wall_s']} s")
+
+
+def _commit() -> str | None:
+    rev = Path(".git-rev")
+    if rev.exists():
+        return rev.read_text().strip()
+    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return done.stdout.strip() or None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,126 @@
+"""Skinny GEMMs, y = x @ w.T for a few rows of x, as one Triton kernel whose tiles a per-GPU table
+chose (engine/linear.py loads it; benchmarks/gemm_tune.py writes it).
+
+A decode step at small batch streams every weight once and does little arithmetic on it, so its
+GEMMs should run at the memory bandwidth. cuBLAS's picks for these shapes reach ~80% of it on an
+H200 (qwen3-4b at batch 1) and add a split-K reduction kernel for the row-parallel projections.
+Here one program owns BLOCK_N output columns and reads their weight rows end to end: enough programs
+keep enough bytes in flight without splitting K, so there is no second kernel and no atomics, and
+each output row's sum runs in the same order whatever the batch (the same tokens at depth 1 and 2).
+
+BLOCK_M 1 is the GEMV form for one row (products accumulated in registers, one reduction at the
+end); otherwise tl.dot on BLOCK_M rows (at least 16: the MMA's smallest tile; padding rows cost no
+memory traffic). Programs are ordered with the row blocks fastest, so the programs that read one
+weight tile run together and share it through L2.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+
+@dataclass(frozen=True)
+class TileConfig:
+    """One launch shape: rows, output columns and reduction depth per program, and its warps and
+    software-pipeline stages."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+    num_warps: int
+    num_stages: int
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+@triton.jit
+def _skinny_kernel(
+    X,
+    W,
+    Y,
+    M,
+    N,
+    K,
+    stride_xm,
+    stride_wn,
+    stride_ym,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    EVEN_K: tl.constexpr,
+):
+    num_m = tl.cdiv(M, BLOCK_M)
+    pid = tl.program_id(0)
+    pid_m, pid_n = pid % num_m, pid // num_m
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    m_ok, n_ok = rm < M, rn < N
+    x_ptrs = X + rm.to(tl.int64)[:, None] * stride_xm + rk[None, :]
+    w_ptrs = W + rn.to(tl.int64)[:, None] * stride_wn + rk[None, :]
+    if BLOCK_M == 1:
+        acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, K, BLOCK_K):
+        if EVEN_K:
+            x = tl.load(x_ptrs, mask=m_ok[:, None], other=0.0)
+            w = tl.load(w_ptrs, mask=n_ok[:, None], other=0.0)
+        else:
+            k_ok = (rk + k < K)[None, :]
+            x = tl.load(x_ptrs, mask=m_ok[:, None] & k_ok, other=0.0)
+            w = tl.load(w_ptrs, mask=n_ok[:, None] & k_ok, other=0.0)
+        if BLOCK_M == 1:
+            acc += w.to(tl.float32) * x.to(tl.float32)  # x is [1, BLOCK_K]: broadcast over rows
+        else:
+            acc = tl.dot(x, tl.trans(w), acc)
+        x_ptrs += BLOCK_K
+        w_ptrs += BLOCK_K
+    if BLOCK_M == 1:
+        out = tl.sum(acc, axis=1)[None, :]
+    else:
+        out = acc
+    y_ptrs = Y + rm.to(tl.int64)[:, None] * stride_ym + rn[None, :]
+    tl.store(y_ptrs, out.to(Y.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
+
+
+def skinny_matmul(
+    x: torch.Tensor, w: torch.Tensor, config: TileConfig, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """x [M, K] @ w[N, K].T -> [M, N] in x's dtype (into `out` when given), with config's tiles.
+    Both operands must have unit stride along K."""
+    m, k = x.shape
+    n = w.shape[0]
+    if w.shape[1] != k:
+        raise ValueError(f"x has {k} columns, w has {w.shape[1]}")
+    if x.stride(1) != 1 or w.stride(1) != 1:
+        raise ValueError("skinny_matmul needs unit stride along K")
+    if config.block_m == 1 and m != 1:
+        raise ValueError(f"a BLOCK_M 1 config computes one row, got {m}")
+    y = torch.empty(m, n, dtype=x.dtype, device=x.device) if out is None else out
+    if m == 0:
+        return y
+    grid = (triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n),)
+    _skinny_kernel[grid](
+        x,
+        w,
+        y,
+        m,
+        n,
+        k,
+        x.stride(0),
+        w.stride(0),
+        y.stride(0),
+        BLOCK_M=config.block_m,
+        BLOCK_N=config.block_n,
+        BLOCK_K=config.block_k,
+        EVEN_K=k % config.block_k == 0,
+        num_warps=config.num_warps,
+        num_stages=config.num_stages,
+    )
+    return y
