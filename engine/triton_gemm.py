@@ -25,14 +25,15 @@ import triton.language as tl
 
 @dataclass(frozen=True)
 class TileConfig:
-    """One launch shape: rows, output columns and reduction depth per program, and its warps and
-    software-pipeline stages."""
+    """One launch shape: rows, output columns and reduction depth per program, how many programs
+    split K between them, and its warps and software-pipeline stages."""
 
     block_m: int
     block_n: int
     block_k: int
     num_warps: int
     num_stages: int
+    split_k: int = 1
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -43,6 +44,8 @@ def _skinny_kernel(
     X,
     W,
     Y,
+    WS,
+    LOCKS,
     M,
     N,
     K,
@@ -52,14 +55,19 @@ def _skinny_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    SPLIT_K: tl.constexpr,
     EVEN_K: tl.constexpr,
 ):
     num_m = tl.cdiv(M, BLOCK_M)
-    pid = tl.program_id(0)
-    pid_m, pid_n = pid % num_m, pid // num_m
+    tile, pid_k = tl.program_id(0), tl.program_id(1)
+    pid_m, pid_n = tile % num_m, tile // num_m
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    rk = tl.arange(0, BLOCK_K)
+    # This program's share of K: whole BLOCK_K steps, the last share shorter.
+    k_steps = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K)
+    k_begin = pid_k * k_steps * BLOCK_K
+    k_end = tl.minimum(K, k_begin + k_steps * BLOCK_K)
+    rk = k_begin + tl.arange(0, BLOCK_K)
     m_ok, n_ok = rm < M, rn < N
     x_ptrs = X + rm.to(tl.int64)[:, None] * stride_xm + rk[None, :]
     w_ptrs = W + rn.to(tl.int64)[:, None] * stride_wn + rk[None, :]
@@ -67,12 +75,12 @@ def _skinny_kernel(
         acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, K, BLOCK_K):
+    for k in range(k_begin, k_end, BLOCK_K):
         if EVEN_K:
             x = tl.load(x_ptrs, mask=m_ok[:, None], other=0.0)
             w = tl.load(w_ptrs, mask=n_ok[:, None], other=0.0)
         else:
-            k_ok = (rk + k < K)[None, :]
+            k_ok = (rk + (k - k_begin) < k_end)[None, :]
             x = tl.load(x_ptrs, mask=m_ok[:, None] & k_ok, other=0.0)
             w = tl.load(w_ptrs, mask=n_ok[:, None] & k_ok, other=0.0)
         if BLOCK_M == 1:
@@ -86,7 +94,38 @@ def _skinny_kernel(
     else:
         out = acc
     y_ptrs = Y + rm.to(tl.int64)[:, None] * stride_ym + rn[None, :]
-    tl.store(y_ptrs, out.to(Y.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
+    y_mask = m_ok[:, None] & n_ok[None, :]
+    if SPLIT_K == 1:
+        tl.store(y_ptrs, out.to(Y.dtype.element_ty), mask=y_mask)
+    else:
+        # Each share's partial goes to the workspace; the last program of the tile to finish
+        # adds them in share order (the same sum whichever finished last) and resets the tile's
+        # counter for the next call. No second kernel, no float atomics.
+        num_tiles = tl.num_programs(0)
+        part = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+        tl.store(WS + (pid_k * num_tiles + tile) * (BLOCK_M * BLOCK_N) + part, out)
+        tl.debug_barrier()  # every thread's partial is written before the counter moves
+        done = tl.atomic_add(LOCKS + tile, 1, sem="acq_rel")
+        if done == SPLIT_K - 1:
+            total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            for s in range(SPLIT_K):
+                ws = WS + (s * num_tiles + tile) * (BLOCK_M * BLOCK_N) + part
+                total += tl.load(ws, cache_modifier=".cg")  # from L2: other SMs wrote it
+            tl.store(y_ptrs, total.to(Y.dtype.element_ty), mask=y_mask)
+            tl.atomic_xchg(LOCKS + tile, 0)
+
+
+_locks: dict[torch.device, torch.Tensor] = {}
+
+
+def _tile_counters(device: torch.device, tiles: int) -> torch.Tensor:
+    """Zeroed int32 counters, one per output tile, kept per device (the kernel leaves them zero).
+    One stream computes GEMMs per device, so concurrent kernels never share them."""
+    counters = _locks.get(device)
+    if counters is None or counters.numel() < tiles:
+        counters = torch.zeros(max(tiles, 1 << 16), dtype=torch.int32, device=device)
+        _locks[device] = counters
+    return counters
 
 
 def skinny_matmul(
@@ -105,11 +144,20 @@ def skinny_matmul(
     y = torch.empty(m, n, dtype=x.dtype, device=x.device) if out is None else out
     if m == 0:
         return y
-    grid = (triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n),)
-    _skinny_kernel[grid](
+    tiles = triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n)
+    split = config.split_k
+    workspace = counters = y  # unused at split 1
+    if split > 1:
+        workspace = torch.empty(
+            split * tiles * config.block_m * config.block_n, dtype=torch.float32, device=x.device
+        )
+        counters = _tile_counters(x.device, tiles)
+    _skinny_kernel[(tiles, split)](
         x,
         w,
         y,
+        workspace,
+        counters,
         m,
         n,
         k,
@@ -119,6 +167,7 @@ def skinny_matmul(
         BLOCK_M=config.block_m,
         BLOCK_N=config.block_n,
         BLOCK_K=config.block_k,
+        SPLIT_K=split,
         EVEN_K=k % config.block_k == 0,
         num_warps=config.num_warps,
         num_stages=config.num_stages,

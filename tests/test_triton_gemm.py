@@ -15,19 +15,24 @@ import torch
 
 from tests.triton_interpreter import results_by_case, serve_cases
 
-# (rows, N, K, block_m, block_n, block_k, warps, stages, dtype)
+# (rows, N, K, block_m, block_n, block_k, warps, stages, dtype[, split_k])
 CPU_CASES = [
     (1, 40, 96, 1, 8, 32, 4, 3, "fp32"),  # GEMV form; N and K not multiples of the tiles
     (1, 64, 128, 1, 16, 64, 4, 3, "fp16"),
     (3, 50, 100, 16, 16, 32, 4, 3, "fp32"),  # tl.dot form, rows padded to 16, uneven K
     (20, 48, 64, 16, 16, 32, 4, 3, "fp16"),  # two row blocks
     (0, 16, 32, 16, 16, 32, 4, 3, "fp32"),  # no rows: nothing to launch
+    # split K, the last program of a tile adding the shares: even, uneven and empty last shares
+    (1, 40, 256, 1, 16, 32, 4, 3, "fp32", 4),
+    (1, 40, 100, 1, 8, 32, 4, 3, "fp32", 3),
+    (5, 33, 96, 16, 16, 32, 4, 3, "fp16", 4),
+    (17, 48, 200, 16, 32, 64, 4, 3, "fp32", 2),
 ]
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 @torch.no_grad()
-def compare(rows, n, k, bm, bn, bk, warps, stages, dtype, device="cpu") -> dict:
+def compare(rows, n, k, bm, bn, bk, warps, stages, dtype, split=1, device="cpu") -> dict:
     """Largest error of the kernel against fp64, relative to the output's largest magnitude, and
     whether `out=` receives the result."""
     from bubblelab.engine.triton_gemm import TileConfig, skinny_matmul
@@ -37,9 +42,11 @@ def compare(rows, n, k, bm, bn, bk, warps, stages, dtype, device="cpu") -> dict:
     w = (torch.randn(n, k, generator=g) * k**-0.5).to(DTYPES[dtype]).to(device)
     want = x.double() @ w.double().t()
     out = torch.full((rows, n), float("nan"), dtype=x.dtype, device=device)
-    got = skinny_matmul(x, w, TileConfig(bm, bn, bk, warps, stages), out=out)
+    got = skinny_matmul(x, w, TileConfig(bm, bn, bk, warps, stages, split), out=out)
     scale = max(float(want.abs().max()) if rows else 1.0, 1e-6)
+    again = skinny_matmul(x, w, TileConfig(bm, bn, bk, warps, stages, split))
     return {
+        "repeatable": bool(torch.equal(got, again)),  # the tile counters were left at zero
         "shape": list(got.shape),
         "into_out": got.data_ptr() == out.data_ptr(),
         "rel_err": float((got.double() - want).abs().max()) / scale if rows else 0.0,
@@ -57,7 +64,7 @@ def cpu_results() -> dict:
 def test_interpreted_kernel_matches_the_product(cpu_results, case):
     r = cpu_results[tuple(case)]
     assert "error" not in r, r.get("error")
-    assert r["shape"] == [case[0], case[1]] and r["into_out"]
+    assert r["shape"] == [case[0], case[1]] and r["into_out"] and r["repeatable"]
     # fp32 accumulation: only the output's rounding to the dtype remains
     assert r["rel_err"] <= (1e-5 if case[-1] == "fp32" else 2e-3), r
 
@@ -125,7 +132,8 @@ def test_gpu_every_config_of_this_gpus_table_matches_the_product_in_bf16():
                 tiles = tuple(
                     config[f] for f in ("block_m", "block_n", "block_k", "num_warps", "num_stages")
                 )
-                r = compare(m, n, k, *tiles, "bf16", device="cuda")
+                tiles += (config.get("split_k", 1),)
+                r = compare(m, n, k, *tiles[:5], "bf16", tiles[5], device="cuda")
                 assert r["rel_err"] <= 1e-2, (n, k, m, config, r)  # bf16 output rounding
                 checked += 1
     assert checked, "the table picks Triton nowhere"
