@@ -57,7 +57,8 @@ def choice(x: torch.Tensor, weight: torch.Tensor) -> dict | None:
     """The tuned Triton config for this GEMM, or None for cuBLAS."""
     if not x.is_cuda or x.dim() != 2 or x.dtype != torch.bfloat16 or weight.dtype != x.dtype:
         return None
-    entry = _table(_device_name(x.device.index or 0)).get(tuple(weight.shape))
+    n, k = weight.shape
+    entry = _table(_device_name(x.device.index or 0)).get((n, k))
     return None if entry is None else config_for(entry, x.shape[0])
 
 

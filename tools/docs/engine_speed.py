@@ -13,11 +13,16 @@ MEASUREMENTS = ROOT / "docs" / "measurements"
 # (what ran, its compare_nanovllm JSON, the bubblelab commit): newest first
 PEERS = [
     (
-        "after the speed work",
-        MEASUREMENTS / "2026-11-26/peers-h100/compare_nanovllm.json",
-        "98a9a6e",
+        "with the GEMM tables",
+        MEASUREMENTS / "2026-11-26/peers-h100-0ba4df5/compare_nanovllm.json",
+        "0ba4df5",
     ),
-    ("before it", MEASUREMENTS / "2026-11-23/peers/compare_nanovllm.json", "4fa3750"),
+    (
+        "with the GEMM tables",
+        MEASUREMENTS / "2026-11-26/peers-h200-075bad6/compare_nanovllm.json",
+        "075bad6",
+    ),
+    ("before the speed work", MEASUREMENTS / "2026-11-23/peers/compare_nanovllm.json", "4fa3750"),
 ]
 # (label, directory of benchmarks.engine_split's split.json), in the order the work went
 SPLITS = [
@@ -30,6 +35,16 @@ SPLITS = [
         "+ decode tiles, Triton sampler (98a9a6e)",
         MEASUREMENTS / "2026-11-26/engine-split/final-98a9a6e",
     ),
+    (
+        "+ GEMM table (f26ccbd), **on an H200**",
+        MEASUREMENTS / "2026-11-26/engine-split/h200-f26ccbd",
+    ),
+]
+# benchmarks.forward_kernels runs, cuBLAS only (gemm0) and with the GPU's table (gemm1):
+# (GPU, the commit that ran, file stem under forward-kernels/)
+ROOFLINE = [
+    ("H100", "eeff8c8", "h100-eeff8c8"),
+    ("H200", "f26ccbd", "h200-f26ccbd"),
 ]
 
 
@@ -102,10 +117,8 @@ def engine_split() -> str:
         "sampling |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    device = None
     for label, folder in SPLITS:
         split = json.loads((folder / "split.json").read_text())
-        device = split["device"]
         for depth, s in split["unprofiled"].items():
             lo, hi = s["wall_ms_range"]
             k = _decode_per_step(split, depth)
@@ -117,10 +130,53 @@ def engine_split() -> str:
                 f"{k.get('elementwise', 0):.2f}, {k.get('sampling', 0):.2f} |"
             )
     return "\n".join(lines) + (
-        f"\n\n{device}; wall and its parts: the in-process timeline, median of 5 interleaved "
-        "rounds per depth (min-max of the wall); GPU ms a step: one nsys round per depth "
-        "(`benchmarks.engine_split`). Each version ran in its own call on a freshly started H100, "
-        "and the hosts differed (the second's CUDA calls took ~1.7x as long): compare depth 2 and "
-        "the GPU times across versions, depth 1's bubble, which is host time, within a version. "
+        "\n\nNVIDIA H100 80GB HBM3, except the last row's NVIDIA H200. Wall and its parts: the "
+        "in-process timeline, median of 5 interleaved rounds per depth (min-max of the wall); GPU "
+        "ms a step: one nsys round per depth (`benchmarks.engine_split`). Each version ran in its "
+        "own call on a freshly started machine, and the hosts differed (on one H100 the CUDA calls "
+        "took ~1.7x as long as on another): compare depth 2 and the GPU times across versions, "
+        "depth 1's bubble, which is host time, within a version. "
         "Before d0bc498 the time before the first forward also counted building the 128 requests."
+    )
+
+
+def decode_roofline() -> str:
+    """docs/engine-speed.md: a decode step's forward against its floor, cuBLAS alone and with the
+    GPU's GEMM table, for each GPU, model and batch."""
+    lines = [
+        "| GPU | model | rows | floor ms (weights + K/V) | cuBLAS ms | with the table ms "
+        "| with the table / floor | / weight floor alone |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    notes = []
+    for gpu, commit, stem in ROOFLINE:
+        for preset in ("qwen3-4b", "qwen3-8b"):
+            runs = {}
+            for g in ("gemm0", "gemm1"):
+                doc = json.loads(
+                    (
+                        MEASUREMENTS / f"2026-11-26/forward-kernels/{stem}-{preset}-{g}.json"
+                    ).read_text()
+                )
+                runs[g] = doc["presets"][preset]["compiled"]
+            base, tuned = runs["gemm0"], runs["gemm1"]
+            for key in (k for k in tuned if k.startswith("batch_")):
+                b, t = base[key], tuned[key]
+                lines.append(
+                    f"| {gpu} | {preset} | {key[6:]} | {t['floor_ms']:.3f} | {b['step_ms']:.3f} "
+                    f"| {t['step_ms']:.3f} | {t['x_floor']:.2f}x "
+                    f"| {t['step_ms'] / tuned['floor_ms']:.2f}x |"
+                )
+        notes.append(
+            f"{gpu} at {commit} ({doc['device']}, copy bandwidth {doc['copy_bandwidth_gbs']} GB/s)"
+        )
+    return "\n".join(lines) + (
+        "\n\n"
+        + "; ".join(notes)
+        + ". `python -m benchmarks.forward_kernels --presets P --modes compiled --batches 1,8,128 "
+        "--attention-backend triton --iters 30`, once with BUBBLELAB_TRITON_GEMM=0 (cuBLAS) and "
+        "once without; the decode graph of each bucket replayed, median of 30 steps; rows of 512 "
+        "tokens of context. The floor is the bytes a step must read, the weights once and every "
+        "row's K/V in every layer, at the GPU's device-to-device copy bandwidth. The two runs of a "
+        "model ran one after the other in one call, not interleaved."
     )

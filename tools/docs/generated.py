@@ -220,6 +220,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "h200-engines": h200_engines,
     "nanovllm-peers": engine_speed.peers,
     "engine-split": engine_speed.engine_split,
+    "decode-roofline": engine_speed.decode_roofline,
     "traces-steady-state": traces_steady_state,
     "traces-nsys-inflation": traces_nsys_inflation,
     "costmodel-depth1": costmodel_depth1,
