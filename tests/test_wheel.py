@@ -79,6 +79,14 @@ def test_the_installed_commands_run_outside_the_checkout(installed, tmp_path):
         cwd=tmp_path,
     ).strip()  # fmt: skip
     assert Path(example) != RUN_DIR and (Path(example) / "results.json.gz").is_file()
+    # the per-GPU GEMM tables travel with the engine, or an installed engine runs cuBLAS only
+    tables = _run(
+        [installed / "python", "-c",
+         "from bubblelab.engine.linear import TABLE_DIR; "
+         "print(sorted(p.name for p in TABLE_DIR.glob('*.json')))"],
+        cwd=tmp_path,
+    ).strip()  # fmt: skip
+    assert tables == str(sorted(p.name for p in (ROOT / "engine" / "gemm_tables").glob("*.json")))
     assert "qwen3-0.6b" in _run([bubblelab, "predict", example], cwd=tmp_path)
     _run([bubblelab, "report", example, "--out", tmp_path / "report.html"], cwd=tmp_path)
     assert "<html" in (tmp_path / "report.html").read_text()
