@@ -63,6 +63,13 @@ def analyze(
         help="Foreign runs: mean generated length L, for the zombie tax (default: decode steps + "
         "1).",
     ),
+    step_ms: float = typer.Option(
+        None,
+        "--step-ms",
+        help="One foreign run: the engine's own time a decode step without the profiler (its "
+        "inter-token latency at this batch). It replaces the traced step time in the prediction: "
+        "nsys slows the host (docs/foreign-traces.md).",
+    ),
     kernels: bool = typer.Option(
         False,
         "--kernels",
@@ -91,6 +98,7 @@ def analyze(
             domain=domain,
             steps=StepOptions(step_range, step_rule, gap_threshold_us),
             output_len=output_len_mean,
+            step_ms=step_ms,
             kernels=kernels,
             on_progress=lambda what: status.update(Text(what)),
         )

@@ -44,6 +44,7 @@ def pipelining_gain(
     warmup: int = WARMUP_STEPS,
     n_boot: int = 1000,
     seed: int = 0,
+    step_ms: float | None = None,
 ) -> dict:
     """The predicted throughput gain (percent) of pipelining the loop a foreign run's per-step table
     shows, with its 95% interval and the assumptions it rests on (`assumptions`, sentences for the
@@ -58,6 +59,12 @@ def pipelining_gain(
     ("upper" where the number bounds the unprofiled engine's gain from above, else None), and its
     first assumption says so. The interval resamples the steady steps (jointly for T_block
     and T_pipe) and spans z from 1/L (low end) to 0 (high end).
+
+    step_ms: the engine's own unprofiled time a decode step (its inter-token latency at this batch,
+    from its logs or a run without the profiler). It replaces the trace's T_block, and the traced
+    period's excess over it is taken as host time the profiler added: each step's host work loses
+    it, the GPU's work (which the trace times right) stays. The result carries
+    `t_block_source` "given" and no `bound`.
     """
     if output_len is not None:
         check_float("output_len", output_len, 1, 1e6)
@@ -67,6 +74,12 @@ def pipelining_gain(
         raise BubblelabError("no steady decode steps to predict from")
     gpu, host = step_gpu_ms(steady), host_tick_ms(steady)
     period = steady["period_ms"].to_numpy(float)
+    traced = float(np.median(period))
+    given = None
+    if step_ms is not None:
+        given = _given_step(step_ms, traced, float(gpu.median()))
+        host = (host - given["added_ms"]).clip(lower=0.0)
+        period = np.full(len(period), float(step_ms))
     pipe = pipelined_period(gpu, host).to_numpy(float)
     t_block, t_pipe = float(np.median(period)), float(np.median(pipe))
     decode = int((steps["kind"] == "decode").sum())
@@ -78,11 +91,16 @@ def pipelining_gain(
     lo = interval(pct(speedup(boot_block, boot_pipe, z)))[0]
     hi = interval(pct(speedup(boot_block, boot_pipe, 0.0)))[1]
     gpu_ms, host_ms = float(gpu.median()), float(host.median())
-    profiled = _traced_launches(graph_launches, steady, gpu, host)
+    profiled = None if given else _traced_launches(graph_launches, steady, gpu, host)
+    block_line = (
+        given["line"]
+        if given
+        else f"T_block = {t_block:.3f} ms: the median period of {len(steady)} steady decode steps "
+        "of the trace."
+    )
     assumptions = [
         *([profiled["line"]] if profiled else []),
-        f"T_block = {t_block:.3f} ms: the median period of {len(steady)} steady decode steps of "
-        "the trace.",
+        block_line,
         f"T_pipe = {t_pipe:.3f} ms: per step the slower of the GPU's work (period - bubble, median "
         f"{gpu_ms:.3f} ms: its kernels and the gaps between them stay) and the host's (period - "
         "time "
@@ -96,10 +114,15 @@ def pipelining_gain(
             else "(the run's decode steps + 1: one batch from start to end)."
         ),
         "The interval: steps resampled (95%), z from 1/L (low end) to 0 (high end).",
-        "Under nsys the host runs slower (every CUDA call traced; graph launches most), "
-        "which "
-        "inflates the host side and the bubble: the unprofiled engine gains less "
-        "(costmodel/README.md).",
+        *(
+            []
+            if given
+            else [
+                "Under nsys the host runs slower (every CUDA call traced; graph launches most), "
+                "which inflates the host side and the bubble: the unprofiled engine gains less "
+                "(costmodel/README.md); --step-ms gives the engine's own step time instead."
+            ]
+        ),
     ]
     if extra_syncs:
         assumptions.append(
@@ -111,6 +134,8 @@ def pipelining_gain(
         "speedup_pct": round(pct(speedup(t_block, t_pipe, z)), 3),
         "interval_pct": [round(lo, 3), round(hi, 3)],
         "t_block_ms": round(t_block, 6),
+        "t_block_source": "given" if given else "trace",
+        **({"t_block_traced_ms": round(traced, 6)} if given else {}),
         "t_pipe_ms": round(t_pipe, 6),
         "gpu_ms": round(gpu_ms, 6),
         "host_ms": round(host_ms, 6),
@@ -120,6 +145,26 @@ def pipelining_gain(
         **({k: v for k, v in profiled.items() if k != "line"} if profiled else {}),
         "assumptions": assumptions,
     }
+
+
+def _given_step(step_ms: float, traced_ms: float, gpu_ms: float) -> dict:
+    """The profiler's share of the traced step, from the engine's own step time; refused where
+    that time is shorter than the GPU's traced work (a different batch or engine than the
+    trace's, or the GPU side slowed too)."""
+    check_float("step_ms", step_ms, 1e-6, 1e9)
+    if step_ms < 0.98 * gpu_ms:
+        raise BubblelabError(
+            f"--step-ms {step_ms:g} is shorter than the GPU's work a step in the trace "
+            f"({gpu_ms:.3f} ms): give the unprofiled step time of the same engine at the same "
+            "batch as the trace"
+        )
+    added = max(traced_ms - step_ms, 0.0)
+    line = (
+        f"T_block = {step_ms:.3f} ms: the engine's own step time (given), where the trace's steps "
+        f"take {traced_ms:.3f} ms; the {added:.3f} ms more is taken as host time the profiler "
+        "added (CUDA calls traced) and comes off each step's host work."
+    )
+    return {"added_ms": added, "line": line}
 
 
 def _traced_launches(

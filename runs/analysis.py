@@ -37,6 +37,7 @@ def analyze_traces(
     domain: str = DOMAIN,
     steps: StepOptions | None = None,
     output_len: float | None = None,
+    step_ms: float | None = None,
     kernels: bool = False,
     on_progress: Callable[[str], None] | None = None,
 ) -> dict:
@@ -48,8 +49,10 @@ def analyze_traces(
     ask profiling.analysis more afterwards; default: in memory); none: every run already in
     `catalog`; or one run directory, read from the catalog its sweep left. steps: how to find a
     foreign engine's steps; output_len: its requests' mean generated length, for the zombie tax
-    (default: its decode steps + 1). kernels: each run adds `kernels`, the kernel-level view
-    (profiling.kernels.kernel_view: top kernels, CUDA API summary, launch latency, whole-run split).
+    (default: its decode steps + 1); step_ms: its own unprofiled time a decode step, which
+    replaces the trace's in the prediction (one foreign run only). kernels: each run adds
+    `kernels`, the kernel-level view (profiling.kernels.kernel_view: top kernels, CUDA API summary,
+    launch latency, whole-run split).
     on_progress: told what is being done, in words.
     """
     paths = [Path(p) for p in inputs]
@@ -68,6 +71,8 @@ def analyze_traces(
         check_output_path(Path(catalog), "--catalog")
     if output_len is not None:  # checked here: pipelining_gain's refusals are per run
         check_float("output_len", output_len, 1, 1e6)
+    if step_ms is not None:
+        check_float("step_ms", step_ms, 1e-6, 1e9)
     say = on_progress or (lambda _: None)
 
     def work(con: duckdb.DuckDBPyConnection) -> dict:
@@ -81,9 +86,13 @@ def analyze_traces(
         files = dict(con.execute("SELECT run_id, trace_path FROM runs").fetchall())
         for run in report["runs"]:  # where each run came from: its name (_name_runs) says it
             run["trace_path"] = files.get(run["run_id"])
+        foreign_runs = [run for run in report["runs"] if "syncs_per_step" in run]
+        if step_ms is not None and len(foreign_runs) != 1:
+            n = len(foreign_runs)
+            raise OptionError("step_ms", f"needs exactly one foreign run, there are {n}", step_ms)
+        for run in foreign_runs:
+            run["pipelining"] = _pipelining(con, run, output_len, warmup, step_ms)
         for run in report["runs"]:
-            if "syncs_per_step" in run:
-                run["pipelining"] = _pipelining(con, run, output_len, warmup)
             if kernels:
                 run["kernels"] = kernel_view(con, run["run_id"])
         if not report["runs"]:
@@ -107,7 +116,11 @@ def analyze_traces(
 
 
 def _pipelining(
-    con: duckdb.DuckDBPyConnection, run: dict, output_len: float | None, warmup: int
+    con: duckdb.DuckDBPyConnection,
+    run: dict,
+    output_len: float | None,
+    warmup: int,
+    step_ms: float | None = None,
 ) -> dict:
     """What pipelining would buy a foreign run, with its mid-step host syncs and the host time nsys
     added to node-traced graph launches named among the assumptions; the reason where it cannot be
@@ -121,6 +134,7 @@ def _pipelining(
             extra_syncs=syncs,
             graph_launches=foreign.traced_graph_launches(con, run["run_id"]),
             warmup=warmup,
+            step_ms=step_ms,
         )
     except BubblelabError as e:
         return {"not_predicted": str(e)}

@@ -65,3 +65,29 @@ def test_a_graph_mode_prediction_is_marked_and_the_kernel_view_says_why():
     assert 0.05 < gain["graph_launch_ms"] < 0.2  # 101 us mean in the raw rows
     assert gain["assumptions"][0].startswith("nsys traced the CUDA graphs whole")
     assert "were not traced" in run["kernels"]["note"]
+
+
+# The same configuration unprofiled, from the sweep this trace came from (docs/foreign-traces.md,
+# docs/measurements/2026-11-26/foreign-predict/h200-graph.json): depth 1's step took 1.572 ms, and
+# depth 2 measured +9.17% (95% interval 8.90 to 9.50, 9 interleaved pairs).
+UNPROFILED_STEP_MS, MEASURED_PCT = 1.572, 9.17
+
+
+def test_the_engines_own_step_time_turns_the_bound_into_the_measured_gain():
+    con = connect(None)
+    kwargs = {"catalog": con, "domain": "none", "output_len": 64}
+    traced = analyze_traces([TRACE], **kwargs)["runs"][0]["pipelining"]
+    given = analyze_traces([TRACE], step_ms=UNPROFILED_STEP_MS, **kwargs)["runs"][0]["pipelining"]
+    assert traced["speedup_pct"] - MEASURED_PCT > 20  # the profiled engine's gain: +37%
+    assert given["t_block_source"] == "given" and "bound" not in given
+    assert given["t_block_ms"] == UNPROFILED_STEP_MS
+    assert given["t_block_traced_ms"] == pytest.approx(traced["t_block_ms"])
+    assert given["t_pipe_ms"] == pytest.approx(traced["t_pipe_ms"], rel=0.01)  # the GPU's work
+    assert abs(given["speedup_pct"] - MEASURED_PCT) < 2.0
+    assert "engine's own step time (given)" in given["assumptions"][0]
+
+
+def test_a_step_time_the_gpu_alone_exceeds_is_refused():
+    con = connect(None)
+    run = analyze_traces([TRACE], catalog=con, domain="none", output_len=64, step_ms=1.0)["runs"][0]
+    assert "shorter than the GPU's work" in run["pipelining"]["not_predicted"]

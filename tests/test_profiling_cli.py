@@ -134,3 +134,21 @@ def test_analyze_foreign_bad_input_exit_2(fork_trace):
     result = bubblelab("analyze", str(rep))  # PATH holds no nsys here
     assert result.returncode == 2 and "cannot export it to SQLite" in result.stderr
     assert "nsys (Nsight Systems) not found" in result.stderr
+
+
+def test_analyze_takes_the_engines_own_step_time_for_one_foreign_run(fork_trace, tmp_path):
+    traced = json.loads(bubblelab("analyze", str(fork_trace), "--json").stdout)["runs"][0]
+    step = traced["pipelining"]["t_block_ms"] * 0.9  # the profiler's tenth comes off the host
+    given = bubblelab("analyze", str(fork_trace), "--json", "--step-ms", f"{step:.6f}")
+    assert given.returncode == 0, given.stderr
+    gain = json.loads(given.stdout)["runs"][0]["pipelining"]
+    assert gain["t_block_source"] == "given" and gain["t_block_ms"] == pytest.approx(step)
+    # this engine's host outlasts its GPU: the host work the profiler added comes off T_pipe too
+    assert gain["t_pipe_ms"] < traced["pipelining"]["t_pipe_ms"]
+    text = bubblelab("analyze", str(fork_trace), "--step-ms", f"{step:.6f}").stdout
+    assert "engine's own step time (given)" in text
+    twin = tmp_path / "twin.sqlite"
+    twin.write_bytes(fork_trace.read_bytes())
+    both = bubblelab("analyze", str(fork_trace), str(twin), "--step-ms", "1")
+    assert both.returncode == 2 and both.stderr.count("\n") == 1
+    assert "--step-ms needs exactly one foreign run, there are 2" in both.stderr
