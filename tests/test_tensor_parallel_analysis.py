@@ -132,8 +132,9 @@ def test_the_cost_model_takes_each_steps_gpu_time_across_ranks(tp2):
     assert list(pieces["ranks"]) == [2] * 4 and (pieces["straggler_extra_ms"] >= 0).all()
     # without the per-rank tables the model says it used rank 0's own pieces
     alone = predict_runs(results.runs, results.steps, results.requests, n_boot=50).iloc[0]
-    assert alone["gpu_from"].startswith("rank 0")
-    assert alone["d1_pipelined_ms"] != row["d1_pipelined_ms"]
+    assert alone["gpu_from"].startswith("rank 0") and alone["gpu_from"] != row["gpu_from"]
+    # (their predicted periods may coincide: when rank 0 is the slowest rank in every step, as a
+    # loaded 2-core machine makes it now and then, the slowest rank's GPU time is rank 0's)
 
 
 def test_predict_puts_tp_1_beside_tp_2(tp1, tp2):
