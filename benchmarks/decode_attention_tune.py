@@ -14,12 +14,11 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import statistics
 from pathlib import Path
 
 import torch
 
-from benchmarks.forward_kernels import copy_bandwidth
+from benchmarks.forward_kernels import copy_bandwidth, time_steps
 from bubblelab.core.files import write_atomic
 from bubblelab.engine.attention.triton_decode import paged_decode_attention
 
@@ -63,15 +62,7 @@ def time_config(layers: list, iters: int, **shape) -> float:
     with torch.cuda.graph(graph):
         for q, k, v, t, n in layers:
             paged_decode_attention(q, k, v, t, n, DIM**-0.5, **shape)
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(1e3 * start.elapsed_time(end) / len(layers))
-    return statistics.median(times)
+    return time_steps(graph.replay, iters, cuda=True) * 1e3 / len(layers)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -143,8 +143,7 @@ def bench_preset(
         * mc.num_layers
         * mc.num_kv_heads
         * mc.head_dim
-        * torch.finfo(loaded.model.embed_tokens.weight.dtype).bits
-        // 8
+        * loaded.model.embed_tokens.weight.element_size()
     )
     slot = runner.slots[0]
     for b in batches:

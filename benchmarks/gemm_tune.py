@@ -21,8 +21,6 @@ import functools
 import itertools
 import json
 import math
-import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -30,10 +28,12 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.forward_kernels import time_steps
 from bubblelab.core.files import write_atomic
 from bubblelab.engine.config import preset
 from bubblelab.engine.linear import table_path
 from bubblelab.engine.triton_gemm import TileConfig, skinny_matmul
+from bubblelab.runs.machine import git_facts
 
 ROWS = (1, 2, 4, 8, 16, 32, 64, 128)
 
@@ -93,18 +93,7 @@ def time_graph(
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         body()
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / len(weights))
-    del graph
-    return statistics.median(times)
+    return time_steps(graph.replay, reps, cuda=True) * 1e3 / len(weights)
 
 
 def tune_shape(n: int, k: int, rows: list[int], args, log) -> dict[str, dict]:
@@ -120,6 +109,7 @@ def tune_shape(n: int, k: int, rows: list[int], args, log) -> dict[str, dict]:
         x = torch.randn(m, k, device="cuda", generator=gen).to(torch.bfloat16)
         out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
         reference = x.float() @ weights[0].float().t()
+        last = x.float() @ weights[-1].float().t()  # what `out` holds after a config's replays
         between_us = time_graph(None, x, weights, args.reps)  # the elementwise kernel alone
         cublas_us = time_graph(functools.partial(_cublas, out=out), x, weights, args.reps)
         cublas_us -= between_us
@@ -138,7 +128,6 @@ def tune_shape(n: int, k: int, rows: list[int], args, log) -> dict[str, dict]:
             run = functools.partial(skinny_matmul, config=config, out=out)
             us = time_graph(run, x, weights, args.reps) - between_us
             # after many replays `out` holds the last copy's product: split-K's hand-over held
-            last = x.float() @ weights[-1].float().t()
             if (out.float() - last).abs().max().item() > 8e-3 * last.abs().max().item():
                 log(f"  WRONG after replays {config}")
                 continue
@@ -187,7 +176,7 @@ def main() -> None:
         "device": device,
         "torch": torch.__version__,
         "triton": __import__("triton").__version__,
-        "commit": _commit(),
+        "commit": git_facts()["git_revision"],
         "command": "python -m benchmarks.gemm_tune " + " ".join(sys.argv[1:]),
         "margin": args.margin,
         "shapes": {},
@@ -201,14 +190,6 @@ def main() -> None:
         write_atomic(out, json.dumps(table, indent=1) + "\n")  # after each shape: nothing lost
         torch.cuda.empty_cache()
     print(f"wrote {out} in {table['wall_s']} s")
-
-
-def _commit() -> str | None:
-    rev = Path(".git-rev")
-    if rev.exists():
-        return rev.read_text().strip()
-    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    return done.stdout.strip() or None
 
 
 if __name__ == "__main__":
