@@ -14,6 +14,10 @@ writes JOB["info"]: what ran (engine version, workload, tokens, wall seconds).
   jax     a jitted decode step of a small transformer with host-side sampling (numpy), 200 steps
   cupy    a small decode loop in CuPy (cuBLAS matmuls, elementwise kernels), host-side sampling, 200
   steps
+  graphs  a torch decode loop captured one CUDA graph per layer (13 replays a step), eager sampling,
+          the sampled tokens read back by the host: a step is several graph replays
+  compiled  the same model under torch.compile(mode="reduce-overhead"): CUDA-graph trees replayed
+          among eager kernels (input copies, sampling), the tokens read back each step
 """
 
 from __future__ import annotations
@@ -416,6 +420,149 @@ def cupy_decode(job: dict, info: dict) -> None:
     )
 
 
+def _mlp_stack(batch: int = 8, dim: int = 2048, layers: int = 12, vocab: int = 32000):
+    """Seeded bf16 weights and one residual layer (RMS norm, up, GELU, down) of the small decode
+    model the `graphs` and `compiled` workers share."""
+    import torch
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+
+    def weight(rows: int, cols: int) -> torch.Tensor:
+        w = torch.randn(rows, cols, device="cuda", generator=gen) / rows**0.5
+        return w.to(torch.bfloat16)
+
+    params = {
+        "embed": weight(vocab, dim),
+        "head": weight(dim, vocab),
+        "layers": [(weight(dim, 4 * dim), weight(4 * dim, dim)) for _ in range(layers)],
+    }
+
+    def norm(x: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6).to(x.dtype)
+
+    def layer(x: torch.Tensor, up: torch.Tensor, down: torch.Tensor) -> torch.Tensor:
+        return x + torch.nn.functional.gelu(norm(x) @ up) @ down
+
+    shape = f"{layers}-layer dim-{dim} MLP stack (seeded bf16 weights), batch {batch}"
+    return params, norm, layer, shape
+
+
+def _sample(logits, rng_gen) -> list[int]:
+    """Temperature sampling on the GPU; the host reads the tokens back (the step's one sync)."""
+    import torch
+
+    probs = torch.softmax(logits.float() / TEMPERATURE, -1)
+    return torch.multinomial(probs, 1, generator=rng_gen).squeeze(1).tolist()
+
+
+def torch_graphs(job: dict, info: dict) -> None:
+    """One CUDA graph per layer plus one for the head: an engine whose decode step is 13 graph
+    replays between an eager embedding gather and eager sampling closed by a host read."""
+    import torch
+
+    batch, steps = 8, job.get("steps", 200)
+    params, norm, layer, shape = _mlp_stack(batch)
+    tokens = torch.zeros(batch, dtype=torch.long, device="cuda")
+    x = torch.zeros(batch, params["embed"].shape[1], dtype=torch.bfloat16, device="cuda")
+    logits = torch.zeros(batch, params["head"].shape[1], dtype=torch.float32, device="cuda")
+
+    def head() -> None:
+        logits.copy_(norm(x) @ params["head"])
+
+    bodies = [lambda up=up, down=down: x.copy_(layer(x, up, down)) for up, down in params["layers"]]
+    bodies.append(head)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm cuBLAS before capture, as torch's graph docs ask
+        for body in bodies:
+            body()
+    torch.cuda.current_stream().wait_stream(side)
+    graphs = []
+    for body in bodies:
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            body()
+        graphs.append(g)
+    rng_gen = torch.Generator(device="cuda").manual_seed(0)
+
+    def run(n: int) -> float:
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        for _ in range(n):
+            x.copy_(params["embed"][tokens])
+            for g in graphs:
+                g.replay()
+            ids = _sample(logits, rng_gen)
+            tokens.copy_(torch.tensor(ids), non_blocking=False)  # the next step's input, uploaded
+        return time.perf_counter() - t
+
+    run(4)
+    torch.cuda.synchronize()
+    torch.cuda.profiler.start()
+    wall = run(steps)
+    torch.cuda.profiler.stop()
+    info.update(
+        engine_version=f"torch {torch.__version__}",
+        torch=torch.__version__,
+        model=shape,
+        workload=f"{steps} decode steps; each: an eager embedding gather, {len(graphs)} CUDA-graph "
+        "replays (one a layer, one for the head), temperature sampling on the GPU, the tokens "
+        "read back by the host and uploaded as the next input",
+        graphs_per_step=len(graphs),
+        requests=batch,
+        mean_generated_len=steps,
+        runs={"raw": {"wall_s": wall, "generated_tokens": batch * steps}},
+    )
+
+
+def torch_compiled(job: dict, info: dict) -> None:
+    """The same model's forward under torch.compile(mode="reduce-overhead"): inductor's kernels
+    replayed as CUDA-graph trees, with eager kernels around them (the copy of each new input into
+    the graph's static buffer, the sampling)."""
+    import torch
+
+    batch, steps = 8, job.get("steps", 200)
+    params, norm, layer, shape = _mlp_stack(batch)
+
+    def forward(tokens: torch.Tensor) -> torch.Tensor:
+        x = params["embed"][tokens]
+        for up, down in params["layers"]:
+            x = layer(x, up, down)
+        return (norm(x) @ params["head"]).float()
+
+    compiled = torch.compile(forward, mode="reduce-overhead", fullgraph=True)
+    rng_gen = torch.Generator(device="cuda").manual_seed(0)
+
+    def run(n: int) -> float:
+        tokens = torch.zeros(batch, dtype=torch.long, device="cuda")
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        for _ in range(n):
+            torch.compiler.cudagraph_mark_step_begin()
+            ids = _sample(compiled(tokens), rng_gen)
+            tokens = torch.tensor(ids).to("cuda")
+        return time.perf_counter() - t
+
+    t = time.perf_counter()
+    run(6)  # compiles, records, then replays the graph tree
+    info["compile_s"] = round(time.perf_counter() - t, 1)
+    torch.cuda.synchronize()
+    torch.cuda.profiler.start()
+    wall = run(steps)
+    torch.cuda.profiler.stop()
+    info.update(
+        engine_version=f"torch {torch.__version__} (torch.compile, mode reduce-overhead)",
+        torch=torch.__version__,
+        model=shape,
+        workload=f"{steps} decode steps; each: the compiled forward (a CUDA-graph tree replay and "
+        "the copy of the new tokens into its input), temperature sampling on the GPU, the tokens "
+        "read back by the host",
+        requests=batch,
+        mean_generated_len=steps,
+        runs={"raw": {"wall_s": wall, "generated_tokens": batch * steps}},
+    )
+
+
 WORKERS = {
     "ckpt": write_checkpoints,
     "nano": nano,
@@ -424,6 +571,8 @@ WORKERS = {
     "hf": hf,
     "jax": jax_decode,
     "cupy": cupy_decode,
+    "graphs": torch_graphs,
+    "compiled": torch_compiled,
 }
 
 if __name__ == "__main__":

@@ -122,6 +122,23 @@ def jobs(args: argparse.Namespace, work: Path) -> list[Job]:
         Job("jax", 90, "JAX jitted decode loop", ["jax-decode"], job={"steps": 200}),
         Job("hf", 90, "transformers generate", ["hf-generate"], job={"preset": args.fork_preset}),
         Job("cupy", 60, "CuPy decode loop", ["cupy-decode"], job={"steps": 200}),
+        # issue #24's engine shapes, run when --only names them (8 files come back at most)
+        Job(
+            "graphs",
+            90,
+            "torch, one CUDA graph a layer",
+            ["torch-graphs"],
+            job={"steps": 200},
+            opt_in=True,
+        ),
+        Job(
+            "compiled",
+            180,
+            "torch.compile reduce-overhead",
+            ["torch-compiled"],
+            job={"steps": 200},
+            opt_in=True,
+        ),
     ]
 
 
@@ -159,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         default=None,
-        help="comma-separated jobs (ckpt,nano,fork,jax,hf,cupy; nano-tp2 only when named)",
+        help="comma-separated jobs (ckpt,nano,fork,jax,hf,cupy; nano-tp2, graphs, compiled only "
+        "when named)",
     )
     parser.add_argument("--budget-s", type=float, default=360, help="no job starts past this")
     parser.add_argument(
