@@ -1,6 +1,7 @@
-"""The six foreign traces from the H200 (traces/foreign/: the original nano-vllm raw and with an
+"""The foreign traces of traces/foreign/ (six from an H200: the original nano-vllm raw and with an
 NVTX range per step, PyPI nano-vllm-fork, a JAX decode loop, transformers `generate`, a CuPy decode
-loop; index.json says how each was made): what `bubblelab analyze` says about each, pinned
+loop; two from an H100: a step of 13 CUDA graphs, torch.compile reduce-overhead; index.json says how
+each was made): what `bubblelab analyze` says about each, pinned
 exactly, and every figure computed again by brute force over the raw SQLite rows
 (tests/fixture_rows.py, tests/fixture_figures.py: plain Python, none of the SQL).
 
@@ -26,7 +27,7 @@ import pytest
 
 from tests.fixture_figures import GAP_NS
 from tests.fixture_figures import inventory as brute_inventory
-from tests.foreign_fixture_values import NAMES, analysed, brute, brute_rows, per_step_tables
+from tests.foreign_fixture_values import NAMES, analysed, brute, brute_rows, entry, per_step_tables
 
 EXPECTED: dict = json.loads((Path(__file__).parent / "foreign_fixtures_expected.json").read_text())
 
@@ -92,3 +93,34 @@ def _close(got, want) -> bool:
     if isinstance(want, float) and not isinstance(got, bool):
         return math.isclose(got, want, rel_tol=0, abs_tol=2e-6)
     return got == want
+
+
+@pytest.mark.parametrize(
+    ("name", "graph_steps"),
+    [("torch-graphs", 13 * 200), ("torch-compiled", 200)],
+)
+def test_a_step_of_several_graphs_is_one_step(name, graph_steps):
+    """The two engine shapes of issue #24 traced on an H100 (tools/traces/foreign_engines.py):
+    200 decode steps each, known from the workload, not from the analysis. One CUDA graph a layer
+    (13 replays a step): the graph rule finds a step per replay and loses to the tokens read back;
+    torch.compile's graph tree (one replay a step, eager kernels around it): both rules agree.
+    Either way the answer is 200 steps (+1: the upload of the next tokens after the last read
+    opens a step that never runs), sure, and its period is the workload's wall over its steps."""
+    report = _report(name)
+    found = report["steps_found"]
+    rules = {r["rule"]: r["steps"] for r in found["rules"]}
+    assert (found["rule"], found["sure"], found["steps"]) == ("sync", True, 201)
+    assert rules["graph"] == graph_steps
+    wall_ms = 1e3 * entry(name)["wall_s"]  # timed by the worker around its 200 steps
+    assert math.isclose(report["period_ms"]["median"] * 200, wall_ms, rel_tol=0.05)
+
+
+def _report(name: str) -> dict:
+    from bubblelab.profiling import overview
+    from bubblelab.profiling.catalog import connect
+    from bubblelab.profiling.ingest import ingest
+    from tests.foreign_fixture_values import FIXTURES
+
+    con = connect(None)
+    run = ingest(FIXTURES / f"{name}.sqlite.gz", None, {}, con=con)
+    return overview.analyze(con, [run])["runs"][0]

@@ -132,9 +132,9 @@ def test_every_job_has_a_worker_and_the_workload_is_the_write_ups(tmp_path):
     )
     jobs = tool.jobs(args, tmp_path)
     assert {j.name for j in jobs} == set(engines.WORKERS)
-    # traces + index.json + summary.json come back; an opt-in job (nano-tp2) runs alone (--only)
+    # traces + index.json + summary.json come back; the opt-in jobs run when --only names them
     assert sum(len(j.traces) for j in jobs if not j.opt_in) + 2 <= 8
-    assert [j.name for j in jobs if j.opt_in] == ["nano-tp2"]
+    assert [j.name for j in jobs if j.opt_in] == ["nano-tp2", "graphs", "compiled"]
     prompts = engines._prompts(2, 1000)
     assert len(prompts) == 128 and {len(p) for p in prompts} <= set(range(20, 81))
     assert engines.StubTokenizer.from_pretrained("x").decode([1, 2]) == ""

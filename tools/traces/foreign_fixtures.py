@@ -29,7 +29,10 @@ from bubblelab.profiling.steps import StepOptions
 from bubblelab.profiling.trim import trim_foreign
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCE = ROOT / "docs" / "measurements" / "2026-11-23" / "foreign"
+SOURCES = (  # each GPU run's folder: its index.json, and the exports too big to keep whole
+    ROOT / "docs" / "measurements" / "2026-11-23" / "foreign",
+    ROOT / "docs" / "measurements" / "2026-11-26" / "foreign",  # torch-graphs, torch-compiled
+)
 TARGET = ROOT / "traces" / "foreign"
 # steps kept (first, last) of the traces too big whole; the rest are copied as they are
 WINDOWS = {
@@ -79,14 +82,18 @@ def gunzip_to(gz: Path, plain: Path) -> None:
         shutil.copyfileobj(src, dst)
 
 
-def make(source: Path = SOURCE, target: Path = TARGET) -> dict:
+def make(sources: tuple[Path, ...] = SOURCES, target: Path = TARGET) -> dict:
     """Write target/*.sqlite.gz and target/index.json; returns the index."""
     target.mkdir(parents=True, exist_ok=True)
-    index = json.loads((source / "index.json").read_text())
+    index = {
+        name: (source, entry)
+        for source in sources
+        for name, entry in json.loads((source / "index.json").read_text()).items()
+    }
     out: dict = {}
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        for name, entry in index.items():
+        for name, (source, entry) in index.items():
             # a trace small enough whole is kept once: as the fixture, when the source lacks it
             whole = source / name if (source / name).is_file() else TARGET / name
             plain = tmp / name.removesuffix(".gz")
