@@ -1,0 +1,77 @@
+"""How steady is this machine's CPU? A fixed pure-Python workload (the kind of work a depth-1 step
+puts on the critical path: small objects, dicts, lists, calls), timed again and again in one
+process with nothing else running; its spread is the host's, not any engine's (issue #25 item 1).
+
+    python -m benchmarks.host_speed --repeats 60 --out host-speed.json
+
+Each repeat runs the same work; the JSON holds every time, the median, the CV and the worst repeat's
+distance from the median, with the CPU model, its frequency governor and the load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+
+
+def workload(n: int) -> int:
+    """Bookkeeping-shaped work: build records, look them up, sort, sum."""
+    table = {i: {"id": i, "tokens": [i, i + 1], "done": i % 7 == 0} for i in range(n)}
+    alive = [r for r in table.values() if not r["done"]]
+    alive.sort(key=lambda r: -r["tokens"][0])
+    return sum(len(r["tokens"]) for r in alive)
+
+
+def cpu_facts() -> dict:
+    def read(path: str) -> str | None:
+        try:
+            return Path(path).read_text().strip()
+        except OSError:
+            return None
+
+    model = next(
+        (ln.split(":", 1)[1].strip() for ln in (read("/proc/cpuinfo") or "").splitlines()
+         if ln.startswith("model name")),
+        platform.processor(),
+    )  # fmt: skip
+    return {
+        "cpu": model,
+        "cpus": os.cpu_count(),
+        "governor": read("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"),
+        "loadavg": read("/proc/loadavg"),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--repeats", type=int, default=40)
+    ap.add_argument("--n", type=int, default=300_000, help="records a repeat (~0.2 s)")
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args()
+    workload(args.n)  # warm: allocator arenas, code objects
+    times = []
+    for _ in range(args.repeats):
+        t = time.perf_counter()
+        workload(args.n)
+        times.append(time.perf_counter() - t)
+    median = statistics.median(times)
+    result = {
+        **cpu_facts(),
+        "repeats": len(times),
+        "n": args.n,
+        "median_s": median,
+        "cv_pct": 100 * statistics.stdev(times) / statistics.mean(times),
+        "worst_off_pct": 100 * max(abs(t - median) for t in times) / median,
+        "times_s": times,
+    }
+    args.out.write_text(json.dumps(result, indent=1))
+    print({k: v for k, v in result.items() if k != "times_s"})
+
+
+if __name__ == "__main__":
+    main()
