@@ -249,6 +249,8 @@ def serve(job: dict) -> None:
         stub_tokenizer(job["eos_token_id"])
         if job["tensor_parallel"] > 1:
             drop_stale_shm()
+        else:
+            own_rendezvous_port()
         llm = LLM(
             job["ckpt"],
             enforce_eager=False,
@@ -284,6 +286,26 @@ def child_facts(nanovllm: Any, llm: Any) -> dict:
         "flash_attn_backend": backend() if callable(backend) else None,
         "num_kvcache_blocks": getattr(config, "num_kvcache_blocks", None),
     }
+
+
+def own_rendezvous_port() -> None:
+    """nano-vllm joins its process group at a fixed tcp://localhost:2333, even alone. A TP-1 child
+    holds that port for its life, so a TP-2 child of the same comparison failed to start
+    (EADDRINUSE). Alone it needs no partner: its group is made at a free port instead, and the TP-2
+    child keeps 2333 for its ranks. Only the address changes, nothing nano-vllm computes."""
+    import socket
+
+    import torch.distributed as dist
+
+    original = dist.init_process_group
+
+    def init_process_group(backend: Any = None, init_method: Any = None, *args, **kwargs):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        return original(backend, f"tcp://localhost:{port}", *args, **kwargs)
+
+    dist.init_process_group = init_process_group
 
 
 def drop_stale_shm() -> None:

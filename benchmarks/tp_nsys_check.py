@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import re
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -104,7 +105,12 @@ def main() -> None:
         run_sweep(spec, args.dir, use_nsys=not args.no_nsys, force=True, say=print)
     except BubblelabError as e:
         report["sweep_error"] = str(e)
-        report["logs"] = log_tails(args.dir)  # the run directory stays on the GPU machine
+        # the run directory stays on the GPU machine; a sweep that finished nothing is removed,
+        # its logs kept in one file the error names
+        report["logs"] = log_tails(args.dir)
+        if kept := re.search(r"its logs: (\S+)\)", str(e)):
+            text = Path(kept.group(1)).read_text(errors="replace").splitlines()
+            report["logs"][kept.group(1)] = "\n".join(text[-80:])
     reports = {p.name: report_facts(p) for p in nsys_reports(args.dir)}
     report["nsys_reports"] = reports
     report["every_rank_captured"] = bool(reports) and all(

@@ -28,6 +28,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -307,8 +308,10 @@ def _stopped(
     run_state.mark(out_dir, state, "interrupted" if interrupted else "failed", failed=failed)
     known = isinstance(e, BubblelabError)
     if not finished:
-        if created:
+        if created:  # it leaves nothing, except what says why: its logs, kept in one file
+            kept = _keep_logs(out_dir)
             run_state.remove_sweep(out_dir)
+            reason += f" (its logs: {kept})" if kept else ""
         return (
             BubblelabError(f"run {running} failed: {reason} (no run finished)") if known else None
         )
@@ -323,6 +326,25 @@ def _stopped(
             f"{what} failed: {reason} ({len(finished)} finished runs kept in {out_dir})"
         )
     return None
+
+
+def _keep_logs(out_dir: Path) -> Path | None:
+    """Every log of a sweep about to be removed (nsys's, each pass's worker's), in one file in the
+    temp folder, each under its path; None when there are none."""
+    logs = sorted(out_dir.rglob("*.log"))
+    if not logs:
+        return None
+    kept = (
+        Path(tempfile.gettempdir())
+        / f"bubblelab-{out_dir.name}-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    )
+    kept.write_text(
+        "".join(
+            f"==> {log.relative_to(out_dir)} <==\n{log.read_text(errors='replace')}\n"
+            for log in logs
+        )
+    )
+    return kept
 
 
 def _nsys_or_none(

@@ -115,6 +115,27 @@ def test_a_sweep_that_finishes_nothing_leaves_nothing(tmp_path, monkeypatch):
     assert not out.exists()
 
 
+def test_a_sweep_that_finishes_nothing_keeps_its_logs_and_names_them(tmp_path, monkeypatch):
+    """What says why (nsys's output, a worker's log) outlives the removed folder, in one file the
+    error names: a failed nsys pass once pointed at a log its own clean-up had removed."""
+    out = tmp_path / "run"
+
+    def run(*args, **kwargs):
+        log = out / "runs" / "nsys" / "nsys.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text("the profiled command was killed by SIGTERM\n")
+        raise BubblelabError("nsys profile exited with 143")
+
+    monkeypatch.setattr(worker, "run_workload", run)
+    with pytest.raises(BubblelabError, match=r"exited with 143 \(its logs: (\S+)\)") as info:
+        sweep(tiny(), out)
+    assert not out.exists()
+    kept = Path(re.search(r"its logs: (\S+)\)", str(info.value)).group(1))
+    text = kept.read_text()
+    kept.unlink()
+    assert "==> runs/nsys/nsys.log <==" in text and "killed by SIGTERM" in text
+
+
 def test_a_failure_midway_leaves_a_resumable_directory_that_says_what_failed(tmp_path, monkeypatch):
     failing_after(monkeypatch, 3)
     out = tmp_path / "run"

@@ -32,8 +32,9 @@ if [ "$part" = 1 ]; then
     --streams 1,32 --L 64 --requests-per-stream 1 --repeats 5 --deadline-s 290 --out "$work/peers"
   step tp-nsys-check 150 python -m benchmarks.tp_nsys_check --model qwen3-0.6b --tp 2 --streams 8 \
     --repeats 2 --dir "$work/run-tp-nsys" --out "$work/tp-nsys-check.json"
-  step nano-tp2-trace 110 python -m tools.traces.make_foreign_traces --only nano-tp2 \
-    --nano-preset qwen3-0.6b --fork-preset qwen3-0.6b --budget-s 100 --work "$work/ft-work" \
+  # flash-attn-4 compiles its kernels in both ranks first: 80 s was not enough on two H100s
+  step nano-tp2-trace 260 python -m tools.traces.make_foreign_traces --only nano-tp2 \
+    --nano-preset qwen3-0.6b --fork-preset qwen3-0.6b --budget-s 250 --work "$work/ft-work" \
     --out "$work/ft"
   mkdir -p "$work/traces"
   cp "$work"/run-tp-nsys/traces/*.sqlite "$work/traces/" 2>/dev/null
