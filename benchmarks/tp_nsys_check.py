@@ -32,6 +32,7 @@ from bubblelab.core.errors import BubblelabError
 from bubblelab.core.files import write_atomic
 from bubblelab.costmodel.predict import predict_runs
 from bubblelab.profiling import analysis, overview
+from bubblelab.profiling.ingest import plain_sqlite
 from bubblelab.runs.assemble import nsys_reports
 from bubblelab.runs.rundir import read_results, results_path
 from bubblelab.runs.sources import run_catalog
@@ -39,7 +40,13 @@ from bubblelab.runs.sweep import SweepSpec, run_sweep
 
 
 def report_facts(trace: Path) -> dict[str, Any]:
-    """What one nsys report holds, per GPU and per process, straight from its tables."""
+    """What one nsys report holds, per GPU and per process, straight from its tables (the sweep
+    keeps its exports gzipped)."""
+    with plain_sqlite(trace) as plain:
+        return _facts(plain)
+
+
+def _facts(trace: Path) -> dict[str, Any]:
     db = sqlite3.connect(f"{trace.resolve().as_uri()}?mode=ro", uri=True)
     q = lambda sql: [list(r) for r in db.execute(sql).fetchall()]  # noqa: E731
     pid = "(globalTid >> 24) & 16777215"

@@ -99,7 +99,7 @@ def _ingest(
 ) -> list[str]:
     trace = Path(trace)
     meta = _checked_meta(meta)
-    with _plain_sqlite(trace) as plain:
+    with plain_sqlite(trace) as plain:
         facts = inspect_trace(plain, domain)
         if single and len(facts.parts) > 1:
             raise BubblelabError(
@@ -301,7 +301,7 @@ def _insert_run(
 
 
 @contextmanager
-def _plain_sqlite(trace: Path) -> Iterator[Path]:
+def plain_sqlite(trace: Path) -> Iterator[Path]:
     """The trace itself; for a gzipped one (as committed) a decompressed temporary copy, since
     SQLite needs random access; for a .nsys-rep its SQLite export (nsys must be on PATH or in
     $NSYS). Errors name the file the user gave."""

@@ -35,7 +35,7 @@ POLL_S = 0.05  # how often a blocked side re-checks its peers while it waits
 class Op(IntEnum):
     LAUNCH = 1  # a step's packed inputs: enqueue its upload and forward
     FINALIZE = 2  # enqueue its sampling (payload: the bitmask rows when masked)
-    BEGIN_RUN = 3  # a measured run starts: fresh timeline (arg: 1 = under the CUDA profiler)
+    BEGIN_RUN = 3  # a measured run starts: fresh timeline (arg: 1 = under nsys, rank 0 brackets)
     END_RUN = 4  # it ended: drain and send the timeline back
     CHECK_IDLE = 5  # nothing in flight: report
     SHUTDOWN = 6

@@ -131,7 +131,6 @@ class Worker:
         self.spin_s = SPIN_S if device.type == "cuda" else 0.0
         self.host_bytes = [slot.meta.host.numpy() for slot in self.runner.slots]
         self.held: list[_Held | None] = [None] * NUM_SLOTS
-        self.profiled = False
         self.depth = config.depth  # rank 0's, as of the last BEGIN_RUN
         env = {k: os.environ.get(k) for k in NO_MULTICAST_ENV}
         self.replies.put(("ready", self.rank, env))
@@ -238,13 +237,11 @@ class Worker:
             self.depth = int(h[H.DEPTH])
             self.timeline.enabled, self.timeline.depth = True, self.depth
             self.streams.calibrate()
-            self.profiled = bool(h[H.ARG]) and self.streams.is_cuda
-            if self.profiled:
-                torch.cuda.profiler.start()
+            # Rank 0 alone brackets the capture: nsys's range covers every process of the session
+            # (both GPUs were traced on two H100s), and a second process starting and stopping
+            # ranges made nsys 2025.3 end its session after the first and kill the run (exit 143).
             self.replies.put(("begun", self.rank, None))
         elif op is Op.END_RUN:
-            if self.profiled:
-                torch.cuda.profiler.stop()
             self.timeline.enabled = False
             t = self.timeline
             data = {"depth": t.depth, "host": t.host, "device": t.device,
