@@ -17,11 +17,16 @@ import platform
 import statistics
 import time
 from pathlib import Path
+from typing import Any
+
+from bubblelab.core.files import write_atomic
 
 
 def workload(n: int) -> int:
     """Bookkeeping-shaped work: build records, look them up, sort, sum."""
-    table = {i: {"id": i, "tokens": [i, i + 1], "done": i % 7 == 0} for i in range(n)}
+    table: dict[int, dict[str, Any]] = {
+        i: {"id": i, "tokens": [i, i + 1], "done": i % 7 == 0} for i in range(n)
+    }
     alive = [r for r in table.values() if not r["done"]]
     alive.sort(key=lambda r: -r["tokens"][0])
     return sum(len(r["tokens"]) for r in alive)
@@ -69,7 +74,7 @@ def main() -> None:
         "worst_off_pct": 100 * max(abs(t - median) for t in times) / median,
         "times_s": times,
     }
-    args.out.write_text(json.dumps(result, indent=1))
+    write_atomic(args.out, json.dumps(result, indent=1))
     print({k: v for k, v in result.items() if k != "times_s"})
 
 

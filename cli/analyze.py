@@ -248,9 +248,9 @@ def _steps_table(runs: list[dict]) -> Table:
     unsure = not all(run["steps_found"]["sure"] for run in runs)
     table.caption = (
         ("~: the steps are not sure (the red line above says why and how to settle it)\n" * unsure)
-        + "forward, sampling: GPU spans; bubble: period outside them; kernel gap: idle inside them\n"
-        "foreign runs: forward = period - bubble; bubble / kernel gap: idle gaps above / below "
-        "--gap-threshold-us\n"
+        + "forward, sampling: GPU spans; bubble: period outside them; kernel gap: idle inside "
+        "them\nforeign runs: forward = period - bubble; bubble / kernel gap: idle gaps above / "
+        "below --gap-threshold-us\n"
         "host-late%: share of the bubble in gaps that ended only when the host launched work"
     )
     return table

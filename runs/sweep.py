@@ -338,11 +338,12 @@ def _keep_logs(out_dir: Path) -> Path | None:
         Path(tempfile.gettempdir())
         / f"bubblelab-{out_dir.name}-{time.strftime('%Y%m%d-%H%M%S')}.log"
     )
-    kept.write_text(
+    write_atomic(
+        kept,
         "".join(
             f"==> {log.relative_to(out_dir)} <==\n{log.read_text(errors='replace')}\n"
             for log in logs
-        )
+        ),
     )
     return kept
 

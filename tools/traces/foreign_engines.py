@@ -469,7 +469,9 @@ def torch_graphs(job: dict, info: dict) -> None:
     def head() -> None:
         logits.copy_(norm(x) @ params["head"])
 
-    bodies = [lambda up=up, down=down: x.copy_(layer(x, up, down)) for up, down in params["layers"]]
+    bodies: list = [
+        lambda up=up, down=down: x.copy_(layer(x, up, down)) for up, down in params["layers"]
+    ]
     bodies.append(head)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
