@@ -499,22 +499,11 @@ def torch_graphs(job: dict, info: dict) -> None:
         return time.perf_counter() - t
 
     run(4)
-    torch.cuda.synchronize()
-    torch.cuda.profiler.start()
-    wall = run(steps)
-    torch.cuda.profiler.stop()
-    info.update(
-        engine_version=f"torch {torch.__version__}",
-        torch=torch.__version__,
-        model=shape,
-        workload=f"{steps} decode steps; each: an eager embedding gather, {len(graphs)} CUDA-graph "
-        "replays (one a layer, one for the head), temperature sampling on the GPU, the tokens "
-        "read back by the host and uploaded as the next input",
-        graphs_per_step=len(graphs),
-        requests=batch,
-        mean_generated_len=steps,
-        runs={"raw": {"wall_s": wall, "generated_tokens": batch * steps}},
-    )
+    _traced(run, batch, steps, info, engine_version=f"torch {torch.__version__}", model=shape,
+            workload=f"{steps} decode steps; each: an eager embedding gather, {len(graphs)} "
+            "CUDA-graph replays (one a layer, one for the head), temperature sampling on the GPU, "
+            "the tokens read back by the host and uploaded as the next input",
+            graphs_per_step=len(graphs))  # fmt: skip
 
 
 def torch_compiled(job: dict, info: dict) -> None:
@@ -548,20 +537,28 @@ def torch_compiled(job: dict, info: dict) -> None:
     t = time.perf_counter()
     run(6)  # compiles, records, then replays the graph tree
     info["compile_s"] = round(time.perf_counter() - t, 1)
+    _traced(run, batch, steps, info,
+            engine_version=f"torch {torch.__version__} (torch.compile, mode reduce-overhead)",
+            model=shape, workload=f"{steps} decode steps; each: the compiled forward (a CUDA-graph "
+            "tree replay and the copy of the new tokens into its input), temperature sampling on "
+            "the GPU, the tokens read back by the host")  # fmt: skip
+
+
+def _traced(run, batch: int, steps: int, info: dict, **facts) -> None:
+    """The torch workers' timed, traced run of `steps` steps (one capture range), and what
+    index.json says of it."""
+    import torch
+
     torch.cuda.synchronize()
     torch.cuda.profiler.start()
     wall = run(steps)
     torch.cuda.profiler.stop()
     info.update(
-        engine_version=f"torch {torch.__version__} (torch.compile, mode reduce-overhead)",
         torch=torch.__version__,
-        model=shape,
-        workload=f"{steps} decode steps; each: the compiled forward (a CUDA-graph tree replay and "
-        "the copy of the new tokens into its input), temperature sampling on the GPU, the tokens "
-        "read back by the host",
         requests=batch,
         mean_generated_len=steps,
         runs={"raw": {"wall_s": wall, "generated_tokens": batch * steps}},
+        **facts,
     )
 
 
