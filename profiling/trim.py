@@ -80,12 +80,13 @@ def trim_foreign(
     """Write to dst the rows of a foreign trace inside the host windows of its steps first..last
     (found by profiling/steps.py with StepOptions `steps`): host rows that start in them, GPU rows
     up to slack_ns later (the GPU lags the host), so the window's steps keep all their work and no
-    step past it starts."""
+    step past it starts. A trace of several processes (one per GPU) is cut by the steps of the one
+    with the most GPU work, every process's rows in the same window (the ranks step together)."""
     from .catalog import connect, one_row
-    from .ingest import ingest
+    from .ingest import ingest_trace
 
     con = connect(None)
-    run = ingest(Path(src), None, {}, steps=steps, con=con)
+    run = ingest_trace(Path(src), None, {}, steps=steps, con=con)[0]
     t0, t1 = one_row(
         con,
         "SELECT min(host_start), max(host_end) FROM step_windows "

@@ -13,11 +13,11 @@ import pytest
 
 from bubblelab.profiling import analysis
 from bubblelab.profiling.catalog import connect
-from bubblelab.profiling.ingest import ingest
+from bubblelab.profiling.ingest import ingest, ingest_trace
 from bubblelab.profiling.steps import StepOptions
 from bubblelab.profiling.trim import trim, trim_foreign
 from testing.synthetic_engines import Engine, engine_trace
-from testing.synthetic_trace import TraceBuilder
+from testing.synthetic_trace import MAIN, TraceBuilder
 
 ROOT = Path(__file__).parents[1]
 PROBE = ROOT / "traces" / "nsys-h200-probe.sqlite"
@@ -44,6 +44,26 @@ def test_trimmed_foreign_trace_keeps_its_steps_exactly(tmp_path, options):
     for column in COLUMNS:
         assert got[column][:-1].tolist() == pytest.approx(want[column][:-1].tolist(), nan_ok=True)
     assert got.gpu_start_ns.tolist() == want.gpu_start_ns.tolist()
+
+
+def test_a_two_process_trace_is_cut_by_its_busier_rank_keeping_both(tmp_path):
+    # nano-vllm at TP 2: one process a GPU, traced whole; the cut keeps both ranks' rows of the
+    # window of the busier rank's steps (the ranks step together)
+    b = TraceBuilder()
+    engine_trace(b, Engine(steps=20, extra_syncs=1))
+    engine_trace(b, Engine(steps=20, tid=MAIN + (1 << 24), device=1, t0=0.3))
+    full = b.write(tmp_path / "tp.sqlite", our_domain=False)
+    cut = trim_foreign(full, tmp_path / "cut.sqlite", 5, 14)
+    con = connect(None)
+    before = [analysis.per_step(con, r) for r in ingest_trace(full, None, {}, con=con)]
+    after = [analysis.per_step(con, r) for r in ingest_trace(cut, None, {}, con=con)]
+    assert len(after) == 2
+    for whole, part in zip(before, after, strict=True):
+        assert 9 <= len(part) <= 11  # the other rank's window edges may fall a step either way
+        kept = whole[whole.gpu_start_ns.isin(part.gpu_start_ns)]
+        assert kept.forward_ms.tolist()[1:-1] == pytest.approx(
+            part.set_index("gpu_start_ns").loc[kept.gpu_start_ns, "forward_ms"].tolist()[1:-1]
+        )
 
 
 def test_trimmed_probe_by_its_own_ranges(tmp_path):
@@ -163,7 +183,7 @@ FAKE_NSYS = """#!{python}
 import json, sys
 sys.path.insert(0, {root!r})  # testing/ is the checkout's, not installed
 from testing.synthetic_engines import Engine, engine_trace
-from testing.synthetic_trace import TraceBuilder
+from testing.synthetic_trace import MAIN, TraceBuilder
 args = sys.argv[1:]
 base = args[args.index("-o") + 1]
 job = json.loads(args[-1])

@@ -337,15 +337,15 @@ def finish(trace: str, job: Job, info: dict, work: Path, out: Path, keep: int) -
 
     export = work / f"{job.name}.sqlite"
     options = StepOptions(step_range=STEP_RANGE) if trace.endswith("-nvtx") else StepOptions()
-    if trace == "nanovllm-tp2":  # two processes: kept whole for the per-rank analysis here
-        return keep_whole(export, out / f"{trace}.sqlite.gz", job, info)
     first, last = step_window(export, options, keep, raw_half=trace == "nanovllm-raw")
     run = info.get("runs", {}).get("nvtx" if trace.endswith("-nvtx") else "raw", {})
+    # two processes (nano-vllm at TP 2): cut by rank 0's steps, both ranks' rows kept
     gz = trim_and_gzip(export, out / f"{trace}.sqlite", first, last, options, keep)
     entry = {
         **index_entry(job, info, run),
         "steps": [first, last],
         **({"step_range": STEP_RANGE} if trace.endswith("-nvtx") else {}),
+        **({"tensor_parallel": 2} if trace == "nanovllm-tp2" else {}),
     }
     return entry, digest(gz, options, entry.get("mean_generated_len"))
 
@@ -373,27 +373,15 @@ def index_entry(job: Job, info: dict, run: dict) -> dict:
     return entry
 
 
-def keep_whole(export: Path, gz: Path, job: Job, info: dict) -> tuple[dict, dict]:
-    """The export gzipped as it is (the multi-process analysis happens after, on any machine);
-    refused when it is too big to come back."""
-    gzip_file(export, gz)
-    if gz.stat().st_size > MAX_GZ_BYTES:
-        size = gz.stat().st_size
-        gz.unlink()
-        raise RuntimeError(f"{gz.name}: {size >> 20} MiB gzipped, over {MAX_GZ_BYTES >> 20} MiB")
-    entry = {**index_entry(job, info, info.get("runs", {}).get("raw", {})), "tensor_parallel": 2}
-    return entry, {"bytes": gz.stat().st_size, "kept": "whole"}
-
-
 def step_window(export: Path, options, keep: int, raw_half: bool = False) -> tuple[int, int]:
     """The steps to keep: the middle `keep` of the run's steps; for the raw half of the nano-vllm
     capture, the steps before the 0.3 s idle between its two generates."""
     from bubblelab.profiling import analysis
     from bubblelab.profiling.catalog import connect
-    from bubblelab.profiling.ingest import ingest
+    from bubblelab.profiling.ingest import ingest_trace
 
-    con = connect(None)
-    steps = analysis.per_step(con, ingest(export, None, {}, steps=options, con=con))
+    con = connect(None)  # several processes: the steps of the one with the most GPU work
+    steps = analysis.per_step(con, ingest_trace(export, None, {}, steps=options, con=con)[0])
     last = len(steps) - 1
     if raw_half:
         idle = steps[steps["period_ms"] > 250]
