@@ -414,9 +414,10 @@ def digest(trace: Path, options, output_len: float | None) -> dict:
     """What `bubblelab analyze --json` says about the trace, the pipelining prediction included."""
     from bubblelab.runs.analysis import analyze_traces
 
-    (report,) = analyze_traces([trace], steps=options, output_len=output_len)["runs"]
-    report["bytes"] = trace.stat().st_size
-    return report
+    reports = analyze_traces([trace], steps=options, output_len=output_len)["runs"]
+    if len(reports) > 1:  # one process a GPU: a report per rank
+        return {"ranks": reports, "bytes": trace.stat().st_size}
+    return {**reports[0], "bytes": trace.stat().st_size}
 
 
 def source_version(source: Path) -> str | None:
