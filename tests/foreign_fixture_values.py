@@ -25,7 +25,9 @@ from tests.fixture_rows import candidates, choose, engine_thread, load, sure
 
 FIXTURES = Path(__file__).resolve().parents[1] / "traces" / "foreign"
 INDEX = json.loads((FIXTURES / "index.json").read_text())
-NAMES = tuple(name.removesuffix(".sqlite.gz") for name in INDEX)
+# one process each; the traces of an engine split over GPUs (tensor_parallel) are TP_NAMES
+NAMES = tuple(n.removesuffix(".sqlite.gz") for n, e in INDEX.items() if "tensor_parallel" not in e)
+TP_NAMES = tuple(n.removesuffix(".sqlite.gz") for n, e in INDEX.items() if "tensor_parallel" in e)
 
 
 def entry(name: str) -> dict:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from bubblelab.profiling import analysis
 from bubblelab.profiling.catalog import connect
-from bubblelab.profiling.ingest import ingest
+from bubblelab.profiling.ingest import ingest_trace
 from bubblelab.profiling.steps import StepOptions
 from bubblelab.profiling.trim import trim_foreign
 
@@ -38,6 +38,9 @@ TARGET = ROOT / "traces" / "foreign"
 WINDOWS = {
     "hf-generate.sqlite.gz": (0, 19),  # 5 host checks, the prefill, 14 decode steps: 1.48 MB
     "jax-decode.sqlite.gz": (0, 149),  # 150 of 198 steps: 1.31 MB
+    # two processes, traced whole: rank 0's steps 0-10 are the start-up and a warm-up generate,
+    # 11-75 the workload (its prefill, 64 decode steps); both ranks' rows of those: 1.46 MB
+    "nanovllm-tp2.sqlite.gz": (11, 75),
 }
 MAX_BYTES = 1_600_000
 # what the GPU run's index left out: the fork ran on the --fork-preset checkpoint (its info in
@@ -66,8 +69,9 @@ def trace_facts(plain: Path) -> dict:
 
 
 def steps_found(plain: Path, options: StepOptions) -> int:
+    """Steps of the trace's busiest process (the only one, but at tensor parallel > 1)."""
     con = connect(None)
-    return len(analysis.per_step(con, ingest(plain, None, {}, steps=options, con=con)))
+    return len(analysis.per_step(con, ingest_trace(plain, None, {}, steps=options, con=con)[0]))
 
 
 def gzip_to(plain: Path, gz: Path) -> None:
