@@ -119,7 +119,9 @@ def analyze(
     sure = {r["run_id"]: r["steps_found"]["confidence"] == "high" for r in report["runs"]}
     for split in report.get("split_engines", []):
         console.print(_split_line(split, names), markup=False)
-        if not all(sure.get(r, False) for r in split["run_ids"]):
+        if split.get("sure") and not all(sure.get(r, False) for r in split["run_ids"]):
+            console.print(f"  sure together: {split['evidence']}", markup=False)
+        elif not all(sure.get(r, False) for r in split["run_ids"]):
             console.print(
                 "  the steps of these ranks are not sure (their runs above say why): the table "
                 "below stands on them, read its figures as ~",

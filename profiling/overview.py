@@ -22,7 +22,7 @@ from .analysis import (
     summarize,
     sync_inventory,
 )
-from .evidence import step_summary
+from .evidence import AGREE, step_summary
 
 
 def analyze(
@@ -90,7 +90,7 @@ def analyze(
             }
         )
     tp = ranks.analyze_ranks(con, None if run_ids is None else list(run_ids), warmup)
-    found = {r["run_id"]: r["steps_found"]["steps"] for r in per_run}
+    found = {r["run_id"]: r["steps_found"] for r in per_run}
     split = queries.run(
         con,
         "split_engines",
@@ -105,20 +105,50 @@ def analyze(
     }  # fmt: skip
 
 
-def _split_engine(con: Catalog, run_ids: list[str], found: dict[str, int], warmup: int) -> dict:
+def _split_engine(con: Catalog, run_ids: list[str], found: dict[str, dict], warmup: int) -> dict:
     """Another engine split over GPUs: its processes' runs in the order of their GPUs (rank 0
     first) and their ranks side by side (ranks.summary of ranks.split_rank_steps: each rank's steps
-    matched to rank 0's by shared GPU time), with how many of each rank's steps (`found`, by run)
-    found a match."""
+    matched to rank 0's by shared GPU time), with how many of each rank's steps (`found`: each
+    run's steps_found) found a match, and whether the ranks' steps are sure together (`sure`,
+    `evidence`, `_confirmed`)."""
     steps = ranks.split_rank_steps(con, run_ids)
     matched = steps.groupby("rank_run_id")["own_step"].nunique().to_dict()
     (side_by_side,) = ranks.summary(steps, warmup) if len(steps) else (None,)
+    counts = [[int(matched.get(r, 0)), found[r]["steps"]] for r in run_ids]
+    evidence = _confirmed(run_ids, found, counts, side_by_side)
     return {
         "run_ids": run_ids,
         "gpus": len(run_ids),
-        "matched_steps": [[int(matched.get(r, 0)), found[r]] for r in run_ids],
+        "matched_steps": counts,
         "ranks": side_by_side,
+        "sure": evidence is not None,
+        "evidence": evidence,
     }
+
+
+def _confirmed(
+    run_ids: list[str], found: dict[str, dict], counts: list[list[int]], side: dict | None
+) -> str | None:
+    """Why the ranks' steps are sure together, or None. A worker of a split engine may have no
+    read of its own to close its steps (it waits for rank 0's message outside the CUDA API), so
+    its own rules stay unsure; rank 0's sure steps confirm its steps when each of them shares its
+    GPU time with a distinct step of rank 0's (the collectives hold a step's ranks together) and
+    its period is rank 0's within AGREE."""
+    if side is None or found[run_ids[0]]["confidence"] != "high":
+        return None
+    if any(m != n for m, n in counts[1:]):
+        return None
+    periods = {r["rank"]: r.get("period_ms") for r in side["per_rank"]}
+    lead = periods.get(0)
+    if not lead or any(
+        p is None or abs(p / lead - 1) > AGREE[1] for rank, p in periods.items() if rank
+    ):
+        return None
+    others = ", ".join(f"rank {rank}: {periods[rank]:.3f} ms" for rank in sorted(periods) if rank)
+    return (
+        f"rank 0's steps are sure, and every step of the other ranks shares its GPU time with a "
+        f"distinct one of them at the same period (rank 0: {lead:.3f} ms; {others})"
+    )
 
 
 def _digest(parts: list[tuple[pd.DataFrame, ...]]) -> dict:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -222,3 +223,41 @@ def test_the_cli_prints_a_table_of_the_ranks_and_its_json_carries_them(tp2, tmp_
 def test_collectives_are_told_apart_by_name():
     assert all(re.search(ranks.COMM_KERNELS, name) for name in (ALL_REDUCE, ALL_GATHER))
     assert not re.search(ranks.COMM_KERNELS, "gemm_a")
+
+
+NANO_TP2 = Path(__file__).parents[1] / "traces" / "foreign" / "nanovllm-tp2.sqlite.gz"
+
+
+def test_a_worker_with_no_read_of_its_own_is_sure_through_rank_0s_steps():
+    """nano-vllm at TP 2 on two H100s: rank 1 reads nothing back and waits for rank 0's message
+    in sem_wait, so its own rules cannot confirm its graph-replay steps; rank 0's steps are sure
+    (closed by the token read), and each of rank 1's shares its GPU time with a distinct one of
+    them at the same period: the ranks are sure together."""
+    con = connect(None)
+    run_ids = ingest_trace(NANO_TP2, None, {}, con=con)
+    report = overview.analyze(con, run_ids)
+    found = {r["run_id"]: r["steps_found"] for r in report["runs"]}
+    assert [(found[r]["rule"], found[r]["sure"]) for r in run_ids] == [
+        ("sync", True),
+        ("graph", False),
+    ]
+    (split,) = report["split_engines"]
+    assert split["matched_steps"] == [[65, 65], [63, 63]]
+    assert split["sure"] and "rank 1: 4.237 ms" in split["evidence"]
+
+
+@pytest.mark.parametrize(
+    ("rank0", "counts", "period1", "sure"),
+    [
+        ("high", [[10, 10], [10, 10]], 1.02, True),
+        ("medium", [[10, 10], [10, 10]], 1.0, False),  # rank 0 unsure: nothing to lean on
+        ("high", [[10, 10], [9, 10]], 1.0, False),  # a worker's step matched no step of rank 0
+        ("high", [[10, 10], [10, 10]], 1.2, False),  # another period: other steps
+    ],
+)
+def test_ranks_are_sure_together_only_on_sure_rank_0_steps_matched_one_to_one(
+    rank0, counts, period1, sure
+):
+    found = {"a": {"confidence": rank0, "steps": 10}, "b": {"confidence": "low", "steps": 10}}
+    side = {"per_rank": [{"rank": 0, "period_ms": 1.0}, {"rank": 1, "period_ms": period1}]}
+    assert (overview._confirmed(["a", "b"], found, counts, side) is not None) is sure
