@@ -130,8 +130,11 @@ def analyze(
         if split["ranks"] is not None:
             name = names.get(split["run_ids"][0], split["run_ids"][0])
             show(console, rank_table(split["ranks"], name, "by the GPU time they share"))
-            for note in rank_lines(split["ranks"]):
-                console.print(note, markup=False)
+            if split.get("cross_rank_timing"):
+                console.print(f"  {split['cross_rank_timing']}", markup=False)
+            else:
+                for note in rank_lines(split["ranks"]):
+                    console.print(note, markup=False)
     for run in report["runs"] if kernels else ():
         for table in kernel_tables(run):
             console.print(table)

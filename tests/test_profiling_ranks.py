@@ -244,6 +244,15 @@ def test_a_worker_with_no_read_of_its_own_is_sure_through_rank_0s_steps():
     (split,) = report["split_engines"]
     assert split["matched_steps"] == [[65, 65], [63, 63]]
     assert split["sure"] and "rank 1: 4.237 ms" in split["evidence"]
+    # cut by two rules, the steps' edges are the rules' (rank 0's open with its input upload, rank
+    # 1's end with the next step's): rank 1 came out 'last by 1.41 ms' where the graphs end together
+    assert "cut by graph and sync rules" in split["cross_rank_timing"]
+    side = split["ranks"]
+    assert [r["gpu_straggler_share"] for r in side["per_rank"]] == [None, None]
+    assert side["straggler"]["gpu_extra_ms"]["median"] is None
+    assert [r["comm_ms"] for r in side["per_rank"]] == [pytest.approx(0.981, abs=5e-4)] + [
+        pytest.approx(0.518, abs=5e-4)
+    ]
 
 
 @pytest.mark.parametrize(
