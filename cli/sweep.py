@@ -141,7 +141,7 @@ def profile_and_report(
     from ..profiling.nsys import find_nsys
     from ..report.report import report_run_dir
     from ..runs.rundir import read_results
-    from ..runs.state import check_new_run_dir, check_unlocked
+    from ..runs.state import check_new_run_dir, check_unlocked, record_timing, time_line
     from ..runs.sweep import run_sweep
     from .predict import prediction_tables
 
@@ -153,6 +153,7 @@ def profile_and_report(
     if nsys:
         find_nsys()
     console = console_for(dest)
+    started = time.perf_counter()
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -185,7 +186,9 @@ def profile_and_report(
     # once: page and console
     table = predict_runs(results.runs, results.steps, results.requests, ranks=results.ranks)
     with console.status("writing the report"):
+        reporting = time.perf_counter()
         report = report_run_dir(out, table=table)
+        timings = record_timing(out, "report", time.perf_counter() - reporting)
     if len(table):
         for printed in prediction_tables(table):
             show(console, printed)
@@ -194,7 +197,9 @@ def profile_and_report(
     perturbation = profiler_perturbation(results.runs, results.steps)
     if len(perturbation):
         show(console, perturbation_table(perturbation))
-    console.print(Text(f"report: {report}"), soft_wrap=True)
+    spent = {**results.provenance.get("timings", {}), **timings}  # + the assembly's
+    console.print(time_line(spent, time.perf_counter() - started), markup=False)
+    console.print(Text(f"report: {report}"), soft_wrap=True)  # last: scripts read it
     written = emit_json(
         dest,
         {

@@ -170,6 +170,26 @@ def read_json(path: Path) -> dict[str, Any]:
     return doc
 
 
+def record_timing(run_dir: Path, name: str, wall_s: float) -> dict[str, Any]:
+    """Add a part's wall time to the sweep's timings (runs/timings.json, which results.json's
+    provenance copies when the sweep is assembled); returns them all."""
+    path = run_dir / "runs" / "timings.json"
+    timings = read_json(path) if path.is_file() else {}
+    timings[name] = {"wall_s": wall_s}
+    write_atomic(path, json.dumps(timings, indent=1))
+    return timings
+
+
+def time_line(timings: dict[str, Any], total_s: float) -> str:
+    """Where a sweep's time went, in one line: its passes (which overlap), the assembly, the
+    report, the rest (start-up, the prediction tables)."""
+    parts = [("runs", "passes"), ("assembly", "assemble"), ("report and exports", "report")]
+    known = [(label, timings[key]["wall_s"]) for label, key in parts if key in timings]
+    rest = total_s - sum(s for _, s in known)
+    said = ", ".join(f"{label} {s:.0f} s" for label, s in known)
+    return f"took {total_s:.0f} s: {said}, the rest {rest:.0f} s (start-up, the tables)"
+
+
 def write_state(run_dir: Path, state: dict[str, Any]) -> None:
     """status.json (the options in sweep.json are written once, when the sweep begins)."""
     status = {k: v for k, v in state.items() if k != "spec"}
