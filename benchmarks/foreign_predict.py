@@ -12,7 +12,9 @@ observed speedup (median of interleaved repeat pairs, 95% interval), which the p
 reads. Each row also predicts from the same trace given the engine's own step time (`analyze
 --step-ms`), the median decode step of the sweep's unprofiled depth-1 runs, as a user reads it off
 their engine without the profiler. Writes OUT/foreign-predict.json (every row, with the
-prediction's assumptions) and OUT/foreign-predict.md (the table).
+prediction's assumptions) and OUT/foreign-predict.md (the table). With --keep DIR, each row's
+depth-1 trace and the per-step tables of its depth-1 runs go to DIR too, to explain a miss on
+another machine.
 """
 
 from __future__ import annotations
@@ -43,7 +45,9 @@ def trace_of(sweep: Path, recorded: str) -> Path:
     return path if path.is_file() else sweep / "traces" / path.name
 
 
-def rows(sweep: Path, n_boot: int = 1000) -> list[dict]:
+def rows(sweep: Path, n_boot: int = 1000, keep: Path | None = None) -> list[dict]:
+    """A row per depth-1 nsys run of the sweep; with `keep`, its trace and the depth-1 runs' steps
+    (keep_evidence) go there too."""
     spec = json.loads((sweep / "sweep.json").read_text())
     output_len = float(spec["output_len_mean"])
     r = read_results(sweep)
@@ -96,7 +100,23 @@ def rows(sweep: Path, n_boot: int = 1000) -> list[dict]:
                 row["given_miss_pts"] = row["given_pct"] - row["observed_pct"]
                 row["given_within_goal"] = abs(row["given_miss_pts"]) <= GOAL_PTS
         out.append(row)
+        if keep is not None:
+            keep_evidence(keep, sweep, trace, r, int(run["streams"]))
     return out
+
+
+def keep_evidence(keep: Path, sweep: Path, trace: Path, results, streams: int) -> None:
+    """What a miss is explained from, small enough to bring back from the GPU machine: the depth-1
+    trace as read, and the per-step table of every depth-1 run at `streams` (unprofiled and under
+    nsys, as results.json holds them), to set the trace's GPU work beside the unprofiled forward."""
+    keep.mkdir(parents=True, exist_ok=True)
+    name = f"{sweep.name}-s{streams}-d1.sqlite" + (".gz" if trace.suffix == ".gz" else "")
+    write_atomic(keep / name, trace.read_bytes())
+    runs = results.runs
+    picked = runs[(runs["depth"] == 1) & (runs["streams"] == streams)][["run_id", "source"]]
+    columns = ["run_id", "step", "kind", "forward_ms", "sampling_ms", "bubble_ms", "period_ms"]
+    steps = results.steps.merge(picked, on="run_id")[["source", *columns]]
+    write_atomic(keep / f"{sweep.name}-s{streams}-d1-steps.csv", steps.to_csv(index=False))
 
 
 def unprofiled_step_ms(results, streams: int) -> float | None:
@@ -151,13 +171,16 @@ def main() -> None:
     parser.add_argument("--sweeps", type=Path, action="append", required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--n-boot", type=int, default=1000)
+    parser.add_argument(
+        "--keep", type=Path, help="copy each row's trace and its depth-1 runs' steps here"
+    )
     args = parser.parse_args()
     table = []
     for root in args.sweeps:
         for sweep in sweeps_under(root):
             print(f"== {sweep}", flush=True)
             try:
-                table += rows(sweep, args.n_boot)
+                table += rows(sweep, args.n_boot, args.keep)
             except Exception as e:  # one broken sweep does not hide the others
                 print(f"   skipped: {type(e).__name__}: {e}", flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
