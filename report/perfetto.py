@@ -17,10 +17,12 @@ a kernel, a run id) is always a JSON string, whatever characters it holds.
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from ..core.files import write_atomic
@@ -90,7 +92,9 @@ def chrome_trace(results: Results, ranges: pd.DataFrame | None = None) -> dict:
 def write_chrome_trace(trace: dict, path: Path) -> Path:
     """Write the trace as JSON, gzipped when the name ends in .gz (both viewers open either)."""
     text = json.dumps(trace, separators=(",", ":"), allow_nan=False).encode()
-    return write_atomic(path, gzip.compress(text, mtime=0) if path.suffix == ".gz" else text)
+    # level 6: a million events in 0.75 s against 2.0 s at 9, for 8% more bytes
+    packed = gzip.compress(text, compresslevel=6, mtime=0) if path.suffix == ".gz" else text
+    return write_atomic(path, packed)
 
 
 def _run_events(pid: int, run: dict, steps: pd.DataFrame, ranges: pd.DataFrame) -> list[dict]:
@@ -162,31 +166,73 @@ def _track(
     """One lane's slices, on as many tracks as needed: a slice that overlaps one before it without
     nesting inside it (which one thread's slices must) goes to the next track of the lane. flows:
     rows with a `flow` ('out': a launch call, 'in': the first op it launched) carry the flow
-    (bind_id flows + their correlation id, the trace event format's flow_out/flow_in)."""
+    (bind_id flows + their correlation id, the trace event format's flow_out/flow_in).
+
+    Column by column, not row by row: a sweep's lanes of kernels and CUDA calls hold a million
+    rows, and a dict per row from pandas was most of the report's time."""
     rows = rows.dropna(subset=["start_ns", "end_ns"])  # a span the step did not have
     if kinds is not None:  # the device lane: a part the step did not run (no sampling) is no span
         rows = rows[rows["end_ns"] > rows["start_ns"]]
     rows = rows.sort_values(["start_ns", "end_ns"], ascending=[True, False])
-    stacks: list[list[float]] = []  # per track: the ends of its open slices
-    out = []
-    for row in rows.to_dict("records"):
-        start, end = row["start_ns"], max(row["end_ns"], row["start_ns"])
-        track = _place(stacks, start, end)
-        phase = str(row["phase"])
-        step = row.get("step")
-        if kinds is not None and phase == "forward" and kinds.get(step) == "prefill":
-            phase = "prefill"
-        args = {"step": None if pd.isna(step) else int(step)}
-        out.append(_slice(pid, tid + track, phase, row, t0, args))
-        if flows is not None and isinstance(row.get("flow"), str):
-            correlation = int(row["correlation_id"])
-            args["correlation_id"] = correlation
-            out[-1].update({"bind_id": flows + correlation, f"flow_{row['flow']}": True})
-    for track in range(max(1, len(stacks))):
+    starts = rows["start_ns"].astype(float).tolist()
+    ends = [max(e, s) for e, s in zip(rows["end_ns"].astype(float).tolist(), starts, strict=True)]
+    tracks = _tracks(starts, ends)
+    phases = rows["phase"].astype(str).tolist()
+    steps = [None if pd.isna(v) else int(v) for v in rows["step"]] if "step" in rows else None
+    if kinds is not None:
+        phases = [
+            "prefill" if phase == "forward" and kinds.get(step) == "prefill" else phase
+            for phase, step in zip(phases, steps or [None] * len(phases), strict=True)
+        ]
+    out = [
+        {
+            "ph": "X",
+            "name": phase,
+            "pid": pid,
+            "tid": tid + track,
+            "ts": ts,
+            "dur": round(max(end - start, 0.0) / 1e3, 3),
+            "args": {"step": step},
+        }
+        for phase, track, ts, start, end, step in zip(
+            phases,
+            tracks,
+            _offsets_us(starts, t0),
+            starts,
+            ends,
+            steps or [None] * len(phases),
+            strict=True,
+        )  # fmt: skip
+    ]
+    if flows is not None and "flow" in rows:
+        for event, flow, correlation in zip(
+            out, rows["flow"].tolist(), rows["correlation_id"].tolist(), strict=True
+        ):
+            if isinstance(flow, str):
+                event["args"]["correlation_id"] = int(correlation)
+                event.update({"bind_id": flows + int(correlation), f"flow_{flow}": True})
+    for track in range(max(1, max(tracks, default=0) + 1)):
         label = name if track == 0 else f"{name} ({track + 1})"
         meta.append(_meta(pid, tid + track, "thread_name", name=label))
         meta.append(_meta(pid, tid + track, "thread_sort_index", sort_index=tid + track))
     return out
+
+
+def _offsets_us(starts: list[float], t0: float) -> list[float]:
+    """Each start in microseconds after t0, to the nanosecond: _slice's arithmetic (numpy's rounding
+    where t0 is a numpy number, as it is from a table), on the whole column at once."""
+    if isinstance(t0, np.generic):
+        return np.round((np.asarray(starts, dtype=float) - t0) / 1e3, 3).tolist()
+    return [round((start - t0) / 1e3, 3) for start in starts]
+
+
+def _tracks(starts: list[float], ends: list[float]) -> list[int]:
+    """Each slice's track (_place, in start order). Most lanes (a stream's kernels, a thread's
+    CUDA calls) never overlap: one track, found without placing them one by one."""
+    if all(s >= e for s, e in zip(starts[1:], itertools.accumulate(ends, max), strict=False)):
+        return [0] * len(starts)
+    stacks: list[list[float]] = []  # per track: the ends of its open slices
+    return [_place(stacks, start, end) for start, end in zip(starts, ends, strict=True)]
 
 
 def _place(stacks: list[list[float]], start: float, end: float) -> int:
