@@ -140,3 +140,23 @@ def test_step_series_draws_every_step_and_marks_prefills():
     assert list(prefills.get_xdata()) == sorted(steps.loc[steps["kind"] == "prefill", "step"])
     assert len(prefills.get_xdata()) > 0
     assert figures.step_series(panels).startswith("<svg")
+
+
+def test_a_legend_of_many_host_activities_leaves_the_panels_their_room():
+    """Another engine's trace names dozens of host activities (cuda: memcpy HtoD, os: sem_wait):
+    the legend's rows go above panels of their usual height, with no tight_layout warning."""
+    import warnings
+
+    import pandas as pd
+
+    phases = [f"cuda: call {i}" for i in range(30)] + ["untraced host code", "os: sem_wait"]
+    rows = [
+        {"config": c, "depth": d, "phase": p, "time_ms": 0.1, "began_ms": 0.1}
+        for c in ("nanovllm-tp2",)
+        for d in (0,)
+        for p in phases
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        svg = figures.attribution_bars(pd.DataFrame(rows))
+    assert "<svg" in svg

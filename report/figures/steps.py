@@ -112,7 +112,11 @@ def attribution_bars(
     order = [p for p in known if p in phases] + sorted(p for p in phases if p not in known)
     spare = iter(SPARE * len(order))
     colors = {p: known.get(p) or next(spare) for p in order}
-    fig = Figure(figsize=(FULL_WIDTH_IN, 0.28 * len(configs) + 1.3))
+    ncol = min(len(order), 8)
+    top = 0.3 * math.ceil(len(order) / ncol) + 0.1  # the legend's rows, above the panels
+    # the panels keep their height whatever the legend takes (another engine's trace may name a
+    # dozen host activities: tight_layout found no room for them)
+    fig = Figure(figsize=(FULL_WIDTH_IN, 0.28 * len(configs) + 1.3 + top))
     axes = fig.subplots(1, len(depths), squeeze=False, sharey=True)[0]
     for ax, depth in zip(axes, depths, strict=True):
         table = (
@@ -139,9 +143,7 @@ def attribution_bars(
         ax.tick_params(axis="y", length=0)
     axes[0].invert_yaxis()
     handles = [Patch(color=colors[p]) for p in order]
-    ncol = min(len(order), 8)
     fig.legend(handles, order, ncol=ncol, loc="upper center", bbox_to_anchor=(0.5, 1.0))
-    top = 0.3 * math.ceil(len(order) / ncol) + 0.1
     fig.tight_layout(rect=(0, 0, 1, 1 - top / fig.get_figheight()))
     return fig
 
