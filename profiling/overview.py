@@ -91,18 +91,31 @@ def analyze(
         )
     tp = ranks.analyze_ranks(con, None if run_ids is None else list(run_ids), warmup)
     found = {r["run_id"]: r["steps_found"] for r in per_run}
+    return {
+        "warmup_steps": warmup, "runs": per_run, "groups": groups, "tensor_parallel": tp,
+        "split_engines": _split_engines(con, found, warmup),
+    }  # fmt: skip
+
+
+def split_engines(catalog: Catalog, run_ids: list[str], warmup: int = WARMUP_STEPS) -> list[dict]:
+    """analyze's `split_engines` alone (the report's section): another engine's processes of one
+    trace, each on its own GPU running collectives, their ranks side by side."""
+    con = _open(catalog)
+    found = {}
+    for run_id in run_ids:
+        steps = per_step(con, run_id)
+        found[run_id] = step_summary(con, run_id, steps, steady_state(steps, warmup), None)
+    return _split_engines(con, found, warmup)
+
+
+def _split_engines(con: Catalog, found: dict[str, dict], warmup: int) -> list[dict]:
+    """Each split engine among the runs of `found` (each run's steps_found)."""
     split = queries.run(
         con,
         "split_engines",
-        {"run_ids": [r["run_id"] for r in per_run], "ours": foreign.OURS,
-         "comm_kernels": ranks.COMM_KERNELS},
-    )  # fmt: skip
-    return {
-        "warmup_steps": warmup, "runs": per_run, "groups": groups, "tensor_parallel": tp,
-        "split_engines": [
-            _split_engine(con, list(r.run_ids), found, warmup) for r in split.itertuples()
-        ],
-    }  # fmt: skip
+        {"run_ids": list(found), "ours": foreign.OURS, "comm_kernels": ranks.COMM_KERNELS},
+    )
+    return [_split_engine(con, list(r.run_ids), found, warmup) for r in split.itertuples()]
 
 
 def _split_engine(con: Catalog, run_ids: list[str], found: dict[str, dict], warmup: int) -> dict:

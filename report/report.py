@@ -28,6 +28,7 @@ from .export import TRACE_FILE, Exported, export_results, op_tables, ranges_of
 from .kernels import kernel_sections
 from .labels import device_word, run_name
 from .ranks import rank_sections
+from .split import split_sections
 
 REPORT_FILE = "report.html"
 EXPORT_DIR = "export"
@@ -91,9 +92,11 @@ def render_report(
     exported: Exported | None = None,
     table: pd.DataFrame | None = None,
     kernels: list[dict] | None = None,
+    splits: list[dict] | None = None,
 ) -> str:
     """The page. exported: the files written beside it, linked relative to it (EXPORT_DIR/).
     kernels: the "Kernels" section's runs (report.kernels.kernel_sections; none: no section).
+    splits: another engine split over GPUs (report.split.split_sections; none: no section).
     table: predict_runs of these results when the caller has it already (run-and-profile prints
     it too; the bootstrap is the page's slowest part)."""
     if table is None:
@@ -139,6 +142,7 @@ def render_report(
         machine=provenance.report_facts(),
         exports=_links(exported),
         kernels=kernels or [],
+        splits=splits or [],
     )
     return _env().get_template("report.html.j2").render(**context)
 
@@ -194,7 +198,9 @@ def _write(
         ranges = ranges_of(sources, prefixed=True)
     tables = op_tables(sources, prefixed=len(sources) > 1) if export else None
     exported = export_results(results, out.parent / EXPORT_DIR, ranges, tables) if export else None
-    page = render_report(results, title, n_boot, exported, table, kernel_sections(sources))
+    page = render_report(
+        results, title, n_boot, exported, table, kernel_sections(sources), split_sections(sources)
+    )
     return write_atomic(out, page)
 
 

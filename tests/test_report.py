@@ -1,6 +1,7 @@
 """The HTML report: self-contained, one row per configuration, provenance once, an honest headline,
 several run directories side by side, trace-derived strings escaped."""
 
+import html
 import re
 import shutil
 import subprocess
@@ -408,3 +409,18 @@ def test_long_provenance_is_a_line_with_its_json_folded(tmp_path):
     assert len(line.group(1)) < 250
     assert re.search(r'<details class="raw">\s*<summary>JSON</summary><pre>\{', html)
     assert "<dt>catalog</dt><dd>out/catalog.duckdb</dd>" in html
+
+
+def test_a_trace_of_one_engine_over_two_gpus_gets_its_ranks_side_by_side(tmp_path):
+    """nano-vllm at TP 2 (traces/foreign/): the page shows the two processes as one engine's ranks,
+    as `bubblelab analyze` does: matched steps, sure together, per-rank medians, and no lag or
+    straggler where the workers' steps run into rank 0's next step."""
+    trace = TRACES_DIR / "foreign" / "nanovllm-tp2.sqlite.gz"
+    page = report_run_dir(trace, n_boot=20, export=False, out=tmp_path / "r.html").read_text()
+    section = page[page.index('id="split"') : page.index('id="timeline"')]
+    text = " ".join(html.unescape(re.sub(r"<[^>]+>", " ", section)).split())
+    assert "2 processes of one trace" in text and "(65 of 65, 63 of 63 steps matched)" in text
+    assert "Sure together: rank 0's steps are sure" in text
+    assert re.search(r"0 3\.210 1\.003 4\.245 1\.880 0\.981 – –", text)
+    assert re.search(r"1 2\.497 1\.706 4\.237 1\.652 0\.518 – –", text)
+    assert "No lag or straggler: the ranks' steps were cut by graph and sync rules" in text
