@@ -116,7 +116,7 @@ def keep_evidence(keep: Path, sweep: Path, trace: Path, results, streams: int) -
     picked = runs[(runs["depth"] == 1) & (runs["streams"] == streams)][["run_id", "source"]]
     columns = ["run_id", "step", "kind", "forward_ms", "sampling_ms", "bubble_ms", "period_ms"]
     steps = results.steps.merge(picked, on="run_id")[["source", *columns]]
-    write_atomic(keep / f"{sweep.name}-s{streams}-d1-steps.csv", steps.to_csv(index=False))
+    write_atomic(keep / f"{sweep.name}-s{streams}-d1-steps.json", steps.to_json(orient="records"))
 
 
 def unprofiled_step_ms(results, streams: int) -> float | None:
