@@ -29,6 +29,7 @@ from .kernels import kernel_sections
 from .labels import device_word, run_name
 from .ranks import rank_sections
 from .split import split_sections
+from .steps_found import found_sections
 
 REPORT_FILE = "report.html"
 EXPORT_DIR = "export"
@@ -93,10 +94,12 @@ def render_report(
     table: pd.DataFrame | None = None,
     kernels: list[dict] | None = None,
     splits: list[dict] | None = None,
+    found: list[dict] | None = None,
 ) -> str:
     """The page. exported: the files written beside it, linked relative to it (EXPORT_DIR/).
     kernels: the "Kernels" section's runs (report.kernels.kernel_sections; none: no section).
     splits: another engine split over GPUs (report.split.split_sections; none: no section).
+    found: how another engine's steps were found, run by run (report.steps_found.found_sections).
     table: predict_runs of these results when the caller has it already (run-and-profile prints
     it too; the bootstrap is the page's slowest part)."""
     if table is None:
@@ -143,6 +146,8 @@ def render_report(
         exports=_links(exported),
         kernels=kernels or [],
         splits=splits or [],
+        found=found or [],
+        unsure=[f for f in found or [] if not f["sure"]],
     )
     return _env().get_template("report.html.j2").render(**context)
 
@@ -199,8 +204,9 @@ def _write(
     tables = op_tables(sources, prefixed=len(sources) > 1) if export else None
     exported = export_results(results, out.parent / EXPORT_DIR, ranges, tables) if export else None
     page = render_report(
-        results, title, n_boot, exported, table, kernel_sections(sources), split_sections(sources)
-    )
+        results, title, n_boot, exported, table, kernel_sections(sources), split_sections(sources),
+        found_sections(sources),
+    )  # fmt: skip
     return write_atomic(out, page)
 
 

@@ -29,6 +29,7 @@ def split_sections(sources: list[Source]) -> list[dict]:
             sections.append(
                 {
                     "config": names.get(split["run_ids"][0], split["run_ids"][0]),
+                    "run_ids": split["run_ids"],
                     "matched": split["matched_steps"],
                     "steps": side["steady_steps"],
                     "sure": split["sure"],

@@ -424,3 +424,15 @@ def test_a_trace_of_one_engine_over_two_gpus_gets_its_ranks_side_by_side(tmp_pat
     assert re.search(r"0 3\.210 1\.003 4\.245 1\.880 0\.981 – –", text)
     assert re.search(r"1 2\.497 1\.706 4\.237 1\.652 0\.518 – –", text)
     assert "No lag or straggler: the ranks' steps were cut by graph and sync rules" in text
+    # how each process's steps were found, first: rank 1 unsure on its own, confirmed by rank 0
+    card = page[page.index('id="found"') : page.index('id="prediction"')]
+    found = " ".join(html.unescape(re.sub(r"<[^>]+>", " ", card)).split())
+    assert re.search(r"-p909-g0 sync 65 \(64, 1\) 0\.042 100\.0% yes", found)
+    assert re.search(r"-p999-g1 graph 63 \(63, 0\) 0\.034 91\.9% no", found)
+    assert "not sure of the graph rule's steps" in found
+    assert "Rank 0's sure steps confirm them" in found
+
+
+def test_our_own_runs_need_no_card_on_how_their_steps_were_found(demo_dir):
+    page = report_run_dir(demo_dir, n_boot=20, export=False).read_text()
+    assert 'id="found"' not in page and 'id="split"' not in page
