@@ -203,9 +203,10 @@ def _write(
         ranges = ranges_of(sources, prefixed=True)
     tables = op_tables(sources, prefixed=len(sources) > 1) if export else None
     exported = export_results(results, out.parent / EXPORT_DIR, ranges, tables) if export else None
+    splits = split_sections(sources)
     page = render_report(
-        results, title, n_boot, exported, table, kernel_sections(sources), split_sections(sources),
-        found_sections(sources),
+        summary.without_workers(results, splits), title, n_boot, exported, table,
+        kernel_sections(sources), splits, found_sections(sources),
     )  # fmt: skip
     return write_atomic(out, page)
 

@@ -39,15 +39,28 @@ def unprofiled(results: Results) -> Results:
     runs = results.runs
     if "profiled" not in runs or not runs["profiled"].eq(False).any():
         return results
-    keep = runs[runs["profiled"].eq(False)]
-    ids = set(keep["run_id"])
+    return only_runs(results, set(runs.loc[runs["profiled"].eq(False), "run_id"]))
+
+
+def without_workers(results: Results, splits: list[dict]) -> Results:
+    """Another engine split over GPUs shown as one engine: its rank 0's run stands for it in the
+    per-configuration tables (its ranks are processes of one step, not repeats to pool; the
+    split section shows each), as a tensor-parallel run of ours does."""
+    workers = {run_id for s in splits for run_id in s["run_ids"][1:]}
+    if not workers:
+        return results
+    return only_runs(results, set(results.runs["run_id"]) - workers)
+
+
+def only_runs(results: Results, ids: set[str]) -> Results:
+    """results with only the runs `ids`, in every table."""
 
     def only(frame: pd.DataFrame) -> pd.DataFrame:
         return frame[frame["run_id"].isin(ids)] if "run_id" in frame else frame
 
     return replace(
         results,
-        runs=keep,
+        runs=only(results.runs),
         steps=only(results.steps),
         attribution=only(results.attribution),
         gaps=only(results.gaps),

@@ -431,6 +431,10 @@ def test_a_trace_of_one_engine_over_two_gpus_gets_its_ranks_side_by_side(tmp_pat
     assert re.search(r"-p999-g1 graph 63 \(63, 0\) 0\.034 91\.9% no", found)
     assert "not sure of the graph rule's steps" in found
     assert "Rank 0's sure steps confirm them" in found
+    # the step table shows the engine by rank 0's run: its ranks are not repeats to pool
+    table = page[page.index('id="step"') : page.index('id="split"')]
+    row = " ".join(html.unescape(re.sub(r"<[^>]+>", " ", table)).split())
+    assert re.search(r"TP 2 1 as traced – 3\.21 → – 0\.314 → – 4\.25 → – 1\.003 → –", row)
 
 
 def test_our_own_runs_need_no_card_on_how_their_steps_were_found(demo_dir):
