@@ -6,6 +6,7 @@ profiling.ranks (which reads them too, so this module sits above both).
 
 from __future__ import annotations
 
+import duckdb
 import pandas as pd
 
 from ..core.steady import WARMUP_STEPS, steady_state
@@ -108,7 +109,9 @@ def split_engines(catalog: Catalog, run_ids: list[str], warmup: int = WARMUP_STE
     return _split_engines(con, found, warmup)
 
 
-def _split_engines(con: Catalog, found: dict[str, dict], warmup: int) -> list[dict]:
+def _split_engines(
+    con: duckdb.DuckDBPyConnection, found: dict[str, dict], warmup: int
+) -> list[dict]:
     """Each split engine among the runs of `found` (each run's steps_found)."""
     split = queries.run(
         con,
