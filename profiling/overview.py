@@ -6,7 +6,6 @@ profiling.ranks (which reads them too, so this module sits above both).
 
 from __future__ import annotations
 
-import duckdb
 import pandas as pd
 
 from ..core.steady import WARMUP_STEPS, steady_state
@@ -94,25 +93,17 @@ def analyze(
     found = {r["run_id"]: r["steps_found"] for r in per_run}
     return {
         "warmup_steps": warmup, "runs": per_run, "groups": groups, "tensor_parallel": tp,
-        "split_engines": _split_engines(con, found, warmup),
+        "split_engines": split_engines(con, found, warmup),
     }  # fmt: skip
 
 
-def split_engines(catalog: Catalog, run_ids: list[str], warmup: int = WARMUP_STEPS) -> list[dict]:
-    """analyze's `split_engines` alone (the report's section): another engine's processes of one
-    trace, each on its own GPU running collectives, their ranks side by side."""
-    con = _open(catalog)
-    found = {}
-    for run_id in run_ids:
-        steps = per_step(con, run_id)
-        found[run_id] = step_summary(con, run_id, steps, steady_state(steps, warmup), None)
-    return _split_engines(con, found, warmup)
-
-
-def _split_engines(
-    con: duckdb.DuckDBPyConnection, found: dict[str, dict], warmup: int
+def split_engines(
+    catalog: Catalog, found: dict[str, dict], warmup: int = WARMUP_STEPS
 ) -> list[dict]:
-    """Each split engine among the runs of `found` (each run's steps_found)."""
+    """Each split engine among the runs of `found` (run_id -> its steps_found, evidence.
+    step_summary): another engine's processes of one trace, each on its own GPU running
+    collectives, their ranks side by side (analyze's `split_engines`; the report's section)."""
+    con = _open(catalog)
     split = queries.run(
         con,
         "split_engines",

@@ -29,7 +29,7 @@ from .kernels import kernel_sections
 from .labels import device_word, run_name
 from .ranks import rank_sections
 from .split import split_sections
-from .steps_found import found_sections
+from .steps_found import found_sections, steps_found
 
 REPORT_FILE = "report.html"
 EXPORT_DIR = "export"
@@ -203,10 +203,11 @@ def _write(
         ranges = ranges_of(sources, prefixed=True)
     tables = op_tables(sources, prefixed=len(sources) > 1) if export else None
     exported = export_results(results, out.parent / EXPORT_DIR, ranges, tables) if export else None
-    splits = split_sections(sources)
+    found = [steps_found(s) for s in sources]  # foreign runs' step rules, once for both sections
+    splits = split_sections(sources, found)
     page = render_report(
         summary.without_workers(results, splits), title, n_boot, exported, table,
-        kernel_sections(sources), splits, found_sections(sources),
+        kernel_sections(sources), splits, found_sections(sources, found),
     )  # fmt: skip
     return write_atomic(out, page)
 

@@ -12,17 +12,17 @@ VALUES = ("forward_ms", "bubble_ms", "period_ms", "compute_ms", "comm_ms", "forw
           "gpu_straggler_share")  # fmt: skip
 
 
-def split_sections(sources: list[Source]) -> list[dict]:
-    """One entry per split engine of the sources that have a catalog: rank 0's run name, how many of
-    each rank's steps matched rank 0's, whether the ranks' steps are sure (and why, or why not),
-    why no lag, straggler or skew is shown where they are not, and a row per rank (VALUES)."""
+def split_sections(sources: list[Source], found: list[dict[str, dict]]) -> list[dict]:
+    """One entry per split engine of the sources that have a catalog (`found`: each source's
+    report.steps_found.steps_found): rank 0's run name, how many of each rank's steps matched
+    rank 0's, whether the ranks' steps are sure (and why, or why not), why no lag, straggler or
+    skew is shown where they are not, and a row per rank (VALUES)."""
     sections = []
-    for source in sources:
-        runs = source.results.runs
-        if source.catalog is None or len(runs) < 2:
+    for source, mine in zip(sources, found, strict=True):
+        if source.catalog is None or len(mine) < 2:
             continue
-        names = {r["run_id"]: run_name(r) for r in runs.to_dict("records")}
-        for split in split_engines(source.catalog, runs["run_id"].tolist()):
+        names = {r["run_id"]: run_name(r) for r in source.results.runs.to_dict("records")}
+        for split in split_engines(source.catalog, mine):
             side = split["ranks"]
             if side is None:
                 continue

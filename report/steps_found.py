@@ -15,19 +15,31 @@ KEYS = ("rule", "detail", "steps", "decode_steps", "prefill_steps", "period_cv",
         "confidence", "sure", "evidence", "unsure")  # fmt: skip
 
 
-def found_sections(sources: list[Source]) -> list[dict]:
-    """One entry per foreign run of the sources that have a catalog (our own runs' steps are the
-    engine's own ranges: nothing to find): its name and step_summary's KEYS."""
-    out = []
-    for source in sources:
-        con = source.catalog
-        if con is None:
-            continue
-        for run in source.results.runs.to_dict("records"):
-            run_id = run["run_id"]
-            if not is_foreign(con, run_id):
-                continue
+def steps_found(source: Source) -> dict[str, dict]:
+    """run_id -> step_summary of each foreign run of a source with a catalog (our own runs' steps
+    are the engine's own ranges: nothing to find); made once for this card and the split section
+    (report.split), which both stand on it."""
+    con = source.catalog
+    if con is None:
+        return {}
+    found = {}
+    for run_id in source.results.runs["run_id"]:
+        if is_foreign(con, run_id):
             steps = per_step(con, run_id)
-            found = step_summary(con, run_id, steps, steady_state(steps), None)
-            out.append({"name": run_name(run), "run_id": run_id, **{k: found[k] for k in KEYS}})
-    return out
+            found[run_id] = step_summary(con, run_id, steps, steady_state(steps), None)
+    return found
+
+
+def found_sections(sources: list[Source], found: list[dict[str, dict]]) -> list[dict]:
+    """One entry per foreign run (`found`: steps_found of each source): its name, run_id and
+    step_summary's KEYS."""
+    return [
+        {
+            "name": run_name(run),
+            "run_id": run["run_id"],
+            **{k: mine[run["run_id"]][k] for k in KEYS},
+        }
+        for source, mine in zip(sources, found, strict=True)
+        for run in source.results.runs.to_dict("records")
+        if run["run_id"] in mine
+    ]
