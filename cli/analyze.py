@@ -119,9 +119,10 @@ def analyze(
     sure = {r["run_id"]: r["steps_found"]["confidence"] == "high" for r in report["runs"]}
     for split in report.get("split_engines", []):
         console.print(_split_line(split, names), markup=False)
-        if split.get("sure") and not all(sure.get(r, False) for r in split["run_ids"]):
+        each_sure = all(sure.get(r, False) for r in split["run_ids"])
+        if split.get("sure") and not each_sure:
             console.print(f"  sure together: {split['evidence']}", markup=False)
-        elif not all(sure.get(r, False) for r in split["run_ids"]):
+        elif not each_sure:
             console.print(
                 "  the steps of these ranks are not sure (their runs above say why): the table "
                 "below stands on them, read its figures as ~",

@@ -178,11 +178,15 @@ def _track(
     ends = [max(e, s) for e, s in zip(rows["end_ns"].astype(float).tolist(), starts, strict=True)]
     tracks = _tracks(starts, ends)
     phases = rows["phase"].astype(str).tolist()
-    steps = [None if pd.isna(v) else int(v) for v in rows["step"]] if "step" in rows else None
+    steps = (
+        [None if pd.isna(v) else int(v) for v in rows["step"]]
+        if "step" in rows
+        else [None] * len(phases)
+    )
     if kinds is not None:
         phases = [
             "prefill" if phase == "forward" and kinds.get(step) == "prefill" else phase
-            for phase, step in zip(phases, steps or [None] * len(phases), strict=True)
+            for phase, step in zip(phases, steps, strict=True)
         ]
     out = [
         {
@@ -200,7 +204,7 @@ def _track(
             _offsets_us(starts, t0),
             starts,
             ends,
-            steps or [None] * len(phases),
+            steps,
             strict=True,
         )  # fmt: skip
     ]
