@@ -28,7 +28,11 @@ TINY = dict(model="tiny-llama", output_len_mean=24, prompt_len=8, requests_per_s
 
 
 def specs(
-    held_out: dict, device: str, tiny: bool = False, budget_s: float | None = None
+    held_out: dict,
+    device: str,
+    tiny: bool = False,
+    budget_s: float | None = None,
+    max_pairs: int | None = None,
 ) -> dict[str, SweepSpec]:
     """name -> the sweep's options, checked (SweepSpec) before anything runs."""
     out = {}
@@ -36,6 +40,8 @@ def specs(
         options = {**sweep["options"], **held_out["repeats"], "device": device}
         if budget_s is not None:
             options["budget_s"] = budget_s
+        if max_pairs is not None:
+            options["repeats"] = max_pairs
         if tiny:  # the same path on the CPU in seconds: small, few, short
             options |= TINY | dict(streams=sorted({min(s, 3) for s in options["streams"]}),
                                    repeats=2, min_repeats=2, budget_s=0.0)  # fmt: skip
@@ -44,10 +50,11 @@ def specs(
 
 
 def run(held_out: dict, out: Path, device: str, *, nsys: bool | None, tiny: bool = False,
-        budget_s: float | None = None, only: list[str] | None = None) -> dict:  # fmt: skip
+        budget_s: float | None = None, only: list[str] | None = None,
+        max_pairs: int | None = None) -> dict:  # fmt: skip
     """Every sweep of the set (or `only` those) into out/<name>/; returns each one's seconds."""
     seconds = {}
-    for name, spec in specs(held_out, device, tiny, budget_s).items():
+    for name, spec in specs(held_out, device, tiny, budget_s, max_pairs).items():
         if only and name not in only:
             continue
         target = out / name
@@ -67,6 +74,9 @@ def main() -> None:
     parser.add_argument("--set", type=Path, default=SET, help="the held-out set (JSON)")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--budget-s", type=float, help="per configuration (default: the set's)")
+    parser.add_argument(
+        "--max-pairs", type=int, help="repeat pairs a configuration at most (default: the set's)"
+    )
     parser.add_argument("--only", help="comma-separated sweep names")
     parser.add_argument("--nsys", action=argparse.BooleanOptionalAction, default=None,
                         help="force or forbid nsys (default: use it when found)")  # fmt: skip
@@ -76,7 +86,7 @@ def main() -> None:
     started = time.perf_counter()
     only = args.only.split(",") if args.only else None
     seconds = run(held_out, args.out, args.device, nsys=args.nsys, tiny=args.tiny,
-                  budget_s=args.budget_s, only=only)  # fmt: skip
+                  budget_s=args.budget_s, only=only, max_pairs=args.max_pairs)  # fmt: skip
     total = time.perf_counter() - started
     print(f"{len(seconds)} sweeps in {total:.0f} s: " + ", ".join(
         f"{name} {s:.0f} s" for name, s in seconds.items()))  # fmt: skip

@@ -32,13 +32,24 @@ MISS_PTS = 1.0
 
 
 def load(held_out: dict, runs: dict[str, Path]) -> dict[tuple[str, str], Results]:
-    """(GPU, sweep name) -> its results, for every sweep each GPU's output holds."""
+    """(GPU, sweep name) -> its results, for every sweep each GPU's output finished (one cut
+    before its results.json is named by `missing`)."""
     return {
         (gpu, sweep["name"]): read_results(root / sweep["name"])
         for gpu, root in runs.items()
         for sweep in held_out["sweeps"]
-        if (root / sweep["name"]).is_dir()
+        if (root / sweep["name"] / "results.json").is_file()
     }
+
+
+def missing(held_out: dict, runs: dict[str, Path]) -> list[str]:
+    """'GPU: sweep' for every sweep of the set that a GPU's output did not finish."""
+    return [
+        f"{gpu}: {sweep['name']} ({', '.join(sweep['ids'].values())})"
+        for gpu, root in runs.items()
+        for sweep in held_out["sweeps"]
+        if not (root / sweep["name"] / "results.json").is_file()
+    ]
 
 
 def rows(held_out: dict, results: dict[tuple[str, str], Results], n_boot: int) -> pd.DataFrame:
@@ -76,7 +87,7 @@ def across(results: dict[tuple[str, str], Results], ids: dict, n_boot: int) -> p
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
 
 
-def markdown(table: pd.DataFrame, crossed: pd.DataFrame, model: str) -> str:
+def markdown(table: pd.DataFrame, crossed: pd.DataFrame, model: str, absent: list[str]) -> str:
     met = table["observed_known"] & (table["wall_d1_error_pts"].abs() <= MISS_PTS)
     lines = [
         f"Model: {model}. Goal: every observed speedup known to ±1 point and forecast from depth 1 "
@@ -89,6 +100,8 @@ def markdown(table: pd.DataFrame, crossed: pd.DataFrame, model: str) -> str:
         "| what makes the miss (depth-2 pieces) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
+    if absent:  # said before the rows, so a partial table is never read as the whole set
+        lines[1:1] = ["", f"Not finished, so not in the table: {'; '.join(absent)}."]
     for r in table.to_dict("records"):
         cells = [
             r["id"], r["gpu"], r["label"], f"{r['pairs']} ({r['repeat_stop'] or '–'})",
@@ -153,10 +166,11 @@ def main() -> None:
     args = parser.parse_args()
     held_out = json.loads(args.set.read_text())
     runs = dict(arg.split("=", 1) for arg in args.run)
-    results = load(held_out, {gpu: Path(d) for gpu, d in runs.items()})
+    roots = {gpu: Path(d) for gpu, d in runs.items()}
+    results = load(held_out, roots)
     table = rows(held_out, results, args.n_boot)
     crossed = across(results, {s["name"]: s["ids"] for s in held_out["sweeps"]}, args.n_boot)
-    text = markdown(table, crossed, model_commit(held_out))
+    text = markdown(table, crossed, model_commit(held_out), missing(held_out, roots))
     if args.out:
         write_atomic(args.out, text)
     else:

@@ -8,7 +8,8 @@
 # (benchmarks.tp_nsys_check); nano-vllm at TP 2 under nsys, traced whole (tools.traces).
 # Part 2: the TP study (benchmarks.tp_sweep: qwen3-8b and qwen3-32b, TP 1 and 2, depth 1 and 2,
 # 1/8/32/128 streams, 5 repeats). Part 3: the TP GPU tests and the TP cost model's held-out set
-# (benchmarks/heldout_tp.json; resumed where an earlier call left it).
+# (benchmarks/heldout_tp.json; resumed where an earlier call left it). Part 4: the held-out set alone,
+# with a longer budget a configuration.
 # Each step has its own time limit; a step that fails is logged and the next one runs. What comes
 # back: OUT/part<N>.tar.xz (JSON, logs) and OUT/traces<N>.tar.xz (nsys exports, when small enough).
 set -u
@@ -46,6 +47,15 @@ elif [ "$part" = 2 ]; then
     --repeats 5 --L 64 --deadline-s 200 --out "$work/tp-sweep-8b.json"
   step tp-sweep-32b 330 python -m benchmarks.tp_sweep --presets qwen3-32b --streams 1,8,32,128 \
     --repeats 5 --L 64 --deadline-s 300 $separate --out "$work/tp-sweep-32b.json"
+elif [ "$part" = 4 ]; then  # the held-out set alone, longer: 45 s and up to 60 pairs a configuration
+  step heldout-tp $((550 - SECONDS)) python -m benchmarks.heldout_2 --set benchmarks/heldout_tp.json \
+    --no-nsys --budget-s 45 --max-pairs 60 --out "$work/heldout-tp"
+  for d in "$work"/heldout-tp/*/; do  # each sweep's results apart (under the 16 MiB a file)
+    [ -f "$d/results.json" ] && tar -cJf "$out/heldout-$(basename "$d").tar.xz" -C "$work/heldout-tp" \
+      --exclude=runs --exclude=catalog.duckdb --exclude=.lock "$(basename "$d")"
+  done
+  cp "$work/heldout-tp.log" "$work/steps.txt" "$out/"
+  exit 0
 else  # part 3: the GPU tests on the pair (TP 2 == TP 1 tokens, depth 1 == depth 2), the held-out set
   rev=$(cat .git-rev 2>/dev/null || echo unknown)
   step tp-gpu-tests 300 python -m pytest -q -m gpu -p no:cacheprovider tests/test_tensor_parallel_gpu.py \
