@@ -46,6 +46,20 @@ def test_every_sweep_passes_its_checks_before_anything_runs():
     assert len(specs) == len(SET["sweeps"]) and all(s.nsys_depths == [1] for s in specs)
 
 
+def test_max_pairs_overrides_the_sets_repeats():
+    # in a child process: tests never import benchmarks (import-linter)
+    code = (
+        "import json; from benchmarks.heldout_2 import SET, specs; "
+        "s = json.loads(SET.read_text()); "
+        "print(sorted({(v.repeats, v.budget_s) for v in specs(s, 'cpu', budget_s=45.0, "
+        "max_pairs=60).values()}), sorted({v.repeats for v in specs(s, 'cpu').values()}))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["[(60,", "45.0)]", f"[{SET['repeats']['repeats']}]"]
+
+
 def python_m(module: str, *args: str) -> str:
     done = subprocess.run([sys.executable, "-m", f"benchmarks.{module}", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=600)  # fmt: skip
@@ -83,3 +97,10 @@ def test_runner_and_table_on_the_cpu(tmp_path):
         assert abs(r["across_predicted_pct"] - same[(r["id"], r["target"])]) < 1e-9
     assert "met on 0 of 4 rows; known on 0" in table
     assert "| H17 | H100 | tiny-llama" in table and "Across GPUs" in table
+    # the sweeps --only left out are named before the rows: the table never reads as the whole set
+    others = [s["name"] for s in SET["sweeps"] if s["name"] != "qwen3-8b-short"]
+    said_missing = table.split("\n\n")[1]
+    assert said_missing.startswith("Not finished, so not in the table:")
+    assert all(f"H100: {name} (" in said_missing and f"H200: {name} (" in said_missing
+               for name in others)  # fmt: skip
+    assert "qwen3-8b-short" not in said_missing

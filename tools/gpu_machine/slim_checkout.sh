@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The GPU machine receives the working tree whole (tracked files and the carried .device/, 64 MiB at
+# most). With .device/ at ~24 MB, the tracked files must stay under ~40 MB, and the recorded traces
+# and results under docs/measurements/ and reports/ have passed that. None of them is read on the GPU
+# machine, so before a call set the largest aside in the working tree, and bring them back after:
+#   bash tools/gpu_machine/slim_checkout.sh aside     # removes them from the working tree only
+#   bash tools/gpu_machine/slim_checkout.sh back      # git checkout restores those deleted
+# Nothing is committed either way; `git status` shows them deleted while set aside.
+set -eu
+cd "$(git rev-parse --show-toplevel)"
+budget=$((38 * 1024 * 1024))  # the tracked files' share of the transfer
+big() {  # tracked files under docs/measurements/ and reports/, largest first
+  git ls-files -z docs/measurements reports | xargs -0 du -b | sort -rn | awk '{print $2}'
+}
+case "${1:-}" in
+  aside)
+    total=$(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1)
+    for f in $(big); do
+      [ "$total" -le "$budget" ] && break
+      [ -f "$f" ] || continue
+      total=$((total - $(stat -c %s "$f"))); rm "$f"; echo "aside: $f"
+    done
+    echo "tracked files in the working tree: $((total / 1024 / 1024)) MiB"
+    ;;
+  back)  # only the files set aside (deleted here): other changes under these folders stay
+    git ls-files -d -z docs/measurements reports | xargs -0 -r git checkout -- && echo "restored" ;;
+  *) echo "usage: $0 aside|back" >&2; exit 2 ;;
+esac
