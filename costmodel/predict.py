@@ -190,7 +190,7 @@ def _limits(run: pd.Series) -> Limits | None:
     return Limits(*(int(v) for v in values))
 
 
-def _whole_runs(pairs, steps, requests, window) -> list[WholeRun]:
+def _whole_runs(pairs, steps, requests, window, carried_handoff_ms=None) -> list[WholeRun]:
     out = []
     for r1, r2 in pairs:
         mine = requests[requests["run_id"] == r1["run_id"]] if len(requests) else requests
@@ -204,6 +204,7 @@ def _whole_runs(pairs, steps, requests, window) -> list[WholeRun]:
                 streams=int(r1["streams"]),
                 limits=_limits(r1),
                 window=window,
+                carried_handoff_ms=carried_handoff_ms,
             )
         )
     return out

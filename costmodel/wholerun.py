@@ -161,6 +161,7 @@ class WholeRun:
     rate_scale: float = 1.0  # window: tokens of depth 2's window over depth 1's (1 for whole runs)
     arrivals: bool = False  # the requests arrived over time (replayed on a clock: depth2_replay)
     waited_ms: float = 0.0  # ...and depth 1 emptied mid-run waiting for one this long (replayed)
+    from_d1_carried_ms: float | None = None  # from depth 1 with a hand-over measured elsewhere
 
     @property
     def observed(self) -> float:
@@ -185,11 +186,15 @@ def predict_pair_wall(
     streams: int,
     limits: Limits | None,
     window: bool = False,
+    carried_handoff_ms: float | None = None,
 ) -> WholeRun:
     """Both predictions of depth 2's wall clock for one pair, with the terms between them.
 
     requests/limits: the depth-1 run's requests in the order sent and the engine's limits; None (a
     trimmed trace) falls back to depth2_order. window: the tables are windows of longer runs.
+    carried_handoff_ms: the GPU's idle between two queued steps measured on other runs of the same
+    engine and machine (costmodel.carried): the forecast from depth 1 then also with it
+    (from_d1_carried_ms), since a depth-1 run has no queued steps to show it.
     """
     steps1, steps2 = launched(steps1), launched(steps2)
     if window:  # a window's steps are those whose period it holds; the last one's runs past it
@@ -242,4 +247,7 @@ def predict_pair_wall(
         rate_scale=1.0 if whole else _window_tokens(ran) / _window_tokens(steps1),
         arrivals=arrivals,
         waited_ms=waited_ms,
+        from_d1_carried_ms=None
+        if carried_handoff_ms is None
+        else pipelined_wall_ms(hat, replace(c1, handoff_ms=carried_handoff_ms), whole),
     )

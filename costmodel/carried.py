@@ -1,0 +1,90 @@
+"""The forecast from depth 1 with the hand-over carried in from other configurations.
+
+At depth 2 the GPU idles a little between two steps queued back to back (`handoff`: ~0.01 ms a
+step on one GPU, ~0.017 ms at TP 2 on the machines measured, whatever the model or streams;
+docs/h200-costmodel.md, docs/tensor-parallel.md). A depth-1 run never queues a step behind another,
+so its pieces cannot show it and the forecast from depth 1 alone takes it as zero: high by up to a
+point where steps are short. The hand-over is the engine's and the machine's, not the
+configuration's, so it can be measured on one run and carried to another: here, for each
+configuration, the median over the *other* configurations' depth-2 runs of the same device and TP
+size: the sweep's own, and those of other sweeps on the machine where given (`elsewhere`). The
+configuration's own depth-2 runs are never read, so the result is still a forecast of that
+configuration; it is shown beside the forecast from depth 1 alone, never instead of it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .costs import handoff_ms, launched
+from .observed import pair_repeats
+from .predict import _median_pair, _whole_runs, is_window, pair_runs, run_label
+from .tensor_parallel import tp_steps
+
+COLUMNS = ("carried_handoff_ms", "wall_d1h_predicted_pct", "wall_d1h_error_pts")
+
+
+def own_handoff_ms(d2: pd.DataFrame, steps: pd.DataFrame) -> float:
+    """A configuration's hand-over: the median over its depth-2 runs of each one's queued idle."""
+    each = [handoff_ms(launched(steps[steps["run_id"] == r])) for r in d2["run_id"]]
+    return float(np.median(each))
+
+
+def _machine(d1: pd.DataFrame) -> tuple[str, int]:
+    first = d1.iloc[0]
+    return (str(first.get("device")), int(first.get("tensor_parallel", 1) or 1))
+
+
+def handoffs(
+    runs: pd.DataFrame, steps: pd.DataFrame, ranks: pd.DataFrame | None = None
+) -> list[tuple[str, tuple[str, int], float]]:
+    """(label, (device, TP size), hand-over ms) of every configuration measured at both depths."""
+    steps = tp_steps(steps, ranks)
+    return [
+        (run_label(d1.iloc[0], depth=False), _machine(d1), own_handoff_ms(d2, steps))
+        for d1, d2 in pair_runs(runs)
+    ]
+
+
+def with_carried_handoff(
+    table: pd.DataFrame,
+    runs: pd.DataFrame,
+    steps: pd.DataFrame,
+    requests: pd.DataFrame | None = None,
+    ranks: pd.DataFrame | None = None,
+    elsewhere: list[tuple[tuple[str, int], float]] | None = None,
+) -> pd.DataFrame:
+    """predict_runs' table with COLUMNS added: the hand-over carried in (NaN where no other
+    configuration of the same machine ran depth 2), the forecast from depth 1 with it (median
+    pair, as wall_d1_predicted_pct) and observed − it. elsewhere: (machine, hand-over) of
+    configurations in other sweeps (handoffs), pooled with this sweep's others."""
+    own = handoffs(runs, steps, ranks)
+    steps = tp_steps(steps, ranks)
+    requests = requests if requests is not None else pd.DataFrame()
+    configs = [(run_label(d1.iloc[0], depth=False), d1, d2) for d1, d2 in pair_runs(runs)]
+    out: dict[str, dict[str, float]] = {c: {} for c in COLUMNS}
+    for label, d1, d2 in configs:
+        here = [(m, ms) for o, m, ms in own if o != label]
+        others = [ms for m, ms in [*here, *(elsewhere or [])] if m == _machine(d1)]
+        if not others:
+            continue
+        carried = float(np.median(others))
+        pairs = pair_repeats(d1, d2)
+        window = any(
+            is_window(steps[steps["run_id"] == r.run_id], r)
+            for r in (*d1.itertuples(), *d2.itertuples())
+        )
+        whole = _whole_runs(pairs, steps, requests, window, carried_handoff_ms=carried)
+        tokens = np.array([1.0 if window else float(r1["generated_tokens"]) for r1, _ in pairs])
+        block = np.array([w.wall_block_ms for w in whole])
+        forecast = np.array([w.from_d1_carried_ms for w in whole], dtype=float)
+        out["carried_handoff_ms"][label] = carried
+        out["wall_d1h_predicted_pct"][label] = (
+            _median_pair(tokens, block, tokens, forecast) - 1
+        ) * 100
+    table = table.copy()
+    for column in COLUMNS[:2]:
+        table[column] = table["label"].map(out[column]).astype(float)
+    table["wall_d1h_error_pts"] = table["wall_observed_pct"] - table["wall_d1h_predicted_pct"]
+    return table
