@@ -104,3 +104,30 @@ def test_runner_and_table_on_the_cpu(tmp_path):
     assert all(f"H100: {name} (" in said_missing and f"H200: {name} (" in said_missing
                for name in others)  # fmt: skip
     assert "qwen3-8b-short" not in said_missing
+
+
+def test_the_third_sets_hold_no_earlier_configuration():
+    """benchmarks/heldout_3.json and heldout_tp_3.json test the hand-over carried in
+    (costmodel.carried): every sweep has two configurations to carry between, none of which an
+    earlier set ran, and each sweep passes its checks before anything runs."""
+
+    def configs(name: str) -> set[tuple]:
+        held = json.loads((ROOT / "benchmarks" / name).read_text())
+        return {
+            (o["model"], s, o["output_len_mean"], o["prompt_len"], o.get("tensor_parallel", 1))
+            for sweep in held["sweeps"]
+            for o in [sweep["options"]]
+            for s in o["streams"]
+        }
+
+    earlier = configs("heldout_2.json") | configs("heldout_tp.json")
+    for name, tp in (("heldout_3.json", 1), ("heldout_tp_3.json", 2)):
+        held = json.loads((ROOT / "benchmarks" / name).read_text())
+        assert held["model_commit"]  # the model it tests, frozen before it ran
+        ids = [i for sweep in held["sweeps"] for i in sweep["ids"].values()]
+        assert len(ids) == len(set(ids)) == 6
+        assert all(len(sweep["options"]["streams"]) == 2 for sweep in held["sweeps"])
+        assert not configs(name) & earlier
+        assert {c[-1] for c in configs(name)} == {tp}
+        for sweep in held["sweeps"]:
+            SweepSpec(**sweep["options"], **held["repeats"], device="cpu", nsys_depths=[1])

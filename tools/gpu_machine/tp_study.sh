@@ -47,9 +47,9 @@ elif [ "$part" = 2 ]; then
     --repeats 5 --L 64 --deadline-s 200 --out "$work/tp-sweep-8b.json"
   step tp-sweep-32b 330 python -m benchmarks.tp_sweep --presets qwen3-32b --streams 1,8,32,128 \
     --repeats 5 --L 64 --deadline-s 300 $separate --out "$work/tp-sweep-32b.json"
-elif [ "$part" = 4 ]; then  # the held-out set alone, longer: 45 s and up to 60 pairs a configuration
+elif [ "$part" = 4 ]; then  # a held-out set alone (SET=..., default the TP set), 45 s and up to 60 pairs
   # not `step`: its archive of the whole folder (runs, catalogs) would take a minute
-  timeout -k 20 $((540 - SECONDS)) python -m benchmarks.heldout_2 --set benchmarks/heldout_tp.json \
+  timeout -k 20 $((540 - SECONDS)) python -m benchmarks.heldout_2 --set "${SET:-benchmarks/heldout_tp.json}" \
     --no-nsys --budget-s 45 --max-pairs 60 --out "$work/heldout-tp" > "$work/heldout-tp.log" 2>&1
   echo "heldout-tp: exit $? after $SECONDS s" >> "$work/steps.txt"
   for d in "$work"/heldout-tp/*/; do  # each sweep's results apart (under the 16 MiB a file)
