@@ -260,9 +260,10 @@ def register(app: typer.Typer) -> None:
 
         Then what explains each measured speedup. --from A --to B: card B's speedup from card A's
         depth-1 runs."""
+        from ..costmodel.blog import predict_blog
         from ..costmodel.bootstrap import check_n_boot
         from ..costmodel.headline import caveat_lines, noise_lines
-        from ..costmodel.predict import predict_blog, predict_runs
+        from ..costmodel.predict import predict_runs
         from ..costmodel.tensor_parallel import tp_comparison
         from ..runs.rundir import load_sources
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from .model import StepCost, pct, speedup, speedup_bounds, zombie_tax
+
 BLOG_TABLE = pd.DataFrame(
     [
         ("3090", 1, 5.44, 5.10, 104, 5.7, 6.5),
@@ -37,3 +39,40 @@ BLOG_STEP_PARTS = pd.DataFrame(
 def blog_table() -> pd.DataFrame:
     """A copy of the post's prediction table, safe to modify."""
     return BLOG_TABLE.copy()
+
+
+def predict_blog() -> pd.DataFrame:
+    """The post's table re-predicted by this model, with its z bounds and the post's own
+    prediction."""
+    rows = []
+    for r in BLOG_TABLE.itertuples():
+        parts = BLOG_STEP_PARTS[BLOG_STEP_PARTS["gpu"] == r.gpu]
+        cost = StepCost.from_points(parts["streams"], parts["forward_ms"] + parts["sampling_ms"])
+        z = zombie_tax(r.L, r.streams, cost)
+        lo, hi = speedup_bounds(r.blocking_ms, r.pipelined_ms, r.L)
+        gpu = float(
+            parts.loc[parts["streams"] == r.streams, ["forward_ms", "sampling_ms"]]
+            .sum(axis=1)
+            .iloc[0]
+        )
+        predicted = pct(speedup(r.blocking_ms, r.pipelined_ms, z))
+        rows.append(
+            dict(
+                label=f"{r.gpu} · {r.streams} stream{'s' if r.streams > 1 else ''}",
+                device=r.gpu,
+                streams=r.streams,
+                blocking_ms=r.blocking_ms,
+                pipelined_ms=r.pipelined_ms,
+                L=r.L,
+                z=z,
+                gpu_ms=gpu,
+                host_ms=r.blocking_ms - gpu,
+                predicted_pct=predicted,
+                predicted_lo=pct(lo),
+                predicted_hi=pct(hi),
+                published_pct=r.predicted_pct,
+                observed_pct=r.observed_pct,
+                error_pts=r.observed_pct - predicted,
+            )
+        )
+    return pd.DataFrame(rows)

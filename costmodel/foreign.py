@@ -31,8 +31,7 @@ from ..core.checks import check_float
 from ..core.errors import BubblelabError
 from ..core.steady import WARMUP_STEPS, steady_state
 from .bootstrap import check_n_boot, interval
-from .model import host_tick_ms, pipelined_period, speedup, step_gpu_ms
-from .predict import pct
+from .model import host_tick_ms, pct, pipelined_period, speedup, step_gpu_ms
 
 
 def pipelining_gain(

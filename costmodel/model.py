@@ -206,3 +206,9 @@ def whatif_curve(
     k = np.unique(np.concatenate([ks, kinks]))
     s = whatif_speedup(k, gpu_ms, exposed, z, host_ms=host, residual_ms=residual)
     return pd.DataFrame({"k": k, "gpu_ms": k * gpu_ms, "speedup_pct": (s - 1.0) * 100.0})
+
+
+def pct(ratio):
+    """Speedup ratio to percent gained (1.076 -> 7.6); scalars stay scalars."""
+    out = (np.asarray(ratio, dtype=float) - 1.0) * 100.0
+    return float(out) if out.ndim == 0 else out

@@ -45,14 +45,13 @@ import pandas as pd
 from ..core.errors import BubblelabError
 from ..core.steady import steady_state  # the project's one steady-state rule
 from . import bootstrap as bs
-from .blog import BLOG_STEP_PARTS, BLOG_TABLE
 from .model import (
     VLLM_BUCKETS,
     StepCost,
     host_tick_ms,
+    pct,
     pipelined_period,
     speedup,
-    speedup_bounds,
     step_gpu_ms,
     zombie_tax,
 )
@@ -85,49 +84,6 @@ HEADLINE = (
     "wall_d1_error_pts", "wall_d1_error_lo", "wall_d1_error_hi", "wall_cv_d1_pct", "wall_cv_d2_pct",
 )  # fmt: skip
 Statistic = Literal["median", "pooled"]
-
-
-def pct(ratio):
-    """Speedup ratio to percent gained (1.076 -> 7.6); scalars stay scalars."""
-    out = (np.asarray(ratio, dtype=float) - 1.0) * 100.0
-    return float(out) if out.ndim == 0 else out
-
-
-def predict_blog() -> pd.DataFrame:
-    """The post's table re-predicted by this model, with its z bounds and the post's own
-    prediction."""
-    rows = []
-    for r in BLOG_TABLE.itertuples():
-        parts = BLOG_STEP_PARTS[BLOG_STEP_PARTS["gpu"] == r.gpu]
-        cost = StepCost.from_points(parts["streams"], parts["forward_ms"] + parts["sampling_ms"])
-        z = zombie_tax(r.L, r.streams, cost)
-        lo, hi = speedup_bounds(r.blocking_ms, r.pipelined_ms, r.L)
-        gpu = float(
-            parts.loc[parts["streams"] == r.streams, ["forward_ms", "sampling_ms"]]
-            .sum(axis=1)
-            .iloc[0]
-        )
-        predicted = pct(speedup(r.blocking_ms, r.pipelined_ms, z))
-        rows.append(
-            dict(
-                label=f"{r.gpu} · {r.streams} stream{'s' if r.streams > 1 else ''}",
-                device=r.gpu,
-                streams=r.streams,
-                blocking_ms=r.blocking_ms,
-                pipelined_ms=r.pipelined_ms,
-                L=r.L,
-                z=z,
-                gpu_ms=gpu,
-                host_ms=r.blocking_ms - gpu,
-                predicted_pct=predicted,
-                predicted_lo=pct(lo),
-                predicted_hi=pct(hi),
-                published_pct=r.predicted_pct,
-                observed_pct=r.observed_pct,
-                error_pts=r.observed_pct - predicted,
-            )
-        )
-    return pd.DataFrame(rows)
 
 
 def run_label(run: pd.Series | dict, depth: bool = True) -> str:

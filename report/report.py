@@ -17,9 +17,10 @@ from markupsafe import Markup
 
 from ..core.errors import BubblelabError
 from ..core.files import write_atomic
+from ..costmodel.blog import predict_blog
 from ..costmodel.headline import caveat_lines, explanation, within
 from ..costmodel.perturbation import profiler_perturbation
-from ..costmodel.predict import known_int, predict_blog, predict_runs
+from ..costmodel.predict import known_int, predict_runs
 from ..runs.rundir import Results, distinct_names, merge_results
 from ..runs.sources import Source, open_source
 from . import figures, provenance, summary

@@ -2,9 +2,8 @@
 
 import pytest
 
-from bubblelab.costmodel.blog import blog_table
-from bubblelab.costmodel.model import speedup, speedup_bounds
-from bubblelab.costmodel.predict import pct, predict_blog
+from bubblelab.costmodel.blog import blog_table, predict_blog
+from bubblelab.costmodel.model import pct, speedup, speedup_bounds
 
 
 def test_one_stream_reproduces_the_posts_prediction():
