@@ -97,8 +97,13 @@ def pipelining_gain(
         else f"T_block = {t_block:.3f} ms: the median period of {len(steady)} steady decode steps "
         "of the trace."
     )
+    tail = (  # the bound is the median step's; the wall clock also sums the slow ones
+        "A whole run whose steps have a slow tail (a host that stalls now and then) can gain more "
+        "than that bound: the median leaves the tail out, the wall clock does not."
+    )
     assumptions = [
         *([profiled["line"]] if profiled else []),
+        *([tail] if profiled and profiled["bound"] == "upper" else []),
         block_line,
         f"T_pipe = {t_pipe:.3f} ms: per step the slower of the GPU's work (period - bubble, median "
         f"{gpu_ms:.3f} ms: its kernels and the gaps between them stay) and the host's (period - "
@@ -185,7 +190,7 @@ def _traced_launches(
     # T_pipe (the GPU's) stays and T_block loses the exposed launch time: the gain only falls.
     upper = float(gpu.median()) >= float(host.median()) - float(per_step.median())
     what = (
-        "an upper bound for the unprofiled engine's"
+        "an upper bound for the unprofiled engine's at its median step"
         if upper
         else "not the unprofiled engine's (its host would still outlast the GPU: more or less)"
     )
