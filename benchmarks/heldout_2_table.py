@@ -34,6 +34,11 @@ SET = Path(__file__).with_name("heldout_2.json")
 MISS_PTS = 1.0
 
 
+def finished(root: Path, sweep: dict) -> bool:
+    """Did a GPU's output finish this sweep (its results.json written)?"""
+    return (root / sweep["name"] / "results.json").is_file()
+
+
 def load(held_out: dict, runs: dict[str, Path]) -> dict[tuple[str, str], Results]:
     """(GPU, sweep name) -> its results, for every sweep each GPU's output finished (one cut
     before its results.json is named by `missing`)."""
@@ -41,7 +46,7 @@ def load(held_out: dict, runs: dict[str, Path]) -> dict[tuple[str, str], Results
         (gpu, sweep["name"]): read_results(root / sweep["name"])
         for gpu, root in runs.items()
         for sweep in held_out["sweeps"]
-        if (root / sweep["name"] / "results.json").is_file()
+        if finished(root, sweep)
     }
 
 
@@ -51,7 +56,7 @@ def missing(held_out: dict, runs: dict[str, Path]) -> list[str]:
         f"{gpu}: {sweep['name']} ({', '.join(sweep['ids'].values())})"
         for gpu, root in runs.items()
         for sweep in held_out["sweeps"]
-        if not (root / sweep["name"] / "results.json").is_file()
+        if not finished(root, sweep)
     ]
 
 

@@ -19,7 +19,7 @@ import pandas as pd
 
 from .costs import handoff_ms, launched
 from .observed import pair_repeats
-from .predict import _median_pair, _whole_runs, is_window, pair_runs, run_label
+from .predict import _median_pair, _whole_runs, pair_is_window, pair_runs, run_label
 from .tensor_parallel import tp_steps
 
 COLUMNS = ("carried_handoff_ms", "wall_d1h_predicted_pct", "wall_d1h_error_pts")
@@ -36,15 +36,20 @@ def _machine(d1: pd.DataFrame) -> tuple[str, int]:
     return (str(first.get("device")), int(first.get("tensor_parallel", 1) or 1))
 
 
+def _configs(runs: pd.DataFrame) -> list[tuple[str, pd.DataFrame, pd.DataFrame]]:
+    """(label, depth-1 runs, depth-2 runs) of every configuration measured at both depths."""
+    return [(run_label(d1.iloc[0], depth=False), d1, d2) for d1, d2 in pair_runs(runs)]
+
+
 def handoffs(
     runs: pd.DataFrame, steps: pd.DataFrame, ranks: pd.DataFrame | None = None
 ) -> list[tuple[str, tuple[str, int], float]]:
     """(label, (device, TP size), hand-over ms) of every configuration measured at both depths."""
-    steps = tp_steps(steps, ranks)
-    return [
-        (run_label(d1.iloc[0], depth=False), _machine(d1), own_handoff_ms(d2, steps))
-        for d1, d2 in pair_runs(runs)
-    ]
+    return _handoffs(_configs(runs), tp_steps(steps, ranks))
+
+
+def _handoffs(configs, steps: pd.DataFrame) -> list[tuple[str, tuple[str, int], float]]:
+    return [(label, _machine(d1), own_handoff_ms(d2, steps)) for label, d1, d2 in configs]
 
 
 def with_carried_handoff(
@@ -59,10 +64,10 @@ def with_carried_handoff(
     configuration of the same machine ran depth 2), the forecast from depth 1 with it (median
     pair, as wall_d1_predicted_pct) and observed − it. elsewhere: (machine, hand-over) of
     configurations in other sweeps (handoffs), pooled with this sweep's others."""
-    own = handoffs(runs, steps, ranks)
     steps = tp_steps(steps, ranks)
     requests = requests if requests is not None else pd.DataFrame()
-    configs = [(run_label(d1.iloc[0], depth=False), d1, d2) for d1, d2 in pair_runs(runs)]
+    configs = _configs(runs)
+    own = _handoffs(configs, steps)
     out: dict[str, dict[str, float]] = {c: {} for c in COLUMNS}
     for label, d1, d2 in configs:
         here = [(m, ms) for o, m, ms in own if o != label]
@@ -71,10 +76,7 @@ def with_carried_handoff(
             continue
         carried = float(np.median(others))
         pairs = pair_repeats(d1, d2)
-        window = any(
-            is_window(steps[steps["run_id"] == r.run_id], r)
-            for r in (*d1.itertuples(), *d2.itertuples())
-        )
+        window = pair_is_window(d1, d2, steps)
         whole = _whole_runs(pairs, steps, requests, window, carried_handoff_ms=carried)
         tokens = np.array([1.0 if window else float(r1["generated_tokens"]) for r1, _ in pairs])
         block = np.array([w.wall_block_ms for w in whole])

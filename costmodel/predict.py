@@ -122,6 +122,14 @@ def is_window(steps: pd.DataFrame, run) -> bool:
     )
 
 
+def pair_is_window(d1: pd.DataFrame, d2: pd.DataFrame, steps: pd.DataFrame) -> bool:
+    """Does any run of a configuration hold only part of its steps (is_window)?"""
+    return any(
+        is_window(steps[steps["run_id"] == r.run_id], r)
+        for r in (*d1.itertuples(), *d2.itertuples())
+    )
+
+
 def pair_runs(runs: pd.DataFrame) -> list[tuple[pd.DataFrame, pd.DataFrame]]:
     """(depth-1 runs, depth-2 runs) per configuration that has both; profiled runs only when no
     unprofiled run is there. A tensor-parallel run is its rank 0's: a catalog's rank r > 0 runs
@@ -310,10 +318,7 @@ def predict_pair(
     boot_hat = speedup(boot_block, bs.resample_medians(pipe_hat, n_boot, rng), z)
     d1_lo, d1_hi = bs.interval(pct(boot_hat))
 
-    window = any(
-        is_window(steps[steps["run_id"] == r.run_id], r)
-        for r in (*d1.itertuples(), *d2.itertuples())
-    )
+    window = pair_is_window(d1, d2, steps)
     requests = requests if requests is not None else pd.DataFrame()
     whole = _whole_runs(pairs, steps, requests, window)
     walls = _wall_columns(pairs, whole, window, statistic, n_boot, rng)
