@@ -4,7 +4,8 @@
         --out TABLE.md --json ROWS.json
 
 Every row of every GPU, none left out: the observed speedup with its 95% interval, whether it is
-known to ±1 point (and if not, why the repeats stopped), each depth's CV of wall per token, the
+known to ±1 point (and if not, why the repeats stopped), each depth's CV of the median step and of
+wall per token, the
 forecast from depth 1 alone with its interval, the miss, and for a miss over 1 point the measured
 depth-2 pieces that make it (costmodel.headline.explanation). With two GPUs, each one's speedup
 forecast from the other's depth-1 runs too (costmodel.crossgpu). Beside each forecast, the same with
@@ -20,6 +21,7 @@ import json
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from bubblelab.core.files import write_atomic
@@ -106,6 +108,16 @@ def across(results: dict[tuple[str, str], Results], ids: dict, n_boot: int) -> p
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
 
 
+def cv_text(r: dict) -> str:
+    """Each run's median step over the repeats (the noise), then wall per token (a repeat's own
+    requests each: the workload's spread in it too); tables made before the first: the second."""
+    walls = f"{r['wall_cv_d1_pct']:.1f}% · {r['wall_cv_d2_pct']:.1f}%"
+    step1, step2 = r.get("step_cv_d1_pct", np.nan), r.get("step_cv_d2_pct", np.nan)
+    if not (np.isfinite(step1) and np.isfinite(step2)):
+        return f"({walls})"
+    return f"{step1:.1f}% · {step2:.1f}% ({walls})"
+
+
 def markdown(table: pd.DataFrame, crossed: pd.DataFrame, model: str, absent: list[str]) -> str:
     met = table["observed_known"] & (table["wall_d1_error_pts"].abs() <= MISS_PTS)
     carried = table["observed_known"] & (table["wall_d1h_error_pts"].abs() <= MISS_PTS)
@@ -117,7 +129,8 @@ def markdown(table: pd.DataFrame, crossed: pd.DataFrame, model: str, absent: lis
         f"the other configurations' depth-2 runs (costmodel.carried): met on {int(carried.sum())}; "
         f"largest miss {table['wall_d1h_error_pts'].abs().max():.1f} points.",
         "",
-        "| id | GPU | configuration | pairs (why they stopped) | CV of wall d1 · d2 "
+        "| id | GPU | configuration | pairs (why they stopped) "
+        "| CV of the median step d1 · d2 (of wall per token) "
         "| observed [95%] | forecast from depth 1 [95%] | miss [95%] "
         "| what makes the miss (depth-2 pieces) | with the hand-over carried in: forecast, miss |",
         "|---|---|---|---|---|---|---|---|---|---|",
@@ -127,7 +140,7 @@ def markdown(table: pd.DataFrame, crossed: pd.DataFrame, model: str, absent: lis
     for r in table.to_dict("records"):
         cells = [
             r["id"], r["gpu"], r["label"], f"{r['pairs']} ({r['repeat_stop'] or '–'})",
-            f"{r['wall_cv_d1_pct']:.1f}% · {r['wall_cv_d2_pct']:.1f}%", observed(r),
+            cv_text(r), observed(r),
             pct_text(r["wall_d1_predicted_pct"], r["wall_d1_predicted_lo"],
                      r["wall_d1_predicted_hi"]),
             pts_text(r["wall_d1_error_pts"], r["wall_d1_error_lo"], r["wall_d1_error_hi"]),

@@ -92,7 +92,9 @@ def forecast_table(table: pd.DataFrame) -> Table:
         "?: not known to ±1 point (its 95% interval is wider, or under the 6 pairs 95% needs). "
         "from depth 1 alone: the whole-run model fed the depth-1 run only (its schedule at depth 2 "
         "replayed from the requests). observed: the median repeat pair. miss: observed − forecast, "
-        "points. CV: wall per token over the repeats"
+        "points. CV: wall per token over the repeats, where repeats run their own requests the "
+        "workload's spread too (step_cv_d1_pct / _d2_pct in --json: each run's median step, the "
+        "noise alone)"
     )
     return out
 

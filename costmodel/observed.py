@@ -116,11 +116,24 @@ def median_of_pairs(ratios) -> Observed:
 
 def wall_cv_pct(tokens, walls) -> float:
     """Coefficient of variation (%) over repeats of a run's wall time per generated token: the
-    wall's own CV when every repeat runs the same requests, comparable when they do not."""
+    wall's own CV when every repeat runs the same requests; when they do not, the workload's spread
+    is in it too (step_cv_pct is the noise alone)."""
     per_token = np.asarray(walls, dtype=float) / np.asarray(tokens, dtype=float)
     if per_token.size < 2:
         return np.nan
     return float(100 * per_token.std(ddof=1) / per_token.mean())
+
+
+def step_cv_pct(medians) -> float:
+    """Coefficient of variation (%) over repeats of each run's median decode step. A sweep's repeats
+    run different requests (a seed each), which moves wall per token by the workload as well as by
+    noise; a run's median step, the full-batch step, moves little with the workload, so this is the
+    spread of the machine and the engine alone (depth 2's is ~0.1% where its wall per token's is 7%,
+    docs/costmodel-heldout.md)."""
+    m = np.asarray(medians, dtype=float)
+    if m.size < 2:
+        return np.nan
+    return float(100 * m.std(ddof=1) / m.mean())
 
 
 def pooled(tokens1, wall1, tokens2, wall2) -> float:

@@ -13,7 +13,9 @@ measured, each with its interval:
   (its schedule replayed from the requests, costed with depth 1's pieces); intervals resample pairs.
 - observed_pct: depth 2's tokens/s over depth 1's, the median pair (costmodel.observed);
   observed_lo / _hi its 95% interval; observed_known: that interval is within ±1 point. pairs: how
-  many. wall_cv_d1_pct / _d2_pct: the spread of the runs (wall per token) at each depth.
+  many. wall_cv_d1_pct / _d2_pct: the spread of the runs (wall per token) at each depth, the
+  workload's included when repeats run different requests; step_cv_d1_pct / _d2_pct (after the
+  headline: they read depth 2's steps) the spread of each run's median steady step, the noise alone.
 - wall_d1_error_pts (_lo / _hi): observed − forecast.
 The rest explains the measured speedup and reads the depth-2 run; it is no forecast:
 - blocking_ms / pipelined_ms: median period of the steady state (core.steady.steady_state).
@@ -62,6 +64,7 @@ from .observed import (
     pairs_interval,
     pooled,
     pooled_over_pairs,
+    step_cv_pct,
     wall_cv_pct,
 )
 from .schedule import Limits, requests_from_table
@@ -345,6 +348,8 @@ def predict_pair(
         d1_predicted_lo=d1_lo,
         d1_predicted_hi=d1_hi,
         error_pts=walls["observed_pct"] - predicted,
+        step_cv_d1_pct=step_cv_pct(s1.groupby("run_id")["period_ms"].median()),
+        step_cv_d2_pct=step_cv_pct(s2.groupby("run_id")["period_ms"].median()),
         runs_block=",".join(str(r1["run_id"]) for r1, _ in pairs),
         runs_pipe=",".join(str(r2["run_id"]) for _, r2 in pairs),
     )

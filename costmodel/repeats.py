@@ -21,7 +21,7 @@ import numpy as np
 
 from ..core.checks import check_float, check_int
 from ..core.errors import OptionError
-from .observed import Observed, median_of_pairs, pair_ratios, wall_cv_pct
+from .observed import Observed, median_of_pairs, pair_ratios, step_cv_pct, wall_cv_pct
 
 KNOWN, BUDGET, MAX_PAIRS = "known", "budget spent", "max pairs"
 
@@ -50,8 +50,10 @@ class Verdict:
     stop: str | None  # why it stopped (KNOWN, BUDGET, MAX_PAIRS); None while more
     observed: Observed
     spent_s: float
-    cv_d1_pct: float  # wall per token over the repeats, each depth
+    cv_d1_pct: float  # wall per token over the repeats, each depth (the workload's spread in it)
     cv_d2_pct: float
+    step_cv_d1_pct: float = float("nan")  # each run's median decode step: the noise alone
+    step_cv_d2_pct: float = float("nan")
 
     def record(self) -> dict:
         """As results.json keeps it (provenance "repeats", one per configuration)."""
@@ -59,9 +61,12 @@ class Verdict:
         return {**out, **self.observed.columns()}
 
 
-def decide(tokens1, wall1, tokens2, wall2, spent_s: float, rule: RepeatRule) -> Verdict:
+def decide(
+    tokens1, wall1, tokens2, wall2, spent_s: float, rule: RepeatRule, steps1=(), steps2=()
+) -> Verdict:
     """The rule, after each pair: tokens and wall seconds of the configuration's pairs so far, at
-    each depth, and the seconds its runs took."""
+    each depth, and the seconds its runs took; steps1 / steps2, each run's median decode step (ms),
+    only for the record."""
     observed = median_of_pairs(pair_ratios(tokens1, wall1, tokens2, wall2))
     n = observed.pairs
     if n >= rule.min_pairs and observed.known:
@@ -79,6 +84,8 @@ def decide(tokens1, wall1, tokens2, wall2, spent_s: float, rule: RepeatRule) -> 
         spent_s=float(spent_s),
         cv_d1_pct=wall_cv_pct(tokens1, wall1),
         cv_d2_pct=wall_cv_pct(tokens2, wall2),
+        step_cv_d1_pct=step_cv_pct(steps1),
+        step_cv_d2_pct=step_cv_pct(steps2),
     )
 
 
@@ -95,7 +102,13 @@ def describe(v: dict) -> str:
     why = {KNOWN: "known to ±1 point", BUDGET: "not known: budget spent"}.get(
         v["stop"], "not known: every repeat ran"
     )
-    return (
-        f"{pct:+.1f}%{interval}{mark} after {v['pairs']} pairs in {v['spent_s']:.0f} s, {why}; "
-        f"CV of wall per token {v['cv_d1_pct']:.1f}% (depth 1), {v['cv_d2_pct']:.1f}% (depth 2)"
+    step = (v.get("step_cv_d1_pct", np.nan), v.get("step_cv_d2_pct", np.nan))
+    walls = f"{v['cv_d1_pct']:.1f}% (depth 1), {v['cv_d2_pct']:.1f}% (depth 2)"
+    noise = (
+        f"CV of the median step {step[0]:.1f}% (depth 1), {step[1]:.1f}% (depth 2); of wall per "
+        f"token, the workload's spread in it, {walls}"
+        if np.isfinite(step).all()
+        else f"CV of wall per token {walls}"
     )
+    done = f"after {v['pairs']} pairs in {v['spent_s']:.0f} s, {why}"
+    return f"{pct:+.1f}%{interval}{mark} {done}; {noise}"

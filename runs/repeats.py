@@ -39,7 +39,8 @@ def plan_runs(plan: dict) -> Iterator[dict]:
             for run in pair:
                 yield run
                 made.append(_summary(out_dir, run))
-            verdict = decide(*_pairs(made), spent_s=_seconds(made), rule=rule)
+            steps1, steps2 = _steps(made)
+            verdict = decide(*_pairs(made), _seconds(made), rule, steps1, steps2)
             if not verdict.more:
                 break
         if verdict is not None:
@@ -93,6 +94,13 @@ def _pairs(made: list[dict]) -> tuple[list[float], list[float], list[float], lis
         [s["generated_tokens"] for s in by_depth[2]],
         [s["wall_s"] for s in by_depth[2]],
     )
+
+
+def _steps(made: list[dict]) -> tuple[list[float], list[float]]:
+    """Each run's median decode step (ms), depth 1's and depth 2's (NaN where a run had none)."""
+    return tuple(
+        [s.get("step_ms_median", float("nan")) for s in made if s["depth"] == d] for d in (1, 2)
+    )  # type: ignore[return-value]
 
 
 def _seconds(made: list[dict]) -> float:

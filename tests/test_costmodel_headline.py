@@ -8,11 +8,13 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from rich.console import Console
 
 from bubblelab.cli.predict import explanation_table, forecast_table
+from bubblelab.core.steady import steady_state
 from bubblelab.costmodel.headline import accuracy_cells, headline, headline_frame, noise_lines
 from bubblelab.costmodel.predict import HEADLINE, predict_runs
 from bubblelab.costmodel.simulate import simulate_run
@@ -149,3 +151,18 @@ def test_an_arrival_workloads_forecast_says_what_depth_1_cannot_pin_down(tmp_pat
     done = run_bubblelab("report", str(tmp_path / "arrivals"), "--out", str(page), "--n-boot", "50")
     assert done.returncode == 0, done.stderr
     assert "the forecast from depth 1 is uncertain here: arrivals:" in page.read_text()
+
+
+def test_the_step_cv_is_each_runs_median_steady_step_over_the_repeats(runs):
+    """step_cv_*: brute force over each run's steady steps, after the headline (it reads depth
+    2's steps) and apart from wall per token, which the repeats' own workloads move too."""
+    table = table_of(runs)
+    assert not {"step_cv_d1_pct", "step_cv_d2_pct"} & set(HEADLINE)
+    for row in table.to_dict("records"):
+        for depth, ids in ((1, row["runs_block"]), (2, row["runs_pipe"])):
+            medians = [
+                steady_state(runs["steps"][runs["steps"]["run_id"] == run_id])["period_ms"].median()
+                for run_id in ids.split(",")
+            ]
+            expect = 100 * np.std(medians, ddof=1) / np.mean(medians)
+            assert row[f"step_cv_d{depth}_pct"] == pytest.approx(expect)

@@ -117,3 +117,28 @@ def test_depths_alternate_abba_and_the_rule_is_checked():
     line = describe(sweep(0.005, 1).record())
     assert "known to ±1 point" in line and "?" not in line
     assert describe(sweep(0.05, 1).record()).count("?") == 1
+
+
+def test_the_noise_is_read_apart_from_the_workload():
+    """Repeats run their own requests (a seed each): wall per token moves with the workload (here
+    a straggler tail of 0-40% of the run at batch 1) while every run's median step is the same to
+    0.1%. The verdict keeps both, and says which is which."""
+    rng = np.random.default_rng(0)
+    tokens, w1, w2, s1, s2 = [], [], [], [], []
+    for _ in range(12):
+        tail = rng.uniform(0, 0.4)  # the share of steps run by the last request alone
+        full, alone = 100 * (1 - tail), 100 * tail
+        tokens.append(int(32 * full + alone))
+        w2.append((full + alone) * 1e-3 * rng.normal(1, 0.001))
+        w1.append(1.2 * w2[-1])
+        s2.append(1.0 * rng.normal(1, 0.001))
+        s1.append(1.2 * rng.normal(1, 0.001))
+    v = decide(tokens, w1, tokens, w2, 60.0, DEFAULT, s1, s2)
+    assert v.cv_d2_pct > 10 and v.step_cv_d2_pct < 0.3 and v.step_cv_d1_pct < 0.3
+    line = describe(v.record())
+    assert "CV of the median step 0.1% (depth 1), 0.1% (depth 2)" in line
+    assert "workload's spread" in line
+    # A verdict recorded before the step CV (no step_cv_*) reads as it did.
+    old = {k: x for k, x in v.record().items() if not k.startswith("step_cv")}
+    assert describe(old).endswith(f"CV of wall per token {v.cv_d1_pct:.1f}% (depth 1), "
+                                  f"{v.cv_d2_pct:.1f}% (depth 2)")  # fmt: skip

@@ -104,6 +104,18 @@ def test_runner_and_table_on_the_cpu(tmp_path):
     assert all(f"H100: {name} (" in said_missing and f"H200: {name} (" in said_missing
                for name in others)  # fmt: skip
     assert "qwen3-8b-short" not in said_missing
+    # each row's noise: the CV of each run's median step, then of wall per token
+    for r in rows["rows"]:
+        cell = f"{r['step_cv_d1_pct']:.1f}% · {r['step_cv_d2_pct']:.1f}% "
+        assert cell + f"({r['wall_cv_d1_pct']:.1f}% · {r['wall_cv_d2_pct']:.1f}%)" in table
+    # benchmarks.repeat_spread over the same sweep: one row a stream count and depth, whose
+    # median-step CV is the table's (the table's over steady steps, this over every decode step)
+    python_m("repeat_spread", str(h100 / "qwen3-8b-short"), "--out", str(tmp_path / "s.json"))
+    spread = json.loads((tmp_path / "s.json").read_text())
+    assert sorted((s["streams"], s["depth"]) for s in spread) == [(2, 1), (2, 2), (3, 1), (3, 2)]
+    for s in spread:
+        assert s["runs"] == 2 and s["host_factor"][0] <= 1 <= s["host_factor"][1]
+        assert s["median_step_ms"]["period_ms"][0] <= s["median_step_ms"]["period_ms"][2]
 
 
 def test_the_third_sets_hold_no_earlier_configuration():

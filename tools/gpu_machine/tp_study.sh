@@ -48,12 +48,14 @@ elif [ "$part" = 2 ]; then
   step tp-sweep-32b 330 python -m benchmarks.tp_sweep --presets qwen3-32b --streams 1,8,32,128 \
     --repeats 5 --L 64 --deadline-s 300 $separate --out "$work/tp-sweep-32b.json"
 elif [ "$part" = 4 ]; then  # a held-out set alone (SET=..., default the TP set), 45 s and up to 60 pairs
-  # not `step`: its archive of the whole folder (runs, catalogs) would take a minute
-  timeout -k 20 $((540 - SECONDS)) python -m benchmarks.heldout_2 --set "${SET:-benchmarks/heldout_tp.json}" \
+  # not `step`: its archive of the whole folder (runs, catalogs) would take a minute. 450 s: the
+  # call's 600 also hold setup.sh (~40-60 s, before this script's clock starts) and the archives
+  # (a 6-sweep run was cut at 600 s mid-archive with 540 here). A cut set resumes where it stopped.
+  timeout -k 20 $((${HELDOUT_S:-450} - SECONDS)) python -m benchmarks.heldout_2 --set "${SET:-benchmarks/heldout_tp.json}" \
     --no-nsys --budget-s 45 --max-pairs 60 --out "$work/heldout-tp" > "$work/heldout-tp.log" 2>&1
   echo "heldout-tp: exit $? after $SECONDS s" >> "$work/steps.txt"
   for d in "$work"/heldout-tp/*/; do  # each sweep's results apart (under the 16 MiB a file)
-    [ -f "$d/results.json" ] && tar -cJf "$out/heldout-$(basename "$d").tar.xz" -C "$work/heldout-tp" \
+    [ -f "$d/results.json" ] && XZ_OPT=-1 tar -cJf "$out/heldout-$(basename "$d").tar.xz" -C "$work/heldout-tp" \
       --exclude=runs --exclude=catalog.duckdb --exclude=.lock "$(basename "$d")"
   done
   cp "$work/heldout-tp.log" "$work/steps.txt" "$out/"

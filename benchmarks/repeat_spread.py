@@ -1,0 +1,88 @@
+"""What differs between a configuration's repeats in a sweep, once the workload is taken out.
+
+A sweep's repeats are paired on a workload seed each (runs.sweep: repeat r uses seed + r), so two
+repeats of one depth run different requests: their walls per token differ by the workload as well
+as by noise, and the sweep's "CV of wall per token" holds both. Per (configuration, depth) this
+gives, over the repeats, the spread of each run's *median decode step* (the full-batch step, which
+the workload moves little) and of each host phase's median, so the noise is read apart from the
+workload:
+
+    python -m benchmarks.repeat_spread SWEEP_DIR [SWEEP_DIR ...] --out SPREAD.json
+
+A host whose speed changes from one run to the next shows at depth 1 as every host phase slower by
+the same factor in the slow runs (`host_factor`: the per-run median of launch, finalize and plan,
+each over its own median across runs), with the GPU's forward unchanged; depth 2 hides it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from bubblelab.core.files import write_atomic
+
+HOST = ("plan_ms", "launch_ms", "finalize_ms")
+PHASES = ("period_ms", "forward_ms", "bubble_ms", *HOST)
+
+
+def _cv(x: pd.Series) -> float:
+    return float(100 * x.std(ddof=1) / x.mean()) if len(x) > 1 else float("nan")
+
+
+def spread(results: Path) -> list[dict]:
+    """One row per (model, tensor parallel, streams, depth) of one sweep's results.json."""
+    data = json.loads(results.read_text())
+    runs = pd.DataFrame(data["runs"])
+    if "profiled" in runs:
+        runs = runs[runs["profiled"].eq(False)]
+    steps = pd.DataFrame(data["steps"]).drop(columns=["depth"], errors="ignore")
+    if "rank" in steps:  # tensor parallel: rank 0 drives the loop
+        steps = steps[steps["rank"].fillna(0).eq(0)]
+    steps = steps[steps["kind"] == "decode"]
+    per_run = steps.groupby("run_id")[list(PHASES)].median()
+    runs = runs.merge(per_run, left_on="run_id", right_index=True)
+    out = []
+    keys = ["model", "tensor_parallel", "streams", "depth"]
+    for key, group in runs.groupby(keys, sort=True):
+        wall_per_token = group["wall_s"] / group["generated_tokens"]
+        host_factor = pd.concat([group[h] / group[h].median() for h in HOST], axis=1).median(axis=1)
+        row = dict(zip(keys, (str(key[0]), *(int(k) for k in key[1:])), strict=True))
+        row |= {
+            "runs": int(len(group)),
+            "wall_per_token_cv_pct": _cv(wall_per_token),
+            "generated_tokens_cv_pct": _cv(group["generated_tokens"].astype(float)),
+            "median_step_cv_pct": {p: _cv(group[p]) for p in PHASES},
+            "median_step_ms": {
+                p: [float(np.min(group[p])), float(np.median(group[p])), float(np.max(group[p]))]
+                for p in PHASES
+            },  # fmt: skip
+            "host_factor": [float(host_factor.min()), float(host_factor.max())],
+            "period_vs_host_factor_r": float(np.corrcoef(group["period_ms"], host_factor)[0, 1])
+            if len(group) > 2
+            else float("nan"),
+        }
+        out.append(row)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("sweeps", nargs="+", type=Path, help="sweep directories holding results.json")
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args()
+    rows = [{"sweep": d.name, **row} for d in args.sweeps for row in spread(d / "results.json")]
+    write_atomic(args.out, json.dumps(rows, indent=1) + "\n")
+    for r in rows:
+        cv = r["median_step_cv_pct"]
+        print(f"{r['sweep']:>22} {r['streams']:>4} d{r['depth']}: wall/token CV "
+              f"{r['wall_per_token_cv_pct']:4.1f}%, median step CV {cv['period_ms']:4.1f}% "
+              f"(forward {cv['forward_ms']:.1f}%, launch {cv['launch_ms']:.1f}%), host factor "
+              f"{r['host_factor'][0]:.2f}-{r['host_factor'][1]:.2f}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
