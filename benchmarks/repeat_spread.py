@@ -3,15 +3,15 @@
 A sweep's repeats are paired on a workload seed each (runs.sweep: repeat r uses seed + r), so two
 repeats of one depth run different requests: their walls per token differ by the workload as well
 as by noise, and the sweep's "CV of wall per token" holds both. Per (configuration, depth) this
-gives, over the repeats, the spread of each run's *median decode step* (the full-batch step, which
-the workload moves little) and of each host phase's median, so the noise is read apart from the
-workload:
+gives, over the repeats, the spread of each run's median steady step (the full-batch step, which
+the workload moves little) and of each host phase's median (costmodel.spread, which the report
+and `bubblelab predict` sum up in a sentence):
 
     python -m benchmarks.repeat_spread SWEEP_DIR [SWEEP_DIR ...] --out SPREAD.json
 
 A host whose speed changes from one run to the next shows at depth 1 as every host phase slower by
-the same factor in the slow runs (`host_factor`: the per-run median of launch, finalize and plan,
-each over its own median across runs), with the GPU's forward unchanged; depth 2 hides it.
+the same factor in the slow runs (`host_factor`), with the GPU's forward unchanged; depth 2 hides
+it.
 """
 
 from __future__ import annotations
@@ -24,13 +24,8 @@ import numpy as np
 import pandas as pd
 
 from bubblelab.core.files import write_atomic
-
-HOST = ("plan_ms", "launch_ms", "finalize_ms")
-PHASES = ("period_ms", "forward_ms", "bubble_ms", *HOST)
-
-
-def _cv(x: pd.Series) -> float:
-    return float(100 * x.std(ddof=1) / x.mean()) if len(x) > 1 else float("nan")
+from bubblelab.costmodel.observed import step_cv_pct
+from bubblelab.costmodel.spread import PHASES, run_medians
 
 
 def spread(results: Path) -> list[dict]:
@@ -39,32 +34,25 @@ def spread(results: Path) -> list[dict]:
     runs = pd.DataFrame(data["runs"])
     if "profiled" in runs:
         runs = runs[runs["profiled"].eq(False)]
-    steps = pd.DataFrame(data["steps"]).drop(columns=["depth"], errors="ignore")
-    if "rank" in steps:  # tensor parallel: rank 0 drives the loop
-        steps = steps[steps["rank"].fillna(0).eq(0)]
-    steps = steps[steps["kind"] == "decode"]
-    per_run = steps.groupby("run_id")[list(PHASES)].median()
-    runs = runs.merge(per_run, left_on="run_id", right_index=True)
+    steps = pd.DataFrame(data["steps"])
     out = []
     keys = ["model", "tensor_parallel", "streams", "depth"]
     for key, group in runs.groupby(keys, sort=True):
-        wall_per_token = group["wall_s"] / group["generated_tokens"]
-        host_factor = pd.concat([group[h] / group[h].median() for h in HOST], axis=1).median(axis=1)
+        m = run_medians(steps, group["run_id"])
+        group = group.merge(m, left_on="run_id", right_index=True)
+        follows = len(group) > 2 and group["host_factor"].std() > 0
+        r = np.corrcoef(group["period_ms"], group["host_factor"])[0, 1] if follows else np.nan
         row = dict(zip(keys, (str(key[0]), *(int(k) for k in key[1:])), strict=True))
         row |= {
             "runs": int(len(group)),
-            "wall_per_token_cv_pct": _cv(wall_per_token),
-            "generated_tokens_cv_pct": _cv(group["generated_tokens"].astype(float)),
-            "median_step_cv_pct": {p: _cv(group[p]) for p in PHASES},
-            "median_step_ms": {
-                p: [float(np.min(group[p])), float(np.median(group[p])), float(np.max(group[p]))]
-                for p in PHASES
-            },  # fmt: skip
-            "host_factor": [float(host_factor.min()), float(host_factor.max())],
-            "period_vs_host_factor_r": float(np.corrcoef(group["period_ms"], host_factor)[0, 1])
-            if len(group) > 2
-            else float("nan"),
-        }
+            "wall_per_token_cv_pct": step_cv_pct(group["wall_s"] / group["generated_tokens"]),
+            "generated_tokens_cv_pct": step_cv_pct(group["generated_tokens"].astype(float)),
+            "median_step_cv_pct": {p: step_cv_pct(group[p]) for p in PHASES},
+            "median_step_ms": {p: [float(group[p].min()), float(group[p].median()),
+                                   float(group[p].max())] for p in PHASES},  # fmt: skip
+            "host_factor": [float(group["host_factor"].min()), float(group["host_factor"].max())],
+            "period_vs_host_factor_r": float(r),
+        }  # fmt: skip
         out.append(row)
     return out
 

@@ -266,6 +266,7 @@ def register(app: typer.Typer) -> None:
         from ..costmodel.bootstrap import check_n_boot
         from ..costmodel.headline import caveat_lines, noise_lines
         from ..costmodel.predict import predict_runs
+        from ..costmodel.spread import source_lines
         from ..costmodel.tensor_parallel import tp_comparison
         from ..runs.rundir import load_sources
 
@@ -307,7 +308,8 @@ def register(app: typer.Typer) -> None:
             return
         for printed in prediction_tables(table):
             show(console, printed)
-        for line in [*noise_lines(table), *caveat_lines(table)]:
+        noise_from = source_lines(table, results.steps)  # whose noise an unknown speedup's is
+        for line in [*noise_lines(table), *caveat_lines(table), *noise_from]:
             console.print(line, markup=False)
         for line in tp_lines(table):
             console.print(line, markup=False)

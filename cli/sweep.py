@@ -138,6 +138,7 @@ def profile_and_report(
     from ..costmodel.headline import noise_lines
     from ..costmodel.perturbation import profiler_perturbation
     from ..costmodel.predict import predict_runs
+    from ..costmodel.spread import source_lines
     from ..profiling.nsys import find_nsys
     from ..report.report import report_run_dir
     from ..runs.rundir import read_results
@@ -192,7 +193,8 @@ def profile_and_report(
     if len(table):
         for printed in prediction_tables(table):
             show(console, printed)
-        for line in noise_lines(table):  # plainly, where the demo's CPU is too noisy to tell
+        # plainly, where the demo's CPU is too noisy to tell, and whose noise it is
+        for line in [*noise_lines(table), *source_lines(table, results.steps)]:
             console.print(line, markup=False)
     perturbation = profiler_perturbation(results.runs, results.steps)
     if len(perturbation):

@@ -21,6 +21,7 @@ from ..costmodel.blog import predict_blog
 from ..costmodel.headline import caveat_lines, explanation, within
 from ..costmodel.perturbation import profiler_perturbation
 from ..costmodel.predict import known_int, predict_runs
+from ..costmodel.spread import source_lines
 from ..runs.rundir import Results, distinct_names, merge_results
 from ..runs.sources import Source, open_source
 from . import figures, provenance, summary
@@ -125,6 +126,7 @@ def render_report(
         predictions=summary.with_repeat_stops(table, results.provenance).to_dict("records"),
         skipped=table.attrs.get("skipped", []),
         caveats=caveat_lines(table) if len(table) else [],
+        noise_sources=source_lines(table, measured.steps) if len(table) else [],
         blog=blog.to_dict("records"),
         configs=configs,
         step_columns=summary.step_columns(configs, word),

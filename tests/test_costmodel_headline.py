@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from markupsafe import escape
 from rich.console import Console
 
 from bubblelab.cli.predict import explanation_table, forecast_table
@@ -18,6 +19,7 @@ from bubblelab.core.steady import steady_state
 from bubblelab.costmodel.headline import accuracy_cells, headline, headline_frame, noise_lines
 from bubblelab.costmodel.predict import HEADLINE, predict_runs
 from bubblelab.costmodel.simulate import simulate_run
+from bubblelab.costmodel.spread import source_lines
 from bubblelab.report.report import render_report
 from bubblelab.runs.rundir import Results
 
@@ -102,6 +104,9 @@ def test_the_reports_headline_cards_read_depth_1_alone(runs):
         assert card(pages[0], name) == card(pages[1], name)
     assert first_cells(pages[0]) == first_cells(pages[1]) and len(first_cells(pages[0])) == 2
     assert "predicted from the depth-1 run alone" in card(pages[0], "forecast")
+    # whose noise an unknown speedup's is, one sentence each (costmodel.spread), on the page too
+    said = source_lines(table_of(runs), runs["steps"])
+    assert len(said) == 2 and all(str(escape(line)) in pages[0] for line in said)
 
 
 def test_every_headline_number_carries_its_interval_and_mark():
