@@ -14,15 +14,18 @@ configuration; it is shown beside the forecast from depth 1 alone, never instead
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pandas as pd
 
 from .costs import handoff_ms, launched
-from .observed import pair_repeats
+from .observed import pair_repeats, pairs_interval
 from .predict import _median_pair, _whole_runs, pair_is_window, pair_runs, run_label
 from .tensor_parallel import tp_steps
 
-COLUMNS = ("carried_handoff_ms", "wall_d1h_predicted_pct", "wall_d1h_error_pts")
+COLUMNS = ("carried_handoff_ms", "wall_d1h_predicted_pct", "wall_d1h_error_pts",
+           "wall_d1h_error_lo", "wall_d1h_error_hi")  # fmt: skip
 
 
 def own_handoff_ms(d2: pd.DataFrame, steps: pd.DataFrame) -> float:
@@ -59,12 +62,18 @@ def with_carried_handoff(
     requests: pd.DataFrame | None = None,
     ranks: pd.DataFrame | None = None,
     elsewhere: list[tuple[tuple[str, int], float]] | None = None,
+    n_boot: int = 1000,
+    seed: int = 0,
 ) -> pd.DataFrame:
     """predict_runs' table with COLUMNS added: the hand-over carried in (NaN where no other
     configuration of the same machine ran depth 2), the forecast from depth 1 with it (median
-    pair, as wall_d1_predicted_pct) and observed − it. elsewhere: (machine, hand-over) of
+    pair, as wall_d1_predicted_pct) and observed − it, with its 95% interval over resampled pairs
+    (as wall_d1_error_lo / _hi: each pair's forecast reads that pair's depth-1 run, so a host
+    whose speed moves the speedup from pair to pair moves the forecast with it). elsewhere:
+    (machine, hand-over) of
     configurations in other sweeps (handoffs), pooled with this sweep's others."""
     steps = tp_steps(steps, ranks)
+    rng = np.random.default_rng(seed)
     requests = requests if requests is not None else pd.DataFrame()
     configs = _configs(runs)
     own = _handoffs(configs, steps)
@@ -79,14 +88,26 @@ def with_carried_handoff(
         window = pair_is_window(d1, d2, steps)
         whole = _whole_runs(pairs, steps, requests, window, carried_handoff_ms=carried)
         tokens = np.array([1.0 if window else float(r1["generated_tokens"]) for r1, _ in pairs])
+        tok2 = np.array([w.rate_scale if window else float(r2["generated_tokens"])
+                         for w, (_, r2) in zip(whole, pairs, strict=True)])  # fmt: skip
         block = np.array([w.wall_block_ms for w in whole])
+        pipe = np.array([w.wall_pipe_ms for w in whole])
         forecast = np.array([w.from_d1_carried_ms for w in whole], dtype=float)
+        arrays = dict(tokens=tokens, block=block, tok2=tok2, pipe=pipe, forecast=forecast)
+        lo, hi = pairs_interval(partial(_miss_pts, **arrays), len(pairs), n_boot, rng)
         out["carried_handoff_ms"][label] = carried
         out["wall_d1h_predicted_pct"][label] = (
             _median_pair(tokens, block, tokens, forecast) - 1
         ) * 100
+        out["wall_d1h_error_lo"][label], out["wall_d1h_error_hi"][label] = lo, hi
     table = table.copy()
-    for column in COLUMNS[:2]:
+    for column in (*COLUMNS[:2], *COLUMNS[3:]):
         table[column] = table["label"].map(out[column]).astype(float)
     table["wall_d1h_error_pts"] = table["wall_observed_pct"] - table["wall_d1h_predicted_pct"]
     return table
+
+
+def _miss_pts(idx: np.ndarray, tokens, block, tok2, pipe, forecast) -> float:
+    """Observed − carried forecast (points) over the pairs `idx`, each a median pair."""
+    measured = _median_pair(tokens[idx], block[idx], tok2[idx], pipe[idx])
+    return (measured - _median_pair(tokens[idx], block[idx], tokens[idx], forecast[idx])) * 100

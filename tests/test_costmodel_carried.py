@@ -109,3 +109,20 @@ def test_a_lone_configuration_has_nothing_to_carry(sweep):
     foreign = [(("NVIDIA H100 80GB HBM3", 1), 0.012), (("NVIDIA H200", 2), 0.02)]
     there = with_carried_handoff(table, runs, sweep.steps, sweep.requests, elsewhere=foreign)
     assert pd.isna(there["carried_handoff_ms"].iloc[0])
+
+
+def test_the_carried_miss_has_its_interval_over_pairs(sweep):
+    """wall_d1h_error_lo / _hi: a percentile interval over resampled pairs of observed − carried
+    forecast, both taken over the same pairs; it holds the point miss."""
+    table = carried_table(sweep)
+    assert table[["wall_d1h_error_lo", "wall_d1h_error_hi"]].notna().all().all()
+    for row in table.to_dict("records"):
+        miss = row["wall_d1h_error_pts"]
+        assert row["wall_d1h_error_lo"] - 1e-9 <= miss <= row["wall_d1h_error_hi"] + 1e-9
+    # another seed and more resamples: still an interval
+    again = with_carried_handoff(
+        predict_runs(sweep.runs, sweep.steps, sweep.requests, n_boot=20), sweep.runs,
+        sweep.steps, sweep.requests, seed=1, n_boot=2000,
+    )  # fmt: skip
+    wide = (again["wall_d1h_error_hi"] - again["wall_d1h_error_lo"]).to_numpy()
+    assert (wide >= 0).all() and np.isfinite(wide).all()

@@ -96,6 +96,7 @@ def test_runner_and_table_on_the_cpu(tmp_path):
     for r in rows["across"]:
         assert abs(r["across_predicted_pct"] - same[(r["id"], r["target"])]) < 1e-9
     assert "met on 0 of 4 rows; known on 0" in table
+    assert "The miss known pair by pair (its 95% interval inside ±1 point" in table
     assert "| H17 | H100 | tiny-llama" in table and "Across GPUs" in table
     # the sweeps --only left out are named before the rows: the table never reads as the whole set
     others = [s["name"] for s in SET["sweeps"] if s["name"] != "qwen3-8b-short"]
