@@ -107,6 +107,9 @@ def test_the_reports_headline_cards_read_depth_1_alone(runs):
     # whose noise an unknown speedup's is, one sentence each (costmodel.spread), on the page too
     said = source_lines(table_of(runs), runs["steps"])
     assert len(said) == 2 and all(str(escape(line)) in pages[0] for line in said)
+    for r in table_of(runs).to_dict("records"):  # each row's noise: its median step's CV first
+        cv = f"{r['step_cv_d1_pct']:.1f}% · {r['step_cv_d2_pct']:.1f}%"
+        assert f"CV of the median step {cv}" in pages[0]
 
 
 def test_every_headline_number_carries_its_interval_and_mark():
