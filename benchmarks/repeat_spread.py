@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from bubblelab.core.files import write_atomic
-from bubblelab.costmodel.observed import step_cv_pct
+from bubblelab.costmodel.observed import cv_pct
 from bubblelab.costmodel.spread import PHASES, run_medians
 
 
@@ -45,9 +45,9 @@ def spread(results: Path) -> list[dict]:
         row = dict(zip(keys, (str(key[0]), *(int(k) for k in key[1:])), strict=True))
         row |= {
             "runs": int(len(group)),
-            "wall_per_token_cv_pct": step_cv_pct(group["wall_s"] / group["generated_tokens"]),
-            "generated_tokens_cv_pct": step_cv_pct(group["generated_tokens"].astype(float)),
-            "median_step_cv_pct": {p: step_cv_pct(group[p]) for p in PHASES},
+            "wall_per_token_cv_pct": cv_pct(group["wall_s"] / group["generated_tokens"]),
+            "generated_tokens_cv_pct": cv_pct(group["generated_tokens"].astype(float)),
+            "median_step_cv_pct": {p: cv_pct(group[p]) for p in PHASES},
             "median_step_ms": {p: [float(group[p].min()), float(group[p].median()),
                                    float(group[p].max())] for p in PHASES},  # fmt: skip
             "host_factor": [float(group["host_factor"].min()), float(group["host_factor"].max())],

@@ -70,8 +70,8 @@ def with_carried_handoff(
     pair, as wall_d1_predicted_pct) and observed − it, with its 95% interval over resampled pairs
     (as wall_d1_error_lo / _hi: each pair's forecast reads that pair's depth-1 run, so a host
     whose speed moves the speedup from pair to pair moves the forecast with it). elsewhere:
-    (machine, hand-over) of
-    configurations in other sweeps (handoffs), pooled with this sweep's others."""
+    (machine, hand-over) of configurations in other sweeps (handoffs), pooled with this sweep's
+    others."""
     steps = tp_steps(steps, ranks)
     rng = np.random.default_rng(seed)
     requests = requests if requests is not None else pd.DataFrame()

@@ -114,26 +114,19 @@ def median_of_pairs(ratios) -> Observed:
     )
 
 
+def cv_pct(values) -> float:
+    """Coefficient of variation (%) over repeats, sample standard deviation (NaN under 2 values)."""
+    v = np.asarray(values, dtype=float)
+    return float(100 * v.std(ddof=1) / v.mean()) if v.size > 1 else np.nan
+
+
 def wall_cv_pct(tokens, walls) -> float:
-    """Coefficient of variation (%) over repeats of a run's wall time per generated token: the
-    wall's own CV when every repeat runs the same requests; when they do not, the workload's spread
-    is in it too (step_cv_pct is the noise alone)."""
-    per_token = np.asarray(walls, dtype=float) / np.asarray(tokens, dtype=float)
-    if per_token.size < 2:
-        return np.nan
-    return float(100 * per_token.std(ddof=1) / per_token.mean())
-
-
-def step_cv_pct(medians) -> float:
-    """Coefficient of variation (%) over repeats of each run's median decode step. A sweep's repeats
-    run different requests (a seed each), which moves wall per token by the workload as well as by
-    noise; a run's median step, the full-batch step, moves little with the workload, so this is the
-    spread of the machine and the engine alone (depth 2's is ~0.1% where its wall per token's is 7%,
+    """cv_pct of a run's wall time per generated token: the wall's own CV when every repeat runs
+    the same requests; when they do not (a sweep's repeats: a seed each), the workload's spread is
+    in it too. Each run's median steady step moves little with the workload, and its cv_pct is the
+    noise alone (predict's step_cv_d1_pct / _d2_pct: ~0.1% at depth 2 where this was 7%,
     docs/costmodel-heldout.md)."""
-    m = np.asarray(medians, dtype=float)
-    if m.size < 2:
-        return np.nan
-    return float(100 * m.std(ddof=1) / m.mean())
+    return cv_pct(np.asarray(walls, dtype=float) / np.asarray(tokens, dtype=float))
 
 
 def pooled(tokens1, wall1, tokens2, wall2) -> float:

@@ -58,13 +58,13 @@ from .model import (
     zombie_tax,
 )
 from .observed import (
+    cv_pct,
     median_of_pairs,
     pair_ratios,
     pair_repeats,
     pairs_interval,
     pooled,
     pooled_over_pairs,
-    step_cv_pct,
     wall_cv_pct,
 )
 from .schedule import Limits, requests_from_table
@@ -348,8 +348,8 @@ def predict_pair(
         d1_predicted_lo=d1_lo,
         d1_predicted_hi=d1_hi,
         error_pts=walls["observed_pct"] - predicted,
-        step_cv_d1_pct=step_cv_pct(s1.groupby("run_id")["period_ms"].median()),
-        step_cv_d2_pct=step_cv_pct(s2.groupby("run_id")["period_ms"].median()),
+        step_cv_d1_pct=cv_pct(s1.groupby("run_id")["period_ms"].median()),
+        step_cv_d2_pct=cv_pct(s2.groupby("run_id")["period_ms"].median()),
         runs_block=",".join(str(r1["run_id"]) for r1, _ in pairs),
         runs_pipe=",".join(str(r2["run_id"]) for _, r2 in pairs),
     )

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..core.checks import check_float, check_int
 from ..core.errors import OptionError
-from .observed import Observed, median_of_pairs, pair_ratios, step_cv_pct, wall_cv_pct
+from .observed import Observed, cv_pct, median_of_pairs, pair_ratios, wall_cv_pct
 
 KNOWN, BUDGET, MAX_PAIRS = "known", "budget spent", "max pairs"
 
@@ -84,8 +84,8 @@ def decide(
         spent_s=float(spent_s),
         cv_d1_pct=wall_cv_pct(tokens1, wall1),
         cv_d2_pct=wall_cv_pct(tokens2, wall2),
-        step_cv_d1_pct=step_cv_pct(steps1),
-        step_cv_d2_pct=step_cv_pct(steps2),
+        step_cv_d1_pct=cv_pct(steps1),
+        step_cv_d2_pct=cv_pct(steps2),
     )
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.steady import steady_state
-from .observed import step_cv_pct
+from .observed import cv_pct
 
 HOST = ("plan_ms", "launch_ms", "finalize_ms")
 PHASES = ("period_ms", "forward_ms", *HOST)
@@ -41,10 +41,10 @@ def spread(steps: pd.DataFrame, runs_block, runs_pipe) -> dict:
     out: dict = {}
     for depth, ids in ((1, runs_block), (2, runs_pipe)):
         m = run_medians(steps, ids)
-        out[f"step_cv_d{depth}_pct"] = step_cv_pct(m["period_ms"])
+        out[f"step_cv_d{depth}_pct"] = cv_pct(m["period_ms"])
         forward = m["forward_ms"] if "forward_ms" in m else pd.Series(dtype=float)
         launch = m["launch_ms"] if "launch_ms" in m else pd.Series(dtype=float)
-        out[f"forward_cv_d{depth}_pct"] = step_cv_pct(forward)
+        out[f"forward_cv_d{depth}_pct"] = cv_pct(forward)
         out[f"launch_ms_d{depth}"] = (launch.min(), launch.max()) if len(launch) else None
     m1 = run_medians(steps, runs_block)
     follows = m1[["period_ms", "host_factor"]].dropna()

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ..costmodel.headline import inside_noise
-from ..costmodel.observed import median_of_pairs, pair_ratios, pair_repeats
+from ..costmodel.observed import cv_pct, median_of_pairs, pair_ratios, pair_repeats
 
 
 def speedup_noise(runs: pd.DataFrame) -> list[dict]:
@@ -38,14 +38,9 @@ def speedup_noise(runs: pd.DataFrame) -> list[dict]:
             "model": model, "streams": int(streams), "pairs": len(pairs),
             "speedup_pct": observed.pct, "pair_speedups_pct": each,
             "inside_noise": len(each) < 2 or inside_noise(observed.columns()),
-            "wall_cv_pct": {1: _cv(w1), 2: _cv(w2)},
+            "wall_cv_pct": {1: cv_pct(w1), 2: cv_pct(w2)},
         })  # fmt: skip
     return out
-
-
-def _cv(walls: list[float]) -> float:
-    w = np.asarray(walls, dtype=float)
-    return float(100 * w.std(ddof=1) / w.mean()) if len(w) > 1 else float("nan")
 
 
 def noise_lines(runs: pd.DataFrame) -> list[str]:

@@ -17,6 +17,8 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
+
 from ..core.files import write_atomic
 from ..costmodel.repeats import RepeatRule, decide, describe
 
@@ -98,9 +100,8 @@ def _pairs(made: list[dict]) -> tuple[list[float], list[float], list[float], lis
 
 def _steps(made: list[dict]) -> tuple[list[float], list[float]]:
     """Each run's median decode step (ms), depth 1's and depth 2's (NaN where a run had none)."""
-    return tuple(
-        [s.get("step_ms_median", float("nan")) for s in made if s["depth"] == d] for d in (1, 2)
-    )  # type: ignore[return-value]
+    median = {d: [s.get("step_ms_median", np.nan) for s in made if s["depth"] == d] for d in (1, 2)}
+    return median[1], median[2]
 
 
 def _seconds(made: list[dict]) -> float:
