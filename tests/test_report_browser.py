@@ -282,7 +282,7 @@ def test_sweep_report_is_legible(tmp_path):
     result = load(page.as_uri(), tmp_path / "profile", measure=measure)
     assert result["problems"] == []
     height = mpimg.imread(io.BytesIO(result["png"]), format="png").shape[0]
-    assert 4_000 < height < 12_500  # 12,057 px at 1400 px wide with the open step series
+    assert 4_000 < height < 12_500  # 12,016 px at 1400 px wide, noise fold shut
     rows = result["rows"]
     assert rows["prediction"] == rows["step"] == 18
     assert rows["compare"] == 2  # qwen3-0.6b with and without a grammar, at 8 and 32 streams
