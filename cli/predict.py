@@ -264,7 +264,7 @@ def register(app: typer.Typer) -> None:
         depth-1 runs."""
         from ..costmodel.blog import predict_blog
         from ..costmodel.bootstrap import check_n_boot
-        from ..costmodel.headline import caveat_lines, noise_lines
+        from ..costmodel.headline import caveat_lines, handoff_lines, noise_lines
         from ..costmodel.predict import predict_runs
         from ..costmodel.spread import source_lines
         from ..costmodel.tensor_parallel import tp_comparison
@@ -309,7 +309,8 @@ def register(app: typer.Typer) -> None:
         for printed in prediction_tables(table):
             show(console, printed)
         noise_from = source_lines(table, results.steps)  # whose noise an unknown speedup's is
-        for line in [*noise_lines(table), *caveat_lines(table), *noise_from]:
+        said = [*noise_lines(table), *caveat_lines(table), *handoff_lines(table), *noise_from]
+        for line in said:
             console.print(line, markup=False)
         for line in tp_lines(table):
             console.print(line, markup=False)

@@ -115,6 +115,33 @@ def handoff_ms(steps: pd.DataFrame) -> float:
     return float(queued["bubble_ms"].median()) if len(queued) else 0.0
 
 
+def probed_handoff_ms(run) -> float | None:
+    """The hand-over a run probed before its timed region (engine.handoff_probe), ms; None where
+    it recorded none (older runs, tensor parallelism)."""
+    try:
+        value = float(run.get("handoff_probe_ms"))
+    except (TypeError, ValueError):
+        return None
+    return value if np.isfinite(value) else None
+
+
+def handoff_columns(d1: pd.DataFrame, d2: pd.DataFrame, steps: pd.DataFrame) -> dict:
+    """A configuration's hand-over, ms, three ways: as its depth-1 runs probed it (the forecast's),
+    as its depth-2 runs probed it, and as depth 2's steps measured it (handoff_ms); each the median
+    over runs, NaN where there is none."""
+
+    def median(values) -> float:
+        values = [v for v in values if v is not None]
+        return float(np.median(values)) if values else float("nan")
+
+    def probed(runs: pd.DataFrame) -> float:
+        return median(probed_handoff_ms(r) for _, r in runs.iterrows())
+
+    measured = (handoff_ms(launched(steps[steps["run_id"] == r])) for r in d2["run_id"])
+    return dict(handoff_probe_ms=probed(d1), handoff_probe_d2_ms=probed(d2),
+                handoff_d2_ms=median(measured))  # fmt: skip
+
+
 @dataclass(frozen=True)
 class RunCosts:
     """One run's measured step costs (ms), by kind and batch size."""

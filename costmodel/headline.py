@@ -120,6 +120,37 @@ def caveat_lines(table: pd.DataFrame) -> list[str]:
     ]
 
 
+HANDOFF_AGREE_MS = 0.004  # a probe this close to what depth 2's steps measured: said once, quietly
+
+
+def handoff_lines(table: pd.DataFrame) -> list[str]:
+    """The hand-over each forecast from depth 1 costed in (the depth-1 runs' probe: predict's
+    handoff_probe_ms) against what depth 2's queued steps measured (handoff_d2_ms; 0 where depth 2
+    queued none: nothing to compare): one line for all that agree within HANDOFF_AGREE_MS, one
+    for each that does not."""
+    rows = [r for r in table.to_dict("records") if np.isfinite(r.get("handoff_probe_ms", np.nan))]
+    compared = [r for r in rows if r["handoff_d2_ms"] > 0]
+    apart = [
+        r for r in compared if abs(r["handoff_probe_ms"] - r["handoff_d2_ms"]) > HANDOFF_AGREE_MS
+    ]
+    if not rows:
+        return []
+    lo, hi = (f([r["handoff_probe_ms"] for r in rows]) for f in (min, max))
+    lines = [
+        f"hand-over between queued steps, probed by depth 1 and costed into its forecast: "
+        f"{lo:.4f}{'' if lo == hi else f'-{hi:.4f}'} ms; within {HANDOFF_AGREE_MS * 1e3:.0f} us of "
+        f"depth 2's in {len(compared) - len(apart)} of the {len(compared)} configurations whose "
+        "depth 2 queued steps"
+    ]
+    lines += [
+        f"{r['label']}: depth 1 probed a hand-over of {r['handoff_probe_ms']:.4f} ms, but depth "
+        f"2's queued steps idled {r['handoff_d2_ms']:.4f} ms between them (term handoff "
+        f"{r.get('term_handoff_pts', np.nan):+.1f} pts)"
+        for r in apart
+    ]
+    return lines
+
+
 STRUCTURE_PTS = 0.5  # a residual the model's own structure leaves, worth naming beside the pieces
 
 

@@ -17,6 +17,10 @@ measured, each with its interval:
   workload's included when repeats run different requests; step_cv_d1_pct / _d2_pct (after the
   headline: they read depth 2's steps) the spread of each run's median steady step, the noise alone.
 - wall_d1_error_pts (_lo / _hi): observed − forecast.
+  The forecast costs in the GPU's idle between two queued steps as the depth-1 run probed it before
+  its timed region (engine.handoff_probe; runs without a probe: none). handoff_probe_ms is that
+  probe, handoff_probe_d2_ms the depth-2 runs' own, handoff_d2_ms what depth 2's steps measured:
+  where the probe and the steps disagree, term_handoff_pts says by how much it moved the forecast.
 The rest explains the measured speedup and reads the depth-2 run; it is no forecast:
 - blocking_ms / pipelined_ms: median period of the steady state (core.steady.steady_state).
 - predicted_pct: the post's model on those two periods, z from the measured step-cost curve (per
@@ -47,6 +51,7 @@ import pandas as pd
 from ..core.errors import BubblelabError
 from ..core.steady import steady_state  # the project's one steady-state rule
 from . import bootstrap as bs
+from .costs import handoff_columns, probed_handoff_ms
 from .model import (
     VLLM_BUCKETS,
     StepCost,
@@ -172,6 +177,7 @@ def _whole_runs(pairs, steps, requests, window, carried_handoff_ms=None) -> list
                 limits=_limits(r1),
                 window=window,
                 carried_handoff_ms=carried_handoff_ms,
+                probe_handoff_ms=probed_handoff_ms(r1),
             )
         )
     return out
@@ -350,6 +356,7 @@ def predict_pair(
         error_pts=walls["observed_pct"] - predicted,
         step_cv_d1_pct=cv_pct(s1.groupby("run_id")["period_ms"].median()),
         step_cv_d2_pct=cv_pct(s2.groupby("run_id")["period_ms"].median()),
+        **handoff_columns(d1, d2, steps),
         runs_block=",".join(str(r1["run_id"]) for r1, _ in pairs),
         runs_pipe=",".join(str(r2["run_id"]) for _, r2 in pairs),
     )

@@ -187,6 +187,7 @@ def predict_pair_wall(
     limits: Limits | None,
     window: bool = False,
     carried_handoff_ms: float | None = None,
+    probe_handoff_ms: float | None = None,
 ) -> WholeRun:
     """Both predictions of depth 2's wall clock for one pair, with the terms between them.
 
@@ -195,11 +196,16 @@ def predict_pair_wall(
     carried_handoff_ms: the GPU's idle between two queued steps measured on other runs of the same
     engine and machine (costmodel.carried): the forecast from depth 1 then also with it
     (from_d1_carried_ms), since a depth-1 run has no queued steps to show it.
+    probe_handoff_ms: the same idle as the depth-1 run measured it itself before its timed region
+    (engine.handoff_probe): the forecast from depth 1 costs it in, and the `handoff` term is then
+    what the probe missed.
     """
     steps1, steps2 = launched(steps1), launched(steps2)
     if window:  # a window's steps are those whose period it holds; the last one's runs past it
         steps1, steps2 = (s[s["period_ms"].notna()] for s in (steps1, steps2))
     c1 = RunCosts.measure(steps1, wall1_s, 1, window)
+    if probe_handoff_ms is not None and np.isfinite(probe_handoff_ms):
+        c1 = replace(c1, handoff_ms=max(0.0, float(probe_handoff_ms)))
     c2 = RunCosts.measure(steps2, wall2_s, 2, window)
     replayed = requests is not None and limits is not None and not window
     measured1, waited_ms = c1, 0.0

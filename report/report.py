@@ -18,7 +18,7 @@ from markupsafe import Markup
 from ..core.errors import BubblelabError
 from ..core.files import write_atomic
 from ..costmodel.blog import predict_blog
-from ..costmodel.headline import caveat_lines, explanation, within
+from ..costmodel.headline import caveat_lines, explanation, handoff_lines, within
 from ..costmodel.perturbation import profiler_perturbation
 from ..costmodel.predict import known_int, predict_runs
 from ..costmodel.spread import source_lines
@@ -125,7 +125,7 @@ def render_report(
         perturbation=profiler_perturbation(results.runs, results.steps).to_dict("records"),
         predictions=summary.with_repeat_stops(table, results.provenance).to_dict("records"),
         skipped=table.attrs.get("skipped", []),
-        caveats=caveat_lines(table) if len(table) else [],
+        caveats=[*caveat_lines(table), *handoff_lines(table)] if len(table) else [],
         noise_sources=source_lines(table, measured.steps) if len(table) else [],
         blog=blog.to_dict("records"),
         configs=configs,

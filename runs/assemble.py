@@ -227,6 +227,13 @@ TIMING_COLUMNS = (
     "reserved_growth_mb_in_run", "alloc_retries_in_run", "sm_clock_mhz_min", "step_ms_max",
     "slow_steps", "host_share", "warmup_s",
 )  # fmt: skip
+# The hand-over probe before the timed region (engine.handoff_probe; absent from older sweeps).
+PROBE_COLUMNS = (
+    "handoff_probe_ms",
+    "handoff_probe_iqr_ms",
+    "handoff_probe_n",
+    "handoff_probe_dropped",
+)
 
 
 def _extra(run_id: str, run: dict, spec: dict, plan: dict, summary: dict) -> dict:
@@ -242,6 +249,6 @@ def _extra(run_id: str, run: dict, spec: dict, plan: dict, summary: dict) -> dic
         max_model_len=engine["max_model_len"], sm_clock_mhz=summary.get("sm_clock_mhz_median"),
         power_w=summary.get("power_w_median"),
         clock_anchor_us_max=summary.get("clock_anchor_us_max"),
-        **{k: summary.get(k) for k in TIMING_COLUMNS},
+        **{k: summary.get(k) for k in (*TIMING_COLUMNS, *PROBE_COLUMNS)},
         timing_flags="; ".join(summary.get("timing_flags") or []),
     )  # fmt: skip

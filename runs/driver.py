@@ -16,7 +16,7 @@ from ..core.timeline import Timeline
 from ..engine.llm_engine import LLMEngine
 from .latency import latency_summary, request_latency
 from .region import TimedRegion, flags, step_profile
-from .warmup import warm_up
+from .warmup import probe, warm_up
 from .workload import Request, WorkloadSpec, make_requests
 
 
@@ -92,7 +92,7 @@ def run_workload(
     warmed: dict = {}
     if warmup:
         timeline.enabled = False
-        warmed = warm_up(engine, spec, requests)
+        warmed = warm_up(engine, spec, requests) | probe(engine, spec, requests)
     timeline.clear()
     timeline.enabled = True
     timeline.depth = engine.config.depth

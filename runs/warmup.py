@@ -25,7 +25,9 @@ import time
 import numpy as np
 
 from ..core.pipeline import StepKind
+from ..engine.handoff_probe import probe_handoff
 from ..engine.llm_engine import LLMEngine
+from ..engine.sampler import SamplingFlags
 from ..engine.sampling_params import SamplingParams
 from .workload import Request, WorkloadSpec
 
@@ -77,6 +79,20 @@ def warm_up(engine: LLMEngine, spec: WorkloadSpec, requests: list[Request]) -> d
     missing = sorted(map(str, needed_shapes(engine, spec) - runner.shapes))
     return {"warmup_requests": warm.requests, "warmup_steps": warm.steps,
             "warmup_shapes_s": time.perf_counter() - t0, "warmup_missing": missing}  # fmt: skip
+
+
+def probe(engine: LLMEngine, spec: WorkloadSpec, requests: list[Request]) -> dict:
+    """The hand-over probe (engine.handoff_probe) at the run's full batch, sampled as its first kind
+    of request: the GPU's idle between two queued steps, which a depth-1 run cannot show and its
+    forecast reads (costmodel.wholerun). {} under tensor parallelism, where every rank would have
+    to replay the probe's forwards with rank 0."""
+    if engine.workers is not None:
+        return {}
+    p = _templates(requests)[0]
+    flags = SamplingFlags(p.temperature == 0, p.top_k > 0, p.top_p < 1.0, p.top_k)
+    engine.runner.activate()
+    rows = min(spec.streams, engine.config.max_num_seqs)
+    return probe_handoff(engine.runner, rows, flags).summary()
 
 
 def _templates(requests: list[Request]) -> list[SamplingParams]:
