@@ -147,8 +147,9 @@ def markdown(table: pd.DataFrame, crossed: pd.DataFrame, model: str, absent: lis
         "| id | GPU | configuration | pairs (why they stopped) "
         "| CV of the median step d1 · d2 (of wall per token) "
         "| observed [95%] | forecast from depth 1 [95%] | miss [95%] "
-        "| what makes the miss (depth-2 pieces) | with the hand-over carried in: forecast, miss |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| what makes the miss (depth-2 pieces) | with the hand-over carried in: forecast, miss "
+        "| hand-over, us: depth 1's probe · depth 2's steps |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     if absent:  # said before the rows, so a partial table is never read as the whole set
         lines[1:1] = ["", f"Not finished, so not in the table: {'; '.join(absent)}."]
@@ -161,6 +162,7 @@ def markdown(table: pd.DataFrame, crossed: pd.DataFrame, model: str, absent: lis
             pts_text(r["wall_d1_error_pts"], r["wall_d1_error_lo"], r["wall_d1_error_hi"]),
             explanation(r) if abs(r["wall_d1_error_pts"]) > MISS_PTS else "",
             carried_text(r),
+            handoff_text(r),
         ]  # fmt: skip
         lines.append(f"| {' | '.join(map(str, cells))} |")
     if len(crossed):
@@ -190,6 +192,13 @@ def carried_text(r: dict) -> str:
     miss = pts_text(r["wall_d1h_error_pts"], r.get("wall_d1h_error_lo", np.nan),
                     r.get("wall_d1h_error_hi", np.nan))  # fmt: skip
     return f"{r['wall_d1h_predicted_pct']:+.1f}%, {miss} ({1e3 * r['carried_handoff_ms']:.1f} us)"
+
+
+def handoff_text(r: dict) -> str:
+    """The hand-over the forecast costed in (the depth-1 runs' probe; – for runs made before it)
+    beside what depth 2's queued steps measured."""
+    probe, steps = r.get("handoff_probe_ms", np.nan), r.get("handoff_d2_ms", np.nan)
+    return " · ".join("–" if pd.isna(v) else f"{1e3 * v:.1f}" for v in (probe, steps))
 
 
 def observed(r: dict) -> str:

@@ -174,6 +174,12 @@ def summary_table(result: RunResult) -> Table:
                 f"{label} mean / median / p99",
                 f"{stats['mean']:.2f} / {stats['median']:.2f} / {stats['p99']:.2f} ms",
             )
+    if s.get("handoff_probe_n"):
+        t.add_row(
+            "hand-over between queued steps (probe)",
+            f"{s['handoff_probe_ms'] * 1e3:.1f} us (IQR {s['handoff_probe_iqr_ms'] * 1e3:.1f} us, "
+            f"{s['handoff_probe_n']} samples)",
+        )
     t.add_row("CUDA graphs", "yes" if s["cuda_graphs"] else "no")
     return t
 

@@ -125,21 +125,23 @@ def probed_handoff_ms(run) -> float | None:
     return value if np.isfinite(value) else None
 
 
+def probed_median_ms(runs: pd.DataFrame) -> float | None:
+    """The median of the runs' probed hand-overs, ms; None where none of them probed it."""
+    values = [v for _, run in runs.iterrows() if (v := probed_handoff_ms(run)) is not None]
+    return float(np.median(values)) if values else None
+
+
 def handoff_columns(d1: pd.DataFrame, d2: pd.DataFrame, steps: pd.DataFrame) -> dict:
     """A configuration's hand-over, ms, three ways: as its depth-1 runs probed it (the forecast's),
     as its depth-2 runs probed it, and as depth 2's steps measured it (handoff_ms); each the median
     over runs, NaN where there is none."""
-
-    def median(values) -> float:
-        values = [v for v in values if v is not None]
-        return float(np.median(values)) if values else float("nan")
-
-    def probed(runs: pd.DataFrame) -> float:
-        return median(probed_handoff_ms(r) for _, r in runs.iterrows())
-
-    measured = (handoff_ms(launched(steps[steps["run_id"] == r])) for r in d2["run_id"])
-    return dict(handoff_probe_ms=probed(d1), handoff_probe_d2_ms=probed(d2),
-                handoff_d2_ms=median(measured))  # fmt: skip
+    measured = [handoff_ms(launched(steps[steps["run_id"] == r])) for r in d2["run_id"]]
+    probed = [probed_median_ms(d) for d in (d1, d2)]
+    return dict(
+        handoff_probe_ms=float("nan") if probed[0] is None else probed[0],
+        handoff_probe_d2_ms=float("nan") if probed[1] is None else probed[1],
+        handoff_d2_ms=float(np.median(measured)) if measured else float("nan"),
+    )
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,9 @@ What it assumes, and where it stops holding:
   small decode batches than on long prefills);
 - the host's work does not depend on the card (the same engine, driver and CUDA graphs: a newer
   driver or another launch path changes it);
-- what depth 1 cannot see on A it cannot see on B: the hand-over between queued steps and a
-  depth-2 forward or clock tax stay out, as in the same-card forecast.
+- what depth 1 cannot see on A it cannot see on B: a depth-2 forward or clock tax stays out, as in
+  the same-card forecast. The hand-over between queued steps is B's own, as B's depth-1 runs
+  probed it (engine.handoff_probe; the median over them, none for runs made before the probe).
 The ratios come from depth-1 runs of both cards (DeviceRatio.measured) or from anything else that
 measured them (a forward benchmark, a host benchmark: DeviceRatio(gpu, host)).
 """
@@ -30,7 +31,7 @@ import pandas as pd
 
 from ..core.errors import BubblelabError
 from ..core.steady import steady_state
-from .costs import Curve, RunCosts, launched
+from .costs import Curve, RunCosts, launched, probed_median_ms
 from .model import host_tick_ms, step_gpu_ms
 from .observed import Observed, median_of_pairs, pair_ratios, pair_repeats, pairs_interval
 from .predict import CONFIG_KEYS, _limits, pair_runs, run_label
@@ -94,10 +95,14 @@ def forecast_across(
     streams: int,
     limits: Limits,
     ratio: DeviceRatio,
+    handoff_ms: float | None = None,
 ) -> float:
     """Depth 2 over depth 1 on the other card (ratio; 1.10 = +10%), from one depth-1 run: its
-    requests replayed at depth 2, its pieces scaled by the cards' ratios."""
+    requests replayed at depth 2, its pieces scaled by the cards' ratios; handoff_ms: the other
+    card's hand-over between queued steps (its probe), else none."""
     costs = scaled(RunCosts.measure(steps1, wall1_s, 1), ratio)
+    if handoff_ms is not None:
+        costs = replace(costs, handoff_ms=handoff_ms)
     schedule, costs, _ = depth2_replay(requests_from_table(requests), streams, limits, costs)
     return depth1_wall_ms(steps1, wall1_s, ratio) / pipelined_wall_ms(schedule, costs)
 
@@ -136,6 +141,7 @@ def predict_across(
                     int(run["streams"]),
                     limits,
                     ratio,
+                    probed_median_ms(d1_b),
                 )  # fmt: skip
                 for _, run in d1_a.iterrows()
             ]

@@ -9,9 +9,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
+import pandas as pd
 import torch
 
 from ..core.sequence import Sequence
+from ..core.steady import steady_state
 from ..core.timeline import Timeline
 from ..engine.llm_engine import LLMEngine
 from .latency import latency_summary, request_latency
@@ -190,6 +192,11 @@ def summarize(
     kinds = fwd.kind.to_numpy()[:-1]
     decode_periods = periods[kinds == "decode"] if len(periods) else periods
     q = np.percentile(decode_periods, [10, 50, 90]) if len(decode_periods) else [float("nan")] * 3
+    # The steady steps' median (core.steady), as the prediction table's step CVs read each run.
+    steady = steady_state(
+        pd.DataFrame({"run_id": "run", "step": fwd.step, "kind": fwd.kind,
+                      "batch_size": fwd.batch_size, "period_ms": np.append(periods, np.nan)})
+    )["period_ms"]  # fmt: skip
     c = engine.config
     return {
         "model": engine.loaded.name,
@@ -217,6 +224,7 @@ def summarize(
         "step_ms_p10": float(q[0]),
         "step_ms_median": float(q[1]),
         "step_ms_p90": float(q[2]),
+        "steady_step_ms_median": float(steady.median()) if len(steady) else float("nan"),
         "prefill_s": float(periods[kinds == "prefill"].sum() / 1e3) if len(periods) else 0.0,
         "decode_s": float(decode_periods.sum() / 1e3) if len(decode_periods) else 0.0,
         "preemptions": engine.scheduler.num_preemptions,

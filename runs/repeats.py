@@ -99,9 +99,14 @@ def _pairs(made: list[dict]) -> tuple[list[float], list[float], list[float], lis
 
 
 def _steps(made: list[dict]) -> tuple[list[float], list[float]]:
-    """Each run's median decode step (ms), depth 1's and depth 2's (NaN where a run had none)."""
-    median = {d: [s.get("step_ms_median", np.nan) for s in made if s["depth"] == d] for d in (1, 2)}
-    return median[1], median[2]
+    """Each run's median steady step (ms; core.steady, as the prediction table reads it), depth 1's
+    and depth 2's; runs recorded before the summary kept it give their median decode step."""
+
+    def median(s: dict) -> float:
+        return s.get("steady_step_ms_median", s.get("step_ms_median", np.nan))
+
+    by_depth = {d: [median(s) for s in made if s["depth"] == d] for d in (1, 2)}
+    return by_depth[1], by_depth[2]
 
 
 def _seconds(made: list[dict]) -> float:

@@ -154,3 +154,18 @@ def test_constrained_workloads_warm_up_with_outputs_long_enough(tiny_llama, cons
                         constraint=constraint, constrained_share=1.0)  # fmt: skip
     s = run_workload(engine, spec).summary
     assert s["warmup_missing"] == [] and s["new_shapes_in_run"] == 0, s["new_shapes"]
+
+
+def test_a_runs_steady_step_median_is_the_prediction_tables(tiny_llama):
+    """The repeat rule's median-step CV reads each run's summary (steady_step_ms_median); the
+    prediction table's reads the run's per-step table through core.steady. Same steps, same
+    median, so the sweep's verdict and the table print one CV."""
+    from bubblelab.core.steady import steady_state
+    from bubblelab.profiling.analysis import per_step_from_timeline
+
+    engine = make_engine(tiny_llama, depth=2)
+    result = run_workload(engine, WorkloadSpec(streams=4, requests=8, output_len_mean=24,
+                                               prompt_len=4, seed=9))  # fmt: skip
+    steps = steady_state(per_step_from_timeline(result.timeline, "r", 2))
+    assert len(steps) > 5
+    assert result.summary["steady_step_ms_median"] == pytest.approx(steps["period_ms"].median())
