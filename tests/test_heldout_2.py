@@ -124,19 +124,21 @@ def test_runner_and_table_on_the_cpu(tmp_path):
         assert s["median_step_ms"]["period_ms"][0] <= s["median_step_ms"]["period_ms"][2]
 
 
+def configs(name: str) -> set[tuple]:
+    """A held-out set's configurations: (model, streams, L, prompt, TP size)."""
+    held = json.loads((ROOT / "benchmarks" / name).read_text())
+    return {
+        (o["model"], s, o["output_len_mean"], o["prompt_len"], o.get("tensor_parallel", 1))
+        for sweep in held["sweeps"]
+        for o in [sweep["options"]]
+        for s in o["streams"]
+    }
+
+
 def test_the_third_sets_hold_no_earlier_configuration():
     """benchmarks/heldout_3.json and heldout_tp_3.json test the hand-over carried in
     (costmodel.carried): every sweep has two configurations to carry between, none of which an
     earlier set ran, and each sweep passes its checks before anything runs."""
-
-    def configs(name: str) -> set[tuple]:
-        held = json.loads((ROOT / "benchmarks" / name).read_text())
-        return {
-            (o["model"], s, o["output_len_mean"], o["prompt_len"], o.get("tensor_parallel", 1))
-            for sweep in held["sweeps"]
-            for o in [sweep["options"]]
-            for s in o["streams"]
-        }
 
     earlier = configs("heldout_2.json") | configs("heldout_tp.json")
     for name, tp in (("heldout_3.json", 1), ("heldout_tp_3.json", 2)):
@@ -149,3 +151,22 @@ def test_the_third_sets_hold_no_earlier_configuration():
         assert {c[-1] for c in configs(name)} == {tp}
         for sweep in held["sweeps"]:
             SweepSpec(**sweep["options"], **held["repeats"], device="cpu", nsys_depths=[1])
+
+
+def test_the_fourth_set_holds_no_earlier_configuration():
+    """benchmarks/heldout_4.json tests the forecast with the depth-1 run's own probe
+    (engine.handoff_probe): eight configurations, none an earlier set ran, across the ranges issue
+    #25 item 4 names (models 0.6b-8b and the smallest, 1-128 streams, L 40-250, prompts to 512,
+    a grammar, arrivals), each sweep passing its checks before anything runs."""
+
+    sets = ("heldout_2.json", "heldout_tp.json", "heldout_3.json", "heldout_tp_3.json")
+    earlier = set().union(*map(configs, sets))
+    held = json.loads((ROOT / "benchmarks" / "heldout_4.json").read_text())
+    assert held["model_commit"]
+    ids = [i for sweep in held["sweeps"] for i in sweep["ids"].values()]
+    assert len(ids) == len(set(ids)) == 8 and not configs("heldout_4.json") & earlier
+    options = [sweep["options"] for sweep in held["sweeps"]]
+    assert {1, 128} <= {s for o in options for s in o["streams"]}
+    assert any(o.get("constraint") for o in options) and any(o.get("arrival_rate") for o in options)
+    for sweep in held["sweeps"]:
+        SweepSpec(**sweep["options"], **held["repeats"], device="cpu", nsys_depths=[1])
