@@ -19,19 +19,13 @@ from functools import partial
 import numpy as np
 import pandas as pd
 
-from .costs import handoff_ms, launched
+from .costs import own_handoff_ms
 from .observed import pair_repeats, pairs_interval
 from .predict import _median_pair, _whole_runs, pair_is_window, pair_runs, run_label
 from .tensor_parallel import tp_steps
 
 COLUMNS = ("carried_handoff_ms", "wall_d1h_predicted_pct", "wall_d1h_error_pts",
            "wall_d1h_error_lo", "wall_d1h_error_hi")  # fmt: skip
-
-
-def own_handoff_ms(d2: pd.DataFrame, steps: pd.DataFrame) -> float:
-    """A configuration's hand-over: the median over its depth-2 runs of each one's queued idle."""
-    each = [handoff_ms(launched(steps[steps["run_id"] == r])) for r in d2["run_id"]]
-    return float(np.median(each))
 
 
 def _machine(d1: pd.DataFrame) -> tuple[str, int]:

@@ -115,6 +115,12 @@ def handoff_ms(steps: pd.DataFrame) -> float:
     return float(queued["bubble_ms"].median()) if len(queued) else 0.0
 
 
+def own_handoff_ms(d2: pd.DataFrame, steps: pd.DataFrame) -> float:
+    """A configuration's hand-over: the median over its depth-2 runs of each one's queued idle."""
+    each = [handoff_ms(launched(steps[steps["run_id"] == r])) for r in d2["run_id"]]
+    return float(np.median(each))
+
+
 def probed_handoff_ms(run) -> float | None:
     """The hand-over a run probed before its timed region (engine.handoff_probe), ms; None where
     it recorded none (older runs, tensor parallelism)."""
@@ -134,13 +140,12 @@ def probed_median_ms(runs: pd.DataFrame) -> float | None:
 def handoff_columns(d1: pd.DataFrame, d2: pd.DataFrame, steps: pd.DataFrame) -> dict:
     """A configuration's hand-over, ms, three ways: as its depth-1 runs probed it (the forecast's),
     as its depth-2 runs probed it, and as depth 2's steps measured it (handoff_ms); each the median
-    over runs, NaN where there is none."""
-    measured = [handoff_ms(launched(steps[steps["run_id"] == r])) for r in d2["run_id"]]
+    over runs (NaN where none probed it)."""
     probed = [probed_median_ms(d) for d in (d1, d2)]
     return dict(
         handoff_probe_ms=float("nan") if probed[0] is None else probed[0],
         handoff_probe_d2_ms=float("nan") if probed[1] is None else probed[1],
-        handoff_d2_ms=float(np.median(measured)) if measured else float("nan"),
+        handoff_d2_ms=own_handoff_ms(d2, steps),
     )
 
 

@@ -132,6 +132,7 @@ def predict_across(
         limits = _limits(first)
         if limits is None or a[2].empty:
             raise BubblelabError(f"{run_label(first, depth=False)}: no requests to replay")
+        handoff = probed_median_ms(d1_b)
         forecasts = np.array(
             [
                 forecast_across(
@@ -141,7 +142,7 @@ def predict_across(
                     int(run["streams"]),
                     limits,
                     ratio,
-                    probed_median_ms(d1_b),
+                    handoff,
                 )  # fmt: skip
                 for _, run in d1_a.iterrows()
             ]

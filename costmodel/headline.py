@@ -129,12 +129,12 @@ def handoff_lines(table: pd.DataFrame) -> list[str]:
     queued none: nothing to compare): one line for all that agree within HANDOFF_AGREE_MS, one
     for each that does not."""
     rows = [r for r in table.to_dict("records") if np.isfinite(r.get("handoff_probe_ms", np.nan))]
+    if not rows:
+        return []
     compared = [r for r in rows if r["handoff_d2_ms"] > 0]
     apart = [
         r for r in compared if abs(r["handoff_probe_ms"] - r["handoff_d2_ms"]) > HANDOFF_AGREE_MS
     ]
-    if not rows:
-        return []
     lo, hi = (f([r["handoff_probe_ms"] for r in rows]) for f in (min, max))
     lines = [
         f"hand-over between queued steps, probed by depth 1 and costed into its forecast: "

@@ -204,8 +204,8 @@ def predict_pair_wall(
     if window:  # a window's steps are those whose period it holds; the last one's runs past it
         steps1, steps2 = (s[s["period_ms"].notna()] for s in (steps1, steps2))
     c1 = RunCosts.measure(steps1, wall1_s, 1, window)
-    if probe_handoff_ms is not None and np.isfinite(probe_handoff_ms):
-        c1 = replace(c1, handoff_ms=max(0.0, float(probe_handoff_ms)))
+    if probe_handoff_ms is not None:
+        c1 = replace(c1, handoff_ms=probe_handoff_ms)
     c2 = RunCosts.measure(steps2, wall2_s, 2, window)
     replayed = requests is not None and limits is not None and not window
     measured1, waited_ms = c1, 0.0

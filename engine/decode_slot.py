@@ -168,12 +168,7 @@ class DecodeSlot:
         h["seed"][:n] = [s.seed for s in seqs]
         h["counter"][:n] = [s.num_launched - 1 - s.num_prompt_tokens for s in seqs]
         h["step_id"][0] = step_id
-        return SamplingFlags(
-            all(p.temperature == 0 for p in params),
-            any(p.top_k > 0 for p in params),
-            any(p.top_p < 1.0 for p in params),
-            max(p.top_k for p in params),
-        )
+        return SamplingFlags.of(params)
 
     def fill_decode(self, seqs: list[Sequence], blocks: BlockManager, bucket: int | None) -> None:
         """Positions, KV slots, context lengths and page tables of a decode step; rows past the

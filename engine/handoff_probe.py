@@ -45,7 +45,6 @@ _NO_RANGES = Phases()  # the probe is no step: no NVTX range, no timeline record
 class HandoffProbe:
     gaps_ms: list[float]  # the idle of each queued hand-over
     dropped: int  # samples whose queuing outlasted the hold (not a queued hand-over)
-    rows: int
 
     @property
     def median_ms(self) -> float:
@@ -74,7 +73,6 @@ def probe_handoff(
     width = bucket or rows
     records = [_padded(runner, slot, width, rows, bucket, flags) for slot in runner.slots]
     streams, hold_s = runner.streams, HOLD_S
-    streams.synchronize()
     streams.calibrate()  # a fresh device-clock reference: the hold's end is read on the host clock
     held = streams.event()
     gaps: list[float] = []
@@ -96,7 +94,7 @@ def probe_handoff(
         sampling_end = a.device_times(profiled=False)[1][1]
         forward_start = b.device_times(profiled=False)[0][0]
         gaps.append(max(0.0, (forward_start - sampling_end) / 1e6))
-    return HandoffProbe(gaps, dropped, rows)
+    return HandoffProbe(gaps, dropped)
 
 
 def _padded(

@@ -37,6 +37,16 @@ class SamplingFlags(NamedTuple):
     any_top_p: bool
     max_top_k: int = 0
 
+    @classmethod
+    def of(cls, params) -> SamplingFlags:
+        """The flags of a batch whose rows sample with `params` (SamplingParams, one per row)."""
+        return cls(
+            all(p.temperature == 0 for p in params),
+            any(p.top_k > 0 for p in params),
+            any(p.top_p < 1.0 for p in params),
+            max(p.top_k for p in params),
+        )
+
 
 @dataclass
 class SamplingBatch:

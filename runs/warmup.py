@@ -88,8 +88,7 @@ def probe(engine: LLMEngine, spec: WorkloadSpec, requests: list[Request]) -> dic
     to replay the probe's forwards with rank 0."""
     if engine.workers is not None:
         return {}
-    p = _templates(requests)[0]
-    flags = SamplingFlags(p.temperature == 0, p.top_k > 0, p.top_p < 1.0, p.top_k)
+    flags = SamplingFlags.of(_templates(requests)[:1])
     engine.runner.activate()
     rows = min(spec.streams, engine.config.max_num_seqs)
     return probe_handoff(engine.runner, rows, flags).summary()
