@@ -16,8 +16,10 @@ timeline (sampling's end, the forward's first node). It never touches a live seq
 are padded first, so the forward reads the pad row and writes into the scratch page.
 
 A sample whose queuing had not finished when the hold ended is not a queued hand-over: it is
-dropped and the hold doubled. Tensor parallelism is not probed (every rank would have to replay
-with rank 0); its forecast keeps the hand-over carried from other runs (costmodel.carried).
+dropped and the hold doubled. The slots alternate as depth 2's do (a slot's forward, then its
+sampling behind the other slot's next hold), so under tensor parallelism the workers, handed each
+forward and sampling as in a step, replay them in an order they accept; rank 0's stream alone is
+held and timed.
 """
 
 from __future__ import annotations
@@ -77,23 +79,26 @@ def probe_handoff(
     held = streams.event()
     gaps: list[float] = []
     dropped = 0
+    a, b = runner.slots
+    runner.forward_on_every_rank(a, records[a.index], _NO_RANGES)  # for the first sampling to read
     while len(gaps) < repeats and dropped < repeats:
-        first, second = (0, 1) if len(gaps) % 2 == 0 else (1, 0)
-        a, b = runner.slots[first], runner.slots[second]
-        streams.synchronize()
+        runner.drain()
         streams.compute.submit(_hold(streams.is_cuda, hold_s))
         streams.compute.record(held)
-        runner.enqueue_sampling(a, records[first], False, _NO_RANGES)  # its copy back too
-        runner.enqueue_forward(b, records[second], _NO_RANGES)
+        runner.sample_on_every_rank(a, records[a.index], False, _NO_RANGES)  # its copy back too
+        runner.forward_on_every_rank(b, records[b.index], _NO_RANGES)
         queued_ns = time.perf_counter_ns()
-        streams.synchronize()
+        runner.drain()
+        a, b = b, a  # b's forward is sampled next, behind the next hold
         if held.time_ns() < queued_ns:  # the stream ran ahead of the host: not a queued hand-over
             dropped += 1
             hold_s = min(2 * hold_s, MAX_HOLD_S)
             continue
-        sampling_end = a.device_times(profiled=False)[1][1]
-        forward_start = b.device_times(profiled=False)[0][0]
+        sampling_end = b.device_times(profiled=False)[1][1]
+        forward_start = a.device_times(profiled=False)[0][0]
         gaps.append(max(0.0, (forward_start - sampling_end) / 1e6))
+    runner.sample_on_every_rank(a, records[a.index], False, _NO_RANGES)  # no forward left unsampled
+    runner.drain()
     return HandoffProbe(gaps, dropped)
 
 

@@ -179,7 +179,7 @@ class ModelRunner:
     def launch(self, step: Step, blocks: BlockManager, phases: Phases) -> None:
         slot = self.slots[step.slot]
         record = self.fill_launch(step, slot, blocks)
-        self.enqueue_forward(slot, record, phases)
+        self.forward_on_every_rank(slot, record, phases)
 
     def finalize(self, step: Step, phases: Phases) -> None:
         slot, n = self.slots[step.slot], len(step.seqs)
@@ -191,7 +191,20 @@ class ModelRunner:
             with phases.range("mask", step.step_id):
                 slot.fill_mask(step.seqs)
                 self.enqueue_mask(slot, n)
+        self.sample_on_every_rank(slot, record, masked, phases)
+
+    # -- a step's device halves on every rank (TPModelRunner hands each to its workers first) -----
+    def forward_on_every_rank(self, slot: DecodeSlot, record: LaunchRecord, phases: Phases) -> None:
+        self.enqueue_forward(slot, record, phases)
+
+    def sample_on_every_rank(
+        self, slot: DecodeSlot, record: LaunchRecord, masked: bool, phases: Phases
+    ) -> None:
         self.enqueue_sampling(slot, record, masked, phases)
+
+    def drain(self) -> None:
+        """Block until this rank's queued device work has run."""
+        self.streams.synchronize()
 
     # -- their host and device halves (tensor-parallel workers run the device halves) --------------
     def fill_launch(self, step: Step, slot: DecodeSlot, blocks: BlockManager) -> LaunchRecord:

@@ -84,10 +84,8 @@ def warm_up(engine: LLMEngine, spec: WorkloadSpec, requests: list[Request]) -> d
 def probe(engine: LLMEngine, spec: WorkloadSpec, requests: list[Request]) -> dict:
     """The hand-over probe (engine.handoff_probe) at the run's full batch, sampled as its first kind
     of request: the GPU's idle between two queued steps, which a depth-1 run cannot show and its
-    forecast reads (costmodel.wholerun). {} under tensor parallelism, where every rank would have
-    to replay the probe's forwards with rank 0."""
-    if engine.workers is not None:
-        return {}
+    forecast reads (costmodel.wholerun). Under tensor parallelism rank 0's idle, the workers
+    replaying each probe step with it."""
     flags = SamplingFlags.of(_templates(requests)[:1])
     engine.runner.activate()
     rows = min(spec.streams, engine.config.max_num_seqs)

@@ -60,6 +60,32 @@ def test_the_probe_touches_no_request(tiny_llama):
 
 
 @pytest.mark.parametrize("depth", [1, 2])
+def test_at_tp_2_the_workers_replay_the_probe_and_nothing_else_changes(tiny_llama, depth):
+    """Under tensor parallelism rank 0 times the hand-over while each worker replays the probe's
+    forwards and samplings in the order it accepts (a slot launched, then sampled): the run records
+    the probe, every rank ends idle, and the tokens are those of an engine never probed, which are
+    TP 1's (greedy, fp32)."""
+    from tests.engine_helpers import make_tp_engine
+
+    reqs = [Req(r.rid, r.prompt, SamplingParams(max_tokens=r.params.max_tokens, ignore_eos=True))
+            for r in script()]  # fmt: skip
+    plain = run_script(make_engine(tiny_llama, depth=depth), reqs)
+    engine = make_tp_engine("tiny-llama", 1, depth=depth)
+    try:
+        run_script(engine, [Req("w", [7, 8, 9], SamplingParams(max_tokens=4, temperature=0.0))])
+        probe = probe_handoff(engine.runner, rows=4, flags=GREEDY, repeats=5)
+        assert probe.dropped == 0 and len(probe.gaps_ms) == 5
+        probed = run_script(engine, reqs)  # ends with check_idle: on every rank
+        s = run_workload(engine, SPEC).summary
+        engine.check_idle()
+    finally:
+        engine.close()
+    assert probed.tokens == plain.tokens
+    assert s["tensor_parallel"] == 2 and s["handoff_probe_n"] > 0
+    assert s["handoff_probe_dropped"] == 0 and math.isfinite(s["handoff_probe_ms"])
+
+
+@pytest.mark.parametrize("depth", [1, 2])
 def test_every_run_records_its_probe(tiny_llama, depth):
     s = run_workload(make_engine(tiny_llama, depth=depth), SPEC).summary
     assert s["handoff_probe_n"] > 0 and math.isfinite(s["handoff_probe_ms"])
@@ -123,6 +149,29 @@ def test_on_the_gpu_the_probe_reads_what_depth_2_measures():
     assert result.summary["handoff_probe_dropped"] == 0
     assert measured > 0 and abs(probed - measured) < 0.004, (probed, measured)
     engine.close()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
+def test_at_tp_2_on_two_gpus_the_probe_reads_what_depth_2_measures():
+    """The same at TP 2 (qwen3-0.6b's shapes split in two, 32 streams, depth 2): rank 0's probe
+    against the hand-over rank 0's queued steps show, within 4 us (16.6-16.8 us at depth 2 on two
+    H200s in the third TP held-out set)."""
+    from bubblelab.engine.config import EngineConfig
+    from bubblelab.engine.llm_engine import LLMEngine
+
+    config = EngineConfig(model="qwen3-0.6b", device="cuda", dtype="bf16", depth=2,
+                          max_num_seqs=32, max_model_len=512, tensor_parallel=2)  # fmt: skip
+    engine = LLMEngine(config, timeline=Timeline())
+    try:
+        spec = WorkloadSpec(streams=32, requests=64, output_len_mean=96, prompt_len=64, seed=4)
+        result = run_workload(engine, spec)
+    finally:
+        engine.close()
+    measured = handoff_ms(launched(per_step_from_timeline(result.timeline, "gpu", 2)))
+    probed = result.summary["handoff_probe_ms"]
+    assert result.summary["handoff_probe_dropped"] == 0
+    assert measured > 0 and abs(probed - measured) < 0.004, (probed, measured)
 
 
 def test_a_sweep_records_the_probe_and_predict_says_what_it_costed_in(tmp_path):

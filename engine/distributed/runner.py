@@ -4,16 +4,17 @@ the workers.
 launch fills the slot's packed inputs on the host, hands exactly those bytes to the workers (before
 enqueueing its own forward, so the workers start as early as possible), then uploads and enqueues
 like a single GPU. finalize fills the constrained-decoding mask from rank 0's committed state and
-hands the rows over with the sampling order. wait is the single-GPU wait, watched: it raises
-WorkerError when a worker dies or hangs. close ends the workers and the process group (TPWorkers).
+hands the rows over with the sampling order. Both hand over in forward_on_every_rank and
+sample_on_every_rank, which the hand-over probe (engine.handoff_probe) calls too. wait is the
+single-GPU wait, watched: it raises WorkerError when a worker dies or hangs. close ends the workers
+and the process group (TPWorkers).
 """
 
 from __future__ import annotations
 
-from ...core.block_manager import BlockManager
-from ...core.errors import InvariantError
 from ...core.pipeline import Step
 from ..config import EngineConfig
+from ..decode_slot import DecodeSlot, LaunchRecord
 from ..loader import LoadedModel
 from ..model_runner import ModelRunner
 from ..phases import Phases
@@ -38,35 +39,33 @@ class TPModelRunner(ModelRunner):
         self.workers.graphs = self.graphs  # released before the group is left, even mid-capture
         super()._capture_graphs()
 
-    def launch(self, step: Step, blocks: BlockManager, phases: Phases) -> None:
-        slot = self.slots[step.slot]
-        record = self.fill_launch(step, slot, blocks)
+    def forward_on_every_rank(self, slot: DecodeSlot, record: LaunchRecord, phases: Phases) -> None:
         try:
-            with phases.range("handoff", step.step_id):
+            with phases.range("handoff", record.step_id):
                 self.workers.send_launch(record, slot, self.host_bytes[slot.index])
             self.enqueue_forward(slot, record, phases)
-        except (
-            BaseException
-        ):  # the workers have the step, rank 0 may not: the ranks are out of step
+        except BaseException:  # the workers may have the step and rank 0 not: out of step
             self.workers.out_of_step = True
             raise
 
-    def finalize(self, step: Step, phases: Phases) -> None:
-        slot, record = self.slots[step.slot], self.slots[step.slot].record
-        if record is None or record.step_id != step.step_id:
-            raise InvariantError(2, f"slot {slot.index} holds the record of another step")
-        masked = any(s.constraint is not None for s in step.seqs)
-        if masked:
-            with phases.range("mask", step.step_id):
-                slot.fill_mask(step.seqs)
-                self.enqueue_mask(slot, record.rows)
+    def sample_on_every_rank(
+        self, slot: DecodeSlot, record: LaunchRecord, masked: bool, phases: Phases
+    ) -> None:
+        """The mask (filled by finalize from rank 0's committed state) travels with the order."""
         try:
-            with phases.range("handoff", step.step_id):
+            with phases.range("handoff", record.step_id):
                 self.workers.send_finalize(record, slot, masked)
             self.enqueue_sampling(slot, record, masked, phases)
         except BaseException:
             self.workers.out_of_step = True
             raise
+
+    def drain(self) -> None:
+        """Watched: a plain synchronize could wait on a dead peer for ever."""
+        for stream in (self.streams.compute, self.streams.copy):
+            done = self.streams.event()
+            stream.record(done)
+            self.streams.wait(done, self.workers.watch("rank 0's queued work"))
 
     def wait(self, step: Step) -> list[int]:
         slot = self.slots[step.slot]
