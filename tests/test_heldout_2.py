@@ -170,3 +170,20 @@ def test_the_fourth_set_holds_no_earlier_configuration():
     assert any(o.get("constraint") for o in options) and any(o.get("arrival_rate") for o in options)
     for sweep in held["sweeps"]:
         SweepSpec(**sweep["options"], **held["repeats"], device="cpu", nsys_depths=[1])
+
+
+def test_the_fourth_tp_set_holds_no_earlier_configuration():
+    """benchmarks/heldout_tp_4.json tests the forecast with rank 0's own probe at TP 2: six
+    configurations, two a sweep, none an earlier set ran, from one stream to 128, each sweep
+    passing its checks before anything runs."""
+    sets = ("heldout_2.json", "heldout_tp.json", "heldout_3.json", "heldout_tp_3.json",
+            "heldout_4.json")  # fmt: skip
+    earlier = set().union(*map(configs, sets))
+    held = json.loads((ROOT / "benchmarks" / "heldout_tp_4.json").read_text())
+    assert held["model_commit"]
+    ids = [i for sweep in held["sweeps"] for i in sweep["ids"].values()]
+    assert len(ids) == len(set(ids)) == 6 and not configs("heldout_tp_4.json") & earlier
+    assert {c[-1] for c in configs("heldout_tp_4.json")} == {2}
+    assert {1, 128} <= {c[1] for c in configs("heldout_tp_4.json")}
+    for sweep in held["sweeps"]:
+        SweepSpec(**sweep["options"], **held["repeats"], device="cpu", nsys_depths=[1])
