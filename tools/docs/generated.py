@@ -187,22 +187,31 @@ def costmodel_traces() -> str:
 
 COSTMODEL = ROOT / "docs" / "measurements" / "2026-11-23"
 FROZEN = COSTMODEL / "costmodel-heldout" / "predictions-3f021e1.json"
+HELDOUT_4 = ROOT / "docs" / "measurements" / "2026-11-27" / "heldout-4" / "rows.json"
 
 
 def costmodel_headline() -> str:
-    """README.md: the cost model on the H200's held-out and development sets, the forecast from
-    depth 1 alone first (costmodel.headline.accuracy_cells). The held-out row is the frozen
-    predictions (tests/test_costmodel_heldout.py); both rows read the observed side with the
-    statistic the sets were analysed with (issue #16's pooled pairs)."""
+    """README.md: the cost model on held-out and development sets, the forecast from depth 1 alone
+    first (costmodel.headline.accuracy_cells). The fourth held-out set's rows are its table's
+    (benchmarks.heldout_2_table, both GPUs); the first set's are the frozen predictions
+    (tests/test_costmodel_heldout.py); the first set and the development set read the observed side
+    with the statistic they were analysed with (issue #16's pooled pairs)."""
+    fourth = pd.DataFrame(json.loads(HELDOUT_4.read_text())["rows"])
     frozen = pd.DataFrame(json.loads(FROZEN.read_text()))
     dev = []
     for path in sorted((COSTMODEL / "costmodel-dev").glob("dev-*.results.json.gz")):
         results = read_results(path)
         dev.append(predict_runs(results.runs, results.steps, results.requests, statistic="pooled"))
     rows = (
-        ("held out: 8 configurations chosen, and the model frozen, before they ran", frozen),
         (
-            "development, the same engine: qwen3-0.6b and qwen3-4b, 1-128 streams",
+            "held out, the fourth set (H100 and H200, each depth-1 run's own hand-over probe): "
+            "8 configurations chosen, and the model frozen, before they ran; pairs until known "
+            "or 35 s",
+            fourth,
+        ),
+        ("held out, the first set (one H200, 5 pairs): 8 configurations, the same rule", frozen),
+        (
+            "development (one H200, 5 pairs): qwen3-0.6b and qwen3-4b, 1-128 streams",
             pd.concat(dev, ignore_index=True),
         ),
     )
