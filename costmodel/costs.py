@@ -123,7 +123,7 @@ def own_handoff_ms(d2: pd.DataFrame, steps: pd.DataFrame) -> float:
 
 def probed_handoff_ms(run) -> float | None:
     """The hand-over a run probed before its timed region (engine.handoff_probe), ms; None where
-    it recorded none (older runs, tensor parallelism)."""
+    it recorded none (runs made before the probe)."""
     try:
         value = float(run.get("handoff_probe_ms"))
     except (TypeError, ValueError):

@@ -220,6 +220,14 @@ class Streams:
         if blocked and self.is_cuda:
             self.clock.anchor(event.event, time.perf_counter_ns())
 
+    def drain(self, check: Callable[[], None]) -> None:
+        """Block until both streams' queued work has run, watched: `check` runs while it has not
+        (tensor parallel: a peer that died or hangs fails the wait instead of blocking it)."""
+        for stream in (self.compute, self.copy):
+            done = self.event()
+            stream.record(done)
+            self.wait(done, check)
+
     def synchronize(self) -> None:
         if self.is_cuda:
             torch.cuda.synchronize(self.device)

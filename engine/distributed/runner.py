@@ -12,6 +12,9 @@ and the process group (TPWorkers).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from ...core.pipeline import Step
 from ..config import EngineConfig
 from ..decode_slot import DecodeSlot, LaunchRecord
@@ -40,32 +43,33 @@ class TPModelRunner(ModelRunner):
         super()._capture_graphs()
 
     def forward_on_every_rank(self, slot: DecodeSlot, record: LaunchRecord, phases: Phases) -> None:
-        try:
+        with self._in_step():
             with phases.range("handoff", record.step_id):
                 self.workers.send_launch(record, slot, self.host_bytes[slot.index])
             self.enqueue_forward(slot, record, phases)
-        except BaseException:  # the workers may have the step and rank 0 not: out of step
-            self.workers.out_of_step = True
-            raise
 
     def sample_on_every_rank(
         self, slot: DecodeSlot, record: LaunchRecord, masked: bool, phases: Phases
     ) -> None:
         """The mask (filled by finalize from rank 0's committed state) travels with the order."""
-        try:
+        with self._in_step():
             with phases.range("handoff", record.step_id):
                 self.workers.send_finalize(record, slot, masked)
             self.enqueue_sampling(slot, record, masked, phases)
+
+    @contextmanager
+    def _in_step(self) -> Iterator[None]:
+        """A hand-over cut short leaves the workers with the order and rank 0 maybe without its
+        device half: the ranks are out of step (TPWorkers.close then kills the workers)."""
+        try:
+            yield
         except BaseException:
             self.workers.out_of_step = True
             raise
 
     def drain(self) -> None:
         """Watched: a plain synchronize could wait on a dead peer for ever."""
-        for stream in (self.streams.compute, self.streams.copy):
-            done = self.streams.event()
-            stream.record(done)
-            self.streams.wait(done, self.workers.watch("rank 0's queued work"))
+        self.streams.drain(self.workers.watch("rank 0's queued work"))
 
     def wait(self, step: Step) -> list[int]:
         slot = self.slots[step.slot]

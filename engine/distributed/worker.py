@@ -158,10 +158,7 @@ class Worker:
         """SHUTDOWN (the ranks are in step): drain this device, release the graphs (NCCL destroys
         a communicator only after them), leave the group (rank 0 leaves at the same time: the
         destroy is collective), then tell rank 0."""
-        for stream in (self.streams.compute, self.streams.copy):
-            done = self.streams.event()
-            stream.record(done)
-            self.streams.wait(done, self._check_parent)
+        self.streams.drain(self._check_parent)
         release_graphs(self.runner.graphs)
         self.ring.close()
         close_group()

@@ -319,10 +319,7 @@ class TPWorkers:
             return False  # a worker failed, is still starting, or may wait in a collective
         try:
             if self.streams is not None:  # every collective rank 0 enqueued has completed
-                for stream in (self.streams.compute, self.streams.copy):
-                    done = self.streams.event()
-                    stream.record(done)
-                    self.streams.wait(done, self.watch("rank 0's last device work"))
+                self.streams.drain(self.watch("rank 0's last device work"))
             self._send(self._new_header(Op.SHUTDOWN), None, "the shutdown")
         except (WorkerError, RuntimeError):  # RuntimeError: rank 0's CPU device thread failed
             return False
