@@ -135,22 +135,28 @@ def configs(name: str) -> set[tuple]:
     }
 
 
+def check_new_set(name: str, ids: int, earlier: tuple[str, ...]) -> list[dict]:
+    """A held-out set committed before it ran: a frozen model commit, `ids` distinct row ids, no
+    configuration an earlier set ran, every sweep passing its checks before anything runs; returns
+    its sweeps' options."""
+    held = json.loads((ROOT / "benchmarks" / name).read_text())
+    assert held["model_commit"]  # the model it tests, frozen before it ran
+    row_ids = [i for sweep in held["sweeps"] for i in sweep["ids"].values()]
+    assert len(row_ids) == len(set(row_ids)) == ids
+    assert not configs(name) & set().union(*map(configs, earlier))
+    for sweep in held["sweeps"]:
+        SweepSpec(**sweep["options"], **held["repeats"], device="cpu", nsys_depths=[1])
+    return [sweep["options"] for sweep in held["sweeps"]]
+
+
 def test_the_third_sets_hold_no_earlier_configuration():
     """benchmarks/heldout_3.json and heldout_tp_3.json test the hand-over carried in
     (costmodel.carried): every sweep has two configurations to carry between, none of which an
     earlier set ran, and each sweep passes its checks before anything runs."""
-
-    earlier = configs("heldout_2.json") | configs("heldout_tp.json")
     for name, tp in (("heldout_3.json", 1), ("heldout_tp_3.json", 2)):
-        held = json.loads((ROOT / "benchmarks" / name).read_text())
-        assert held["model_commit"]  # the model it tests, frozen before it ran
-        ids = [i for sweep in held["sweeps"] for i in sweep["ids"].values()]
-        assert len(ids) == len(set(ids)) == 6
-        assert all(len(sweep["options"]["streams"]) == 2 for sweep in held["sweeps"])
-        assert not configs(name) & earlier
+        options = check_new_set(name, 6, ("heldout_2.json", "heldout_tp.json"))
+        assert all(len(o["streams"]) == 2 for o in options)
         assert {c[-1] for c in configs(name)} == {tp}
-        for sweep in held["sweeps"]:
-            SweepSpec(**sweep["options"], **held["repeats"], device="cpu", nsys_depths=[1])
 
 
 def test_the_fourth_set_holds_no_earlier_configuration():
@@ -158,18 +164,10 @@ def test_the_fourth_set_holds_no_earlier_configuration():
     (engine.handoff_probe): eight configurations, none an earlier set ran, across the ranges issue
     #25 item 4 names (models 0.6b-8b and the smallest, 1-128 streams, L 40-250, prompts to 512,
     a grammar, arrivals), each sweep passing its checks before anything runs."""
-
     sets = ("heldout_2.json", "heldout_tp.json", "heldout_3.json", "heldout_tp_3.json")
-    earlier = set().union(*map(configs, sets))
-    held = json.loads((ROOT / "benchmarks" / "heldout_4.json").read_text())
-    assert held["model_commit"]
-    ids = [i for sweep in held["sweeps"] for i in sweep["ids"].values()]
-    assert len(ids) == len(set(ids)) == 8 and not configs("heldout_4.json") & earlier
-    options = [sweep["options"] for sweep in held["sweeps"]]
+    options = check_new_set("heldout_4.json", 8, sets)
     assert {1, 128} <= {s for o in options for s in o["streams"]}
     assert any(o.get("constraint") for o in options) and any(o.get("arrival_rate") for o in options)
-    for sweep in held["sweeps"]:
-        SweepSpec(**sweep["options"], **held["repeats"], device="cpu", nsys_depths=[1])
 
 
 def test_the_fourth_tp_set_holds_no_earlier_configuration():
@@ -178,12 +176,7 @@ def test_the_fourth_tp_set_holds_no_earlier_configuration():
     passing its checks before anything runs."""
     sets = ("heldout_2.json", "heldout_tp.json", "heldout_3.json", "heldout_tp_3.json",
             "heldout_4.json")  # fmt: skip
-    earlier = set().union(*map(configs, sets))
-    held = json.loads((ROOT / "benchmarks" / "heldout_tp_4.json").read_text())
-    assert held["model_commit"]
-    ids = [i for sweep in held["sweeps"] for i in sweep["ids"].values()]
-    assert len(ids) == len(set(ids)) == 6 and not configs("heldout_tp_4.json") & earlier
+    options = check_new_set("heldout_tp_4.json", 6, sets)
+    assert all(len(o["streams"]) == 2 for o in options)
     assert {c[-1] for c in configs("heldout_tp_4.json")} == {2}
     assert {1, 128} <= {c[1] for c in configs("heldout_tp_4.json")}
-    for sweep in held["sweeps"]:
-        SweepSpec(**sweep["options"], **held["repeats"], device="cpu", nsys_depths=[1])
