@@ -1,7 +1,10 @@
 """Analysing a trace and predicting from a results file need no GPU stack: in a fresh interpreter
-with torch blocked (and duckdb, for the cost model and core), these modules import, quickly, and
-load neither the blocked packages nor the engine. pyproject's import-linter contracts say the same
-of every module; this is what a user on a laptop without CUDA sees."""
+with torch blocked (and duckdb, for the cost model and core), these modules import, load neither the
+blocked packages nor the engine, and pull in only the light table stack (numpy, pandas, pyarrow): no
+plotting, no templates, no compiler. That is what keeps them quick; the time itself is printed, not
+asserted, since a cold disk cache on a shared CI machine alone makes it vary 0.4-2 s. pyproject's
+import-linter contracts say the same of every module; this is what a user on a laptop without CUDA
+sees."""
 
 from __future__ import annotations
 
@@ -31,23 +34,38 @@ start = time.perf_counter()
 importlib.import_module(sys.argv[1])
 seconds = time.perf_counter() - start
 watched = ("torch", "duckdb", "bubblelab.engine", "bubblelab.profiling")
-print(json.dumps({"seconds": seconds, "loaded": sorted(m for m in sys.modules if m in watched)}))
+third_party = {
+    m.partition(".")[0] for m in sys.modules if not m.startswith("_")
+} - set(sys.stdlib_module_names) - {"bubblelab"}
+print(json.dumps({
+    "seconds": seconds,
+    "loaded": sorted(m for m in sys.modules if m in watched),
+    "third_party": sorted(third_party),
+}))
 """
 TORCH_AND_DUCKDB = "torch,duckdb"
+# pandas and what it brings; anything past these (matplotlib, scipy, jinja2, triton, ...) is a heavy
+# import that crept in.
+LIGHT = {"numpy", "pandas", "pyarrow", "dateutil", "pytz", "tzdata", "six", "cython_runtime"}
 
 
 @pytest.mark.parametrize(
-    ("module", "blocked", "allowed", "bound_s"),
+    ("module", "blocked", "allowed", "light"),
     [
         # The cost model reads tables: no torch, no DuckDB, no profiling, no engine.
-        ("bubblelab.costmodel.predict", TORCH_AND_DUCKDB, [], 2.0),
+        ("bubblelab.costmodel.predict", TORCH_AND_DUCKDB, [], LIGHT),
         # Analysis runs DuckDB over a trace's catalog, still without torch or the engine.
-        ("bubblelab.profiling.analysis", "torch", ["bubblelab.profiling", "duckdb"], 3.0),
-        ("bubblelab.core.contract", TORCH_AND_DUCKDB, [], 2.0),
-        ("bubblelab.core.steady", TORCH_AND_DUCKDB, [], 2.0),
+        (
+            "bubblelab.profiling.analysis",
+            "torch",
+            ["bubblelab.profiling", "duckdb"],
+            LIGHT | {"duckdb"},
+        ),
+        ("bubblelab.core.contract", TORCH_AND_DUCKDB, [], set()),
+        ("bubblelab.core.steady", TORCH_AND_DUCKDB, [], LIGHT),
     ],
 )
-def test_imports_without_torch(module, blocked, allowed, bound_s):
+def test_imports_without_torch(module, blocked, allowed, light):
     done = subprocess.run(
         [sys.executable, "-c", CHILD, module, blocked], capture_output=True, text=True, timeout=60
     )
@@ -55,4 +73,4 @@ def test_imports_without_torch(module, blocked, allowed, bound_s):
     found = json.loads(done.stdout.splitlines()[-1])
     print(f"import {module} with {blocked} blocked: {found['seconds']:.2f} s")
     assert found["loaded"] == allowed
-    assert found["seconds"] < bound_s  # generous: ~0.5 s on a 2-core machine, pandas most of it
+    assert set(found["third_party"]) <= light, sorted(set(found["third_party"]) - light)
