@@ -21,6 +21,7 @@ import pandas as pd
 from bubblelab.core.files import write_atomic
 from bubblelab.profiling import analysis
 from bubblelab.profiling.catalog import connect
+from bubblelab.runs.record import load_record, records_in, tag_of
 
 PHASES = ("forward_ms", "sampling_ms", "period_ms", "bubble_ms")
 
@@ -36,8 +37,9 @@ def compare(run_dir: Path) -> dict:
     summaries = {
         (s["streams"], s["depth"]): s
         for s in (
-            json.loads(p.read_text())["summary"]
-            for p in (run_dir / "runs" / "nsys").glob("*-r0.json")
+            load_record(p)["summary"]
+            for p in records_in(run_dir / "runs" / "nsys")
+            if tag_of(p).endswith("-r0")
         )
     }
     rows = []

@@ -30,7 +30,7 @@ from bubblelab.costmodel.crossgpu import predict_across
 from bubblelab.costmodel.headline import explanation, pct_text, pts_text
 from bubblelab.costmodel.predict import predict_runs
 from bubblelab.report.summary import with_repeat_stops
-from bubblelab.runs.rundir import Results, read_results
+from bubblelab.runs.rundir import Results, read_results, results_path
 
 SET = Path(__file__).with_name("heldout_2.json")
 MISS_PTS = 1.0
@@ -38,7 +38,7 @@ MISS_PTS = 1.0
 
 def finished(root: Path, sweep: dict) -> bool:
     """Did a GPU's output finish this sweep (its results.json written)?"""
-    return (root / sweep["name"] / "results.json").is_file()
+    return results_path(root / sweep["name"]) is not None
 
 
 def load(held_out: dict, runs: dict[str, Path]) -> dict[tuple[str, str], Results]:

@@ -26,11 +26,19 @@ import pandas as pd
 from bubblelab.core.files import write_atomic
 from bubblelab.costmodel.observed import cv_pct
 from bubblelab.costmodel.spread import PHASES, run_medians
+from bubblelab.runs.rundir import load_document, results_path
+
+
+def _results(sweep: Path) -> Path:
+    path = results_path(sweep)
+    if path is None:
+        raise SystemExit(f"no results.json[.gz] in {sweep}")
+    return path
 
 
 def spread(results: Path) -> list[dict]:
     """One row per (model, tensor parallel, streams, depth) of one sweep's results.json."""
-    data = json.loads(results.read_text())
+    data = load_document(results)
     runs = pd.DataFrame(data["runs"])
     if "profiled" in runs:
         runs = runs[runs["profiled"].eq(False)]
@@ -62,7 +70,7 @@ def main() -> None:
     ap.add_argument("sweeps", nargs="+", type=Path, help="sweep directories holding results.json")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
-    rows = [{"sweep": d.name, **row} for d in args.sweeps for row in spread(d / "results.json")]
+    rows = [{"sweep": d.name, **row} for d in args.sweeps for row in spread(_results(d))]
     write_atomic(args.out, json.dumps(rows, indent=1) + "\n")
     for r in rows:
         cv = r["median_step_cv_pct"]

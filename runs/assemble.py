@@ -7,7 +7,6 @@ or failed (strict=False), so the report shows every run that finished.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -22,10 +21,10 @@ from ..profiling.ingest import ingest_timeline, ingest_trace
 from ..profiling.nsys import nsys_version
 from . import state as run_state
 from .machine import machine_facts
+from .record import rank_timelines_from_record, read_record, timeline_from_record
 from .repeats import read_verdicts
-from .rundir import RESULTS_FILE, write_results
+from .rundir import load_document, results_path, write_results
 from .tables import collect
-from .worker import rank_timelines_from_record, timeline_from_record
 
 PASSES = ("plain", "nsys")
 
@@ -34,10 +33,12 @@ def needs_assembly(run_dir: Path) -> bool:
     """A sweep directory whose results.json is missing or predates its last finished run."""
     if run_state.read_state(run_dir) is None or not run_state.finished_runs(run_dir):
         return False
+    path = results_path(run_dir)
     try:
-        doc = json.loads((run_dir / RESULTS_FILE).read_text())
-        assembled = doc["provenance"]["finished_runs"]
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError):
+        assembled = load_document(path)["provenance"]["finished_runs"] if path else None
+    except (BubblelabError, KeyError, TypeError):
+        return True
+    if assembled is None:
         return True
     return sorted(assembled) != sorted(run_state.finished_runs(run_dir))
 
@@ -52,9 +53,9 @@ def nsys_reports(out_dir: Path) -> list[Path]:
 
 
 def assemble(out_dir: Path, strict: bool = True) -> Path:
-    """Ingest what a sweep's passes left in out_dir (runs/<pass>/<tag>.json, traces/run.<n>.sqlite)
-    and write results.json. strict=False reads a sweep cut short: the runs that finished, and the
-    nsys pass only if every one of its reports was written."""
+    """Ingest what a sweep's passes left in out_dir (runs/<pass>/<tag>.json.gz,
+    traces/run.<n>.sqlite) and write results.json. strict=False reads a sweep cut short: the runs
+    that finished, and the nsys pass only if every one of its reports was written."""
     started = time.perf_counter()
     state = run_state.read_state(out_dir)
     if state is None:
@@ -145,7 +146,7 @@ def _ingest_passes(
         timelines = connect(timeline_path) if profiled and timeline_path else catalog
         try:
             for i, run in enumerate(runs):
-                record = json.loads((out_dir / "runs" / name / f"{run['tag']}.json").read_text())
+                record = read_record(out_dir / "runs" / name, run["tag"])
                 meta = _meta(record["summary"], plan, state["command"])
                 run_id = ingest_timeline(
                     timeline_from_record(record), timelines, {**meta, "rank": 0},

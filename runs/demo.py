@@ -7,7 +7,6 @@ measured run's (runs.tables.collect)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
@@ -17,7 +16,7 @@ from ..core.timeline import StepInfo, Timeline
 from ..costmodel.simulate import LoopCosts, simulate_run
 from ..profiling.catalog import connect
 from ..profiling.ingest import ingest_timeline
-from .rundir import RESULTS_FILE, write_results
+from .rundir import RESULTS_FILE, WRITTEN_FILE, load_document, results_path, write_results
 from .schema import SIMULATED
 from .state import OURS, holds_run
 from .tables import collect
@@ -26,14 +25,15 @@ from .tables import collect
 def is_simulated(run_dir: Path) -> bool:
     """The directory holds only a demo's files: results.json marked simulated (and a report)."""
     present = {name for name in OURS if (run_dir / name).exists()}
-    if not present <= {RESULTS_FILE, "report.html"}:
+    if not present <= {RESULTS_FILE, WRITTEN_FILE, "report.html"}:
         return False
-    if RESULTS_FILE not in present:
+    path = results_path(run_dir)
+    if path is None:
         return True
     try:
-        doc = json.loads((run_dir / RESULTS_FILE).read_text())
+        doc = load_document(path)
         return isinstance(doc, dict) and doc.get("provenance", {}).get(SIMULATED) is True
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+    except (BubblelabError, AttributeError):
         return False
 
 

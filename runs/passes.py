@@ -29,6 +29,7 @@ from pathlib import Path
 from ..core.errors import BubblelabError
 from ..core.files import write_atomic
 from ..profiling.nsys import Ranges, drop_reports, finish_ranges, start_ranges
+from .record import find_record, load_record
 from .worker import run_plan
 
 ENDED = "ended"  # in a pass's run directory once the pass has ended whole (a gate for the next)
@@ -107,8 +108,8 @@ def finish(p: Pass, on_run: Callable | None, keep_reports: bool = False) -> dict
     timings = {**_timings(p.run_dir, p.launched, p.started), **out}
     if on_run is not None:
         for tag in p.left:
-            if (record := p.run_dir / f"{tag}.json").is_file():  # runs.repeats may not need it
-                on_run(tag, json.loads(record.read_text())["summary"])
+            if (record := find_record(p.run_dir, tag)) is not None:  # runs.repeats may skip it
+                on_run(tag, load_record(record)["summary"])
     return timings
 
 

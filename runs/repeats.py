@@ -21,6 +21,7 @@ import numpy as np
 
 from ..core.files import write_atomic
 from ..costmodel.repeats import RepeatRule, decide, describe
+from .record import read_record
 
 VERDICTS = "repeats.json"
 
@@ -83,7 +84,7 @@ def unneeded(pass_dir: Path) -> set[str]:
 
 
 def _summary(out_dir: Path, run: dict) -> dict:
-    summary = json.loads((out_dir / f"{run['tag']}.json").read_text())["summary"]
+    summary = read_record(out_dir, run["tag"])["summary"]
     return {**summary, "tag": run["tag"]}
 
 

@@ -2,9 +2,12 @@
 
 Layout of a run directory (written by run-and-profile, read by `bubblelab report DIR`):
 
-    DIR/results.json      tables + provenance (this module); DIR/results.json.gz is read as well,
-                          and so is a results file by itself (NAME.results.json[.gz])
-    DIR/*.nsys-rep, *.sqlite   traces, referenced from runs.trace_path (optional, not read here)
+    DIR/results.json.gz   tables + provenance (this module), gzipped JSON; a plain
+                          DIR/results.json (older sweeps) is read as well, and so is a results file
+                          by itself (NAME.results.json[.gz])
+    DIR/runs/<pass>/      each run's record (bubblelab.runs.record) and the pass's own files
+    DIR/traces/           the nsys pass's SQLite exports, gzipped (referenced from runs.trace_path)
+    DIR/catalog.duckdb    every run ingested (bubblelab.runs.assemble), what `analyze DIR` reads
     DIR/report.html       written by bubblelab.report.report.report_run_dir, with DIR/export/
                           (the trace and Parquet tables of bubblelab.report.export)
 
@@ -57,7 +60,8 @@ from ..core.contract import NUMBER, REQUIRED_STEP_COLUMNS, STEP_TABLE, TEXT
 from ..core.errors import BubblelabError
 from ..core.files import write_atomic
 
-RESULTS_FILE = "results.json"
+RESULTS_FILE = "results.json"  # the document's name; a sweep writes it gzipped (WRITTEN_FILE)
+WRITTEN_FILE = RESULTS_FILE + ".gz"  # ~10x smaller: a sweep's steps and gaps are ~25 MB as JSON
 SCHEMA_VERSION = 3
 TABLES = (
     "runs",
@@ -160,7 +164,10 @@ def write_results(
     for name, df in zip(TABLES, tables, strict=True):
         doc[name] = _records(df)
     doc["provenance"] = provenance or {}
-    return write_atomic(run_dir / RESULTS_FILE, json.dumps(doc, indent=1, default=str))
+    text = json.dumps(doc, separators=(",", ":"), default=str)
+    path = write_atomic(run_dir / WRITTEN_FILE, gzip.compress(text.encode(), 1, mtime=0))
+    (run_dir / RESULTS_FILE).unlink(missing_ok=True)  # an older plain one would be read first
+    return path
 
 
 def is_results_file(path: Path | str) -> bool:
@@ -171,8 +178,8 @@ def is_results_file(path: Path | str) -> bool:
 
 
 def results_path(run_dir: Path | str) -> Path | None:
-    """DIR/results.json, or DIR/results.json.gz (how committed measurements are kept small), or the
-    results file itself; None if none."""
+    """DIR/results.json (as sweeps wrote it before, or a user unpacked it), else
+    DIR/results.json.gz (what write_results writes), or the results file itself; None if none."""
     if is_results_file(run_dir):
         return Path(run_dir)
     plain = Path(run_dir) / RESULTS_FILE
@@ -187,7 +194,7 @@ def read_results(run_dir: Path | str) -> Results:
         raise BubblelabError(
             f"no {RESULTS_FILE} in {run_dir} (run `bubblelab run-and-profile` first)"
         )
-    doc = _load_json(path)
+    doc = load_document(path)
     if not isinstance(doc, dict):
         raise BubblelabError(f"{path} is not a results document (a JSON object)")
     if doc.get("schema_version") in (1, 2):
@@ -242,7 +249,9 @@ def read_results(run_dir: Path | str) -> Results:
     return Results(**tables, provenance=provenance, requests=requests)
 
 
-def _load_json(path: Path) -> Any:
+def load_document(path: Path) -> Any:
+    """A results file's JSON as it is (plain or gzipped, at most MAX_RESULTS_BYTES), unchecked;
+    one BubblelabError when it cannot be read."""
     try:
         if path.suffix == ".gz":
             with gzip.open(path) as f:  # read at most the limit: a gzip bomb stays small

@@ -1,6 +1,6 @@
 """A sweep's run directory over its life, and the rules that keep its results safe.
 
-- A run is finished when its record DIR/runs/<pass>/<tag>.json exists: the worker writes it whole
+- A run is finished when its record DIR/runs/<pass>/<tag>.json.gz exists: the worker writes it whole
   (write_atomic) after the run, so a crash, Ctrl-C or a dying profiler never half-finishes one.
 - DIR/sweep.json holds the sweep's options (asdict(SweepSpec)); DIR/status.json how it profiles,
   the runs it plans, and how it stands (running, interrupted, failed with the run and the reason,
@@ -28,6 +28,7 @@ from typing import Any
 
 from ..core.errors import BubblelabError
 from ..core.files import check_output_dir, write_atomic
+from .record import load_record, records_in, tag_of
 
 SPEC_FILE = "sweep.json"
 STATE_FILE = "status.json"
@@ -106,7 +107,7 @@ def _in_use(run_dir: Path) -> BubblelabError:
 
 def finished_runs(run_dir: Path) -> set[str]:
     """The finished runs, as "<pass>/<tag>": those with a whole record."""
-    return {f"{p.parent.name}/{p.stem}" for p in _records(run_dir) if _whole(p)}
+    return {f"{p.parent.name}/{tag_of(p)}" for p in _records(run_dir) if _whole(p)}
 
 
 def damaged_runs(run_dir: Path) -> list[Path]:
@@ -124,20 +125,19 @@ def set_aside_damaged(run_dir: Path) -> list[Path]:
 
 
 def _records(run_dir: Path) -> list[Path]:
-    """runs/<pass>/<tag>.json (plan.json, worker.json and repeats.json are the pass's own files; a
-    hidden folder is what a killed write_atomic left, never a pass)."""
+    """runs/<pass>/<tag>.json.gz (bubblelab.runs.record; a hidden folder is what a killed
+    write_atomic left, never a pass)."""
     runs = run_dir / "runs"
     if not runs.is_dir():
         return []
-    own = ("plan.json", "worker.json", "repeats.json")
     passes = [d for d in runs.iterdir() if d.is_dir() and not d.name.startswith(".")]
-    return sorted(p for d in passes for p in d.glob("*.json") if p.name not in own)
+    return sorted(p for d in passes for p in records_in(d))
 
 
 def _whole(record: Path) -> bool:
     try:
-        doc = json.loads(record.read_bytes())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        doc = load_record(record)
+    except (OSError, ValueError):
         return False
     return isinstance(doc, dict) and "summary" in doc
 

@@ -45,6 +45,7 @@ from . import passes as run_passes
 from . import state as run_state
 from .assemble import assemble, nsys_reports
 from .plain import check_streams_fit
+from .record import find_record, read_record
 from .repeats import needed, read_verdicts, unneeded, verdict_lines
 from .workload import CONSTRAINTS, MAX_STREAMS, WorkloadSpec
 
@@ -279,7 +280,8 @@ def flagged_runs(out_dir: Path) -> list[str]:
     should not (runs.region.flags)."""
     out = []
     for run in sorted(run_state.finished_runs(out_dir)):
-        summary = json.loads((out_dir / "runs" / f"{run}.json").read_text())["summary"]
+        pass_name, tag = run.split("/")
+        summary = read_record(out_dir / "runs" / pass_name, tag)["summary"]
         if summary.get("timing_flags"):
             out.append(f"{run}: {', '.join(summary['timing_flags'])}")
     return out
@@ -287,7 +289,7 @@ def flagged_runs(out_dir: Path) -> list[str]:
 
 def _whole_nsys_pass(out_dir: Path, runs: list[dict]) -> bool:
     """Every run of the nsys pass recorded and its report written, or none begun."""
-    recorded = [r for r in runs if (out_dir / "runs" / "nsys" / f"{r['tag']}.json").is_file()]
+    recorded = [r for r in runs if find_record(out_dir / "runs" / "nsys", r["tag"]) is not None]
     return not recorded or (len(recorded) == len(runs) == len(nsys_reports(out_dir)))
 
 

@@ -2,8 +2,8 @@
 
 A plan names one engine configuration and the runs to make with it, in order. The model is loaded,
 its fused ops compiled and its CUDA graphs captured once; each run then sets the engine's depth,
-warms up and runs its workload with a fresh timeline, and writes RUN_DIR/<tag>.json: the run's
-summary, its in-process timeline (host ranges, device intervals, step infos) and its requests. When
+warms up and runs its workload with a fresh timeline, and writes its record (bubblelab.runs.record:
+RUN_DIR/<tag>.json.gz, the run's summary, in-process timeline and requests). When
 profiled, each run is its own cudaProfilerApi capture range (torch.cuda.profiler start/stop around
 it, after its warm-up), so one nsys session with --capture-range-end=repeat writes one report per
 run. Runs already recorded are skipped, so a sweep resumes where it stopped; a record is written
@@ -24,11 +24,12 @@ from pathlib import Path
 import torch
 
 from ..core.files import write_atomic
-from ..core.timeline import StepInfo, Timeline
+from ..core.timeline import Timeline
 from ..engine.config import EngineConfig
 from ..engine.llm_engine import LLMEngine
 from ..engine.loader import LoadedModel, load_model
 from .driver import RunResult, run_workload
+from .record import find_record, timeline_dict, write_record
 from .repeats import plan_runs
 from .workload import WorkloadSpec
 
@@ -40,7 +41,7 @@ def run_plan(
 ) -> dict:
     """Make every run of `plan` with one engine: {"engine": EngineConfig kwargs (depth aside),
     "runs": [{"tag", "depth", "workload": WorkloadSpec kwargs}], "out_dir", "profile": bool,
-    "gates": optional {"gpu": path, "timing": path}}. Writes out_dir/<tag>.json per run; returns
+    "gates": optional {"gpu": path, "timing": path}}. Writes each run's record into out_dir; returns
     the timings (also out_dir/worker.json).
 
     Gates let a pass start while the one before it ends (runs.passes): the worker waits for the
@@ -77,7 +78,7 @@ def run_plan(
         timings["wait_timing_s"] = wait_for(gates.get("timing"))
         timings["runs_started_unix"] = time.time()
         for run in plan_runs(plan):  # each configuration's repeats until known (runs.repeats)
-            if (out_dir / f"{run['tag']}.json").is_file():  # finished before a resume
+            if find_record(out_dir, run["tag"]) is not None:  # finished before a resume
                 continue
             started, started_at = time.perf_counter(), time.strftime("%Y-%m-%d %H:%M:%S")
             _say(profile, f"run {run['tag']} begins")
@@ -86,7 +87,7 @@ def run_plan(
             result = run_workload(engine, WorkloadSpec(**run["workload"]), profile=profile)
             record = result_record(result)
             record["summary"]["started_at"] = started_at
-            write_atomic(out_dir / f"{run['tag']}.json", json.dumps(record))
+            write_record(out_dir, run["tag"], record)
             runs_s[run["tag"]] = time.perf_counter() - started
             parts[run["tag"]] = _parts(runs_s[run["tag"]], result.summary)
             _say(profile, f"run {run['tag']} ends")
@@ -152,7 +153,7 @@ def result_record(result: RunResult) -> dict:
     holds ranks 1..N-1's timelines."""
     record: dict = {
         "summary": {**result.summary, **machine_facts()},  # once a process: nvidia-smi is slow
-        "timeline": _timeline_dict(result.timeline),
+        "timeline": timeline_dict(result.timeline),
         "requests": [
             {
                 "request": i,
@@ -166,34 +167,8 @@ def result_record(result: RunResult) -> dict:
         ],
     }
     if result.rank_timelines:
-        record["ranks"] = [_timeline_dict(t) for t in result.rank_timelines]
+        record["ranks"] = [timeline_dict(t) for t in result.rank_timelines]
     return record
-
-
-def _timeline_dict(t: Timeline) -> dict:
-    return {
-        "depth": t.depth,
-        "host": t.host,
-        "device": t.device,
-        "steps": [vars(s) for s in t.steps.values()],
-    }
-
-
-def rank_timelines_from_record(record: dict) -> list[Timeline]:
-    """Ranks 1..N-1's timelines of a tensor-parallel run (empty for one GPU)."""
-    return [timeline_from_record({"timeline": t}) for t in record.get("ranks", [])]
-
-
-def timeline_from_record(record: dict) -> Timeline:
-    tl = record["timeline"]
-    t = Timeline(
-        depth=tl["depth"],
-        host=[tuple(r) for r in tl["host"]],
-        device=[tuple(r) for r in tl["device"]],
-    )
-    for s in tl["steps"]:
-        t.add_step(StepInfo(**s))
-    return t
 
 
 @functools.cache

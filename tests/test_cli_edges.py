@@ -83,7 +83,7 @@ def test_a_path_is_printed_as_typed_never_as_markup(tmp_path, capsys, monkeypatc
 def test_a_damaged_run_record_is_skipped_by_report_and_run_again_by_resume(tmp_path, capsys):
     out = tmp_path / "run"
     assert cli(["run-and-profile", *TINY, "--out", str(out)], capsys)[0] == 0
-    record = out / "runs" / "plain" / "s1-d1-r0.json"
+    record = out / "runs" / "plain" / "s1-d1-r0.json.gz"
     record.write_bytes(record.read_bytes()[:100])  # cut, as a full disk or a bad copy leaves it
     assert finished_runs(out) == RUNS - {"plain/s1-d1-r0"}
 
@@ -108,7 +108,7 @@ def test_a_damaged_bookkeeping_file_is_one_line(tmp_path, capsys, name):
     assert cli(["run-and-profile", *TINY, "--out", str(out)], capsys)[0] == 0
     damaged = out / "runs" / ("plain" if name != "timings.json" else "") / name
     damaged.write_text("{")
-    (out / "results.json").unlink()
+    (out / "results.json.gz").unlink()
     code, stdout, err = cli(["report", str(out), "--n-boot", "20"], capsys)
     if code:
         assert str(damaged) in one_line_error(code, stdout, err)
@@ -210,5 +210,5 @@ def test_two_sweeps_into_one_folder_the_second_is_told_who_holds_it(tmp_path, ca
     assert cli(["run-and-profile", *TINY, "--force", "--out", str(out)], capsys)[0] == 0
     files = sorted(p.name for p in out.iterdir() if p.is_file() and p.name != LOCK_FILE)
     assert finished_runs(out) == RUNS and files == [
-        "catalog.duckdb", "report.html", "results.json", "status.json", "sweep.json"
+        "catalog.duckdb", "report.html", "results.json.gz", "status.json", "sweep.json"
     ]  # fmt: skip

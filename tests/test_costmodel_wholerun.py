@@ -205,9 +205,15 @@ def test_results_json_gz_is_read(tmp_path):
               generated_tokens=12)]
     )  # fmt: skip
     path = write_results(tmp_path, runs, steps)
-    path.with_name("results.json.gz").write_bytes(gzip.compress(path.read_bytes()))
+    assert path.name == "results.json.gz" and not (tmp_path / "results.json").exists()
+    assert read_results(tmp_path).steps["step"].tolist() == [0, 1, 2]
+    # A plain results.json, as sweeps wrote it before, is read; writing again replaces it.
+    (tmp_path / "results.json").write_bytes(gzip.decompress(path.read_bytes()))
     path.unlink()
     assert read_results(tmp_path).steps["step"].tolist() == [0, 1, 2]
+    write_results(tmp_path, runs, steps.iloc[:2])
+    assert not (tmp_path / "results.json").exists()
+    assert read_results(tmp_path).steps["step"].tolist() == [0, 1]
     (tmp_path / "results.json.gz").write_bytes(b"not gzip")
     with pytest.raises(BubblelabError, match="not valid"):
         read_results(tmp_path)

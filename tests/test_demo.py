@@ -14,6 +14,7 @@ import pytest
 
 from bubblelab.core.errors import BubblelabError
 from bubblelab.engine import loader
+from bubblelab.runs.rundir import load_document
 
 ROOT = Path(__file__).parents[1]
 
@@ -45,7 +46,7 @@ def test_demo_answers_and_profiles(tmp_path):
     assert "A:" in result.stdout and f"report: {out / 'report.html'}" in result.stdout
     answer = result.stdout.split("A:", 1)[1].splitlines()[0].strip()
     assert answer  # the model said something
-    runs = json.loads((out / "results.json").read_text())["runs"]
+    runs = load_document(out / "results.json.gz")["runs"]
     assert sorted(r["depth"] for r in runs) == [1, 1, 2, 2]  # two repeat pairs
     # It says whether depth 2's speedup stands out of the run-to-run noise of this CPU.
     (said,) = [line for line in result.stdout.splitlines() if "1 stream: depth 2" in line]
@@ -59,7 +60,7 @@ def test_demo_answers_and_profiles(tmp_path):
     for section in ("prediction", "step", "timeline", "gaps", "attribution", "provenance"):
         assert f'id="{section}"' in html
     assert json.loads((out / "status.json").read_text())["status"] == "complete"
-    results = json.loads((out / "results.json").read_text())
+    results = load_document(out / "results.json.gz")
     # Why its repeats stopped, recorded: three pairs of a CPU run are not enough to know ±1 point.
     (verdict,) = results["provenance"]["repeats"]
     assert verdict["pairs"] == 2 and verdict["observed_known"] is False

@@ -23,7 +23,7 @@ from bubblelab.profiling.catalog import connect
 from bubblelab.profiling.ingest import ingest
 from bubblelab.report.report import render_report
 from bubblelab.runs.demo import write_demo_run_dir
-from bubblelab.runs.rundir import read_results
+from bubblelab.runs.rundir import load_document, read_results
 from tests.profiling_trace_builder import blocking_trace
 
 FUZZ = settings(
@@ -54,7 +54,7 @@ def trace(tmp_path_factory) -> Path:
 def results_doc(tmp_path_factory) -> dict:
     run_dir = tmp_path_factory.mktemp("seed")
     write_demo_run_dir(run_dir, streams=(1,), requests_per_stream=2, output_len=8)
-    return json.loads((run_dir / "results.json").read_text())
+    return load_document(run_dir / "results.json.gz")
 
 
 # -- traces ----------------------------------------------------------------------------------------

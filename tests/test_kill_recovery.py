@@ -47,11 +47,11 @@ def bubblelab(*args: str, killed_at: str | None = None) -> subprocess.CompletedP
 
 def recorded(out: Path) -> dict[str, int]:
     """The finished runs' records, by mtime: a resume must keep them as they are."""
-    return {r: (out / "runs" / f"{r}.json").stat().st_mtime_ns for r in finished_runs(out)}
+    return {r: (out / "runs" / f"{r}.json.gz").stat().st_mtime_ns for r in finished_runs(out)}
 
 
 @pytest.mark.parametrize(
-    "name", ["status.json", "s2-d1-r0.json", "timings.json", "catalog.duckdb", "results.json"]
+    "name", ["status.json", "s2-d1-r0.json.gz", "timings.json", "catalog.duckdb", "results.json.gz"]
 )
 def test_a_sweep_killed_anywhere_is_finished_by_resume(tmp_path, name):
     out = tmp_path / "run"
@@ -70,11 +70,11 @@ def test_a_sweep_killed_anywhere_is_finished_by_resume(tmp_path, name):
     assert len(read_results(out).runs) == 4 and (out / "report.html").is_file()
 
 
-@pytest.mark.parametrize("name", ["results.json", "report.html"])
+@pytest.mark.parametrize("name", ["results.json.gz", "report.html"])
 def test_a_report_killed_anywhere_is_written_by_the_next(tmp_path, name):
     out = tmp_path / "run"
     assert bubblelab("run-and-profile", *TINY, "--out", str(out)).returncode == 0
-    (out / "results.json").unlink()  # the report assembles again
+    (out / "results.json.gz").unlink()  # the report assembles again
     (out / "report.html").unlink()
     killed = bubblelab("report", str(out), "--n-boot", "20", killed_at=name)
     assert killed.returncode == -signal.SIGKILL, killed.stderr

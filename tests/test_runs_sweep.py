@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from bubblelab.profiling import nsys
 from bubblelab.profiling.catalog import connect
 from bubblelab.runs.assemble import _ingest_trace, assemble
 from bubblelab.runs.driver import run_workload
+from bubblelab.runs.record import read_record
 from bubblelab.runs.rundir import read_results
 from bubblelab.runs.sweep import MIN_DECODE_STEPS, SweepSpec, run_sweep
 from bubblelab.runs.workload import WorkloadSpec
@@ -126,7 +126,7 @@ def test_results_record_what_each_request_produced(tmp_path):
     spec = SweepSpec(model="tiny-llama", streams=[2], output_len_mean=5, requests_per_stream=2,
                      prompt_len=6, repeats=1, depths=[1])  # fmt: skip
     run_sweep(spec, tmp_path, use_nsys=False)
-    record = json.loads(next((tmp_path / "runs" / "plain").glob("s2-d1-r0.json")).read_text())
+    record = read_record(tmp_path / "runs" / "plain", "s2-d1-r0")
     assert [r["request"] for r in record["requests"]] == [0, 1, 2, 3]
     assert all(
         r["prompt_len"] == 6 and r["output_len"] == r["max_tokens"] for r in record["requests"]
@@ -142,7 +142,7 @@ def test_the_runs_record_their_arrival_rate(tmp_path):
     run_sweep(spec, tmp_path, use_nsys=False)
     runs = read_results(tmp_path).runs
     assert list(runs["arrival_rate"]) == [400.0]
-    record = json.loads(next((tmp_path / "runs" / "plain").glob("s2-d1-r0.json")).read_text())
+    record = read_record(tmp_path / "runs" / "plain", "s2-d1-r0")
     assert record["summary"]["arrival_rate"] == 400.0
 
 
@@ -150,8 +150,8 @@ def test_a_sweep_cut_short_is_assembled_from_the_runs_that_finished(tmp_path):
     spec = SweepSpec(model="tiny-llama", streams=[2], output_len_mean=5, requests_per_stream=2,
                      prompt_len=6, repeats=2)  # fmt: skip
     run_sweep(spec, tmp_path, use_nsys=False)
-    (tmp_path / "results.json").unlink()
-    (tmp_path / "runs" / "plain" / "s2-d2-r1.json").unlink()  # the run the timeout cut
+    (tmp_path / "results.json.gz").unlink()
+    (tmp_path / "runs" / "plain" / "s2-d2-r1.json.gz").unlink()  # the run the timeout cut
     assemble(tmp_path, strict=False)
     runs = read_results(tmp_path).runs
     assert sorted(runs["run_id"]) == ["s2-d1-r0-timeline", "s2-d1-r1-timeline", "s2-d2-r0-timeline"]

@@ -16,6 +16,7 @@ import pytest
 from bubblelab.profiling import nsys
 from bubblelab.runs import passes
 from bubblelab.runs.assemble import nsys_reports
+from bubblelab.runs.record import find_record
 from bubblelab.runs.sweep import SweepSpec
 from bubblelab.runs.sweep import passes as sweep_passes
 
@@ -136,7 +137,7 @@ def test_stop_ends_a_pass_still_waiting_at_its_gate(tmp_path):
     assert waiting.proc is not None and waiting.proc.poll() is None
     passes.stop([waiting])
     assert waiting.proc.poll() is not None
-    assert not (out / "runs" / "plain" / "s2-d1-r0.json").exists()
+    assert find_record(out / "runs" / "plain", "s2-d1-r0") is None
 
 
 def test_profile_ranges_still_profiles_in_one_call(fake_nsys, tmp_path):

@@ -17,7 +17,7 @@ from bubblelab.report.report import report_run_dir
 from bubblelab.runs import worker
 from bubblelab.runs.assemble import assemble, needs_assembly
 from bubblelab.runs.demo import write_demo_run_dir
-from bubblelab.runs.rundir import read_results
+from bubblelab.runs.rundir import read_results, results_path
 from bubblelab.runs.state import finished_runs, read_state
 from bubblelab.runs.sweep import SweepSpec, run_sweep
 
@@ -65,7 +65,7 @@ def test_interrupt_keep_report_refuse_resume_force(tmp_path):
         sweep(tiny(), out, on_run=ctrl_c_after_two)
     state = read_state(out)
     assert state is not None and state["status"] == "interrupted"
-    assert finished_runs(out) == set(RUNS[:2]) and not (out / "results.json").exists()
+    assert finished_runs(out) == set(RUNS[:2]) and results_path(out) is None
 
     # `bubblelab report DIR` writes the report from what finished.
     assert needs_assembly(out)

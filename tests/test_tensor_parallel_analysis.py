@@ -18,7 +18,8 @@ from bubblelab.costmodel.predict import predict_runs
 from bubblelab.costmodel.tensor_parallel import tp_comparison, tp_pieces, tp_steps
 from bubblelab.profiling import overview, ranks
 from bubblelab.runs import assemble as assemble_module
-from bubblelab.runs.rundir import read_results
+from bubblelab.runs.record import read_record, write_record
+from bubblelab.runs.rundir import load_document, read_results, results_path
 from bubblelab.runs.sources import run_catalog
 from bubblelab.runs.sweep import SweepSpec, run_sweep
 from testing.synthetic_tp_trace import tp_trace
@@ -158,14 +159,14 @@ def test_an_nsys_pass_of_a_tp_run_assembles_every_rank(tp2, tmp_path, monkeypatc
     out = tmp_path / "sweep"
     shutil.copytree(tp2, out)
     plan = json.loads((out / "runs" / "plain" / "plan.json").read_text())
-    record = json.loads((out / "runs" / "plain" / "s2-d1-r0.json").read_text())
+    record = read_record(out / "runs" / "plain", "s2-d1-r0")
     decodes = sum(s["kind"] == "decode" for s in record["timeline"]["steps"])
     nsys = out / "runs" / "nsys"
     nsys.mkdir()
     run = next(r for r in plan["runs"] if r["tag"] == "s2-d1-r0")
     plan.update(runs=[run], out_dir=str(nsys), profile=True)
     (nsys / "plan.json").write_text(json.dumps(plan))
-    (nsys / "s2-d1-r0.json").write_text(json.dumps(record))
+    write_record(nsys, "s2-d1-r0", record)
     (out / "traces").mkdir()
     tp_trace(out / "traces" / "run.0.sqlite", steps=decodes + 1)  # a prefill, then the decodes
     monkeypatch.setattr(assemble_module, "nsys_version", lambda: "2025.3.2")
@@ -182,7 +183,7 @@ def test_an_nsys_pass_of_a_tp_run_assembles_every_rank(tp2, tmp_path, monkeypatc
 
 
 def test_a_damaged_ranks_table_is_one_line(tp2, tmp_path):
-    doc = json.loads((tp2 / "results.json").read_text())
+    doc = load_document(results_path(tp2))
     for row in doc["ranks"]:
         row.pop("forward_start")
     (tmp_path / "results.json").write_text(json.dumps(doc))

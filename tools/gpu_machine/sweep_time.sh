@@ -23,7 +23,7 @@ sweep() {  # name, time limit (s), run-and-profile arguments...
   timeout "$limit" python3 -m bubblelab run-and-profile --device cuda --model qwen3-4b \
     --streams 1,8,32 --out "$dir" "$@" 2>&1 | grep -v -E "^\s*$|Warning|warn" | tail -30
   echo "$name: rc=${PIPESTATUS[0]} wall $(python3 -c "import time; print(f'{time.time() - $start:.1f}')") s"
-  [ -f "$dir/results.json" ] && gzip -c "$dir/results.json" > "$OUT/$name.results.json.gz"
+  [ -f "$dir/results.json.gz" ] && cp "$dir/results.json.gz" "$OUT/$name.results.json.gz"
   [ -f "$dir/runs/nsys/nsys.log" ] && cp "$dir/runs/nsys/nsys.log" "$OUT/$name.nsys.log"
 }
 

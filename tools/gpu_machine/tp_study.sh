@@ -55,7 +55,7 @@ elif [ "$part" = 4 ]; then  # a held-out set alone (SET=..., default the TP set)
     --no-nsys --budget-s 45 --max-pairs 60 --out "$work/heldout-tp" > "$work/heldout-tp.log" 2>&1
   echo "heldout-tp: exit $? after $SECONDS s" >> "$work/steps.txt"
   for d in "$work"/heldout-tp/*/; do  # each sweep's results apart (under the 16 MiB a file)
-    [ -f "$d/results.json" ] && XZ_OPT=-1 tar -cJf "$out/heldout-$(basename "$d").tar.xz" -C "$work/heldout-tp" \
+    [ -f "$d/results.json.gz" ] && XZ_OPT=-1 tar -cJf "$out/heldout-$(basename "$d").tar.xz" -C "$work/heldout-tp" \
       --exclude=runs --exclude=catalog.duckdb --exclude=.lock "$(basename "$d")"
   done
   cp "$work/heldout-tp.log" "$work/steps.txt" "$out/"
@@ -69,7 +69,7 @@ else  # part 3: the GPU tests on the pair (TP 2 == TP 1 tokens, depth 1 == depth
     --no-nsys --budget-s 20 --out "$work/heldout-tp"
   mkdir -p "$work/traces"
   for d in "$work"/heldout-tp/*/; do  # the sweeps' results (their timelines are big: gzip apart)
-    n=$(basename "$d"); [ -f "$d/results.json" ] && gzip -c "$d/results.json" > "$work/traces/$n.results.json.gz"
+    n=$(basename "$d"); [ -f "$d/results.json.gz" ] && cp "$d/results.json.gz" "$work/traces/$n.results.json.gz"
   done
 fi
 tar -cJf "$out/part$part.tar.xz" -C "$work" --exclude='*.sqlite' --exclude='traces' --exclude='run-*' --exclude='ft-work' --exclude='*.nsys-rep' . 2>/dev/null
