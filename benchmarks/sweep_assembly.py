@@ -6,8 +6,9 @@ The directory is made here, without a GPU: a CPU sweep's unprofiled pass (tiny-l
 streams, its repeat rule's defaults: ~50 runs, ~24k steps, about the 4b sweep's 25.6k) and, as its
 nsys pass, the four committed qwen3-0.6b traces, each replayed to --kernels kernels
 (benchmarks.analyze_1m_kernels.scale_up: 4 x 400k, where the 4b sweep's six reports held ~1.6M).
-The records of that pass are its plain runs' own. Then, per repeat: assemble, then report, each
-timed, with every file's size.
+The records of that pass are plain runs' of the same depth, their step lists cut or extended to
+the trace's decode steps (assembly checks each report against its run's record). Then, per
+repeat: assemble, then report, each timed, with every file's size.
 
     .venv/bin/python -m benchmarks.sweep_assembly [--plain DIR] [--kernels 400000] [--repeats 1]
         [--work DIR] [--json OUT.json]
@@ -30,11 +31,13 @@ from pathlib import Path
 
 from benchmarks.analyze_1m_kernels import scale_up
 from bubblelab.core.files import write_atomic
-from bubblelab.profiling import nsys
+from bubblelab.profiling import analysis, nsys
+from bubblelab.profiling.catalog import connect
+from bubblelab.profiling.ingest import ingest_trace
 from bubblelab.report.report import report_run_dir
 from bubblelab.runs.assemble import assemble
 from bubblelab.runs.machine import cpu_facts, git_facts
-from bubblelab.runs.record import records_in, tag_of, write_record
+from bubblelab.runs.record import read_record, records_in, tag_of, write_record
 from bubblelab.runs.sweep import SweepSpec, run_sweep
 
 ROOT = Path(__file__).parents[1]
@@ -68,6 +71,34 @@ def big_traces(work: Path, kernels: int) -> list[Path]:
     return out
 
 
+def decode_steps(trace: Path) -> int:
+    """The trace's decode steps (counted once, kept beside it)."""
+    counted = trace.with_name(trace.name + ".decodes")
+    if not counted.is_file():
+        con = connect(None)
+        (run_id,) = ingest_trace(trace, None, {}, con=con)
+        steps = analysis.per_step(con, run_id)
+        write_atomic(counted, str(int((steps["kind"] == "decode").sum())))
+        con.close()
+    return int(counted.read_text())
+
+
+def matched(record: dict, decodes: int) -> dict:
+    """The record with exactly `decodes` decode steps: the last ones dropped, or copies of its
+    decode steps appended under new step numbers."""
+    steps = record["timeline"]["steps"]
+    decode = [s for s in steps if s["kind"] == "decode"]
+    kept, extra = [], decodes
+    for s in steps:
+        if s["kind"] != "decode" or extra > 0:
+            kept.append(s)
+            extra -= s["kind"] == "decode"
+    last = max(s["step"] for s in steps)
+    for i in range(extra):
+        kept.append({**decode[i % len(decode)], "step": last + 1 + i})
+    return {**record, "timeline": {**record["timeline"], "steps": kept}}
+
+
 def lay_out(plain: Path, traces: list[Path], run_dir: Path) -> Path:
     """The plain sweep's runs; as its nsys pass, the big traces with the records of NSYS_TAGS."""
     shutil.rmtree(run_dir, ignore_errors=True)
@@ -84,8 +115,8 @@ def lay_out(plain: Path, traces: list[Path], run_dir: Path) -> Path:
                     key=lambda r: NSYS_TAGS.index(r["tag"]))  # fmt: skip
     plan.update(runs=chosen, out_dir=str(nsys_dir), profile=True)
     write_atomic(nsys_dir / "plan.json", json.dumps(plan))
-    for tag in NSYS_TAGS:
-        shutil.copy(runs / f"{tag}.json.gz", nsys_dir / f"{tag}.json.gz")
+    for tag, trace in zip(NSYS_TAGS, traces, strict=True):
+        write_record(nsys_dir, tag, matched(read_record(runs, tag), decode_steps(trace)))
     (run_dir / "traces").mkdir()
     for n, trace in enumerate(traces, 1):
         shutil.copy(trace, run_dir / "traces" / f"run.{n}.sqlite.gz")
