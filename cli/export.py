@@ -23,23 +23,31 @@ def export(
     out: Path | None = typer.Option(
         None, "--out", help="Folder to write into (default: SOURCE/export, or NAME-export here)."
     ),
+    all_ops: bool = typer.Option(
+        False,
+        "--all-ops",
+        metavar="",
+        help="Kernels, copies and CUDA calls of every step (default: the middle 128 steps of each "
+        "run; a sweep's million kernels make a trace ui.perfetto.dev opens slowly).",
+    ),
     json_out: str | None = options.JSON,
 ) -> None:
     """Write a run directory or a trace as a Perfetto trace and Parquet tables.
 
     trace.json.gz opens in ui.perfetto.dev or chrome://tracing (host phases and device spans per
-    step); runs, steps, gaps and attribution are written as Parquet."""
+    step; kernels, copies and CUDA calls of the middle steps of each run); runs, steps, gaps and
+    attribution are written as Parquet."""
     from rich.console import Console
     from rich.text import Text
 
     from ..core.files import check_output_dir
-    from ..report.export import default_out_dir
+    from ..report.export import OP_STEPS, default_out_dir
     from ..report.export import export as export_source
 
     dest = check_json_dest(json_out)
     out_dir = check_output_dir(out or default_out_dir(source), "--out")
     with Console(stderr=True).status(Text(f"exporting {source}")):
-        exported = export_source(source, out_dir)
+        exported = export_source(source, out_dir, op_steps=None if all_ops else OP_STEPS)
     for path in (exported.trace, *exported.tables):
         typer.echo(path, err=dest == STDOUT)
     if not exported.every_step:
@@ -47,11 +55,18 @@ def export(
             "host phases cover the steps results.json keeps (no catalog.duckdb beside it)",
             err=True,
         )
+    if exported.op_steps:
+        typer.echo(
+            f"kernels, copies and CUDA calls of the middle {exported.op_steps} steps of each run "
+            "(--all-ops: every one)",
+            err=True,
+        )
     doc = {
         "schema": SCHEMA,
         "trace": str(exported.trace),
         "tables": [str(t) for t in exported.tables],
         "every_step": exported.every_step,
+        "op_steps": exported.op_steps,
     }
     if (written := emit_json(dest, doc)) is not None:
         typer.echo(f"wrote {written}", err=True)

@@ -61,11 +61,13 @@ def run_split(catalog: Catalog, run_id: str) -> pd.DataFrame:
     return queries.run(_open(catalog), "run_split", {"run_id": run_id})
 
 
-def trace_ops(catalog: Catalog, run_id: str) -> pd.DataFrame:
+def trace_ops(catalog: Catalog, run_id: str, steps: tuple[int, int] | None = None) -> pd.DataFrame:
     """Every kernel, copy and CUDA API call with the flow linking each launch to its first op
     (sql/trace_ops.sql): the export's kernel, copy and API tracks, in trace_ranges' columns plus
-    correlation_id and flow."""
-    return queries.run(_open(catalog), "trace_ops", {"run_id": run_id}).assign(run_id=run_id)
+    correlation_id and flow. steps: (first, last), only what those steps launched."""
+    first, last = steps if steps is not None else (None, None)
+    params = {"run_id": run_id, "first_step": first, "last_step": last}
+    return queries.run(_open(catalog), "trace_ops", params).assign(run_id=run_id)
 
 
 def untraced_graphs(catalog: Catalog, run_id: str) -> str | None:

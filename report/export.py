@@ -22,6 +22,10 @@ from .parquet import write_parquet
 from .perfetto import chrome_trace, write_chrome_trace
 
 TRACE_FILE = "trace.json.gz"
+# The steps a run's kernels, copies and CUDA calls are exported for (its middle ones; every step's
+# host phases and spans are). A sweep's ~1.6M kernels are ~250 MB of JSON that ui.perfetto.dev
+# opens slowly and ~24 MB gzipped; 128 steps show every pattern a step has.
+OP_STEPS = 128
 
 
 @dataclass
@@ -29,13 +33,17 @@ class Exported:
     trace: Path
     tables: list[Path]
     every_step: bool  # host ranges of every step (a catalog was at hand), or results.json's window
+    op_steps: int | None = None  # ops of the middle op_steps steps of each run; None: every op
 
 
-def export(source: Path | str | None, out_dir: Path | str) -> Exported:
+def export(
+    source: Path | str | None, out_dir: Path | str, op_steps: int | None = OP_STEPS
+) -> Exported:
     """Export a run directory, an nsys SQLite export, or (None) the committed traces into
-    out_dir."""
+    out_dir; op_steps: the steps a run's ops are exported for (None: all)."""
     opened = open_source(source)
-    return export_results(opened.results, Path(out_dir), ranges_of([opened]), op_tables([opened]))
+    ranges = ranges_of([opened], op_steps=op_steps)
+    return export_results(opened.results, Path(out_dir), ranges, op_tables([opened]), op_steps)
 
 
 def default_out_dir(source: Path) -> Path:
@@ -50,10 +58,21 @@ def export_results(
     out_dir: Path,
     ranges: pd.DataFrame | None,
     tables: dict[str, pd.DataFrame] | None = None,
+    op_steps: int | None = None,
 ) -> Exported:
-    """tables: more Parquet tables (op_tables)."""
-    trace = write_chrome_trace(chrome_trace(results, ranges), out_dir / TRACE_FILE)
-    return Exported(trace, write_parquet(results, out_dir, tables), ranges is not None)
+    """tables: more Parquet tables (op_tables); op_steps: the window ranges_of cut the ops to."""
+    ops = (
+        None
+        if ranges is None
+        else f"the middle {op_steps} steps of each run"
+        if op_steps
+        else "every step"
+    )
+    trace = write_chrome_trace(chrome_trace(results, ranges, ops), out_dir / TRACE_FILE)
+    tables_written = write_parquet(results, out_dir, tables)
+    return Exported(
+        trace, tables_written, ranges is not None, op_steps if ranges is not None else None
+    )
 
 
 def op_tables(sources: list[Source], prefixed: bool = False) -> dict[str, pd.DataFrame]:
@@ -74,12 +93,15 @@ def op_tables(sources: list[Source], prefixed: bool = False) -> dict[str, pd.Dat
     return {k: pd.concat(v, ignore_index=True) for k, v in tables.items() if v}
 
 
-def ranges_of(sources: list[Source], prefixed: bool = False) -> pd.DataFrame | None:
+def ranges_of(
+    sources: list[Source], prefixed: bool = False, op_steps: int | None = OP_STEPS
+) -> pd.DataFrame | None:
     """Every host range and step span of the sources' runs, from their catalogs, with the rank
     they ran on (a tensor-parallel run's workers as ranks 1, 2, ... of its run_id); None when any
-    source has none (then the export falls back to results.json for all of them); with them every
-    kernel, copy and CUDA API call (profiling.kernels.trace_ops). prefixed: run
-    ids as runs.rundir.merge_results names them ("<source>/<run_id>")."""
+    source has none (then the export falls back to results.json for all of them); with them the
+    kernels, copies and CUDA API calls (profiling.kernels.trace_ops) of the middle op_steps steps of
+    each run (None: of all). prefixed: run ids as runs.rundir.merge_results names them
+    ("<source>/<run_id>")."""
     with_catalog = [(s, s.catalog) for s in sources if s.catalog is not None]
     if not sources or len(with_catalog) < len(sources):
         return None
@@ -88,7 +110,20 @@ def ranges_of(sources: list[Source], prefixed: bool = False) -> pd.DataFrame | N
         for run_id in s.results.runs["run_id"]:
             name = f"{s.name}/{run_id}" if prefixed else run_id
             ranks = {0: run_id, **rank_runs(catalog, run_id)}
+            steps = s.results.steps.loc[s.results.steps["run_id"] == run_id, "step"]
+            window = op_window(steps, op_steps)
             for rank, rank_run in ranks.items():
-                for rows in (trace_ranges(catalog, rank_run), trace_ops(catalog, rank_run)):
+                ops = trace_ops(catalog, rank_run, window)
+                for rows in (trace_ranges(catalog, rank_run), ops):
                     frames.append(rows.assign(run_id=name, rank=rank))
     return pd.concat(frames, ignore_index=True)
+
+
+def op_window(steps: pd.Series, op_steps: int | None) -> tuple[int, int] | None:
+    """(first, last) step number of the middle op_steps steps; None (every op) when op_steps is
+    None or the run has no more steps than that."""
+    ordered = sorted(set(int(s) for s in steps.dropna()))
+    if op_steps is None or len(ordered) <= op_steps:
+        return None
+    start = (len(ordered) - op_steps) // 2
+    return ordered[start], ordered[start + op_steps - 1]

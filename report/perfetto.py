@@ -54,11 +54,14 @@ STEP_ARGS = (
 )
 
 
-def chrome_trace(results: Results, ranges: pd.DataFrame | None = None) -> dict:
+def chrome_trace(
+    results: Results, ranges: pd.DataFrame | None = None, ops: str | None = None
+) -> dict:
     """The trace of every run of results.
 
     ranges: every host range and step span of the runs (run_id, lane, phase, step, tid, start_ns,
-    end_ns: profiling.analysis.trace_ranges on their catalog; rank, where a run ran on several).
+    end_ns: profiling.analysis.trace_ranges on their catalog; rank, where a run ran on several),
+    and the kernels, copies and API calls exported (ops says of which steps).
     None: the host ranges results.json kept (a window of steps per run) and the device spans
     rebuilt from the per-step table.
     """
@@ -85,6 +88,7 @@ def chrome_trace(results: Results, ranges: pd.DataFrame | None = None) -> dict:
             "generator": "bubblelab export",
             "time": "microseconds from each run's first event",
             "host ranges": window,
+            **({"kernels, copies and CUDA API calls": ops} if ops else {}),
         },
     }
 

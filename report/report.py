@@ -26,7 +26,7 @@ from ..runs.rundir import Results, distinct_names, merge_results
 from ..runs.sources import Source, open_source
 from . import figures, provenance, summary
 from .compare import side_by_side
-from .export import TRACE_FILE, Exported, export_results, op_tables, ranges_of
+from .export import OP_STEPS, TRACE_FILE, Exported, export_results, op_tables, ranges_of
 from .kernels import kernel_sections
 from .labels import device_word, run_name
 from .ranks import rank_sections
@@ -205,7 +205,11 @@ def _write(
         results = merge_results({s.name: s.results for s in sources})
         ranges = ranges_of(sources, prefixed=True)
     tables = op_tables(sources, prefixed=len(sources) > 1) if export else None
-    exported = export_results(results, out.parent / EXPORT_DIR, ranges, tables) if export else None
+    exported = (
+        export_results(results, out.parent / EXPORT_DIR, ranges, tables, OP_STEPS)
+        if export
+        else None
+    )
     found = [steps_found(s) for s in sources]  # foreign runs' step rules, once for both sections
     splits = split_sections(sources, found)
     page = render_report(
@@ -223,7 +227,13 @@ def _links(exported: Exported | None) -> list[dict]:
             href=f"{EXPORT_DIR}/{TRACE_FILE}",
             what="Chrome/Perfetto trace",
             how="open in ui.perfetto.dev or chrome://tracing; host phases and device spans per step"
-            + ("" if exported.every_step else " (host phases of the steps results.json keeps)"),
+            + ("" if exported.every_step else " (host phases of the steps results.json keeps)")
+            + (
+                f"; kernels, copies and CUDA calls of the middle {exported.op_steps} steps of each "
+                "run (`bubblelab export --all-ops` for every one)"
+                if exported.op_steps
+                else ""
+            ),
         )
     ]
     links += [

@@ -17,7 +17,7 @@ import pytest
 from bubblelab.profiling import kernels
 from bubblelab.profiling.catalog import connect
 from bubblelab.profiling.ingest import ingest, ingest_trace
-from bubblelab.report.export import export
+from bubblelab.report.export import OP_STEPS, export, op_window
 from bubblelab.report.report import report_run_dir
 from tests.cli_helpers import run_bubblelab
 from tests.profiling_trace_builder import blocking_trace
@@ -346,3 +346,53 @@ def test_report_has_a_kernels_section(tmp_path):
         widths = [float(w) for w in re.findall(r"width: ([\d.]+)%", bar)]
         assert sum(widths) == pytest.approx(100, abs=0.05)
     assert "class-gemm" in section and "ms of GPU time a step" in section
+
+
+def test_the_export_keeps_the_ops_of_the_middle_steps_and_every_steps_host_phases(tmp_path):
+    """A sweep's million kernels make a trace too big to open: by default the ops of the middle
+    op_steps steps of each run are exported, whole (each launch with its work), and every step's
+    host phases; op_steps=None (`export --all-ops`) keeps every op."""
+    trace = blocking_trace(tmp_path / "d1.sqlite")
+
+    def slices(op_steps):
+        exported = export(trace, tmp_path / f"out-{op_steps}", op_steps=op_steps)
+        doc = json.loads(gzip.decompress(exported.trace.read_bytes()))
+        events = doc["traceEvents"]
+        names = {
+            (e["pid"], e["tid"]): e["args"]["name"] for e in events if e["name"] == "thread_name"
+        }
+        out: dict[str, list[dict]] = {}
+        for e in events:
+            if e["ph"] == "X":
+                track = names[(e["pid"], e["tid"])].split(",")[0].split(" ")[0]
+                out.setdefault(track, []).append(e)
+        return exported, doc, out, events
+
+    every, _, all_ops, _ = slices(None)
+    cut, doc, windowed, events = slices(2)
+    assert every.op_steps is None and cut.op_steps == 2
+    assert "middle 2 steps" in doc["otherData"]["kernels, copies and CUDA API calls"]
+    steps = sorted(
+        {e["args"]["step"] for e in all_ops["kernels"] if e["args"].get("step") is not None}
+    )
+    middle = steps[(len(steps) - 2) // 2 :][:2]
+    for track in ("kernels", "CUDA"):
+        assert {e["args"]["step"] for e in windowed[track]} == set(middle), track
+        assert len(windowed[track]) == sum(e["args"].get("step") in middle for e in all_ops[track])
+    assert len(windowed["host"]) == len(all_ops["host"])  # every step's phases either way
+    outs = {e["bind_id"] for e in events if e.get("flow_out")}
+    assert outs and outs == {e["bind_id"] for e in events if e.get("flow_in")}
+
+
+@pytest.mark.parametrize(
+    ("steps", "op_steps", "window"),
+    [([5, 1, 2, 3, 4, 6], 2, (3, 4)), ([1, 2, 3], 3, None), ([1, 2, 3], None, None),
+     ([0, 1, 2, 3, 4], 2, (1, 2)), ([7, 7, 8, 9], 1, (8, 8))],
+)  # fmt: skip
+def test_op_window_is_the_middle_steps(steps, op_steps, window):
+    assert op_window(pd.Series(steps), op_steps) == window
+
+
+def test_export_help_names_the_window_the_library_uses():
+    done = run_bubblelab("export", "--help", columns=400, timeout=60)
+    assert done.returncode == 0 and f"the middle {OP_STEPS} steps of each run" in done.stdout
