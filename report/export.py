@@ -8,6 +8,10 @@ The report writes the same files beside itself (REPORT_DIR/export/) and links th
 
 from __future__ import annotations
 
+import multiprocessing
+from collections.abc import Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +48,17 @@ def export(
     opened = open_source(source)
     ranges = ranges_of([opened], op_steps=op_steps)
     return export_results(opened.results, Path(out_dir), ranges, op_tables([opened]), op_steps)
+
+
+@contextmanager
+def exporting_apart(run_dir: Path, out_dir: Path) -> Iterator[Future[Exported]]:
+    """export(run_dir, out_dir) in a process of its own, while the caller draws the page: a sweep's
+    export (every step's host phases, the ops of its middle steps) is as long as the rest of the
+    report together. The process reads the run directory's catalog itself (read-only, as the
+    caller does); it is started fresh (spawn), not forked from a process holding DuckDB threads.
+    Leaving the block waits for it; its error, if any, is raised by the future's result()."""
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        yield pool.submit(export, run_dir, out_dir)
 
 
 def default_out_dir(source: Path) -> Path:

@@ -9,6 +9,8 @@ nothing from outside.
 
 from __future__ import annotations
 
+from concurrent.futures import Future
+from contextlib import ExitStack
 from pathlib import Path
 
 import jinja2
@@ -26,7 +28,15 @@ from ..runs.rundir import Results, distinct_names, merge_results
 from ..runs.sources import Source, open_source
 from . import figures, provenance, summary
 from .compare import side_by_side
-from .export import OP_STEPS, TRACE_FILE, Exported, export_results, op_tables, ranges_of
+from .export import (
+    OP_STEPS,
+    TRACE_FILE,
+    Exported,
+    export_results,
+    exporting_apart,
+    op_tables,
+    ranges_of,
+)
 from .kernels import kernel_sections
 from .labels import device_word, run_name
 from .ranks import rank_sections
@@ -92,13 +102,14 @@ def render_report(
     results: Results,
     title: str,
     n_boot: int = 1000,
-    exported: Exported | None = None,
+    exported: Exported | Future[Exported] | None = None,
     table: pd.DataFrame | None = None,
     kernels: list[dict] | None = None,
     splits: list[dict] | None = None,
     found: list[dict] | None = None,
 ) -> str:
-    """The page. exported: the files written beside it, linked relative to it (EXPORT_DIR/).
+    """The page. exported: the files written beside it, linked relative to it (EXPORT_DIR/); a
+    future of them is waited for once the figures are drawn.
     kernels: the "Kernels" section's runs (report.kernels.kernel_sections; none: no section).
     splits: another engine split over GPUs (report.split.split_sections; none: no section).
     found: how another engine's steps were found, run by run (report.steps_found.found_sections).
@@ -171,7 +182,10 @@ def report_run_dir(
         folder = source if source.is_dir() else Path(f"{opened.name}-report")
         out = folder / REPORT_FILE
     title = source.resolve().name if source.is_dir() else opened.name
-    return _write([opened], Path(out), title, n_boot, export, table)
+    # A run directory's catalog can be read by a second process: its export is made there, beside
+    # the page's figures. A trace is ingested in memory here, so its export is made here too.
+    apart = source if opened.catalog is not None and source.is_dir() else None
+    return _write([opened], Path(out), title, n_boot, export, table, apart)
 
 
 def report_dirs(
@@ -198,28 +212,33 @@ def _write(
     n_boot: int,
     export: bool,
     table: pd.DataFrame | None = None,
+    apart: Path | None = None,
 ) -> Path:
+    """apart: the run directory to export from in a process of its own (report.export)."""
     if len(sources) == 1:
-        results, ranges = sources[0].results, ranges_of(sources)
+        results = sources[0].results
     else:
         results = merge_results({s.name: s.results for s in sources})
-        ranges = ranges_of(sources, prefixed=True)
-    tables = op_tables(sources, prefixed=len(sources) > 1) if export else None
-    exported = (
-        export_results(results, out.parent / EXPORT_DIR, ranges, tables, OP_STEPS)
-        if export
-        else None
-    )
-    found = [steps_found(s) for s in sources]  # foreign runs' step rules, once for both sections
-    splits = split_sections(sources, found)
-    page = render_report(
-        summary.without_workers(results, splits), title, n_boot, exported, table,
-        kernel_sections(sources), splits, found_sections(sources, found),
-    )  # fmt: skip
+    with ExitStack() as stack:
+        exported: Exported | Future[Exported] | None = None
+        if export and apart is not None:
+            exported = stack.enter_context(exporting_apart(apart, out.parent / EXPORT_DIR))
+        elif export:
+            prefixed = len(sources) > 1
+            ranges, tables = ranges_of(sources, prefixed), op_tables(sources, prefixed)
+            exported = export_results(results, out.parent / EXPORT_DIR, ranges, tables, OP_STEPS)
+        found = [steps_found(s) for s in sources]  # foreign runs' step rules, once for both
+        splits = split_sections(sources, found)
+        page = render_report(
+            summary.without_workers(results, splits), title, n_boot, exported, table,
+            kernel_sections(sources), splits, found_sections(sources, found),
+        )  # fmt: skip
     return write_atomic(out, page)
 
 
-def _links(exported: Exported | None) -> list[dict]:
+def _links(exported: Exported | Future[Exported] | None) -> list[dict]:
+    if isinstance(exported, Future):
+        exported = exported.result()
     if exported is None:
         return []
     links = [

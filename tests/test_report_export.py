@@ -7,14 +7,19 @@ import json
 import subprocess
 import sys
 from collections import defaultdict
+from concurrent.futures import Future
+from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
+from bubblelab.core.errors import BubblelabError
 from bubblelab.profiling import analysis
+from bubblelab.report import report as report_module
 from bubblelab.report.export import export
+from bubblelab.report.report import report_run_dir
 from bubblelab.runs.demo import write_demo_run_dir
 from bubblelab.runs.rundir import read_results, write_results
 from bubblelab.runs.sources import open_source
@@ -222,3 +227,29 @@ def test_cli_export(tmp_path):
     )
     assert done.returncode == 2
     assert done.stderr.strip() == f"bubblelab: error: {tmp_path / 'missing'} does not exist"
+
+
+def test_a_reports_export_made_in_its_own_process_is_the_export(tmp_path, monkeypatch):
+    """The report of a run directory with its catalog makes its export in a second process while
+    it draws the page: the files are exactly what `bubblelab export DIR` writes, and the page links
+    them. A failure there is the report's failure."""
+    results = load_traces(["qwen3-0.6b-s1-d2.sqlite.gz"], catalog=tmp_path / "catalog.duckdb")
+    write_results(tmp_path, results.runs, results.steps, results.attribution, results.gaps,
+                  results.provenance, results.timeline)  # fmt: skip
+    page = report_run_dir(tmp_path, n_boot=20)
+    inline = export(tmp_path, tmp_path / "inline")
+    assert read_trace(tmp_path / "export" / "trace.json.gz") == read_trace(inline.trace)
+    for table in inline.tables:
+        assert pq.read_table(tmp_path / "export" / table.name).equals(pq.read_table(table))
+    assert 'href="export/trace.json.gz"' in page.read_text()
+
+    monkeypatch.setattr(report_module, "exporting_apart", _failing_apart)
+    with pytest.raises(BubblelabError, match="the export process failed"):
+        report_run_dir(tmp_path, n_boot=20)
+
+
+@contextmanager
+def _failing_apart(run_dir, out_dir):
+    failed: Future = Future()
+    failed.set_exception(BubblelabError("the export process failed"))
+    yield failed
