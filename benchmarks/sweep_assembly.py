@@ -38,7 +38,6 @@ from bubblelab.report.report import report_run_dir
 from bubblelab.runs.assemble import assemble
 from bubblelab.runs.machine import cpu_facts, git_facts
 from bubblelab.runs.record import read_record, records_in, tag_of, write_record
-from bubblelab.runs.sweep import SweepSpec, run_sweep
 
 ROOT = Path(__file__).parents[1]
 SEEDS = ["s1-d1", "s1-d2", "s32-d1", "s32-d2"]  # traces/qwen3-0.6b-<seed>.sqlite.gz
@@ -47,6 +46,10 @@ DERIVED = ("results.json", "results.json.gz", "report.html", "catalog.duckdb", "
 
 
 def plain_sweep(out: Path) -> Path:
+    # Imported here: the sweep imports torch, and the processes the assembly and the report spawn
+    # import this module again (as __mp_main__), where it would cost seconds each.
+    from bubblelab.runs.sweep import SweepSpec, run_sweep
+
     spec = SweepSpec(model="tiny-llama", device="cpu", streams=[1, 4])
     run_sweep(spec, out, use_nsys=False)
     return out
