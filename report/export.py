@@ -27,7 +27,7 @@ from .perfetto import chrome_trace, write_chrome_trace
 
 TRACE_FILE = "trace.json.gz"
 # The steps a run's kernels, copies and CUDA calls are exported for (its middle ones; every step's
-# host phases and spans are). A sweep's ~1.6M kernels are ~250 MB of JSON that ui.perfetto.dev
+# host phases and spans are). A sweep's ~1.6M kernels are ~340 MB of JSON that ui.perfetto.dev
 # opens slowly and ~24 MB gzipped; 128 steps show every pattern a step has.
 OP_STEPS = 128
 
