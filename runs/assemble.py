@@ -31,16 +31,18 @@ PASSES = ("plain", "nsys")
 
 def needs_assembly(run_dir: Path) -> bool:
     """A sweep directory whose results.json is missing or predates its last finished run."""
-    if run_state.read_state(run_dir) is None or not run_state.finished_runs(run_dir):
+    if run_state.read_state(run_dir) is None:
+        return False
+    finished = run_state.finished_runs(run_dir)  # reads every record: once
+    if not finished:
         return False
     path = results_path(run_dir)
+    if path is None:
+        return True
     try:
-        assembled = load_document(path)["provenance"]["finished_runs"] if path else None
-    except (BubblelabError, KeyError, TypeError):
+        return sorted(load_document(path)["provenance"]["finished_runs"]) != sorted(finished)
+    except (BubblelabError, KeyError, TypeError):  # TypeError: not a list where one belongs
         return True
-    if assembled is None:
-        return True
-    return sorted(assembled) != sorted(run_state.finished_runs(run_dir))
 
 
 def nsys_reports(out_dir: Path) -> list[Path]:
