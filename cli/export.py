@@ -41,7 +41,7 @@ def export(
     from rich.text import Text
 
     from ..core.files import check_output_dir
-    from ..report.export import OP_STEPS, default_out_dir
+    from ..report.export import OP_STEPS, default_out_dir, op_scope
     from ..report.export import export as export_source
 
     dest = check_json_dest(json_out)
@@ -57,7 +57,7 @@ def export(
         )
     if exported.op_steps:
         typer.echo(
-            f"kernels, copies and CUDA calls of the middle {exported.op_steps} steps of each run "
+            f"kernels, copies and CUDA calls of {op_scope(exported.op_steps)} "
             "(--all-ops: every one)",
             err=True,
         )

@@ -76,18 +76,18 @@ def export_results(
     op_steps: int | None = None,
 ) -> Exported:
     """tables: more Parquet tables (op_tables); op_steps: the window ranges_of cut the ops to."""
-    ops = (
-        None
-        if ranges is None
-        else f"the middle {op_steps} steps of each run"
-        if op_steps
-        else "every step"
-    )
+    if ranges is None:  # results.json's window of host ranges: no ops at all
+        trace = write_chrome_trace(chrome_trace(results), out_dir / TRACE_FILE)
+        return Exported(trace, write_parquet(results, out_dir, tables), every_step=False)
+    ops = op_scope(op_steps)
     trace = write_chrome_trace(chrome_trace(results, ranges, ops), out_dir / TRACE_FILE)
-    tables_written = write_parquet(results, out_dir, tables)
-    return Exported(
-        trace, tables_written, ranges is not None, op_steps if ranges is not None else None
-    )
+    return Exported(trace, write_parquet(results, out_dir, tables), True, op_steps)
+
+
+def op_scope(op_steps: int | None) -> str:
+    """Which steps' kernels, copies and CUDA calls an export holds, in words (the trace, the
+    report's link and the CLI say it alike)."""
+    return f"the middle {op_steps} steps of each run" if op_steps else "every step"
 
 
 def op_tables(sources: list[Source], prefixed: bool = False) -> dict[str, pd.DataFrame]:

@@ -34,6 +34,7 @@ from .export import (
     Exported,
     export_results,
     exporting_apart,
+    op_scope,
     op_tables,
     ranges_of,
 )
@@ -248,8 +249,8 @@ def _links(exported: Exported | Future[Exported] | None) -> list[dict]:
             how="open in ui.perfetto.dev or chrome://tracing; host phases and device spans per step"
             + ("" if exported.every_step else " (host phases of the steps results.json keeps)")
             + (
-                f"; kernels, copies and CUDA calls of the middle {exported.op_steps} steps of each "
-                "run (`bubblelab export --all-ops` for every one)"
+                f"; kernels, copies and CUDA calls of {op_scope(exported.op_steps)} "
+                "(`bubblelab export --all-ops` for every one)"
                 if exported.op_steps
                 else ""
             ),
