@@ -37,7 +37,7 @@ from bubblelab.profiling.ingest import ingest_trace
 from bubblelab.report.report import report_run_dir
 from bubblelab.runs.assemble import assemble
 from bubblelab.runs.machine import cpu_facts, git_facts
-from bubblelab.runs.record import read_record, records_in, tag_of, write_record
+from bubblelab.runs.record import load_record, read_record, records_in, tag_of, write_record
 
 ROOT = Path(__file__).parents[1]
 SEEDS = ["s1-d1", "s1-d2", "s32-d1", "s32-d2"]  # traces/qwen3-0.6b-<seed>.sqlite.gz
@@ -109,7 +109,7 @@ def lay_out(plain: Path, traces: list[Path], run_dir: Path) -> Path:
     runs = run_dir / "runs" / "plain"
     for path in records_in(runs):  # a sweep from before gzipped records: as a sweep writes now
         if path.suffix == ".json":
-            write_record(runs, tag_of(path), json.loads(path.read_text()))
+            write_record(runs, tag_of(path), load_record(path))
             path.unlink()
     plan = json.loads((runs / "plan.json").read_text())
     nsys_dir = run_dir / "runs" / "nsys"
