@@ -43,7 +43,7 @@ from ..engine.config import MAX_NUM_SEQS, EngineConfig, default_dtype
 from ..profiling.nsys import GRAPH_TRACE_MODES, find_nsys
 from . import passes as run_passes
 from . import state as run_state
-from .assemble import assemble, nsys_reports
+from .assemble import assemble, needs_assembly, nsys_reports
 from .plain import check_streams_fit
 from .record import find_record, read_record
 from .repeats import needed, read_verdicts, unneeded, verdict_lines
@@ -186,9 +186,10 @@ def run_sweep(
     keep_reports: bool = False,
 ) -> Path:
     """Run both passes (what out_dir lacks of them), then assemble out_dir (runs/, traces/,
-    catalog.duckdb, results.json). on_plan(runs planned, runs already finished) is called once the
-    passes are known (whether nsys profiles is decided here), before any run. keep_reports: keep
-    nsys's .nsys-rep files beside their (gzipped) SQLite exports.
+    catalog.duckdb, results.json) unless nothing ran and its results are current. on_plan(runs
+    planned, runs already finished) is called once the passes are known (whether nsys profiles is
+    decided here), before any run. keep_reports: keep nsys's .nsys-rep files beside their
+    (gzipped) SQLite exports.
 
     A new out_dir must not hold a run; an existing one is continued with resume (same options) or
     replaced with force. On a failure or Ctrl-C every finished run stays, DIR/status.json says what
@@ -222,6 +223,7 @@ def run_sweep(
             write_atomic(timings_path, json.dumps(timings, indent=1))
 
     started = time.perf_counter()
+    ran = False  # a resumed sweep with nothing left is not assembled again (needs_assembly)
     try:
         for name, runs, profiled in todo:
             if profiled and not _whole_nsys_pass(out_dir, runs):
@@ -235,6 +237,7 @@ def run_sweep(
             left = [r["tag"] for r in wanted if f"{name}/{r['tag']}" not in finished]
             if not left:
                 continue
+            ran = True
             if run_passes.in_process(plan):
                 finish_running()
                 timings[name] = run_passes.run_here(plan, left, on_run)
@@ -245,13 +248,16 @@ def run_sweep(
         finish_running()
         if (out_dir / "runs" / "plain").is_dir():
             _repeats_done(out_dir, state, "plain", say, on_plan)
-        # The passes overlap: their walls do not add up to the sweep's.
-        timings["passes"] = {"wall_s": time.perf_counter() - started}
-        write_atomic(timings_path, json.dumps(timings, indent=1))
+        if ran:  # the passes overlap: their walls do not add up to the sweep's
+            timings["passes"] = {"wall_s": time.perf_counter() - started}
+            write_atomic(timings_path, json.dumps(timings, indent=1))
         if flagged := flagged_runs(out_dir):
             say(f"{len(flagged)} runs met something in their timed region: "
                 + "; ".join(flagged[:4]) + ("; ..." if len(flagged) > 4 else ""))  # fmt: skip
-        assemble(out_dir)
+        if ran or needs_assembly(out_dir):
+            assemble(out_dir)
+        else:
+            say(f"nothing left to run in {out_dir}: its results are up to date")
     except BaseException as e:
         run_passes.stop(running)
         error = _stopped(out_dir, state, e, created=created and not resume, say=say)

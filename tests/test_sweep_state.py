@@ -93,6 +93,28 @@ def test_interrupt_keep_report_refuse_resume_force(tmp_path):
     assert read_state(out)["status"] == "complete"
 
 
+def test_resuming_a_finished_sweep_runs_and_assembles_nothing(tmp_path):
+    """A resumed sweep with nothing left to run once ingested every trace again (42 and 51 s for
+    two finished TP-2 sweeps on the GPU machine): its catalog and results stay as they were."""
+    out = tmp_path / "run"
+    sweep(tiny(streams=[1]), out)
+    derived = [p for p in out.iterdir() if p.name.startswith(("catalog", "results"))]
+    assert derived
+    before = {p.name: p.stat().st_mtime_ns for p in derived}
+    said: list[str] = []
+    run_sweep(tiny(streams=[1]), out, use_nsys=False, resume=True, say=said.append)
+    assert {p.name: p.stat().st_mtime_ns for p in derived} == before
+    assert any("nothing left to run" in line for line in said)
+    assert read_state(out)["status"] == "complete"
+
+    # Stale results (a run finished after them) are assembled again.
+    results = results_path(out)
+    assert results is not None
+    results.unlink()
+    run_sweep(tiny(streams=[1]), out, use_nsys=False, resume=True, say=lambda _: None)
+    assert results_path(out) is not None and not needs_assembly(out)
+
+
 def failing_after(monkeypatch, n: int) -> None:
     """The worker's n+1-th run dies (a profiler that dies, a worker killed)."""
     real = worker.run_workload
