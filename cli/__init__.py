@@ -15,6 +15,7 @@ import sys
 import typer
 
 from ..core.errors import BubblelabError, OptionError
+from . import clock
 
 app = typer.Typer(
     add_completion=False,
@@ -142,6 +143,7 @@ def _fail(message: str, status: int = 2) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    clock.start(from_process_start=argv is None)  # from the shell: the imports count too
     _register_all()
     args = json_option_values(renamed(sys.argv[1:] if argv is None else argv))
     try:

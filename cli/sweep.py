@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..core.errors import BubblelabError
-from . import options
+from . import clock, options
 from .output import SCHEMA, check_json_dest, console_for, emit_json, records
 from .tables import show
 
@@ -154,7 +154,7 @@ def profile_and_report(
     if nsys:
         find_nsys()
     console = console_for(dest)
-    started = time.perf_counter()
+    startup = clock.elapsed()  # the interpreter, the imports, the checks: before any run
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -189,6 +189,7 @@ def profile_and_report(
     with console.status("writing the report"):
         reporting = time.perf_counter()
         report = report_run_dir(out, table=table)
+        record_timing(out, "startup", startup)
         timings = record_timing(out, "report", time.perf_counter() - reporting)
     if len(table):
         for printed in prediction_tables(table):
@@ -200,7 +201,8 @@ def profile_and_report(
     if len(perturbation):
         show(console, perturbation_table(perturbation))
     spent = {**results.provenance.get("timings", {}), **timings}  # + the assembly's
-    console.print(time_line(spent, time.perf_counter() - started), markup=False)
+    # one unwrapped line, so that a log can be searched for it
+    console.print(time_line(spent, clock.elapsed()), markup=False, soft_wrap=True)
     console.print(Text(f"report: {report}"), soft_wrap=True)  # last: scripts read it
     written = emit_json(
         dest,

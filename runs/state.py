@@ -181,13 +181,14 @@ def record_timing(run_dir: Path, name: str, wall_s: float) -> dict[str, Any]:
 
 
 def time_line(timings: dict[str, Any], total_s: float) -> str:
-    """Where a sweep's time went, in one line: its passes (which overlap), the assembly, the
-    report, the rest (start-up, the prediction tables)."""
-    parts = [("runs", "passes"), ("assembly", "assemble"), ("report and exports", "report")]
+    """Where a sweep's time went, in one line: the start-up (interpreter, imports), its passes
+    (which overlap), the assembly, the report, the rest (the prediction tables)."""
+    parts = [("start-up", "startup"), ("runs", "passes"), ("assembly", "assemble"),
+             ("report and exports", "report")]  # fmt: skip
     known = [(label, timings[key]["wall_s"]) for label, key in parts if key in timings]
     rest = total_s - sum(s for _, s in known)
     said = ", ".join(f"{label} {s:.0f} s" for label, s in known)
-    return f"took {total_s:.0f} s: {said}, the rest {rest:.0f} s (start-up, the tables)"
+    return f"took {total_s:.0f} s: {said}, the rest {rest:.0f} s (the tables)"
 
 
 def write_state(run_dir: Path, state: dict[str, Any]) -> None:
