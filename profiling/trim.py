@@ -37,6 +37,51 @@ WHOLE_TABLES = (
 )
 
 
+# Kernel columns that no query reads (launch configuration, registers, shared and local memory, the
+# mangled name, the grid id): a sweep drops them from its exports, a third of a trace's size. nsys's
+# own .nsys-rep (run-and-profile --keep-reports) keeps them for the Nsight GUI and `nsys stats`.
+UNREAD_KERNEL_COLUMNS = frozenset(
+    "mangledName launchType cacheConfig registersPerThread gridX gridY gridZ blockX blockY blockZ "
+    "staticSharedMemory dynamicSharedMemory localMemoryPerThread localMemoryTotal gridId "
+    "sharedMemoryExecuted sharedMemoryLimitConfig".split()
+)
+
+
+def slim_kernels(path: Path) -> Path:
+    """Rewrite the export at path without the kernel columns no query reads (UNREAD_KERNEL_COLUMNS):
+    every table, every row and every other column kept as it was."""
+    path = Path(path)
+    partial = path.with_name(path.name + ".slim")
+    partial.unlink(missing_ok=True)
+    out = sqlite3.connect(partial)
+    out.execute("PRAGMA journal_mode = OFF")  # a new file, renamed over the old one when whole
+    out.execute("ATTACH ? AS src", (f"file:{path}?mode=ro",))
+    kernels = "CUPTI_ACTIVITY_KIND_KERNEL"
+    schema = out.execute(
+        "SELECT type, name, tbl_name, sql FROM src.sqlite_master WHERE sql IS NOT NULL"
+        " AND name NOT LIKE 'sqlite_%' ORDER BY type != 'table'"  # tables, then indexes, views
+    ).fetchall()
+    for kind, name, table, sql in schema:
+        if kind != "table":
+            if table != kernels:  # an index on the kernels may name a dropped column
+                out.execute(sql)
+        elif name == kernels:
+            info = out.execute(f'PRAGMA src.table_info("{name}")').fetchall()
+            kept = [(c[1], c[2], c[3]) for c in info if c[1] not in UNREAD_KERNEL_COLUMNS]
+            cols = ", ".join(f'"{n}"' for n, _, _ in kept)
+            defs = ", ".join(f'"{n}" {t}' + (" NOT NULL" if nn else "") for n, t, nn in kept)
+            out.execute(f'CREATE TABLE main."{name}" ({defs})')
+            out.execute(f'INSERT INTO main."{name}" SELECT {cols} FROM src."{name}"')
+        else:
+            out.execute(sql)
+            out.execute(f'INSERT INTO main."{name}" SELECT * FROM src."{name}"')
+    out.commit()
+    out.execute("DETACH src")
+    out.close()
+    partial.replace(path)
+    return path
+
+
 def step_window(
     db: sqlite3.Connection, first: int, last: int, domain: str = "bubblelab"
 ) -> tuple[int, int]:
