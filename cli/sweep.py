@@ -62,6 +62,12 @@ def run_and_profile(
         metavar="",
         help="Force or forbid nsys (default: use it when found).",
     ),
+    keep_reports: bool = typer.Option(
+        False,
+        "--keep-reports",
+        help="Keep nsys's .nsys-rep files (every column, for the Nsight GUI and `nsys stats`) "
+        "beside the exports the analysis reads.",
+    ),
     cuda_graph_trace: str = typer.Option(
         "node",
         metavar="[node|graph]",
@@ -110,11 +116,20 @@ def run_and_profile(
             cuda_graph_trace=cuda_graph_trace,
         )
         out = out or Path("reports") / time.strftime("%Y%m%d-%H%M%S")
-    profile_and_report(spec, out, nsys=nsys, resume=resume is not None, force=force, dest=dest)
+    profile_and_report(
+        spec,
+        out,
+        nsys=nsys,
+        resume=resume is not None,
+        force=force,
+        dest=dest,
+        keep_reports=keep_reports,
+    )
 
 
 def _sweep_options(ctx: typer.Context) -> list[str]:
-    return [str(p.name) for p in ctx.command.params if p.name not in ("resume", "nsys", "json_out")]
+    how = ("resume", "nsys", "json_out", "keep_reports")  # not the sweep's options: how to run it
+    return [str(p.name) for p in ctx.command.params if p.name not in how]
 
 
 def _given(ctx: typer.Context, name: str) -> bool:
@@ -132,9 +147,10 @@ def profile_and_report(
     force: bool = False,
     dest: str | None = None,
     head: dict | None = None,
+    keep_reports: bool = False,
 ) -> Path:
     """The sweep with a progress bar, then the report and the prediction tables; with dest, the
-    JSON document (head's keys first: the demo's chat)."""
+    JSON document (head's keys first: the demo's chat). keep_reports: the .nsys-rep files stay."""
     from ..costmodel.headline import noise_lines
     from ..costmodel.perturbation import profiler_perturbation
     from ..costmodel.predict import predict_runs
@@ -182,6 +198,7 @@ def profile_and_report(
             on_run=on_run,
             say=lambda line: bar.console.print(Text(line), soft_wrap=True),  # paths: never markup
             on_plan=on_plan,
+            keep_reports=keep_reports,
         )
     results = read_results(out)
     # once: page and console

@@ -127,6 +127,32 @@ def test_nsys_forced_without_nsys_is_refused_before_any_progress(tmp_path, capsy
     assert not out.exists()
 
 
+def test_keep_reports_reaches_the_sweep_and_goes_with_resume(tmp_path, capsys, monkeypatch):
+    """--keep-reports keeps nsys's .nsys-rep files (runs.passes.finish); it says how to run the
+    sweep, not what to measure, so --resume takes it too."""
+    from bubblelab.core.errors import BubblelabError
+    from bubblelab.runs import sweep
+
+    asked: list[bool] = []
+
+    def stand_in(spec, out, **kw):
+        asked.append(kw["keep_reports"])
+        raise BubblelabError("stopped by the test")
+
+    monkeypatch.setattr(sweep, "run_sweep", stand_in)
+    out, stopped = tmp_path / "run", (2, "bubblelab: error: stopped by the test\n")
+    for extra in ([], ["--keep-reports"]):
+        code, _, err = cli(["run-and-profile", *TINY, *extra, "--out", str(out)], capsys)
+        assert (code, err) == stopped  # (the progress bar had started)
+    assert asked == [False, True]
+    monkeypatch.undo()
+    stop_after(monkeypatch, 1)
+    assert cli(["run-and-profile", *TINY, "--out", str(out)], capsys)[0] == 130
+    monkeypatch.setattr(sweep, "run_sweep", stand_in)
+    code, _, err = cli(["run-and-profile", "--resume", str(out), "--keep-reports"], capsys)
+    assert (code, err) == stopped and asked == [False, True, True]
+
+
 @pytest.fixture
 def readonly(tmp_path) -> Iterator[Path]:
     folder = tmp_path / "ro"
