@@ -56,7 +56,10 @@ def plain_sweep(out: Path) -> Path:
 
 
 def big_traces(work: Path, kernels: int) -> list[Path]:
-    """The committed seeds replayed to `kernels` kernels each, gzipped as a sweep keeps them."""
+    """The committed seeds replayed to `kernels` kernels each, slimmed and gzipped as a sweep keeps
+    them (runs.passes.compress)."""
+    from bubblelab.runs.passes import compress  # imports torch: not in the spawned processes
+
     out = []
     for seed in SEEDS:
         target = work / f"{seed}-{kernels}.sqlite.gz"
@@ -67,8 +70,7 @@ def big_traces(work: Path, kernels: int) -> list[Path]:
             big = work / f"{seed}-{kernels}.sqlite"
             big.unlink(missing_ok=True)
             scale_up(plain, big, kernels)
-            write_atomic(target, gzip.compress(big.read_bytes(), compresslevel=1))
-            big.unlink()
+            assert compress([big]) == [target]  # slimmed and gzipped as a sweep keeps them
             plain.unlink()
         out.append(target)
     return out
