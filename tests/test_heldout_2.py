@@ -180,3 +180,37 @@ def test_the_fourth_tp_set_holds_no_earlier_configuration():
     assert all(len(o["streams"]) == 2 for o in options)
     assert {c[-1] for c in configs("heldout_tp_4.json")} == {2}
     assert {1, 128} <= {c[1] for c in configs("heldout_tp_4.json")}
+
+
+def test_the_frozen_model_is_changed_by_code_not_by_docstrings(tmp_path):
+    """A held-out table says whether costmodel/ still computes what it did at the set's frozen
+    commit: a reworded docstring, comment or README is no change; code, or a module more, is."""
+    from benchmarks.heldout_2_table import model_changed, model_commit
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(tmp_path), *args], capture_output=True,
+                              text=True, check=True).stdout.strip()  # fmt: skip
+
+    model = tmp_path / "costmodel" / "law.py"
+    model.parent.mkdir()
+    model.write_text('"""The law."""\n\n\ndef speedup(a, b):\n    """T_block / T_pipe."""\n'
+                     "    return a / b\n")  # fmt: skip
+    git("init", "-q")
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "model")
+    frozen = git("rev-parse", "--short", "HEAD")
+    assert not model_changed(tmp_path, frozen)
+
+    model.write_text('"""The post\'s law, reworded."""\n\n\ndef speedup(a, b):\n'
+                     "    # why, briefly\n    return a / b\n")  # fmt: skip
+    (model.parent / "README.md").write_text("new words\n")
+    assert not model_changed(tmp_path, frozen)
+    assert model_commit({"model_commit": frozen}, tmp_path) == f"costmodel/ at {frozen}"
+
+    model.write_text('"""The law."""\n\n\ndef speedup(a, b):\n    return a / b * 0.99\n')
+    assert model_changed(tmp_path, frozen)
+    assert "CHANGED since" in model_commit({"model_commit": frozen}, tmp_path)
+
+    model.write_text('"""The law."""\n\n\ndef speedup(a, b):\n    return a / b\n')
+    (model.parent / "more.py").write_text("Z = 0.5\n")
+    assert model_changed(tmp_path, frozen)
