@@ -17,9 +17,7 @@ met.
 from __future__ import annotations
 
 import argparse
-import ast
 import json
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +30,7 @@ from bubblelab.costmodel.headline import explanation, pct_text, pts_text
 from bubblelab.costmodel.predict import predict_runs
 from bubblelab.report.summary import with_repeat_stops
 from bubblelab.runs.rundir import Results, read_results, results_path
+from tools.docs.costmodel_at_commit import model_commit
 
 SET = Path(__file__).with_name("heldout_2.json")
 MISS_PTS = 1.0
@@ -204,52 +203,6 @@ def handoff_text(r: dict) -> str:
 
 def observed(r: dict) -> str:
     return pct_text(r["observed_pct"], r["observed_lo"], r["observed_hi"], r["observed_known"])
-
-
-def model_commit(held_out: dict, root: Path = Path(__file__).parents[1]) -> str:
-    """The model the table was made with: the set's frozen commit, and whether costmodel/'s code
-    has changed since (model_changed), or this checkout's commit when none was recorded."""
-    frozen = held_out.get("model_commit")
-    try:
-        command = ["git", "-C", str(root), "rev-parse", "--short", "HEAD"]
-        head = subprocess.run(command, capture_output=True, text=True, check=True).stdout.strip()
-        if not frozen:
-            return f"costmodel/ at {head} (no model commit recorded in the set)"
-        changed = model_changed(root, frozen)
-    except (OSError, subprocess.CalledProcessError):
-        return f"frozen at {frozen} (not checked: no git)" if frozen else "unknown (no git)"
-    return f"costmodel/ at {frozen}" + (
-        " — CHANGED since: these are not the frozen model's predictions" if changed else ""
-    )
-
-
-def model_changed(root: Path, frozen: str) -> bool:
-    """Whether the checkout's costmodel/ computes anything other than it did at commit `frozen`:
-    its Python modules compared as syntax trees without their docstrings, so that a reworded
-    docstring, comment or README is no change to the model (a docstring once flagged a frozen set's
-    table as CHANGED)."""
-
-    def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
-                              check=True).stdout  # fmt: skip
-
-    then = {name for name in git("ls-tree", "-r", "--name-only", frozen, "--", "costmodel")
-            .splitlines() if name.endswith(".py")}  # fmt: skip
-    now = {str(p.relative_to(root)) for p in (root / "costmodel").rglob("*.py")}
-    if then != now:
-        return True
-    return any(_code(git("show", f"{frozen}:{name}")) != _code((root / name).read_text())
-               for name in sorted(now))  # fmt: skip
-
-
-def _code(source: str) -> str:
-    """A module's syntax tree without its docstrings (comments are never in it)."""
-    tree = ast.parse(source)
-    for node in ast.walk(tree):
-        holds = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
-        if isinstance(node, holds) and ast.get_docstring(node, clean=False) is not None:
-            node.body = node.body[1:] or [ast.Pass()]
-    return ast.dump(tree)
 
 
 def main() -> None:

@@ -185,7 +185,7 @@ def test_the_fourth_tp_set_holds_no_earlier_configuration():
 def test_the_frozen_model_is_changed_by_code_not_by_docstrings(tmp_path):
     """A held-out table says whether costmodel/ still computes what it did at the set's frozen
     commit: a reworded docstring, comment or README is no change; code, or a module more, is."""
-    from benchmarks.heldout_2_table import model_changed, model_commit
+    from tools.docs.costmodel_at_commit import model_changed, model_commit
 
     def git(*args: str) -> str:
         return subprocess.run(["git", "-C", str(tmp_path), *args], capture_output=True,

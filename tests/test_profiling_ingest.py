@@ -10,7 +10,7 @@ import pytest
 
 from bubblelab.core.errors import BubblelabError
 from bubblelab.profiling import analysis, queries
-from bubblelab.profiling.catalog import connect
+from bubblelab.profiling.catalog import connect, one_row
 from bubblelab.profiling.ingest import ingest
 from testing.synthetic_trace import TraceBuilder
 from tests.profiling_trace_builder import blocking_trace
@@ -287,7 +287,7 @@ def test_a_copied_catalog_holds_the_same_rows_in_no_more_bytes(tmp_path):
     def rows(path: Path) -> dict[str, int]:
         con = connect(path, read_only=True)
         names = [r[0] for r in con.execute("SELECT table_name FROM duckdb_tables()").fetchall()]
-        out = {n: con.execute(f'SELECT count(*) FROM "{n}"').fetchone()[0] for n in names}
+        out = {n: one_row(con, f'SELECT count(*) FROM "{n}"')[0] for n in names}
         con.close()
         return out
 

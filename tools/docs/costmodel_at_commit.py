@@ -16,6 +16,7 @@ JSON records with a `name` column. With --check, the JSON already there is compa
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import shutil
@@ -102,6 +103,52 @@ def main() -> None:
     verdict = "the same" if same else "DIFFERENT"
     print(f"{args.out}: {verdict} at {args.commit} ({len(records)} rows)")
     sys.exit(0 if same else 1)
+
+
+def model_commit(held_out: dict, root: Path = ROOT) -> str:
+    """The model the table was made with: the set's frozen commit, and whether costmodel/'s code
+    has changed since (model_changed), or this checkout's commit when none was recorded."""
+    frozen = held_out.get("model_commit")
+    try:
+        command = ["git", "-C", str(root), "rev-parse", "--short", "HEAD"]
+        head = subprocess.run(command, capture_output=True, text=True, check=True).stdout.strip()
+        if not frozen:
+            return f"costmodel/ at {head} (no model commit recorded in the set)"
+        changed = model_changed(root, frozen)
+    except (OSError, subprocess.CalledProcessError):
+        return f"frozen at {frozen} (not checked: no git)" if frozen else "unknown (no git)"
+    return f"costmodel/ at {frozen}" + (
+        " — CHANGED since: these are not the frozen model's predictions" if changed else ""
+    )
+
+
+def model_changed(root: Path, frozen: str) -> bool:
+    """Whether the checkout's costmodel/ computes anything other than it did at commit `frozen`:
+    its Python modules compared as syntax trees without their docstrings, so that a reworded
+    docstring, comment or README is no change to the model (a docstring once flagged a frozen set's
+    table as CHANGED)."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
+                              check=True).stdout  # fmt: skip
+
+    then = {name for name in git("ls-tree", "-r", "--name-only", frozen, "--", "costmodel")
+            .splitlines() if name.endswith(".py")}  # fmt: skip
+    now = {str(p.relative_to(root)) for p in (root / "costmodel").rglob("*.py")}
+    if then != now:
+        return True
+    return any(_code(git("show", f"{frozen}:{name}")) != _code((root / name).read_text())
+               for name in sorted(now))  # fmt: skip
+
+
+def _code(source: str) -> str:
+    """A module's syntax tree without its docstrings (comments are never in it)."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        holds = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+        if isinstance(node, holds) and ast.get_docstring(node, clean=False) is not None:
+            node.body = node.body[1:] or [ast.Pass()]
+    return ast.dump(tree)
 
 
 if __name__ == "__main__":
