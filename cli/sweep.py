@@ -170,6 +170,7 @@ def profile_and_report(
     if nsys:
         find_nsys()
     console = console_for(dest)
+    before = _made(out)
     startup = clock.elapsed()  # the interpreter, the imports, the checks: before any run
     with Progress(
         TextColumn("{task.description}"),
@@ -218,6 +219,10 @@ def profile_and_report(
     if len(perturbation):
         show(console, perturbation_table(perturbation))
     spent = {**results.provenance.get("timings", {}), **timings}  # + the assembly's
+    # A resumed sweep with nothing left runs and assembles nothing: an earlier call's parts are
+    # not this call's time.
+    ran, assembled = (now != then for now, then in zip(_made(out), before, strict=True))
+    spent = {k: v for k, v in spent.items() if {"passes": ran, "assemble": assembled}.get(k, True)}
     # one unwrapped line, so that a log can be searched for it
     console.print(time_line(spent, clock.elapsed()), markup=False, soft_wrap=True)
     console.print(Text(f"report: {report}"), soft_wrap=True)  # last: scripts read it
@@ -235,6 +240,17 @@ def profile_and_report(
     if written is not None:
         console.print(Text(f"wrote {written}"), soft_wrap=True)
     return report
+
+
+def _made(out: Path) -> tuple[frozenset[str], int | None]:
+    """What a call of the sweep may add to out: finished runs, and a new results file."""
+    from ..runs.rundir import results_path
+    from ..runs.state import finished_runs
+
+    if not out.is_dir():
+        return frozenset(), None
+    results = results_path(out)
+    return frozenset(finished_runs(out)), results.stat().st_mtime_ns if results else None
 
 
 def perturbation_table(table) -> Table:

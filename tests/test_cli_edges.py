@@ -80,6 +80,16 @@ def test_a_path_is_printed_as_typed_never_as_markup(tmp_path, capsys, monkeypatc
     assert {"report", "startup"} <= set(json.loads((out / "runs" / "timings.json").read_text()))
 
 
+def test_resuming_a_finished_sweep_says_it_ran_nothing_and_counts_no_earlier_time(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert cli(["run-and-profile", *TINY, "--out", str(out)], capsys)[0] == 0
+    code, stdout, _ = cli(["run-and-profile", "--resume", str(out)], capsys)
+    assert code == 0 and "nothing left to run" in stdout
+    took = re.search(r"took \d+ s: .*", stdout)
+    assert took and "start-up" in took[0] and "report" in took[0]
+    assert "runs" not in took[0] and "assembly" not in took[0]  # the first call's, not this one's
+
+
 # -- damaged run records ---------------------------------------------------------------------------
 def test_a_damaged_run_record_is_skipped_by_report_and_run_again_by_resume(tmp_path, capsys):
     out = tmp_path / "run"
