@@ -164,7 +164,18 @@ def render_report(
         found=found or [],
         unsure=[f for f in found or [] if not f["sure"]],
     )
+    _mark_unsure(configs, found or [], splits or [])
     return _env().get_template("report.html.j2").render(**context)
+
+
+def _mark_unsure(configs: list[dict], found: list[dict], splits: list[dict]) -> None:
+    """Mark each row of the step table that stands on a run whose steps are not sure (and that no
+    sure rank 0 confirms), as `bubblelab analyze` marks its cells ~: the card on how the steps
+    were found says why, but a figure copied from the table must carry its doubt with it."""
+    confirmed = {i for s in splits if s.get("sure") for i in s.get("run_ids", [])}
+    unsure = {f["run_id"] for f in found if not f["sure"]} - confirmed
+    for row in configs:
+        row["unsure"] = bool(unsure & set(row["run_ids"]))
 
 
 def report_run_dir(

@@ -94,6 +94,7 @@ def config_table(results: Results) -> list[dict]:
         depths = [known_int(d) or 0 for d in runs["depth"]]
         as_traced = 0 in depths
         row: dict = {"config": config, "batch": None if pd.isna(batch) else int(batch)}
+        row["run_ids"] = list(runs["run_id"])
         row["as_traced"] = as_traced
         for depth in (1, 2):
             at = runs[[d == (0 if as_traced and depth == 1 else depth) for d in depths]]

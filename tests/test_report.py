@@ -440,3 +440,23 @@ def test_a_trace_of_one_engine_over_two_gpus_gets_its_ranks_side_by_side(tmp_pat
 def test_our_own_runs_need_no_card_on_how_their_steps_were_found(demo_dir):
     page = report_run_dir(demo_dir, n_boot=20, export=False).read_text()
     assert 'id="found"' not in page and 'id="split"' not in page
+
+
+def test_a_run_whose_steps_are_not_sure_carries_its_mark_into_the_step_table(tmp_path):
+    """As `bubblelab analyze` marks such a run's cells ~: a figure copied from the page's table
+    keeps its doubt (a JAX-like engine waiting in a host callback: only its pauses mark a step)."""
+    from testing.synthetic_engines import Engine
+    from tests.test_profiling_foreign import build
+
+    trace, _ = build(tmp_path / "t.sqlite", Engine(steps=14, wait="callback", graphs_per_step=8,
+                                                   nodes=16))  # fmt: skip
+    page = report_run_dir(trace, n_boot=20, export=False, out=tmp_path / "r.html").read_text()
+    table = page[page.index('id="step"') : page.index('id="timeline"')]
+    text = " ".join(html.unescape(re.sub(r"<[^>]+>", " ", table)).split())
+    assert re.search(r"Fake GPU ~ 1 as traced", text)
+    assert "~ : the steps of this run are not sure" in text
+
+    sure, _ = build(tmp_path / "s.sqlite", Engine(steps=14))
+    page = report_run_dir(sure, n_boot=20, export=False, out=tmp_path / "s.html").read_text()
+    table = page[page.index('id="step"') : page.index('id="timeline"')]
+    assert "not sure" not in table and "~</span>" not in table
