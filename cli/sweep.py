@@ -84,6 +84,8 @@ def run_and_profile(
     from ..runs.sweep import SweepSpec, sweep_spec
 
     dest = check_json_dest(json_out)
+    if keep_reports and nsys is False:
+        raise BubblelabError("--keep-reports keeps nsys's reports: leave out --no-nsys")
     if resume is not None:
         if given := [name for name in _sweep_options(ctx) if _given(ctx, name)]:
             raise BubblelabError(

@@ -150,9 +150,14 @@ def test_keep_reports_reaches_the_sweep_and_goes_with_resume(tmp_path, capsys, m
         raise BubblelabError("stopped by the test")
 
     monkeypatch.setattr(sweep, "run_sweep", stand_in)
+    refused = cli(
+        ["run-and-profile", *TINY, "--keep-reports", "--out", str(tmp_path / "x")], capsys
+    )
+    assert "--keep-reports keeps nsys's reports: leave out --no-nsys" in one_line_error(*refused)
     out, stopped = tmp_path / "run", (2, "bubblelab: error: stopped by the test\n")
+    auto = [a for a in TINY if a != "--no-nsys"]  # nsys where found (the stand-in looks for none)
     for extra in ([], ["--keep-reports"]):
-        code, _, err = cli(["run-and-profile", *TINY, *extra, "--out", str(out)], capsys)
+        code, _, err = cli(["run-and-profile", *auto, *extra, "--out", str(out)], capsys)
         assert (code, err) == stopped  # (the progress bar had started)
     assert asked == [False, True]
     monkeypatch.undo()
