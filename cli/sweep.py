@@ -65,6 +65,7 @@ def run_and_profile(
     keep_reports: bool = typer.Option(
         False,
         "--keep-reports",
+        metavar="",
         help="Keep nsys's .nsys-rep files (every column, for the Nsight GUI and `nsys stats`) "
         "beside the exports the analysis reads.",
     ),
