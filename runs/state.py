@@ -181,9 +181,10 @@ def record_timing(run_dir: Path, name: str, wall_s: float) -> dict[str, Any]:
 
 
 def time_line(timings: dict[str, Any], total_s: float) -> str:
-    """Where a sweep's time went, in one line: the start-up (interpreter, imports), its passes
-    (which overlap), the assembly, the report, the rest (the prediction tables)."""
-    parts = [("start-up", "startup"), ("runs", "passes"), ("assembly", "assemble"),
+    """Where a sweep's time went, in one line: what came before its runs (the interpreter, the
+    imports, the checks; the demo's chat), its passes (which overlap), the assembly, the report,
+    the rest (the prediction tables)."""
+    parts = [("before the runs", "startup"), ("runs", "passes"), ("assembly", "assemble"),
              ("report and exports", "report")]  # fmt: skip
     known = [(label, timings[key]["wall_s"]) for label, key in parts if key in timings]
     rest = total_s - sum(s for _, s in known)

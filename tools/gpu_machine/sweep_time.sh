@@ -5,7 +5,7 @@
 #   bash tools/gpu_machine/sweep_time.sh
 # 1. The default command (5 unprofiled repeats + one under nsys). 2. The same with --repeats 1 (one
 # run per configuration and depth, as the item counts it). Writes under $OUT: sweep-time.log,
-# <name>.results.json.gz and <name>.nsys.log per sweep; sweep-time.log ends with each sweep's
+# <name>.results.json.gz, <name>.nsys.log, <name>.timings.json and <name>.sizes.txt per sweep; sweep-time.log ends with each sweep's
 # breakdown (python -m tools.docs.sweep_time). Copy them to docs/measurements/<date>/sweep-time/.
 set -u
 OUT=${OUT:-/tmp/sweep-time-out}
@@ -25,6 +25,9 @@ sweep() {  # name, time limit (s), run-and-profile arguments...
   echo "$name: rc=${PIPESTATUS[0]} wall $(python3 -c "import time; print(f'{time.time() - $start:.1f}')") s"
   [ -f "$dir/results.json.gz" ] && cp "$dir/results.json.gz" "$OUT/$name.results.json.gz"
   [ -f "$dir/runs/nsys/nsys.log" ] && cp "$dir/runs/nsys/nsys.log" "$OUT/$name.nsys.log"
+  # the parts recorded after the assembly (before the runs, the report) and every part's bytes
+  [ -f "$dir/runs/timings.json" ] && cp "$dir/runs/timings.json" "$OUT/$name.timings.json"
+  [ -d "$dir" ] && du -sb "$dir" "$dir"/* "$dir"/traces/* 2>/dev/null > "$OUT/$name.sizes.txt"
 }
 
 sweep sweep-time-default 260
