@@ -1,7 +1,8 @@
 """The command's own clock. `run-and-profile` says how long it took; counted from main() it left
-out the interpreter's start and the imports before main (it said 277 s where the shell measured
-296.6 s on an H100 machine). A command run from the shell counts from the process's start, as the
-shell's `time` does; main() called in-process (tests, notebooks) counts from that call.
+out the interpreter's start and the imports before main (it said 291 s where the shell measured
+309.6 s on an H100 machine: docs/measurements/2026-11-27/sweep-time/sweep-time.log). A command
+run from the shell counts from the process's start, as the shell's `time` does; main() called
+in-process (tests, notebooks) counts from that call.
 """
 
 from __future__ import annotations
