@@ -5,8 +5,10 @@ Each repeat pairs a depth-1 and a depth-2 run on the same requests
 median pair with its interval (costmodel.observed.median_of_pairs), the same figure the prediction
 table shows; it is inside its noise when fewer than two pairs ran (the noise is unknown) or when the
 interval holds 0 (costmodel.headline.inside_noise: with up to five pairs the interval is their
-range, so the pairs disagree on its sign). Beside it, the walls'
-coefficient of variation over the repeats of each depth. The demo prints these lines: a laptop's
+range, so the pairs disagree on its sign). Outside it only when that interval is a 95% one: pairs
+that all agree on the sign prove nothing at 95% until there are six of them (three agree by chance
+one time in four), and the sentence says so. Beside it, the walls' coefficient of variation over
+the repeats of each depth. The demo prints these lines: a laptop's
 CPU, shared with whatever else runs, often moves a run by more than pipelining does.
 """
 
@@ -16,7 +18,14 @@ import numpy as np
 import pandas as pd
 
 from ..costmodel.headline import inside_noise
-from ..costmodel.observed import cv_pct, median_of_pairs, pair_ratios, pair_repeats
+from ..costmodel.observed import (
+    LEVEL,
+    cv_pct,
+    median_interval,
+    median_of_pairs,
+    pair_ratios,
+    pair_repeats,
+)
 
 
 def speedup_noise(runs: pd.DataFrame) -> list[dict]:
@@ -32,12 +41,16 @@ def speedup_noise(runs: pd.DataFrame) -> list[dict]:
             continue
         t1, w1 = [a.generated_tokens for a, _ in pairs], [a.wall_s for a, _ in pairs]
         t2, w2 = [b.generated_tokens for _, b in pairs], [b.wall_s for _, b in pairs]
-        each = [100 * (r - 1) for r in pair_ratios(t1, w1, t2, w2)]
-        observed = median_of_pairs(pair_ratios(t1, w1, t2, w2))
+        ratios = pair_ratios(t1, w1, t2, w2)
+        each = [100 * (r - 1) for r in ratios]
+        observed = median_of_pairs(ratios)
+        inside = len(each) < 2 or inside_noise(observed.columns())
         out.append({
             "model": model, "streams": int(streams), "pairs": len(pairs),
             "speedup_pct": observed.pct, "pair_speedups_pct": each,
-            "inside_noise": len(each) < 2 or inside_noise(observed.columns()),
+            "inside_noise": inside,
+            # outside at 95% only: the interval of a few pairs is their range, which covers less
+            "too_few_pairs": not inside and median_interval(ratios)[2] < LEVEL,
             "wall_cv_pct": {1: cv_pct(w1), 2: cv_pct(w2)},
         })  # fmt: skip
     return out
@@ -56,6 +69,9 @@ def noise_lines(runs: pd.DataFrame) -> list[str]:
             verdict = "one pair: its noise is unknown (more repeats tell)"
         elif c["inside_noise"]:
             verdict = "inside the noise: the pairs disagree on its sign"
+        elif c["too_few_pairs"]:
+            verdict = (f"every pair agrees on its sign, but {c['pairs']} pairs are too few to "
+                       "tell it from the noise (6 that agree would, at 95%)")  # fmt: skip
         else:
             verdict = "outside the noise: every pair agrees on its sign"
         label = f"{c['streams']} stream{'s' if c['streams'] != 1 else ''}"

@@ -29,8 +29,22 @@ def test_a_speedup_the_pairs_disagree_on_is_inside_the_noise():
     lines = noise_lines(table)
     assert lines[0].startswith("1 stream: depth 2 ") and "pairs +5.0, -10.0, +2.0" in lines[0]
     assert lines[0].endswith("inside the noise: the pairs disagree on its sign")
-    assert lines[1].startswith("4 streams") and "outside the noise" in lines[1]
+    # three pairs of one sign happen by chance one time in four: not enough to say "outside"
+    assert lines[1].startswith("4 streams") and "outside the noise" not in lines[1]
+    assert lines[1].endswith("every pair agrees on its sign, but 3 pairs are too few to tell "
+                             "it from the noise (6 that agree would, at 95%)")  # fmt: skip
     assert lines[2].endswith("one pair: its noise is unknown (more repeats tell)")
+
+
+@pytest.mark.parametrize(("n", "outside"), [(5, False), (6, True)])
+def test_outside_the_noise_takes_a_95_percent_interval_clear_of_zero(n, outside):
+    table = pd.DataFrame(runs(4, [5.0 + i for i in range(n)]))
+    (found,) = speedup_noise(table)
+    assert not found["inside_noise"] and found["too_few_pairs"] is not outside
+    assert (
+        noise_lines(table)[0].endswith("outside the noise: every pair agrees on its sign")
+        is outside
+    )
 
 
 def test_the_noise_line_shows_the_prediction_tables_figure():
