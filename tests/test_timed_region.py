@@ -169,3 +169,24 @@ def test_a_runs_steady_step_median_is_the_prediction_tables(tiny_llama):
     steps = steady_state(per_step_from_timeline(result.timeline, "r", 2))
     assert len(steps) > 5
     assert result.summary["steady_step_ms_median"] == pytest.approx(steps["period_ms"].median())
+
+
+def test_what_the_timed_region_froze_is_freed_at_exit(tmp_path):
+    """gc.freeze keeps the engine out of every later collection, and once kept it out of the last
+    one at exit too: Triton's nanobind then printed ~40 lines of 'leaked' objects after every CPU
+    sweep (the demo's last screen). The region hands them back to the collector at exit."""
+    import subprocess
+    import sys
+
+    code = (
+        "from pathlib import Path\n"
+        "from bubblelab.runs.sweep import SweepSpec, run_sweep\n"
+        "spec = SweepSpec(model='tiny-llama', streams=[1], output_len_mean=4,"
+        " requests_per_stream=1, repeats=1, max_model_len=64)\n"
+        f"run_sweep(spec, Path({str(tmp_path / 'run')!r}), use_nsys=False, say=lambda _: None)\n"
+        "import gc\n"
+        "assert gc.get_freeze_count() > 0\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "leaked" not in done.stderr, done.stderr[-2000:]
