@@ -1,4 +1,4 @@
-"""Trim an nsys SQLite export to a window of steps, keeping only what the analysis reads.
+"""Trim an nsys SQLite export to a window of steps, or to the columns the analysis reads.
 
 Committed traces must stay small: a window of a few hundred steps, and the tables the ingestion
 queries (NVTX, kernels, copies, memsets, runtime calls, syncs, OS runtime calls) plus the small
