@@ -8,8 +8,8 @@ interval holds 0 (costmodel.headline.inside_noise: with up to five pairs the int
 range, so the pairs disagree on its sign). Outside it only when that interval is a 95% one: pairs
 that all agree on the sign prove nothing at 95% until there are six of them (three agree by chance
 one time in four), and the sentence says so. Beside it, the walls' coefficient of variation over
-the repeats of each depth. The demo prints these lines: a laptop's
-CPU, shared with whatever else runs, often moves a run by more than pipelining does.
+the repeats of each depth. The demo prints these lines: a laptop's CPU, shared with whatever else
+runs, often moves a run by more than pipelining does.
 """
 
 from __future__ import annotations
