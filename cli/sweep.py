@@ -96,6 +96,8 @@ def run_and_profile(
         state = read_state(resume)
         if state is None:
             raise BubblelabError(f"{resume} holds no sweep to resume")
+        if keep_reports and state.get("profiler") != "nsys":
+            raise BubblelabError(f"--keep-reports keeps nsys's reports: {resume} ran without nsys")
         spec = SweepSpec(**state["spec"])
         out = resume
     else:
