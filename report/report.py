@@ -123,6 +123,8 @@ def render_report(
     blog = predict_blog()
     measured = summary.unprofiled(results)  # what the engine does; the profiler's own section
     configs = summary.config_table(measured)
+    together = _confirmed_together(splits or [])
+    _mark_unsure(configs, found or [], together)
     attribution = summary.attribution_per_step(measured)
     split = summary.headline_split(attribution)
     gaps = summary.gap_samples(measured)
@@ -163,17 +165,22 @@ def render_report(
         splits=splits or [],
         found=found or [],
         unsure=[f for f in found or [] if not f["sure"]],
+        together=together,
     )
-    _mark_unsure(configs, found or [], splits or [])
     return _env().get_template("report.html.j2").render(**context)
 
 
-def _mark_unsure(configs: list[dict], found: list[dict], splits: list[dict]) -> None:
+def _confirmed_together(splits: list[dict]) -> set[str]:
+    """The runs of an engine split over GPUs whose steps the sure split confirms (a worker unsure
+    on its own, its steps matched to rank 0's sure ones)."""
+    return {run_id for s in splits if s.get("sure") for run_id in s.get("run_ids", [])}
+
+
+def _mark_unsure(configs: list[dict], found: list[dict], together: set[str]) -> None:
     """Mark each row of the step table that stands on a run whose steps are not sure (and that no
     sure rank 0 confirms), as `bubblelab analyze` marks its cells ~: the card on how the steps
     were found says why, but a figure copied from the table must carry its doubt with it."""
-    confirmed = {i for s in splits if s.get("sure") for i in s.get("run_ids", [])}
-    unsure = {f["run_id"] for f in found if not f["sure"]} - confirmed
+    unsure = {f["run_id"] for f in found if not f["sure"]} - together
     for row in configs:
         row["unsure"] = bool(unsure & set(row["run_ids"]))
 
