@@ -209,10 +209,10 @@ def profile_and_report(
     results = read_results(out)
     # once: page and console
     table = predict_runs(results.runs, results.steps, results.requests, ranks=results.ranks)
+    record_timing(out, "startup", startup)
     with console.status("writing the report"):
         reporting = time.perf_counter()
         report = report_run_dir(out, table=table)
-        record_timing(out, "startup", startup)
         timings = record_timing(out, "report", time.perf_counter() - reporting)
     if len(table):
         for printed in prediction_tables(table):
@@ -247,15 +247,16 @@ def profile_and_report(
     return report
 
 
-def _made(out: Path) -> tuple[frozenset[str], int | None]:
-    """What a call of the sweep may add to out: finished runs, and a new results file."""
+def _made(out: Path) -> tuple[object, int | None]:
+    """What a call of the sweep changes when it runs and when it assembles: the passes' wall in
+    runs/timings.json (run_sweep writes it only when a pass ran) and the results file."""
     from ..runs.rundir import results_path
-    from ..runs.state import finished_runs
+    from ..runs.state import read_json
 
-    if not out.is_dir():
-        return frozenset(), None
-    results = results_path(out)
-    return frozenset(finished_runs(out)), results.stat().st_mtime_ns if results else None
+    timings = out / "runs" / "timings.json"
+    results = results_path(out) if out.is_dir() else None
+    return (read_json(timings).get("passes") if timings.is_file() else None,
+            results.stat().st_mtime_ns if results else None)  # fmt: skip
 
 
 def perturbation_table(table) -> Table:
