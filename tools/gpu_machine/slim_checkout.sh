@@ -4,11 +4,12 @@
 # and results under docs/measurements/ and reports/ have passed that. None of them is read on the GPU
 # machine, so before a call set the largest aside in the working tree, and bring them back after:
 #   bash tools/gpu_machine/slim_checkout.sh aside     # removes them from the working tree only
+#   SLIM_BUDGET_MIB=30 bash tools/gpu_machine/slim_checkout.sh aside   # when .device/ is larger
 #   bash tools/gpu_machine/slim_checkout.sh back      # git checkout restores those deleted
 # Nothing is committed either way; `git status` shows them deleted while set aside.
 set -eu
 cd "$(git rev-parse --show-toplevel)"
-budget=$((38 * 1024 * 1024))  # the tracked files' share of the transfer
+budget=$((${SLIM_BUDGET_MIB:-38} * 1024 * 1024))  # the tracked files' share of the transfer (MiB)
 big() {  # tracked files under docs/measurements/ and reports/, largest first
   git ls-files -z docs/measurements reports | xargs -0 du -b | sort -rn | awk '{print $2}'
 }
