@@ -168,7 +168,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", type=Path)
     ap.add_argument("--child", type=Path, help=argparse.SUPPRESS)
-    ap.add_argument("--only", default="", help="comma-separated variant names")
+    ap.add_argument("--only", default="", help="variant names, separated by semicolons")
     args = ap.parse_args()
     if args.child:
         args.child.write_text(json.dumps(_rounds(args)))
@@ -180,7 +180,12 @@ def main() -> None:
     tmp.mkdir(parents=True, exist_ok=True)
     child = [sys.executable, "-m", "benchmarks.nsys_overhead", "--model", args.model,
              "--tokens", str(args.tokens), "--rounds", str(args.rounds)]  # fmt: skip
-    wanted = [v for v in args.only.split(",") if v] or ["no nsys", *VARIANTS]
+    wanted = [v.strip() for v in args.only.split(";") if v.strip()] or ["no nsys", *VARIANTS]
+    unknown = [v for v in wanted if v != "no nsys" and v not in VARIANTS]
+    if unknown:
+        ap.error(
+            f"unknown option sets {unknown}; known: 'no nsys', {', '.join(map(repr, VARIANTS))}"
+        )
     result: dict = {"nsys": version, "model": args.model, "sets": {}}
     for name in wanted:
         extra = VARIANTS.get(name, [])

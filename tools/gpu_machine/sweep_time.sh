@@ -30,8 +30,9 @@ sweep() {  # name, time limit (s), run-and-profile arguments...
   [ -d "$dir" ] && du -sb "$dir" "$dir"/* "$dir"/traces/* 2>/dev/null > "$OUT/$name.sizes.txt"
 }
 
-sweep sweep-time-default 260
-sweep sweep-time-repeats1 170 --repeats 1
+# SWEEPS="default" runs only the first (a call with less device time left)
+case " ${SWEEPS:-default repeats1} " in *" default "*) sweep sweep-time-default "${DEFAULT_LIMIT_S:-260}" ;; esac
+case " ${SWEEPS:-default repeats1} " in *" repeats1 "*) sweep sweep-time-repeats1 170 --repeats 1 ;; esac
 for f in "$OUT"/*.results.json.gz; do
   [ -f "$f" ] && python3 -m tools.docs.sweep_time "$f"
 done
