@@ -176,7 +176,8 @@ def main() -> None:
     wanted = [v.strip() for v in args.only.split(";") if v.strip()] or ["no nsys", *VARIANTS]
     unknown = [v for v in wanted if v != "no nsys" and v not in VARIANTS]
     if unknown:
-        ap.error(
+        known = ", ".join(map(repr, ["no nsys", *VARIANTS]))
+        ap.error(f"unknown option sets {unknown}; known: {known}")
     nsys = os.environ.get("NSYS", "nsys")
     help_text = _offered(nsys)
     version = subprocess.run([nsys, "--version"], capture_output=True, text=True).stdout.strip()
@@ -184,8 +185,6 @@ def main() -> None:
     tmp.mkdir(parents=True, exist_ok=True)
     child = [sys.executable, "-m", "benchmarks.nsys_overhead", "--model", args.model,
              "--tokens", str(args.tokens), "--rounds", str(args.rounds)]  # fmt: skip
-            f"unknown option sets {unknown}; known: 'no nsys', {', '.join(map(repr, VARIANTS))}"
-        )
     result: dict = {"nsys": version, "model": args.model, "sets": {}}
     for name in wanted:
         extra = VARIANTS.get(name, [])
