@@ -14,9 +14,10 @@ is pipelined (README.md, "From depth 1 alone"):
 Under nsys every CUDA-graph launch holds the host far longer than unprofiled, all of it exposed in a
 blocking loop, so the trace's T_block is the profiled engine's. Measured on our engine (qwen3-0.6b,
 docs/foreign-traces.md): ~0.25 ms a launch traced node by node (--cuda-graph-trace=node), ~0.10 ms
-traced whole (=graph), a few tens of us unprofiled. Given the launches (`graph_launches`), the
-prediction says so, names their host time, and is marked an upper bound for the unprofiled engine
-(`bound`) where the GPU's work outlasts the host's without them.
+traced whole (=graph), 3.5-7.7 us unprofiled (H200, docs/measurements.md section 8). Given the
+launches (`graph_launches`), the prediction says so, names their host time, and is marked an
+upper bound for the unprofiled engine (`bound`) where the GPU's work outlasts the host's without
+them.
 
 Inputs are profiling's tables (the per-step table, the sync summary, the node-traced graph
 launches); profiling never imports this.

@@ -57,7 +57,7 @@ def test_graph_rows_are_the_gpu_work_and_native_and_foreign_agree(raw):
 
 
 def test_a_graph_mode_prediction_is_marked_and_the_kernel_view_says_why():
-    """Traced whole, a launch still held the host ~0.1 ms (a few tens of us unprofiled): the
+    """Traced whole, a launch still held the host ~0.1 ms (a few us unprofiled): the
     prediction says so and is an upper bound (the GPU's work outlasts the host's)."""
     run, _ = read("none")
     gain = run["pipelining"]
