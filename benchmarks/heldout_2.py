@@ -37,7 +37,10 @@ def specs(
     """name -> the sweep's options, checked (SweepSpec) before anything runs."""
     out = {}
     for sweep in held_out["sweeps"]:
-        options = {**sweep["options"], **held_out["repeats"], "device": device}
+        # A set runs by the repeat rule it was committed with: one that names no out_of_reach
+        # stop predates it, and spends its budget.
+        options = {"out_of_reach": False, **sweep["options"], **held_out["repeats"]}
+        options["device"] = device
         if budget_s is not None:
             options["budget_s"] = budget_s
         if max_pairs is not None:

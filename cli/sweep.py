@@ -46,6 +46,12 @@ def run_and_profile(
     budget_s: float = typer.Option(
         30.0, help="Seconds of runs per configuration before it stops, known or not."
     ),
+    out_of_reach: bool = typer.Option(
+        True,
+        "--stop-out-of-reach/--spend-budget",
+        metavar="",
+        help="After 4 pairs, stop a configuration whose spread puts ±1 point beyond its budget.",
+    ),
     constraint: str | None = options.CONSTRAINT,
     max_model_len: int = options.MAX_MODEL_LEN,
     attention_backend: str = options.ATTENTION_BACKEND,
@@ -114,6 +120,7 @@ def run_and_profile(
             repeats=repeats,
             min_repeats=min_repeats,
             budget_s=budget_s,
+            out_of_reach=out_of_reach,
             constraint=constraint,
             constrained_share=1.0 if constraint else 0.0,
             max_model_len=max_model_len,

@@ -8,13 +8,18 @@ each pair asks `decide` whether to run another. It stops
 - **known**: at least `min_pairs` and the median pair's 95% interval (costmodel.observed) is within
   ±1 point;
 - **budget spent**: at least `min_pairs`, and the configuration's runs have taken `budget_s`;
-- **max pairs**: `max_pairs` ran.
+- **max pairs**: `max_pairs` ran;
+- **out of reach** (unless `out_of_reach` is off): at least 4 pairs (and `min_pairs`), and even at
+  the least spread their pairs allow, the interval would need more pairs than the budget (or
+  max_pairs) affords. A noisy host (docs/measurements.md section 7) would spend the rest of the
+  budget and still not know it, so the time goes to the next configuration (issue #25 item 6).
 
 Nothing else: the rule never looks at the speedup itself, only at how well it is known.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -23,7 +28,11 @@ from ..core.checks import check_float, check_int
 from ..core.errors import OptionError
 from .observed import Observed, cv_pct, median_of_pairs, pair_ratios, wall_cv_pct
 
-KNOWN, BUDGET, MAX_PAIRS = "known", "budget spent", "max pairs"
+KNOWN, BUDGET, MAX_PAIRS, OUT_OF_REACH = "known", "budget spent", "max pairs", "out of reach"
+REACH_MIN_PAIRS = 4  # the spread of fewer says too little to give up on
+# The median's standard error is 1.2533 sigma / sqrt(n) for normal noise; its 95% interval then
+# spans 1.96 of them each way.
+MEDIAN_SE, Z95, Z95_ONE_SIDED = 1.2533, 1.96, 1.645
 
 
 @dataclass(frozen=True)
@@ -31,6 +40,7 @@ class RepeatRule:
     budget_s: float = 30.0  # seconds of runs (warm-up and workload) a configuration may take
     min_pairs: int = 3  # fewer say nothing about the spread
     max_pairs: int = 20
+    out_of_reach: bool = True  # stop once ±1 point is out of reach (False: spend the budget)
 
     def __post_init__(self) -> None:
         check_float("budget_s", self.budget_s, 0, 1e6)
@@ -54,6 +64,8 @@ class Verdict:
     cv_d2_pct: float
     step_cv_d1_pct: float = float("nan")  # each run's median decode step: the noise alone
     step_cv_d2_pct: float = float("nan")
+    pairs_needed: float = float("nan")  # for ±1 point at the least spread the pairs allow
+    pairs_affordable: float = float("nan")  # what the budget and max_pairs leave room for
 
     def record(self) -> dict:
         """As results.json keeps it (provenance "repeats", one per configuration)."""
@@ -67,14 +79,18 @@ def decide(
     """The rule, after each pair: tokens and wall seconds of the configuration's pairs so far, at
     each depth, and the seconds its runs took; steps1 / steps2, each run's median decode step (ms),
     only for the record."""
-    observed = median_of_pairs(pair_ratios(tokens1, wall1, tokens2, wall2))
+    ratios = pair_ratios(tokens1, wall1, tokens2, wall2)
+    observed = median_of_pairs(ratios)
     n = observed.pairs
+    needed, affordable = pairs_needed(ratios), pairs_affordable(n, spent_s, rule)
     if n >= rule.min_pairs and observed.known:
         stop: str | None = KNOWN
     elif n >= rule.max_pairs:
         stop = MAX_PAIRS
     elif n >= rule.min_pairs and spent_s >= rule.budget_s:
         stop = BUDGET
+    elif rule.out_of_reach and n >= max(rule.min_pairs, REACH_MIN_PAIRS) and needed > affordable:
+        stop = OUT_OF_REACH
     else:
         stop = None
     return Verdict(
@@ -86,7 +102,33 @@ def decide(
         cv_d2_pct=wall_cv_pct(tokens2, wall2),
         step_cv_d1_pct=cv_pct(steps1),
         step_cv_d2_pct=cv_pct(steps2),
+        pairs_needed=needed,
+        pairs_affordable=affordable,
     )
+
+
+def pairs_needed(ratios) -> float:
+    """Pairs the median's 95% interval would need to be within ±1 point, were the pairs' spread
+    the least their sample allows: the one-sided 95% lower confidence bound of their standard
+    deviation (chi-square, Wilson-Hilferty), so that a few unlucky pairs do not give up on a
+    configuration that would settle. NaN under 2 pairs."""
+    points = (np.asarray(ratios, dtype=float) - 1.0) * 100.0
+    k = points.size - 1
+    if k < 1:
+        return float("nan")
+    chi2_95 = k * (1 - 2 / (9 * k) + Z95_ONE_SIDED * math.sqrt(2 / (9 * k))) ** 3  # its 95th pct
+    sd_low = float(points.std(ddof=1)) * math.sqrt(k / chi2_95)
+    return (Z95 * MEDIAN_SE * sd_low) ** 2  # half-width 1 point
+
+
+def pairs_affordable(n: int, spent_s: float, rule: RepeatRule) -> float:
+    """The pairs the configuration can make in all: its budget at the pace so far (the budget
+    rule stops at the first pair past it), at most max_pairs."""
+    if n == 0:
+        return float(rule.max_pairs)
+    pace = spent_s / n
+    by_budget = math.ceil(rule.budget_s / pace) if pace > 0 else rule.max_pairs
+    return float(min(rule.max_pairs, max(n, by_budget)))
 
 
 def pair_order(pair: int) -> tuple[int, int]:
@@ -99,9 +141,14 @@ def describe(v: dict) -> str:
     pct, lo, hi = v["observed_pct"], v["observed_lo"], v["observed_hi"]
     interval = f" [{lo:+.1f}, {hi:+.1f}]" if np.isfinite(lo) else ""
     mark = "" if v["observed_known"] else " ?"
-    why = {KNOWN: "known to ±1 point", BUDGET: "not known: budget spent"}.get(
-        v["stop"], "not known: every repeat ran"
-    )
+    why = {
+        KNOWN: "known to ±1 point",
+        BUDGET: "not known: budget spent",
+        OUT_OF_REACH: (
+            f"not known: ±1 point would take ~{v.get('pairs_needed', np.nan):.0f} pairs at this "
+            f"spread, the budget affords {v.get('pairs_affordable', np.nan):.0f}"
+        ),
+    }.get(v["stop"], "not known: every repeat ran")
     step = (v.get("step_cv_d1_pct", np.nan), v.get("step_cv_d2_pct", np.nan))
     walls = f"{v['cv_d1_pct']:.1f}% (depth 1), {v['cv_d2_pct']:.1f}% (depth 2)"
     noise = (

@@ -156,15 +156,24 @@ def headline(predictions: pd.DataFrame, configs: list[dict]) -> dict | None:
 def with_repeat_stops(predictions: pd.DataFrame, provenance: dict) -> pd.DataFrame:
     """The prediction table with `repeat_stop`: why each configuration's repeats stopped, as the
     sweep recorded it (provenance "repeats", by stream count; runs.repeats), e.g. "known to ±1
-    point after 8 pairs" or "budget spent after 12 pairs (31 s)"; None without a record."""
+    point after 8 pairs", "budget spent after 12 pairs (31 s)" or "±1 point out of reach (~60 pairs)
+    after 4 pairs (9 s)"; None without a record."""
     verdicts = provenance.get("repeats") if isinstance(provenance, dict) else None
     by_streams = {v["streams"]: v for v in verdicts or [] if isinstance(v, dict) and "stop" in v}
     stops = []
     for streams in predictions.get("streams", pd.Series(dtype=object)):
         v = by_streams.get(streams)
-        what = {"known": "known to ±1 point"}.get(v["stop"], v["stop"]) if v else None
+        what = _stop_words(v) if v else None
         stops.append(f"{what} after {v['pairs']} pairs ({v['spent_s']:.0f} s)" if v else None)
     return predictions.assign(repeat_stop=stops)
+
+
+def _stop_words(v: dict) -> str:
+    if v["stop"] == "known":
+        return "known to ±1 point"
+    if v["stop"] == "out of reach" and np.isfinite(v.get("pairs_needed", np.nan)):
+        return f"±1 point out of reach (~{v['pairs_needed']:.0f} pairs)"
+    return str(v["stop"])
 
 
 def gap_samples(results: Results) -> list[tuple[str, int, np.ndarray]]:

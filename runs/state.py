@@ -146,6 +146,9 @@ def holds_run(run_dir: Path) -> bool:
     return run_dir.is_dir() and any((run_dir / name).exists() for name in OURS)
 
 
+OPTIONS_BEFORE_THEY_EXISTED = {"out_of_reach": False}
+
+
 def read_state(run_dir: Path) -> dict[str, Any] | None:
     """DIR/status.json with the options of DIR/sweep.json under "spec"; None where there is no
     sweep (a run directory made by write_results directly, or before these files existed)."""
@@ -156,7 +159,8 @@ def read_state(run_dir: Path) -> dict[str, Any] | None:
         raise BubblelabError(
             f"{run_dir / STATE_FILE} was not written by this bubblelab (version {STATE_VERSION})"
         )
-    return {**state, "spec": spec}
+    # Options added since: a sweep saved before one existed ran without it.
+    return {**state, "spec": {**OPTIONS_BEFORE_THEY_EXISTED, **spec}}
 
 
 def read_json(path: Path) -> dict[str, Any]:

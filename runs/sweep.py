@@ -67,6 +67,7 @@ class SweepSpec:
     repeats: int = 20  # pairs a configuration runs at most (runs.repeats: fewer once known)
     min_repeats: int = 3  # ...and at least; with one depth, the runs each configuration makes
     budget_s: float = 30.0  # seconds of runs a configuration may take before it stops unknown
+    out_of_reach: bool = True  # ...or stop it once ±1 point is out of reach (costmodel.repeats)
     nsys_repeats: int = 1
     nsys_depths: list[int] | None = None  # the depths the nsys pass profiles (None: every one)
     # nsys --cuda-graph-trace: "node" shows the kernels inside graphs (the kernel view), "graph"
@@ -129,7 +130,9 @@ class SweepSpec:
         there is no speedup to know: min_repeats runs each (or repeats, when fewer)."""
         if sorted(self.depths) != [1, 2]:
             return None
-        return RepeatRule(self.budget_s, min(self.min_repeats, self.repeats), self.repeats)
+        return RepeatRule(
+            self.budget_s, min(self.min_repeats, self.repeats), self.repeats, self.out_of_reach
+        )
 
     def runs(self, repeats: int | None = None, depths: list[int] | None = None) -> list[dict]:
         """The runs in the order they run: per stream count, its repeats (as many as the repeat

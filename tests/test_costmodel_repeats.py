@@ -5,16 +5,19 @@ import numpy as np
 import pytest
 
 from bubblelab.core.errors import OptionError
+from bubblelab.costmodel import repeats
 from bubblelab.costmodel.bootstrap import interval, resample_medians
 from bubblelab.costmodel.observed import median_interval, median_of_pairs
 from bubblelab.costmodel.repeats import (
     BUDGET,
     KNOWN,
     MAX_PAIRS,
+    OUT_OF_REACH,
     RepeatRule,
     decide,
     describe,
     pair_order,
+    pairs_needed,
 )
 
 TRUE = 1.20  # depth 2 delivers 20% more tokens per second
@@ -59,17 +62,62 @@ def test_a_steady_configuration_stops_early_and_known():
         assert v.cv_d1_pct == pytest.approx(0.5, abs=0.45)
 
 
-def test_a_noisy_configuration_runs_to_its_budget_unknown():
+def test_a_noisy_configuration_stops_once_one_point_is_out_of_reach():
+    """At a 5% CV a run the median pair would need ~100 pairs for ±1 point, 14 fit in 30 s: the
+    rule says so after 4 pairs instead of spending the budget on an answer it cannot reach."""
     for seed in range(10):
         v = sweep(0.05, seed)
-        assert v.stop == BUDGET and not v.observed.known
-        assert 30 <= v.spent_s < 30 + 2.5  # stops at the first pair past the budget
-        assert v.cv_d1_pct > 2
-    # A budget too small for the minimum still runs the minimum.
-    assert sweep(0.05, 0, RepeatRule(budget_s=0.1)).observed.pairs == 3
-    # ...and a big budget ends at the maximum.
-    v = sweep(0.05, 0, RepeatRule(budget_s=1e4, max_pairs=8))
-    assert (v.stop, v.observed.pairs) == (MAX_PAIRS, 8)
+        assert v.stop == OUT_OF_REACH and not v.observed.known and v.observed.pairs == 4
+        assert v.spent_s < 10 and v.pairs_needed > v.pairs_affordable >= 14
+        assert v.cv_d1_pct > 1  # 5% noise, estimated from 4 runs
+        assert "not known: ±1 point would take ~" in describe(v.record())
+    # A budget too small for the minimum still runs the minimum, and stops as spent.
+    v = sweep(0.05, 0, RepeatRule(budget_s=0.1))
+    assert (v.stop, v.observed.pairs) == (BUDGET, 3)
+    # max_pairs comes before the budget and the reach.
+    v = sweep(0.05, 0, RepeatRule(budget_s=1e4, max_pairs=3))
+    assert (v.stop, v.observed.pairs) == (MAX_PAIRS, 3)
+
+
+def test_out_of_reach_rarely_costs_a_known_answer(monkeypatch):
+    """The same seeds with the reach rule and without it: where the pairs' spread lets ±1 point
+    come within the budget, the lower confidence bound on that spread keeps the rule going, so at
+    most 3% of configurations that would have ended known end out of reach instead (at 0.7-1.5% CV
+    a run); at 3%, where ±1 point needs ~50 pairs, the rule stops after 4 and saves ~2/3 of the
+    budget."""
+
+    def outcomes(cv: float, reach: bool) -> list:
+        monkeypatch.setattr(repeats, "REACH_MIN_PAIRS", 4 if reach else 10**9)
+        return [sweep(cv, seed) for seed in range(200)]
+
+    for cv in (0.007, 0.01, 0.015):
+        with_reach, without = outcomes(cv, True), outcomes(cv, False)
+        lost = sum(
+            a.stop == OUT_OF_REACH and b.stop == KNOWN
+            for a, b in zip(with_reach, without, strict=True)
+        )
+        assert lost <= 6, (cv, lost)
+    noisy, unbounded = outcomes(0.03, True), outcomes(0.03, False)
+    assert np.mean([v.stop == OUT_OF_REACH for v in noisy]) > 0.95
+    assert (
+        np.median([v.spent_s for v in noisy])
+        <= 10
+        < 30
+        <= np.median([v.spent_s for v in unbounded])
+    )
+
+
+def test_pairs_needed_scales_with_the_spread():
+    """(1.96 x 1.2533 x sd)^2 pairs for ±1 point, sd taken at its lower confidence bound: with 200
+    pairs of 1 point's spread a little under the ~6 pairs the true spread gives; twice the spread,
+    four times the pairs."""
+    rng = np.random.default_rng(11)
+    ratios = 1.2 + 0.01 * rng.standard_normal(200)
+    assert 0.6 * 6.03 < pairs_needed(ratios) < 6.03
+    assert pairs_needed(1.2 + 0.02 * rng.standard_normal(200)) == pytest.approx(
+        4 * pairs_needed(ratios), rel=0.4
+    )
+    assert np.isnan(pairs_needed([1.2])) and pairs_needed([1.2, 1.2]) == 0.0
 
 
 def test_the_interval_covers_the_true_speedup_at_its_nominal_rate():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from bubblelab.runs.assemble import _ingest_trace, assemble
 from bubblelab.runs.driver import run_workload
 from bubblelab.runs.record import read_record
 from bubblelab.runs.rundir import read_results
+from bubblelab.runs.state import SPEC_FILE, read_state
 from bubblelab.runs.sweep import MIN_DECODE_STEPS, SweepSpec, run_sweep
 from bubblelab.runs.workload import WorkloadSpec
 from tests.engine_helpers import make_engine
@@ -185,3 +187,18 @@ def test_repeats_stop_by_the_rule_and_say_why(tmp_path):
     fixed = SweepSpec(model="tiny-llama", streams=[2], repeats=2, min_repeats=2)
     assert fixed.rule().min_pairs == fixed.rule().max_pairs == 2
     assert SweepSpec(depths=[1]).rule() is None and len(SweepSpec(depths=[1]).runs()) == 3 * 3
+
+
+def test_a_sweep_saved_before_the_out_of_reach_stop_resumes_without_it(tmp_path):
+    """sweep.json of an older bubblelab names no out_of_reach: it ran without that stop, reads back
+    so, and resumes with its own options."""
+    spec = SweepSpec(model="tiny-llama", streams=[2], output_len_mean=5, requests_per_stream=2,
+                     prompt_len=6, repeats=2, min_repeats=2)  # fmt: skip
+    assert spec.rule().out_of_reach  # on by default
+    run_sweep(spec, tmp_path, use_nsys=False)
+    saved = json.loads((tmp_path / SPEC_FILE).read_text())
+    del saved["out_of_reach"]
+    (tmp_path / SPEC_FILE).write_text(json.dumps(saved))
+    old = SweepSpec(**read_state(tmp_path)["spec"])
+    assert not old.out_of_reach
+    run_sweep(old, tmp_path, use_nsys=False, resume=True)  # not refused as other options
