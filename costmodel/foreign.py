@@ -203,7 +203,7 @@ def _traced_launches(
     )
     line = (
         f"nsys traced the CUDA graphs {how}: each cudaGraphLaunch held the host {launch_ms:.3f} ms "
-        f"(median; tens of us unprofiled), {len(launches) / len(steady):.3g} a step, {share:.0%} "
+        f"(median; a few us unprofiled), {len(launches) / len(steady):.3g} a step, {share:.0%} "
         f"of the step's host time. The gain is the profiled engine's, {what}; {advice}."
     )
     return {

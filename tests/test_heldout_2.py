@@ -217,3 +217,35 @@ def test_the_frozen_model_is_changed_by_code_not_by_docstrings(tmp_path):
     model.write_text('"""The law."""\n\n\ndef speedup(a, b):\n    return a / b\n')
     (model.parent / "more.py").write_text("Z = 0.5\n")
     assert model_changed(tmp_path, frozen)
+
+
+def test_the_frozen_model_is_what_the_predictions_import(tmp_path):
+    """With the prediction's entry modules there, only what they import counts: the repeat rule
+    (how many runs are made) can change without the frozen set's table reading CHANGED; a module
+    a prediction newly imports, or a change to one it imports, is a change."""
+    from tools.docs.costmodel_at_commit import model_changed
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(tmp_path), *args], capture_output=True,
+                              text=True, check=True).stdout.strip()  # fmt: skip
+
+    pkg = tmp_path / "costmodel"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "law.py").write_text("def speedup(a, b):\n    return a / b\n")
+    (pkg / "predict.py").write_text("from .law import speedup\n\nX = speedup(2, 1)\n")
+    (pkg / "repeats.py").write_text("BUDGET_S = 30.0\n")
+    git("init", "-q")
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "model")
+    frozen = git("rev-parse", "--short", "HEAD")
+
+    (pkg / "repeats.py").write_text("BUDGET_S = 30.0\nREACH_MIN_PAIRS = 4\n")
+    (pkg / "simulate.py").write_text("Y = 1\n")  # a new module nobody in the prediction imports
+    assert not model_changed(tmp_path, frozen)
+
+    (pkg / "law.py").write_text("def speedup(a, b):\n    return a / b * 0.99\n")
+    assert model_changed(tmp_path, frozen)
+    (pkg / "law.py").write_text("def speedup(a, b):\n    return a / b\n")
+    (pkg / "predict.py").write_text("from . import simulate\nfrom .law import speedup\n\nX = 1\n")
+    assert model_changed(tmp_path, frozen)

@@ -122,23 +122,65 @@ def model_commit(held_out: dict, root: Path = ROOT) -> str:
     )
 
 
+# What a held-out table calls (benchmarks.heldout_2_table): the modules its predictions come from.
+PREDICTION_ENTRIES = ("predict", "carried", "crossgpu", "headline")
+
+
 def model_changed(root: Path, frozen: str) -> bool:
     """Whether the checkout's costmodel/ computes anything other than it did at commit `frozen`:
-    its Python modules compared as syntax trees without their docstrings, so that a reworded
-    docstring, comment or README is no change to the model (a docstring once flagged a frozen set's
-    table as CHANGED)."""
+    the modules the predictions import (from PREDICTION_ENTRIES, within costmodel/, at either
+    commit; every module where there are none) compared as syntax trees without their docstrings,
+    so that a reworded docstring, comment or README is no change to the model (a docstring once
+    flagged a frozen set's table as CHANGED), and neither is a module no prediction imports (the
+    repeat rule, which decides how many runs are made, not what is predicted from them)."""
 
     def git(*args: str) -> str:
         return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
                               check=True).stdout  # fmt: skip
 
-    then = {name for name in git("ls-tree", "-r", "--name-only", frozen, "--", "costmodel")
-            .splitlines() if name.endswith(".py")}  # fmt: skip
-    now = {str(p.relative_to(root)) for p in (root / "costmodel").rglob("*.py")}
-    if then != now:
+    then_names = [name for name in git("ls-tree", "-r", "--name-only", frozen, "--", "costmodel")
+                  .splitlines() if name.endswith(".py")]  # fmt: skip
+    then = {name: git("show", f"{frozen}:{name}") for name in then_names}
+    now = {str(p.relative_to(root)): p.read_text() for p in (root / "costmodel").rglob("*.py")}
+    read = _closure(then) | _closure(now)
+    if {n for n in then if n in read} != {n for n in now if n in read}:
         return True
-    return any(_code(git("show", f"{frozen}:{name}")) != _code((root / name).read_text())
-               for name in sorted(now))  # fmt: skip
+    return any(_code(then[name]) != _code(now[name]) for name in sorted(read) if name in now)
+
+
+def _closure(sources: dict[str, str]) -> set[str]:
+    """The files of costmodel/ (paths as keys) that the prediction entries import, directly or
+    not, with the package's __init__; all of them when no entry is there."""
+    by_module = {Path(path).stem: path for path in sources}
+    todo = [m for m in PREDICTION_ENTRIES if m in by_module]
+    if not todo:
+        return set(sources)
+    seen: set[str] = set()
+    todo.append("__init__")
+    while todo:
+        module = todo.pop()
+        if module in seen or module not in by_module:
+            continue
+        seen.add(module)
+        todo.extend(_imported(sources[by_module[module]]))
+    return {by_module[m] for m in seen}
+
+
+def _imported(source: str) -> set[str]:
+    """The costmodel/ modules a module imports: `from .x import`, `from . import x` and
+    `bubblelab.costmodel.x`."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        module = node.module or ""
+        if node.level == 1:
+            out |= {module.split(".")[0]} if module else {a.name for a in node.names}
+        elif node.level == 0 and module.startswith("bubblelab.costmodel."):
+            out.add(module.split(".")[2])
+        elif node.level == 0 and module == "bubblelab.costmodel":
+            out |= {a.name for a in node.names}
+    return out
 
 
 def _code(source: str) -> str:
