@@ -174,7 +174,7 @@ def main() -> None:
     ap.add_argument("--only", default="", help="variant names, separated by semicolons")
     args = ap.parse_args()
     if args.child:
-        args.child.write_text(json.dumps(_rounds(args)))
+        write_atomic(args.child, json.dumps(_rounds(args)))
         return
     wanted = [v.strip() for v in args.only.split(";") if v.strip()] or ["no nsys", *VARIANTS]
     unknown = [v for v in wanted if v != "no nsys" and v not in VARIANTS]
@@ -216,7 +216,7 @@ def main() -> None:
             write_atomic(args.out, json.dumps(result, indent=1))
     if args.out:
         write_atomic(args.out, json.dumps(result, indent=1))
-        (args.out.parent / "nsys-profile-help.txt").write_text(help_text)
+        write_atomic(args.out.parent / "nsys-profile-help.txt", help_text)
 
 
 if __name__ == "__main__":
