@@ -249,3 +249,29 @@ def test_the_frozen_model_is_what_the_predictions_import(tmp_path):
     (pkg / "law.py").write_text("def speedup(a, b):\n    return a / b\n")
     (pkg / "predict.py").write_text("from . import simulate\nfrom .law import speedup\n\nX = 1\n")
     assert model_changed(tmp_path, frozen)
+
+
+def test_the_frozen_model_includes_the_core_modules_it_imports(tmp_path):
+    """The whole-run replay runs core/'s scheduler: a change there changes the predictions; a core
+    module no prediction imports does not."""
+    from tools.docs.costmodel_at_commit import model_changed
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(tmp_path), *args], capture_output=True,
+                              text=True, check=True).stdout.strip()  # fmt: skip
+
+    (tmp_path / "costmodel").mkdir()
+    (tmp_path / "core").mkdir()
+    (tmp_path / "costmodel" / "predict.py").write_text("from ..core.scheduler import admit\n")
+    (tmp_path / "core" / "scheduler.py").write_text("from .steady import RULE\n\n\ndef admit():\n"
+                                                    "    return RULE\n")  # fmt: skip
+    (tmp_path / "core" / "steady.py").write_text("RULE = 5\n")
+    (tmp_path / "core" / "files.py").write_text("MODE = 1\n")
+    git("init", "-q")
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "model")
+    frozen = git("rev-parse", "--short", "HEAD")
+    (tmp_path / "core" / "files.py").write_text("MODE = 2\n")
+    assert not model_changed(tmp_path, frozen)
+    (tmp_path / "core" / "steady.py").write_text("RULE = 6\n")  # imported through the scheduler
+    assert model_changed(tmp_path, frozen)

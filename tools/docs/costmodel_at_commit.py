@@ -122,26 +122,30 @@ def model_commit(held_out: dict, root: Path = ROOT) -> str:
     )
 
 
-# What a held-out table calls (benchmarks.heldout_2_table): the modules its predictions come from.
+# What a held-out table calls (benchmarks.heldout_2_table): the modules its predictions come from,
+# and the folders whose modules they may import (core/: the engine's scheduler the replay runs).
 PREDICTION_ENTRIES = ("predict", "carried", "crossgpu", "headline")
+MODEL_DIRS = ("costmodel", "core")
 
 
 def model_changed(root: Path, frozen: str) -> bool:
-    """Whether the checkout's costmodel/ computes anything other than it did at commit `frozen`:
-    the modules the predictions import (from PREDICTION_ENTRIES, within costmodel/, at either
-    commit; every module where there are none) compared as syntax trees without their docstrings,
-    so that a reworded docstring, comment or README is no change to the model (a docstring once
-    flagged a frozen set's table as CHANGED), and neither is a module no prediction imports (the
-    repeat rule, which decides how many runs are made, not what is predicted from them)."""
+    """Whether the checkout computes other predictions than it did at commit `frozen`: the modules
+    of costmodel/ and core/ that the predictions import (from PREDICTION_ENTRIES, at either commit;
+    every module of costmodel/ where there are none) compared as syntax trees without their
+    docstrings. So a reworded docstring, comment or README is no change to the model (a docstring
+    once flagged a frozen set's table as CHANGED), and neither is a module no prediction imports
+    (the repeat rule, which decides how many runs are made, not what is predicted from them); a
+    change to the scheduler the whole-run replay runs is one."""
 
     def git(*args: str) -> str:
         return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
                               check=True).stdout  # fmt: skip
 
-    then_names = [name for name in git("ls-tree", "-r", "--name-only", frozen, "--", "costmodel")
+    then_names = [name for name in git("ls-tree", "-r", "--name-only", frozen, "--", *MODEL_DIRS)
                   .splitlines() if name.endswith(".py")]  # fmt: skip
     then = {name: git("show", f"{frozen}:{name}") for name in then_names}
-    now = {str(p.relative_to(root)): p.read_text() for p in (root / "costmodel").rglob("*.py")}
+    now = {str(p.relative_to(root)): p.read_text()
+           for d in MODEL_DIRS for p in (root / d).rglob("*.py")}  # fmt: skip
     read = _closure(then) | _closure(now)
     if {n for n in then if n in read} != {n for n in now if n in read}:
         return True
@@ -149,37 +153,43 @@ def model_changed(root: Path, frozen: str) -> bool:
 
 
 def _closure(sources: dict[str, str]) -> set[str]:
-    """The files of costmodel/ (paths as keys) that the prediction entries import, directly or
-    not, with the package's __init__; all of them when no entry is there."""
-    by_module = {Path(path).stem: path for path in sources}
-    todo = [m for m in PREDICTION_ENTRIES if m in by_module]
+    """The files (paths as keys) that the prediction entries import, directly or not, with
+    costmodel/'s __init__; every file of costmodel/ when no entry is there."""
+    todo = [f"costmodel/{m}.py" for m in PREDICTION_ENTRIES if f"costmodel/{m}.py" in sources]
     if not todo:
-        return set(sources)
+        return {path for path in sources if path.startswith("costmodel/")}
+    todo.append("costmodel/__init__.py")
     seen: set[str] = set()
-    todo.append("__init__")
     while todo:
-        module = todo.pop()
-        if module in seen or module not in by_module:
+        path = todo.pop()
+        if path in seen or path not in sources:
             continue
-        seen.add(module)
-        todo.extend(_imported(sources[by_module[module]]))
-    return {by_module[m] for m in seen}
+        seen.add(path)
+        todo.extend(_imported(path, sources[path]))
+    return seen
 
 
-def _imported(source: str) -> set[str]:
-    """The costmodel/ modules a module imports: `from .x import`, `from . import x` and
-    `bubblelab.costmodel.x`."""
+def _imported(path: str, source: str) -> set[str]:
+    """The files of MODEL_DIRS a module imports: `from .x import`, `from . import x`, `from
+    ..core.x import`, `from ..core import x` and `bubblelab.<dir>.x`."""
+    package = path.split("/")[0]
     out: set[str] = set()
     for node in ast.walk(ast.parse(source)):
         if not isinstance(node, ast.ImportFrom):
             continue
-        module = node.module or ""
+        parts = (node.module or "").split(".") if node.module else []
         if node.level == 1:
-            out |= {module.split(".")[0]} if module else {a.name for a in node.names}
-        elif node.level == 0 and module.startswith("bubblelab.costmodel."):
-            out.add(module.split(".")[2])
-        elif node.level == 0 and module == "bubblelab.costmodel":
-            out |= {a.name for a in node.names}
+            folder, rest = package, parts
+        elif node.level == 2 and parts:
+            folder, rest = parts[0], parts[1:]
+        elif node.level == 0 and len(parts) > 1 and parts[0] == "bubblelab":
+            folder, rest = parts[1], parts[2:]
+        else:
+            continue
+        if folder not in MODEL_DIRS:
+            continue
+        names = [rest[0]] if rest else [a.name for a in node.names]
+        out |= {f"{folder}/{name}.py" for name in names}
     return out
 
 
