@@ -32,7 +32,7 @@ def plan_runs(plan: dict) -> Iterator[dict]:
     if not plan.get("repeat_rule"):
         yield from plan["runs"]
         return
-    rule = RepeatRule(**{"out_of_reach": False, **plan["repeat_rule"]})  # older plans: no such stop
+    rule = RepeatRule(**plan["repeat_rule"])
     out_dir = Path(plan["out_dir"])
     verdicts: dict[str, dict] = {}
     for config, runs in itertools.groupby(plan["runs"], key=lambda r: r["config"]):
