@@ -69,17 +69,16 @@ def _median_us(samples: list[float]) -> float:
 def _rounds(args: argparse.Namespace) -> dict:
     import torch
 
+    from bubblelab.core.timeline import Timeline
     from bubblelab.engine import LLM, SamplingParams
+    from bubblelab.engine.config import EngineConfig
+    from bubblelab.engine.llm_engine import LLMEngine
 
     x = torch.zeros(256, device="cuda")
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         for _ in range(300):
             x.add_(1.0)
-    from bubblelab.core.timeline import Timeline
-    from bubblelab.engine.config import EngineConfig
-    from bubblelab.engine.llm_engine import LLMEngine
-
     config = EngineConfig(
         model=args.model, device="cuda", depth=1, max_model_len=512, max_num_seqs=4,
         num_kv_blocks=512,
