@@ -22,6 +22,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .pdl import launch_options, wait_for_inputs
+
 
 @dataclass(frozen=True)
 class TileConfig:
@@ -37,6 +39,15 @@ class TileConfig:
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
+
+
+@triton.jit
+def _accumulate(acc, x, w, BLOCK_M: tl.constexpr):
+    if BLOCK_M == 1:
+        acc += w.to(tl.float32) * x.to(tl.float32)  # x is [1, BLOCK_K]: broadcast over rows
+    else:
+        acc = tl.dot(x, tl.trans(w), acc)
+    return acc
 
 
 @triton.jit
@@ -57,6 +68,7 @@ def _skinny_kernel(
     BLOCK_K: tl.constexpr,
     SPLIT_K: tl.constexpr,
     EVEN_K: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     num_m = tl.cdiv(M, BLOCK_M)
     tile, pid_k = tl.program_id(0), tl.program_id(1)
@@ -75,7 +87,19 @@ def _skinny_kernel(
         acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(k_begin, k_end, BLOCK_K):
+    k_first = k_begin
+    if PDL:
+        # The weights are constants of the step: the first tile is read before waiting for the
+        # kernel before, so this GEMM's weight stream starts under that kernel's tail.
+        k_ok = (rk < k_end)[None, :]
+        w = tl.load(w_ptrs, mask=n_ok[:, None] & k_ok, other=0.0)
+        wait_for_inputs(PDL)
+        x = tl.load(x_ptrs, mask=m_ok[:, None] & k_ok, other=0.0)
+        acc = _accumulate(acc, x, w, BLOCK_M)
+        x_ptrs += BLOCK_K
+        w_ptrs += BLOCK_K
+        k_first += BLOCK_K
+    for k in range(k_first, k_end, BLOCK_K):
         if EVEN_K:
             x = tl.load(x_ptrs, mask=m_ok[:, None], other=0.0)
             w = tl.load(w_ptrs, mask=n_ok[:, None], other=0.0)
@@ -83,10 +107,7 @@ def _skinny_kernel(
             k_ok = (rk + (k - k_begin) < k_end)[None, :]
             x = tl.load(x_ptrs, mask=m_ok[:, None] & k_ok, other=0.0)
             w = tl.load(w_ptrs, mask=n_ok[:, None] & k_ok, other=0.0)
-        if BLOCK_M == 1:
-            acc += w.to(tl.float32) * x.to(tl.float32)  # x is [1, BLOCK_K]: broadcast over rows
-        else:
-            acc = tl.dot(x, tl.trans(w), acc)
+        acc = _accumulate(acc, x, w, BLOCK_M)
         x_ptrs += BLOCK_K
         w_ptrs += BLOCK_K
     if BLOCK_M == 1:
@@ -171,5 +192,6 @@ def skinny_matmul(
         EVEN_K=k % config.block_k == 0,
         num_warps=config.num_warps,
         num_stages=config.num_stages,
+        **launch_options(x.device),
     )
     return y

@@ -13,7 +13,9 @@ triton = pytest.importorskip("triton")
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
+from bubblelab.engine import triton_gemm  # noqa: E402
 from bubblelab.engine.attention import triton_decode, triton_prefill  # noqa: E402
+from bubblelab.engine.models import triton_fused  # noqa: E402
 
 H200 = GPUTarget("cuda", 90, 32)
 
@@ -27,7 +29,7 @@ def signature(kernel, pointers: dict[str, str], constexprs: dict) -> dict[str, s
         elif name in pointers:
             sig[name] = pointers[name]
         else:
-            sig[name] = "fp32" if name == "qk_scale" else "i32"
+            sig[name] = "fp32" if name in ("qk_scale", "eps") else "i32"
     return sig
 
 
@@ -54,7 +56,8 @@ def test_prefill_kernel_compiles(dtype, precision):
 
 
 @pytest.mark.parametrize("split", [False, True])
-def test_decode_kernels_compile(split):
+@pytest.mark.parametrize("pdl", [False, True])
+def test_decode_kernels_compile(split, pdl):
     pointers = {n: "*bf16" for n in ("Q", "K", "V", "O")} | {
         "BT": "*i32",
         "CTX": "*i32",
@@ -70,8 +73,53 @@ def test_decode_kernels_compile(split):
         SPLIT=split,
         DOT_PRECISION="tf32",
         UPCAST=False,
+        PDL=pdl,
     )
-    assert compile_for_h200(triton_decode._decode_kernel, pointers, constexprs).asm["cubin"]
+    kernel = compile_for_h200(triton_decode._decode_kernel, pointers, constexprs)
+    assert_pdl(kernel, pdl)
     merge = {"PART_O": "*fp32", "PART_LSE": "*fp32", "O": "*bf16"}
-    kernel = compile_for_h200(triton_decode._merge_kernel, merge, dict(HEAD_DIM=128, BLOCK_S=16), 1)
+    constexprs = dict(HEAD_DIM=128, BLOCK_S=16, PDL=pdl)
+    assert_pdl(compile_for_h200(triton_decode._merge_kernel, merge, constexprs, 1), pdl)
+
+
+def assert_pdl(kernel, pdl: bool) -> None:
+    """Compiled, and waiting for the kernel before (then releasing the next) exactly when PDL is on:
+    a PDL launch of a kernel that never waits would race the kernel before it."""
+    ptx = kernel.asm["ptx"]
     assert kernel.asm["cubin"]
+    assert ("griddepcontrol.wait" in ptx) == pdl
+    assert ("griddepcontrol.launch_dependents" in ptx) == pdl
+
+
+@pytest.mark.parametrize("pdl", [False, True])
+@pytest.mark.parametrize(
+    "block_m,split_k,even_k", [(1, 1, True), (1, 1, False), (16, 1, True), (16, 4, True)]
+)
+def test_skinny_gemm_compiles(pdl, block_m, split_k, even_k):
+    pointers = {"X": "*bf16", "W": "*bf16", "Y": "*bf16", "WS": "*fp32", "LOCKS": "*i32"}
+    constexprs = dict(
+        BLOCK_M=block_m,
+        BLOCK_N=64 if block_m > 1 else 8,
+        BLOCK_K=256,
+        SPLIT_K=split_k,
+        EVEN_K=even_k,
+        PDL=pdl,
+    )
+    assert_pdl(compile_for_h200(triton_gemm._skinny_kernel, pointers, constexprs), pdl)
+
+
+@pytest.mark.parametrize("pdl", [False, True])
+def test_fused_elementwise_kernels_compile(pdl):
+    qkv = {n: "*bf16" for n in ("QKV", "QW", "KW", "Q_OUT", "K_OUT", "K_CACHE", "V_CACHE")}
+    qkv |= {"POS": "*i64", "COS_SIN": "*fp32", "SLOTS": "*i64"}
+    constexprs = dict(
+        NUM_HEADS=32, NUM_KV=8, HALF=64, HAS_NORM=True, STORE=True, BLOCK_T=1, PDL=pdl
+    )
+    assert_pdl(compile_for_h200(triton_fused._qkv_kernel, qkv, constexprs, 1), pdl)
+    silu = {"X": "*bf16", "OUT": "*bf16"}
+    constexprs = dict(BLOCK=1024, PDL=pdl)
+    assert_pdl(compile_for_h200(triton_fused._silu_and_mul_kernel, silu, constexprs), pdl)
+    norm = {n: "*bf16" for n in ("X", "RES", "W", "OUT", "RES_OUT")}
+    for add in (False, True):
+        constexprs = dict(ADD=add, BLOCK=4096, PDL=pdl)
+        assert_pdl(compile_for_h200(triton_fused._rms_norm_kernel, norm, constexprs, 8), pdl)

@@ -1,6 +1,6 @@
 """The Triton kernels of engine/models/triton_fused.py against the eager chains they replace: q/k
 RMSNorm + RoPE + KV-cache store (Attention.qkv_to_cache: RMSNorm modules, RotaryEmbedding,
-store_kv_cache) and SiLU-and-mul (SiluAndMul.act).
+store_kv_cache), SiLU-and-mul (SiluAndMul.act) and (add +) RMSNorm (RMSNorm.norm / add_norm).
 
 On CPU the kernel runs under Triton's interpreter, in one subprocess that sets TRITON_INTERPRET
 before importing anything (tests/triton_interpreter.py). The interpreter casts fp32 to bf16 by
@@ -9,6 +9,8 @@ GPU case is bf16.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -25,6 +27,8 @@ CPU_CASES = [
 ]
 # (tokens, intermediate size, dtype) for SiLU-and-mul
 SILU_CASES = [(3, 1000, "fp32"), (17, 2048, "fp16"), (1, 64, "fp32")]
+# (tokens, hidden size, with a residual, dtype) for RMSNorm
+NORM_CASES = [(3, 1000, True, "fp32"), (5, 2560, False, "fp16"), (1, 64, True, "fp16")]
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
@@ -114,9 +118,49 @@ def compare_silu(tokens, inter, dtype, device="cpu") -> dict:
     }
 
 
+@torch.no_grad()
+def compare_norm(tokens, dim, add, dtype, device="cpu") -> dict:
+    """The kernel against the module's eager methods: the largest difference relative to the
+    output's size, the share of differing elements, and whether the residual sums are equal."""
+    from bubblelab.engine.models.layers import RMSNorm
+    from bubblelab.engine.models.triton_fused import rms_norm
+
+    g = torch.Generator().manual_seed(dim)
+    x, res = (3 * torch.randn(2, tokens, dim, generator=g)).to(DTYPES[dtype]).to(device)
+    norm = RMSNorm(dim, 1e-6).to(DTYPES[dtype]).to(device)
+    norm.weight.copy_(torch.rand(dim, generator=g) + 0.5)
+    if add:
+        (want, want_res), (got, got_res) = (
+            norm.add_norm(x, res),
+            rms_norm(x, norm.weight, 1e-6, res),
+        )
+        res_equal = bool(torch.equal(want_res, got_res))
+    else:
+        want, got, res_equal = norm.norm(x), rms_norm(x, norm.weight, 1e-6), True
+    assert want.shape == got.shape and want.dtype == got.dtype
+    return {
+        "max_rel": float(((want.float() - got.float()).abs()).max() / want.float().abs().max()),
+        "differ": float((want != got).float().mean()),
+        "res_equal": res_equal,
+    }
+
+
 @pytest.fixture(scope="module")
 def cpu_results() -> dict:
-    return results_by_case(__file__, CPU_CASES + SILU_CASES)
+    return results_by_case(__file__, CPU_CASES + SILU_CASES + NORM_CASES)
+
+
+@pytest.mark.parametrize("case", NORM_CASES, ids=lambda c: "n{}-d{}-add{}-{}".format(*c))
+def test_interpreted_rms_norm_matches_eager(cpu_results, case):
+    r = cpu_results[tuple(case)]
+    assert "error" not in r, r.get("error")
+    d = r["diffs"]
+    assert d["res_equal"], r  # the residual sum rounds as eager's add: exact
+    # only the fp32 sum of squares runs in another order: an fp32 ulp, rarely one fp16 step
+    if case[-1] == "fp32":
+        assert d["max_rel"] <= 1e-6, r
+    else:
+        assert d["differ"] < 0.01 and d["max_rel"] <= 2e-3, r
 
 
 @pytest.mark.parametrize("case", SILU_CASES, ids=lambda c: "n{}-i{}-{}".format(*c))
@@ -157,7 +201,11 @@ def test_gpu_kernel_matches_the_eager_chain_in_bf16():
     assert all(d["max_diff"] == 0.0 for d in rope_only.values()), rope_only  # every rounding kept
     silu = compare_silu(300, 9728, "bf16", device="cuda")
     assert silu["max_rel"] <= 1e-2 and silu["differ"] < 0.01, silu  # one bf16 step, rarely
+    for add in (False, True):
+        norm = compare_norm(300, 2560, add, "bf16", device="cuda")
+        assert norm["res_equal"] and norm["differ"] < 0.01 and norm["max_rel"] <= 1e-2, norm
 
 
 if __name__ == "__main__":  # the subprocess of cpu_results: TRITON_INTERPRET=1 is set already
-    serve_cases(lambda *case: {"diffs": compare(*case) if len(case) == 6 else compare_silu(*case)})
+    by_length: dict[int, Callable[..., dict]] = {6: compare, 3: compare_silu, 4: compare_norm}
+    serve_cases(lambda *case: {"diffs": by_length[len(case)](*case)})

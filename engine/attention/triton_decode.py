@@ -17,6 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ..pdl import launch_options, wait_for_inputs
+
 BLOCK_N = 64  # tokens per tile; a tile may span several pages (block_size < 64) or part of one
 MAX_SPLITS = 16
 _LOG2E = 1.4426950408889634
@@ -53,7 +55,9 @@ def _decode_kernel(
     SPLIT: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     UPCAST: tl.constexpr,
+    PDL: tl.constexpr,
 ):
+    wait_for_inputs(PDL)
     b, kvh, s = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     ctx = tl.load(CTX + b)
     # This split's span: whole tiles, so spans share no tile; a short row's last splits are empty.
@@ -142,7 +146,9 @@ def _merge_kernel(
     num_splits,
     HEAD_DIM: tl.constexpr,
     BLOCK_S: tl.constexpr,
+    PDL: tl.constexpr,
 ):
+    wait_for_inputs(PDL)
     b, h = tl.program_id(0), tl.program_id(1)
     row = b * tl.num_programs(1) + h
     s = tl.arange(0, BLOCK_S)
@@ -282,6 +288,7 @@ def paged_decode_attention(
         UPCAST=_INTERPRETED and q.dtype != torch.float32,
         num_warps=num_warps,
         num_stages=num_stages,
+        **launch_options(q.device),
     )
     if split:
         _merge_kernel[(batch, heads)](
@@ -294,5 +301,6 @@ def paged_decode_attention(
             HEAD_DIM=head_dim,
             BLOCK_S=triton.next_power_of_2(num_splits),
             num_warps=1,
+            **launch_options(q.device),
         )
     return out

@@ -48,6 +48,8 @@ def _compile(method: Callable) -> Callable:
 
 
 class RMSNorm(Fusable):
+    triton = False  # the Triton kernel (models/triton_fused.py) instead: TransformerLM.set_compile
+
     def __init__(self, dim: int, eps: float):
         super().__init__()
         self.eps = eps
@@ -57,6 +59,10 @@ class RMSNorm(Fusable):
         self, x: torch.Tensor, residual: torch.Tensor | None = None
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """norm(x); with a residual, vLLM's fused form: (norm(x + residual), x + residual)."""
+        if self.triton:
+            from .triton_fused import rms_norm  # Triton: imported only where it runs
+
+            return rms_norm(x, self.weight, self.eps, residual)
         return self.norm(x) if residual is None else self.add_norm(x, residual)
 
     # Two compiled methods, not one with a branch: Dynamo's recompile limit counts per function.

@@ -3,9 +3,9 @@
 Projections are fused vLLM-style (qkv_proj, gate_up_proj); load_weights maps Hugging Face names onto
 them. Every op in forward() is shape-static and sync-free, so a decode step can be captured in a
 CUDA graph. The residual stream is vLLM's: each RMSNorm also does the pending residual add; with
-set_compile(True) a layer is its four GEMMs, the attention kernels and fused elementwise kernels
-(add+RMSNorm twice, SiLU*mul, and on CUDA q/k norm+RoPE+KV store as one Triton kernel,
-models/triton_fused.py).
+set_compile(True) on CUDA a layer is its four GEMMs, the attention kernels and three Triton
+kernels for the elementwise chains (add+RMSNorm twice, q/k norm+RoPE+KV store, SiLU*mul:
+models/triton_fused.py), all of them PDL-aware (engine/pdl.py).
 """
 
 from __future__ import annotations
@@ -218,7 +218,7 @@ class TransformerLM(nn.Module):
             # BUBBLELAB_TRITON_QKV=0 keeps Inductor's kernels for these chains (A/B measurements).
             if isinstance(module, Attention):
                 module.triton_qkv = triton
-            if isinstance(module, SiluAndMul):
+            if isinstance(module, (SiluAndMul, RMSNorm)):
                 module.triton = triton
 
     @property

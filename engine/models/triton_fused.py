@@ -1,5 +1,6 @@
-"""Two elementwise chains of a decoder layer as Triton kernels: Qwen3's q/k RMSNorm, RoPE and the
-paged KV-cache store in one, SiLU-and-mul in the other.
+"""The elementwise chains of a decoder layer as Triton kernels: Qwen3's q/k RMSNorm, RoPE and the
+paged KV-cache store in one, SiLU-and-mul in another, (add +) RMSNorm in the third. All three are
+PDL-aware (engine/pdl.py), so a decode step's small kernels overlap their neighbours' launch.
 
 Between the QKV projection and attention, Inductor emits seven kernels a layer for this chain (each
 norm is a reduction of its own, RoPE a cat, the cache write an index_put): at batch 128 they take
@@ -18,6 +19,8 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+
+from ..pdl import launch_options, wait_for_inputs
 
 
 @triton.jit
@@ -49,7 +52,9 @@ def _qkv_kernel(
     HAS_NORM: tl.constexpr,
     STORE: tl.constexpr,
     BLOCK_T: tl.constexpr,
+    PDL: tl.constexpr,
 ):
+    wait_for_inputs(PDL)
     pid_t, h = tl.program_id(0), tl.program_id(1)
     dtype = Q_OUT.dtype.element_ty
     tokens = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
@@ -159,12 +164,14 @@ def qk_norm_rope_store(
         # No a*b+c contraction into FMA: it skips the rounding eager does between the two (RoPE's
         # products), which changed 14% of bf16 q/k values by one step on an H100.
         enable_fp_fusion=False,
+        **launch_options(qkv.device),
     )
     return q, k, v
 
 
 @triton.jit
-def _silu_and_mul_kernel(X, OUT, inter, stride_x, BLOCK: tl.constexpr):
+def _silu_and_mul_kernel(X, OUT, inter, stride_x, BLOCK: tl.constexpr, PDL: tl.constexpr):
+    wait_for_inputs(PDL)
     row, block = tl.program_id(0).to(tl.int64), tl.program_id(1)
     dtype = OUT.dtype.element_ty
     cols = block * BLOCK + tl.arange(0, BLOCK)
@@ -182,5 +189,80 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     out = torch.empty(n, inter, dtype=x.dtype, device=x.device)
     if n:
         grid = (n, triton.cdiv(inter, 1024))
-        _silu_and_mul_kernel[grid](x, out, inter, x.stride(0), BLOCK=1024, enable_fp_fusion=False)
+        _silu_and_mul_kernel[grid](
+            x,
+            out,
+            inter,
+            x.stride(0),
+            BLOCK=1024,
+            enable_fp_fusion=False,
+            **launch_options(x.device),
+        )
     return out
+
+
+@triton.jit
+def _rms_norm_kernel(
+    X,
+    RES,
+    W,
+    OUT,
+    RES_OUT,
+    dim,
+    stride_x,
+    stride_r,
+    eps,
+    ADD: tl.constexpr,
+    BLOCK: tl.constexpr,
+    PDL: tl.constexpr,
+):
+    wait_for_inputs(PDL)
+    row = tl.program_id(0).to(tl.int64)
+    dtype = OUT.dtype.element_ty
+    cols = tl.arange(0, BLOCK)
+    mask = cols < dim
+    x = tl.load(X + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
+    if ADD:  # vLLM's fused residual: the sum, rounded as eager's add is, is the new residual
+        x = _round(
+            x + tl.load(RES + row * stride_r + cols, mask=mask, other=0.0).to(tl.float32), dtype
+        )
+        tl.store(RES_OUT + row * dim + cols, x.to(dtype), mask=mask)
+    inv = tl.rsqrt(tl.sum(x * x, axis=0) / dim + eps)
+    w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(OUT + row * dim + cols, (w * _round(x * inv, dtype)).to(dtype), mask=mask)
+
+
+def rms_norm(
+    x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """RMSNorm over the last dim as layers.RMSNorm computes it (the norm in fp32, cast back, then
+    the weight multiply); with a residual, (norm(x + residual), x + residual). One program a row,
+    where Inductor's kernel is not PDL-aware (and a decode step has two a layer)."""
+    dim = x.shape[-1]
+    x2 = x.reshape(-1, dim)
+    res = x2 if residual is None else residual.reshape(-1, dim)
+    if x2.stride(-1) != 1 or res.stride(-1) != 1:
+        raise ValueError("rms_norm needs a contiguous last dim")
+    n = x2.shape[0]
+    out = torch.empty(n, dim, dtype=x.dtype, device=x.device)
+    res_out = out if residual is None else torch.empty_like(out)
+    if n:
+        block = triton.next_power_of_2(dim)
+        _rms_norm_kernel[(n,)](
+            x2,
+            res,
+            weight,
+            out,
+            res_out,
+            dim,
+            x2.stride(0),
+            res.stride(0),
+            eps,
+            ADD=residual is not None,
+            BLOCK=block,
+            num_warps=min(8, max(1, block // 512)),
+            enable_fp_fusion=False,
+            **launch_options(x.device),
+        )
+    out = out.view(x.shape)
+    return out if residual is None else (out, res_out.view(x.shape))
