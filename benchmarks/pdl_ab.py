@@ -1,13 +1,14 @@
 """A decode step's forward with and without programmatic dependent launch (engine/pdl.py), in one
 process, interleaved, and the two compared bit for bit.
 
-For each preset (seeded random weights, bf16) a ModelRunner captures its decode graphs as the engine
-does, with PDL; then, per batch, the same forward is captured again inside `pdl.disabled()`, over
-the same slot buffers. Each round replays each graph `--replays` times back to back (the order
+For each preset (seeded random weights, bf16) a ModelRunner is built as the engine builds it; then,
+per batch, its decode forward is captured once per PDL mode (`pdl.using`: off, all, own), over the
+same slot buffers. Each round replays each graph `--replays` times back to back (the order
 alternating round by round) and times the block with CUDA events; the step time is the block over
-the replays, its figure the median over rounds, with the paired ratio's median and range. Before
-timing, each graph's logits are compared with the other's: PDL changes when a kernel's blocks
-start, never what they compute. The floor is forward_kernels's (weights + the rows' K/V at the
+the replays, its figure the median over rounds, with each mode's paired ratio against the first
+(median and range). Before timing, the modes' logits are compared bit for bit: PDL changes when a
+kernel's blocks start, never what they compute. `--profile-batches` adds each mode's device time by
+kernel name at those batches. The floor is forward_kernels's (weights + the rows' K/V at the
 copy bandwidth).
 
     python -m benchmarks.pdl_ab --presets qwen3-4b,qwen3-8b --batches 1,8,32,128 --out pdl.json
@@ -16,6 +17,7 @@ copy bandwidth).
 from __future__ import annotations
 
 import argparse
+import collections
 import gc
 import json
 import statistics
@@ -25,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.profiler import ProfilerActivity, profile
 
 from benchmarks.forward_kernels import BLOCK_SIZE, copy_bandwidth, fill_decode_rows
 from bubblelab.core.files import write_atomic
@@ -46,12 +49,15 @@ def main() -> None:
     )
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--replays", type=int, default=20, help="replays timed as one block")
+    ap.add_argument("--modes", default="off,all,own", help="PDL modes (engine/pdl.py), off first")
+    ap.add_argument("--profile-batches", default="", help="also sum kernel time by name here")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("pdl_ab needs a CUDA GPU")
-    if not pdl.enabled(torch.device("cuda")):
-        sys.exit("PDL is off here (GPU before sm90, Triton without gdc, or BUBBLELAB_PDL=0)")
+    with pdl.using("all"):
+        if not pdl.enabled(torch.device("cuda")):
+            sys.exit("PDL is not available here (a GPU before sm90, or Triton without gdc)")
     t0 = time.perf_counter()
     bandwidth = copy_bandwidth("cuda") or 0.0  # never None on CUDA
     summary: dict[str, Any] = {
@@ -95,35 +101,37 @@ def bench_preset(preset: str, batches: list[int], bandwidth: float, args) -> dic
     kv_per_token = 2 * mc.num_layers * mc.num_kv_heads * mc.head_dim * 2
     slot = runner.slots[0]
     result: dict[str, Any] = {"weight_bytes": weight_bytes}
+    modes = args.modes.split(",")
+    profiled = {int(b) for b in args.profile_batches.split(",") if b}
     for b in batches:
         fill_decode_rows(runner, slot, b, args.context)
-        graphs = {
-            "pdl": runner.graphs.decode_graphs[0][b],
-            "off": capture_without_pdl(runner, slot, b),
-        }
+        graphs = {m: capture(runner, slot, b, m) for m in modes}
         logits = {}
         for name, graph in graphs.items():
             graph.replay()
             torch.cuda.synchronize()
             logits[name] = slot.logits[:b].clone()
-        times: dict[str, list[float]] = {"off": [], "pdl": []}
+        times: dict[str, list[float]] = {m: [] for m in modes}
         for r in range(args.rounds):
-            for name in ("off", "pdl") if r % 2 == 0 else ("pdl", "off"):
+            for name in modes if r % 2 == 0 else modes[::-1]:
                 times[name].append(time_block(graphs[name], args.replays))
-        ratios = [off / on for off, on in zip(times["off"], times["pdl"], strict=True)]
         floor_ms = (weight_bytes + b * args.context * kv_per_token) / bandwidth * 1e3
-        row = {
-            "identical_logits": bool(torch.equal(logits["off"], logits["pdl"])),
+        row: dict[str, Any] = {
+            "identical_logits": all(torch.equal(logits[modes[0]], t) for t in logits.values()),
             "floor_ms": round(floor_ms, 3),
             "weight_floor_ms": round(weight_bytes / bandwidth * 1e3, 3),
         }
-        for name in ("off", "pdl"):
+        for name in modes:
             ms = statistics.median(times[name])
             row[f"{name}_ms"] = round(ms, 4)
             row[f"{name}_range_ms"] = [round(min(times[name]), 4), round(max(times[name]), 4)]
             row[f"{name}_x_floor"] = round(ms / floor_ms, 3)
-        row["speedup"] = round(statistics.median(ratios), 4)
-        row["speedup_range"] = [round(min(ratios), 4), round(max(ratios), 4)]
+            if name != modes[0]:  # paired, round by round, against the first mode
+                ratios = [a / c for a, c in zip(times[modes[0]], times[name], strict=True)]
+                row[f"{name}_speedup"] = round(statistics.median(ratios), 4)
+                row[f"{name}_speedup_range"] = [round(min(ratios), 4), round(max(ratios), 4)]
+            if b in profiled:
+                row[f"{name}_kernel_us"] = kernel_us(graphs[name])
         result[f"batch_{b}"] = row
         print(f"{preset} batch {b}: {json.dumps(row)}", file=sys.stderr, flush=True)
         del graphs
@@ -131,16 +139,28 @@ def bench_preset(preset: str, batches: list[int], bandwidth: float, args) -> dic
     return result
 
 
-def capture_without_pdl(runner: ModelRunner, slot, rows: int) -> torch.cuda.CUDAGraph:
-    """The bucket's decode forward captured again, every kernel launched without PDL."""
+def capture(runner: ModelRunner, slot, rows: int, mode: str) -> torch.cuda.CUDAGraph:
+    """The bucket's decode forward captured again with this PDL mode."""
     graph = torch.cuda.CUDAGraph()
-    with pdl.disabled():
-        runner.eager_decode(slot, rows)  # compiles the PDL-off kernels outside the capture
+    with pdl.using(mode):
+        runner.eager_decode(slot, rows)  # compiles this mode's kernels outside the capture
         torch.cuda.synchronize()
         with torch.cuda.graph(graph):
             runner.eager_decode(slot, rows)
     torch.cuda.synchronize()
     return graph
+
+
+def kernel_us(graph: torch.cuda.CUDAGraph) -> dict[str, float]:
+    """Device time of one replay by kernel name (the 12 largest): which kernels PDL moved."""
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        graph.replay()
+        torch.cuda.synchronize()
+    total: collections.Counter[str] = collections.Counter()
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            total[e.name[:60]] += e.time_range.elapsed_us()
+    return {k: round(v, 1) for k, v in total.most_common(12)}
 
 
 def time_block(graph: torch.cuda.CUDAGraph, replays: int) -> float:

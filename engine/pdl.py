@@ -11,7 +11,7 @@ compares the two bit for bit).
 
 The kernels take a `PDL` constexpr and `launch_options(device)` gives their launch its two
 keywords. A kernel without PDL (cuBLAS, Inductor's) simply ends the overlap there.
-BUBBLELAB_PDL=0 turns it off (A/B measurements); `disabled()` does the same inside one process.
+BUBBLELAB_PDL=0 turns it off (A/B measurements); `using(mode)` chooses inside one process.
 """
 
 from __future__ import annotations
@@ -22,26 +22,41 @@ import os
 from collections.abc import Iterator
 
 import torch
-import triton
-import triton.language as tl
 
-try:  # Triton >= 3.5; no-ops elsewhere, and never reached with PDL off
-    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+try:  # linear.py reports cuBLAS launches here on any install; the kernels need Triton
+    import triton
+    import triton.language as tl
+except ImportError:  # pragma: no cover - a CPU install without Triton
+    triton = None
 
-    HAS_GDC = True
-except ImportError:  # pragma: no cover - older Triton
-    HAS_GDC = False
+HAS_GDC = False
+if triton is not None:
+    try:  # Triton >= 3.5
+        from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+        HAS_GDC = True
+    except ImportError:  # pragma: no cover - older Triton: never reached, PDL stays off
+
+        @triton.jit
+        def gdc_wait():
+            pass
+
+        @triton.jit
+        def gdc_launch_dependents():
+            pass
 
     @triton.jit
-    def gdc_wait():
-        pass
+    def wait_for_inputs(PDL: tl.constexpr):
+        """Called by a PDL-aware kernel before its first read of an activation and its first
+        write: waits for every earlier kernel, then lets the next one start its own preamble."""
+        if PDL:
+            gdc_wait()
+            gdc_launch_dependents()
 
-    @triton.jit
-    def gdc_launch_dependents():
-        pass
 
-
-_off = False  # set by disabled()
+MODES = ("off", "all", "own")
+_mode: str | None = None  # set by using(); else BUBBLELAB_PDL
+_after_foreign = False  # the last kernel launched was someone else's (cuBLAS): foreign_kernel()
 
 
 @functools.cache
@@ -49,33 +64,45 @@ def _supported(index: int) -> bool:
     return HAS_GDC and torch.cuda.get_device_capability(index)[0] >= 9
 
 
+def mode() -> str:
+    """off; all (every PDL-aware kernel); own (only one that follows another of ours)."""
+    raw = os.environ.get("BUBBLELAB_PDL", "all")
+    chosen = _mode or {"0": "off", "1": "all"}.get(raw, raw)
+    if chosen not in MODES:
+        raise ValueError(f"BUBBLELAB_PDL must be 0, 1 or one of {MODES}: got {raw!r}")
+    return chosen
+
+
 def enabled(device: torch.device) -> bool:
-    """Whether kernels launched now on `device` use PDL: CUDA on sm90+, not switched off."""
-    if _off or device.type != "cuda" or os.environ.get("BUBBLELAB_PDL", "1") == "0":
+    """Whether kernels launched now on `device` may use PDL: CUDA on sm90+, not switched off."""
+    if device.type != "cuda" or mode() == "off":
         return False
     return _supported(device.index if device.index is not None else torch.cuda.current_device())
 
 
+def foreign_kernel() -> None:
+    """Called where a kernel that is not one of ours is launched (a cuBLAS GEMM)."""
+    global _after_foreign
+    _after_foreign = True
+
+
 def launch_options(device: torch.device) -> dict[str, bool]:
     """The keywords of a PDL-aware kernel's launch: its `PDL` constexpr and Triton's launch flag."""
-    return {"PDL": True, "launch_pdl": True} if enabled(device) else {"PDL": False}
+    global _after_foreign
+    after_foreign, _after_foreign = _after_foreign, False
+    if not enabled(device) or (after_foreign and mode() == "own"):
+        return {"PDL": False}
+    return {"PDL": True, "launch_pdl": True}
 
 
 @contextlib.contextmanager
-def disabled() -> Iterator[None]:
-    """Kernels launched (or graphs captured) inside run without PDL: an A/B benchmark's baseline."""
-    global _off
-    before, _off = _off, True
+def using(chosen: str) -> Iterator[None]:
+    """Kernels launched (or graphs captured) inside use this mode: an A/B benchmark's variants."""
+    global _mode
+    if chosen not in MODES:
+        raise ValueError(f"PDL mode must be one of {MODES}, got {chosen!r}")
+    before, _mode = _mode, chosen
     try:
         yield
     finally:
-        _off = before
-
-
-@triton.jit
-def wait_for_inputs(PDL: tl.constexpr):
-    """Called by a PDL-aware kernel before its first read of an activation and its first write:
-    waits for every earlier kernel, then lets the next one start its own preamble."""
-    if PDL:
-        gdc_wait()
-        gdc_launch_dependents()
+        _mode = before
