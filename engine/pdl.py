@@ -10,8 +10,13 @@ wait, so a step computes exactly what it computes without PDL, in the same order
 compares the two bit for bit).
 
 The kernels take a `PDL` constexpr and `launch_options(device)` gives their launch its two
-keywords. A kernel without PDL (cuBLAS, Inductor's) simply ends the overlap there.
-BUBBLELAB_PDL=0 turns it off (A/B measurements); `using(mode)` chooses inside one process.
+keywords. By default (mode `own`) a kernel is launched with PDL only when the kernel before it is
+one of ours: the places that launch someone else's kernel (cuBLAS in linear.py, the embedding,
+NCCL's all-reduce) call `foreign_kernel()`. Behind a cuBLAS GEMM our early blocks cost more than
+they saved: on an H200 (qwen3-4b, benchmarks/pdl_ab.py) PDL after every kernel made the 32-row
+forward 5% slower, after our own only 1%, while both made the one-row forward ~5% faster. A missed
+site costs speed, never correctness: the wait always waits for the whole kernel before.
+BUBBLELAB_PDL=0|off, all or own chooses (A/B measurements); `using(mode)` does inside one process.
 """
 
 from __future__ import annotations
@@ -66,7 +71,7 @@ def _supported(index: int) -> bool:
 
 def mode() -> str:
     """off; all (every PDL-aware kernel); own (only one that follows another of ours)."""
-    raw = os.environ.get("BUBBLELAB_PDL", "all")
+    raw = os.environ.get("BUBBLELAB_PDL", "own")
     chosen = _mode or {"0": "off", "1": "all"}.get(raw, raw)
     if chosen not in MODES:
         raise ValueError(f"BUBBLELAB_PDL must be 0, 1 or one of {MODES}: got {raw!r}")
@@ -81,7 +86,7 @@ def enabled(device: torch.device) -> bool:
 
 
 def foreign_kernel() -> None:
-    """Called where a kernel that is not one of ours is launched (a cuBLAS GEMM)."""
+    """Called where a kernel that is not one of ours is launched (a cuBLAS GEMM, NCCL)."""
     global _after_foreign
     _after_foreign = True
 

@@ -11,7 +11,8 @@ each output row's sum runs in the same order whatever the batch (the same tokens
 BLOCK_M 1 is the GEMV form for one row (products accumulated in registers, one reduction at the
 end); otherwise tl.dot on BLOCK_M rows (at least 16: the MMA's smallest tile; padding rows cost no
 memory traffic). Programs are ordered with the row blocks fastest, so the programs that read one
-weight tile run together and share it through L2.
+weight tile run together and share it through L2. Launched with PDL (engine/pdl.py), the GEMV form
+starts streaming its weights while the kernel before it is still running.
 """
 
 from __future__ import annotations
@@ -88,9 +89,10 @@ def _skinny_kernel(
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     k_first = k_begin
-    if PDL:
-        # The weights are constants of the step: the first tile is read before waiting for the
-        # kernel before, so this GEMM's weight stream starts under that kernel's tail.
+    if PDL and BLOCK_M == 1:
+        # The weights are constants of the step: the GEMV form reads its first tile before waiting
+        # for the kernel before, so its weight stream starts under that kernel's tail. (The MMA
+        # form keeps the loop its tiles were tuned with: peeled, it was slower at 32 rows.)
         k_ok = (rk < k_end)[None, :]
         w = tl.load(w_ptrs, mask=n_ok[:, None] & k_ok, other=0.0)
         wait_for_inputs(PDL)
@@ -99,6 +101,8 @@ def _skinny_kernel(
         x_ptrs += BLOCK_K
         w_ptrs += BLOCK_K
         k_first += BLOCK_K
+    else:
+        wait_for_inputs(PDL)
     for k in range(k_first, k_end, BLOCK_K):
         if EVEN_K:
             x = tl.load(x_ptrs, mask=m_ok[:, None], other=0.0)

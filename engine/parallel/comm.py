@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 
 from ...core.errors import BubblelabError
+from .. import pdl
 from ..config import ModelConfig
 
 # NVLink multicast (NVLS) and symmetric-memory multimem ops stay off: the GPU machines require it,
@@ -95,6 +96,8 @@ def close_group(abort: bool = False) -> None:
 def all_reduce(x: torch.Tensor) -> torch.Tensor:
     """Sum over ranks, in place (captured into CUDA graphs like any kernel: NCCL supports
     capture)."""
+    if x.is_cuda:
+        pdl.foreign_kernel()
     dist.all_reduce(x)
     return x
 

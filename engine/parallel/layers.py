@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .. import pdl
 from ..linear import linear
 from .comm import SINGLE, TensorParallel, all_gather_last, all_reduce
 
@@ -139,6 +140,8 @@ class VocabParallelEmbedding(ParallelModule):
         return (self.vocab_size, self.weight.shape[1])
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        if ids.is_cuda:
+            pdl.foreign_kernel()
         if self.tp.size == 1:
             return F.embedding(ids, self.weight)
         local = ids - self.start
