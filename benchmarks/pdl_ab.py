@@ -2,7 +2,7 @@
 process, interleaved, and the two compared bit for bit.
 
 For each preset (seeded random weights, bf16) a ModelRunner is built as the engine builds it; then,
-per batch, its decode forward is captured once per PDL mode (`pdl.using`: off, all, own), over the
+per batch, its decode forward is captured once per PDL mode (off, engine, own, all), over the
 same slot buffers. Each round replays each graph `--replays` times back to back (the order
 alternating round by round) and times the block with CUDA events; the step time is the block over
 the replays, its figure the median over rounds, with each mode's paired ratio against the first
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import gc
 import json
 import statistics
@@ -49,7 +50,9 @@ def main() -> None:
     )
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--replays", type=int, default=20, help="replays timed as one block")
-    ap.add_argument("--modes", default="off,all,own", help="PDL modes (engine/pdl.py), off first")
+    ap.add_argument(
+        "--modes", default="off,engine,own,all", help="PDL modes (engine/pdl.py), off first"
+    )
     ap.add_argument("--profile-batches", default="", help="also sum kernel time by name here")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
@@ -140,9 +143,10 @@ def bench_preset(preset: str, batches: list[int], bandwidth: float, args) -> dic
 
 
 def capture(runner: ModelRunner, slot, rows: int, mode: str) -> torch.cuda.CUDAGraph:
-    """The bucket's decode forward captured again with this PDL mode."""
+    """The bucket's decode forward captured again with this PDL mode ("engine": the engine's own
+    policy, BUBBLELAB_PDL and pdl.MAX_ROWS; the others apply at every row count)."""
     graph = torch.cuda.CUDAGraph()
-    with pdl.using(mode):
+    with contextlib.nullcontext() if mode == "engine" else pdl.using(mode):
         runner.eager_decode(slot, rows)  # compiles this mode's kernels outside the capture
         torch.cuda.synchronize()
         with torch.cuda.graph(graph):

@@ -20,7 +20,7 @@ import torch
 from ..core.block_manager import BlockManager
 from ..core.errors import InvariantError
 from ..core.pipeline import NUM_SLOTS, Step, StepKind
-from . import sampler
+from . import pdl, sampler
 from .attention.metadata import AttentionMetadata
 from .config import EngineConfig
 from .cuda_graphs import CudaGraphs, prefill_rows
@@ -111,8 +111,9 @@ class ModelRunner:
             context_lens=d["context_lens"][:rows],
             block_tables=slot.block_tables_d[:rows],
         )
-        hidden = self.model(self.pending[d["rows"][:rows]], d["positions"][:rows], meta)
-        self.model.compute_logits(hidden, out=slot.logits[:rows])
+        with pdl.step_rows(rows):
+            hidden = self.model(self.pending[d["rows"][:rows]], d["positions"][:rows], meta)
+            self.model.compute_logits(hidden, out=slot.logits[:rows])
 
     def _prefill_body(
         self, slot: DecodeSlot, tokens: int, rows: int, lens: list[int] | None = None
@@ -129,9 +130,10 @@ class ModelRunner:
             max_seqlen=max(lens) if lens else tokens,
             seq_lens=lens,
         )
-        hidden = self.model(d["p_input_ids"][:tokens], d["p_positions"][:tokens], meta)
-        last = hidden[d["p_last_index"][:rows]]
-        self.model.compute_logits(last, out=slot.logits[:rows])
+        with pdl.step_rows(tokens):
+            hidden = self.model(d["p_input_ids"][:tokens], d["p_positions"][:tokens], meta)
+            last = hidden[d["p_last_index"][:rows]]
+            self.model.compute_logits(last, out=slot.logits[:rows])
 
     def _sample_body(self, slot: DecodeSlot, n: int, flags: SamplingFlags, masked: bool) -> None:
         """Samples rows [0, n); what it reads is all on the device, so a graph per bucket can

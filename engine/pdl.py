@@ -16,6 +16,7 @@ NCCL's all-reduce) call `foreign_kernel()`. Behind a cuBLAS GEMM our early block
 they saved: on an H200 (qwen3-4b, benchmarks/pdl_ab.py) PDL after every kernel made the 32-row
 forward 5% slower, after our own only 1%, while both made the one-row forward ~5% faster. A missed
 site costs speed, never correctness: the wait always waits for the whole kernel before.
+Forwards of more than MAX_ROWS rows run without it (ModelRunner says how many: `step_rows`).
 BUBBLELAB_PDL=0|off, all or own chooses (A/B measurements); `using(mode)` does inside one process.
 """
 
@@ -60,7 +61,11 @@ if triton is not None:
 
 
 MODES = ("off", "all", "own")
-_mode: str | None = None  # set by using(); else BUBBLELAB_PDL
+# Forwards of more rows run without PDL: on an H200 it gained 1-6% at 1-16 rows and nothing or a
+# loss at 32-128 (qwen3-8b at 32 rows: -2.8%), where the GEMMs are cuBLAS or MMA tiles of 32 rows.
+MAX_ROWS = 16
+_mode: str | None = None  # set by using(), which also lifts MAX_ROWS; else BUBBLELAB_PDL
+_rows: int | None = None  # the forward being launched: step_rows()
 _after_foreign = False  # the last kernel launched was someone else's (cuBLAS): foreign_kernel()
 
 
@@ -82,6 +87,8 @@ def enabled(device: torch.device) -> bool:
     """Whether kernels launched now on `device` may use PDL: CUDA on sm90+, not switched off."""
     if device.type != "cuda" or mode() == "off":
         return False
+    if _mode is None and _rows is not None and _rows > MAX_ROWS:
+        return False
     return _supported(device.index if device.index is not None else torch.cuda.current_device())
 
 
@@ -101,8 +108,20 @@ def launch_options(device: torch.device) -> dict[str, bool]:
 
 
 @contextlib.contextmanager
+def step_rows(rows: int) -> Iterator[None]:
+    """The kernels launched inside belong to a forward of `rows` rows (tokens, for a prefill)."""
+    global _rows
+    before, _rows = _rows, rows
+    try:
+        yield
+    finally:
+        _rows = before
+
+
+@contextlib.contextmanager
 def using(chosen: str) -> Iterator[None]:
-    """Kernels launched (or graphs captured) inside use this mode: an A/B benchmark's variants."""
+    """Kernels launched (or graphs captured) inside use this mode at any row count: an A/B
+    benchmark's variants."""
     global _mode
     if chosen not in MODES:
         raise ValueError(f"PDL mode must be one of {MODES}, got {chosen!r}")

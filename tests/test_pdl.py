@@ -39,6 +39,16 @@ def test_all_and_off_modes(hopper):
     assert pdl.mode() == "own"  # restored
 
 
+def test_forwards_of_more_than_max_rows_run_without_it_unless_a_benchmark_says(hopper):
+    with pdl.step_rows(pdl.MAX_ROWS):
+        assert pdl.launch_options(CUDA) == ON
+    with pdl.step_rows(pdl.MAX_ROWS + 1):
+        assert pdl.launch_options(CUDA) == OFF
+        with pdl.using("own"):  # an explicit mode applies at any row count (pdl_ab)
+            assert pdl.launch_options(CUDA) == ON
+    assert pdl.launch_options(CUDA) == ON  # outside any forward: no cap
+
+
 @pytest.mark.parametrize("env,mode", [("0", "off"), ("1", "all"), ("own", "own"), ("all", "all")])
 def test_the_environment_chooses(hopper, monkeypatch, env, mode):
     monkeypatch.setenv("BUBBLELAB_PDL", env)
