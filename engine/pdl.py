@@ -61,8 +61,9 @@ if triton is not None:
 
 
 MODES = ("off", "all", "own")
-# Forwards of more rows run without PDL: on an H200 it gained 1-6% at 1-16 rows and nothing or a
-# loss at 32-128 (qwen3-8b at 32 rows: -2.8%), where the GEMMs are cuBLAS or MMA tiles of 32 rows.
+# Forwards of more rows run without PDL. On H200s (docs/engine-speed.md) it gained at 1, 8 and 16
+# rows in every call, lost up to 3.8% at 4 rows of qwen3-8b in one, and gained nothing or lost at
+# 32-128 (qwen3-8b at 32 rows: -2.7%), where the GEMMs are cuBLAS or MMA tiles of 32 rows.
 MAX_ROWS = 16
 _mode: str | None = None  # set by using(), which also lifts MAX_ROWS; else BUBBLELAB_PDL
 _rows: int | None = None  # the forward being launched: step_rows()
