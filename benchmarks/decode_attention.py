@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import functools
 import gc
-import json
 import sys
 import time
 import traceback
@@ -31,8 +30,7 @@ from typing import Any
 import torch
 
 from benchmarks.attention import use_backend
-from benchmarks.forward_kernels import copy_bandwidth, fill_decode_rows, time_steps
-from bubblelab.core.files import write_atomic
+from benchmarks.forward_kernels import copy_bandwidth, emit, fill_decode_rows, time_steps
 from bubblelab.engine.attention import AttentionBackend
 from bubblelab.engine.attention.metadata import AttentionMetadata
 from bubblelab.engine.attention.torch_backend import TorchAttention
@@ -130,11 +128,7 @@ def main() -> None:
                     {"preset": preset, "error": f"{type(exc).__name__}: {exc}"}
                 )
     summary["wall_s"] = round(time.perf_counter() - t0, 1)
-    text = json.dumps(summary, indent=2)
-    print(text)
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(args.out, text + "\n")
+    emit(summary, args.out)
 
 
 def bench_attention(preset: str, batch: int, context: int, args) -> dict:

@@ -36,7 +36,7 @@ from torch.profiler import ProfilerActivity, profile
 from bubblelab.core.files import write_atomic
 from bubblelab.engine.config import EngineConfig, default_dtype
 from bubblelab.engine.cuda_graphs import decode_buckets as graph_buckets
-from bubblelab.engine.loader import load_model
+from bubblelab.engine.loader import LoadedModel, load_model
 from bubblelab.engine.model_runner import ModelRunner
 from bubblelab.engine.streams import Streams
 
@@ -97,54 +97,35 @@ def main() -> None:
                 torch.cuda.empty_cache()
         _add_speedups(summary["presets"][preset])
     summary["wall_s"] = round(time.perf_counter() - t0, 1)
-    text = json.dumps(summary, indent=2)
-    print(text)
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(args.out, text + "\n")
+    emit(summary, args.out)
 
 
 def bench_preset(
     preset: str, compiled: bool, batches: list[int], bandwidth: float | None, args
 ) -> dict:
     cuda = args.device == "cuda"
-    dtype = default_dtype(args.device)
-    loaded = load_model(
-        preset, dtype=dtype, device=args.device, attention_backend=args.attention_backend
-    )
-    cfg = EngineConfig(
-        model=preset,
-        device=args.device,
-        dtype=dtype,
-        max_num_seqs=max(batches),
-        max_model_len=args.max_model_len,
-        block_size=BLOCK_SIZE,
-        num_kv_blocks=max(batches) * -(-args.max_model_len // BLOCK_SIZE),
-        compile=compiled,
-        attention_backend=args.attention_backend,
-    )
+    loaded = load(preset, args.device, args.attention_backend)
     t0 = time.perf_counter()
     # CUDA: compiles, captures
-    runner = ModelRunner(cfg, loaded, Streams(torch.device(args.device), timing=False))
+    runner = build_runner(
+        loaded,
+        preset,
+        args.device,
+        max(batches),
+        args.max_model_len,
+        args.attention_backend,
+        compiled,
+    )
     num_layers = loaded.config.num_layers
     result: dict[str, Any] = {
         "compiled": loaded.model.compile_enabled,
         "startup_s": round(time.perf_counter() - t0, 1),
         "num_layers": num_layers,
-        "weight_bytes": sum(p.numel() * p.element_size() for p in loaded.model.parameters()),
+        "weight_bytes": weight_bytes(loaded),
     }
     if bandwidth:
         result["floor_ms"] = round(result["weight_bytes"] / bandwidth * 1e3, 3)
-    mc = loaded.config
-    # Each row's attention reads its whole context's K and V in every layer: at 128 rows of 512
-    # tokens that is more bytes than the weights, so the floor counts both.
-    kv_bytes_per_token = (
-        2
-        * mc.num_layers
-        * mc.num_kv_heads
-        * mc.head_dim
-        * loaded.model.embed_tokens.weight.element_size()
-    )
+    kv_bytes_per_token = kv_bytes(loaded)
     slot = runner.slots[0]
     for b in batches:
         fill_decode_rows(runner, slot, b, args.context)
@@ -171,6 +152,60 @@ def bench_preset(
         result[f"batch_{b}"] = row
     runner.close()
     return result
+
+
+def load(preset: str, device: str, attention_backend: str) -> LoadedModel:
+    """The preset with seeded random weights in the device's default dtype."""
+    return load_model(
+        preset, dtype=default_dtype(device), device=device, attention_backend=attention_backend
+    )
+
+
+def build_runner(
+    loaded: LoadedModel,
+    preset: str,
+    device: str,
+    max_rows: int,
+    max_model_len: int,
+    attention_backend: str,
+    compiled: bool | None = None,
+) -> ModelRunner:
+    """A ModelRunner over `loaded` (from load()) as the engine builds one, with K/V pages for
+    `max_rows` rows of `max_model_len` tokens. On CUDA this compiles and captures every graph."""
+    cfg = EngineConfig(
+        model=preset,
+        device=device,
+        dtype=default_dtype(device),
+        max_num_seqs=max_rows,
+        max_model_len=max_model_len,
+        block_size=BLOCK_SIZE,
+        num_kv_blocks=max_rows * -(-max_model_len // BLOCK_SIZE),
+        compile=compiled,
+        attention_backend=attention_backend,
+    )
+    return ModelRunner(cfg, loaded, Streams(torch.device(device), timing=False))
+
+
+def weight_bytes(loaded: LoadedModel) -> int:
+    """Bytes a decode step must read once: every weight."""
+    return sum(p.numel() * p.element_size() for p in loaded.model.parameters())
+
+
+def kv_bytes(loaded: LoadedModel) -> int:
+    """K and V bytes of one token over every layer. Each row's attention reads its whole
+    context's K and V in every layer: at 128 rows of 512 tokens that is more bytes than the
+    weights, so the floor counts both."""
+    mc = loaded.config
+    size = loaded.model.embed_tokens.weight.element_size()
+    return 2 * mc.num_layers * mc.num_kv_heads * mc.head_dim * size
+
+
+def emit(summary: dict, out: Path | None) -> None:
+    """The JSON summary on stdout, and into `out` when given."""
+    text = json.dumps(summary, indent=2)
+    print(text)
+    if out is not None:
+        write_atomic(out, text + "\n")
 
 
 def fill_decode_rows(runner: ModelRunner, slot, b: int, context: int) -> None:

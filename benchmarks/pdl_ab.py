@@ -30,13 +30,17 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from benchmarks.forward_kernels import BLOCK_SIZE, copy_bandwidth, fill_decode_rows
-from bubblelab.core.files import write_atomic
+from benchmarks.forward_kernels import (
+    build_runner,
+    copy_bandwidth,
+    emit,
+    fill_decode_rows,
+    kv_bytes,
+    load,
+    weight_bytes,
+)
 from bubblelab.engine import pdl
-from bubblelab.engine.config import EngineConfig
-from bubblelab.engine.loader import load_model
 from bubblelab.engine.model_runner import ModelRunner
-from bubblelab.engine.streams import Streams
 
 
 def main() -> None:
@@ -78,32 +82,15 @@ def main() -> None:
         gc.collect()
         torch.cuda.empty_cache()
     summary["wall_s"] = round(time.perf_counter() - t0, 1)
-    text = json.dumps(summary, indent=2)
-    print(text)
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(args.out, text + "\n")
+    emit(summary, args.out)
 
 
 def bench_preset(preset: str, batches: list[int], bandwidth: float, args) -> dict:
-    loaded = load_model(preset, dtype="bf16", device="cuda", attention_backend="triton")
-    max_model_len = 2 * args.context
-    cfg = EngineConfig(
-        model=preset,
-        device="cuda",
-        dtype="bf16",
-        max_num_seqs=max(batches),
-        max_model_len=max_model_len,
-        block_size=BLOCK_SIZE,
-        num_kv_blocks=max(batches) * -(-max_model_len // BLOCK_SIZE),
-        attention_backend="triton",
-    )
-    runner = ModelRunner(cfg, loaded, Streams(torch.device("cuda"), timing=False))
-    mc = loaded.config
-    weight_bytes = sum(p.numel() * p.element_size() for p in loaded.model.parameters())
-    kv_per_token = 2 * mc.num_layers * mc.num_kv_heads * mc.head_dim * 2
+    loaded = load(preset, "cuda", "triton")
+    runner = build_runner(loaded, preset, "cuda", max(batches), 2 * args.context, "triton")
+    weights, kv_per_token = weight_bytes(loaded), kv_bytes(loaded)
     slot = runner.slots[0]
-    result: dict[str, Any] = {"weight_bytes": weight_bytes}
+    result: dict[str, Any] = {"weight_bytes": weights}
     modes = args.modes.split(",")
     profiled = {int(b) for b in args.profile_batches.split(",") if b}
     for b in batches:
@@ -118,11 +105,11 @@ def bench_preset(preset: str, batches: list[int], bandwidth: float, args) -> dic
         for r in range(args.rounds):
             for name in modes if r % 2 == 0 else modes[::-1]:
                 times[name].append(time_block(graphs[name], args.replays))
-        floor_ms = (weight_bytes + b * args.context * kv_per_token) / bandwidth * 1e3
+        floor_ms = (weights + b * args.context * kv_per_token) / bandwidth * 1e3
         row: dict[str, Any] = {
             "identical_logits": all(torch.equal(logits[modes[0]], t) for t in logits.values()),
             "floor_ms": round(floor_ms, 3),
-            "weight_floor_ms": round(weight_bytes / bandwidth * 1e3, 3),
+            "weight_floor_ms": round(weights / bandwidth * 1e3, 3),
         }
         for name in modes:
             ms = statistics.median(times[name])
