@@ -33,7 +33,9 @@ from bubblelab.runs.driver import RunResult, run_workload
 from bubblelab.runs.workload import WorkloadSpec
 
 
-def engine_for(loaded: LoadedModel, device: str, dtype: str, depth: int) -> LLMEngine:
+def engine_for(
+    loaded: LoadedModel, device: str, dtype: str, depth: int, num_kv_blocks: int | None = None
+) -> LLMEngine:
     cfg = EngineConfig(
         model=loaded.name,
         device=device,
@@ -41,6 +43,7 @@ def engine_for(loaded: LoadedModel, device: str, dtype: str, depth: int) -> LLME
         depth=depth,
         max_num_seqs=32,
         max_model_len=256,
+        num_kv_blocks=num_kv_blocks,
     )
     return LLMEngine(cfg, loaded, timeline=Timeline())
 

@@ -17,7 +17,7 @@ they saved: on an H200 (qwen3-4b, benchmarks/pdl_ab.py) PDL after every kernel m
 forward 5% slower, after our own only 1%, while both made the one-row forward ~5% faster. A missed
 site costs speed, never correctness: the wait always waits for the whole kernel before.
 Forwards of more than MAX_ROWS rows run without it (ModelRunner says how many: `step_rows`).
-BUBBLELAB_PDL=0|off, all or own chooses (A/B measurements); `using(mode)` does inside one process.
+BUBBLELAB_PDL=0|off, all, own or own-mma chooses (A/B measurements); `using(mode)` does in-process.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ if triton is not None:
             gdc_launch_dependents()
 
 
-MODES = ("off", "all", "own")
+MODES = ("off", "all", "own", "own-mma")
 # Forwards of more rows run without PDL. On H200s (docs/engine-speed.md) it gained at 1, 8 and 16
 # rows in every call, lost up to 3.8% at 4 rows of qwen3-8b in one, and gained nothing or lost at
 # 32-128 (qwen3-8b at 32 rows: -2.7%), where the GEMMs are cuBLAS or MMA tiles of 32 rows.
@@ -76,7 +76,8 @@ def _supported(index: int) -> bool:
 
 
 def mode() -> str:
-    """off; all (every PDL-aware kernel); own (only one that follows another of ours)."""
+    """off; all (every PDL-aware kernel); own (only one that follows another of ours); own-mma
+    (own, but never a GEMM's MMA form: A/B only)."""
     raw = os.environ.get("BUBBLELAB_PDL", "own")
     chosen = _mode or {"0": "off", "1": "all"}.get(raw, raw)
     if chosen not in MODES:
@@ -99,11 +100,19 @@ def foreign_kernel() -> None:
     _after_foreign = True
 
 
-def launch_options(device: torch.device) -> dict[str, bool]:
-    """The keywords of a PDL-aware kernel's launch: its `PDL` constexpr and Triton's launch flag."""
+def launch_options(device: torch.device, placed: bool = False) -> dict[str, bool]:
+    """The keywords of a PDL-aware kernel's launch: its `PDL` constexpr and Triton's launch flag.
+
+    placed: a GEMM's MMA form, whose blocks, launched early, land on whichever SMs the kernel
+    before leaves free. Only `own-mma` makes it wait: on H200s that made the forward faster when
+    one graph was replayed back to back and slower inside the engine, at 1 and at 4 rows
+    (docs/engine-speed.md), so the engine keeps starting it early.
+    """
     global _after_foreign
     after_foreign, _after_foreign = _after_foreign, False
-    if not enabled(device) or (after_foreign and mode() == "own"):
+    chosen = mode()
+    own = chosen.startswith("own")
+    if not enabled(device) or (after_foreign and own) or (placed and chosen == "own-mma"):
         return {"PDL": False}
     return {"PDL": True, "launch_pdl": True}
 

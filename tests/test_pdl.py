@@ -30,6 +30,17 @@ def test_own_mode_skips_only_the_kernel_after_a_foreign_one(hopper):
     assert pdl.launch_options(CUDA) == ON  # the next one follows ours again
 
 
+def test_a_gemms_mma_form_waits_only_when_a_benchmark_asks(hopper):
+    assert pdl.launch_options(CUDA, placed=True) == ON  # own, the default: early like the rest
+    with pdl.using("own-mma"):
+        assert pdl.launch_options(CUDA, placed=True) == OFF
+        assert pdl.launch_options(CUDA) == ON  # the GEMV form and small kernels: still early
+    with pdl.using("all"):
+        assert pdl.launch_options(CUDA, placed=True) == ON
+    pdl.foreign_kernel()
+    assert pdl.launch_options(CUDA, placed=True) == OFF  # never after cuBLAS under own
+
+
 def test_all_and_off_modes(hopper):
     with pdl.using("all"):
         pdl.foreign_kernel()
@@ -49,7 +60,9 @@ def test_forwards_of_more_than_max_rows_run_without_it_unless_a_benchmark_says(h
     assert pdl.launch_options(CUDA) == ON  # outside any forward: no cap
 
 
-@pytest.mark.parametrize("env,mode", [("0", "off"), ("1", "all"), ("own", "own"), ("all", "all")])
+@pytest.mark.parametrize(
+    "env,mode", [("0", "off"), ("1", "all"), ("own", "own"), ("all", "all"), ("own-mma", "own-mma")]
+)
 def test_the_environment_chooses(hopper, monkeypatch, env, mode):
     monkeypatch.setenv("BUBBLELAB_PDL", env)
     assert pdl.mode() == mode
@@ -93,7 +106,7 @@ def test_gpu_a_chain_of_our_kernels_computes_the_same_with_and_without_pdl(rows)
         return skinny_matmul(silu_and_mul(skinny_matmul(h, w_up, cfg)), w_down, cfg) + r
 
     outputs = {}
-    for mode in ("off", "all", "own"):
+    for mode in ("off", "all", "own", "own-mma"):
         with pdl.using(mode):
             eager = chain()
             graph = torch.cuda.CUDAGraph()

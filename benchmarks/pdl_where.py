@@ -1,0 +1,153 @@
+"""Where the two instruments disagree about PDL: the engine's own timeline against the decode graph
+replayed back to back (benchmarks/pdl_ab.py), on the same engine's runner.
+
+For one preset and stream count, per round and PDL mode (alternating): an engine at depth 2 is
+built with graphs captured in that mode and a closed loop is timed by the engine's timeline. Then
+the same runner's decode forward of `streams` rows is captured again and replayed back to back as
+pdl_ab times it, interleaved with the engine's own graph of that bucket replayed the same way over
+the same inputs. If the two replays agree with each other and not with the engine, what differs is
+how the graph runs inside the engine (sampling between forwards, two slots), not the graph. With
+--trace, each instrument's kernels (name, grid, start, duration) of a few steps are written for a
+kernel-by-kernel comparison.
+
+    python -m benchmarks.pdl_where --preset qwen3-4b --streams 1 --out $OUT/where
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from bubblelab.core.files import write_atomic
+from bubblelab.engine import pdl
+from bubblelab.engine.config import default_dtype
+from bubblelab.engine.loader import load_model
+from bubblelab.runs.driver import run_workload
+from bubblelab.runs.workload import WorkloadSpec
+
+from .depth_sweep import engine_for, step_stats
+from .forward_kernels import fill_decode_rows
+from .pdl_ab import capture, time_block
+
+
+def kernels(prof) -> list[list]:
+    """The profiled kernels in start order: [name, grid, start us, duration us]."""
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        prof.export_chrome_trace(f.name)
+        events = json.loads(Path(f.name).read_text())["traceEvents"]
+    rows = [
+        [e["name"][:80], e.get("args", {}).get("grid"), e["ts"], e["dur"]]
+        for e in events
+        if e.get("cat") == "kernel"
+    ]
+    rows.sort(key=lambda r: r[2])
+    t0 = rows[0][2] if rows else 0.0
+    return [[n, g, round(ts - t0, 2), round(d, 2)] for n, g, ts, d in rows]
+
+
+def one_round(loaded, dtype: str, streams: int, mode: str, args) -> tuple[dict, dict]:
+    """One engine with its graphs captured in `mode` ('engine': the default policy)."""
+    ctx = contextlib.nullcontext() if mode == "engine" else pdl.using(mode)
+    with ctx:
+        engine = engine_for(loaded, "cuda", dtype, 2, args.num_kv_blocks)
+        spec = WorkloadSpec(streams=streams, requests=4 * streams, output_len_mean=args.L)
+        run_workload(engine, spec, warmup=True)
+        res = run_workload(engine, spec, warmup=False)
+        row: dict[str, Any] = {"mode": mode, "tokens_per_s": res.summary["tokens_per_s"]}
+        row |= {f"engine_{k}": v for k, v in step_stats(res, 2).items()}
+        traces: dict[str, list] = {}
+        if args.trace:
+            short = WorkloadSpec(
+                streams=streams, requests=streams, output_len_mean=12, output_len_dist="fixed"
+            )
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                run_workload(engine, short, warmup=False)
+                torch.cuda.synchronize()
+            traces["engine"] = kernels(prof)
+        runner = engine.runner
+        slot = runner.slots[0]
+        fill_decode_rows(runner, slot, streams, args.context)
+        graph = capture(runner, slot, streams, mode)
+        # The engine's own graph of this bucket, captured when the engine was built, replayed the
+        # same way over the same inputs: the graph or the way it runs?
+        bucket = runner.graphs.decode_bucket(streams)
+        assert bucket is not None, "the engine captured no decode graph for these rows"
+        own = runner.graphs.decode_graphs[slot.index][bucket]
+        times, own_times = [], []
+        for _ in range(args.rounds):
+            times.append(time_block(graph, args.replays))
+            own_times.append(time_block(own, args.replays))
+        row["replayed_ms"] = round(statistics.median(times), 4)
+        row["replayed_range_ms"] = [round(min(times), 4), round(max(times), 4)]
+        row["engine_graph_replayed_ms"] = round(statistics.median(own_times), 4)
+        if args.trace:
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                for _ in range(3):
+                    graph.replay()
+                torch.cuda.synchronize()
+            traces["replayed"] = kernels(prof)
+        del graph
+        engine.close()
+    gc.collect()
+    torch.cuda.empty_cache()
+    return row, traces
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--preset", default="qwen3-4b")
+    ap.add_argument("--streams", type=int, default=1)
+    ap.add_argument("--repeats", type=int, default=2, help="rounds of (off, engine)")
+    ap.add_argument("--L", type=float, default=110.0, help="mean output length")
+    ap.add_argument("--context", type=int, default=110, help="tokens of the replayed rows")
+    ap.add_argument("--rounds", type=int, default=9, help="timed blocks of the replayed graph")
+    ap.add_argument("--replays", type=int, default=20)
+    ap.add_argument("--trace", action="store_true", help="write each instrument's kernels")
+    ap.add_argument("--modes", default="off,engine", help="PDL modes, alternating by round")
+    ap.add_argument(
+        "--num-kv-blocks", type=int, default=None, help="the K/V pool (default: by GPU memory)"
+    )
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("pdl_where needs a CUDA GPU")
+    args.out.mkdir(parents=True, exist_ok=True)
+    dtype = default_dtype("cuda")
+    loaded = load_model(args.preset, dtype=dtype, device="cuda", seed=0)
+    rows = []
+    for r in range(args.repeats):
+        modes = args.modes.split(",")
+        for mode in modes if r % 2 == 0 else modes[::-1]:
+            row, traces = one_round(loaded, dtype, args.streams, mode, args)
+            rows.append(row | {"repeat": r})
+            print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+            for name, ks in traces.items():
+                path = args.out / f"kernels-{args.preset}-s{args.streams}-{mode}-{r}-{name}.json"
+                write_atomic(path, json.dumps(ks))
+    summary = {
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "preset": args.preset,
+        "streams": args.streams,
+        "num_kv_blocks": args.num_kv_blocks,
+        "rows": rows,
+    }
+    text = json.dumps(summary, indent=1)
+    print(text)
+    write_atomic(args.out / f"where-{args.preset}-s{args.streams}.json", text + "\n")
+
+
+if __name__ == "__main__":
+    main()
