@@ -55,6 +55,22 @@ def kernels(prof) -> list[list]:
     return [[n, g, round(ts - t0, 2), round(d, 2)] for n, g, ts, d in rows]
 
 
+def time_loop(pairs: list, steps: int) -> float:
+    """Milliseconds a step over `steps` (forward, sampling) graph pairs, cycling through `pairs`."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for forward, sample in pairs:
+        forward.replay()
+        sample.replay()
+    start.record()
+    for i in range(steps):
+        forward, sample = pairs[i % len(pairs)]
+        forward.replay()
+        sample.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / steps
+
+
 def one_round(loaded, dtype: str, streams: int, mode: str, args) -> tuple[dict, dict]:
     """One engine with its graphs captured in `mode` ('engine': the default policy)."""
     ctx = contextlib.nullcontext() if mode == "engine" else pdl.using(mode)
@@ -83,13 +99,31 @@ def one_round(loaded, dtype: str, streams: int, mode: str, args) -> tuple[dict, 
         bucket = runner.graphs.decode_bucket(streams)
         assert bucket is not None, "the engine captured no decode graph for these rows"
         own = runner.graphs.decode_graphs[slot.index][bucket]
-        times, own_times = [], []
+        # And the engine's graphs as its loop runs them, without the host: each forward followed
+        # by its greedy sampling graph, on one slot or alternating the two.
+        for other in runner.slots[1:]:
+            fill_decode_rows(runner, other, streams, args.context)
+        g = runner.graphs
+        steps = {
+            f"{name}_ms": [
+                (g.decode_graphs[s][bucket], g.sample_graphs[s][(bucket, True, False)])
+                for s in slots
+            ]
+            for name, slots in (("loop_one_slot", [0]), ("loop_two_slots", [0, 1]))
+        }
+        times: dict[str, list[float]] = {"replayed_ms": [], "engine_graph_replayed_ms": []}
+        times |= {k: [] for k in steps}
         for _ in range(args.rounds):
-            times.append(time_block(graph, args.replays))
-            own_times.append(time_block(own, args.replays))
-        row["replayed_ms"] = round(statistics.median(times), 4)
-        row["replayed_range_ms"] = [round(min(times), 4), round(max(times), 4)]
-        row["engine_graph_replayed_ms"] = round(statistics.median(own_times), 4)
+            times["replayed_ms"].append(time_block(graph, args.replays))
+            times["engine_graph_replayed_ms"].append(time_block(own, args.replays))
+            for k, pairs in steps.items():
+                times[k].append(time_loop(pairs, args.replays))
+        for k, ts in times.items():
+            row[k] = round(statistics.median(ts), 4)
+        row["replayed_range_ms"] = [
+            round(min(times["replayed_ms"]), 4),
+            round(max(times["replayed_ms"]), 4),
+        ]
         if args.trace:
             with profile(activities=[ProfilerActivity.CUDA]) as prof:
                 for _ in range(3):
