@@ -136,19 +136,24 @@ def pair_order(pair: int) -> tuple[int, int]:
     return (1, 2) if pair % 2 == 0 else (2, 1)
 
 
+def stop_words(v: dict) -> str:
+    """Why a configuration's repeats stopped, in a few words: the console's line (describe) and the
+    report's table (report.summary) say it the same way."""
+    if v["stop"] == KNOWN:
+        return "known to ±1 point"
+    if v["stop"] == OUT_OF_REACH and np.isfinite(v.get("pairs_needed", np.nan)):
+        return f"±1 point out of reach (~{v['pairs_needed']:.0f} pairs)"
+    return str(v["stop"])
+
+
 def describe(v: dict) -> str:
     """One line for the console: a Verdict.record()."""
     pct, lo, hi = v["observed_pct"], v["observed_lo"], v["observed_hi"]
     interval = f" [{lo:+.1f}, {hi:+.1f}]" if np.isfinite(lo) else ""
     mark = "" if v["observed_known"] else " ?"
-    why = {
-        KNOWN: "known to ±1 point",
-        BUDGET: "not known: budget spent",
-        OUT_OF_REACH: (
-            f"not known: ±1 point would take ~{v.get('pairs_needed', np.nan):.0f} pairs at this "
-            f"spread, the budget affords {v.get('pairs_affordable', np.nan):.0f}"
-        ),
-    }.get(v["stop"], "not known: every repeat ran")
+    why = stop_words(v) if v["stop"] == KNOWN else f"not known: {stop_words(v)}"
+    if v["stop"] == OUT_OF_REACH and np.isfinite(v.get("pairs_affordable", np.nan)):
+        why += f" at this spread, the budget affords {v['pairs_affordable']:.0f}"
     step = (v.get("step_cv_d1_pct", np.nan), v.get("step_cv_d2_pct", np.nan))
     walls = f"{v['cv_d1_pct']:.1f}% (depth 1), {v['cv_d2_pct']:.1f}% (depth 2)"
     noise = (

@@ -15,6 +15,7 @@ import pandas as pd
 from ..costmodel.compare import step_summary
 from ..costmodel.headline import headline as forecast_headline
 from ..costmodel.predict import known_int
+from ..costmodel.repeats import stop_words
 from ..profiling.analysis import SPLITS, steady_state
 from ..runs.rundir import Results
 from .labels import run_name
@@ -163,17 +164,9 @@ def with_repeat_stops(predictions: pd.DataFrame, provenance: dict) -> pd.DataFra
     stops = []
     for streams in predictions.get("streams", pd.Series(dtype=object)):
         v = by_streams.get(streams)
-        what = _stop_words(v) if v else None
+        what = stop_words(v) if v else None
         stops.append(f"{what} after {v['pairs']} pairs ({v['spent_s']:.0f} s)" if v else None)
     return predictions.assign(repeat_stop=stops)
-
-
-def _stop_words(v: dict) -> str:
-    if v["stop"] == "known":
-        return "known to ±1 point"
-    if v["stop"] == "out of reach" and np.isfinite(v.get("pairs_needed", np.nan)):
-        return f"±1 point out of reach (~{v['pairs_needed']:.0f} pairs)"
-    return str(v["stop"])
 
 
 def gap_samples(results: Results) -> list[tuple[str, int, np.ndarray]]:

@@ -70,7 +70,7 @@ def test_a_noisy_configuration_stops_once_one_point_is_out_of_reach():
         assert v.stop == OUT_OF_REACH and not v.observed.known and v.observed.pairs == 4
         assert v.spent_s < 10 and v.pairs_needed > v.pairs_affordable >= 14
         assert v.cv_d1_pct > 1  # 5% noise, estimated from 4 runs
-        assert "not known: ±1 point would take ~" in describe(v.record())
+        assert "not known: ±1 point out of reach (~" in describe(v.record())
     # A budget too small for the minimum still runs the minimum, and stops as spent.
     v = sweep(0.05, 0, RepeatRule(budget_s=0.1))
     assert (v.stop, v.observed.pairs) == (BUDGET, 3)
