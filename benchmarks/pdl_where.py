@@ -8,7 +8,9 @@ pdl_ab times it, interleaved with the engine's own graph of that bucket replayed
 the same inputs. If the two replays agree with each other and not with the engine, what differs is
 how the graph runs inside the engine (sampling between forwards, two slots), not the graph. With
 --trace, each instrument's kernels (name, grid, start, duration) of a few steps are written for a
-kernel-by-kernel comparison.
+kernel-by-kernel comparison. With --pdl-ab-runners, pdl_ab's own runner replays beside them:
+with PDL off it replayed a one-row qwen3-4b forward ~5% faster than the engine's runner
+(docs/engine-speed.md).
 
     python -m benchmarks.pdl_where --preset qwen3-4b --streams 1 --out $OUT/where
 """
@@ -36,7 +38,7 @@ from bubblelab.runs.driver import run_workload
 from bubblelab.runs.workload import WorkloadSpec
 
 from .depth_sweep import engine_for, step_stats
-from .forward_kernels import fill_decode_rows
+from .forward_kernels import build_runner, fill_decode_rows, load
 from .pdl_ab import capture, time_block
 
 
@@ -69,6 +71,21 @@ def time_loop(pairs: list, steps: int) -> float:
     end.record()
     torch.cuda.synchronize()
     return start.elapsed_time(end) / steps
+
+
+def bench_runners(loaded, streams: int, mode: str, args) -> dict[str, tuple]:
+    """pdl_ab's runner (sized for these rows and twice the context) over the engine's weights, and
+    pdl_ab's whole set-up (its own load, Triton attention): (runner, its decode graph in `mode`)
+    each, over the same rows. Tells a difference of runner configuration from one of loading."""
+    out = {}
+    for name, model in (
+        ("pdl_ab_runner_ms", loaded),
+        ("pdl_ab_setup_ms", load(args.preset, "cuda", "triton")),
+    ):
+        runner = build_runner(model, args.preset, "cuda", streams, 2 * args.context, "triton")
+        fill_decode_rows(runner, runner.slots[0], streams, args.context)
+        out[name] = (runner, capture(runner, runner.slots[0], streams, mode))
+    return out
 
 
 def one_round(loaded, dtype: str, streams: int, mode: str, args) -> tuple[dict, dict]:
@@ -111,13 +128,16 @@ def one_round(loaded, dtype: str, streams: int, mode: str, args) -> tuple[dict, 
             ]
             for name, slots in (("loop_one_slot", [0]), ("loop_two_slots", [0, 1]))
         }
+        others = bench_runners(loaded, streams, mode, args) if args.pdl_ab_runners else {}
         times: dict[str, list[float]] = {"replayed_ms": [], "engine_graph_replayed_ms": []}
-        times |= {k: [] for k in steps}
+        times |= {k: [] for k in [*steps, *others]}
         for _ in range(args.rounds):
             times["replayed_ms"].append(time_block(graph, args.replays))
             times["engine_graph_replayed_ms"].append(time_block(own, args.replays))
             for k, pairs in steps.items():
                 times[k].append(time_loop(pairs, args.replays))
+            for k, (_, other_graph) in others.items():
+                times[k].append(time_block(other_graph, args.replays))
         for k, ts in times.items():
             row[k] = round(statistics.median(ts), 4)
         row["replayed_range_ms"] = [
@@ -130,7 +150,15 @@ def one_round(loaded, dtype: str, streams: int, mode: str, args) -> tuple[dict, 
                     graph.replay()
                 torch.cuda.synchronize()
             traces["replayed"] = kernels(prof)
+            for k, (_, other_graph) in others.items():
+                with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                    for _ in range(3):
+                        other_graph.replay()
+                    torch.cuda.synchronize()
+                traces[k.removesuffix("_ms")] = kernels(prof)
         del graph
+        for other_runner, _ in others.values():
+            other_runner.close()
         engine.close()
     gc.collect()
     torch.cuda.empty_cache()
@@ -150,6 +178,11 @@ def main() -> None:
     ap.add_argument("--replays", type=int, default=20)
     ap.add_argument("--trace", action="store_true", help="write each instrument's kernels")
     ap.add_argument("--modes", default="off,engine", help="PDL modes, alternating by round")
+    ap.add_argument(
+        "--pdl-ab-runners",
+        action="store_true",
+        help="also replay pdl_ab's runner (the engine's weights, then pdl_ab's own load)",
+    )
     ap.add_argument(
         "--num-kv-blocks", type=int, default=None, help="the K/V pool (default: by GPU memory)"
     )
