@@ -143,6 +143,8 @@ def stop_words(v: dict) -> str:
         return "known to ±1 point"
     if v["stop"] == OUT_OF_REACH and np.isfinite(v.get("pairs_needed", np.nan)):
         return f"±1 point out of reach (~{v['pairs_needed']:.0f} pairs)"
+    if v["stop"] == MAX_PAIRS:
+        return "every repeat ran"
     return str(v["stop"])
 
 

@@ -77,6 +77,7 @@ def test_a_noisy_configuration_stops_once_one_point_is_out_of_reach():
     # max_pairs comes before the budget and the reach.
     v = sweep(0.05, 0, RepeatRule(budget_s=1e4, max_pairs=3))
     assert (v.stop, v.observed.pairs) == (MAX_PAIRS, 3)
+    assert "not known: every repeat ran" in describe(v.record())  # console and report: one wording
 
 
 def test_out_of_reach_rarely_costs_a_known_answer(monkeypatch):
