@@ -38,7 +38,7 @@ from bubblelab.runs.driver import run_workload
 from bubblelab.runs.workload import WorkloadSpec
 
 from .depth_sweep import engine_for, step_stats
-from .forward_kernels import build_runner, fill_decode_rows, load
+from .forward_kernels import build_runner, emit, fill_decode_rows, load
 from .pdl_ab import capture, time_block
 
 
@@ -55,6 +55,15 @@ def kernels(prof) -> list[list]:
     rows.sort(key=lambda r: r[2])
     t0 = rows[0][2] if rows else 0.0
     return [[n, g, round(ts - t0, 2), round(d, 2)] for n, g, ts, d in rows]
+
+
+def replayed_kernels(graph: torch.cuda.CUDAGraph, replays: int = 3) -> list[list]:
+    """kernels() of `replays` back-to-back replays of a graph."""
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(replays):
+            graph.replay()
+        torch.cuda.synchronize()
+    return kernels(prof)
 
 
 def time_loop(pairs: list, steps: int) -> float:
@@ -145,17 +154,9 @@ def one_round(loaded, dtype: str, streams: int, mode: str, args) -> tuple[dict, 
             round(max(times["replayed_ms"]), 4),
         ]
         if args.trace:
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                for _ in range(3):
-                    graph.replay()
-                torch.cuda.synchronize()
-            traces["replayed"] = kernels(prof)
+            traces["replayed"] = replayed_kernels(graph)
             for k, (_, other_graph) in others.items():
-                with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                    for _ in range(3):
-                        other_graph.replay()
-                    torch.cuda.synchronize()
-                traces[k.removesuffix("_ms")] = kernels(prof)
+                traces[k.removesuffix("_ms")] = replayed_kernels(other_graph)
         del graph
         for other_runner, _ in others.values():
             other_runner.close()
@@ -190,7 +191,6 @@ def main() -> None:
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("pdl_where needs a CUDA GPU")
-    args.out.mkdir(parents=True, exist_ok=True)
     dtype = default_dtype("cuda")
     loaded = load_model(args.preset, dtype=dtype, device="cuda", seed=0)
     rows = []
@@ -211,9 +211,7 @@ def main() -> None:
         "num_kv_blocks": args.num_kv_blocks,
         "rows": rows,
     }
-    text = json.dumps(summary, indent=1)
-    print(text)
-    write_atomic(args.out / f"where-{args.preset}-s{args.streams}.json", text + "\n")
+    emit(summary, args.out / f"where-{args.preset}-s{args.streams}.json")
 
 
 if __name__ == "__main__":
