@@ -93,9 +93,10 @@ def assert_pdl(kernel, pdl: bool) -> None:
 
 @pytest.mark.parametrize("pdl", [False, True])
 @pytest.mark.parametrize(
-    "block_m,split_k,even_k", [(1, 1, True), (1, 1, False), (16, 1, True), (16, 4, True)]
+    "block_m,split_k,even_k,silu_mul",
+    [(1, 1, True, False), (1, 1, False, True), (1, 4, True, True), (16, 4, True, False)],
 )
-def test_skinny_gemm_compiles(pdl, block_m, split_k, even_k):
+def test_skinny_gemm_compiles(pdl, block_m, split_k, even_k, silu_mul):
     pointers = {"X": "*bf16", "W": "*bf16", "Y": "*bf16", "WS": "*fp32", "LOCKS": "*i32"}
     constexprs = dict(
         BLOCK_M=block_m,
@@ -103,6 +104,7 @@ def test_skinny_gemm_compiles(pdl, block_m, split_k, even_k):
         BLOCK_K=256,
         SPLIT_K=split_k,
         EVEN_K=even_k,
+        SILU_MUL=silu_mul,
         PDL=pdl,
     )
     assert_pdl(compile_for_h200(triton_gemm._skinny_kernel, pointers, constexprs), pdl)
