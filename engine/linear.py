@@ -83,19 +83,3 @@ def linear(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = Non
     if out is None:
         return F.linear(x, weight)
     return torch.mm(x, weight.t(), out=out)
-
-
-def silu_mul_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor | None:
-    """(silu(gate) * up) @ weight[N, K].T of x = gate|up [M, 2K], as one Triton kernel where the
-    table chose the GEMV form for this shape and row count; None elsewhere (the caller applies the
-    activation, then linear()). In the MMA form the activation in the K loop made the down
-    projection ~1.7x slower (H200, 4-16 rows: docs/engine-speed.md); the GEMV form gained 1%."""
-    k = x.shape[-1] // 2
-    if x.stride(-1) != 1 or weight.stride(-1) != 1 or weight.shape[1] != k:
-        return None
-    config = choice(x[:, :k], weight)
-    if config is None or config["block_m"] != 1:
-        return None
-    from .triton_gemm import TileConfig, skinny_matmul
-
-    return skinny_matmul(x, weight, TileConfig(**config), silu_mul=True)

@@ -8,10 +8,6 @@ Here one program owns BLOCK_N output columns and reads their weight rows end to 
 keep enough bytes in flight without splitting K, so there is no second kernel and no atomics, and
 each output row's sum runs in the same order whatever the batch (the same tokens at depth 1 and 2).
 
-With `silu_mul`, x is the MLP's gate|up output [M, 2K] and the kernel multiplies silu(gate) * up,
-computed as it loads each x tile and rounded as SiluAndMul rounds it: the down projection with its
-activation, one kernel instead of two (linear.silu_mul_linear uses it for the GEMV form only).
-
 BLOCK_M 1 is the GEMV form for one row (products accumulated in registers, one reduction at the
 end); otherwise tl.dot on BLOCK_M rows (at least 16: the MMA's smallest tile; padding rows cost no
 memory traffic). Programs are ordered with the row blocks fastest, so the programs that read one
@@ -56,19 +52,6 @@ def _accumulate(acc, x, w, BLOCK_M: tl.constexpr):
 
 
 @triton.jit
-def _load_x(ptrs, mask, up_offset, SILU_MUL: tl.constexpr):
-    """An x tile; with SILU_MUL, silu(gate) * up of the gate|up tile, rounded where SiluAndMul's
-    kernel rounds (silu's output, then the product), so the product is that kernel's bits."""
-    if SILU_MUL:
-        gate = tl.load(ptrs, mask=mask, other=0.0)
-        up = tl.load(ptrs + up_offset, mask=mask, other=0.0)
-        g = gate.to(tl.float32)
-        act = (g / (1.0 + tl.exp(-g))).to(gate.dtype).to(tl.float32)
-        return (act * up.to(tl.float32)).to(gate.dtype)
-    return tl.load(ptrs, mask=mask, other=0.0)
-
-
-@triton.jit
 def _skinny_kernel(
     X,
     W,
@@ -86,7 +69,6 @@ def _skinny_kernel(
     BLOCK_K: tl.constexpr,
     SPLIT_K: tl.constexpr,
     EVEN_K: tl.constexpr,
-    SILU_MUL: tl.constexpr,
     PDL: tl.constexpr,
 ):
     num_m = tl.cdiv(M, BLOCK_M)
@@ -114,7 +96,7 @@ def _skinny_kernel(
         k_ok = (rk < k_end)[None, :]
         w = tl.load(w_ptrs, mask=n_ok[:, None] & k_ok, other=0.0)
         wait_for_inputs(PDL)
-        x = _load_x(x_ptrs, m_ok[:, None] & k_ok, K, SILU_MUL)
+        x = tl.load(x_ptrs, mask=m_ok[:, None] & k_ok, other=0.0)
         acc = _accumulate(acc, x, w, BLOCK_M)
         x_ptrs += BLOCK_K
         w_ptrs += BLOCK_K
@@ -123,11 +105,11 @@ def _skinny_kernel(
         wait_for_inputs(PDL)
     for k in range(k_first, k_end, BLOCK_K):
         if EVEN_K:
-            x = _load_x(x_ptrs, m_ok[:, None], K, SILU_MUL)
+            x = tl.load(x_ptrs, mask=m_ok[:, None], other=0.0)
             w = tl.load(w_ptrs, mask=n_ok[:, None], other=0.0)
         else:
             k_ok = (rk + (k - k_begin) < k_end)[None, :]
-            x = _load_x(x_ptrs, m_ok[:, None] & k_ok, K, SILU_MUL)
+            x = tl.load(x_ptrs, mask=m_ok[:, None] & k_ok, other=0.0)
             w = tl.load(w_ptrs, mask=n_ok[:, None] & k_ok, other=0.0)
         acc = _accumulate(acc, x, w, BLOCK_M)
         x_ptrs += BLOCK_K
@@ -158,35 +140,25 @@ def _skinny_kernel(
             tl.atomic_xchg(LOCKS + tile, 0)
 
 
-_counters: dict[tuple[torch.device, str], list[torch.Tensor]] = {}
+_counters: dict[torch.device, list[torch.Tensor]] = {}
 
 
-def zeroed_counters(device: torch.device, n: int, owner: str) -> torch.Tensor:
-    """At least n zeroed int32 counters for one kind of kernel (`owner`), kept per device; every
-    kernel that takes them leaves them zero. One stream computes per device, so two kernels never
-    use them at once. A larger set replaces a smaller one, which stays allocated: graphs captured
-    with it still point there."""
-    kept = _counters.setdefault((device, owner), [])
-    if not kept or kept[-1].numel() < n:
-        kept.append(torch.zeros(max(n, 1 << 16), dtype=torch.int32, device=device))
+def _tile_counters(device: torch.device, tiles: int) -> torch.Tensor:
+    """Zeroed int32 counters, one per output tile, kept per device (the kernel leaves them zero).
+    One stream computes GEMMs per device, so concurrent kernels never share them. A larger set
+    replaces a smaller one, which stays allocated: graphs captured with it still point there."""
+    kept = _counters.setdefault(device, [])
+    if not kept or kept[-1].numel() < tiles:
+        kept.append(torch.zeros(max(tiles, 1 << 16), dtype=torch.int32, device=device))
     return kept[-1]
 
 
 def skinny_matmul(
-    x: torch.Tensor,
-    w: torch.Tensor,
-    config: TileConfig,
-    out: torch.Tensor | None = None,
-    silu_mul: bool = False,
+    x: torch.Tensor, w: torch.Tensor, config: TileConfig, out: torch.Tensor | None = None
 ) -> torch.Tensor:
     """x [M, K] @ w[N, K].T -> [M, N] in x's dtype (into `out` when given), with config's tiles.
-    Both operands must have unit stride along K. silu_mul: x is gate|up [M, 2K] and the product
-    is (silu(gate) * up) @ w.T."""
+    Both operands must have unit stride along K."""
     m, k = x.shape
-    if silu_mul:
-        if k % 2:
-            raise ValueError(f"silu_mul needs gate|up halves, got {k} columns")
-        k //= 2
     n = w.shape[0]
     if w.shape[1] != k:
         raise ValueError(f"x has {k} columns, w has {w.shape[1]}")
@@ -204,7 +176,7 @@ def skinny_matmul(
         workspace = torch.empty(
             split * tiles * config.block_m * config.block_n, dtype=torch.float32, device=x.device
         )
-        counters = zeroed_counters(x.device, tiles, "gemm")
+        counters = _tile_counters(x.device, tiles)
     _skinny_kernel[(tiles, split)](
         x,
         w,
@@ -222,7 +194,6 @@ def skinny_matmul(
         BLOCK_K=config.block_k,
         SPLIT_K=split,
         EVEN_K=k % config.block_k == 0,
-        SILU_MUL=silu_mul,
         num_warps=config.num_warps,
         num_stages=config.num_stages,
         **launch_options(x.device, placed=config.block_m > 1),

@@ -93,10 +93,9 @@ def assert_pdl(kernel, pdl: bool) -> None:
 
 @pytest.mark.parametrize("pdl", [False, True])
 @pytest.mark.parametrize(
-    "block_m,split_k,even_k,silu_mul",
-    [(1, 1, True, False), (1, 1, False, True), (1, 4, True, True), (16, 4, True, False)],
+    "block_m,split_k,even_k", [(1, 1, True), (1, 1, False), (16, 1, True), (16, 4, True)]
 )
-def test_skinny_gemm_compiles(pdl, block_m, split_k, even_k, silu_mul):
+def test_skinny_gemm_compiles(pdl, block_m, split_k, even_k):
     pointers = {"X": "*bf16", "W": "*bf16", "Y": "*bf16", "WS": "*fp32", "LOCKS": "*i32"}
     constexprs = dict(
         BLOCK_M=block_m,
@@ -104,7 +103,6 @@ def test_skinny_gemm_compiles(pdl, block_m, split_k, even_k, silu_mul):
         BLOCK_K=256,
         SPLIT_K=split_k,
         EVEN_K=even_k,
-        SILU_MUL=silu_mul,
         PDL=pdl,
     )
     assert_pdl(compile_for_h200(triton_gemm._skinny_kernel, pointers, constexprs), pdl)

@@ -15,7 +15,7 @@ import torch
 
 from tests.triton_interpreter import results_by_case, serve_cases
 
-# (rows, N, K, block_m, block_n, block_k, warps, stages, dtype[, split_k[, silu_mul]])
+# (rows, N, K, block_m, block_n, block_k, warps, stages, dtype[, split_k])
 CPU_CASES = [
     (1, 40, 96, 1, 8, 32, 4, 3, "fp32"),  # GEMV form; N and K not multiples of the tiles
     (1, 64, 128, 1, 16, 64, 4, 3, "fp16"),
@@ -27,40 +27,29 @@ CPU_CASES = [
     (1, 40, 100, 1, 8, 32, 4, 3, "fp32", 3),
     (5, 33, 96, 16, 16, 32, 4, 3, "fp16", 4),
     (17, 48, 200, 16, 32, 64, 4, 3, "fp32", 2),
-    # silu(gate) * up of a gate|up x, applied as each x tile loads (the MLP's down projection)
-    (1, 40, 96, 1, 8, 32, 4, 3, "fp32", 1, True),
-    (1, 40, 100, 1, 8, 32, 4, 3, "fp16", 3, True),
-    (3, 50, 100, 16, 16, 32, 4, 3, "fp16", 1, True),
 ]
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 @torch.no_grad()
-def compare(
-    rows, n, k, bm, bn, bk, warps, stages, dtype, split=1, silu_mul=False, device="cpu"
-) -> dict:
-    """Largest error of the kernel against fp64, relative to the output's largest magnitude,
-    whether `out=` receives the result, and with silu_mul whether it computes the bits of the
-    two kernels it replaces (silu_and_mul, then the plain GEMM)."""
-    from bubblelab.engine.models.triton_fused import silu_and_mul
+def compare(rows, n, k, bm, bn, bk, warps, stages, dtype, split=1, device="cpu") -> dict:
+    """Largest error of the kernel against fp64, relative to the output's largest magnitude, and
+    whether `out=` receives the result."""
     from bubblelab.engine.triton_gemm import TileConfig, skinny_matmul
 
     g = torch.Generator().manual_seed(rows * 1000 + n)
-    x = torch.randn(rows, 2 * k if silu_mul else k, generator=g).to(DTYPES[dtype]).to(device)
+    x = torch.randn(rows, k, generator=g).to(DTYPES[dtype]).to(device)
     w = (torch.randn(n, k, generator=g) * k**-0.5).to(DTYPES[dtype]).to(device)
-    config = TileConfig(bm, bn, bk, warps, stages, split)
-    act = silu_and_mul(x) if silu_mul else x
-    want = act.double() @ w.double().t()
+    want = x.double() @ w.double().t()
     out = torch.full((rows, n), float("nan"), dtype=x.dtype, device=device)
-    got = skinny_matmul(x, w, config, out=out, silu_mul=silu_mul)
+    got = skinny_matmul(x, w, TileConfig(bm, bn, bk, warps, stages, split), out=out)
     scale = max(float(want.abs().max()) if rows else 1.0, 1e-6)
-    again = skinny_matmul(x, w, config, silu_mul=silu_mul)
+    again = skinny_matmul(x, w, TileConfig(bm, bn, bk, warps, stages, split))
     return {
         "repeatable": bool(torch.equal(got, again)),  # the tile counters were left at zero
         "shape": list(got.shape),
         "into_out": got.data_ptr() == out.data_ptr(),
         "rel_err": float((got.double() - want).abs().max()) / scale if rows else 0.0,
-        "two_kernels_bits": bool(torch.equal(got, skinny_matmul(act, w, config))),
     }
 
 
@@ -70,17 +59,14 @@ def cpu_results() -> dict:
 
 
 @pytest.mark.parametrize(
-    "case",
-    CPU_CASES,
-    ids=lambda c: "m{}-n{}-k{}-bm{}-{}".format(*c[:4], c[8]) + ("-silu" if c[10:] else ""),
+    "case", CPU_CASES, ids=lambda c: "m{}-n{}-k{}-bm{}-{}".format(*c[:4], c[-1])
 )
 def test_interpreted_kernel_matches_the_product(cpu_results, case):
     r = cpu_results[tuple(case)]
     assert "error" not in r, r.get("error")
     assert r["shape"] == [case[0], case[1]] and r["into_out"] and r["repeatable"]
     # fp32 accumulation: only the output's rounding to the dtype remains
-    assert r["rel_err"] <= (1e-5 if case[8] == "fp32" else 2e-3), r
-    assert r["two_kernels_bits"], r
+    assert r["rel_err"] <= (1e-5 if case[-1] == "fp32" else 2e-3), r
 
 
 def test_bad_operands_are_refused():
@@ -132,17 +118,16 @@ def test_cpu_tensors_always_take_torch():
     assert torch.equal(out, x @ w.t())
 
 
-def test_the_activation_joins_only_the_gemv_form(monkeypatch):
-    """silu_mul_linear fuses where the table chose the GEMV form; elsewhere (cuBLAS, the MMA form,
-    whose K loop the activation slowed) it returns None and the MLP runs the two kernels."""
-    from bubblelab.engine import linear
+def test_grown_tile_counters_keep_the_old_set_alive():
+    """A graph captured with the smaller set still points at it: growing must not free it."""
+    from bubblelab.engine import triton_gemm
 
-    gate_up, w = torch.randn(4, 8), torch.randn(3, 4)
-    mma = dict(block_m=16, block_n=16, block_k=32, num_warps=4, num_stages=3)
-    for config in (None, mma):
-        monkeypatch.setattr(linear, "choice", lambda x, weight, c=config: c)
-        assert linear.silu_mul_linear(gate_up, w) is None
-    assert linear.silu_mul_linear(gate_up, torch.randn(3, 8)) is None  # not gate|up halves
+    device = torch.device("cpu")
+    small = triton_gemm._tile_counters(device, 8)
+    grown = triton_gemm._tile_counters(device, small.numel() + 1)
+    assert grown.numel() > small.numel() and not grown.any()
+    assert any(t is small for t in triton_gemm._counters[device])
+    assert triton_gemm._tile_counters(device, 8) is grown
 
 
 @pytest.mark.gpu  # tests/conftest.py skips these without CUDA
@@ -160,10 +145,8 @@ def test_gpu_every_config_of_this_gpus_table_matches_the_product_in_bf16():
                     config[f] for f in ("block_m", "block_n", "block_k", "num_warps", "num_stages")
                 )
                 tiles += (config.get("split_k", 1),)
-                for silu_mul in (False, True):
-                    r = compare(m, n, k, *tiles[:5], "bf16", tiles[5], silu_mul, device="cuda")
-                    assert r["rel_err"] <= 1e-2, (n, k, m, config, r)  # bf16 output rounding
-                    assert r["two_kernels_bits"], (n, k, m, config, r)
+                r = compare(m, n, k, *tiles[:5], "bf16", tiles[5], device="cuda")
+                assert r["rel_err"] <= 1e-2, (n, k, m, config, r)  # bf16 output rounding
                 checked += 1
     assert checked, "the table picks Triton nowhere"
 

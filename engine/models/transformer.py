@@ -112,10 +112,6 @@ class Attention(Fusable):
 
 
 class MLP(nn.Module):
-    # With the Triton kernels on, the activation runs inside the down projection's GEMM where
-    # that GEMM is a Triton one (the same bits, one launch fewer a layer); benchmarks may A/B it.
-    fuse_act = True
-
     def __init__(self, cfg: ModelConfig, tp: TensorParallel = SINGLE):
         super().__init__()
         inter = cfg.intermediate_size
@@ -124,12 +120,7 @@ class MLP(nn.Module):
         self.act = SiluAndMul()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate_up = self.gate_up_proj(x)
-        if self.fuse_act and self.act.triton:
-            y = self.down_proj.after_silu_mul(gate_up)
-            if y is not None:
-                return y
-        return self.down_proj(self.act(gate_up))
+        return self.down_proj(self.act(self.gate_up_proj(x)))
 
 
 class DecoderLayer(nn.Module):

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import pdl
-from ..linear import linear, silu_mul_linear
+from ..linear import linear
 from .comm import SINGLE, TensorParallel, all_gather_last, all_reduce
 
 
@@ -122,14 +122,6 @@ class RowParallelLinear(ParallelModule):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = linear(x, self.weight)
-        return all_reduce(y) if self.tp.size > 1 else y
-
-    def after_silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor | None:
-        """forward(silu(gate) * up) in one GEMM kernel where linear.silu_mul_linear has one, else
-        None. Each rank's gate|up shard holds matching gate and up columns."""
-        y = silu_mul_linear(gate_up, self.weight)
-        if y is None:
-            return None
         return all_reduce(y) if self.tp.size > 1 else y
 
 
