@@ -11,6 +11,10 @@ kernel's blocks start, never what they compute. `--profile-batches` adds each mo
 kernel name at those batches. The floor is forward_kernels's (weights + the rows' K/V at the
 copy bandwidth).
 
+`--aa` captures the first mode once more, after the others, and times it as one more variant
+(`<mode>-again`): two captures of the same code differ only in where their buffers landed, and on
+an H200 that alone moved a forward by up to ~1%. Its ratio is the resolution of every other.
+
     python -m benchmarks.pdl_ab --presets qwen3-4b,qwen3-8b --batches 1,8,32,128 --out pdl.json
 """
 
@@ -58,6 +62,7 @@ def main() -> None:
         "--modes", default="off,engine,own,all", help="PDL modes (engine/pdl.py), off first"
     )
     ap.add_argument("--profile-batches", default="", help="also sum kernel time by name here")
+    ap.add_argument("--aa", action="store_true", help="the first mode captured again: A/A")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     if not torch.cuda.is_available():
@@ -92,10 +97,12 @@ def bench_preset(preset: str, batches: list[int], bandwidth: float, args) -> dic
     slot = runner.slots[0]
     result: dict[str, Any] = {"weight_bytes": weights}
     modes = args.modes.split(",")
+    if args.aa:
+        modes.append(f"{modes[0]}-again")
     profiled = {int(b) for b in args.profile_batches.split(",") if b}
     for b in batches:
         fill_decode_rows(runner, slot, b, args.context)
-        graphs = {m: capture(runner, slot, b, m) for m in modes}
+        graphs = {m: capture(runner, slot, b, m.removesuffix("-again")) for m in modes}
         logits = {}
         for name, graph in graphs.items():
             graph.replay()
