@@ -8,9 +8,10 @@ pdl_ab times it, interleaved with the engine's own graph of that bucket replayed
 the same inputs. If the two replays agree with each other and not with the engine, what differs is
 how the graph runs inside the engine (sampling between forwards, two slots), not the graph. With
 --trace, each instrument's kernels (name, grid, start, duration) of a few steps are written for a
-kernel-by-kernel comparison. With --pdl-ab-runners, pdl_ab's own runner replays beside them:
-with PDL off it replayed a one-row qwen3-4b forward ~5% faster than the engine's runner
-(docs/engine-speed.md).
+kernel-by-kernel comparison. With --pdl-ab-runners, pdl_ab's own runner replays beside them
+(over the engine's weights and over its own load): on one H200 it timed within 0.7% of the
+engine's runner in both modes, so pdl_ab's smaller PDL gain comes from its own process, where
+PDL-off graphs ran 5% faster (docs/engine-speed.md).
 
     python -m benchmarks.pdl_where --preset qwen3-4b --streams 1 --out $OUT/where
 """
