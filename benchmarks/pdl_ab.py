@@ -136,11 +136,16 @@ def bench_preset(preset: str, batches: list[int], bandwidth: float, args) -> dic
     return result
 
 
+def mode_context(mode: str) -> contextlib.AbstractContextManager:
+    """Kernels launched inside use this PDL mode ("engine": the engine's own policy,
+    BUBBLELAB_PDL and pdl.MAX_ROWS; the others apply at every row count)."""
+    return contextlib.nullcontext() if mode == "engine" else pdl.using(mode)
+
+
 def capture(runner: ModelRunner, slot, rows: int, mode: str) -> torch.cuda.CUDAGraph:
-    """The bucket's decode forward captured again with this PDL mode ("engine": the engine's own
-    policy, BUBBLELAB_PDL and pdl.MAX_ROWS; the others apply at every row count)."""
+    """The bucket's decode forward captured again with this PDL mode (mode_context)."""
     graph = torch.cuda.CUDAGraph()
-    with contextlib.nullcontext() if mode == "engine" else pdl.using(mode):
+    with mode_context(mode):
         runner.eager_decode(slot, rows)  # compiles this mode's kernels outside the capture
         torch.cuda.synchronize()
         with torch.cuda.graph(graph):

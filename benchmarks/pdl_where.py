@@ -10,8 +10,8 @@ how the graph runs inside the engine (sampling between forwards, two slots), not
 --trace, each instrument's kernels (name, grid, start, duration) of a few steps are written for a
 kernel-by-kernel comparison. With --pdl-ab-runners, pdl_ab's own runner replays beside them
 (over the engine's weights and over its own load): on one H200 it timed within 0.7% of the
-engine's runner in both modes, so pdl_ab's smaller PDL gain comes from its own process, where
-PDL-off graphs ran 5% faster (docs/engine-speed.md).
+engine's runner in both modes. pdl_ab's smaller PDL gain came from its process instead: the
+PDL-off one-row step moved by up to 5.7% between processes (docs/engine-speed.md).
 
     python -m benchmarks.pdl_where --preset qwen3-4b --streams 1 --out $OUT/where
 """
@@ -19,7 +19,6 @@ PDL-off graphs ran 5% faster (docs/engine-speed.md).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
 import json
 import statistics
@@ -32,7 +31,6 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from bubblelab.core.files import write_atomic
-from bubblelab.engine import pdl
 from bubblelab.engine.config import default_dtype
 from bubblelab.engine.loader import load_model
 from bubblelab.runs.driver import run_workload
@@ -40,7 +38,7 @@ from bubblelab.runs.workload import WorkloadSpec
 
 from .depth_sweep import engine_for, step_stats
 from .forward_kernels import build_runner, emit, fill_decode_rows, load
-from .pdl_ab import capture, time_block
+from .pdl_ab import capture, mode_context, time_block
 
 
 def kernels(prof) -> list[list]:
@@ -100,8 +98,7 @@ def bench_runners(loaded, streams: int, mode: str, args) -> dict[str, tuple]:
 
 def one_round(loaded, dtype: str, streams: int, mode: str, args) -> tuple[dict, dict]:
     """One engine with its graphs captured in `mode` ('engine': the default policy)."""
-    ctx = contextlib.nullcontext() if mode == "engine" else pdl.using(mode)
-    with ctx:
+    with mode_context(mode):
         engine = engine_for(loaded, "cuda", dtype, 2, args.num_kv_blocks)
         spec = WorkloadSpec(streams=streams, requests=4 * streams, output_len_mean=args.L)
         run_workload(engine, spec, warmup=True)
@@ -173,7 +170,7 @@ def main() -> None:
     )
     ap.add_argument("--preset", default="qwen3-4b")
     ap.add_argument("--streams", type=int, default=1)
-    ap.add_argument("--repeats", type=int, default=2, help="rounds of (off, engine)")
+    ap.add_argument("--repeats", type=int, default=2, help="rounds of every mode in --modes")
     ap.add_argument("--L", type=float, default=110.0, help="mean output length")
     ap.add_argument("--context", type=int, default=110, help="tokens of the replayed rows")
     ap.add_argument("--rounds", type=int, default=9, help="timed blocks of the replayed graph")
@@ -194,9 +191,8 @@ def main() -> None:
         sys.exit("pdl_where needs a CUDA GPU")
     dtype = default_dtype("cuda")
     loaded = load_model(args.preset, dtype=dtype, device="cuda", seed=0)
-    rows = []
+    rows, modes = [], args.modes.split(",")
     for r in range(args.repeats):
-        modes = args.modes.split(",")
         for mode in modes if r % 2 == 0 else modes[::-1]:
             row, traces = one_round(loaded, dtype, args.streams, mode, args)
             rows.append(row | {"repeat": r})
