@@ -51,7 +51,9 @@ def _gpu_run_record(record_testsuite_property):
             ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
         ).stdout.strip()
     )
-    record_testsuite_property("gpu", torch.cuda.get_device_name())
+    # a pair's record says so: the tests that need two GPUs ran only there
+    n, name = torch.cuda.device_count(), torch.cuda.get_device_name()
+    record_testsuite_property("gpu", f"{n}x {name}" if n > 1 else name)
     record_testsuite_property("commit", rev or "unknown")
     record_testsuite_property("date", dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
 
