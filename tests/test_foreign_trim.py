@@ -22,7 +22,7 @@ from testing.synthetic_trace import MAIN, TraceBuilder
 
 ROOT = Path(__file__).parents[1]
 PROBE = ROOT / "traces" / "nsys-h200-probe.sqlite"
-TOOL = ROOT / "tools" / "traces" / "make_foreign_traces.py"
+TOOL = ["-m", "tools.traces.make_foreign_traces"]  # as documented, from the checkout's root
 COLUMNS = ["kind", "forward_ms", "busy_ms", "bubble_ms", "kernel_gap_ms", "period_ms", "wait_ms"]
 
 
@@ -84,7 +84,7 @@ def test_dry_run_checks_the_setup_and_trims_the_probe(tmp_path):
     result = subprocess.run(
         [
             sys.executable,
-            str(TOOL),
+            *TOOL,
             "--out",
             str(tmp_path),
             "--dry-run",
@@ -111,6 +111,8 @@ def test_finishing_a_trace_cuts_gzips_and_analyses_it(tmp_path):
     """What the tool does after nsys: the nano-vllm capture's raw half (before the idle between its
     two generates) and its NVTX half become two small traces, each with its analysis and index
     entry."""
+    from tools.traces import foreign_finish as finish
+
     tool = _tool()
     b = TraceBuilder()
     engine_trace(b, Engine(steps=12))
@@ -131,7 +133,7 @@ def test_finishing_a_trace_cuts_gzips_and_analyses_it(tmp_path):
     nvtx_entry, nvtx = tool.finish("nanovllm-nvtx", job, info, work, out, keep=300)
     assert (raw_entry["steps"], nvtx_entry["steps"]) == ([0, 11], [0, 11])
     assert raw["steps_found"]["rule"] == "sync" and raw["steps_found"]["steps"] == 12
-    assert nvtx["steps_found"]["rule"] == "nvtx" and nvtx_entry["step_range"] == tool.STEP_RANGE
+    assert nvtx["steps_found"]["rule"] == "nvtx" and nvtx_entry["step_range"] == finish.STEP_RANGE
     assert raw_entry["model"] == "qwen3-4b (seeded random weights)"
     assert raw["pipelining"]["output_len"] == 64 and raw["pipelining"]["speedup_pct"] > 0
     assert sorted(p.name for p in out.iterdir()) == [
@@ -167,7 +169,7 @@ def test_hf_worker_runs_on_cpu(tmp_path):
     info = tmp_path / "hf.info.json"
     job = json.dumps({"preset": "tiny-qwen3", "device": "cpu", "info": str(info)})
     result = subprocess.run(
-        [sys.executable, str(_tool().ENGINES), "hf", job],
+        [sys.executable, "-m", _tool().ENGINES, "hf", job],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -209,7 +211,7 @@ def test_the_tool_end_to_end_with_a_stand_in_for_nsys(tmp_path):
     out = tmp_path / "out"
     env = {**__import__("os").environ, "NSYS": str(fake)}
     result = subprocess.run(
-        [sys.executable, str(TOOL), "--out", str(out), "--only", "nano,fork,jax,hf,cupy",
+        [sys.executable, *TOOL, "--out", str(out), "--only", "nano,fork,jax,hf,cupy",
          "--work", str(tmp_path / "work"), "--budget-s", "300"],
         capture_output=True, text=True, cwd=ROOT, timeout=600, env=env,
     )  # fmt: skip

@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import gzip
-import hashlib
 import json
 import os
 import shutil
@@ -43,8 +41,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tools.traces.foreign_finish import digest, finish, step_window, trim_and_gzip
+
 ROOT = Path(__file__).resolve().parents[2]
-ENGINES = Path(__file__).resolve().parent / "foreign_engines.py"
+ENGINES = "tools.traces.foreign_engines"  # run as a module from ROOT
 TRACED = "cuda,nvtx,osrt"  # without osrt if this nsys cannot trace OS calls (then retried once)
 
 
@@ -62,8 +62,6 @@ SHIMS = (
     ROOT / "tools" / "gpu_machine" / "flash_attn_shim",
     ROOT / "benchmarks" / "flash_attn_shim",
 )
-STEP_RANGE = r"^LLMEngine\.step$"
-MAX_GZ_BYTES = 12 << 20  # files come back at up to 16 MiB each
 
 
 @dataclass
@@ -288,7 +286,7 @@ def run_job(job: Job, work: Path, nsys: str, timeout: float, traced: str = TRACE
     info_path = work / f"{job.name}.info.json"
     info_path.unlink(missing_ok=True)
     payload = json.dumps({**job.job, "info": str(info_path)})
-    command = [sys.executable, str(ENGINES), job.name, payload]
+    command = [sys.executable, "-m", ENGINES, job.name, payload]
     if job.name != "ckpt":
         command = [nsys, *nsys_args(traced, job.whole), "-o", str(work / job.name), *command]
     env = dict(os.environ)
@@ -315,11 +313,10 @@ def run_job(job: Job, work: Path, nsys: str, timeout: float, traced: str = TRACE
             proc.wait(timeout=10)
     info = json.loads(info_path.read_text()) if info_path.is_file() else {}
     info["command"] = " ".join(
-        ["nsys", *nsys_args(traced, job.whole), "-o", job.name, "python3"]
-        + [str(ENGINES.relative_to(ROOT))]
+        ["nsys", *nsys_args(traced, job.whole), "-o", job.name, "python3", "-m", ENGINES]
         + [job.name, "JOB"]
         if job.name != "ckpt"
-        else command[1:3]
+        else command[1:4]
     )
     if rc != 0:
         tail = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()][-3:]
@@ -328,113 +325,6 @@ def run_job(job: Job, work: Path, nsys: str, timeout: float, traced: str = TRACE
     if job.name != "ckpt" and not (work / f"{job.name}.sqlite").is_file():
         raise RuntimeError("nsys wrote no SQLite export (did the capture range start?)")
     return info
-
-
-def finish(trace: str, job: Job, info: dict, work: Path, out: Path, keep: int) -> tuple[dict, dict]:
-    """Cut the job's export to this trace's steps, gzip it into OUT, and analyse it; returns the
-    trace's index entry and the analysis digest."""
-    from bubblelab.profiling.steps import StepOptions
-
-    export = work / f"{job.name}.sqlite"
-    options = StepOptions(step_range=STEP_RANGE) if trace.endswith("-nvtx") else StepOptions()
-    first, last = step_window(export, options, keep, raw_half=trace == "nanovllm-raw")
-    run = info.get("runs", {}).get("nvtx" if trace.endswith("-nvtx") else "raw", {})
-    # two processes (nano-vllm at TP 2): cut by rank 0's steps, both ranks' rows kept
-    gz = trim_and_gzip(export, out / f"{trace}.sqlite", first, last, options, keep)
-    entry = {
-        **index_entry(job, info, run),
-        "steps": [first, last],
-        **({"step_range": STEP_RANGE} if trace.endswith("-nvtx") else {}),
-        **({"tensor_parallel": 2} if trace == "nanovllm-tp2" else {}),
-    }
-    return entry, digest(gz, options, entry.get("mean_generated_len"))
-
-
-def index_entry(job: Job, info: dict, run: dict) -> dict:
-    """What index.json says of a trace: the engine, its version, model and workload, what the run
-    generated (`run`: its wall_s and generated_tokens)."""
-    entry = {
-        "engine": job.engine,
-        "engine_version": info.get("engine_version")
-        or source_version(Path(job.job.get("source", "."))),
-        "model": info.get("model", job.job.get("preset") or "see workload"),
-        "workload": info.get("workload"),
-        "command": info.get("command"),
-        "requests": info.get("requests"),
-        "mean_generated_len": info.get("mean_generated_len"),
-        "generated_tokens": run.get("generated_tokens"),
-        "wall_s": run.get("wall_s"),
-        "torch": info.get("torch"),
-    }
-    if "ckpt" in job.job:  # nano-vllm and the fork load a checkpoint of seeded random weights
-        entry["model"] = (
-            f"{Path(job.job['ckpt']).name.removeprefix('ckpt-')} (seeded random weights)"
-        )
-    return entry
-
-
-def step_window(export: Path, options, keep: int, raw_half: bool = False) -> tuple[int, int]:
-    """The steps to keep: the middle `keep` of the run's steps; for the raw half of the nano-vllm
-    capture, the steps before the 0.3 s idle between its two generates."""
-    from bubblelab.profiling import analysis
-    from bubblelab.profiling.catalog import connect
-    from bubblelab.profiling.ingest import ingest_trace
-
-    con = connect(None)  # several processes: the steps of the one with the most GPU work
-    steps = analysis.per_step(con, ingest_trace(export, None, {}, steps=options, con=con)[0])
-    last = len(steps) - 1
-    if raw_half:
-        idle = steps[steps["period_ms"] > 250]
-        last = int(idle["step"].iloc[0]) if len(idle) else last
-    first = max(0, (last + 1 - keep) // 2)
-    return first, min(last, first + keep - 1)
-
-
-def trim_and_gzip(export: Path, plain: Path, first: int, last: int, options, keep: int) -> Path:
-    """profiling.trim.trim_foreign, gzipped; fewer steps while it is too big to come back."""
-    from bubblelab.profiling.trim import trim_foreign
-
-    while True:
-        trim_foreign(export, plain, first, last, options)
-        gz = gzip_file(plain, plain.with_name(plain.name + ".gz"))
-        plain.unlink()
-        if gz.stat().st_size <= MAX_GZ_BYTES or last - first < 20:
-            return gz
-        middle = (first + last) // 2
-        first, last = middle - (last - first) // 4, middle + (last - first) // 4
-
-
-def gzip_file(src: Path, gz: Path) -> Path:
-    with src.open("rb") as plain, gzip.open(gz, "wb", compresslevel=9) as packed:
-        shutil.copyfileobj(plain, packed)
-    return gz
-
-
-def digest(trace: Path, options, output_len: float | None) -> dict:
-    """What `bubblelab analyze --json` says about the trace, the pipelining prediction included."""
-    from bubblelab.runs.analysis import analyze_traces
-
-    reports = analyze_traces([trace], steps=options, output_len=output_len)["runs"]
-    if len(reports) > 1:  # one process a GPU: a report per rank
-        return {"ranks": reports, "bytes": trace.stat().st_size}
-    return {**reports[0], "bytes": trace.stat().st_size}
-
-
-def source_version(source: Path) -> str | None:
-    """The commit tools/gpu_machine/stage_nanovllm.sh recorded, or the git commit of a checkout,
-    else a hash of its Python files."""
-    if (source / "COMMIT").is_file():
-        return (source / "COMMIT").read_text().strip()
-    head = subprocess.run(
-        ["git", "-C", str(source), "rev-parse", "HEAD"], capture_output=True, text=True
-    )
-    if head.returncode == 0:
-        return head.stdout.strip()
-    files = sorted(source.glob("nanovllm/**/*.py"))
-    if not files:
-        return None
-    digest_ = hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()[:12]
-    return f"files sha256 {digest_}"
 
 
 def dry_run(args, planned: list[Job], out: Path, work: Path) -> dict:
@@ -461,7 +351,17 @@ def dry_run(args, planned: list[Job], out: Path, work: Path) -> dict:
         },
         "jobs": [j.name for j in planned],
         "nsys command": " ".join(
-            ["nsys", *nsys_args(), "-o", "<work>/<job>", "python3", str(ENGINES), "<job>", "<json>"]
+            [
+                "nsys",
+                *nsys_args(),
+                "-o",
+                "<work>/<job>",
+                "python3",
+                "-m",
+                ENGINES,
+                "<job>",
+                "<json>",
+            ]
         ),
     }
     probe = ROOT / "traces" / "nsys-h200-probe.sqlite"
