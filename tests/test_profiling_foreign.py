@@ -6,96 +6,21 @@ was built with and against a brute-force computation over the raw rows
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import replace
 from pathlib import Path
 
-import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from bubblelab.core.errors import BubblelabError
-from bubblelab.profiling import analysis, kernels, overview
+from bubblelab.profiling import analysis, overview
 from bubblelab.profiling.catalog import connect
 from bubblelab.profiling.ingest import ingest, ingest_trace
-from bubblelab.profiling.steps import GAP_THRESHOLD_US, StepOptions
+from bubblelab.profiling.steps import StepOptions
 from testing.synthetic_engines import Engine, engine_trace
 from testing.synthetic_trace import MAIN, TraceBuilder
-from tests.foreign_brute_force import attribution, blocking_rows, launching_call, load, per_step
+from tests.foreign_checks import build, check_against_brute_force, engines, last_launch, windows
 
-GAP_NS = round(GAP_THRESHOLD_US * 1e3)
 OTHER = MAIN + (1 << 24)  # a thread of a second process
-
-
-def build(path: Path, *engines: Engine) -> tuple[Path, list]:
-    b = TraceBuilder()
-    truths = [engine_trace(b, e) for e in engines]
-    return b.write(path, our_domain=False), truths
-
-
-def windows(con, run_id: str) -> list[tuple[int, int]]:
-    rows = con.execute(
-        "SELECT host_start, host_end FROM step_windows WHERE run_id = ? ORDER BY step", [run_id]
-    ).fetchall()
-    return [tuple(r) for r in rows]
-
-
-def last_launch(trace: Path) -> int:
-    """When the trace's last call that launched a GPU op started (ns)."""
-    raw = load(trace)
-    calls = launching_call(raw)
-    return max(calls[key]["start"] for o in raw.ops if (key := (o["pid"], o["corr"])) in calls)
-
-
-def check_against_brute_force(con, run_id: str, trace: Path, truth_windows, tid=MAIN, **part):
-    """Every figure of the run equals its brute-force value over the raw rows."""
-    raw = load(trace, **part)
-    assert windows(con, run_id) == truth_windows
-    expected = per_step(raw, truth_windows, GAP_NS)
-    steps = analysis.per_step(con, run_id)
-    assert steps["step"].tolist() == list(range(len(expected)))
-    for row, want in zip(steps.itertuples(), expected, strict=True):
-        assert (row.gpu_start_ns, row.gpu_end_ns) == (want["gpu_start"], want["gpu_end"])
-        if want["period"] is None:
-            assert row.period_ms != row.period_ms  # NaN
-            continue
-        assert round(row.period_ms * 1e6) == want["period"]
-        assert round(row.busy_ms * 1e6) == want["busy"]
-        assert round(row.kernel_gap_ms * 1e6) == want["kernel_gap"]
-        assert round(row.bubble_ms * 1e6) == want["bubble"]
-        assert round(row.forward_ms * 1e6) == want["period"] - want["bubble"]
-        # period = busy + kernel gaps + bubble, exactly
-        assert want["busy"] + want["kernel_gap"] + want["bubble"] == want["period"]
-    timed = steps[steps.period_ms.notna()]
-    gaps = analysis.idle_gaps(con, run_id, timed)
-    assert list(zip(gaps.start_ns, gaps.end_ns, strict=True)) == [
-        g for w in expected for g in w["gaps"]
-    ]
-    assert (gaps.within.notna() == (gaps.idle_us * 1e3 < GAP_NS)).all()
-    bubble_gaps = [g for w in expected for g in w["gaps"] if g[1] - g[0] >= GAP_NS]
-    began, by_time = attribution(raw, tid, bubble_gaps)
-    table = analysis.attribution(con, run_id, timed)
-    for split, want in (("began_ms", began), ("time_ms", by_time)):
-        ns = (table[split] * 1e6).round()
-        assert {p: n for p, n in zip(table.phase, ns, strict=True) if n} == want
-    bubbles = gaps[gaps.within.isna()]
-    assert bubbles.began_in.tolist() == [
-        next(iter(attribution(raw, tid, [(s, e)])[0]))
-        for s, e in zip(bubbles.start_ns, bubbles.end_ns, strict=True)
-    ]
-    assert gaps[gaps.within.notna()].began_in.isna().all()  # kernel gaps are not looked up
-    # sync inventory: the same rows, each in the step whose window holds it
-    inventory = analysis.sync_inventory(con, run_id)
-    want_rows = blocking_rows(raw)
-    assert list(zip(inventory.event, inventory.api, inventory.start_ns, strict=True)) == [
-        (r["event"], r["api"], r["start"]) for r in want_rows
-    ]
-    step_of = [
-        next((k for k, (h0, h1) in enumerate(truth_windows) if h0 <= r["start"] < h1), None)
-        for r in want_rows
-    ]
-    assert [None if pd.isna(s) else int(s) for s in inventory.step] == step_of
-    return steps, inventory
 
 
 def test_nano_vllm_shaped_engine(tmp_path):
@@ -272,24 +197,6 @@ def test_bad_foreign_inputs_are_one_line_errors(tmp_path):
         StepOptions(gap_threshold_us=float("nan"))
 
 
-@st.composite
-def engines(draw) -> Engine:
-    return Engine(
-        steps=draw(st.integers(3, 8)),
-        extra_syncs=draw(st.sampled_from([0, 0, 1, 5])),
-        graph=draw(st.booleans()),
-        driver_api=draw(st.booleans()),
-        close=draw(st.sampled_from(["tolist", "memcpy", "event"])),
-        framework_ranges=draw(st.booleans()),
-        osrt=draw(st.booleans()),
-        prefill_first=draw(st.booleans()),
-        nodes=draw(st.integers(1, 12)),
-        node_us=draw(st.floats(2, 40)),
-        node_gap_us=draw(st.sampled_from([0.5, 1.0, 4.0, 6.0, 30.0])),
-        bookkeeping_us=draw(st.floats(300, 2000)),
-    )
-
-
 @settings(
     max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -378,95 +285,3 @@ def test_our_h200_traces_read_as_foreign(name):
         for column in ("busy_ms", "bubble_ms"):
             share = steady[column].sum() / steady.period_ms.sum()
             assert share == pytest.approx(want[column].sum() / want.period_ms.sum(), abs=0.02)
-
-
-GRAPH_TRACED = [
-    Engine(graph_trace="graph"),  # nano-vllm-like: one forward graph a step, eager sampling
-    Engine(graph_trace="graph", graphs_per_step=4),  # piecewise graphs: four replays a step
-    Engine(graph_trace="graph", driver_api=True, close="event", extra_syncs=2),
-    Engine(graph_trace="graph", prefill_first=False, step_range="engine.step"),
-]
-
-
-@pytest.mark.parametrize("engine", GRAPH_TRACED, ids=["one", "piecewise", "driver", "range"])
-def test_graphs_traced_whole_are_read_not_refused(tmp_path, engine):
-    """nsys --cuda-graph-trace=graph: a replay is one GRAPH_TRACE row, its kernels absent. Each is
-    one GPU op linked to its launch; steps, period, busy, bubble, gaps and attribution match brute
-    force over the raw rows; the same engine traced by node has the same steps, period and bubble
-    (its kernel gaps inside a graph become busy time); the kernel view says what was not seen."""
-    options = StepOptions(step_range=engine.step_range) if engine.step_range else None
-    trace, (truth,) = build(tmp_path / "graph.sqlite", engine)
-    con = connect(None)
-    run = ingest(trace, None, {}, steps=options, con=con)
-    expected = truth.range_windows if engine.step_range else truth.windows
-    steps, _ = check_against_brute_force(con, run, trace, expected)
-    replays = con.execute(
-        "SELECT count(*), count(launched_at), count(DISTINCT graph_node), min(name) FROM gpu_ops "
-        "WHERE run_id = ? AND op = 'graph'",
-        [run],
-    ).fetchone()
-    assert replays[:3] == (len(truth.graph_launches),) * 2 + (engine.graphs_per_step,)
-    assert replays[3].endswith("[whole replay]")
-    assert con.execute(
-        "SELECT count(*) FROM gpu_ops WHERE run_id = ? AND graph_node IS NOT NULL "
-        "AND op <> 'graph'",
-        [run],
-    ).fetchone() == (0,)
-    node_trace, _ = build(tmp_path / "node.sqlite", replace(engine, graph_trace="node"))
-    node_run = ingest(node_trace, None, {}, steps=options, con=con)
-    node = analysis.per_step(con, node_run)
-    for column in ("period_ms", "bubble_ms", "gpu_start_ns", "gpu_end_ns"):
-        assert steps[column].tolist() == pytest.approx(node[column].tolist(), nan_ok=True)
-    assert (steps.busy_ms + steps.kernel_gap_ms).tolist() == pytest.approx(
-        (node.busy_ms + node.kernel_gap_ms).tolist(), nan_ok=True
-    )
-    assert "not traced" in kernels.kernel_view(con, run)["note"]
-    assert kernels.kernel_view(con, node_run)["note"] is None
-    top = kernels.top_kernels(con, run)
-    assert top.kernel.str.startswith("CUDA graph").sum() == engine.graphs_per_step
-
-
-def test_graph_rows_mixed_with_eager_kernels_and_graph_steps(tmp_path):
-    """The graph rule steps by whole replays; eager kernels between them still count."""
-    trace, (truth,) = build(tmp_path / "g.sqlite", Engine(graph_trace="graph", steps=10))
-    con = connect(None)
-    run = ingest(trace, None, {}, steps=StepOptions(rule="graph"), con=con)
-    g = [*truth.graph_launches, last_launch(trace) + 1]
-    check_against_brute_force(con, run, trace, list(zip(g[:-1], g[1:], strict=True)))
-    ops = dict(
-        con.execute(
-            "SELECT op, count(*) FROM gpu_ops WHERE run_id = ? GROUP BY op", [run]
-        ).fetchall()
-    )
-    assert ops["graph"] == len(truth.graph_launches) and ops["kernel"] > 0
-
-
-@settings(
-    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
-@given(engines())
-def test_random_graph_traced_engines_match_brute_force(tmp_path_factory, engine):
-    engine = replace(engine, graph_trace="graph")
-    trace, (truth,) = build(tmp_path_factory.mktemp("g") / "t.sqlite", engine)
-    con = connect(None)
-    run = ingest(trace, None, {}, con=con)
-    check_against_brute_force(con, run, trace, truth.windows)
-
-
-def test_graph_rule_on_whole_replays_skips_the_small_side_graph(tmp_path):
-    """Traced whole, replays carry no node count: the graph rule sizes them by GPU time, so a small
-    sampling graph beside each forward graph is no step of its own."""
-    b = TraceBuilder()
-    for k in range(6):
-        t = 1000 + 1000 * k
-        b.graph_replay(t, t + 5, t + 400, graph_id=1)  # the forward
-        b.graph_replay(t + 10, t + 400, t + 420, graph_id=2)  # the sampling graph
-        b.memcpy(t + 20, t + 420, t + 425, copy_kind=2)
-        b.sync("cudaStreamSynchronize_v3020", t + 22, t + 426, 3)
-    con = connect(None)
-    run = ingest(b.write(tmp_path / "g.sqlite", our_domain=False), None, {},
-                 steps=StepOptions(rule="graph"), con=con)  # fmt: skip
-    steps = analysis.per_step(con, run)
-    assert len(steps) == 6 and steps.period_ms[:5].tolist() == pytest.approx([1.0] * 5)
-    (detail,) = con.execute("SELECT detail FROM step_rules WHERE run_id = ?", [run]).fetchone()
-    assert "6 replays of graphs with >= 198 us on the GPU" in detail

@@ -15,7 +15,7 @@ from bubblelab.profiling.catalog import connect
 from bubblelab.profiling.ingest import ingest
 from bubblelab.profiling.steps import StepOptions
 from testing.synthetic_engines import Engine
-from tests.test_profiling_foreign import build, windows
+from tests.foreign_checks import build, windows
 
 SHIFT = 1 << 62  # ns: a timestamp shifted by ~146 years
 

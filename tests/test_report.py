@@ -446,7 +446,7 @@ def test_a_run_whose_steps_are_not_sure_carries_its_mark_into_the_step_table(tmp
     """As `bubblelab analyze` marks such a run's cells ~: a figure copied from the page's table
     keeps its doubt (a JAX-like engine waiting in a host callback: only its pauses mark a step)."""
     from testing.synthetic_engines import Engine
-    from tests.test_profiling_foreign import build
+    from tests.foreign_checks import build
 
     trace, _ = build(tmp_path / "t.sqlite", Engine(steps=14, wait="callback", graphs_per_step=8,
                                                    nodes=16))  # fmt: skip
