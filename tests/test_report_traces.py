@@ -1,0 +1,71 @@
+"""The HTML report of a trace rather than a run directory: an nsys export with no metadata, another
+engine's multi-process trace with its ranks side by side, and a run whose steps are not sure."""
+
+import html
+import re
+import shutil
+
+from bubblelab.report.report import REPORT_FILE, report_run_dir
+from bubblelab.runs.traces import TRACES_DIR
+from testing.synthetic_engines import Engine
+from tests.foreign_checks import build
+
+
+def test_report_of_a_single_trace(tmp_path):
+    """An nsys export without metadata gets a page too: its stream count read from its steps, said
+    so, and every host range of every step in the exported trace. Beside an index.json that names
+    it (the committed traces), the page takes its model and stream count from there."""
+    trace = tmp_path / "bare.sqlite.gz"
+    shutil.copyfile(TRACES_DIR / "qwen3-0.6b-s32-d2.sqlite.gz", trace)
+    html = report_run_dir(trace, n_boot=20, out=tmp_path / REPORT_FILE).read_text()
+    assert "1 run, 1 configuration" in html and "32 streams" in html
+    assert "the steady decode batch: the trace names no stream count" in html
+    assert "No configuration was measured at both depths" in html
+    assert (tmp_path / "export" / "trace.json.gz").is_file()
+    indexed = TRACES_DIR / "qwen3-0.6b-s32-d2.sqlite.gz"
+    html = report_run_dir(indexed, n_boot=20, out=tmp_path / "i" / REPORT_FILE).read_text()
+    assert "qwen3-0.6b · NVIDIA H200 · 32 streams" in html
+    assert "the steady decode batch" not in html
+
+
+def test_a_trace_of_one_engine_over_two_gpus_gets_its_ranks_side_by_side(tmp_path):
+    """nano-vllm at TP 2 (traces/foreign/): the page shows the two processes as one engine's ranks,
+    as `bubblelab analyze` does: matched steps, sure together, per-rank medians, and no lag or
+    straggler where the workers' steps run into rank 0's next step."""
+    trace = TRACES_DIR / "foreign" / "nanovllm-tp2.sqlite.gz"
+    page = report_run_dir(trace, n_boot=20, export=False, out=tmp_path / "r.html").read_text()
+    section = page[page.index('id="split"') : page.index('id="timeline"')]
+    text = " ".join(html.unescape(re.sub(r"<[^>]+>", " ", section)).split())
+    assert "2 processes of one trace" in text and "(65 of 65, 63 of 63 steps matched)" in text
+    assert "Sure together: rank 0's steps are sure" in text
+    assert re.search(r"0 3\.210 1\.003 4\.245 1\.880 0\.981 – –", text)
+    assert re.search(r"1 2\.497 1\.706 4\.237 1\.652 0\.518 – –", text)
+    assert "No lag or straggler: the ranks' steps were cut by graph and sync rules" in text
+    # how each process's steps were found, first: rank 1 unsure on its own, confirmed by rank 0
+    card = page[page.index('id="found"') : page.index('id="prediction"')]
+    found = " ".join(html.unescape(re.sub(r"<[^>]+>", " ", card)).split())
+    assert re.search(r"-p909-g0 sync 65 \(64, 1\) 0\.042 100\.0% yes", found)
+    assert re.search(r"-p999-g1 graph 63 \(63, 0\) 0\.034 91\.9% no", found)
+    assert "not sure of the graph rule's steps" in found
+    assert "Rank 0's sure steps confirm them" in found
+    # the step table shows the engine by rank 0's run: its ranks are not repeats to pool
+    table = page[page.index('id="step"') : page.index('id="split"')]
+    row = " ".join(html.unescape(re.sub(r"<[^>]+>", " ", table)).split())
+    assert re.search(r"TP 2 1 as traced – 3\.21 → – 0\.314 → – 4\.25 → – 1\.003 → –", row)
+
+
+def test_a_run_whose_steps_are_not_sure_carries_its_mark_into_the_step_table(tmp_path):
+    """As `bubblelab analyze` marks such a run's cells ~: a figure copied from the page's table
+    keeps its doubt (a JAX-like engine waiting in a host callback: only its pauses mark a step)."""
+    trace, _ = build(tmp_path / "t.sqlite", Engine(steps=14, wait="callback", graphs_per_step=8,
+                                                   nodes=16))  # fmt: skip
+    page = report_run_dir(trace, n_boot=20, export=False, out=tmp_path / "r.html").read_text()
+    table = page[page.index('id="step"') : page.index('id="timeline"')]
+    text = " ".join(html.unescape(re.sub(r"<[^>]+>", " ", table)).split())
+    assert re.search(r"Fake GPU ~ 1 as traced", text)
+    assert "~ : the steps of this run are not sure" in text
+
+    sure, _ = build(tmp_path / "s.sqlite", Engine(steps=14))
+    page = report_run_dir(sure, n_boot=20, export=False, out=tmp_path / "s.html").read_text()
+    table = page[page.index('id="step"') : page.index('id="timeline"')]
+    assert "not sure" not in table and "~</span>" not in table
