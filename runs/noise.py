@@ -7,9 +7,11 @@ table shows; it is inside its noise when fewer than two pairs ran (the noise is 
 interval holds 0 (costmodel.headline.inside_noise: with up to five pairs the interval is their
 range, so the pairs disagree on its sign). Outside it only when that interval is a 95% one: pairs
 that all agree on the sign prove nothing at 95% until there are six of them (three agree by chance
-one time in four), and the sentence says so. Beside it, the walls' coefficient of variation over
-the repeats of each depth. The demo prints these lines: a laptop's CPU, shared with whatever else
-runs, often moves a run by more than pipelining does.
+one time in four), and the sentence says so. Beside it, each depth's coefficient of variation of
+wall per token over the repeats: the prediction table's `CV of wall`
+(costmodel.observed.wall_cv_pct), the workload's spread in it where repeats run their own
+requests, never the raw walls' (several times larger there). The demo prints these lines: a
+laptop's CPU, shared with whatever else runs, often moves a run by more than pipelining does.
 """
 
 from __future__ import annotations
@@ -20,17 +22,18 @@ import pandas as pd
 from ..costmodel.headline import inside_noise
 from ..costmodel.observed import (
     LEVEL,
-    cv_pct,
     median_interval,
     median_of_pairs,
     pair_ratios,
     pair_repeats,
+    wall_cv_pct,
 )
 
 
 def speedup_noise(runs: pd.DataFrame) -> list[dict]:
-    """Per (model, streams): the pooled speedup (%), each pair's (%), whether the speedup is inside
-    the noise, and the walls' CV per depth (%; NaN with one repeat). Unprofiled runs when any."""
+    """Per (model, streams): the speedup (%, the median pair), each pair's (%), whether it is inside
+    the noise, and the CV of wall per token per depth (%; NaN with one repeat). Unprofiled runs
+    when any."""
     if "profiled" in runs and runs["profiled"].eq(False).any():
         runs = runs[runs["profiled"].eq(False)]
     out = []
@@ -51,19 +54,19 @@ def speedup_noise(runs: pd.DataFrame) -> list[dict]:
             "inside_noise": inside,
             # outside at 95% only: the interval of a few pairs is their range, which covers less
             "too_few_pairs": not inside and median_interval(ratios)[2] < LEVEL,
-            "wall_cv_pct": {1: cv_pct(w1), 2: cv_pct(w2)},
+            "wall_cv_pct": {1: wall_cv_pct(t1, w1), 2: wall_cv_pct(t2, w2)},
         })  # fmt: skip
     return out
 
 
 def noise_lines(runs: pd.DataFrame) -> list[str]:
     """One plain sentence per configuration, e.g. "4 streams: depth 2 -4.7% over depth 1, pairs
-    +2.1, -11.4, -4.7 (walls vary 8.0% / 6.1% between repeats): inside the noise"."""
+    +2.1, -11.4, -4.7 (wall per token varies 8.0% / 6.1% between repeats): inside the noise"."""
     lines = []
     for c in speedup_noise(runs):
         pairs = ", ".join(f"{s:+.1f}" for s in c["pair_speedups_pct"])
         cv = c["wall_cv_pct"]
-        vary = (f" (walls vary {cv[1]:.1f}% / {cv[2]:.1f}% between repeats)"
+        vary = (f" (wall per token varies {cv[1]:.1f}% / {cv[2]:.1f}% between repeats)"
                 if np.isfinite(cv[1]) and np.isfinite(cv[2]) else "")  # fmt: skip
         if c["pairs"] < 2:
             verdict = "one pair: its noise is unknown (more repeats tell)"

@@ -58,3 +58,22 @@ def test_the_noise_line_shows_the_prediction_tables_figure():
     assert found["speedup_pct"] == pytest.approx(median_of_pairs(ratios).pct)
     assert found["speedup_pct"] == pytest.approx(-6.2) and found["inside_noise"]
     assert "depth 2 -6.2% over depth 1" in noise_lines(table)[0]
+
+
+def test_the_noise_line_and_the_prediction_table_give_one_cv():
+    """Repeats of other requests: the raw walls' spread is mostly the workload's (the demo once
+    printed "walls vary 17.3%" beside the table's 4.4% for the same runs); the line gives the
+    table's figure, the CV of wall per token."""
+    from bubblelab.costmodel.observed import wall_cv_pct
+
+    rows = runs(1, [5.0, 6.0, 4.0])
+    for r in rows:  # each repeat generates a different number of tokens, at a steady rate
+        scale = 1 + r["repeat"]
+        r["generated_tokens"] *= scale
+        r["wall_s"] *= scale * (1.02 if r["repeat"] == 1 else 1.0)
+    table = pd.DataFrame(rows)
+    (found,) = speedup_noise(table)
+    d1 = table[table.depth == 1]
+    want = wall_cv_pct(d1.generated_tokens, d1.wall_s)
+    assert found["wall_cv_pct"][1] == pytest.approx(want) and want < 2
+    assert f"wall per token varies {want:.1f}%" in noise_lines(table)[0]
