@@ -21,7 +21,13 @@ ROOT = Path(__file__).resolve().parents[1]
 def run_interpreted(test_file: str, cases: list, timeout: float = 300) -> Any:
     """`python test_file CASES_JSON` with TRITON_INTERPRET=1: the last line it printed, parsed."""
     pytest.importorskip("triton")
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    # no GPU visible: the interpreted run is the CPU machine's wherever the tests run
+    env = {
+        **os.environ,
+        "TRITON_INTERPRET": "1",
+        "PYTHONPATH": str(ROOT),
+        "CUDA_VISIBLE_DEVICES": "",
+    }
     proc = subprocess.run(
         [sys.executable, test_file, json.dumps(cases)],
         env=env,
