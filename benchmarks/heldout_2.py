@@ -7,7 +7,9 @@ configuration's budget is spent, then its first depth-1 run under nsys), into OU
 
 Run it once on each GPU (H100 and H200), then `python -m benchmarks.heldout_2_table --run H100=DIR
 --run H200=DIR` makes the published table. A sweep already in OUT is resumed (only what is missing
-runs), so a cut-short call is finished by running the same command again. --tiny swaps every model
+runs), so a cut-short call is finished by running the same command again. `--stop-after-s T` starts
+no sweep that the slowest sweep so far says would end past T seconds (a GPU call's limit), so a call
+ends between sweeps rather than inside one; the next call resumes. --tiny swaps every model
 for the tiny-llama preset and shrinks streams, lengths and the budget: a check that the path works,
 not a measurement.
 """
@@ -54,11 +56,18 @@ def specs(
 
 def run(held_out: dict, out: Path, device: str, *, nsys: bool | None, tiny: bool = False,
         budget_s: float | None = None, only: list[str] | None = None,
-        max_pairs: int | None = None) -> dict:  # fmt: skip
-    """Every sweep of the set (or `only` those) into out/<name>/; returns each one's seconds."""
-    seconds = {}
+        max_pairs: int | None = None, stop_after_s: float | None = None) -> dict:  # fmt: skip
+    """Every sweep of the set (or `only` those) into out/<name>/; returns each one's seconds.
+    stop_after_s: no sweep starts that the slowest one so far says would end past it."""
+    seconds: dict[str, float] = {}
+    began = time.perf_counter()
     for name, spec in specs(held_out, device, tiny, budget_s, max_pairs).items():
         if only and name not in only:
+            continue
+        slowest = max(seconds.values(), default=0.0)
+        if stop_after_s is not None and time.perf_counter() - began + slowest > stop_after_s:
+            print(f"== {name}: not started, ~{slowest:.0f} s more would pass --stop-after-s "
+                  f"{stop_after_s:.0f}; the same command resumes the set", flush=True)  # fmt: skip
             continue
         target = out / name
         resume = read_state(target) is not None
@@ -84,12 +93,15 @@ def main() -> None:
     parser.add_argument("--nsys", action=argparse.BooleanOptionalAction, default=None,
                         help="force or forbid nsys (default: use it when found)")  # fmt: skip
     parser.add_argument("--tiny", action="store_true", help="tiny-llama, for a CPU check")
+    parser.add_argument("--stop-after-s", type=float,
+                        help="start no sweep that would end past this many seconds")  # fmt: skip
     args = parser.parse_args()
     held_out = json.loads(args.set.read_text())
     started = time.perf_counter()
     only = args.only.split(",") if args.only else None
     seconds = run(held_out, args.out, args.device, nsys=args.nsys, tiny=args.tiny,
-                  budget_s=args.budget_s, only=only, max_pairs=args.max_pairs)  # fmt: skip
+                  budget_s=args.budget_s, only=only, max_pairs=args.max_pairs,
+                  stop_after_s=args.stop_after_s)  # fmt: skip
     total = time.perf_counter() - started
     print(f"{len(seconds)} sweeps in {total:.0f} s: " + ", ".join(
         f"{name} {s:.0f} s" for name, s in seconds.items()))  # fmt: skip

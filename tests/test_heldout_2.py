@@ -275,3 +275,16 @@ def test_the_frozen_model_includes_the_core_modules_it_imports(tmp_path):
     assert not model_changed(tmp_path, frozen)
     (tmp_path / "core" / "steady.py").write_text("RULE = 6\n")  # imported through the scheduler
     assert model_changed(tmp_path, frozen)
+
+
+def test_a_call_with_a_time_limit_ends_between_sweeps(tmp_path):
+    """--stop-after-s: the first sweep runs; the next, which the first says would end past the
+    limit, does not start, and the same command without the limit resumes the set from there."""
+    out = tmp_path / "h"
+    args = ("--device", "cpu", "--tiny", "--no-nsys", "--out", str(out),
+            "--only", "qwen3-0.6b-long,qwen3-8b-short")  # fmt: skip
+    said = python_m("heldout_2", *args, "--stop-after-s", "1")
+    assert "== qwen3-0.6b-long (new)" in said
+    assert "== qwen3-8b-short: not started" in said and "1 sweeps in" in said
+    again = python_m("heldout_2", *args)
+    assert "== qwen3-0.6b-long (resumed)" in again and "== qwen3-8b-short (new)" in again
