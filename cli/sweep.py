@@ -75,6 +75,11 @@ def run_and_profile(
         help="Keep nsys's .nsys-rep files (every column, for the Nsight GUI and `nsys stats`) "
         "beside the exports the analysis reads.",
     ),
+    nsys_depths: str | None = typer.Option(
+        None,
+        help="Depths the nsys pass profiles (default: every depth run). 1: the blocking run "
+        "alone, which a forecast from a trace reads: half the nsys pass's runs.",
+    ),
     cuda_graph_trace: str = typer.Option(
         "node",
         metavar="[node|graph]",
@@ -126,6 +131,7 @@ def run_and_profile(
             max_model_len=max_model_len,
             attention_backend=attention_backend,
             cuda_graph_trace=cuda_graph_trace,
+            nsys_depths=nsys_depths,
         )
         out = out or Path("reports") / time.strftime("%Y%m%d-%H%M%S")
     profile_and_report(

@@ -98,6 +98,10 @@ class SweepSpec:
         check_int("nsys_repeats", self.nsys_repeats, 1, 1000)
         if self.nsys_depths is not None:
             self.nsys_depths = parse_ints("nsys_depths", self.nsys_depths, 1, 2)
+            if not set(self.nsys_depths) <= set(self.depths):
+                raise BubblelabError(
+                    f"nsys_depths {self.nsys_depths} must be among the depths run, {self.depths}"
+                )
         check_choice("cuda_graph_trace", self.cuda_graph_trace, GRAPH_TRACE_MODES)
         check_float("output_len_mean", self.output_len_mean, 1, 1e6)
         if self.constraint is not None:

@@ -169,6 +169,30 @@ def test_keep_reports_reaches_the_sweep_and_goes_with_resume(tmp_path, capsys, m
     assert f"{out} ran without nsys" in one_line_error(*refused) and asked == [False, True]
 
 
+def test_nsys_depths_narrow_the_profiled_pass_to_depths_that_run(tmp_path, capsys, monkeypatch):
+    """--nsys-depths 1: the nsys pass profiles the blocking runs alone (runs.sweep.passes); a depth
+    the sweep does not run is refused in one line before anything runs."""
+    from bubblelab.core.errors import BubblelabError
+    from bubblelab.runs import sweep
+
+    specs = []
+
+    def stand_in(spec, out, **kw):
+        specs.append(spec)
+        raise BubblelabError("stopped by the test")
+
+    monkeypatch.setattr(sweep, "run_sweep", stand_in)
+    cli(["run-and-profile", *TINY, "--nsys-depths", "1", "--out", str(tmp_path / "a")], capsys)
+    (spec,) = specs
+    assert spec.nsys_depths == [1]
+    (_, profiled, _), (_, plain, _) = sweep.passes(spec, nsys=True)
+    assert {r["depth"] for r in profiled} == {1} and {r["depth"] for r in plain} == {1, 2}
+    refused = cli(["run-and-profile", *TINY, "--depth", "2", "--nsys-depths", "1", "--out",
+                   str(tmp_path / "b")], capsys)  # fmt: skip
+    assert "nsys_depths [1] must be among the depths run, [2]" in one_line_error(*refused)
+    assert len(specs) == 1
+
+
 @pytest.fixture
 def readonly(tmp_path) -> Iterator[Path]:
     folder = tmp_path / "ro"
