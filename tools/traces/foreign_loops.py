@@ -95,14 +95,9 @@ def jax_decode(job: dict, info: dict) -> None:
     _profiler(True)
     wall = run(steps)
     _profiler(False)
-    info.update(
-        engine_version=f"jax {jax.__version__}",
-        workload=f"batch {batch}, {steps} decode steps of a {layers}-layer dim-{dim} transformer "
-        "(random bf16 weights), temperature sampling on the host (numpy)",
-        requests=batch,
-        mean_generated_len=steps,
-        runs={"raw": {"wall_s": wall, "generated_tokens": batch * steps}},
-    )
+    _ran(info, wall, batch, steps, engine_version=f"jax {jax.__version__}",
+         workload=f"batch {batch}, {steps} decode steps of a {layers}-layer dim-{dim} transformer "
+         "(random bf16 weights), temperature sampling on the host (numpy)")  # fmt: skip
 
 
 def cupy_decode(job: dict, info: dict) -> None:
@@ -145,17 +140,13 @@ def cupy_decode(job: dict, info: dict) -> None:
         return time.perf_counter() - t
 
     run(4)
-    cp.cuda.runtime.profilerStart()
+    _profiler(True)
     wall = run(steps)
-    cp.cuda.runtime.profilerStop()
-    info.update(
-        engine_version=f"cupy {cp.__version__}",
-        workload=f"batch {batch}, {steps} decode steps of an {layers}-layer dim-{dim} MLP stack "
-        "(random fp32 weights, cuBLAS matmuls, an elementwise GELU kernel), sampling on the host",
-        requests=batch,
-        mean_generated_len=steps,
-        runs={"raw": {"wall_s": wall, "generated_tokens": batch * steps}},
-    )
+    _profiler(False)
+    _ran(info, wall, batch, steps, engine_version=f"cupy {cp.__version__}",
+         workload=f"batch {batch}, {steps} decode steps of an {layers}-layer dim-{dim} MLP stack "
+         "(random fp32 weights, cuBLAS matmuls, an elementwise GELU kernel), sampling on the "
+         "host")  # fmt: skip
 
 
 def _mlp_stack(batch: int = 8, dim: int = 2048, layers: int = 12, vocab: int = 32000):
@@ -291,8 +282,13 @@ def _traced(run, batch: int, steps: int, info: dict, **facts) -> None:
     torch.cuda.profiler.start()
     wall = run(steps)
     torch.cuda.profiler.stop()
+    _ran(info, wall, batch, steps, torch=torch.__version__, **facts)
+
+
+def _ran(info: dict, wall: float, batch: int, steps: int, **facts) -> None:
+    """What index.json says of a loop's traced run: `batch` rows each generating `steps` tokens
+    in `wall` seconds, and the worker's own facts (engine version, workload)."""
     info.update(
-        torch=torch.__version__,
         requests=batch,
         mean_generated_len=steps,
         runs={"raw": {"wall_s": wall, "generated_tokens": batch * steps}},
