@@ -12,8 +12,9 @@ out=${1:-${OUT:-docs/measurements/$(date -u +%F)}}
 shift $(( $# > 0 ? 1 : 0 ))
 mkdir -p "$out"
 rev=$(cat .git-rev 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)
-count=$(nvidia-smi --query-gpu=name --format=csv,noheader | wc -l)
-gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+names=$(nvidia-smi --query-gpu=name --format=csv,noheader)
+count=$(wc -l <<< "$names")
+gpu=$(head -1 <<< "$names")
 if [ "$count" -gt 1 ]; then gpu="${count}x $gpu"; fi
 record=gpu-tests.xml
 if [ $# -gt 0 ]; then record=gpu-tests-part.xml; fi
