@@ -74,10 +74,9 @@ def merge(docs: list[dict]) -> dict[str, Any]:
     """Per preset, batch and mode: each process's median step (ms) and paired speedup over the
     first mode, their median, and their spread ((max - min) / median, %). Processes must have run
     the same presets, batches and modes on one kind of GPU."""
-    if len({d["device"] for d in docs}) != 1:
-        raise SystemExit(
-            f"the processes ran on different GPUs: {sorted(d['device'] for d in docs)}"
-        )
+    devices = sorted({d["device"] for d in docs})
+    if len(devices) != 1:
+        raise SystemExit(f"the processes ran on different GPUs: {devices}")
     layout = [{p: sorted(rows) for p, rows in d["presets"].items()} for d in docs]
     if any(x != layout[0] for x in layout):
         raise SystemExit("the processes ran different presets or batches: merge like with like")
