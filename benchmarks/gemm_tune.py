@@ -10,8 +10,14 @@ per GEMM = median replay / copies, less the elementwise kernels' own time, over 
 after a warm-up. cuBLAS (torch.mm) is timed the same way in the same process. The output matched
 against an fp32 product: within two bf16 rounding steps of the largest value.
 
+--pdl times the candidates as the engine launches them at a few rows (engine/pdl.py, mode `own`):
+the kernel before is the engine's Triton RMSNorm and both start early where the engine lets them,
+so a GEMV's first weight tile is read under the norm's tail. --update replaces only the entries
+it tuned in the table it writes, keeping the rest, and records the command beside the first.
+
     python -m benchmarks.gemm_tune --presets qwen3-4b,qwen3-8b        # writes engine/gemm_tables/
     python -m benchmarks.gemm_tune --presets qwen3-0.6b --rows 1,8 --out /tmp/t.json
+    python -m benchmarks.gemm_tune --presets qwen3-4b --rows 1 --pdl --update
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import torch
 
 from benchmarks.forward_kernels import time_steps
 from bubblelab.core.files import write_atomic
+from bubblelab.engine import pdl
 from bubblelab.engine.config import preset
 from bubblelab.engine.linear import table_path
 from bubblelab.engine.triton_gemm import TileConfig, skinny_matmul
@@ -59,7 +66,7 @@ def candidates(rows: int, n: int, k: int) -> list[TileConfig]:
     out = []
     if rows == 1:
         for bn, bk, warps, split in itertools.product(
-            (8, 16, 32), (256, 512, 1024), (4, 8), splits
+            (4, 8, 16, 32), (256, 512, 1024, 2048), (4, 8), splits
         ):
             if bn * bk <= 16384:  # the fp32 accumulator stays in registers
                 out.append(TileConfig(1, bn, bk, warps, 3, split))
@@ -73,17 +80,30 @@ def candidates(rows: int, n: int, k: int) -> list[TileConfig]:
 
 
 def time_graph(
-    fn: Callable[[torch.Tensor, torch.Tensor], object] | None, x, weights, reps: int
+    fn: Callable[[torch.Tensor, torch.Tensor], object] | None,
+    x,
+    weights,
+    reps: int,
+    early: bool = False,
 ) -> float:
     """Microseconds per call of fn(x, w), over every w in one captured graph, each call after a
     small elementwise kernel on x as in a decoder layer (a GEMM's launch and tail then cost what
-    they cost in a step, not overlap with the same GEMM's); fn None: that kernel alone."""
+    they cost in a step, not overlap with the same GEMM's); fn None: that kernel alone.
+    early: that kernel is the engine's RMSNorm and kernels start early as the engine's do (PDL)."""
+    from bubblelab.engine.models.triton_fused import rms_norm  # Triton: only on a GPU
+
+    scale = torch.ones(x.shape[1], dtype=x.dtype, device=x.device)
 
     def body() -> None:
-        for w in weights:
-            x.mul_(1.0)
-            if fn is not None:
-                fn(x, w)
+        with pdl.using("own") if early else pdl.using("off"):
+            for w in weights:
+                if early:
+                    y = rms_norm(x, scale, 1e-6)
+                    assert isinstance(y, torch.Tensor)  # no residual: one tensor
+                else:
+                    y = x.mul_(1.0)
+                if fn is not None:
+                    fn(y, w)
 
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -108,11 +128,13 @@ def tune_shape(n: int, k: int, rows: list[int], args, log) -> dict[str, dict]:
     for m in rows:
         x = torch.randn(m, k, device="cuda", generator=gen).to(torch.bfloat16)
         out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        # rows of unit RMS: --pdl's RMSNorm (unit weights) leaves them as they are, up to rounding
+        x = x * torch.rsqrt(x.float().pow(2).mean(1, keepdim=True)).to(x.dtype)
+        timed = functools.partial(time_graph, x=x, weights=weights, reps=args.reps, early=args.pdl)
         reference = x.float() @ weights[0].float().t()
         last = x.float() @ weights[-1].float().t()  # what `out` holds after a config's replays
-        between_us = time_graph(None, x, weights, args.reps)  # the elementwise kernel alone
-        cublas_us = time_graph(functools.partial(_cublas, out=out), x, weights, args.reps)
-        cublas_us -= between_us
+        between_us = timed(None)  # the elementwise kernel alone
+        cublas_us = timed(functools.partial(_cublas, out=out)) - between_us
         best: tuple[float, TileConfig] | None = None
         for config in candidates(m, n, k):
             try:
@@ -125,8 +147,7 @@ def tune_shape(n: int, k: int, rows: list[int], args, log) -> dict[str, dict]:
             if error > 8e-3 * reference.abs().max().item():
                 log(f"  WRONG {config}: max error {error:.3g}")
                 continue
-            run = functools.partial(skinny_matmul, config=config, out=out)
-            us = time_graph(run, x, weights, args.reps) - between_us
+            us = timed(functools.partial(skinny_matmul, config=config, out=out)) - between_us
             # after many replays `out` holds the last copy's product: split-K's hand-over held
             if (out.float() - last).abs().max().item() > 8e-3 * last.abs().max().item():
                 log(f"  WRONG after replays {config}")
@@ -149,7 +170,23 @@ def tune_shape(n: int, k: int, rows: list[int], args, log) -> dict[str, dict]:
 
 
 def _cublas(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    pdl.foreign_kernel()  # as linear.py: the kernel after it starts late
     return torch.mm(x, w.t(), out=out)
+
+
+def base_table(update: Path | bool | None, out: Path, default: Path, facts: dict) -> dict:
+    """A new table of these facts, or (update) the table to amend, its own facts kept and this
+    run's appended under "updates"."""
+    if update is None:
+        return {**facts, "shapes": {}, "used_by": {}}
+    path = update if isinstance(update, Path) else (out if out.exists() else default)
+    if not path.exists():
+        sys.exit(f"--update: no table at {path} to start from")
+    table = json.loads(path.read_text())
+    if table.get("device") != facts["device"]:
+        sys.exit(f"--update: {path} was tuned on {table.get('device')}, this is {facts['device']}")
+    table.setdefault("updates", []).append(facts)
+    return table
 
 
 def main() -> None:
@@ -161,6 +198,16 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--margin", type=float, default=0.03, help="required win over cuBLAS")
     ap.add_argument("--out", type=Path, default=None, help="default: this GPU's table")
+    ap.add_argument("--pdl", action="store_true", help="time as the engine launches (PDL)")
+    ap.add_argument(
+        "--update",
+        type=Path,
+        nargs="?",
+        const=True,
+        default=None,
+        help="start from this table (bare: the one at --out, else this GPU's) and replace only "
+        "the shapes and rows tuned now",
+    )
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("gemm_tune needs a CUDA GPU")
@@ -172,20 +219,22 @@ def main() -> None:
         for proj, shape in projection_shapes(name).items():
             shapes.setdefault(shape, []).append(f"{name}.{proj}")
     t0 = time.perf_counter()
-    table: dict = {
+    facts = {
         "device": device,
         "torch": torch.__version__,
         "triton": __import__("triton").__version__,
         "commit": git_facts()["git_revision"],
         "command": "python -m benchmarks.gemm_tune " + " ".join(sys.argv[1:]),
         "margin": args.margin,
-        "shapes": {},
-        "used_by": {},
+        "pdl": args.pdl,
     }
+    table = base_table(args.update, out, table_path(device), facts)
     out.parent.mkdir(parents=True, exist_ok=True)
     for (n, k), users in shapes.items():
-        table["shapes"][f"{n}x{k}"] = tune_shape(n, k, rows, args, lambda s: print(s, flush=True))
-        table["used_by"][f"{n}x{k}"] = users
+        tuned = tune_shape(n, k, rows, args, lambda s: print(s, flush=True))
+        key = f"{n}x{k}"
+        table["shapes"].setdefault(key, {}).update(tuned)
+        table["used_by"][key] = sorted(set(table["used_by"].get(key, [])) | set(users))
         table["wall_s"] = round(time.perf_counter() - t0, 1)
         write_atomic(out, json.dumps(table, indent=1) + "\n")  # after each shape: nothing lost
         torch.cuda.empty_cache()

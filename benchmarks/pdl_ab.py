@@ -14,6 +14,8 @@ copy bandwidth).
 `--aa` captures the first mode once more, after the others, and times it as one more variant
 (`<mode>-again`): two captures of the same code differ only in where their buffers landed, and on
 an H200 that alone moved a forward by up to ~1%. Its ratio is the resolution of every other.
+`--table PATH` captures every mode once more with that GEMM table in place of this GPU's
+(`<mode>@table`): a retuned table against the committed one, in one process.
 
     python -m benchmarks.pdl_ab --presets qwen3-4b,qwen3-8b --batches 1,8,32,128 --out pdl.json
 """
@@ -43,7 +45,7 @@ from benchmarks.forward_kernels import (
     load,
     weight_bytes,
 )
-from bubblelab.engine import pdl
+from bubblelab.engine import linear, pdl
 from bubblelab.engine.model_runner import ModelRunner
 
 
@@ -63,10 +65,13 @@ def main() -> None:
     )
     ap.add_argument("--profile-batches", default="", help="also sum kernel time by name here")
     ap.add_argument("--aa", action="store_true", help="the first mode captured again: A/A")
+    ap.add_argument("--table", type=Path, default=None, help="each mode again with this table")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("pdl_ab needs a CUDA GPU")
+    if args.table is not None and not args.table.is_file():
+        sys.exit(f"--table: no file at {args.table}")
     with pdl.using("all"):
         if not pdl.enabled(torch.device("cuda")):
             sys.exit("PDL is not available here (a GPU before sm90, or Triton without gdc)")
@@ -79,6 +84,7 @@ def main() -> None:
         "rounds": args.rounds,
         "replays": args.replays,
         "copy_bandwidth_gbs": round(bandwidth / 1e9, 1),
+        "table": None if args.table is None else str(args.table),
         "presets": {},
     }
     batches = [int(b) for b in args.batches.split(",")]
@@ -97,12 +103,14 @@ def bench_preset(preset: str, batches: list[int], bandwidth: float, args) -> dic
     slot = runner.slots[0]
     result: dict[str, Any] = {"weight_bytes": weights}
     modes = args.modes.split(",")
+    if args.table is not None:
+        modes += [f"{m}@table" for m in modes]
     if args.aa:
         modes.append(f"{modes[0]}-again")
     profiled = {int(b) for b in args.profile_batches.split(",") if b}
     for b in batches:
         fill_decode_rows(runner, slot, b, args.context)
-        graphs = {m: capture(runner, slot, b, m.removesuffix("-again")) for m in modes}
+        graphs = {m: capture(runner, slot, b, m, args.table) for m in modes}
         logits = {}
         for name, graph in graphs.items():
             graph.replay()
@@ -114,10 +122,20 @@ def bench_preset(preset: str, batches: list[int], bandwidth: float, args) -> dic
                 times[name].append(time_block(graphs[name], args.replays))
         floor_ms = (weights + b * args.context * kv_per_token) / bandwidth * 1e3
         row: dict[str, Any] = {
-            "identical_logits": all(torch.equal(logits[modes[0]], t) for t in logits.values()),
+            # PDL never changes a bit; another table's tiles may sum in another order
+            "identical_logits": all(
+                torch.equal(logits[modes[0]], t) for m, t in logits.items() if "@" not in m
+            ),
             "floor_ms": round(floor_ms, 3),
             "weight_floor_ms": round(weights / bandwidth * 1e3, 3),
         }
+        if args.table is not None:
+            tabled = [logits[m] for m in modes if "@" in m]
+            row["table_identical_logits"] = all(torch.equal(tabled[0], t) for t in tabled)
+            row["table_max_logit_diff"] = (tabled[0] - logits[modes[0]]).abs().max().item()
+            row["table_same_argmax"] = bool(
+                torch.equal(tabled[0].argmax(-1), logits[modes[0]].argmax(-1))
+            )
         for name in modes:
             ms = statistics.median(times[name])
             row[f"{name}_ms"] = round(ms, 4)
@@ -142,10 +160,19 @@ def mode_context(mode: str) -> contextlib.AbstractContextManager:
     return contextlib.nullcontext() if mode == "engine" else pdl.using(mode)
 
 
-def capture(runner: ModelRunner, slot, rows: int, mode: str) -> torch.cuda.CUDAGraph:
-    """The bucket's decode forward captured again with this PDL mode (mode_context)."""
+def capture(
+    runner: ModelRunner, slot, rows: int, variant: str, table: Path | None = None
+) -> torch.cuda.CUDAGraph:
+    """The bucket's decode forward captured again as this variant: a PDL mode (mode_context),
+    "-again" for the A/A, "@table" with that GEMM table."""
+    mode = variant.removesuffix("-again").removesuffix("@table")
     graph = torch.cuda.CUDAGraph()
-    with mode_context(mode):
+    tables = (
+        linear.using_table(table)
+        if variant.endswith("@table") and table is not None
+        else contextlib.nullcontext()
+    )
+    with mode_context(mode), tables:
         runner.eager_decode(slot, rows)  # compiles this mode's kernels outside the capture
         torch.cuda.synchronize()
         with torch.cuda.graph(graph):

@@ -5,16 +5,19 @@ weight's shape and that many rows.
 The table is read once per device name and fixed for the process: the same rows always take the
 same kernel, so depth 1 and depth 2 compute the same numbers. A row count the table did not tune
 takes the entry of the next larger one it did; past the largest, and for shapes, dtypes or GPUs
-without a table, cuBLAS. BUBBLELAB_TRITON_GEMM=0 turns the table off (A/B measurements).
+without a table, cuBLAS. BUBBLELAB_TRITON_GEMM=0 turns the table off and BUBBLELAB_GEMM_TABLE=<path>
+reads another one in its place; `using_table(path)` does the same in-process (A/B measurements).
 """
 
 from __future__ import annotations
 
 import bisect
+import contextlib
 import functools
 import json
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -23,6 +26,7 @@ import torch.nn.functional as F
 from . import pdl
 
 TABLE_DIR = Path(__file__).parent / "gemm_tables"
+_override: Path | None = None  # set by using_table()
 
 
 def table_path(device_name: str) -> Path:
@@ -31,12 +35,39 @@ def table_path(device_name: str) -> Path:
     return TABLE_DIR / f"{slug}.json"
 
 
-@functools.cache
 def _table(device_name: str) -> dict[tuple[int, int], tuple[list[int], list[dict | None]]]:
-    path = table_path(device_name)
-    if os.environ.get("BUBBLELAB_TRITON_GEMM", "1") == "0" or not path.exists():
+    return _read_cached(_override) if _override is not None else _default_table(device_name)
+
+
+@functools.cache  # the environment is read once: the process keeps one table
+def _default_table(device_name: str) -> dict[tuple[int, int], tuple[list[int], list[dict | None]]]:
+    if os.environ.get("BUBBLELAB_TRITON_GEMM", "1") == "0":
         return {}
+    chosen = os.environ.get("BUBBLELAB_GEMM_TABLE")
+    if chosen:
+        if not Path(chosen).is_file():
+            raise FileNotFoundError(f"BUBBLELAB_GEMM_TABLE names no file: {chosen}")
+        return _read_cached(Path(chosen))
+    path = table_path(device_name)
+    return _read_cached(path) if path.exists() else {}
+
+
+@functools.cache
+def _read_cached(path: Path) -> dict[tuple[int, int], tuple[list[int], list[dict | None]]]:
     return read_table(path)
+
+
+@contextlib.contextmanager
+def using_table(path: Path) -> Iterator[None]:
+    """GEMMs launched (or graphs captured) inside follow this table: an A/B benchmark's variants."""
+    global _override
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"no GEMM table at {path}")
+    before, _override = _override, Path(path)
+    try:
+        yield
+    finally:
+        _override = before
 
 
 def read_table(path: Path) -> dict[tuple[int, int], tuple[list[int], list[dict | None]]]:

@@ -108,6 +108,33 @@ def test_the_table_maps_row_counts_to_the_next_tuned_one(tmp_path):
     assert table_path("NVIDIA H100 80GB HBM3").name == "nvidia_h100_80gb_hbm3.json"
 
 
+def test_another_table_can_stand_in_for_this_gpus(tmp_path, monkeypatch):
+    """using_table (in-process A/B) and BUBBLELAB_GEMM_TABLE (a whole process) replace the GPU's
+    table; a missing file is an error, never a silent fall back to cuBLAS."""
+    from bubblelab.engine import linear
+
+    path = tmp_path / "other.json"
+    path.write_text(json.dumps({"shapes": {"8x4": {"1": {"config": {"block_m": 1}}}}}))
+    linear._default_table.cache_clear()
+    monkeypatch.setattr(linear, "table_path", lambda name: tmp_path / "absent.json")
+    assert linear._table("GPU") == {}
+    with linear.using_table(path):
+        assert linear._table("GPU")[(8, 4)][1] == [{"block_m": 1}]
+    assert linear._table("GPU") == {}
+    with pytest.raises(FileNotFoundError, match="no GEMM table"):
+        with linear.using_table(tmp_path / "nope.json"):
+            pass
+    monkeypatch.setenv("BUBBLELAB_GEMM_TABLE", str(path))
+    linear._default_table.cache_clear()
+    assert (8, 4) in linear._table("GPU")
+    monkeypatch.setenv("BUBBLELAB_GEMM_TABLE", str(tmp_path / "nope.json"))
+    linear._default_table.cache_clear()
+    with pytest.raises(FileNotFoundError, match="BUBBLELAB_GEMM_TABLE"):
+        linear._table("GPU")
+    monkeypatch.delenv("BUBBLELAB_GEMM_TABLE")
+    linear._default_table.cache_clear()
+
+
 def test_cpu_tensors_always_take_torch():
     from bubblelab.engine.linear import linear
 
