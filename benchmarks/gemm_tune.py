@@ -149,8 +149,9 @@ def tune_shape(n: int, k: int, rows: list[int], args, log) -> dict[str, dict]:
                 continue
             us = timed(functools.partial(skinny_matmul, config=config, out=out)) - between_us
             # after many replays `out` holds the last copy's product: split-K's hand-over held
-            if (out.float() - last).abs().max().item() > 8e-3 * last.abs().max().item():
-                log(f"  WRONG after replays {config}")
+            error = (out.float() - last).abs().max().item()
+            if error > 8e-3 * last.abs().max().item():
+                log(f"  WRONG after replays {config}: max error {error:.3g}")
                 continue
             if best is None or us < best[0]:
                 best = (us, config)
