@@ -60,16 +60,16 @@ def projection_shapes(name: str) -> dict[str, tuple[int, int]]:
 
 def candidates(rows: int, n: int, k: int) -> list[TileConfig]:
     """Launch shapes worth timing for this many rows of an [N, K] weight: the GEMV form for one
-    row, tl.dot tiles otherwise (BLOCK_M the rows rounded up to a power of two, 16 to 64, or 128
+    row (K split at most 2 ways: 4 never won), tl.dot tiles otherwise (BLOCK_M the rows rounded up to a power of two, 16 to 64, or 128
     at 128 rows); K split 2 or 4 ways as well where K is the long side (few output tiles)."""
     splits = (1, 2, 4) if k > n else (1,)
     out = []
     if rows == 1:
-        for bn, bk, warps, split in itertools.product(
-            (4, 8, 16, 32), (256, 512, 1024, 2048), (4, 8), splits
+        for bn, bk, warps, stages, split in itertools.product(
+            (4, 8, 16, 32), (256, 512, 1024, 2048), (4, 8), (2, 3, 4), splits[:2]
         ):
             if bn * bk <= 16384:  # the fp32 accumulator stays in registers
-                out.append(TileConfig(1, bn, bk, warps, 3, split))
+                out.append(TileConfig(1, bn, bk, warps, stages, split))
     block_ms = {min(64, max(16, 1 << (rows - 1).bit_length()))} | ({128} if rows >= 128 else set())
     for bm, bn, bk, warps, stages, split in itertools.product(
         sorted(block_ms), (16, 32, 64, 128), (128, 256), (4, 8), (3, 4), splits
