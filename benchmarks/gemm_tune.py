@@ -60,8 +60,9 @@ def projection_shapes(name: str) -> dict[str, tuple[int, int]]:
 
 def candidates(rows: int, n: int, k: int) -> list[TileConfig]:
     """Launch shapes worth timing for this many rows of an [N, K] weight: the GEMV form for one
-    row (K split at most 2 ways: 4 never won), tl.dot tiles otherwise (BLOCK_M the rows rounded up to a power of two, 16 to 64, or 128
-    at 128 rows); K split 2 or 4 ways as well where K is the long side (few output tiles)."""
+    row (K split at most 2 ways: 4 never won), tl.dot tiles otherwise (BLOCK_M the rows rounded
+    up to a power of two, 16 to 64, or 128 at 128 rows); K split 2 or 4 ways as well where K is
+    the long side (few output tiles)."""
     splits = (1, 2, 4) if k > n else (1,)
     out = []
     if rows == 1:
