@@ -6,7 +6,8 @@
 #   bash tools/gpu_machine/slim_checkout.sh aside     # removes them from the working tree only
 #   SLIM_BUDGET_MIB=30 bash tools/gpu_machine/slim_checkout.sh aside   # when .device/ is larger
 #   bash tools/gpu_machine/slim_checkout.sh back      # git checkout restores those deleted
-# Nothing is committed either way; `git status` shows them deleted while set aside.
+# Nothing is committed either way. Set aside, a file is marked skip-worktree, so `git status` shows it
+# unchanged and `git commit -a` cannot record its removal (cc873b8 did, before this mark).
 set -eu
 cd "$(git rev-parse --show-toplevel)"
 budget=$((${SLIM_BUDGET_MIB:-38} * 1024 * 1024))  # the tracked files' share of the transfer (MiB)
@@ -19,11 +20,14 @@ case "${1:-}" in
     for f in $(big); do
       [ "$total" -le "$budget" ] && break
       [ -f "$f" ] || continue
-      total=$((total - $(stat -c %s "$f"))); rm "$f"; echo "aside: $f"
+      total=$((total - $(stat -c %s "$f"))); rm "$f"; git update-index --skip-worktree -- "$f"
+      echo "aside: $f"
     done
     echo "tracked files in the working tree: $((total / 1024 / 1024)) MiB"
     ;;
-  back)  # only the files set aside (deleted here): other changes under these folders stay
+  back)  # only the files set aside (marked, or deleted here): other changes under them stay
+    git ls-files -v docs/measurements reports | sed -n 's/^S //p' | tr '\n' '\0' \
+      | xargs -0 -r git update-index --no-skip-worktree --
     git ls-files -d -z docs/measurements reports | xargs -0 -r git checkout -- && echo "restored" ;;
   *) echo "usage: $0 aside|back" >&2; exit 2 ;;
 esac
