@@ -35,6 +35,7 @@ from bubblelab.profiling import overview, ranks
 from bubblelab.profiling.catalog import connect
 from bubblelab.profiling.ingest import ingest_trace, plain_sqlite
 from tests import rank_brute_force as bf
+from tests import rank_brute_force_across as bfx
 from tests.fixture_rows import load
 
 ROOT = Path(__file__).parents[1]
@@ -137,7 +138,7 @@ def close(got: float | None, want: float | None) -> bool:
 
 
 def steady(side: Side) -> list[int]:
-    return bf.steady(side.tables, WARMUP_STEPS)
+    return bfx.steady(side.tables, WARMUP_STEPS)
 
 
 # -- who is which rank -----------------------------------------------------------------------------
@@ -220,7 +221,7 @@ def test_stragglers_and_skews_of_every_step_match_brute_force(side):
     """tp_straggler.sql: which rank's GPU (and host) finished each step last, by how much after
     rank 0 and after the next-to-last rank; tp_skew.sql: latest minus earliest of each time."""
     steps = sorted({s for t in side.tables for s in t})
-    late, spread = bf.stragglers(side.tables, steps), bf.skews(side.tables, steps)
+    late, spread = bfx.stragglers(side.tables, steps), bfx.skews(side.tables, steps)
     got = ranks.stragglers(side.steps)
     assert got["step"].tolist() == steps
     for row in got.to_dict("records"):
@@ -240,7 +241,7 @@ def test_stragglers_and_skews_of_every_step_match_brute_force(side):
         want = spread[row["step"]]
         assert {
             "ranks": int(row["ranks"]),
-            **{f"{c}_skew_ns": ns(row[f"{c}_skew_ms"]) for c in bf.SKEWED},
+            **{f"{c}_skew_ns": ns(row[f"{c}_skew_ms"]) for c in bfx.SKEWED},
         } == want, row["step"]
 
 
@@ -251,19 +252,19 @@ def test_per_rank_summary_over_steady_steps_matches_brute_force(side):
     straggler's and the skews' median, p90 and max; the cross-rank view of each steady step."""
     chosen = steady(side)
     assert side.summary["ranks"] == 2 and side.summary["steady_steps"] == len(chosen)
-    want = bf.per_rank(side.tables, chosen)
+    want = bfx.per_rank(side.tables, chosen)
     assert [r["rank"] for r in side.summary["per_rank"]] == [0, 1]
     for got, expected in zip(side.summary["per_rank"], want, strict=True):
         assert got["rank_run_id"] == side.run_ids[got["rank"]]
         for key, value in expected.items():
             assert close(got[key], value), (got["rank"], key, got[key], value)
-    late, spread = bf.stragglers(side.tables, chosen), bf.skews(side.tables, chosen)
+    late, spread = bfx.stragglers(side.tables, chosen), bfx.skews(side.tables, chosen)
     for c in ("gpu_extra", "gpu_margin", "host_extra"):
-        expected = bf.stats_ms([late[s][f"{c}_ns"] for s in chosen])
+        expected = bfx.stats_ms([late[s][f"{c}_ns"] for s in chosen])
         for stat, value in side.summary["straggler"][f"{c}_ms"].items():
             assert close(value, expected[stat]), (c, stat)
-    for c in bf.SKEWED:
-        expected = bf.stats_ms([spread[s][f"{c}_skew_ns"] for s in chosen])
+    for c in bfx.SKEWED:
+        expected = bfx.stats_ms([spread[s][f"{c}_skew_ns"] for s in chosen])
         for stat, value in side.summary["skew"][f"{c}_skew_ms"].items():
             assert close(value, expected[stat]), (c, stat)
     assert [v["step"] for v in side.summary["steps"]] == chosen
@@ -291,7 +292,7 @@ def test_the_figures_a_user_reads_are_sane(side):
         for row in table.values():
             if row["compute_ns"] is None:
                 continue
-            gpu_span = bf.gpu_end(row) - row["forward_start"]
+            gpu_span = bfx.gpu_end(row) - row["forward_start"]
             assert row["compute_ns"] + row["comm_ns"] <= gpu_span
             assert 0 <= row["comm_exposed_ns"] <= row["comm_ns"]
             assert row["comm_kernels"] > 0  # every step of either engine all-reduces
