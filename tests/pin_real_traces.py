@@ -1,5 +1,6 @@
-"""Rewrite the EXPECTED table of tests/test_profiling_real_traces.py for the traces in traces/ (run
-after replacing the committed traces, then review the diff): the values the queries give today.
+"""Rewrite the EXPECTED table of tests/real_traces_expected.py for the traces in traces/ (run after
+replacing the committed traces, then `ruff format` it and review the diff): the values the queries
+give today.
 
     python -m tests.pin_real_traces
 """
@@ -57,10 +58,9 @@ def main() -> None:
             expected(con, ingest(path, None, {}, con=con)), width=110, sort_dicts=False
         )
         table += f"    {path.name!r}: " + "\n    ".join(values.splitlines()) + ",\n"
-    test = Path(__file__).parent / "test_profiling_real_traces.py"
-    text = test.read_text()
-    start, end = text.index("EXPECTED = {\n"), text.index("\n}\nNAMES = ")
-    test.write_text(text[:start] + table + text[end + 1 :])
+    module = Path(__file__).parent / "real_traces_expected.py"
+    text = module.read_text()
+    module.write_text(text[: text.index("EXPECTED = {\n")] + table + "}\n")
 
 
 if __name__ == "__main__":
