@@ -133,7 +133,9 @@ def tune_shape(n: int, k: int, rows: list[int], args, log) -> dict[str, dict]:
         x = x * torch.rsqrt(x.float().pow(2).mean(1, keepdim=True)).to(x.dtype)
         timed = functools.partial(time_graph, x=x, weights=weights, reps=args.reps, early=args.pdl)
         reference = x.float() @ weights[0].float().t()
-        last = x.float() @ weights[-1].float().t()  # what `out` holds after a config's replays
+        # what `out` holds after a config's replays: the product of what the graph's GEMMs read
+        fed = _normed(x) if args.pdl else x
+        last = fed.float() @ weights[-1].float().t()
         between_us = timed(None)  # the elementwise kernel alone
         cublas_us = timed(functools.partial(_cublas, out=out)) - between_us
         best: tuple[float, TileConfig] | None = None
@@ -169,6 +171,17 @@ def tune_shape(n: int, k: int, rows: list[int], args, log) -> dict[str, dict]:
         log(f"{n}x{k} rows {m}: cuBLAS {cublas_us:.1f} us, Triton {triton_us} us -> {picked}")
         result[str(m)] = entry
     return result
+
+
+def _normed(x: torch.Tensor) -> torch.Tensor:
+    """x through --pdl's RMSNorm, eagerly: its rounding moved the qwen3-4b LM head's products
+    just past the check's tolerance when they were compared with x's own."""
+    from bubblelab.engine.models.triton_fused import rms_norm  # Triton: only on a GPU
+
+    with pdl.using("off"):
+        y = rms_norm(x, torch.ones(x.shape[1], dtype=x.dtype, device=x.device), 1e-6)
+    assert isinstance(y, torch.Tensor)
+    return y
 
 
 def _cublas(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
