@@ -10,14 +10,17 @@ per GEMM = median replay / copies, less the elementwise kernels' own time, over 
 after a warm-up. cuBLAS (torch.mm) is timed the same way in the same process. The output matched
 against an fp32 product: within two bf16 rounding steps of the largest value.
 
---pdl times the candidates as the engine launches them at a few rows (engine/pdl.py, mode `own`):
-the kernel before is the engine's Triton RMSNorm and both start early where the engine lets them,
-so a GEMV's first weight tile is read under the norm's tail. --update replaces only the entries
-it tuned in the table it writes, keeping the rest, and records the command beside the first.
+Row counts the engine runs with programmatic dependent launch (engine/pdl.py: up to pdl.MAX_ROWS, on
+a GPU that has it) are timed as the engine launches them (`--pdl auto`, the default): the kernel
+before is the engine's Triton RMSNorm and both start early where the engine lets them, so a GEMV's
+first weight tile is read under the norm's tail. On an H200 that changed the one-row choices of
+qwen3-4b and qwen3-8b and made their forwards 3.4% and 5.3% faster (docs/engine-speed.md). `--pdl
+on|off` forces it either way. --update replaces only the entries it tuned in the table it writes,
+keeping the rest, and records the command beside the first.
 
     python -m benchmarks.gemm_tune --presets qwen3-4b,qwen3-8b        # writes engine/gemm_tables/
     python -m benchmarks.gemm_tune --presets qwen3-0.6b --rows 1,8 --out /tmp/t.json
-    python -m benchmarks.gemm_tune --presets qwen3-4b --rows 1 --pdl --update
+    python -m benchmarks.gemm_tune --presets qwen3-4b --rows 1 --update
 """
 
 from __future__ import annotations
@@ -129,12 +132,13 @@ def tune_shape(n: int, k: int, rows: list[int], args, log) -> dict[str, dict]:
     for m in rows:
         x = torch.randn(m, k, device="cuda", generator=gen).to(torch.bfloat16)
         out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-        # rows of unit RMS: --pdl's RMSNorm (unit weights) leaves them as they are, up to rounding
+        early = launched_early(args.pdl, m)
+        # rows of unit RMS: the PDL timing's RMSNorm (unit weights) leaves them nearly as they are
         x = x * torch.rsqrt(x.float().pow(2).mean(1, keepdim=True)).to(x.dtype)
-        timed = functools.partial(time_graph, x=x, weights=weights, reps=args.reps, early=args.pdl)
+        timed = functools.partial(time_graph, x=x, weights=weights, reps=args.reps, early=early)
         reference = x.float() @ weights[0].float().t()
         # what `out` holds after a config's replays: the product of what the graph's GEMMs read
-        fed = _normed(x) if args.pdl else x
+        fed = _normed(x) if early else x
         last = fed.float() @ weights[-1].float().t()
         between_us = timed(None)  # the elementwise kernel alone
         cublas_us = timed(functools.partial(_cublas, out=out)) - between_us
@@ -169,13 +173,23 @@ def tune_shape(n: int, k: int, rows: list[int], args, log) -> dict[str, dict]:
         picked = "triton" if entry["config"] else "cublas"
         triton_us = f"{best[0]:.1f}" if best else "-"
         log(f"{n}x{k} rows {m}: cuBLAS {cublas_us:.1f} us, Triton {triton_us} us -> {picked}")
+        entry["pdl"] = early
         result[str(m)] = entry
     return result
 
 
+def launched_early(choice: str, rows: int) -> bool:
+    """Whether a GEMM of this many rows is timed with PDL: as the engine launches it (auto), or
+    as --pdl on|off forces."""
+    if choice != "auto":
+        return choice == "on"
+    with pdl.step_rows(rows):  # BUBBLELAB_PDL, pdl.MAX_ROWS and the GPU decide, as in the engine
+        return pdl.enabled(torch.device("cuda"))
+
+
 def _normed(x: torch.Tensor) -> torch.Tensor:
-    """x through --pdl's RMSNorm, eagerly: its rounding moved the qwen3-4b LM head's products
-    just past the check's tolerance when they were compared with x's own."""
+    """x through the PDL timing's RMSNorm, eagerly: its rounding moved the qwen3-4b LM head's
+    products just past the check's tolerance when they were compared with x's own."""
     from bubblelab.engine.models.triton_fused import rms_norm  # Triton: only on a GPU
 
     with pdl.using("off"):
@@ -213,7 +227,12 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--margin", type=float, default=0.03, help="required win over cuBLAS")
     ap.add_argument("--out", type=Path, default=None, help="default: this GPU's table")
-    ap.add_argument("--pdl", action="store_true", help="time as the engine launches (PDL)")
+    ap.add_argument(
+        "--pdl",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="time with PDL: where the engine launches with it (auto), always, never",
+    )
     ap.add_argument(
         "--update",
         type=Path,
