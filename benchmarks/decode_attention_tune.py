@@ -6,7 +6,14 @@ graph holds `--layers` calls, each on its own KV pool (so the cache does not sit
 `--iters` times; median replay time per call against the KV-read floor (K and V of every context
 token at the measured copy bandwidth).
 
+`--splits` also varies the split count (0: the kernel's own choice from shapes). That choice reads
+the block table's width, which in the engine is the longest context it admits, not the row's:
+`--table-tokens` sets that width (default: the context itself), so a one-row step at 512 tokens
+in an engine sized for 4096 splits as the engine's does (16 spans, half of them empty).
+
     python -m benchmarks.decode_attention_tune --out $OUT/tune.json     # H100: ~1 minute
+    python -m benchmarks.decode_attention_tune --batches 1 --contexts 110,512 --table-tokens 4096 \
+        --splits 0,1,2,4,8 --block-n 64 --warps 4 --stages 2 --out $OUT/splits.json
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ import torch
 
 from benchmarks.forward_kernels import copy_bandwidth, time_steps
 from bubblelab.core.files import write_atomic
-from bubblelab.engine.attention.triton_decode import paged_decode_attention
+from bubblelab.engine.attention.triton_decode import default_num_splits, paged_decode_attention
 
 HEADS, KV_HEADS, DIM, PAGE = 32, 8, 128, 16
 
@@ -33,6 +40,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--block-n", default="16,32,64")
     ap.add_argument("--warps", default="2,4")
     ap.add_argument("--stages", default="1,2,3")
+    ap.add_argument("--splits", default="0", help="split counts; 0: the kernel's own choice")
+    ap.add_argument(
+        "--table-tokens", type=int, default=0, help="block table width in tokens (0: the context)"
+    )
     ap.add_argument("--layers", type=int, default=24)
     ap.add_argument("--iters", type=int, default=20)
     return ap.parse_args(argv)
@@ -42,13 +53,17 @@ def ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x]
 
 
-def make_layer(batch: int, context: int):
-    """One layer's q, KV pool, shuffled block tables and context lengths, on the GPU."""
+def make_layer(batch: int, context: int, table_tokens: int = 0):
+    """One layer's q, KV pool, shuffled block tables (table_tokens wide; entries past the context
+    hold page 0, never read, where the engine keeps a scratch page) and context lengths, on the
+    GPU."""
     pages = -(-context // PAGE)
+    width = max(pages, -(-table_tokens // PAGE))
     k = torch.randn(batch * pages + 1, PAGE, KV_HEADS, DIM, device="cuda", dtype=torch.bfloat16)
     v = torch.randn_like(k)
     order = torch.randperm(batch * pages, device="cuda")
-    tables = order.view(batch, pages).to(torch.int32)
+    tables = torch.zeros(batch, width, dtype=torch.int32, device="cuda")
+    tables[:, :pages] = order.view(batch, pages).to(torch.int32)
     lens = torch.full((batch,), context, dtype=torch.int32, device="cuda")
     q = torch.randn(batch, HEADS, DIM, device="cuda", dtype=torch.bfloat16)
     return q, k, v, tables, lens
@@ -72,12 +87,17 @@ def main(argv: list[str] | None = None) -> None:
     assert bandwidth is not None
     rows = []
     for batch, context in itertools.product(ints(a.batches), ints(a.contexts)):
-        layers = [make_layer(batch, context) for _ in range(a.layers)]
+        layers = [make_layer(batch, context, a.table_tokens) for _ in range(a.layers)]
         floor_us = 1e6 * 2 * batch * context * KV_HEADS * DIM * 2 / bandwidth
-        for block_n, warps, stages in itertools.product(
-            ints(a.block_n), ints(a.warps), ints(a.stages)
+        for block_n, warps, stages, splits in itertools.product(
+            ints(a.block_n), ints(a.warps), ints(a.stages), ints(a.splits)
         ):
             shape = {"block_n": block_n, "num_warps": warps, "num_stages": stages}
+            # the kernel's own choice, computed as it computes it, so every row names its count
+            width = layers[0][3].shape[1]
+            shape["num_splits"] = splits or default_num_splits(
+                batch, KV_HEADS, width, PAGE, torch.device("cuda"), block_n
+            )
             try:
                 us = time_config(layers, a.iters, **shape)
             except Exception as e:  # noqa: BLE001 -- a shape Triton cannot build is a row too
