@@ -89,12 +89,12 @@ def main(argv: list[str] | None = None) -> None:
     for batch, context in itertools.product(ints(a.batches), ints(a.contexts)):
         layers = [make_layer(batch, context, a.table_tokens) for _ in range(a.layers)]
         floor_us = 1e6 * 2 * batch * context * KV_HEADS * DIM * 2 / bandwidth
+        width = layers[0][3].shape[1]  # the block table's pages
         for block_n, warps, stages, splits in itertools.product(
             ints(a.block_n), ints(a.warps), ints(a.stages), ints(a.splits)
         ):
             shape = {"block_n": block_n, "num_warps": warps, "num_stages": stages}
             # the kernel's own choice, computed as it computes it, so every row names its count
-            width = layers[0][3].shape[1]
             shape["num_splits"] = splits or default_num_splits(
                 batch, KV_HEADS, width, PAGE, torch.device("cuda"), block_n
             )

@@ -124,13 +124,15 @@ def bench_preset(preset: str, batches: list[int], bandwidth: float, args) -> dic
         row: dict[str, Any] = {
             # PDL never changes a bit; another table's tiles may sum in another order
             "identical_logits": all(
-                torch.equal(logits[modes[0]], t) for m, t in logits.items() if "@" not in m
+                torch.equal(logits[modes[0]], t)
+                for m, t in logits.items()
+                if not m.endswith("@table")
             ),
             "floor_ms": round(floor_ms, 3),
             "weight_floor_ms": round(weights / bandwidth * 1e3, 3),
         }
         if args.table is not None:
-            tabled = [logits[m] for m in modes if "@" in m]
+            tabled = [logits[m] for m in modes if m.endswith("@table")]
             row["table_identical_logits"] = all(torch.equal(tabled[0], t) for t in tabled)
             row["table_max_logit_diff"] = (tabled[0] - logits[modes[0]]).abs().max().item()
             row["table_same_argmax"] = bool(
