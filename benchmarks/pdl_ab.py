@@ -15,7 +15,9 @@ copy bandwidth).
 (`<mode>-again`): two captures of the same code differ only in where their buffers landed, and on
 an H200 that alone moved a forward by up to ~1%. Its ratio is the resolution of every other.
 `--table PATH` captures every mode once more with that GEMM table in place of this GPU's
-(`<mode>@table`): a retuned table against the committed one, in one process.
+(`<mode>@table`): a retuned table against the committed one, in one process. `--fusions SETS`
+captures every mode once more per set of one-row fusions (engine/fusion.py; sets separated by
+`/`, e.g. `none/norm/silu/merge`) as `<mode>+<set>`; the plain modes run with BUBBLELAB_FUSE's.
 
     python -m benchmarks.pdl_ab --presets qwen3-4b,qwen3-8b --batches 1,8,32,128 --out pdl.json
 """
@@ -45,7 +47,7 @@ from benchmarks.forward_kernels import (
     load,
     weight_bytes,
 )
-from bubblelab.engine import linear, pdl
+from bubblelab.engine import fusion, linear, pdl
 from bubblelab.engine.model_runner import ModelRunner
 
 
@@ -66,8 +68,11 @@ def main() -> None:
     ap.add_argument("--profile-batches", default="", help="also sum kernel time by name here")
     ap.add_argument("--aa", action="store_true", help="the first mode captured again: A/A")
     ap.add_argument("--table", type=Path, default=None, help="each mode again with this table")
+    ap.add_argument("--fusions", default="", help="each mode again per fusion set: none/norm")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
+    for chosen in filter(None, args.fusions.split("/")):
+        fusion.parse(chosen)  # a typo fails here, not after the first preset's load
     if not torch.cuda.is_available():
         sys.exit("pdl_ab needs a CUDA GPU")
     if args.table is not None and not args.table.is_file():
@@ -105,6 +110,7 @@ def bench_preset(preset: str, batches: list[int], bandwidth: float, args) -> dic
     modes = args.modes.split(",")
     if args.table is not None:
         modes += [f"{m}@table" for m in modes]
+    modes += [f"{m}+{f}" for m in modes for f in filter(None, args.fusions.split("/"))]
     if args.aa:
         modes.append(f"{modes[0]}-again")
     profiled = {int(b) for b in args.profile_batches.split(",") if b}
@@ -126,11 +132,17 @@ def bench_preset(preset: str, batches: list[int], bandwidth: float, args) -> dic
             "identical_logits": all(
                 torch.equal(logits[modes[0]], t)
                 for m, t in logits.items()
-                if not m.endswith("@table")
+                if "@table" not in m and "+" not in m
             ),
             "floor_ms": round(floor_ms, 3),
             "weight_floor_ms": round(weights / bandwidth * 1e3, 3),
         }
+        for m in modes:
+            if "+" in m:  # fusions sum some fp32 terms in another order
+                row[f"{m}_max_logit_diff"] = (logits[m] - logits[modes[0]]).abs().max().item()
+                row[f"{m}_same_argmax"] = bool(
+                    torch.equal(logits[m].argmax(-1), logits[modes[0]].argmax(-1))
+                )
         if args.table is not None:
             tabled = [logits[m] for m in modes if m.endswith("@table")]
             row["table_identical_logits"] = all(torch.equal(tabled[0], t) for t in tabled)
@@ -166,15 +178,17 @@ def capture(
     runner: ModelRunner, slot, rows: int, variant: str, table: Path | None = None
 ) -> torch.cuda.CUDAGraph:
     """The bucket's decode forward captured again as this variant: a PDL mode (mode_context),
-    "-again" for the A/A, "@table" with that GEMM table."""
-    mode = variant.removesuffix("-again").removesuffix("@table")
+    "-again" for the A/A, "@table" with that GEMM table, "+<set>" with those fusions."""
+    base, _, fused = variant.partition("+")
+    mode = base.removesuffix("-again").removesuffix("@table")
     graph = torch.cuda.CUDAGraph()
     tables = (
         linear.using_table(table)
-        if variant.endswith("@table") and table is not None
+        if base.endswith("@table") and table is not None
         else contextlib.nullcontext()
     )
-    with mode_context(mode), tables:
+    fusions = fusion.using(fused) if fused else contextlib.nullcontext()
+    with mode_context(mode), tables, fusions:
         runner.eager_decode(slot, rows)  # compiles this mode's kernels outside the capture
         torch.cuda.synchronize()
         with torch.cuda.graph(graph):

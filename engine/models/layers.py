@@ -11,12 +11,17 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ...core.errors import BubblelabError
+from .. import fusion, linear
+
+if TYPE_CHECKING:
+    from ..triton_gemm import TileConfig
 
 
 class Fusable(nn.Module):
@@ -98,6 +103,54 @@ class SiluAndMul(Fusable):
     def act(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = x.chunk(2, dim=-1)
         return F.silu(gate) * up
+
+
+def norm_linear(
+    norm: RMSNorm,
+    weight: torch.Tensor,
+    x: torch.Tensor,
+    residual: torch.Tensor | None,
+    act: SiluAndMul | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(act(linear(norm(x + residual), weight)), x + residual): a decoder layer's norm and the
+    projection after it (and gate|up's activation). Where the GEMM table runs that projection as
+    a one-row GEMV, the norm and the activation fold into its kernel (engine/fusion.py)."""
+    config = _gemv_config(x, weight)
+    fold_norm = norm.triton and fusion.enabled("norm")
+    fold_act = act is not None and act.triton and fusion.enabled("silu")
+    if config is None or not (fold_norm or fold_act):
+        x, residual = (norm(x), x) if residual is None else norm(x, residual)
+        y = linear.linear(x, weight)
+        return (y if act is None else act(y)), residual
+    from ..fused_gemv import fused_gemv  # Triton: imported only where it runs
+
+    if fold_norm:
+        y, added = fused_gemv(
+            x,
+            weight,
+            config,
+            norm_weight=norm.weight,
+            eps=norm.eps,
+            residual=residual,
+            glu=fold_act,
+        )
+        residual = x if added is None else added
+    else:
+        x, residual = (norm(x), x) if residual is None else norm(x, residual)
+        y, _ = fused_gemv(x, weight, config, glu=True)
+    return (y if act is None or fold_act else act(y)), residual
+
+
+def _gemv_config(x: torch.Tensor, weight: torch.Tensor) -> TileConfig | None:
+    """The table's tiles for this projection when they are the one-row GEMV form, else None."""
+    if x.dim() != 2 or x.shape[0] != 1 or not x.is_contiguous():
+        return None
+    config = linear.choice(x, weight)
+    if config is None or config["block_m"] != 1 or config.get("split_k", 1) != 1:
+        return None
+    from ..triton_gemm import TileConfig  # Triton: imported only where it runs
+
+    return TileConfig(**config)
 
 
 def rope_inv_freq(head_dim: int, theta: float, scaling: dict | None) -> torch.Tensor:

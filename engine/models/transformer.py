@@ -32,7 +32,7 @@ from ..parallel.layers import (
     VocabParallelEmbedding,
     vocab_logits,
 )
-from .layers import Fusable, RMSNorm, RotaryEmbedding, SiluAndMul, fused
+from .layers import Fusable, RMSNorm, RotaryEmbedding, SiluAndMul, fused, norm_linear
 
 
 class Attention(Fusable):
@@ -62,11 +62,11 @@ class Attention(Fusable):
     def forward(
         self,
         positions: torch.Tensor,
-        x: torch.Tensor,
+        qkv: torch.Tensor,
         meta: AttentionMetadata,
         rotary: RotaryEmbedding,
     ) -> torch.Tensor:
-        qkv = self.qkv_proj(x)
+        """qkv: qkv_proj's output (DecoderLayer runs the projection with the norm before it)."""
         if self.triton_qkv:
             from .triton_fused import qk_norm_rope_store  # Triton: imported only where it runs
 
@@ -141,13 +141,13 @@ class DecoderLayer(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(mlp output, residual stream); their sum, the layer's output, is added by the next
         norm."""
-        if residual is None:
-            x, residual = self.input_layernorm(x), x
-        else:
-            x, residual = self.input_layernorm(x, residual)
-        x = self.self_attn(positions, x, meta, rotary)
-        x, residual = self.post_attention_layernorm(x, residual)
-        return self.mlp(x), residual
+        attn, mlp = self.self_attn, self.mlp
+        qkv, residual = norm_linear(self.input_layernorm, attn.qkv_proj.weight, x, residual)
+        x = attn(positions, qkv, meta, rotary)
+        h, residual = norm_linear(
+            self.post_attention_layernorm, mlp.gate_up_proj.weight, x, residual, mlp.act
+        )
+        return mlp.down_proj(h), residual
 
 
 def _triton_usable() -> bool:
