@@ -3,10 +3,11 @@ its prologue, SiLU * mul after it as its epilogue.
 
 The GEMV is triton_gemm's BLOCK_M 1 form with the table's tiles: one program owns BLOCK_N weight
 rows, reads its first weight tile before waiting for the kernel before (PDL), then streams the
-rest. With the norm, each program first reads the whole input row (and the residual), a few KB
-from L2, for the row's RMS, and normalises each K step as it loads it; program 0 also writes the
-new residual. With SiLU * mul, a program owns gate rows and the up rows that match them (the
-fused gate|up weight holds the gate rows first), so BLOCK_N is halved to read as many bytes.
+rest. With the norm, each program first reads the whole input row (and the residual) at once,
+a few KB from L2, for the row's RMS, and normalises each K step as it loads it; program 0 also
+writes the new residual. With SiLU * mul, a program owns gate rows and the up rows that match
+them (the fused gate|up weight holds the gate rows first), so BLOCK_N is halved to read as many
+bytes.
 
 Every value is rounded where the unfused kernels round it (models/triton_fused.py: the sum, the
 normalised row and the weight product in the model dtype; the GEMM's output, then SiLU's), so the
@@ -65,6 +66,7 @@ def _fused_gemv_kernel(
     GLU: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    ROW: tl.constexpr,
     EVEN_K: tl.constexpr,
     PDL: tl.constexpr,
 ):
@@ -83,16 +85,13 @@ def _fused_gemv_kernel(
         wu = tl.load(w_ptrs + up, mask=n_ok[:, None] & k_ok[None, :], other=0.0)
     wait_for_inputs(PDL)
     inv = 1.0
-    if NORM:
-        ss = tl.zeros((BLOCK_K,), dtype=tl.float32)
-        for k in range(0, K, BLOCK_K):
-            ok = rk + k < K
-            h = _hidden(X + k, RES + k, rk, ok, ADD, dtype)
-            ss += h * h
-            if ADD:
-                if pid == 0:  # the new residual stream, written once
-                    tl.store(RES_OUT + k + rk, h.to(dtype), mask=ok)
-        inv = tl.rsqrt(tl.sum(ss, axis=0) / K + eps)
+    if NORM:  # the row's RMS from one wide read (one L2 round trip, not one per K step)
+        row = tl.arange(0, ROW)
+        h = _hidden(X, RES, row, row < K, ADD, dtype)
+        inv = tl.rsqrt(tl.sum(h * h, axis=0) / K + eps)
+        if ADD:
+            if pid == 0:  # the new residual stream, written once
+                tl.store(RES_OUT + row, h.to(dtype), mask=row < K)
     x = _x_chunk(X, RES, NW, rk, k_ok, inv, NORM, ADD, dtype)
     acc = w.to(tl.float32) * x[None, :]
     acc_up = acc
@@ -163,6 +162,7 @@ def fused_gemv(
         GLU=glu,
         BLOCK_N=block_n,
         BLOCK_K=config.block_k,
+        ROW=triton.next_power_of_2(k),
         EVEN_K=k % config.block_k == 0,
         num_warps=config.num_warps,
         num_stages=config.num_stages,

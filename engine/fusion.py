@@ -1,19 +1,17 @@
 """Which of the one-row step's cross-kernel fusions the engine launches.
 
 A one-row decode step is ~10 kernels a layer, each a few microseconds, and every boundary between
-two of them costs a wait for the first to drain even with PDL. Three boundaries are folded away:
+two of them costs a wait for the first to drain even with PDL. Two boundaries can fold away, both
+into the one-row GEMV (engine/fused_gemv.py):
 
-- `norm`: the add + RMSNorm before the QKV and gate|up projections becomes the GEMV's prologue
-  (engine/fused_gemv.py): each program rereads the row (a few KB from L2) instead of waiting for a
-  norm kernel.
+- `norm`: the add + RMSNorm before the QKV and gate|up projections becomes the GEMV's prologue:
+  each program reads the row (a few KB from L2) instead of waiting for a norm kernel.
 - `silu`: SiLU * mul becomes the gate|up GEMV's epilogue: a program owns matching gate and up rows.
-- `merge`: the split decode attention's last program of each (row, KV head) merges the spans
-  (engine/attention/triton_decode.py) instead of a second kernel.
 
-Each applies only where its kernels run (CUDA, Triton): `norm` and `silu` where the GEMM table picks
-the GEMV form. Fused and unfused compute the same roundings; only fp32 sums may run in another
-order. BUBBLELAB_FUSE=all (default), none, or a comma list chooses (A/B measurements);
-`using(names)` does the same in-process.
+Each applies only where its kernels run (CUDA, Triton) and the GEMM table picks the GEMV form.
+Fused and unfused compute the same roundings; only fp32 sums may run in another order.
+BUBBLELAB_FUSE=all (default), none, or a comma list chooses (A/B measurements); `using(names)`
+does the same in-process.
 """
 
 from __future__ import annotations
@@ -22,7 +20,7 @@ import contextlib
 import os
 from collections.abc import Iterator
 
-FUSIONS = ("norm", "silu", "merge")
+FUSIONS = ("norm", "silu")
 _override: frozenset[str] | None = None  # set by using()
 
 

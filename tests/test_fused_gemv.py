@@ -109,8 +109,8 @@ def test_bad_inputs_are_refused_before_any_kernel():
 def test_fusion_switch_parses_and_scopes(monkeypatch):
     from bubblelab.engine import fusion
 
-    monkeypatch.setenv("BUBBLELAB_FUSE", "norm,merge")
-    assert fusion.enabled("norm") and fusion.enabled("merge") and not fusion.enabled("silu")
+    monkeypatch.setenv("BUBBLELAB_FUSE", "norm")
+    assert fusion.enabled("norm") and not fusion.enabled("silu")
     with fusion.using("none"):
         assert not any(fusion.enabled(f) for f in fusion.FUSIONS)
         with fusion.using("all"):

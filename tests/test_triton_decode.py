@@ -8,7 +8,6 @@ The GPU tests run the compiled kernel.
 
 from __future__ import annotations
 
-import itertools
 import math
 
 import pytest
@@ -94,7 +93,6 @@ def reference(q, k_cache, v_cache, tables, lens, scale) -> torch.Tensor:
 def run_cpu_case(
     group: int, head_dim: int, block_size: int, dtype: str, num_splits: int | None
 ) -> dict:
-    from bubblelab.engine import fusion
     from bubblelab.engine.attention.triton_decode import paged_decode_attention
 
     torch.manual_seed(0)
@@ -106,10 +104,8 @@ def run_cpu_case(
     )
     scale = head_dim**-0.5
     out = paged_decode_attention(q, k, v, tables, ctx, scale, num_splits=num_splits)
-    with fusion.using("none"):  # the spans merged by a second kernel
-        unfused = paged_decode_attention(q, k, v, tables, ctx, scale, num_splits=num_splits)
     ref = reference(q, k, v, tables, ctx, scale)
-    err = max((o.float() - ref).abs().max().item() for o in (out, unfused))
+    err = (out.float() - ref).abs().max().item()
     # A row of length 0 must give zeros, not NaN.
     ctx0 = ctx.clone()
     ctx0[0] = 0
@@ -167,7 +163,6 @@ def test_default_split_count():
 @pytest.mark.parametrize("batch", [1, 32, 128])
 @torch.inference_mode()
 def test_gpu_kernel_matches_reference_and_replays_in_a_graph(batch):
-    from bubblelab.engine import fusion
     from bubblelab.engine.attention.triton_decode import paged_decode_attention
 
     group, kv_heads, dim, block_size = 4, 8, 128, 16  # qwen3-4b: 32 heads, 8 KV heads
@@ -190,9 +185,8 @@ def test_gpu_kernel_matches_reference_and_replays_in_a_graph(batch):
     assert q.shape[0] == batch
     scale = dim**-0.5
     ref = reference(q, k, v, tables, ctx, scale)
-    for splits, fused in itertools.product((None, 1, 7), ("all", "none")):
-        with fusion.using(fused):  # the spans merged by the split kernel's last program or not
-            out = paged_decode_attention(q, k, v, tables, ctx, scale, num_splits=splits)
+    for splits in (None, 1, 7):
+        out = paged_decode_attention(q, k, v, tables, ctx, scale, num_splits=splits)
         torch.testing.assert_close(out.float(), ref, atol=2e-2, rtol=2e-2)
 
     torch.cuda.synchronize()

@@ -17,7 +17,6 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import fusion, kernel_counters
 from ..pdl import launch_options, wait_for_inputs
 
 BLOCK_N = 64  # tokens per tile; a tile may span several pages (block_size < 64) or part of one
@@ -35,7 +34,6 @@ def _decode_kernel(
     O,  # noqa: E741 -- attention's Q, K, V, O, as the compile test names them
     PART_O,
     PART_LSE,
-    LOCKS,
     stride_qb,
     stride_qh,
     stride_kb,
@@ -55,8 +53,6 @@ def _decode_kernel(
     PAGE: tl.constexpr,
     BLOCK_N: tl.constexpr,
     SPLIT: tl.constexpr,
-    FOLD: tl.constexpr,
-    BLOCK_S: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     UPCAST: tl.constexpr,
     PDL: tl.constexpr,
@@ -132,27 +128,6 @@ def _decode_kernel(
             tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf")),
             mask=g_mask,
         )
-        if FOLD:
-            # The last span of this (row, KV head) to finish merges them all, in span order (the
-            # same sum whichever finished last), and resets the counter for the next call.
-            tl.debug_barrier()  # every thread's partial is written before the counter moves
-            lock = LOCKS + b * tl.num_programs(1) + kvh
-            if tl.atomic_add(lock, 1, sem="acq_rel") == num_splits - 1:
-                for i in tl.static_range(GROUP):
-                    _merge_head(
-                        PART_O,
-                        PART_LSE,
-                        O,
-                        b,
-                        kvh * GROUP + i,
-                        tl.num_programs(1) * GROUP,
-                        stride_ob,
-                        stride_oh,
-                        num_splits,
-                        HEAD_DIM,
-                        BLOCK_S,
-                    )
-                tl.atomic_xchg(lock, 0)
     else:
         tl.store(
             O + b * stride_ob + heads[:, None] * stride_oh + d[None, :],
@@ -175,44 +150,11 @@ def _merge_kernel(
 ):
     wait_for_inputs(PDL)
     b, h = tl.program_id(0), tl.program_id(1)
-    _merge_head(
-        PART_O,
-        PART_LSE,
-        O,
-        b,
-        h,
-        tl.num_programs(1),
-        stride_ob,
-        stride_oh,
-        num_splits,
-        HEAD_DIM,
-        BLOCK_S,
-    )
-
-
-@triton.jit
-def _merge_head(
-    PART_O,
-    PART_LSE,
-    O,  # noqa: E741 -- attention's Q, K, V, O, as the compile test names them
-    b,
-    h,
-    heads,
-    stride_ob,
-    stride_oh,
-    num_splits,
-    HEAD_DIM: tl.constexpr,
-    BLOCK_S: tl.constexpr,
-):
-    """One head's output from its spans' partials, weighted by their log-sum-exp. The partials
-    were written by other SMs: read from L2 (.cg), past this SM's L1."""
-    row = b * heads + h
+    row = b * tl.num_programs(1) + h
     s = tl.arange(0, BLOCK_S)
     d = tl.arange(0, HEAD_DIM)
     s_mask = s < num_splits
-    lse = tl.load(
-        PART_LSE + row * num_splits + s, mask=s_mask, other=float("-inf"), cache_modifier=".cg"
-    )
+    lse = tl.load(PART_LSE + row * num_splits + s, mask=s_mask, other=float("-inf"))
     m = tl.max(lse, 0)
     # All spans empty (context 0): every weight is exp2(-inf) = 0, not NaN.
     m = tl.where(m == float("-inf"), 0.0, m)
@@ -221,7 +163,6 @@ def _merge_head(
         PART_O + (row * num_splits + s)[:, None] * HEAD_DIM + d[None, :],
         mask=s_mask[:, None],
         other=0.0,
-        cache_modifier=".cg",
     )
     total = tl.sum(w, 0)
     out = tl.sum(part * w[:, None], 0) / tl.where(total > 0, total, 1.0)
@@ -308,8 +249,6 @@ def paged_decode_attention(
     if batch == 0:
         return out
     split = num_splits > 1
-    fold = split and fusion.enabled("merge")
-    locks = kernel_counters.counters(q.device, batch * kv_heads, "decode") if fold else out
     if split:
         part_o = torch.empty(
             batch, heads, num_splits, head_dim, device=q.device, dtype=torch.float32
@@ -326,7 +265,6 @@ def paged_decode_attention(
         out,
         part_o,
         part_lse,
-        locks,
         q.stride(0),
         q.stride(1),
         k_cache.stride(0),
@@ -346,15 +284,13 @@ def paged_decode_attention(
         PAGE=block_size,
         BLOCK_N=block_n,
         SPLIT=split,
-        FOLD=fold,
-        BLOCK_S=triton.next_power_of_2(num_splits),
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         UPCAST=_INTERPRETED and q.dtype != torch.float32,
         num_warps=num_warps,
         num_stages=num_stages,
         **launch_options(q.device),
     )
-    if split and not fold:
+    if split:
         _merge_kernel[(batch, heads)](
             part_o,
             part_lse,
