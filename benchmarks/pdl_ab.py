@@ -17,7 +17,8 @@ an H200 that alone moved a forward by up to ~1%. Its ratio is the resolution of 
 `--table PATH` captures every mode once more with that GEMM table in place of this GPU's
 (`<mode>@table`): a retuned table against the committed one, in one process. `--fusions SETS`
 captures every mode once more per set of one-row fusions (engine/fusion.py; sets separated by
-`/`, e.g. `none/norm/silu`) as `<mode>+<set>`; the plain modes run with BUBBLELAB_FUSE's.
+`/`, e.g. `all/norm/silu`) as `<mode>+<set>`; the plain modes run with BUBBLELAB_FUSE's (none
+unless set).
 
     python -m benchmarks.pdl_ab --presets qwen3-4b,qwen3-8b --batches 1,8,32,128 --out pdl.json
 """

@@ -9,9 +9,15 @@ into the one-row GEMV (engine/fused_gemv.py):
 - `silu`: SiLU * mul becomes the gate|up GEMV's epilogue: a program owns matching gate and up rows.
 
 Each applies only where its kernels run (CUDA, Triton) and the GEMM table picks the GEMV form.
-Fused and unfused compute the same roundings; only fp32 sums may run in another order.
-BUBBLELAB_FUSE=all (default), none, or a comma list chooses (A/B measurements); `using(names)`
-does the same in-process.
+Fused and unfused compute the same roundings; only fp32 sums may run in another order (the logits
+came out bit for bit equal on an H200).
+
+**Off by default: measured slower where it matters.** With PDL the norm and SiLU kernels already
+start under the GEMV before them, so little of a boundary was left to save, while the fused GEMV
+(with tiles tuned for the plain one) does more per K step. One H200, 512 tokens, paired
+(benchmarks/pdl_ab.py --fusions, docs/engine-speed.md): qwen3-4b one row 2.549 ms unfused, 2.640
+with `norm`, 2.604 with `silu`, 2.671 with both; qwen3-8b 4.091, 4.044, 4.039, 4.114.
+BUBBLELAB_FUSE=none (default), all or a comma list chooses; `using(names)` does in-process.
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ def enabled(name: str) -> bool:
     """Whether kernels launched now fold this boundary away."""
     if name not in FUSIONS:
         raise ValueError(f"unknown fusion {name!r}")
-    chosen = _override if _override is not None else parse(os.environ.get("BUBBLELAB_FUSE", "all"))
+    chosen = _override if _override is not None else parse(os.environ.get("BUBBLELAB_FUSE", "none"))
     return name in chosen
 
 
