@@ -1,5 +1,5 @@
 """Every figure `bubblelab analyze` gives for a foreign run, computed again by brute force from the
-raw rows (tests/fixture_rows.py) and the definitions of profiling/README.md and
+raw rows (tests/fixture_sqlite.py) and the definitions of profiling/README.md and
 costmodel/foreign.py: per-step period, busy union, kernel gaps and bubble; steady state; how sure;
 idle split and histogram; what the host was doing in each bubble gap; the sync inventory per steady
 step; what pipelining would buy. Plain Python (numpy only for the bootstrap's random draws).
@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tests.fixture_rows import DTOH, POLL, Call, Rows, engine_thread, sync_points
+from tests.fixture_rows import sync_points
+from tests.fixture_sqlite import DTOH, POLL, Call, Rows, engine_thread
 
 PREFILL_RATIO, WARMUP, GAP_NS = 2.0, 5, 5000
 LAYERS = {"cuda": "CUDA API", "os": "OS runtime", "nvtx": "NVTX range (untraced code in it)"}

@@ -21,7 +21,8 @@ from bubblelab.profiling.catalog import connect
 from bubblelab.profiling.ingest import ingest
 from bubblelab.profiling.steps import StepOptions
 from tests import fixture_figures as ff
-from tests.fixture_rows import candidates, choose, engine_thread, load, sure
+from tests.fixture_rows import candidates, choose, sure
+from tests.fixture_sqlite import engine_thread, load
 
 FIXTURES = Path(__file__).resolve().parents[1] / "traces" / "foreign"
 INDEX = json.loads((FIXTURES / "index.json").read_text())

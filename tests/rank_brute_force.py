@@ -6,7 +6,7 @@ per_step / step_spans for our own steps), none of the SQL itself. The tables acr
 
 A rank's table is {step: row}, each row holding times in integer ns under the analysis's column
 names with `_ms` read as `_ns` (forward_ns for forward_ms), and the absolute times (forward_start,
-...) as they are. The raw rows come from tests/fixture_rows.py (CUDA calls and GPU ops, matched by
+...) as they are. The raw rows come from tests/fixture_sqlite.py (CUDA calls and GPU ops, matched by
 correlation id); a foreign process's steps and per-step figures from tests/fixture_rows.py's rules
 and tests/fixture_figures.py.
 """
@@ -19,7 +19,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from tests import fixture_figures as ff
-from tests.fixture_rows import Op, Rows, candidates, choose
+from tests.fixture_rows import candidates, choose
+from tests.fixture_sqlite import Op, Rows
 from tests.foreign_brute_force import innermost, union
 
 COMM = re.compile("nccl", re.IGNORECASE)  # NCCL's collectives by name

@@ -36,7 +36,7 @@ from bubblelab.profiling.catalog import connect
 from bubblelab.profiling.ingest import ingest_trace, plain_sqlite
 from tests import rank_brute_force as bf
 from tests import rank_brute_force_across as bfx
-from tests.fixture_rows import load
+from tests.fixture_sqlite import load
 
 ROOT = Path(__file__).parents[1]
 OURS = ROOT / "docs/measurements/2026-11-26/tp-nsys/qwen3-0.6b-tp2-s8-d1-steps60-89.sqlite.gz"
