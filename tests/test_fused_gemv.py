@@ -12,6 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from tests.pdl_chains import outputs_in_every_mode
 from tests.triton_interpreter import results_by_case, serve_cases
 
 # (K, N, block_n, block_k, norm, residual, glu, dtype)
@@ -193,18 +194,7 @@ def test_gpu_a_fused_layer_chain_replays_the_same_bits_in_every_pdl_mode():
         assert r is not None  # a residual in, the new one out
         return torch.cat([h, r], dim=-1)
 
-    outputs = {}
-    for mode in ("off", "all", "own"):
-        with pdl.using(mode):
-            eager_out = chain()
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                out = chain()
-            for _ in range(3):
-                graph.replay()
-            torch.cuda.synchronize()
-            assert torch.equal(eager_out, out), mode
-            outputs[mode] = out.clone()
+    outputs = outputs_in_every_mode(chain, ("off", "all", "own"))
     assert torch.equal(outputs["off"], outputs["all"]) and torch.equal(
         outputs["off"], outputs["own"]
     )

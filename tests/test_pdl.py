@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from bubblelab.engine import pdl
+from tests.pdl_chains import outputs_in_every_mode
 
 CUDA = torch.device("cuda", 0)  # a device object only: nothing runs on it
 ON = {"PDL": True, "launch_pdl": True}
@@ -105,18 +106,7 @@ def test_gpu_a_chain_of_our_kernels_computes_the_same_with_and_without_pdl(rows)
         h, r = rms_norm(x, norm_w, 1e-6, res)
         return skinny_matmul(silu_and_mul(skinny_matmul(h, w_up, cfg)), w_down, cfg) + r
 
-    outputs = {}
-    for mode in ("off", "all", "own", "own-mma"):
-        with pdl.using(mode):
-            eager = chain()
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                out = chain()
-            for _ in range(3):
-                graph.replay()
-            torch.cuda.synchronize()
-            assert torch.equal(eager, out), mode
-            outputs[mode] = out.clone()
+    outputs = outputs_in_every_mode(chain, ("off", "all", "own", "own-mma"))
     assert torch.equal(outputs["off"], outputs["all"]) and torch.equal(
         outputs["off"], outputs["own"]
     )
