@@ -116,15 +116,11 @@ def norm_linear(
     projection after it (and gate|up's activation). Where the GEMM table runs that projection as
     a one-row GEMV, the norm and the activation fold into its kernel (engine/fusion.py)."""
     config = _gemv_config(x, weight)
-    fold_norm = norm.triton and fusion.enabled("norm")
-    fold_act = act is not None and act.triton and fusion.enabled("silu")
-    if config is None or not (fold_norm or fold_act):
-        x, residual = (norm(x), x) if residual is None else norm(x, residual)
-        y = linear.linear(x, weight)
-        return (y if act is None else act(y)), residual
-    from ..fused_gemv import fused_gemv  # Triton: imported only where it runs
+    fold_norm = config is not None and norm.triton and fusion.enabled("norm")
+    fold_act = config is not None and act is not None and act.triton and fusion.enabled("silu")
+    if config is not None and fold_norm:
+        from ..fused_gemv import fused_gemv  # Triton: imported only where it runs
 
-    if fold_norm:
         y, added = fused_gemv(
             x,
             weight,
@@ -137,7 +133,12 @@ def norm_linear(
         residual = x if added is None else added
     else:
         x, residual = (norm(x), x) if residual is None else norm(x, residual)
-        y, _ = fused_gemv(x, weight, config, glu=True)
+        if config is not None and fold_act:
+            from ..fused_gemv import fused_gemv
+
+            y, _ = fused_gemv(x, weight, config, glu=True)
+        else:
+            y = linear.linear(x, weight)
     return (y if act is None or fold_act else act(y)), residual
 
 
