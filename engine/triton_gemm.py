@@ -23,7 +23,6 @@ import torch
 import triton
 import triton.language as tl
 
-from . import kernel_counters
 from .pdl import launch_options, wait_for_inputs
 
 
@@ -141,6 +140,19 @@ def _skinny_kernel(
             tl.atomic_xchg(LOCKS + tile, 0)
 
 
+_counters: dict[torch.device, list[torch.Tensor]] = {}
+
+
+def _tile_counters(device: torch.device, tiles: int) -> torch.Tensor:
+    """Zeroed int32 counters, one per output tile, kept per device (the kernel leaves them zero).
+    One stream computes GEMMs per device, so concurrent kernels never share them. A larger set
+    replaces a smaller one, which stays allocated: graphs captured with it still point there."""
+    kept = _counters.setdefault(device, [])
+    if not kept or kept[-1].numel() < tiles:
+        kept.append(torch.zeros(max(tiles, 1 << 16), dtype=torch.int32, device=device))
+    return kept[-1]
+
+
 def skinny_matmul(
     x: torch.Tensor, w: torch.Tensor, config: TileConfig, out: torch.Tensor | None = None
 ) -> torch.Tensor:
@@ -164,7 +176,7 @@ def skinny_matmul(
         workspace = torch.empty(
             split * tiles * config.block_m * config.block_n, dtype=torch.float32, device=x.device
         )
-        counters = kernel_counters.counters(x.device, tiles, "gemm")
+        counters = _tile_counters(x.device, tiles)
     _skinny_kernel[(tiles, split)](
         x,
         w,

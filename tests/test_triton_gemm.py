@@ -145,18 +145,16 @@ def test_cpu_tensors_always_take_torch():
     assert torch.equal(out, x @ w.t())
 
 
-def test_grown_counters_keep_the_old_set_alive():
-    """A graph captured with the smaller set still points at it: growing must not free it; each
-    kind of kernel has its own set."""
-    from bubblelab.engine import kernel_counters
+def test_grown_tile_counters_keep_the_old_set_alive():
+    """A graph captured with the smaller set still points at it: growing must not free it."""
+    from bubblelab.engine import triton_gemm
 
     device = torch.device("cpu")
-    small = kernel_counters.counters(device, 8, "gemm")
-    grown = kernel_counters.counters(device, small.numel() + 1, "gemm")
+    small = triton_gemm._tile_counters(device, 8)
+    grown = triton_gemm._tile_counters(device, small.numel() + 1)
     assert grown.numel() > small.numel() and not grown.any()
-    assert any(t is small for t in kernel_counters._kept[(device, "gemm")])
-    assert kernel_counters.counters(device, 8, "gemm") is grown
-    assert kernel_counters.counters(device, 8, "decode") is not grown
+    assert any(t is small for t in triton_gemm._counters[device])
+    assert triton_gemm._tile_counters(device, 8) is grown
 
 
 @pytest.mark.gpu  # tests/conftest.py skips these without CUDA
