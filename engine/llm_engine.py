@@ -241,7 +241,8 @@ class LLMEngine:
         (an `on_step` callback raising, Ctrl-C inside a tick): each is aborted, the steps in flight
         that hold them are committed so their pages and rows go back (release late), and they
         leave `seqs`. Ids not here are ignored. A loop an exception broke half way through a tick
-        is started afresh (reset), so the engine stays usable either way."""
+        is started afresh (reset), so the engine stays usable either way; a tensor-parallel one
+        cannot be, and is left to close."""
         seqs = [self.seqs[r] for r in dict.fromkeys(request_ids) if r in self.seqs]
         if self.workers is not None and self.workers.failed is not None:
             # A tensor-parallel engine whose worker failed can only close: its error, raised on,
@@ -256,7 +257,11 @@ class LLMEngine:
             drained = self._drain(seqs)
         except Exception:  # a tick broken half way cannot be replayed
             drained = False
-        if not drained:
+        if not drained and self.workers is not None:
+            # Nor reset: the workers' slots would disagree with rank 0's. The engine can only close,
+            # and the exception that cut the tick short (Ctrl-C) is the news, not a refusal.
+            self.workers.abandon("a tensor-parallel step was cut short: the engine can only close")
+        elif not drained:
             self.reset()
         for seq in seqs:
             del self.seqs[seq.request_id]

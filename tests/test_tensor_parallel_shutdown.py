@@ -116,3 +116,35 @@ def test_a_worker_that_dies_during_init_fails_the_engine_in_one_line(when, monke
     engine = make_tp_engine("tiny-llama", 1)  # the process is free to start another
     engine.close()
     assert not mp.active_children()
+
+
+def test_ctrl_c_inside_a_steps_send_reaches_the_caller_and_the_engine_only_closes():
+    """Ctrl-C landing while rank 0 writes a step's inputs to the ring (the race the ctrl-c scenario
+    hits now and then): cancel, as generate calls it, must not replace the KeyboardInterrupt with a
+    reset's refusal; the engine then refuses further steps in one line and closes cleanly."""
+    from bubblelab.engine.sampling_params import SamplingParams
+
+    engine = make_tp_engine("tiny-llama", 1)
+    try:
+        params = SamplingParams(max_tokens=16, ignore_eos=True)
+        engine.add_requests([("a", list(range(3, 12)), params), ("b", list(range(5, 9)), params)])
+        engine.step()
+        ring = engine.workers.ring
+        send = ring.send
+
+        def interrupted(*args):
+            ring.send = send
+            raise KeyboardInterrupt
+
+        ring.send = interrupted
+        with pytest.raises(KeyboardInterrupt):
+            while engine.has_unfinished():
+                engine.step()
+        engine.cancel(["a", "b"])  # must not raise
+        assert not engine.seqs
+        engine.add_request("c", list(range(3, 7)), params)
+        with pytest.raises(WorkerError, match="step was cut short: the engine can only close"):
+            engine.step()
+    finally:
+        engine.close()
+    assert not mp.active_children()

@@ -215,6 +215,11 @@ class TPWorkers:
                 return
             time.sleep(CHECK_S)
 
+    def abandon(self, why: str) -> None:
+        """Rank 0 gave up mid-step (an exception cut a tick short): every later use raises
+        WorkerError(why), and close() kills the workers, which may be out of step."""
+        self.failed = WorkerError(why)
+
     def fail(self, message: str) -> None:
         """End tensor parallelism: kill every worker now and raise (and keep raising) the error."""
         self.failed = WorkerError(f"tensor-parallel worker failed: {message}")
