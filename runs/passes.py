@@ -32,7 +32,6 @@ from ..core.files import write_atomic
 from ..profiling.nsys import Ranges, drop_reports, finish_ranges, start_ranges
 from ..profiling.trim import slim_kernels
 from .record import find_record, load_record
-from .worker import run_plan
 
 ENDED = "ended"  # in a pass's run directory once the pass has ended whole (a gate for the next)
 LOG = "worker.log"  # what a pass's worker printed (nsys.log under nsys)
@@ -58,6 +57,10 @@ def in_process(plan: dict) -> bool:
 
 def run_here(plan: dict, left: list[str], on_run: Callable | None) -> dict[str, float]:
     """Run a pass in this process; returns its timings."""
+    # The engine's imports (torch, Triton, transformers) only where a pass runs here: on the GPU
+    # the sweep's own process only launches workers, and its start-up is on the sweep's clock.
+    from .worker import run_plan
+
     started, launched = time.perf_counter(), time.time()
     run_dir = Path(plan["out_dir"])
     write_atomic(run_dir / "plan.json", json.dumps(plan, indent=1))

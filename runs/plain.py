@@ -8,11 +8,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.checks import parse_ints
-from ..core.errors import OptionError
 from ..engine.config import MAX_NUM_SEQS, EngineConfig, default_dtype
 from ..engine.llm_engine import LLMEngine
 from .driver import RunResult, run_workload
-from .workload import MAX_STREAMS, WorkloadSpec
+from .workload import MAX_STREAMS, WorkloadSpec, check_streams_fit
 
 
 @dataclass
@@ -58,7 +57,10 @@ def plan_runs(
         attention_backend=attention_backend,
         seed=seed,
     )
-    check_streams_fit(counts, max_num_seqs)
+    if max_num_seqs is None:
+        check_streams_fit(counts, MAX_NUM_SEQS)
+    else:
+        check_streams_fit(counts, max_num_seqs, "--max-num-seqs")
     share = constrained_share if constrained_share is not None else (1.0 if constraint else 0.0)
     specs = [
         WorkloadSpec(
@@ -69,17 +71,6 @@ def plan_runs(
     for spec in specs:
         spec.check_fits(config.max_model_len)
     return RunPlan(config, specs)
-
-
-def check_streams_fit(counts: list[int], max_num_seqs: int | None = None) -> None:
-    """Every stream a batch row of its own: more streams than rows would only queue, and the run
-    would measure a smaller batch than it names."""
-    rows = MAX_NUM_SEQS if max_num_seqs is None else max_num_seqs
-    if max(counts) > rows:
-        limit = f"--max-num-seqs ({rows})" if max_num_seqs is not None else f"{rows} batch rows"
-        raise OptionError(
-            "streams", f"must fit {limit}: more streams than rows would only queue", max(counts)
-        )
 
 
 def run_plan(

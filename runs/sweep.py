@@ -44,10 +44,9 @@ from ..profiling.nsys import GRAPH_TRACE_MODES, find_nsys
 from . import passes as run_passes
 from . import state as run_state
 from .assemble import assemble, needs_assembly, nsys_reports
-from .plain import check_streams_fit
 from .record import find_record, read_record
 from .repeats import needed, read_verdicts, unneeded, verdict_lines
-from .workload import CONSTRAINTS, MAX_STREAMS, WorkloadSpec
+from .workload import CONSTRAINTS, MAX_STREAMS, WorkloadSpec, check_streams_fit
 
 MIN_DECODE_STEPS = (
     400  # a run long enough to predict: ~400 decode steps (4 requests a stream at L=110)
@@ -89,7 +88,7 @@ class SweepSpec:
             self.dtype = default_dtype(self.device)
         self.depths = parse_ints("depths", self.depths, 1, 2)
         self.streams = parse_ints("streams", self.streams, 1, MAX_STREAMS)
-        check_streams_fit(self.streams)
+        check_streams_fit(self.streams, MAX_NUM_SEQS)
         if self.requests_per_stream is not None:
             check_int("requests_per_stream", self.requests_per_stream, 1, 10_000)
         check_int("repeats", self.repeats, 1, 1000)

@@ -19,6 +19,17 @@ MAX_LEN = 1_000_000.0
 MAX_WORKLOAD_TOKENS = 50_000_000
 
 
+def check_streams_fit(counts: list[int], rows: int, option: str | None = None) -> None:
+    """Every stream a batch row of its own (`rows` of them, set by `option` if the user gave it):
+    more streams than rows would only queue, and the run would measure a smaller batch than it
+    names."""
+    if max(counts) > rows:
+        limit = f"{option} ({rows})" if option else f"{rows} batch rows"
+        raise OptionError(
+            "streams", f"must fit {limit}: more streams than rows would only queue", max(counts)
+        )
+
+
 @dataclass
 class WorkloadSpec:
     streams: int = 8  # requests kept in flight (closed loop) or admitted at once

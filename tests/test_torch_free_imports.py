@@ -74,3 +74,20 @@ def test_imports_without_torch(module, blocked, allowed, light):
     print(f"import {module} with {blocked} blocked: {found['seconds']:.2f} s")
     assert found["loaded"] == allowed
     assert set(found["third_party"]) <= light, sorted(set(found["third_party"]) - light)
+
+
+def test_sweep_process_imports_no_engine():
+    """On the GPU the sweep's own process only launches workers (runs.passes): it loads no model
+    code, Triton or transformers, whose imports are seconds on the sweep's critical path there.
+    torch stays: the options are checked against the machine (CUDA present) before any run."""
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, "bubblelab.runs.sweep", "triton,transformers,tokenizers"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = json.loads(done.stdout.splitlines()[-1])
+    print(f"import bubblelab.runs.sweep: {found['seconds']:.2f} s")
+    assert "bubblelab.engine" in found["loaded"]  # engine.config, for the options' checks
+    assert not {"triton", "transformers", "tokenizers"} & set(found["third_party"])
