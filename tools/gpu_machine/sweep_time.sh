@@ -14,6 +14,13 @@ exec > >(tee -a "$OUT/sweep-time.log") 2>&1
 echo "git $(cat .git-rev 2>/dev/null || git rev-parse --short HEAD 2>/dev/null)  $(date -u +%FT%TZ)"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw --format=csv,noheader
 nsys --version
+# Bytecode for the packages a sweep imports, as pip leaves an install (setup.sh: this machine's torch
+# has none); timed, not part of the sweep.
+start=$(date +%s.%N)
+for pkg in torch triton transformers tokenizers; do
+  python3 -c "import importlib.util as u; print(u.find_spec('$pkg').submodule_search_locations[0])"
+done | xargs python3 -m compileall -q -j 0 /tmp/site "$(pwd)" > /dev/null 2>&1
+echo "bytecode compiled in $(python3 -c "import time; print(f'{time.time() - $start:.1f}')") s"
 
 sweep() {  # name, time limit (s), run-and-profile arguments...
   local name=$1 limit=$2; shift 2
