@@ -8,6 +8,9 @@ torch, CUDA or DuckDB, so a trace can be analysed and a results file predicted f
 from __future__ import annotations
 
 DOMAIN = "bubblelab"  # the NVTX domain of the engine's ranges; each range's payload is its step id
+# One range per run of a sweep's nsys pass, named for the run's tag, around its timed region: the
+# pass is one capture range (runs.passes) and its export is cut into one trace per run by these.
+RUN_DOMAIN = "bubblelab.run"
 # The named host phases of the loop, one NVTX range and one timeline record each (docs/phases.md).
 HOST_PHASES = (
     "plan",

@@ -8,22 +8,29 @@ the host windows of the steps profiling/steps.py finds in it (`trim_foreign`).
 
 from __future__ import annotations
 
+import os
 import sqlite3
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from ..core.contract import RUN_DOMAIN
 from ..core.errors import BubblelabError
 from .steps import StepOptions
 
-TIMED_TABLES = (  # the CUDA calls first: the GPU tables keep the ops of the calls kept
-    "NVTX_EVENTS",
-    "CUPTI_ACTIVITY_KIND_RUNTIME",
+# Their rows start on the GPU, after the host launched them (a graph replay traced whole is one).
+GPU_TABLES = (
     "CUPTI_ACTIVITY_KIND_KERNEL",
     "CUPTI_ACTIVITY_KIND_MEMCPY",
     "CUPTI_ACTIVITY_KIND_MEMSET",
+    "CUPTI_ACTIVITY_KIND_GRAPH_TRACE",
+)
+TIMED_TABLES = (  # the CUDA calls first: the GPU tables keep the ops of the calls kept
+    "NVTX_EVENTS",
+    "CUPTI_ACTIVITY_KIND_RUNTIME",
+    *GPU_TABLES,
     "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
     "OSRT_API",
 )
-GPU_TABLES = TIMED_TABLES[2:5]  # their rows start on the GPU, after the host launched them
 WHOLE_TABLES = (
     "StringIds",
     "META_DATA_EXPORT",
@@ -142,6 +149,46 @@ def trim_foreign(
     if t0 is None:
         raise BubblelabError(f"{src}: no steps {first}..{last} found")
     return trim_window(src, dst, t0, t1 - 1, t1 + slack_ns)
+
+
+def run_windows(src: Path, names: list[str], domain: str = RUN_DOMAIN) -> list[tuple[int, int]]:
+    """The [start, end] of the range named for each of `names` in NVTX domain `domain` (a sweep's
+    nsys pass marks each run's timed region so), in the order given."""
+    db = sqlite3.connect(f"file:{src}?mode=ro", uri=True)
+    try:
+        rows = db.execute(
+            """
+            SELECT COALESCE(e.text, s.value), e.start, e."end" FROM NVTX_EVENTS e
+            JOIN NVTX_EVENTS d ON d.eventType = 75 AND d.domainId = e.domainId AND d.text = ?
+            LEFT JOIN StringIds s ON s.id = e.textId
+            WHERE e.eventType = 59 AND e."end" IS NOT NULL""",
+            (domain,),
+        ).fetchall()
+    except sqlite3.Error as e:
+        raise BubblelabError(f"{src}: not an nsys export with NVTX ranges ({e})") from None
+    finally:
+        db.close()
+    found = {name: (start, end) for name, start, end in rows}
+    if missing := [n for n in names if n not in found]:
+        raise BubblelabError(
+            f"{src}: no {domain} range for {len(missing)} of {len(names)} runs "
+            f"({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''})"
+        )
+    return [found[n] for n in names]
+
+
+def split_runs(src: Path, names: list[str], dsts: list[Path]) -> list[Path]:
+    """Cut a capture of several runs into one trace per run (dsts[i]: runs named names[i]): each
+    keeps the rows of its run's marked window, as a capture of that run alone would (trim_window;
+    the GPU rows of the calls in it: the run ends synchronised). The marks themselves stay out."""
+    windows = run_windows(src, names)
+
+    def one(i: int) -> Path:
+        start, end = windows[i]
+        return trim_window(src, dsts[i], start + 1, end, end)
+
+    with ThreadPoolExecutor(max(1, min(len(names), os.cpu_count() or 1))) as pool:
+        return list(pool.map(one, range(len(names))))
 
 
 def trim_window(src: Path, dst: Path, t0: int, t1: int, gpu_t1: int) -> Path:

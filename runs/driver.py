@@ -3,6 +3,7 @@ run-and-profile."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -12,6 +13,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from ..core.contract import RUN_DOMAIN
 from ..core.sequence import Sequence
 from ..core.steady import steady_state
 from ..core.timeline import Timeline
@@ -81,11 +83,15 @@ def run_workload(
     profile: bool = False,
     progress: Callable[[int], None] | None = None,
     latency: bool = False,
+    mark: str | None = None,
 ) -> RunResult:
     """Warm up (runs.warmup: every shape the run can reach), then run `spec` with the in-process
     timeline on (and the CUDA profiler range when profiling) inside a quiet, watched region
     (runs.region: no garbage collection; compiles, captures, new shapes and allocator growth
-    counted). latency: also time each token's commit, for TTFT / TPOT / ITL (RunResult.latency)."""
+    counted). latency: also time each token's commit, for TTFT / TPOT / ITL (RunResult.latency).
+    mark: profile inside a capture range the caller holds open over several runs (runs.worker),
+    marking this run's timed region with an NVTX range of that name (core.contract.RUN_DOMAIN)
+    instead of opening and closing a range of its own."""
     spec.check_fits(engine.config.max_model_len)
     requests = make_requests(spec, engine.loaded.config.vocab_size)
     timeline = engine.timeline if engine.timeline is not None else Timeline()
@@ -109,14 +115,19 @@ def run_workload(
             warmup_s = t_open - warm_t0
             if engine.workers is not None:  # every rank: a fresh timeline, and the profiler range
                 engine.workers.begin_run(profile, engine.config.depth)
-            if profile and engine.streams.is_cuda:
+            own_range = profile and mark is None and engine.streams.is_cuda
+            if own_range:
                 torch.cuda.profiler.start()
+            marked = run_mark(mark)
             t0 = time.perf_counter()
-            with GpuClocks(engine.streams.device if engine.streams.is_cuda else None) as clocks:
+            with (
+                marked,
+                GpuClocks(engine.streams.device if engine.streams.is_cuda else None) as clocks,
+            ):
                 outputs, reasons = drive(engine, requests, spec.streams, progress, finished)
                 engine.streams.synchronize()
             wall = time.perf_counter() - t0
-            if profile and engine.streams.is_cuda:
+            if own_range:
                 torch.cuda.profiler.stop()
             ranks = engine.workers.end_run() if engine.workers is not None else []
             t_closed = time.perf_counter()
@@ -134,6 +145,16 @@ def run_workload(
         result.latency = latency_summary(finished.values())
         result.request_latency = {rid: request_latency(seq) for rid, seq in finished.items()}
     return result
+
+
+def run_mark(name: str | None):
+    """An NVTX range named `name` in core.contract.RUN_DOMAIN (None: nothing): where a run's timed
+    region lies in a capture of several runs (profiling.trim.split_runs cuts it there)."""
+    if name is None:
+        return contextlib.nullcontext()
+    import nvtx  # only when profiling, as engine.phases
+
+    return nvtx.annotate(message=name, domain=RUN_DOMAIN)
 
 
 class GpuClocks:

@@ -8,9 +8,12 @@ compressed: the file `ended` in its run directory). The next pass's start-up, mo
 and graph capture so hide the previous one's wrap-up, and no timed run shares the machine with
 another pass. On the CPU (the demo, the tests) a pass runs in this process, after the others.
 
-An nsys pass keeps what the analysis reads: each report's SQLite export, less the kernel columns
-no query reads, gzipped (ingest reads it so); the .nsys-rep files, which hold everything, go unless
-asked for (keep_reports). Every part is timed (`finish`).
+An nsys pass on one GPU is one capture range with each run's timed region marked in it (runs.worker;
+nsys stops the app for seconds at every range's end), its export cut into one per run after
+(split_pass); a tensor-parallel pass keeps a range per run (runs.sweep.capture_mode). It keeps what
+the analysis reads: each run's SQLite export, less the kernel columns no query reads, gzipped
+(ingest reads it so); the .nsys-rep files, which hold everything, go unless asked for
+(keep_reports). Every part is timed (`finish`).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from pathlib import Path
 from ..core.errors import BubblelabError
 from ..core.files import write_atomic
 from ..profiling.nsys import Ranges, drop_reports, finish_ranges, start_ranges
-from ..profiling.trim import slim_kernels
+from ..profiling.trim import slim_kernels, split_runs
 from .record import find_record, load_record
 
 ENDED = "ended"  # in a pass's run directory once the pass has ended whole (a gate for the next)
@@ -48,6 +51,7 @@ class Pass:
     started: float = field(default_factory=time.perf_counter)
     proc: subprocess.Popen | None = None
     ranges: Ranges | None = None
+    one_range: bool = False  # the pass is one capture range, its runs marked (runs.worker)
 
 
 def in_process(plan: dict) -> bool:
@@ -79,7 +83,7 @@ def launch(name: str, plan: dict, out_dir: Path, left: list[str], after: Pass | 
                                   "timing": str(after.run_dir / ENDED)}}  # fmt: skip
     plan_path = write_atomic(run_dir / "plan.json", json.dumps(plan, indent=1))
     argv = [sys.executable, "-m", "bubblelab.runs.worker", str(plan_path)]
-    p = Pass(name, run_dir, left)
+    p = Pass(name, run_dir, left, one_range=plan.get("capture") == "pass")
     if plan["profile"]:
         graph_trace = plan.get("cuda_graph_trace", "node")  # a plan from before the option
         p.ranges = start_ranges(out_dir / "traces" / "run", argv, graph_trace=graph_trace)
@@ -97,6 +101,9 @@ def finish(p: Pass, on_run: Callable | None, keep_reports: bool = False) -> dict
     if p.ranges is not None:
         exports = finish_ranges(p.ranges, log=p.run_dir / "nsys.log")
         t = time.perf_counter()
+        if p.one_range:
+            exports = split_pass(exports, p.left)
+            out["split_s"] = time.perf_counter() - t
         out["reports_bytes"] = sum(e.with_suffix(".nsys-rep").stat().st_size for e in exports
                                    if e.with_suffix(".nsys-rep").is_file())  # fmt: skip
         if not keep_reports:
@@ -128,6 +135,19 @@ def stop(passes: list[Pass]) -> None:
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 proc.kill()
+
+
+def split_pass(exports: list[Path], tags: list[str]) -> list[Path]:
+    """The one export of a pass captured whole, cut into one per run (run.<n>.sqlite, in the order
+    the runs ran, as a range per run leaves them: runs.assemble pairs them by position). The whole
+    export goes; its report, run.1.nsys-rep, stays beside the first run's when kept."""
+    if len(exports) != 1:
+        raise BubblelabError(f"nsys wrote {len(exports)} reports for a pass captured whole")
+    whole = exports[0].rename(exports[0].with_name("pass.sqlite"))
+    targets = [whole.with_name(f"run.{n}.sqlite") for n in range(1, len(tags) + 1)]
+    cuts = split_runs(whole, tags, targets)
+    whole.unlink()
+    return cuts
 
 
 def compress(exports: list[Path]) -> list[Path]:

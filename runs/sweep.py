@@ -179,6 +179,14 @@ def passes(spec: SweepSpec, nsys: bool) -> list[tuple[str, list[dict], bool]]:
     return out
 
 
+def capture_mode(spec: SweepSpec) -> str:
+    """How the nsys pass captures its runs: "pass", one capture range with each run marked in it
+    (cut into a trace per run after: runs.passes), or "run", a range per run. nsys stops the app
+    for seconds at each range's end; a tensor-parallel pass, whose ranks each open their own
+    ranges, keeps a range per run."""
+    return "pass" if spec.device.startswith("cuda") and spec.tensor_parallel == 1 else "run"
+
+
 def run_sweep(
     spec: SweepSpec,
     out_dir: Path,
@@ -237,7 +245,8 @@ def run_sweep(
             rule = spec.rule() if not profiled else None
             plan = dict(engine=spec.engine(), runs=runs, out_dir=str(out_dir / "runs" / name),
                         profile=profiled, repeat_rule=asdict(rule) if rule else None,
-                        cuda_graph_trace=spec.cuda_graph_trace)  # fmt: skip
+                        cuda_graph_trace=spec.cuda_graph_trace,
+                        capture=capture_mode(spec) if profiled else None)  # fmt: skip
             finished = run_state.finished_runs(out_dir)
             wanted = needed(runs, read_verdicts(out_dir / "runs" / name))
             left = [r["tag"] for r in wanted if f"{name}/{r['tag']}" not in finished]

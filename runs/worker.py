@@ -74,9 +74,16 @@ def run_plan(
         "runs_s": runs_s, "run_parts_s": parts, "started_unix": started_unix,
         "wait_gpu_s": wait_gpu_s, "pid": os.getpid(),
     }  # fmt: skip
+    # The whole pass in one capture range, each run marked in it: nsys stops the app for seconds
+    # at every range's end (2.7-4.5 s on an H200, whatever the range held), so a range per run
+    # cost the pass more than its runs did. runs.sweep.capture_mode says which passes do.
+    one_range = plan.get("capture") == "pass"
+    assert not one_range or (profile and engine.streams.is_cuda and engine.workers is None), plan
     try:
         timings["wait_timing_s"] = wait_for(gates.get("timing"))
         timings["runs_started_unix"] = time.time()
+        if one_range:
+            timings["capture_open_s"] = _profiler(torch.cuda.profiler.start)
         for run in plan_runs(plan):  # each configuration's repeats until known (runs.repeats)
             if find_record(out_dir, run["tag"]) is not None:  # finished before a resume
                 continue
@@ -84,7 +91,12 @@ def run_plan(
             _say(profile, f"run {run['tag']} begins")
             engine.set_depth(run["depth"])
             engine.timeline = engine.phases.timeline = Timeline()
-            result = run_workload(engine, WorkloadSpec(**run["workload"]), profile=profile)
+            result = run_workload(
+                engine,
+                WorkloadSpec(**run["workload"]),
+                profile=profile,
+                mark=run["tag"] if one_range else None,
+            )
             record = result_record(result)
             record["summary"]["started_at"] = started_at
             write_record(out_dir, run["tag"], record)
@@ -93,6 +105,8 @@ def run_plan(
             _say(profile, f"run {run['tag']} ends")
             if on_run is not None:
                 on_run(run["tag"], record["summary"])
+        if one_range:
+            timings["capture_close_s"] = _profiler(torch.cuda.profiler.stop)
     finally:
         engine.close()
     timings["total_s"] = time.perf_counter() - t0
@@ -131,6 +145,13 @@ def _alive(pid: int) -> bool:
         except ProcessLookupError:
             return False
         return True
+
+
+def _profiler(call: Callable[[], None]) -> float:
+    """Open or close the capture range; returns the seconds it took (nsys's, not the runs')."""
+    t0 = time.perf_counter()
+    call()
+    return time.perf_counter() - t0
 
 
 def _parts(run_s: float, summary: dict) -> dict[str, float]:

@@ -31,6 +31,9 @@ def pass_parts(timings: dict, workload_s: dict[str, float]) -> list[tuple[str, f
     rows: list[tuple[str, float | None]] = []
     if "start_s" in timings:
         rows.append(("process start (interpreter, imports; nsys starting)", timings["start_s"]))
+    if "wait_gpu_s" in timings:  # the pass before holds the GPU, then ends (runs.passes gates)
+        waited = timings["wait_gpu_s"] + timings.get("wait_timing_s", 0.0)
+        rows.append(("waiting for the pass before (its GPU, then its end)", waited))
     if "load_s" in timings:
         rows += [
             ("model load", timings["load_s"]),
@@ -48,10 +51,15 @@ def pass_parts(timings: dict, workload_s: dict[str, float]) -> list[tuple[str, f
     else:
         rows.append(("runs: around the workload (warm-up, profiler range, record)",
                      sum(runs_s.values()) - work))  # fmt: skip
+    if "capture_open_s" in timings:  # the pass is one capture range (runs.worker)
+        rows.append(("the pass's capture range: opening and closing",
+                     timings["capture_open_s"] + timings.get("capture_close_s", 0.0)))  # fmt: skip
     if "finish_s" in timings:
         rows.append(("after the worker (nsys: last reports, their export)", timings["finish_s"]))
     else:
         rows.append(("outside the worker (start-up, and nsys's wrap-up)", outside))
+    if "split_s" in timings:
+        rows.append(("of which: the export cut into a trace per run", timings["split_s"]))
     rows.append(("pass wall clock", timings["wall_s"]))
     rows.append(("ingest (after the passes)", timings.get("ingest_s")))
     return rows
