@@ -211,9 +211,10 @@ def finish_ranges(
         raise BubblelabError(
             f"nsys profile exited with {ranges.proc.returncode}: {_cause(output)}{where}"
         )
-    pattern = re.compile(re.escape(out_base.name) + r"\.(\d+)\.nsys-rep$")
+    # <out_base>.<n>.nsys-rep per range; a session of one range names its report <out_base>.nsys-rep
+    pattern = re.compile(re.escape(out_base.name) + r"(?:\.(\d+))?\.nsys-rep$")
     reports = sorted(
-        (int(m.group(1)), p) for p in out_base.parent.iterdir() if (m := pattern.match(p.name))
+        (int(m.group(1) or 0), p) for p in out_base.parent.iterdir() if (m := pattern.match(p.name))
     )
     exports = [report.with_suffix(".sqlite") for _, report in reports]
     left = [(r, e) for (_, r), e in zip(reports, exports, strict=True) if not e.is_file()]

@@ -140,13 +140,16 @@ def stop(passes: list[Pass]) -> None:
 def split_pass(exports: list[Path], tags: list[str]) -> list[Path]:
     """The one export of a pass captured whole, cut into one per run (run.<n>.sqlite, in the order
     the runs ran, as a range per run leaves them: runs.assemble pairs them by position). The whole
-    export goes; its report, run.1.nsys-rep, stays beside the first run's when kept."""
+    export goes; its report (the whole pass) becomes run.1.nsys-rep, kept only when asked."""
     if len(exports) != 1:
         raise BubblelabError(f"nsys wrote {len(exports)} reports for a pass captured whole")
+    report = exports[0].with_suffix(".nsys-rep")  # run.nsys-rep: nsys numbers only several
     whole = exports[0].rename(exports[0].with_name("pass.sqlite"))
     targets = [whole.with_name(f"run.{n}.sqlite") for n in range(1, len(tags) + 1)]
     cuts = split_runs(whole, tags, targets)
     whole.unlink()
+    if report.is_file():  # kept or dropped beside the first run's export, as a range per run
+        report.replace(cuts[0].with_suffix(".nsys-rep"))
     return cuts
 
 

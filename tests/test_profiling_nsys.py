@@ -26,6 +26,11 @@ elif "workerdies" in args:  # the profiled command fails, then nsys says its own
     print("bubblelab.core.errors.BubblelabError: grammar 'point' does not compile")
     print("No reports were generated")
     sys.exit(1)
+elif "ranges" in args:  # --capture-range-end=repeat: a report per range, numbered if several
+    out, n = args[args.index("-o") + 1], int(args[-1])
+    for name in [out] if n == 1 else [out + "." + str(i) for i in range(1, n + 1)]:
+        pathlib.Path(name + ".nsys-rep").write_text("report")
+        pathlib.Path(name + ".sqlite").write_text("export")
 elif "nocapture" not in args:
     out = args[args.index("-o") + 1]
     pathlib.Path(out + ".sqlite").write_text("export")
@@ -126,6 +131,18 @@ def test_a_failed_session_names_the_commands_error_and_keeps_its_output(fake_nsy
         nsys.finish_ranges(ranges, log=log)
     assert "grammar 'point' does not compile; then No reports were generated" in str(e.value)
     assert str(log) in str(e.value) and "Traceback" in log.read_text()
+
+
+@pytest.mark.parametrize(
+    ("ranges", "names"), [(1, ["o.sqlite"]), (2, ["o.1.sqlite", "o.2.sqlite"])]
+)
+def test_a_session_of_one_range_or_several_gives_its_exports_in_order(
+    fake_nsys, tmp_path, ranges, names
+):
+    """nsys numbers its reports only when the session had several ranges (a sweep's nsys pass is
+    one range: runs.passes)."""
+    found = nsys.finish_ranges(nsys.start_ranges(tmp_path / "o", ["ranges", str(ranges)]))
+    assert [p.name for p in found] == names
 
 
 # -- how CUDA graphs are traced: node (their kernels) or graph (whole replays, light) --------------
