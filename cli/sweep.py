@@ -72,8 +72,9 @@ def run_and_profile(
         False,
         "--keep-reports",
         metavar="",
-        help="Keep nsys's .nsys-rep files (every column, for the Nsight GUI and `nsys stats`) "
-        "beside the exports the analysis reads.",
+        help="Keep nsys's report (every column, for the Nsight GUI and `nsys stats`) beside the "
+        "exports the analysis reads: traces/pass.nsys-rep, the whole nsys pass on one GPU; one "
+        "report per run under tensor parallelism.",
     ),
     nsys_depths: str | None = typer.Option(
         None,

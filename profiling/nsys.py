@@ -7,7 +7,9 @@ cudaGraphLaunch ~0.2-0.25 ms of host time on an H200, which a blocking loop expo
 "graph" records a replay as one row (its kernels unseen) and costs less (~0.1 ms a launch on an
 H200), though the host still runs far slower than unprofiled (profiling/README.md).
 One process may bracket many runs: with --capture-range-end=repeat (nsys 2025.3) every range is its
-own report, <out>.1.nsys-rep, <out>.2.nsys-rep, ... in the order they ran (profile_ranges).
+own report, <out>.1.nsys-rep, <out>.2.nsys-rep, ... in the order they ran, or <out>.nsys-rep when
+there was one range (start_ranges / finish_ranges). A sweep's nsys pass on one GPU is one range,
+its runs marked in it and cut apart after (runs.passes).
 Commands are argument lists handed to subprocess, never a shell, so any path or argument is safe.
 """
 
@@ -232,18 +234,6 @@ def finish_ranges(
             f"torch.cuda.profiler.start()? ({_last_line(output)})"
         )
     return exports
-
-
-def drop_reports(exports: list[Path]) -> int:
-    """Delete the .nsys-rep beside each SQLite export (the export holds what the analysis reads);
-    returns the bytes freed."""
-    freed = 0
-    for export in exports:
-        report = export.with_suffix(".nsys-rep")
-        if export.is_file() and report.is_file():
-            freed += report.stat().st_size
-            report.unlink()
-    return freed
 
 
 def _run(

@@ -12,8 +12,9 @@ An nsys pass on one GPU is one capture range with each run's timed region marked
 nsys stops the app for seconds at every range's end), its export cut into one per run after
 (split_pass); a tensor-parallel pass keeps a range per run (runs.sweep.capture_mode). It keeps what
 the analysis reads: each run's SQLite export, less the kernel columns no query reads, gzipped
-(ingest reads it so); the .nsys-rep files, which hold everything, go unless asked for
-(keep_reports). Every part is timed (`finish`).
+(ingest reads it so); nsys's reports, which hold everything (pass.nsys-rep for a pass captured
+whole, run.<n>.nsys-rep otherwise), go unless asked for (keep_reports). Every part is timed
+(`finish`).
 """
 
 from __future__ import annotations
@@ -32,11 +33,12 @@ from pathlib import Path
 
 from ..core.errors import BubblelabError
 from ..core.files import write_atomic
-from ..profiling.nsys import Ranges, drop_reports, finish_ranges, start_ranges
+from ..profiling.nsys import Ranges, finish_ranges, start_ranges
 from ..profiling.trim import slim_kernels, split_runs
 from .record import find_record, load_record
 
 ENDED = "ended"  # in a pass's run directory once the pass has ended whole (a gate for the next)
+PASS_REPORT = "pass.nsys-rep"  # nsys's report of a pass captured whole (kept with keep_reports)
 LOG = "worker.log"  # what a pass's worker printed (nsys.log under nsys)
 
 
@@ -104,10 +106,12 @@ def finish(p: Pass, on_run: Callable | None, keep_reports: bool = False) -> dict
         if p.one_range:
             exports = split_pass(exports, p.left)
             out["split_s"] = time.perf_counter() - t
-        out["reports_bytes"] = sum(e.with_suffix(".nsys-rep").stat().st_size for e in exports
-                                   if e.with_suffix(".nsys-rep").is_file())  # fmt: skip
+        reports = [e.with_suffix(".nsys-rep") for e in exports]
+        reports += [exports[0].with_name(PASS_REPORT)] if exports else []
+        out["reports_bytes"] = sum(r.stat().st_size for r in reports if r.is_file())
         if not keep_reports:
-            drop_reports(exports)
+            for report in reports:
+                report.unlink(missing_ok=True)
         out["exports_bytes"] = sum(e.stat().st_size for e in exports)
         out["traces_bytes"] = sum(e.stat().st_size for e in compress(exports))
         out["compress_s"] = time.perf_counter() - t
@@ -140,7 +144,7 @@ def stop(passes: list[Pass]) -> None:
 def split_pass(exports: list[Path], tags: list[str]) -> list[Path]:
     """The one export of a pass captured whole, cut into one per run (run.<n>.sqlite, in the order
     the runs ran, as a range per run leaves them: runs.assemble pairs them by position). The whole
-    export goes; its report (the whole pass) becomes run.1.nsys-rep, kept only when asked."""
+    export goes; its report, the whole pass, becomes traces/pass.nsys-rep (PASS_REPORT)."""
     if len(exports) != 1:
         raise BubblelabError(f"nsys wrote {len(exports)} reports for a pass captured whole")
     report = exports[0].with_suffix(".nsys-rep")  # run.nsys-rep: nsys numbers only several
@@ -148,8 +152,8 @@ def split_pass(exports: list[Path], tags: list[str]) -> list[Path]:
     targets = [whole.with_name(f"run.{n}.sqlite") for n in range(1, len(tags) + 1)]
     cuts = split_runs(whole, tags, targets)
     whole.unlink()
-    if report.is_file():  # kept or dropped beside the first run's export, as a range per run
-        report.replace(cuts[0].with_suffix(".nsys-rep"))
+    if report.is_file():
+        report.replace(report.with_name(PASS_REPORT))
     return cuts
 
 

@@ -100,7 +100,7 @@ def test_a_pass_captured_whole_leaves_a_trace_per_run_as_a_range_per_run_does(ma
     cuts = split_pass([Path(export)], list(windows))
     assert nsys_reports(tmp_path) == cuts == [traces / "run.1.sqlite", traces / "run.2.sqlite"]
     assert sorted(p.name for p in traces.iterdir()) == [
-        "run.1.nsys-rep", "run.1.sqlite", "run.2.sqlite"
+        "pass.nsys-rep", "run.1.sqlite", "run.2.sqlite"
     ]  # fmt: skip
     with pytest.raises(BubblelabError, match="2 reports for a pass captured whole"):
         split_pass(cuts, list(windows))
