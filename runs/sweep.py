@@ -4,9 +4,9 @@ Two passes over the same configurations, each one process (bubblelab.runs.worker
 model, compiles and captures its CUDA graphs once:
 
 - under nsys (when found), first: the first `nsys_repeats` repeats (one by default: a depth-1 and a
-  depth-2 run of each configuration, or only the `nsys_depths`), each run its own capture range, so
-  one nsys session writes one report per run. Set beside the unprofiled runs they show what the
-  profiler did to each phase (costmodel.perturbation).
+  depth-2 run of each configuration, or only the `nsys_depths`), in one capture range with each run
+  marked in it, cut into one trace per run after (runs.passes; capture_mode). Set beside the
+  unprofiled runs they show what the profiler did to each phase (costmodel.perturbation).
 - unprofiled: each configuration's repeats, depth 1 and depth 2 back to back on the same requests
   (a repeat's workload seed), so they pair up, until the observed speedup is known to ±1 point or
   the configuration's time budget is spent (runs.repeats, costmodel.repeats: at least

@@ -3,11 +3,13 @@
 A plan names one engine configuration and the runs to make with it, in order. The model is loaded,
 its fused ops compiled and its CUDA graphs captured once; each run then sets the engine's depth,
 warms up and runs its workload with a fresh timeline, and writes its record (bubblelab.runs.record:
-RUN_DIR/<tag>.json.gz, the run's summary, in-process timeline and requests). When
-profiled, each run is its own cudaProfilerApi capture range (torch.cuda.profiler start/stop around
-it, after its warm-up), so one nsys session with --capture-range-end=repeat writes one report per
-run. Runs already recorded are skipped, so a sweep resumes where it stopped; a record is written
-whole (write_atomic) when its run has finished, so it is there or not.
+RUN_DIR/<tag>.json.gz, the run's summary, in-process timeline and requests). When profiled, the
+plan's `capture` says how: "pass", one cudaProfilerApi capture range over all its runs, each run's
+timed region marked by an NVTX range named for its tag (runs.passes cuts the export there);
+otherwise each run is its own range (torch.cuda.profiler start/stop around it, after its
+warm-up), one report per run with --capture-range-end=repeat. Runs already recorded are skipped,
+so a sweep resumes where it stopped; a record is written whole (write_atomic) when its run has
+finished, so it is there or not.
 """
 
 from __future__ import annotations
