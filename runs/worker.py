@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from ..core.errors import BubblelabError
 from ..core.files import write_atomic
 from ..core.timeline import Timeline
 from ..engine.config import EngineConfig
@@ -80,7 +81,11 @@ def run_plan(
     # at every range's end (2.7-4.5 s on an H200, whatever the range held), so a range per run
     # cost the pass more than its runs did. runs.sweep.capture_mode says which passes do.
     one_range = plan.get("capture") == "pass"
-    assert not one_range or (profile and engine.streams.is_cuda and engine.workers is None), plan
+    if one_range and not (profile and engine.streams.is_cuda and engine.workers is None):
+        engine.close()
+        raise BubblelabError(
+            "a pass captured whole is profiled, on one GPU (runs.sweep.capture_mode)"
+        )
     try:
         timings["wait_timing_s"] = wait_for(gates.get("timing"))
         timings["runs_started_unix"] = time.time()

@@ -200,3 +200,15 @@ def test_a_sweep_says_which_runs_met_something_in_their_timed_region(tmp_path, m
     assert results.runs["compiles_in_run"].eq(0).all() and results.runs["gc_in_run"].eq(0).all()
     timings = results.provenance["timings"]
     assert timings["passes"]["wall_s"] >= timings["plain"]["wall_s"] > 0
+
+
+def test_a_pass_captured_whole_off_one_gpu_is_refused(tmp_path):
+    """One capture range for the pass is for a profiled pass on one GPU (runs.sweep.capture_mode):
+    on the CPU the worker refuses the plan before any run, in words."""
+    from bubblelab.core.errors import BubblelabError
+    from bubblelab.runs.worker import run_plan
+
+    refused = {**plan(spec(), tmp_path, "nsys", profiled=True), "capture": "pass"}
+    with pytest.raises(BubblelabError, match="captured whole is profiled, on one GPU"):
+        run_plan(refused)
+    assert find_record(tmp_path / "runs" / "nsys", "s2-d1-r0") is None
