@@ -139,8 +139,8 @@ def pair_order(pair: int) -> tuple[int, int]:
 def stop_words(v: dict) -> str:
     """Why a configuration's repeats stopped, in a few words: the console's line (describe) and the
     report's table (report.summary) say it the same way."""
-    if v["stop"] == KNOWN:
-        return "known to ±1 point"
+    if v["stop"] == KNOWN:  # its pairs share one process's host speed (docs/measurements.md §7)
+        return "known to ±1 point in this process"
     if v["stop"] == OUT_OF_REACH and np.isfinite(v.get("pairs_needed", np.nan)):
         return f"±1 point out of reach (~{v['pairs_needed']:.0f} pairs)"
     if v["stop"] == MAX_PAIRS:

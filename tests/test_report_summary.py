@@ -18,7 +18,7 @@ def test_each_stop_reason_in_words():
     }  # fmt: skip
     stops = with_repeat_stops(predictions, provenance)["repeat_stop"].tolist()
     assert stops[:3] == [
-        "known to ±1 point after 8 pairs (17 s)",
+        "known to ±1 point in this process after 8 pairs (17 s)",
         "budget spent after 12 pairs (31 s)",
         "±1 point out of reach (~62 pairs) after 4 pairs (9 s)",
     ]
