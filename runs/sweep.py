@@ -5,7 +5,7 @@ model, compiles and captures its CUDA graphs once:
 
 - under nsys (when found), first: the first `nsys_repeats` repeats (one by default: a depth-1 and a
   depth-2 run of each configuration, or only the `nsys_depths`), in one capture range with each run
-  marked in it, cut into one trace per run after (runs.passes; capture_mode). Set beside the
+  marked in it, cut into one trace per run after (runs.passes.capture_mode). Set beside the
   unprofiled runs they show what the profiler did to each phase (costmodel.perturbation).
 - unprofiled: each configuration's repeats, depth 1 and depth 2 back to back on the same requests
   (a repeat's workload seed), so they pair up, until the observed speedup is known to ±1 point or
@@ -179,14 +179,6 @@ def passes(spec: SweepSpec, nsys: bool) -> list[tuple[str, list[dict], bool]]:
     return out
 
 
-def capture_mode(spec: SweepSpec) -> str:
-    """How the nsys pass captures its runs: "pass", one capture range with each run marked in it
-    (cut into a trace per run after: runs.passes), or "run", a range per run. nsys stops the app
-    for seconds at each range's end; a tensor-parallel pass, whose ranks each open their own
-    ranges, keeps a range per run."""
-    return "pass" if spec.device.startswith("cuda") and spec.tensor_parallel == 1 else "run"
-
-
 def run_sweep(
     spec: SweepSpec,
     out_dir: Path,
@@ -246,7 +238,8 @@ def run_sweep(
             plan = dict(engine=spec.engine(), runs=runs, out_dir=str(out_dir / "runs" / name),
                         profile=profiled, repeat_rule=asdict(rule) if rule else None,
                         cuda_graph_trace=spec.cuda_graph_trace,
-                        capture=capture_mode(spec) if profiled else None)  # fmt: skip
+                        capture=run_passes.capture_mode(spec.engine()) if profiled
+                        else None)  # fmt: skip
             finished = run_state.finished_runs(out_dir)
             wanted = needed(runs, read_verdicts(out_dir / "runs" / name))
             left = [r["tag"] for r in wanted if f"{name}/{r['tag']}" not in finished]

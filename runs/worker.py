@@ -32,6 +32,7 @@ from ..engine.config import EngineConfig
 from ..engine.llm_engine import LLMEngine
 from ..engine.loader import LoadedModel, load_model
 from .driver import RunResult, run_workload
+from .passes import capture_mode
 from .record import find_record, timeline_dict, write_record
 from .repeats import plan_runs
 from .workload import WorkloadSpec
@@ -61,6 +62,14 @@ def run_plan(
     wait_gpu_s = wait_for_exit(gates.get("gpu"))
     t0 = time.perf_counter()
     e = plan["engine"]
+    # The whole pass in one capture range, each run marked in it: nsys stops the app for seconds
+    # at every range's end (2.7-4.5 s on an H200, whatever the range held), so a range per run
+    # cost the pass more than its runs did. Refused before the model loads where it cannot hold.
+    one_range = plan.get("capture") == "pass"
+    if one_range and not (profile and capture_mode(e) == "pass"):
+        raise BubblelabError(
+            "a pass captured whole is profiled, on one GPU (runs.passes.capture_mode)"
+        )
     if e.get("tensor_parallel", 1) == 1:  # a tensor-parallel engine loads each rank's shard itself
         loaded = loaded or load_model(
             e["model"], dtype=e["dtype"], device=e["device"], seed=e["seed"],
@@ -77,15 +86,6 @@ def run_plan(
         "runs_s": runs_s, "run_parts_s": parts, "started_unix": started_unix,
         "wait_gpu_s": wait_gpu_s, "pid": os.getpid(),
     }  # fmt: skip
-    # The whole pass in one capture range, each run marked in it: nsys stops the app for seconds
-    # at every range's end (2.7-4.5 s on an H200, whatever the range held), so a range per run
-    # cost the pass more than its runs did. runs.sweep.capture_mode says which passes do.
-    one_range = plan.get("capture") == "pass"
-    if one_range and not (profile and engine.streams.is_cuda and engine.workers is None):
-        engine.close()
-        raise BubblelabError(
-            "a pass captured whole is profiled, on one GPU (runs.sweep.capture_mode)"
-        )
     try:
         timings["wait_timing_s"] = wait_for(gates.get("timing"))
         timings["runs_started_unix"] = time.time()

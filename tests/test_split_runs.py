@@ -107,12 +107,10 @@ def test_a_pass_captured_whole_leaves_a_trace_per_run_as_a_range_per_run_does(ma
 
 
 def test_only_a_one_gpu_nsys_pass_is_captured_whole():
-    from types import SimpleNamespace
+    from bubblelab.runs.passes import capture_mode
 
-    from bubblelab.runs.sweep import capture_mode
-
-    assert capture_mode(SimpleNamespace(device="cuda", tensor_parallel=1)) == "pass"
-    assert capture_mode(SimpleNamespace(device="cuda:1", tensor_parallel=1)) == "pass"
+    assert capture_mode({"device": "cuda", "tensor_parallel": 1}) == "pass"
+    assert capture_mode({"device": "cuda:1", "tensor_parallel": 1}) == "pass"
     # each rank opens its own ranges; on the CPU nothing opens one (the fake nsys of the tests)
-    assert capture_mode(SimpleNamespace(device="cuda", tensor_parallel=2)) == "run"
-    assert capture_mode(SimpleNamespace(device="cpu", tensor_parallel=1)) == "run"
+    assert capture_mode({"device": "cuda", "tensor_parallel": 2}) == "run"
+    assert capture_mode({"device": "cpu", "tensor_parallel": 1}) == "run"
