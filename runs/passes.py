@@ -116,7 +116,8 @@ def finish(p: Pass, on_run: Callable | None, keep_reports: bool = False) -> dict
             exports = split_pass(exports, p.left)
             out["split_s"] = time.perf_counter() - t
         reports = [e.with_suffix(".nsys-rep") for e in exports]
-        reports += [exports[0].with_name(PASS_REPORT)] if exports else []
+        if p.one_range:  # one report for the whole pass (split_pass)
+            reports = [p.ranges.out_base.with_name(PASS_REPORT)]
         out["reports_bytes"] = sum(r.stat().st_size for r in reports if r.is_file())
         if not keep_reports:
             for report in reports:
