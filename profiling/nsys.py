@@ -165,6 +165,15 @@ class Ranges:
         self.proc, self.out_base, self.cmd = proc, out_base, cmd
 
 
+def capture_mode(engine: dict) -> str:
+    """How an nsys pass of this engine (EngineConfig kwargs) captures its runs: "pass", one capture
+    range with each run marked in it (cut into a trace per run after: runs.passes.split_pass), or
+    "run", a range per run. nsys stops the app for seconds at each range's end; a tensor-parallel
+    pass, whose ranks each open their own ranges, keeps a range per run."""
+    one_gpu = str(engine["device"]).startswith("cuda") and engine.get("tensor_parallel", 1) == 1
+    return "pass" if one_gpu else "run"
+
+
 def start_ranges(
     out_base: Path,
     argv: list[str],

@@ -10,8 +10,8 @@ another pass. On the CPU (the demo, the tests) a pass runs in this process, afte
 
 An nsys pass on one GPU is one capture range with each run's timed region marked in it (runs.worker;
 nsys stops the app for seconds at every range's end), its export cut into one per run after
-(split_pass); a tensor-parallel pass keeps a range per run (capture_mode). It keeps what
-the analysis reads: each run's SQLite export, less the kernel columns no query reads, gzipped
+(split_pass); a tensor-parallel pass keeps a range per run (profiling.nsys.capture_mode). It keeps
+what the analysis reads: each run's SQLite export, less the kernel columns no query reads, gzipped
 (ingest reads it so); nsys's reports, which hold everything (pass.nsys-rep for a pass captured
 whole, run.<n>.nsys-rep otherwise), go unless asked for (keep_reports). Every part is timed
 (`finish`).
@@ -54,15 +54,6 @@ class Pass:
     proc: subprocess.Popen | None = None
     ranges: Ranges | None = None
     one_range: bool = False  # the pass is one capture range, its runs marked (runs.worker)
-
-
-def capture_mode(engine: dict) -> str:
-    """How an nsys pass of this engine (EngineConfig kwargs) captures its runs: "pass", one capture
-    range with each run marked in it (cut into a trace per run after: split_pass), or "run", a
-    range per run. nsys stops the app for seconds at each range's end; a tensor-parallel pass,
-    whose ranks each open their own ranges, keeps a range per run."""
-    one_gpu = str(engine["device"]).startswith("cuda") and engine.get("tensor_parallel", 1) == 1
-    return "pass" if one_gpu else "run"
 
 
 def in_process(plan: dict) -> bool:

@@ -5,8 +5,8 @@ model, compiles and captures its CUDA graphs once:
 
 - under nsys (when found), first: the first `nsys_repeats` repeats (one by default: a depth-1 and a
   depth-2 run of each configuration, or only the `nsys_depths`), in one capture range with each run
-  marked in it, cut into one trace per run after (runs.passes.capture_mode). Set beside the
-  unprofiled runs they show what the profiler did to each phase (costmodel.perturbation).
+  marked in it, cut into one trace per run after (runs.passes; profiling.nsys.capture_mode). Set
+  beside the unprofiled runs they show what the profiler did to each phase (costmodel.perturbation).
 - unprofiled: each configuration's repeats, depth 1 and depth 2 back to back on the same requests
   (a repeat's workload seed), so they pair up, until the observed speedup is known to ±1 point or
   the configuration's time budget is spent (runs.repeats, costmodel.repeats: at least
@@ -40,7 +40,7 @@ from ..core.errors import BubblelabError
 from ..core.files import write_atomic
 from ..costmodel.repeats import RepeatRule, pair_order
 from ..engine.config import MAX_NUM_SEQS, EngineConfig, default_dtype
-from ..profiling.nsys import GRAPH_TRACE_MODES, find_nsys
+from ..profiling.nsys import GRAPH_TRACE_MODES, capture_mode, find_nsys
 from . import passes as run_passes
 from . import state as run_state
 from .assemble import assemble, needs_assembly, nsys_reports
@@ -238,7 +238,7 @@ def run_sweep(
             plan = dict(engine=spec.engine(), runs=runs, out_dir=str(out_dir / "runs" / name),
                         profile=profiled, repeat_rule=asdict(rule) if rule else None,
                         cuda_graph_trace=spec.cuda_graph_trace,
-                        capture=run_passes.capture_mode(spec.engine()) if profiled
+                        capture=capture_mode(spec.engine()) if profiled
                         else None)  # fmt: skip
             finished = run_state.finished_runs(out_dir)
             wanted = needed(runs, read_verdicts(out_dir / "runs" / name))

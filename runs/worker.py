@@ -31,8 +31,8 @@ from ..core.timeline import Timeline
 from ..engine.config import EngineConfig
 from ..engine.llm_engine import LLMEngine
 from ..engine.loader import LoadedModel, load_model
+from ..profiling.nsys import capture_mode
 from .driver import RunResult, run_workload
-from .passes import capture_mode
 from .record import find_record, timeline_dict, write_record
 from .repeats import plan_runs
 from .workload import WorkloadSpec
@@ -68,7 +68,7 @@ def run_plan(
     one_range = plan.get("capture") == "pass"
     if one_range and not (profile and capture_mode(e) == "pass"):
         raise BubblelabError(
-            "a pass captured whole is profiled, on one GPU (runs.passes.capture_mode)"
+            "a pass captured whole is profiled, on one GPU (profiling.nsys.capture_mode)"
         )
     if e.get("tensor_parallel", 1) == 1:  # a tensor-parallel engine loads each rank's shard itself
         loaded = loaded or load_model(

@@ -107,7 +107,7 @@ def test_a_pass_captured_whole_leaves_a_trace_per_run_as_a_range_per_run_does(ma
 
 
 def test_only_a_one_gpu_nsys_pass_is_captured_whole():
-    from bubblelab.runs.passes import capture_mode
+    from bubblelab.profiling.nsys import capture_mode
 
     assert capture_mode({"device": "cuda", "tensor_parallel": 1}) == "pass"
     assert capture_mode({"device": "cuda:1", "tensor_parallel": 1}) == "pass"

@@ -203,8 +203,9 @@ def test_a_sweep_says_which_runs_met_something_in_their_timed_region(tmp_path, m
 
 
 def test_a_pass_captured_whole_off_one_gpu_is_refused(tmp_path):
-    """One capture range for the pass is for a profiled pass on one GPU (runs.passes.capture_mode):
-    on the CPU the worker refuses the plan before it loads the model, in words."""
+    """One capture range for the pass is for a profiled pass on one GPU
+    (profiling.nsys.capture_mode): on the CPU the worker refuses the plan before it loads the
+    model, in words."""
     from bubblelab.core.errors import BubblelabError
     from bubblelab.runs.worker import run_plan
 
