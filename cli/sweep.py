@@ -52,6 +52,11 @@ def run_and_profile(
         metavar="",
         help="After 4 pairs, stop a configuration whose spread puts ±1 point beyond its budget.",
     ),
+    processes: int = typer.Option(
+        2,
+        help="Worker processes the unprofiled pairs are spread over, one after another (each "
+        "draws its own host speed; the interval covers every process). 1 on the CPU.",
+    ),
     constraint: str | None = options.CONSTRAINT,
     max_model_len: int = options.MAX_MODEL_LEN,
     attention_backend: str = options.ATTENTION_BACKEND,
@@ -127,6 +132,7 @@ def run_and_profile(
             min_repeats=min_repeats,
             budget_s=budget_s,
             out_of_reach=out_of_reach,
+            processes=processes,
             constraint=constraint,
             constrained_share=1.0 if constraint else 0.0,
             max_model_len=max_model_len,

@@ -15,6 +15,13 @@ covers (at 3 pairs its interval is their range, which misses the median one time
 tests/test_costmodel_repeats.py measures it). With fewer than 6 pairs no pair bracket reaches 95%:
 the interval is then the pairs' range and the speedup is never called known.
 
+Pairs made in several processes (a sweep spreads them over worker processes, runs.repeats) carry
+each its process: the host's speed is drawn per process as well as per run on the GPU machines
+(docs/measurements.md section 7), and pairs of one process share its draw, so their spread can be
+narrower than what a rerun would give. The interval is then widened to cover every process's own
+median: two processes that disagree by 3 points leave an interval at least 3 points wide, however
+well each process agreed with itself.
+
 A speedup is *known* when that interval is within ±KNOWN_PTS points (half its width). The held-out
 set of issue #16 was analysed with the statistic before this one (`pooled_over_pairs`: total tokens
 over total time, a percentile bootstrap over pairs, known at 5 pairs); predict_runs keeps it for
@@ -102,16 +109,38 @@ def known(lo: float, hi: float, coverage: float = 1.0) -> bool:
     return bool(coverage >= LEVEL and np.isfinite(lo) and (hi - lo) / 2 <= KNOWN_PTS)
 
 
-def median_of_pairs(ratios) -> Observed:
-    """The observed speedup: the median pair, with the median's order-statistic interval."""
+def median_of_pairs(ratios, processes=None) -> Observed:
+    """The observed speedup: the median pair, with the median's order-statistic interval, widened
+    to every process's own median pair when `processes` (one label a pair) names several."""
     r = np.asarray(ratios, dtype=float)
     if r.size == 0:
         return Observed(np.nan, np.nan, np.nan, 0, False)
     lo, hi, coverage = median_interval(r)
+    medians = process_medians(r, processes)
+    if len(medians) > 1:
+        lo, hi = min(lo, *medians.values()), max(hi, *medians.values())
     pct = lambda x: (x - 1.0) * 100.0  # noqa: E731
     return Observed(
         float(pct(np.median(r))), pct(lo), pct(hi), int(r.size), known(pct(lo), pct(hi), coverage)
     )
+
+
+def process_medians(ratios, processes=None) -> dict[int, float]:
+    """Each process's median pair ratio, by its label (one label a pair; None: one process,
+    unlabelled pairs count as process 1)."""
+    r = np.asarray(ratios, dtype=float)
+    labels = process_labels(processes, r.size)
+    return {int(p): float(np.median(r[labels == p])) for p in np.unique(labels)}
+
+
+def process_labels(processes, n: int) -> np.ndarray:
+    """Each pair's process number (1-based; None or NaN: process 1; no labels: all process 1)."""
+    if processes is None:
+        return np.ones(n, dtype=int)
+    labels = np.array([1 if pd.isna(p) else int(p) for p in processes], dtype=int)
+    if labels.size != n:
+        raise ValueError(f"{labels.size} process labels for {n} pairs")
+    return labels
 
 
 def cv_pct(values) -> float:

@@ -12,10 +12,11 @@ measured, each with its interval:
 - wall_d1_predicted_pct (_lo / _hi): the forecast, the whole-run model from the depth-1 run alone
   (its schedule replayed from the requests, costed with depth 1's pieces); intervals resample pairs.
 - observed_pct: depth 2's tokens/s over depth 1's, the median pair (costmodel.observed);
-  observed_lo / _hi its 95% interval; observed_known: that interval is within ±1 point. pairs: how
-  many. wall_cv_d1_pct / _d2_pct: the spread of the runs (wall per token) at each depth, the
-  workload's included when repeats run different requests; step_cv_d1_pct / _d2_pct (after the
-  headline: they read depth 2's steps) the spread of each run's median steady step, the noise alone.
+  observed_lo / _hi its 95% interval (widened to each worker process's own median where the pairs
+  came from several); observed_known: that interval is within ±1 point. pairs: how many.
+  wall_cv_d1_pct / _d2_pct: the spread of the runs (wall per token) at each depth, the workload's
+  included when repeats run different requests; step_cv_d1_pct / _d2_pct (after the headline: they
+  read depth 2's steps) the spread of each run's median steady step, the noise alone.
 - wall_d1_error_pts (_lo / _hi): observed − forecast.
   The forecast costs in the GPU's idle between two queued steps as the depth-1 run probed it before
   its timed region (engine.handoff_probe; runs without a probe: none). handoff_probe_ms is that
@@ -214,7 +215,8 @@ def _wall_columns(pairs, whole: list[WholeRun], window: bool, statistic: Statist
     if statistic == "pooled":  # its bootstrap draws first, as when the held-out set was frozen
         observed = pooled_over_pairs(run_tok1, run_wall1, run_tok2, run_wall2, n_boot, rng)
     else:
-        observed = median_of_pairs(pair_ratios(run_tok1, run_wall1, run_tok2, run_wall2))
+        processes = [r1.get("process") for r1, _ in pairs]  # the worker that made each pair
+        observed = median_of_pairs(pair_ratios(run_tok1, run_wall1, run_tok2, run_wall2), processes)
     every = np.arange(n)
     target = speedup("measured", every)
     out = dict(

@@ -13,6 +13,11 @@ each pair asks `decide` whether to run another. It stops
   the least spread their pairs allow, the interval would need more pairs than the budget (or
   max_pairs) affords. A noisy host (docs/measurements.md section 7) would spend the rest of the
   budget and still not know it, so the time goes to the next configuration (issue #25 item 6).
+- **processes disagree** (unless `out_of_reach` is off): the pairs are spread over `processes`
+  worker processes, one after another (each draws its own host speed, docs/measurements.md section
+  7; `quota` says how many pairs each earlier process makes), and once the last has made 2 pairs
+  the processes' own medians lie more than 2 points apart. The interval covers every process's
+  median (costmodel.observed), so it can no longer be within ±1 point.
 
 Nothing else: the rule never looks at the speedup itself, only at how well it is known.
 """
@@ -26,9 +31,19 @@ import numpy as np
 
 from ..core.checks import check_float, check_int
 from ..core.errors import OptionError
-from .observed import Observed, cv_pct, median_of_pairs, pair_ratios, wall_cv_pct
+from .observed import (
+    KNOWN_PTS,
+    Observed,
+    cv_pct,
+    median_of_pairs,
+    pair_ratios,
+    process_labels,
+    process_medians,
+    wall_cv_pct,
+)
 
 KNOWN, BUDGET, MAX_PAIRS, OUT_OF_REACH = "known", "budget spent", "max pairs", "out of reach"
+DISAGREE = "processes disagree"
 REACH_MIN_PAIRS = 4  # the spread of fewer says too little to give up on
 # The median's standard error is 1.2533 sigma / sqrt(n) for normal noise; its 95% interval then
 # spans 1.96 of them each way.
@@ -41,11 +56,13 @@ class RepeatRule:
     min_pairs: int = 3  # fewer say nothing about the spread
     max_pairs: int = 20
     out_of_reach: bool = True  # stop once ±1 point is out of reach (False: spend the budget)
+    processes: int = 1  # worker processes the pairs are spread over, one after another
 
     def __post_init__(self) -> None:
         check_float("budget_s", self.budget_s, 0, 1e6)
         check_int("min_pairs", self.min_pairs, 1, 1000)
         check_int("max_pairs", self.max_pairs, 1, 1000)
+        check_int("processes", self.processes, 1, 16)
         if self.min_pairs > self.max_pairs:
             raise OptionError(
                 "min_pairs", f"must be at most max_pairs ({self.max_pairs})", self.min_pairs
@@ -66,6 +83,7 @@ class Verdict:
     step_cv_d2_pct: float = float("nan")
     pairs_needed: float = float("nan")  # for ±1 point at the least spread the pairs allow
     pairs_affordable: float = float("nan")  # what the budget and max_pairs leave room for
+    process_pcts: tuple[float, ...] = ()  # each process's median pair (%), by process number
 
     def record(self) -> dict:
         """As results.json keeps it (provenance "repeats", one per configuration)."""
@@ -74,19 +92,30 @@ class Verdict:
 
 
 def decide(
-    tokens1, wall1, tokens2, wall2, spent_s: float, rule: RepeatRule, steps1=(), steps2=()
+    tokens1,
+    wall1,
+    tokens2,
+    wall2,
+    spent_s: float,
+    rule: RepeatRule,
+    steps1=(),
+    steps2=(),
+    processes=None,
 ) -> Verdict:
     """The rule, after each pair: tokens and wall seconds of the configuration's pairs so far, at
     each depth, and the seconds its runs took; steps1 / steps2, each run's median decode step (ms),
     only for the record."""
     ratios = pair_ratios(tokens1, wall1, tokens2, wall2)
-    observed = median_of_pairs(ratios)
+    observed = median_of_pairs(ratios, processes)
+    medians = process_medians(ratios, processes)
     n = observed.pairs
     needed, affordable = pairs_needed(ratios), pairs_affordable(n, spent_s, rule)
     if n >= rule.min_pairs and observed.known:
         stop: str | None = KNOWN
     elif n >= rule.max_pairs:
         stop = MAX_PAIRS
+    elif rule.out_of_reach and n >= rule.min_pairs and disagree(ratios, processes):
+        stop = DISAGREE
     elif n >= rule.min_pairs and spent_s >= rule.budget_s:
         stop = BUDGET
     elif rule.out_of_reach and n >= max(rule.min_pairs, REACH_MIN_PAIRS) and needed > affordable:
@@ -104,7 +133,28 @@ def decide(
         step_cv_d2_pct=cv_pct(steps2),
         pairs_needed=needed,
         pairs_affordable=affordable,
+        process_pcts=tuple((m - 1.0) * 100.0 for _, m in sorted(medians.items())),
     )
+
+
+def disagree(ratios, processes=None) -> bool:
+    """Several processes, the last with at least 2 pairs, whose own medians lie more than the
+    width of a known interval (2 points) apart: no later pair brings the interval within ±1."""
+    medians = process_medians(ratios, processes)
+    if len(medians) < 2:
+        return False
+    last_pairs = int((process_labels(processes, len(ratios)) == max(medians)).sum())
+    pcts = [(m - 1.0) * 100.0 for m in medians.values()]
+    return last_pairs >= 2 and max(pcts) - min(pcts) > 2 * KNOWN_PTS
+
+
+def quota(rule: RepeatRule, process: int) -> int:
+    """The pairs a configuration has once process `process` (1-based) of rule.processes has made
+    its share; the last process makes pairs until the rule stops. Earlier processes share
+    min_pairs between them, at least one pair each."""
+    if process >= rule.processes:
+        return rule.max_pairs
+    return max(process, math.ceil(rule.min_pairs * process / rule.processes))
 
 
 def pairs_needed(ratios) -> float:
@@ -139,8 +189,12 @@ def pair_order(pair: int) -> tuple[int, int]:
 def stop_words(v: dict) -> str:
     """Why a configuration's repeats stopped, in a few words: the console's line (describe) and the
     report's table (report.summary) say it the same way."""
-    if v["stop"] == KNOWN:  # its pairs share one process's host speed (docs/measurements.md §7)
-        return "known to ±1 point in this process"
+    if v["stop"] == KNOWN:  # over one process: its host speed (docs/measurements.md §7)
+        count = len(v.get("process_pcts") or ())
+        where = f"over {count} processes" if count > 1 else "in this process"
+        return f"known to ±1 point {where}"
+    if v["stop"] == DISAGREE:
+        return DISAGREE + " (" + ", ".join(f"{p:+.1f}%" for p in v["process_pcts"]) + ")"
     if v["stop"] == OUT_OF_REACH and np.isfinite(v.get("pairs_needed", np.nan)):
         return f"±1 point out of reach (~{v['pairs_needed']:.0f} pairs)"
     if v["stop"] == MAX_PAIRS:

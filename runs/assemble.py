@@ -174,6 +174,9 @@ def _ingest_passes(
             run_state.read_json(worker) if worker.is_file() else {},
             ingest_s=time.perf_counter() - started,
         )
+        for later in sorted((out_dir / "runs" / name).glob("process.*/worker.json")):
+            key = f"{name}.{later.parent.name.removeprefix('process.')}"  # as runs.passes names it
+            timings.setdefault(key, {}).update(run_state.read_json(later))
 
 
 def _ingest_trace(trace: Path, record: dict, meta: dict, catalog) -> str:
@@ -246,7 +249,8 @@ def _extra(run_id: str, run: dict, spec: dict, plan: dict, summary: dict) -> dic
     run's timed region met (TIMING_COLUMNS, timing_flags: absent from older sweeps)."""
     engine = plan["engine"]
     return dict(
-        run_id=run_id, repeat=run["repeat"], profiled=bool(plan["profile"]),
+        run_id=run_id, repeat=run["repeat"], process=summary.get("process", 1),
+        profiled=bool(plan["profile"]),
         prompt_len=spec["prompt_len"], constraint=spec["constraint"],
         constrained_share=spec["constrained_share"], arrival_rate=spec.get("arrival_rate"),
         max_num_seqs=engine["max_num_seqs"],

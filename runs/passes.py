@@ -8,6 +8,11 @@ compressed: the file `ended` in its run directory). The next pass's start-up, mo
 and graph capture so hide the previous one's wrap-up, and no timed run shares the machine with
 another pass. On the CPU (the demo, the tests) a pass runs in this process, after the others.
 
+The unprofiled pass may be several worker processes, one after another, each gated on the one
+before as a pass is (runs.repeats spreads each configuration's pairs over them): they write their
+records into the pass's directory, and a later process keeps its own files (plan, worker.json, log,
+gate) in process.<n>/ there (worker_dir).
+
 An nsys pass on one GPU is one capture range with each run's timed region marked in it (runs.worker;
 nsys stops the app for seconds at every range's end), its export cut into one per run after
 (split_pass); a tensor-parallel pass keeps a range per run (profiling.nsys.capture_mode). It keeps
@@ -44,16 +49,28 @@ LOG = "worker.log"  # what a pass's worker printed (nsys.log under nsys)
 
 @dataclass
 class Pass:
-    """A pass under way in its own process."""
+    """A pass (or one of its worker processes) under way in its own process."""
 
-    name: str
-    run_dir: Path
+    name: str  # its timings' key: the pass's name, "<pass>.<n>" for its n-th process
+    run_dir: Path  # the pass's directory, where the records go
     left: list[str]  # the runs it makes (the others were recorded before a resume)
+    process: int = 1
     launched: float = field(default_factory=time.time)
     started: float = field(default_factory=time.perf_counter)
     proc: subprocess.Popen | None = None
     ranges: Ranges | None = None
     one_range: bool = False  # the pass is one capture range, its runs marked (runs.worker)
+
+    @property
+    def home(self) -> Path:
+        return worker_dir(self.run_dir, self.process)
+
+
+def worker_dir(run_dir: Path, process: int = 1) -> Path:
+    """Where a pass's worker process keeps its own files (plan.json, worker.json, worker.log and
+    the `ended` gate): the pass's directory for its first process, process.<n>/ in it for a later
+    one, so that its *.json never reads as a run's record."""
+    return run_dir if process == 1 else run_dir / f"process.{process}"
 
 
 def in_process(plan: dict) -> bool:
@@ -74,23 +91,27 @@ def run_here(plan: dict, left: list[str], on_run: Callable | None) -> dict[str, 
     return _timings(run_dir, launched, started)
 
 
-def launch(name: str, plan: dict, out_dir: Path, left: list[str], after: Pass | None) -> Pass:
-    """Start a pass's worker (under nsys when it profiles), gated on the pass `after` if any."""
+def launch(
+    name: str, plan: dict, out_dir: Path, left: list[str], after: Pass | None, process: int = 1
+) -> Pass:
+    """Start a pass's worker (its `process`-th, under nsys when it profiles), gated on the pass or
+    process `after` if any."""
     run_dir = Path(plan["out_dir"])
-    run_dir.mkdir(parents=True, exist_ok=True)
+    p = Pass(name if process == 1 else f"{name}.{process}", run_dir, left, process=process,
+             one_range=plan.get("capture") == "pass")  # fmt: skip
+    p.home.mkdir(parents=True, exist_ok=True)
     for stale in (ENDED, "worker.json"):  # the gates of this pass are this run's, not a resume's
-        (run_dir / stale).unlink(missing_ok=True)
+        (p.home / stale).unlink(missing_ok=True)
+    plan = {**plan, "process": process, "worker_dir": str(p.home)}
     if after is not None:
-        plan = {**plan, "gates": {"gpu": str(after.run_dir / "worker.json"),
-                                  "timing": str(after.run_dir / ENDED)}}  # fmt: skip
-    plan_path = write_atomic(run_dir / "plan.json", json.dumps(plan, indent=1))
+        plan["gates"] = {"gpu": str(after.home / "worker.json"), "timing": str(after.home / ENDED)}
+    plan_path = write_atomic(p.home / "plan.json", json.dumps(plan, indent=1))
     argv = [sys.executable, "-m", "bubblelab.runs.worker", str(plan_path)]
-    p = Pass(name, run_dir, left, one_range=plan.get("capture") == "pass")
     if plan["profile"]:
         graph_trace = plan.get("cuda_graph_trace", "node")  # a plan from before the option
         p.ranges = start_ranges(out_dir / "traces" / "run", argv, graph_trace=graph_trace)
     else:
-        with (run_dir / LOG).open("w") as log:
+        with (p.home / LOG).open("w") as log:
             p.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
     return p
 
@@ -119,14 +140,17 @@ def finish(p: Pass, on_run: Callable | None, keep_reports: bool = False) -> dict
     else:
         assert p.proc is not None
         if p.proc.wait() != 0:
-            tail = (p.run_dir / LOG).read_text(errors="replace").strip().splitlines()[-3:]
+            tail = (p.home / LOG).read_text(errors="replace").strip().splitlines()[-3:]
             raise BubblelabError(f"the sweep's worker failed: {' | '.join(tail)}")
-    (p.run_dir / ENDED).touch()
-    timings = {**_timings(p.run_dir, p.launched, p.started), **out}
+    (p.home / ENDED).touch()
+    timings = {**_timings(p.home, p.launched, p.started), **out}
     if on_run is not None:
         for tag in p.left:
-            if (record := find_record(p.run_dir, tag)) is not None:  # runs.repeats may skip it
-                on_run(tag, load_record(record)["summary"])
+            if (record := find_record(p.run_dir, tag)) is None:  # runs.repeats may skip it
+                continue
+            summary = load_record(record)["summary"]
+            if summary.get("process", 1) == p.process:  # another process's run: told there
+                on_run(tag, summary)
     return timings
 
 

@@ -8,6 +8,12 @@ configuration needs another. The rest of a stopped configuration is skipped, and
 written to RUN_DIR/repeats.json, where the sweep and the results file read it. Reading the
 records, not counting runs made, is what lets a resumed sweep continue a configuration where it
 stopped.
+
+The pairs may be spread over several worker processes, one after another (the rule's
+`processes`; plan["process"] numbers this one from 1), because the host's speed is drawn per
+process (docs/measurements.md section 7): an earlier process makes each configuration's first
+pairs up to its `quota`, and the last continues every configuration from the records until the
+rule stops it, with each pair's process in the verdict.
 """
 
 from __future__ import annotations
@@ -20,8 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from ..core.files import write_atomic
-from ..costmodel.repeats import RepeatRule, decide, describe
-from .record import read_record
+from ..costmodel.repeats import RepeatRule, decide, describe, quota
+from .record import find_record, read_record
 
 VERDICTS = "repeats.json"
 
@@ -33,20 +39,22 @@ def plan_runs(plan: dict) -> Iterator[dict]:
         yield from plan["runs"]
         return
     rule = RepeatRule(**plan["repeat_rule"])
+    process = int(plan.get("process", 1))
+    last = process >= rule.processes  # earlier processes stop at their quota, with no verdict
     out_dir = Path(plan["out_dir"])
     verdicts: dict[str, dict] = {}
     for config, runs in itertools.groupby(plan["runs"], key=lambda r: r["config"]):
         made: list[dict] = []  # the configuration's run summaries so far
         verdict = None
-        for _, pair in itertools.groupby(runs, key=lambda r: r["repeat"]):
+        for pairs, (_, pair) in enumerate(itertools.groupby(runs, key=lambda r: r["repeat"]), 1):
             for run in pair:
                 yield run
                 made.append(_summary(out_dir, run))
             steps1, steps2 = _steps(made)
-            verdict = decide(*_pairs(made), _seconds(made), rule, steps1, steps2)
-            if not verdict.more:
+            verdict = decide(*_pairs(made), _seconds(made), rule, steps1, steps2, _processes(made))
+            if not verdict.more or pairs >= quota(rule, process):
                 break
-        if verdict is not None:
+        if verdict is not None and last:
             verdicts[config] = {
                 "config": config,
                 "streams": made[0]["streams"],
@@ -54,6 +62,20 @@ def plan_runs(plan: dict) -> Iterator[dict]:
                 "runs": [s["tag"] for s in made],
             }
             write_atomic(out_dir / VERDICTS, json.dumps(verdicts, indent=1))
+
+
+def quota_met(plan: dict, process: int) -> bool:
+    """Every configuration already has the pairs an earlier process makes (resumed, it has
+    nothing to do), or a verdict."""
+    rule = RepeatRule(**plan["repeat_rule"])
+    out_dir = Path(plan["out_dir"])
+    stopped = {v["config"] for v in read_verdicts(out_dir)}
+    for config, runs in itertools.groupby(plan["runs"], key=lambda r: r["config"]):
+        pairs = [list(pair) for _, pair in itertools.groupby(runs, key=lambda r: r["repeat"])]
+        whole = sum(all(find_record(out_dir, r["tag"]) for r in pair) for pair in pairs)
+        if config not in stopped and whole < min(quota(rule, process), len(pairs)):
+            return False
+    return True
 
 
 def verdict_lines(verdicts: list[dict]) -> list[str]:
@@ -97,6 +119,11 @@ def _pairs(made: list[dict]) -> tuple[list[float], list[float], list[float], lis
         [s["generated_tokens"] for s in by_depth[2]],
         [s["wall_s"] for s in by_depth[2]],
     )
+
+
+def _processes(made: list[dict]) -> list[int]:
+    """Each pair's worker process (1 for records from before processes were numbered)."""
+    return [int(s.get("process", 1)) for s in made if s["depth"] == 1]
 
 
 def _steps(made: list[dict]) -> tuple[list[float], list[float]]:

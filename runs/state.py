@@ -146,7 +146,7 @@ def holds_run(run_dir: Path) -> bool:
     return run_dir.is_dir() and any((run_dir / name).exists() for name in OURS)
 
 
-OPTIONS_BEFORE_THEY_EXISTED = {"out_of_reach": False}
+OPTIONS_BEFORE_THEY_EXISTED = {"out_of_reach": False, "processes": 1}
 
 
 def read_state(run_dir: Path) -> dict[str, Any] | None:

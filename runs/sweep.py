@@ -12,7 +12,10 @@ model, compiles and captures its CUDA graphs once:
   the configuration's time budget is spent (runs.repeats, costmodel.repeats: at least
   `min_repeats` pairs, at most `repeats`); the in-process timeline is the trace. This is what the
   cost model is fed. Its worker starts while nsys finishes its reports, and times its first run
-  once nsys is done (bubblelab.runs.passes).
+  once nsys is done (bubblelab.runs.passes). On the GPU its pairs are spread over `processes`
+  workers, one after another: each process draws its own host speed, and a speedup known within
+  one process can be 3 points off in the next (docs/measurements.md section 7), so the interval
+  covers every process's median.
 
 On the CPU (the demo) the unprofiled pass runs in this process. `bubblelab.runs.assemble` ingests
 what the passes wrote (it also reads a sweep cut short) into the catalog and results.json.
@@ -31,7 +34,7 @@ import math
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +48,7 @@ from . import passes as run_passes
 from . import state as run_state
 from .assemble import assemble, needs_assembly, nsys_reports
 from .record import find_record, read_record
-from .repeats import needed, read_verdicts, unneeded, verdict_lines
+from .repeats import needed, quota_met, read_verdicts, unneeded, verdict_lines
 from .workload import CONSTRAINTS, MAX_STREAMS, WorkloadSpec, check_streams_fit
 
 MIN_DECODE_STEPS = (
@@ -67,6 +70,7 @@ class SweepSpec:
     min_repeats: int = 3  # ...and at least; with one depth, the runs each configuration makes
     budget_s: float = 30.0  # seconds of runs a configuration may take before it stops unknown
     out_of_reach: bool = True  # ...or stop it once ±1 point is out of reach (costmodel.repeats)
+    processes: int = 2  # worker processes the unprofiled pairs are spread over (1 on the CPU)
     nsys_repeats: int = 1
     nsys_depths: list[int] | None = None  # the depths the nsys pass profiles (None: every one)
     # nsys --cuda-graph-trace: "node" shows the kernels inside graphs (the kernel view), "graph"
@@ -93,6 +97,7 @@ class SweepSpec:
             check_int("requests_per_stream", self.requests_per_stream, 1, 10_000)
         check_int("repeats", self.repeats, 1, 1000)
         check_int("min_repeats", self.min_repeats, 1, 1000)
+        check_int("processes", self.processes, 1, 16)
         self.rule()  # the repeat rule's own checks
         check_int("nsys_repeats", self.nsys_repeats, 1, 1000)
         if self.nsys_depths is not None:
@@ -134,7 +139,11 @@ class SweepSpec:
         if sorted(self.depths) != [1, 2]:
             return None
         return RepeatRule(
-            self.budget_s, min(self.min_repeats, self.repeats), self.repeats, self.out_of_reach
+            self.budget_s,
+            min(self.min_repeats, self.repeats),
+            self.repeats,
+            self.out_of_reach,
+            self.processes,
         )
 
     def runs(self, repeats: int | None = None, depths: list[int] | None = None) -> list[dict]:
@@ -236,10 +245,11 @@ def run_sweep(
                 run_state.clear_pass(out_dir, name)  # nsys numbers its reports per session
             rule = spec.rule() if not profiled else None
             plan = dict(engine=spec.engine(), runs=runs, out_dir=str(out_dir / "runs" / name),
-                        profile=profiled, repeat_rule=asdict(rule) if rule else None,
-                        cuda_graph_trace=spec.cuda_graph_trace,
+                        profile=profiled, cuda_graph_trace=spec.cuda_graph_trace,
                         capture=capture_mode(spec.engine()) if profiled
                         else None)  # fmt: skip
+            workers = 1 if rule is None or run_passes.in_process(plan) else rule.processes
+            plan["repeat_rule"] = asdict(replace(rule, processes=workers)) if rule else None
             finished = run_state.finished_runs(out_dir)
             wanted = needed(runs, read_verdicts(out_dir / "runs" / name))
             left = [r["tag"] for r in wanted if f"{name}/{r['tag']}" not in finished]
@@ -250,9 +260,12 @@ def run_sweep(
                 finish_running()
                 timings[name] = run_passes.run_here(plan, left, on_run)
                 write_atomic(timings_path, json.dumps(timings, indent=1))
-            else:
-                after = running[-1] if running else None
-                running.append(run_passes.launch(name, plan, out_dir, left, after))
+            else:  # each worker gated on the one before (runs.passes)
+                for process in range(1, workers + 1):
+                    if process < workers and quota_met(plan, process):  # resumed: done before
+                        continue
+                    after = running[-1] if running else None
+                    running.append(run_passes.launch(name, plan, out_dir, left, after, process))
         finish_running()
         if (out_dir / "runs" / "plain").is_dir():
             _repeats_done(out_dir, state, "plain", say, on_plan)

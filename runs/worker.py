@@ -45,8 +45,10 @@ def run_plan(
 ) -> dict:
     """Make every run of `plan` with one engine: {"engine": EngineConfig kwargs (depth aside),
     "runs": [{"tag", "depth", "workload": WorkloadSpec kwargs}], "out_dir", "profile": bool,
-    "gates": optional {"gpu": path, "timing": path}}. Writes each run's record into out_dir; returns
-    the timings (also out_dir/worker.json).
+    "gates": optional {"gpu": path, "timing": path}, "process": this worker's number among the
+    pass's processes (1: the first), "worker_dir": where its own files go (default out_dir)}.
+    Writes each run's record into out_dir, its process in the summary; returns the timings (also
+    worker_dir/worker.json).
 
     Gates let a pass start while the one before it ends (runs.passes): the worker waits for the
     file `gpu` (the previous worker's worker.json) and for that worker's process to be gone before
@@ -106,6 +108,7 @@ def run_plan(
             )
             record = result_record(result)
             record["summary"]["started_at"] = started_at
+            record["summary"]["process"] = int(plan.get("process", 1))  # runs.repeats pairs by it
             write_record(out_dir, run["tag"], record)
             runs_s[run["tag"]] = time.perf_counter() - started
             parts[run["tag"]] = _parts(runs_s[run["tag"]], result.summary)
@@ -118,7 +121,8 @@ def run_plan(
         engine.close()
     timings["total_s"] = time.perf_counter() - t0
     timings["ended_unix"] = time.time()
-    write_atomic(out_dir / "worker.json", json.dumps(timings, indent=1))
+    home = Path(plan.get("worker_dir", out_dir))
+    write_atomic(home / "worker.json", json.dumps(timings, indent=1))
     return timings
 
 
