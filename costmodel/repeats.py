@@ -84,6 +84,9 @@ class Verdict:
     pairs_needed: float = float("nan")  # for ±1 point at the least spread the pairs allow
     pairs_affordable: float = float("nan")  # what the budget and max_pairs leave room for
     process_pcts: tuple[float, ...] = ()  # each process's median pair (%), by process number
+    # The depth-1 runs' GPU idle share (%), least and most: the host's speed the speedup was
+    # measured at. Depth 1's bubble is host time, and the speedup follows it from run to run.
+    idle_d1_pct: tuple[float, ...] = ()
 
     def record(self) -> dict:
         """As results.json keeps it (provenance "repeats", one per configuration)."""
@@ -101,9 +104,11 @@ def decide(
     steps1=(),
     steps2=(),
     processes=None,
+    idle1=(),
 ) -> Verdict:
     """The rule, after each pair: tokens and wall seconds of the configuration's pairs so far, at
-    each depth, and the seconds its runs took; steps1 / steps2, each run's median decode step (ms),
+    each depth, and the seconds its runs took; processes, each pair's worker process; steps1 /
+    steps2, each run's median decode step (ms), and idle1, each depth-1 run's GPU idle share (%),
     only for the record."""
     ratios = pair_ratios(tokens1, wall1, tokens2, wall2)
     observed = median_of_pairs(ratios, processes)
@@ -134,7 +139,14 @@ def decide(
         pairs_needed=needed,
         pairs_affordable=affordable,
         process_pcts=tuple((m - 1.0) * 100.0 for _, m in sorted(medians.items())),
+        idle_d1_pct=_least_most(idle1),
     )
+
+
+def _least_most(values) -> tuple[float, ...]:
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
+    return (float(v.min()), float(v.max())) if v.size else ()
 
 
 def disagree(ratios, processes=None) -> bool:
@@ -192,7 +204,9 @@ def stop_words(v: dict) -> str:
     if v["stop"] == KNOWN:  # over one process: its host speed (docs/measurements.md §7)
         count = len(v.get("process_pcts") or ())
         where = f"over {count} processes" if count > 1 else "in this process"
-        return f"known to ±1 point {where}"
+        idle = list(v.get("idle_d1_pct") or [])
+        at = f", depth 1's GPU idle {idle[0]:.1f}-{idle[1]:.1f}%" if len(idle) == 2 else ""
+        return f"known to ±1 point {where}{at}"
     if v["stop"] == DISAGREE:
         return DISAGREE + " (" + ", ".join(f"{p:+.1f}%" for p in v["process_pcts"]) + ")"
     if v["stop"] == OUT_OF_REACH and np.isfinite(v.get("pairs_needed", np.nan)):

@@ -51,7 +51,9 @@ def plan_runs(plan: dict) -> Iterator[dict]:
                 yield run
                 made.append(_summary(out_dir, run))
             steps1, steps2 = _steps(made)
-            verdict = decide(*_pairs(made), _seconds(made), rule, steps1, steps2, _processes(made))
+            verdict = decide(
+                *_pairs(made), _seconds(made), rule, steps1, steps2, _processes(made), _idle(made)
+            )
             if not verdict.more or pairs >= quota(rule, process):
                 break
         if verdict is not None and last:
@@ -119,6 +121,11 @@ def _pairs(made: list[dict]) -> tuple[list[float], list[float], list[float], lis
         [s["generated_tokens"] for s in by_depth[2]],
         [s["wall_s"] for s in by_depth[2]],
     )
+
+
+def _idle(made: list[dict]) -> list[float]:
+    """Each depth-1 run's GPU idle share of its timed region (%; runs.region's host_share)."""
+    return [100.0 * s.get("host_share", np.nan) for s in made if s["depth"] == 1]
 
 
 def _processes(made: list[dict]) -> list[int]:

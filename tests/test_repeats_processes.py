@@ -75,6 +75,14 @@ def test_processes_that_agree_make_it_known_over_both():
     assert stop_words(v.record()) == "known to ±1 point over 2 processes"
     one = verdict(ratios, None, RepeatRule(1e4, 3, 20))
     assert stop_words(one.record()) == "known to ±1 point in this process"
+    # Known at the host speed it was measured at: depth 1's bubble is host time (2026-11-30, one
+    # H200: a configuration known at +7.0% with depth 1's GPU idle 6.7-8.7% measured +8.1 to
+    # +13.5% a minute later with 8.0-12.5%).
+    n = len(ratios)
+    at = decide([TOKENS] * n, ratios, [TOKENS] * n, [1.0] * n, 2.0 * n, RepeatRule(1e4, 3, 20),
+                idle1=[6.7, 8.7, np.nan, 7.0, 7.1, 7.2, 7.3, 7.4])  # fmt: skip
+    assert at.idle_d1_pct == (6.7, 8.7)
+    assert stop_words(at.record()).endswith("in this process, depth 1's GPU idle 6.7-8.7%")
 
 
 def test_earlier_processes_share_the_minimum_pairs():
@@ -120,5 +128,5 @@ def test_two_workers_make_one_configurations_pairs_one_after_the_other(tmp_path)
 
     (v,) = json.loads((home / VERDICTS).read_text()).values()
     assert v["stop"] == MAX_PAIRS and v["pairs"] == 4 and len(v["process_pcts"]) == 2
-    assert v["runs"] == tags
+    assert v["runs"] == tags and len(v["idle_d1_pct"]) == 2  # the CPU runs' idle too
     assert quota_met(plan, 1)  # resumed, the first worker has nothing to do

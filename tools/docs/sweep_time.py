@@ -33,7 +33,7 @@ def pass_parts(timings: dict, workload_s: dict[str, float]) -> list[tuple[str, f
         rows.append(("process start (interpreter, imports; nsys starting)", timings["start_s"]))
     if "wait_gpu_s" in timings:  # the pass before holds the GPU, then ends (runs.passes gates)
         waited = timings["wait_gpu_s"] + timings.get("wait_timing_s", 0.0)
-        rows.append(("waiting for the pass before (its GPU, then its end)", waited))
+        rows.append(("waiting for the pass or process before (its GPU, then its end)", waited))
     if "load_s" in timings:
         rows += [
             ("model load", timings["load_s"]),
@@ -70,13 +70,16 @@ def markdown(path: Path) -> str:
     runs = results.runs
     timings = results.provenance.get("timings", {})
     lines = []
-    for name in ("plain", "nsys"):
+    later = sorted(k for k in timings if k.startswith("plain."))  # its later worker processes
+    for name in ("plain", *later, "nsys"):
         if name not in timings:
             continue
         mine = runs[runs["profiled"] == (name == "nsys")]
         tags = [f"s{int(r.streams)}-d{int(r.depth)}-r{int(r.repeat)}" for r in mine.itertuples()]
         workload = dict(zip(tags, mine["wall_s"].astype(float), strict=True))
-        lines += [f"{name} pass:", "", "| part | s |", "|---|---|"]
+        pass_name, _, process = name.partition(".")
+        title = f"{pass_name} pass, worker process {process}" if process else f"{name} pass"
+        lines += [f"{title}:", "", "| part | s |", "|---|---|"]
         for part, seconds in pass_parts(timings[name], workload):
             lines.append(f"| {part} | {'–' if seconds is None else f'{seconds:.1f}'} |")
         lines.append("")
