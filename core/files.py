@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .errors import BubblelabError
@@ -69,3 +70,11 @@ def check_output_dir(path: Path | str, option: str) -> Path:
         raise BubblelabError(f"{option} {path} is a file; give a folder")
     _check_parent(path, path, option)
     return path
+
+
+def map_files(work: Callable, items: Iterable) -> list:
+    """work(item) for each item, in threads, one a CPU at most: file work (an nsys export, a gzip, a
+    trace cut) spends its time in other processes or in C, so threads run it side by side."""
+    items = list(items)
+    with ThreadPoolExecutor(max(1, min(len(items), os.cpu_count() or 1))) as pool:
+        return list(pool.map(work, items))

@@ -21,12 +21,11 @@ import re
 import shutil
 import subprocess
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ..core.checks import check_choice
 from ..core.errors import BubblelabError
-from ..core.files import write_atomic
+from ..core.files import map_files, write_atomic
 
 PROFILE_OPTIONS = (
     "-t",
@@ -229,8 +228,7 @@ def finish_ranges(
     )
     exports = [report.with_suffix(".sqlite") for _, report in reports]
     left = [(r, e) for (_, r), e in zip(reports, exports, strict=True) if not e.is_file()]
-    with ThreadPoolExecutor(max(1, min(len(left), os.cpu_count() or 1))) as pool:
-        list(pool.map(lambda pair: export_sqlite(pair[0], pair[1], timeout), left))
+    map_files(lambda pair: export_sqlite(pair[0], pair[1], timeout), left)
     if log is not None:
         write_atomic(
             log,

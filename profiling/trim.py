@@ -8,13 +8,12 @@ the host windows of the steps profiling/steps.py finds in it (`trim_foreign`).
 
 from __future__ import annotations
 
-import os
 import sqlite3
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ..core.contract import RUN_DOMAIN
 from ..core.errors import BubblelabError
+from ..core.files import map_files
 from .steps import StepOptions
 
 # Their rows start on the GPU, after the host launched them (a graph replay traced whole is one).
@@ -187,8 +186,7 @@ def split_runs(src: Path, names: list[str], dsts: list[Path]) -> list[Path]:
         start, end = windows[i]
         return trim_window(src, dsts[i], start + 1, end, end)
 
-    with ThreadPoolExecutor(max(1, min(len(names), os.cpu_count() or 1))) as pool:
-        return list(pool.map(one, range(len(names))))
+    return map_files(one, range(len(names)))
 
 
 def trim_window(src: Path, dst: Path, t0: int, t1: int, gpu_t1: int) -> Path:

@@ -26,18 +26,16 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.errors import BubblelabError
-from ..core.files import write_atomic
+from ..core.files import map_files, write_atomic
 from ..profiling.nsys import Ranges, finish_ranges, start_ranges
 from ..profiling.trim import slim_kernels, split_runs
 from .record import find_record, load_record
@@ -197,8 +195,7 @@ def compress(exports: list[Path]) -> list[Path]:
         path.unlink()
         return target
 
-    with ThreadPoolExecutor(max(1, min(len(exports), os.cpu_count() or 1))) as pool:
-        return list(pool.map(one, exports))
+    return map_files(one, exports)
 
 
 def _timings(run_dir: Path, launched: float, started: float) -> dict[str, float]:
