@@ -137,6 +137,57 @@ def test_unfused_on_cpu_the_layer_is_norm_then_projection():
     assert added is x and torch.equal(y, norm(x) @ w.t())
 
 
+class Claims:
+    """A module that says it is the Triton kind (what the fusions need) but computes eagerly."""
+
+    triton = True
+
+    def __init__(self, module):
+        self.module, self.weight, self.eps = module, getattr(module, "weight", None), 1e-6
+
+    def __call__(self, *args):
+        return self.module(*args)
+
+
+@pytest.mark.parametrize("fuse", ["none", "norm", "silu", "all"])
+@pytest.mark.parametrize("residual", [True, False])
+@pytest.mark.parametrize("act", [True, False])
+def test_norm_linear_routes_each_fusion_to_one_gemv_call(monkeypatch, fuse, residual, act):
+    """Where the table's GEMV form runs the projection, norm_linear folds the enabled fusions into
+    one fused_gemv call (a stand-in computing the eager chain here) and returns what the unfused
+    layer returns: the GPU tests cover the kernel, this the routing."""
+    from bubblelab.engine import fused_gemv as fused_module
+    from bubblelab.engine import fusion
+    from bubblelab.engine.models import layers
+
+    calls: list[dict] = []
+
+    def stand_in(x, w, config, *, norm_weight=None, eps=0.0, residual=None, glu=False):
+        calls.append(dict(norm=norm_weight is not None, residual=residual is not None, glu=glu))
+        y, added = eager(x, residual, norm_weight, w, eps, glu)
+        return y, None if residual is None else added
+
+    monkeypatch.setattr(layers, "_gemv_config", lambda x, w: "a GEMV tile")
+    monkeypatch.setattr(fused_module, "fused_gemv", stand_in)
+    torch.manual_seed(0)
+    norm, silu = layers.RMSNorm(16, 1e-6), layers.SiluAndMul()
+    x, w = torch.randn(1, 16), torch.randn(24 if act else 12, 16)
+    res = torch.randn(1, 16) if residual else None
+    with fusion.using("none"):
+        ref_y, ref_added = layers.norm_linear(norm, w, x, res, silu if act else None)
+    with fusion.using(fuse):
+        y, added = layers.norm_linear(Claims(norm), w, x, res, Claims(silu) if act else None)
+    folds_norm, folds_act = fuse in ("norm", "all"), fuse in ("silu", "all") and act
+    expected = (
+        [dict(norm=folds_norm, residual=folds_norm and residual, glu=folds_act)]
+        if folds_norm or folds_act
+        else []
+    )
+    assert calls == expected
+    torch.testing.assert_close(y, ref_y)
+    torch.testing.assert_close(added, ref_added)
+
+
 # -- GPU (tests/conftest.py skips these without CUDA) ----------------------------------------------
 
 

@@ -118,28 +118,20 @@ def norm_linear(
     config = _gemv_config(x, weight)
     fold_norm = config is not None and norm.triton and fusion.enabled("norm")
     fold_act = config is not None and act is not None and act.triton and fusion.enabled("silu")
-    if config is not None and fold_norm:
+    folded: dict = {}
+    new_residual = x  # the first layer's, norm folded or not: its input
+    if fold_norm:  # the GEMV adds the residual and normalises as it loads x
+        folded = dict(norm_weight=norm.weight, eps=norm.eps, residual=residual)
+    else:
+        x, new_residual = (norm(x), x) if residual is None else norm(x, residual)
+    if config is None or not (fold_norm or fold_act):
+        y = linear.linear(x, weight)
+    else:
         from ..fused_gemv import fused_gemv  # Triton: imported only where it runs
 
-        y, added = fused_gemv(
-            x,
-            weight,
-            config,
-            norm_weight=norm.weight,
-            eps=norm.eps,
-            residual=residual,
-            glu=fold_act,
-        )
-        residual = x if added is None else added
-    else:
-        x, residual = (norm(x), x) if residual is None else norm(x, residual)
-        if config is not None and fold_act:
-            from ..fused_gemv import fused_gemv
-
-            y, _ = fused_gemv(x, weight, config, glu=True)
-        else:
-            y = linear.linear(x, weight)
-    return (y if act is None or fold_act else act(y)), residual
+        y, added = fused_gemv(x, weight, config, glu=fold_act, **folded)
+        new_residual = new_residual if added is None else added
+    return (y if act is None or fold_act else act(y)), new_residual
 
 
 def _gemv_config(x: torch.Tensor, weight: torch.Tensor) -> TileConfig | None:
