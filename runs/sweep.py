@@ -34,7 +34,7 @@ import math
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +98,8 @@ class SweepSpec:
         check_int("repeats", self.repeats, 1, 1000)
         check_int("min_repeats", self.min_repeats, 1, 1000)
         check_int("processes", self.processes, 1, 16)
+        if self.device == "cpu":  # its unprofiled pass runs in this process (passes.in_process)
+            self.processes = 1
         self.rule()  # the repeat rule's own checks
         check_int("nsys_repeats", self.nsys_repeats, 1, 1000)
         if self.nsys_depths is not None:
@@ -248,8 +250,8 @@ def run_sweep(
                         profile=profiled, cuda_graph_trace=spec.cuda_graph_trace,
                         capture=capture_mode(spec.engine()) if profiled
                         else None)  # fmt: skip
-            workers = 1 if rule is None or run_passes.in_process(plan) else rule.processes
-            plan["repeat_rule"] = asdict(replace(rule, processes=workers)) if rule else None
+            plan["repeat_rule"] = asdict(rule) if rule else None
+            workers = rule.processes if rule else 1
             finished = run_state.finished_runs(out_dir)
             wanted = needed(runs, read_verdicts(out_dir / "runs" / name))
             left = [r["tag"] for r in wanted if f"{name}/{r['tag']}" not in finished]

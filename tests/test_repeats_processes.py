@@ -94,6 +94,8 @@ def test_earlier_processes_share_the_minimum_pairs():
         RepeatRule(processes=0)
     with pytest.raises(Exception, match="processes"):
         SweepSpec(processes=17)
+    # On the CPU the unprofiled pass runs in this process: its options say so.
+    assert SweepSpec(processes=3).processes == 1
 
 
 def test_two_workers_make_one_configurations_pairs_one_after_the_other(tmp_path):
