@@ -111,15 +111,16 @@ def decide(
     steps2, each run's median decode step (ms), and idle1, each depth-1 run's GPU idle share (%),
     only for the record."""
     ratios = pair_ratios(tokens1, wall1, tokens2, wall2)
-    observed = median_of_pairs(ratios, processes)
-    medians = process_medians(ratios, processes)
+    labels = process_labels(processes, len(ratios))
+    observed = median_of_pairs(ratios, labels)
+    medians = process_medians(ratios, labels)
     n = observed.pairs
     needed, affordable = pairs_needed(ratios), pairs_affordable(n, spent_s, rule)
     if n >= rule.min_pairs and observed.known:
         stop: str | None = KNOWN
     elif n >= rule.max_pairs:
         stop = MAX_PAIRS
-    elif rule.out_of_reach and n >= rule.min_pairs and disagree(ratios, processes):
+    elif rule.out_of_reach and n >= rule.min_pairs and disagree(medians, labels):
         stop = DISAGREE
     elif n >= rule.min_pairs and spent_s >= rule.budget_s:
         stop = BUDGET
@@ -149,15 +150,15 @@ def _least_most(values) -> tuple[float, ...]:
     return (float(v.min()), float(v.max())) if v.size else ()
 
 
-def disagree(ratios, processes=None) -> bool:
-    """Several processes, the last with at least 2 pairs, whose own medians lie more than the
-    width of a known interval (2 points) apart: no later pair brings the interval within ±1."""
-    medians = process_medians(ratios, processes)
+def disagree(medians: dict[int, float], labels: np.ndarray) -> bool:
+    """Several processes (medians: each one's median pair ratio; labels: each pair's process),
+    the last with at least 2 pairs, whose own medians lie more than the width of a known interval
+    (2 points) apart: no later pair brings the interval within ±1."""
     if len(medians) < 2:
         return False
-    last_pairs = int((process_labels(processes, len(ratios)) == max(medians)).sum())
-    pcts = [(m - 1.0) * 100.0 for m in medians.values()]
-    return last_pairs >= 2 and max(pcts) - min(pcts) > 2 * KNOWN_PTS
+    last_pairs = int((labels == max(medians)).sum())
+    spread_pts = (max(medians.values()) - min(medians.values())) * 100.0
+    return last_pairs >= 2 and spread_pts > 2 * KNOWN_PTS
 
 
 def quota(rule: RepeatRule, process: int) -> int:

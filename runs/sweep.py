@@ -247,10 +247,10 @@ def run_sweep(
                 run_state.clear_pass(out_dir, name)  # nsys numbers its reports per session
             rule = spec.rule() if not profiled else None
             plan = dict(engine=spec.engine(), runs=runs, out_dir=str(out_dir / "runs" / name),
-                        profile=profiled, cuda_graph_trace=spec.cuda_graph_trace,
+                        profile=profiled, repeat_rule=asdict(rule) if rule else None,
+                        cuda_graph_trace=spec.cuda_graph_trace,
                         capture=capture_mode(spec.engine()) if profiled
                         else None)  # fmt: skip
-            plan["repeat_rule"] = asdict(rule) if rule else None
             workers = rule.processes if rule else 1
             finished = run_state.finished_runs(out_dir)
             wanted = needed(runs, read_verdicts(out_dir / "runs" / name))
