@@ -137,9 +137,9 @@ def test_the_raw_q_must_be_a_view_of_the_qkv_rows():
     pytest.importorskip("triton")
     from bubblelab.engine.attention.triton_decode import NewToken, paged_decode_attention
 
-    c = make_case([5], 1, 2, 64, 16, False, torch.float32, "cpu")
+    c = make_case([5, 3], 1, 2, 64, 16, False, torch.float32, "cpu")
     token = NewToken(c["positions"], c["cos_sin"], None, None, 1e-6, c["slots"])
-    q = torch.zeros(1, 2, 64)  # contiguous: no room for the row's k and v after it
+    q = torch.zeros(2, 2, 64)  # contiguous: no room for a row's k and v after its q
     with pytest.raises(ValueError, match="the q part of the QKV projection's rows"):
         paged_decode_attention(
             q, c["k_cache"], c["v_cache"], c["tables"], c["ctx"], 0.125, new_token=token

@@ -295,7 +295,8 @@ def paged_decode_attention(
     if q.stride(-1) != 1 or k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:
         raise ValueError("q and the caches need a contiguous last dim")
     fused = new_token is not None
-    if fused and (q.stride(1) != head_dim or q.stride(0) != (heads + 2 * kv_heads) * head_dim):
+    row = (heads + 2 * kv_heads) * head_dim  # a QKV row; one row's stride(0) is any value
+    if fused and (q.stride(1) != head_dim or (batch > 1 and q.stride(0) < row)):
         raise ValueError("with new_token, q must be the q part of the QKV projection's rows")
     token = new_token or NewToken(context_lens, q, None, None, 0.0, context_lens)  # unread
     default = launch_shape(batch, kv_heads, q.device)
