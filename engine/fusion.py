@@ -8,12 +8,6 @@ into the one-row GEMV (engine/fused_gemv.py):
   each program reads the row (a few KB from L2) instead of waiting for a norm kernel.
 - `silu`: SiLU * mul becomes the gate|up GEMV's epilogue: a program owns matching gate and up rows.
 
-A third folds into decode attention (engine/attention/triton_decode.py), at any batch:
-
-- `rope`: the q/k RMSNorm, RoPE and K/V store kernel: attention reads q raw from the QKV row and
-  normalises and rotates it in every program; the program holding the row's last position does
-  the same for k, stores k and v, and attends to that token from registers.
-
 Each applies only where its kernels run (CUDA, Triton) and the GEMM table picks the GEMV form.
 Fused and unfused compute the same roundings; only fp32 sums may run in another order (the logits
 came out bit for bit equal on an H200).
@@ -32,7 +26,7 @@ import contextlib
 import os
 from collections.abc import Iterator
 
-FUSIONS = ("norm", "silu", "rope")
+FUSIONS = ("norm", "silu")
 _override: frozenset[str] | None = None  # set by using()
 
 

@@ -12,14 +12,12 @@ from context_lens values, so the launch is CUDA-graph capturable.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 
 from ..pdl import launch_options, wait_for_inputs
-from ..triton_rope import norm_rope_head, round_to
 
 BLOCK_N = 64  # tokens per tile; a tile may span several pages (block_size < 64) or part of one
 MAX_SPLITS = 16
@@ -36,13 +34,6 @@ def _decode_kernel(
     O,  # noqa: E741 -- attention's Q, K, V, O, as the compile test names them
     PART_O,
     PART_LSE,
-    POS,
-    COS_SIN,
-    QW,
-    KW,
-    SLOTS,
-    stride_cs,
-    eps,
     stride_qb,
     stride_qh,
     stride_kb,
@@ -64,13 +55,10 @@ def _decode_kernel(
     SPLIT: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     UPCAST: tl.constexpr,
-    FUSED: tl.constexpr,
-    HAS_NORM: tl.constexpr,
     PDL: tl.constexpr,
 ):
     wait_for_inputs(PDL)
     b, kvh, s = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    dtype = O.dtype.element_ty
     ctx = tl.load(CTX + b)
     # This split's span: whole tiles, so spans share no tile; a short row's last splits are empty.
     tiles_per_split = tl.cdiv(tl.cdiv(ctx, BLOCK_N), num_splits)
@@ -81,27 +69,18 @@ def _decode_kernel(
     d = tl.arange(0, HEAD_DIM)
     heads = kvh * GROUP + g
     g_mask = g < GROUP
-    stop = end  # the cache's tokens this program reads
-    if FUSED:  # q raw in the QKV row (stride_qh == HEAD_DIM); the last token comes from registers
-        row, cos_sin = Q + b * stride_qb, COS_SIN + tl.load(POS + b).to(tl.int64) * stride_cs
-        q = norm_rope_head(row, QW, cos_sin, heads, g_mask, eps, HEAD_DIM, HAS_NORM, dtype)
-        q = q.to(dtype)
-        stop = tl.minimum(end, ctx - 1)
-    else:
-        q = tl.load(
-            Q + b * stride_qb + heads[:, None] * stride_qh + d[None, :],
-            mask=g_mask[:, None],
-            other=0.0,
-        )
+    q = tl.load(
+        Q + b * stride_qb + heads[:, None] * stride_qh + d[None, :], mask=g_mask[:, None], other=0.0
+    )
     if UPCAST:
         q = q.to(tl.float32)
 
     m_i = tl.full([BLOCK_G], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_G], tl.float32)
     acc = tl.zeros([BLOCK_G, HEAD_DIM], tl.float32)
-    for n0 in range(start, stop, BLOCK_N):
+    for n0 in range(start, end, BLOCK_N):
         offs = n0 + tl.arange(0, BLOCK_N)
-        valid = offs < stop
+        valid = offs < end
         # int64: page * stride overflows int32 once a layer's pool passes 2^31 elements.
         page = tl.load(BT + b * stride_btb + offs // PAGE, mask=valid, other=0).to(tl.int64)
         within = offs % PAGE
@@ -136,25 +115,6 @@ def _decode_kernel(
             p, v = p.to(tl.float32), v.to(tl.float32)
         acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=DOT_PRECISION)
         m_i = m_new
-    if FUSED:
-        last = ctx - 1
-        if (last >= start) & (last < end):  # this span holds the step's token: store it, use it
-            kv_heads = tl.num_programs(1)
-            k_row = GROUP * kv_heads + kvh + tl.arange(0, 1)
-            k = norm_rope_head(row, KW, cos_sin, k_row, k_row >= 0, eps, HEAD_DIM, HAS_NORM, dtype)
-            v = tl.load(row + (GROUP * kv_heads + kv_heads + kvh) * HEAD_DIM + d).to(tl.float32)
-            slot = tl.load(SLOTS + b).to(tl.int64)
-            dst = (slot // PAGE) * stride_kb + (slot % PAGE) * stride_ks + kvh * stride_kh
-            tl.store(K + dst + d[None, :], k.to(dtype))
-            dst = (slot // PAGE) * stride_vb + (slot % PAGE) * stride_vs + kvh * stride_vh
-            tl.store(V + dst + d, v.to(dtype))
-            qk = tl.sum(q.to(tl.float32) * k, 1) * qk_scale
-            m_new = tl.maximum(m_i, qk)
-            alpha = tl.exp2(m_i - m_new)
-            p = tl.exp2(qk - m_new)
-            l_i = l_i * alpha + p
-            acc = acc * alpha[:, None] + round_to(p, dtype)[:, None] * v[None, :]
-            m_i = m_new
 
     # An empty span (context 0, or a trailing split) leaves l_i = 0: write zeros, not 0/0.
     has = l_i > 0
@@ -247,20 +207,6 @@ def launch_shape(batch: int, kv_heads: int, device: torch.device) -> tuple[int, 
     return BLOCK_N, 4, 2
 
 
-@dataclass(frozen=True)
-class NewToken:
-    """The step's token as the QKV projection left it (the `rope` fusion): q is then a view of the
-    raw rows [heads | kv heads | kv heads] x D, and attention normalises and rotates q and k as
-    models/triton_fused.qk_norm_rope_store does, and stores k and v at slot_mapping."""
-
-    positions: torch.Tensor  # [B]
-    cos_sin: torch.Tensor  # [max_positions, D] fp32, RotaryEmbedding.cos_sin_cache
-    q_weight: torch.Tensor | None  # Qwen3's q/k RMSNorm weights, or None (Llama)
-    k_weight: torch.Tensor | None
-    eps: float
-    slot_mapping: torch.Tensor  # [B]
-
-
 def paged_decode_attention(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -272,13 +218,11 @@ def paged_decode_attention(
     block_n: int | None = None,
     num_warps: int | None = None,
     num_stages: int | None = None,
-    new_token: NewToken | None = None,
 ) -> torch.Tensor:
     """q [B, heads, D]; k/v_cache [num_blocks, block_size, kv_heads, D];
     block_tables [B, max_blocks] int32; context_lens [B] int32 (the current token included, already
-    in the cache unless new_token says where to put it). Returns [B, heads, D] in q's dtype. Rows
-    with context 0 get zeros. block_n, num_warps, num_stages: the tile and launch shape, else
-    launch_shape's."""
+    in the cache). Returns [B, heads, D] in q's dtype. Rows with context 0 get zeros. block_n,
+    num_warps, num_stages: the tile and launch shape, else launch_shape's."""
     batch, heads, head_dim = q.shape
     _, block_size, kv_heads, _ = k_cache.shape
     group = heads // kv_heads
@@ -294,11 +238,6 @@ def paged_decode_attention(
         )
     if q.stride(-1) != 1 or k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:
         raise ValueError("q and the caches need a contiguous last dim")
-    fused = new_token is not None
-    row = (heads + 2 * kv_heads) * head_dim  # a QKV row; one row's stride(0) is any value
-    if fused and (q.stride(1) != head_dim or (batch > 1 and q.stride(0) < row)):
-        raise ValueError("with new_token, q must be the q part of the QKV projection's rows")
-    token = new_token or NewToken(context_lens, q, None, None, 0.0, context_lens)  # unread
     default = launch_shape(batch, kv_heads, q.device)
     block_n = block_n or default[0]
     num_warps, num_stages = num_warps or default[1], num_stages or default[2]
@@ -306,7 +245,7 @@ def paged_decode_attention(
         num_splits = default_num_splits(
             batch, kv_heads, block_tables.shape[1], block_size, q.device, block_n
         )
-    out = torch.empty(batch, heads, head_dim, dtype=q.dtype, device=q.device)
+    out = torch.empty_like(q)
     if batch == 0:
         return out
     split = num_splits > 1
@@ -326,13 +265,6 @@ def paged_decode_attention(
         out,
         part_o,
         part_lse,
-        token.positions,
-        token.cos_sin,
-        token.q_weight if token.q_weight is not None else q,
-        token.k_weight if token.k_weight is not None else q,
-        token.slot_mapping,
-        token.cos_sin.stride(0),
-        token.eps,
         q.stride(0),
         q.stride(1),
         k_cache.stride(0),
@@ -354,12 +286,8 @@ def paged_decode_attention(
         SPLIT=split,
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         UPCAST=_INTERPRETED and q.dtype != torch.float32,
-        FUSED=fused,
-        HAS_NORM=token.q_weight is not None and token.k_weight is not None,
         num_warps=num_warps,
         num_stages=num_stages,
-        # RoPE's products rounded one by one, as the q/k kernel (no a*b+c contracted into FMA)
-        enable_fp_fusion=not fused,
         **launch_options(q.device),
     )
     if split:

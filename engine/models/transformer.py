@@ -19,7 +19,6 @@ import torch
 from torch import nn
 
 from ...core.errors import BubblelabError
-from .. import fusion
 from ..attention import AttentionBackend, store_kv_cache
 from ..attention.metadata import AttentionMetadata
 from ..config import ModelConfig
@@ -68,8 +67,6 @@ class Attention(Fusable):
         rotary: RotaryEmbedding,
     ) -> torch.Tensor:
         """qkv: qkv_proj's output (DecoderLayer runs the projection with the norm before it)."""
-        if self.triton_qkv and not meta.is_prefill and self._rope_in_attention():
-            return self.o_proj(self._decode_with_rope(positions, qkv, meta, rotary).flatten(1))
         if self.triton_qkv:
             from .triton_fused import qk_norm_rope_store  # Triton: imported only where it runs
 
@@ -91,43 +88,6 @@ class Attention(Fusable):
             q, k, v = self.qkv_to_cache(positions, qkv, meta.slot_mapping, rotary)
         o = self.backend.forward(q, k, v, self.k_cache, self.v_cache, meta, self.scale)
         return self.o_proj(o.flatten(1))
-
-    def _rope_in_attention(self) -> bool:
-        return self.backend.name == "triton" and fusion.enabled("rope")
-
-    def _decode_with_rope(
-        self,
-        positions: torch.Tensor,
-        qkv: torch.Tensor,
-        meta: AttentionMetadata,
-        rotary: RotaryEmbedding,
-    ) -> torch.Tensor:
-        """Decode attention straight from qkv: the q/k norm, RoPE and the K/V store happen inside
-        the attention kernel (the `rope` fusion, engine/fusion.py)."""
-        from ..attention.triton_decode import NewToken, paged_decode_attention
-
-        k_cache, v_cache, tables, lens = (
-            self.k_cache,
-            self.v_cache,
-            meta.block_tables,
-            meta.context_lens,
-        )
-        if k_cache is None or v_cache is None or tables is None or lens is None:
-            raise ValueError("decode attention needs a bound KV cache, block tables and lengths")
-        if meta.slot_mapping is None:
-            raise ValueError("the rope fusion stores the step's K/V: it needs the slot mapping")
-        token = NewToken(
-            positions,
-            rotary.cos_sin_cache,
-            self.q_norm.weight if self.qk_norm else None,
-            self.k_norm.weight if self.qk_norm else None,
-            self.q_norm.eps if self.qk_norm else 0.0,
-            meta.slot_mapping,
-        )
-        q = qkv[:, : self.q_size].view(-1, self.num_heads, self.head_dim)
-        return paged_decode_attention(
-            q, k_cache, v_cache, tables, lens, self.scale, new_token=token
-        )
 
     @fused
     def qkv_to_cache(
