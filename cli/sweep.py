@@ -52,10 +52,12 @@ def run_and_profile(
         metavar="",
         help="After 4 pairs, stop a configuration whose spread puts ±1 point beyond its budget.",
     ),
-    processes: int = typer.Option(
-        2,
+    processes: int | None = typer.Option(
+        None,
         help="Worker processes the unprofiled pairs are spread over, one after another (each "
-        "draws its own host speed; the interval covers every process). 1 on the CPU.",
+        "draws its own host speed; the interval covers every process). Default 2 on the GPU; "
+        "the CPU runs its pairs in-process, so 1.",
+        show_default=False,
     ),
     constraint: str | None = options.CONSTRAINT,
     max_model_len: int = options.MAX_MODEL_LEN,

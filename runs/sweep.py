@@ -70,7 +70,7 @@ class SweepSpec:
     min_repeats: int = 3  # ...and at least; with one depth, the runs each configuration makes
     budget_s: float = 30.0  # seconds of runs a configuration may take before it stops unknown
     out_of_reach: bool = True  # ...or stop it once ±1 point is out of reach (costmodel.repeats)
-    processes: int = 2  # worker processes the unprofiled pairs are spread over (1 on the CPU)
+    processes: int | None = None  # worker processes the pairs are spread over: 2 on the GPU
     nsys_repeats: int = 1
     nsys_depths: list[int] | None = None  # the depths the nsys pass profiles (None: every one)
     # nsys --cuda-graph-trace: "node" shows the kernels inside graphs (the kernel view), "graph"
@@ -97,9 +97,14 @@ class SweepSpec:
             check_int("requests_per_stream", self.requests_per_stream, 1, 10_000)
         check_int("repeats", self.repeats, 1, 1000)
         check_int("min_repeats", self.min_repeats, 1, 1000)
+        if self.processes is None:
+            self.processes = 1 if self.device == "cpu" else 2
         check_int("processes", self.processes, 1, 16)
-        if self.device == "cpu":  # its unprofiled pass runs in this process (passes.in_process)
-            self.processes = 1
+        if self.device == "cpu" and self.processes > 1:  # passes.in_process
+            raise BubblelabError(
+                f"processes {self.processes}: a CPU sweep runs its unprofiled pairs in this "
+                "process, so 1; worker processes are the GPU's"
+            )
         self.rule()  # the repeat rule's own checks
         check_int("nsys_repeats", self.nsys_repeats, 1, 1000)
         if self.nsys_depths is not None:
@@ -145,7 +150,7 @@ class SweepSpec:
             min(self.min_repeats, self.repeats),
             self.repeats,
             self.out_of_reach,
-            self.processes,
+            self.processes or 1,  # set in __post_init__
         )
 
     def runs(self, repeats: int | None = None, depths: list[int] | None = None) -> list[dict]:

@@ -12,6 +12,7 @@ from dataclasses import asdict
 import numpy as np
 import pytest
 
+from bubblelab.core.errors import BubblelabError
 from bubblelab.costmodel.observed import median_of_pairs, process_medians
 from bubblelab.costmodel.repeats import (
     DISAGREE,
@@ -94,8 +95,10 @@ def test_earlier_processes_share_the_minimum_pairs():
         RepeatRule(processes=0)
     with pytest.raises(Exception, match="processes"):
         SweepSpec(processes=17)
-    # On the CPU the unprofiled pass runs in this process: its options say so.
-    assert SweepSpec(processes=3).processes == 1
+    # On the CPU the unprofiled pass runs in this process: 1 by default, more refused, not ignored.
+    assert SweepSpec().processes == 1
+    with pytest.raises(BubblelabError, match="a CPU sweep runs its unprofiled pairs in this"):
+        SweepSpec(processes=3)
 
 
 def test_two_workers_make_one_configurations_pairs_one_after_the_other(tmp_path):
