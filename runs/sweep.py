@@ -31,7 +31,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -46,6 +45,7 @@ from ..engine.config import MAX_NUM_SEQS, EngineConfig, default_dtype
 from ..profiling.nsys import GRAPH_TRACE_MODES, capture_mode, find_nsys
 from . import passes as run_passes
 from . import state as run_state
+from . import stopped
 from .assemble import assemble, needs_assembly, nsys_reports
 from .record import find_record, read_record
 from .repeats import needed, quota_met, read_verdicts, unneeded, verdict_lines
@@ -288,7 +288,7 @@ def run_sweep(
             say(f"nothing left to run in {out_dir}: its results are up to date")
     except BaseException as e:
         run_passes.stop(running)
-        error = _stopped(out_dir, state, e, created=created and not resume, say=say)
+        error = stopped.record_stop(out_dir, state, e, created=created and not resume, say=say)
         if error is not None:
             raise error from None
         raise
@@ -325,63 +325,6 @@ def _whole_nsys_pass(out_dir: Path, runs: list[dict]) -> bool:
     """Every run of the nsys pass recorded and its report written, or none begun."""
     recorded = [r for r in runs if find_record(out_dir / "runs" / "nsys", r["tag"]) is not None]
     return not recorded or (len(recorded) == len(runs) == len(nsys_reports(out_dir)))
-
-
-def _stopped(
-    out_dir: Path, state: dict, e: BaseException, *, created: bool, say: Callable[[str], None]
-) -> BubblelabError | None:
-    """Record why the sweep stopped (the first planned run without a record was running) and keep
-    what finished; a new sweep that finished nothing leaves nothing. Returns the one-line error to
-    raise instead of a BubblelabError (a bug keeps its traceback)."""
-    interrupted = isinstance(e, KeyboardInterrupt)
-    reason = "interrupted" if interrupted else " ".join(str(e).split()) or type(e).__name__
-    finished = run_state.finished_runs(out_dir)
-    # The first planned run without a record was running (of those the repeat rule still wanted);
-    # none: every run had finished and the results were being assembled.
-    skipped = {f"plain/{tag}" for tag in unneeded(out_dir / "runs" / "plain")}
-    running = next((r for r in state["planned"] if r not in finished and r not in skipped), None)
-    failed = {"run": running, "error": reason}
-    run_state.mark(out_dir, state, "interrupted" if interrupted else "failed", failed=failed)
-    known = isinstance(e, BubblelabError)
-    if not finished:
-        if created:  # it leaves nothing, except what says why: its logs, kept in one file
-            kept = _keep_logs(out_dir)
-            run_state.remove_sweep(out_dir)
-            reason += f" (its logs: {kept})" if kept else ""
-        return (
-            BubblelabError(f"run {running} failed: {reason} (no run finished)") if known else None
-        )
-    what = f"run {running}" if running else "assembling the results"
-    say(
-        f"{what}: {reason}. {len(finished)} finished runs kept in {out_dir}: "
-        f"`bubblelab report {out_dir}` reports them, "
-        f"`bubblelab run-and-profile --resume {out_dir}` runs the rest"
-    )
-    if known:
-        return BubblelabError(
-            f"{what} failed: {reason} ({len(finished)} finished runs kept in {out_dir})"
-        )
-    return None
-
-
-def _keep_logs(out_dir: Path) -> Path | None:
-    """Every log of a sweep about to be removed (nsys's, each pass's worker's), in one file in the
-    temp folder, each under its path; None when there are none."""
-    logs = sorted(out_dir.rglob("*.log"))
-    if not logs:
-        return None
-    kept = (
-        Path(tempfile.gettempdir())
-        / f"bubblelab-{out_dir.name}-{time.strftime('%Y%m%d-%H%M%S')}.log"
-    )
-    write_atomic(
-        kept,
-        "".join(
-            f"==> {log.relative_to(out_dir)} <==\n{log.read_text(errors='replace')}\n"
-            for log in logs
-        ),
-    )
-    return kept
 
 
 def _nsys_or_none(
