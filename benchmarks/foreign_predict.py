@@ -4,14 +4,18 @@ would buy by costmodel.foreign, against the depth-2 speedup the same sweep measu
 
     python -m benchmarks.foreign_predict --sweeps DIR [--sweeps DIR2 ...] --out OUT
 
-DIR: a run-and-profile sweep whose nsys pass profiled depth 1 (benchmarks.heldout_2's sweeps do),
-or a folder of such sweeps. The trace is read with --domain none, as `bubblelab analyze TRACE
---domain none --output-len L` reads it; L is the workload's configured mean output length (what a
-user knows of their own workload before a run), never the run's. The measured side is the sweep's
-observed speedup (median of interleaved repeat pairs, 95% interval), which the prediction never
-reads. Each row also predicts from the same trace given the engine's own step time (`analyze
---step-ms`), the median decode step of the sweep's unprofiled depth-1 runs, as a user reads it off
-their engine without the profiler. Writes OUT/foreign-predict.json (every row, with the
+DIR: a run-and-profile sweep whose nsys pass profiled depth 1 (benchmarks.heldout_2's sweeps do), or
+a folder of such sweeps. The trace is read with --domain none, as `bubblelab analyze TRACE --domain
+none --output-len L` reads it; L is the workload's configured mean output length (what a user knows
+of their own workload before a run), never the run's. The measured side is the sweep's observed
+speedup (median of interleaved repeat pairs, 95% interval), which the prediction never reads. Each
+row also predicts from the same trace given the engine's own step time (`analyze --step-ms`), the
+median decode step of the sweep's unprofiled depth-1 runs, as a user reads it off their engine
+without the profiler. The workload's requests stop at their caps (ignore_eos) and the engine
+launches no step past a cap, which a user knows of their own engine and workload: so no zombie tax
+(`analyze --no-zombies`). Each prediction comes twice: a steady step (medians) and over the whole
+trace (every step summed, `whole_run`), the one to set beside a measured wall clock and the one item
+5 is judged on, with the engine's step time. Writes OUT/foreign-predict.json (every row, with the
 prediction's assumptions) and OUT/foreign-predict.md (the table). With --keep DIR, each row's
 depth-1 trace and the per-step tables of its depth-1 runs go to DIR too, to explain a miss on
 another machine.
@@ -56,7 +60,7 @@ def rows(sweep: Path, n_boot: int = 1000, keep: Path | None = None) -> list[dict
     profiled = r.runs[(r.runs["depth"] == 1) & (r.runs["source"] == "nsys")]
     for _, run in profiled.sort_values("streams").iterrows():
         trace = trace_of(sweep, run["trace_path"])
-        report = analyze_traces([trace], domain="none", output_len=output_len)
+        report = analyze_traces([trace], domain="none", output_len=output_len, zombies=False)
         found = report["runs"][0]
         gain = found.get("pipelining", {})
         m = measured.loc[int(run["streams"])]
@@ -87,11 +91,14 @@ def rows(sweep: Path, n_boot: int = 1000, keep: Path | None = None) -> list[dict
         if row["foreign_pct"] is not None:
             row["miss_pts"] = row["foreign_pct"] - row["observed_pct"]
             row["within_goal"] = abs(row["miss_pts"]) <= GOAL_PTS
+            _whole(row, "whole", gain)
         # The same trace with the engine's own step time, as a user reads it off an unprofiled
         # run of their engine: the sweep's unprofiled depth-1 runs at these streams.
         step = unprofiled_step_ms(r, int(run["streams"]))
         if step is not None:
-            given = analyze_traces([trace], domain="none", output_len=output_len, step_ms=step)
+            given = analyze_traces(
+                [trace], domain="none", output_len=output_len, step_ms=step, zombies=False
+            )
             gain = given["runs"][0].get("pipelining", {})
             row["given_step_ms"] = step
             row["given_pct"] = gain.get("speedup_pct")
@@ -99,10 +106,20 @@ def rows(sweep: Path, n_boot: int = 1000, keep: Path | None = None) -> list[dict
             if row["given_pct"] is not None:
                 row["given_miss_pts"] = row["given_pct"] - row["observed_pct"]
                 row["given_within_goal"] = abs(row["given_miss_pts"]) <= GOAL_PTS
+                _whole(row, "given_whole", gain)
         out.append(row)
         if keep is not None:
             keep_evidence(keep, sweep, trace, r, int(run["streams"]))
     return out
+
+
+def _whole(row: dict, key: str, gain: dict) -> None:
+    """The whole-trace prediction of `gain` into row[key + "_pct"], its interval and its miss."""
+    whole = gain["whole_run"]
+    row[f"{key}_pct"] = whole["speedup_pct"]
+    row[f"{key}_interval_pct"] = whole["interval_pct"]
+    row[f"{key}_miss_pts"] = whole["speedup_pct"] - row["observed_pct"]
+    row[f"{key}_within_goal"] = abs(row[f"{key}_miss_pts"]) <= GOAL_PTS
 
 
 def keep_evidence(keep: Path, sweep: Path, trace: Path, results, streams: int) -> None:
@@ -129,39 +146,42 @@ def unprofiled_step_ms(results, streams: int) -> float | None:
     return float(steady["period_ms"].median()) if len(steady) else None
 
 
+def _cell(r: dict, key: str) -> str:
+    """A prediction and its miss, or why there is none."""
+    if f"{key}_miss_pts" not in r:
+        return r.get("given_not_predicted" if key.startswith("given") else "not_predicted") or "-"
+    return f"{r[key + '_pct']:+.1f}% ({r[key + '_miss_pts']:+.1f})"
+
+
 def markdown(table: list[dict]) -> str:
     lines = [
-        "| model · GPU | streams | L | foreign trace: predicted | measured (95% interval, pairs) "
-        "| miss | with the engine's step time: predicted, miss | from the timeline (depth 1) "
-        "| step rule |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| model · GPU | streams | L | measured (95% interval, pairs) | trace alone: steady step "
+        "| trace alone: whole run | step time given: steady step | **step time given: whole run** "
+        "| from the timeline (depth 1) | step rule |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in table:
         lo, hi = r["observed_interval_pct"]
         known = "" if r["observed_known"] else " ?"
-        predicted = (
-            f"{r['foreign_pct']:+.1f}%" if r["foreign_pct"] is not None else r["not_predicted"]
-        )
-        miss = f"{r['miss_pts']:+.1f} pts" if "miss_pts" in r else "-"
-        given = (
-            f"{r['given_pct']:+.1f}%, {r['given_miss_pts']:+.1f} pts"
-            if "given_miss_pts" in r
-            else r.get("given_not_predicted") or "-"
-        )
+        r = {**r, "foreign_miss_pts": r.get("miss_pts"), "given_miss_pts": r.get("given_miss_pts")}
+        r = {k: v for k, v in r.items() if v is not None}
         lines.append(
-            f"| {r['model']} · {r['device']} | {r['streams']} | {r['output_len']:g} | {predicted} "
-            f"| {r['observed_pct']:+.1f}% [{lo:+.1f}, {hi:+.1f}]{known} ({r['pairs']}) | {miss} "
-            f"| {given} | {r['timeline_d1_pct']:+.1f}% "
+            f"| {r['model']} · {r['device']} | {r['streams']} | {r['output_len']:g} "
+            f"| {r['observed_pct']:+.1f}% [{lo:+.1f}, {hi:+.1f}]{known} ({r['pairs']}) "
+            f"| {_cell(r, 'foreign')} | {_cell(r, 'whole')} | {_cell(r, 'given')} "
+            f"| **{_cell(r, 'given_whole')}** | {r['timeline_d1_pct']:+.1f}% "
             f"| {r['step_rule']}{'' if r['sure'] else ' (unsure)'} |"
         )
-    met = [r for r in table if r.get("within_goal")]
-    given = [r for r in table if r.get("given_within_goal")]
+    keys = ("within_goal", "whole_within_goal", "given_within_goal", "given_whole_within_goal")
+    count = {k: sum(bool(r.get(k)) for r in table) for k in keys}
     lines.append("")
     lines.append(
-        f"{len(met)} of {len(table)} configurations predicted from the depth-1 trace alone within "
-        f"{GOAL_PTS:g} points of the measured speedup, {len(given)} with the engine's own "
-        "unprofiled step time (`analyze --step-ms`) ('?': the measured speedup is not known to "
-        "±1 point)."
+        f"Within {GOAL_PTS:g} points of the measured speedup (misses in points in brackets): from "
+        f"the depth-1 trace alone {count['within_goal']} of {len(table)} (steady step) and "
+        f"{count['whole_within_goal']} (whole run); with the engine's own unprofiled step time "
+        f"(`analyze --step-ms`) {count['given_within_goal']} and "
+        f"**{count['given_whole_within_goal']}** (whole run: item 5's figure). No zombie tax: the "
+        "requests stop at their caps. '?': the measured speedup is not known to ±1 point."
     )
     return "\n".join(lines) + "\n"
 

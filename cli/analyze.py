@@ -70,6 +70,13 @@ def analyze(
         "inter-token latency at this batch). It replaces the traced step time in the prediction: "
         "nsys slows the host (docs/foreign-traces.md).",
     ),
+    zombies: bool = typer.Option(
+        True,
+        "--zombies/--no-zombies",
+        help="Foreign runs: --no-zombies where every request stops at a length the engine knows "
+        "when it launches a step (max_tokens with ignore_eos) and it launches none past it: no "
+        "zombie tax (z = 0).",
+    ),
     kernels: bool = typer.Option(
         False,
         "--kernels",
@@ -99,6 +106,7 @@ def analyze(
             steps=StepOptions(step_range, step_rule, gap_threshold_us),
             output_len=output_len_mean,
             step_ms=step_ms,
+            zombies=zombies,
             kernels=kernels,
             on_progress=lambda what: status.update(Text(what)),
         )
@@ -384,6 +392,15 @@ def _print_foreign(console: Console, run: dict) -> None:
         )
         for line in gain["assumptions"]:
             console.print(Text("  - ") + cell(line, limit=300))
+        whole = gain["whole_run"]
+        wlo, whi = whole["interval_pct"]
+        console.print(
+            f"run {rid}: over the whole trace, {mark}pipelining would buy "
+            f"{whole['speedup_pct']:+.1f}% (95% interval {wlo:+.1f}% .. {whi:+.1f}%): the figure "
+            "to set beside a measured wall clock.",
+            markup=False,
+        )
+        console.print(Text("  - ") + cell(whole["line"], limit=300))
     elif gain:
         console.print(cell(f"run {rid}: no pipelining prediction ({gain['not_predicted']})", 300))
 

@@ -45,6 +45,7 @@ def pipelining_gain(
     n_boot: int = 1000,
     seed: int = 0,
     step_ms: float | None = None,
+    zombies: bool = True,
 ) -> dict:
     """The predicted throughput gain (percent) of pipelining the loop a foreign run's per-step table
     shows, with its 95% interval and the assumptions it rests on (`assumptions`, sentences for the
@@ -65,6 +66,13 @@ def pipelining_gain(
     period's excess over it is taken as host time the profiler added: each step's host work loses
     it, the GPU's work (which the trace times right) stays. The result carries
     `t_block_source` "given" and no `bound`.
+
+    zombies: False where every request stops at a length the engine knows when it launches a step
+    (max_tokens with ignore_eos) and it launches none past it: z = 0, the interval too.
+
+    The result's `whole_run` is the same gain over every step of the trace in order (prefills, the
+    ramp-down and the slow steps a median leaves out), as a measured wall clock sums them
+    (_whole_run).
     """
     if output_len is not None:
         check_float("output_len", output_len, 1, 1e6)
@@ -84,7 +92,7 @@ def pipelining_gain(
     t_block, t_pipe = float(np.median(period)), float(np.median(pipe))
     decode = int((steps["kind"] == "decode").sum())
     L = float(output_len) if output_len else decode + 1.0
-    z = 1.0 / L
+    z = 1.0 / L if zombies else 0.0
     rng = np.random.default_rng(seed)
     picks = rng.integers(0, len(steady), size=(n_boot, len(steady)))
     boot_block, boot_pipe = np.median(period[picks], axis=1), np.median(pipe[picks], axis=1)
@@ -117,8 +125,12 @@ def pipelining_gain(
             "(given)."
             if output_len
             else "(the run's decode steps + 1: one batch from start to end)."
-        ),
-        "The interval: steps resampled (95%), z from 1/L (low end) to 0 (high end).",
+        )
+        if zombies
+        else "z = 0: no zombies (given): every request stops at a length its engine knows when "
+        "it launches a step, and it launches none past it.",
+        "The interval: steps resampled (95%)"
+        + (", z from 1/L (low end) to 0 (high end)." if zombies else "."),
         *(
             []
             if given
@@ -147,8 +159,44 @@ def pipelining_gain(
         "z": round(z, 6),
         "output_len": L,
         "steps": int(len(steady)),
+        "whole_run": _whole_run(steps, given["added_ms"] if given else 0.0, z, rng, n_boot),
         **({k: v for k, v in profiled.items() if k != "line"} if profiled else {}),
         "assumptions": assumptions,
+    }
+
+
+def _whole_run(
+    steps: pd.DataFrame, added_ms: float, z: float, rng: np.random.Generator, n_boot: int
+) -> dict:
+    """The gain over every step of the trace with a period, in order: the blocking wall is the sum
+    of their periods, the pipelined one the sum of max(GPU work, host work) a step (the host work of
+    a depth-1 period launches the next step, which depth 2 does under this one's GPU work). With
+    --step-ms each step loses the profiler's host time (added_ms) from its host work and its period,
+    never below its GPU work. The interval resamples the steps (95%), z from the given to 0."""
+    timed = steps.sort_values("step")
+    timed = timed[timed["period_ms"].notna()]
+    gpu, host = step_gpu_ms(timed).to_numpy(float), host_tick_ms(timed).to_numpy(float)
+    block = np.maximum(timed["period_ms"].to_numpy(float) - added_ms, gpu)
+    pipe = np.maximum(gpu, np.clip(host - added_ms, 0.0, None))
+    if len(block) == 0 or pipe.sum() <= 0:
+        raise BubblelabError("no step with a period to predict the whole run from")
+    picks = rng.integers(0, len(block), size=(n_boot, len(block)))
+    boot_block, boot_pipe = block[picks].sum(axis=1), pipe[picks].sum(axis=1)
+    lo = interval(pct(speedup(boot_block, boot_pipe, z)))[0]
+    hi = interval(pct(speedup(boot_block, boot_pipe, 0.0)))[1]
+    kinds = timed["kind"].value_counts().to_dict()
+    return {
+        "speedup_pct": round(pct(speedup(block.sum(), pipe.sum(), z)), 3),
+        "interval_pct": [round(lo, 3), round(hi, 3)],
+        "wall_block_ms": round(float(block.sum()), 6),
+        "wall_pipe_ms": round(float(pipe.sum()), 6),
+        "steps": int(len(block)),
+        "prefill_steps": int(kinds.get("prefill", 0)),
+        "line": f"Over the whole trace ({len(block)} steps with a period, "
+        f"{kinds.get('prefill', 0)} of them prefill-like): {block.sum():.1f} ms of blocking "
+        f"periods against {pipe.sum():.1f} ms pipelined (each step the slower of its GPU and host "
+        "work); the GPU's hand-over between two queued steps (~0.01 ms on bubblelab's engine) is "
+        "not in a blocking trace and is left out.",
     }
 
 

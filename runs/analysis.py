@@ -38,6 +38,7 @@ def analyze_traces(
     steps: StepOptions | None = None,
     output_len: float | None = None,
     step_ms: float | None = None,
+    zombies: bool = True,
     kernels: bool = False,
     on_progress: Callable[[str], None] | None = None,
 ) -> dict:
@@ -49,8 +50,9 @@ def analyze_traces(
     ask profiling.analysis more afterwards; default: in memory); none: every run already in
     `catalog`; or one run directory, read from the catalog its sweep left. steps: how to find a
     foreign engine's steps; output_len: its requests' mean generated length, for the zombie tax
-    (default: its decode steps + 1); step_ms: its own unprofiled time a decode step, which
-    replaces the trace's in the prediction (one foreign run only). kernels: each run adds
+    (default: its decode steps + 1); step_ms: its own unprofiled time a decode step, which replaces
+    the trace's in the prediction (one foreign run only); zombies: False where its requests stop at
+    lengths it knows at launch (costmodel.foreign.pipelining_gain). kernels: each run adds
     `kernels`, the kernel-level view (profiling.kernels.kernel_view: top kernels, CUDA API summary,
     launch latency, whole-run split).
     on_progress: told what is being done, in words.
@@ -91,7 +93,7 @@ def analyze_traces(
             n = len(foreign_runs)
             raise OptionError("step_ms", f"needs exactly one foreign run, there are {n}", step_ms)
         for run in foreign_runs:
-            run["pipelining"] = _pipelining(con, run, output_len, warmup, step_ms)
+            run["pipelining"] = _pipelining(con, run, output_len, warmup, step_ms, zombies)
         for run in report["runs"]:
             if kernels:
                 run["kernels"] = kernel_view(con, run["run_id"])
@@ -121,6 +123,7 @@ def _pipelining(
     output_len: float | None,
     warmup: int,
     step_ms: float | None = None,
+    zombies: bool = True,
 ) -> dict:
     """What pipelining would buy a foreign run, with its mid-step host syncs and the host time nsys
     added to node-traced graph launches named among the assumptions; the reason where it cannot be
@@ -135,6 +138,7 @@ def _pipelining(
             graph_launches=foreign.traced_graph_launches(con, run["run_id"]),
             warmup=warmup,
             step_ms=step_ms,
+            zombies=zombies,
         )
     except BubblelabError as e:
         return {"not_predicted": str(e)}
