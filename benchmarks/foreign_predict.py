@@ -9,16 +9,16 @@ a folder of such sweeps. The trace is read with --domain none, as `bubblelab ana
 none --output-len L` reads it; L is the workload's configured mean output length (what a user knows
 of their own workload before a run), never the run's. The measured side is the sweep's observed
 speedup (median of interleaved repeat pairs, 95% interval), which the prediction never reads. Each
-row also predicts from the same trace given the engine's own step time (`analyze --step-ms`), the
-median decode step of the sweep's unprofiled depth-1 runs, as a user reads it off their engine
-without the profiler. The workload's requests stop at their caps (ignore_eos) and the engine
-launches no step past a cap, which a user knows of their own engine and workload: so no zombie tax
-(`analyze --no-zombies`). Each prediction comes twice: a steady step (medians) and over the whole
-trace (every step summed, `whole_run`), the one to set beside a measured wall clock and the one item
-5 is judged on, with the engine's step time. Writes OUT/foreign-predict.json (every row, with the
-prediction's assumptions) and OUT/foreign-predict.md (the table). With --keep DIR, each row's
-depth-1 trace and the per-step tables of its depth-1 runs go to DIR too, to explain a miss on
-another machine.
+row also predicts from the same trace given the engine's own unprofiled step times, as a user reads
+them off their engine without the profiler: the median decode step of the sweep's unprofiled depth-1
+runs (`analyze --step-ms`) and their mean step over whole runs (`--mean-step-ms`). The workload's
+requests stop at their caps (ignore_eos) and the engine launches no step past a cap, which a user
+knows of their own engine and workload: so no zombie tax (`analyze --no-zombies`). Each prediction
+comes twice: a steady step (medians) and over the whole trace (every step summed, `whole_run`), the
+one to set beside a measured wall clock and, with the engine's step times, the one item 5 is judged
+on. Writes OUT/foreign-predict.json (every row, with the prediction's assumptions) and
+OUT/foreign-predict.md (the table). With --keep DIR, each row's depth-1 trace and the per-step
+tables of its depth-1 runs go to DIR too, to explain a miss on another machine.
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ from pathlib import Path
 from bubblelab.core.files import write_atomic
 from bubblelab.core.steady import steady_state
 from bubblelab.costmodel.predict import predict_runs
+from bubblelab.profiling import analysis
+from bubblelab.profiling.catalog import connect
 from bubblelab.runs.analysis import analyze_traces
 from bubblelab.runs.rundir import read_results
 
@@ -95,12 +97,15 @@ def rows(sweep: Path, n_boot: int = 1000, keep: Path | None = None) -> list[dict
         # The same trace with the engine's own step time, as a user reads it off an unprofiled
         # run of their engine: the sweep's unprofiled depth-1 runs at these streams.
         step = unprofiled_step_ms(r, int(run["streams"]))
+        mean_step = unprofiled_mean_step_ms(r, int(run["streams"]))
         if step is not None:
             given = analyze_traces(
-                [trace], domain="none", output_len=output_len, step_ms=step, zombies=False
-            )
+                [trace], domain="none", output_len=output_len, step_ms=step, zombies=False,
+                mean_step_ms=mean_step,
+            )  # fmt: skip
             gain = given["runs"][0].get("pipelining", {})
             row["given_step_ms"] = step
+            row["given_mean_step_ms"] = mean_step
             row["given_pct"] = gain.get("speedup_pct")
             row["given_not_predicted"] = gain.get("not_predicted")
             if row["given_pct"] is not None:
@@ -124,16 +129,25 @@ def _whole(row: dict, key: str, gain: dict) -> None:
 
 def keep_evidence(keep: Path, sweep: Path, trace: Path, results, streams: int) -> None:
     """What a miss is explained from, small enough to bring back from the GPU machine: the depth-1
-    trace as read, and the per-step table of every depth-1 run at `streams` (unprofiled and under
-    nsys, as results.json holds them), to set the trace's GPU work beside the unprofiled forward."""
+    trace as read, its per-step table read foreign, the per-step table of every depth-1 run at
+    `streams` (unprofiled and under nsys, as results.json holds them; JSON, for
+    foreign_keep_summary), and every run at `streams` of both depths with its steps (parquet), to
+    set the trace's steps beside the unprofiled runs'."""
     keep.mkdir(parents=True, exist_ok=True)
-    name = f"{sweep.name}-s{streams}-d1.sqlite" + (".gz" if trace.suffix == ".gz" else "")
+    stem = f"{sweep.name}-s{streams}"
+    name = f"{stem}-d1.sqlite" + (".gz" if trace.suffix == ".gz" else "")
     write_atomic(keep / name, trace.read_bytes())
     runs = results.runs
     picked = runs[(runs["depth"] == 1) & (runs["streams"] == streams)][["run_id", "source"]]
     columns = ["run_id", "step", "kind", "forward_ms", "sampling_ms", "bubble_ms", "period_ms"]
     steps = results.steps.merge(picked, on="run_id")[["source", *columns]]
-    write_atomic(keep / f"{sweep.name}-s{streams}-d1-steps.json", steps.to_json(orient="records"))
+    write_atomic(keep / f"{stem}-d1-steps.json", steps.to_json(orient="records"))
+    meta = ["run_id", "depth", "source", "repeat", "process", "wall_s", "generated_tokens"]
+    at = runs[runs["streams"] == streams][[c for c in meta if c in runs]]
+    results.steps.merge(at, on="run_id").to_parquet(keep / f"{stem}-steps.parquet")
+    con = connect(None)
+    (run,) = analyze_traces([trace], catalog=con, domain="none")["runs"]
+    analysis.per_step(con, run["run_id"]).to_parquet(keep / f"{stem}-d1-foreign-steps.parquet")
 
 
 def unprofiled_step_ms(results, streams: int) -> float | None:
@@ -151,6 +165,15 @@ def _cell(r: dict, key: str) -> str:
     if f"{key}_miss_pts" not in r:
         return r.get("given_not_predicted" if key.startswith("given") else "not_predicted") or "-"
     return f"{r[key + '_pct']:+.1f}% ({r[key + '_miss_pts']:+.1f})"
+
+
+def unprofiled_mean_step_ms(results, streams: int) -> float | None:
+    """The mean period of every step of the sweep's unprofiled depth-1 runs at `streams`, prefills
+    and the ramp-down too (their wall clock over their steps, as a user times a whole run)."""
+    runs = results.runs
+    picked = runs[(runs["depth"] == 1) & (runs["source"] != "nsys") & (runs["streams"] == streams)]
+    period = results.steps[results.steps["run_id"].isin(picked["run_id"])]["period_ms"].dropna()
+    return float(period.mean()) if len(period) else None
 
 
 def markdown(table: list[dict]) -> str:

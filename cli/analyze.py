@@ -70,6 +70,13 @@ def analyze(
         "inter-token latency at this batch). It replaces the traced step time in the prediction: "
         "nsys slows the host (docs/foreign-traces.md).",
     ),
+    mean_step_ms: float = typer.Option(
+        None,
+        "--mean-step-ms",
+        help="One foreign run: the engine's own time a step without the profiler, averaged over a "
+        "whole run of this workload (its wall clock over its steps): the whole-run figure takes "
+        "the traced mean period's excess over it as the profiler's.",
+    ),
     zombies: bool = typer.Option(
         True,
         "--zombies/--no-zombies",
@@ -107,6 +114,7 @@ def analyze(
             output_len=output_len_mean,
             step_ms=step_ms,
             zombies=zombies,
+            mean_step_ms=mean_step_ms,
             kernels=kernels,
             on_progress=lambda what: status.update(Text(what)),
         )

@@ -46,6 +46,7 @@ def pipelining_gain(
     seed: int = 0,
     step_ms: float | None = None,
     zombies: bool = True,
+    mean_step_ms: float | None = None,
 ) -> dict:
     """The predicted throughput gain (percent) of pipelining the loop a foreign run's per-step table
     shows, with its 95% interval and the assumptions it rests on (`assumptions`, sentences for the
@@ -72,7 +73,9 @@ def pipelining_gain(
 
     The result's `whole_run` is the same gain over every step of the trace in order (prefills, the
     ramp-down and the slow steps a median leaves out), as a measured wall clock sums them
-    (_whole_run).
+    (_whole_run). mean_step_ms: the engine's own unprofiled time a step averaged over a whole run
+    of this workload (its wall clock over its steps); the whole-run figure then takes the traced
+    mean period's excess over it as the profiler's host time a step (else step_ms's, else none).
     """
     if output_len is not None:
         check_float("output_len", output_len, 1, 1e6)
@@ -159,27 +162,47 @@ def pipelining_gain(
         "z": round(z, 6),
         "output_len": L,
         "steps": int(len(steady)),
-        "whole_run": _whole_run(steps, given["added_ms"] if given else 0.0, z, rng, n_boot),
+        "whole_run": _whole_run(
+            steps, given["added_ms"] if given else 0.0, z, rng, n_boot, mean_step_ms
+        ),
         **({k: v for k, v in profiled.items() if k != "line"} if profiled else {}),
         "assumptions": assumptions,
     }
 
 
 def _whole_run(
-    steps: pd.DataFrame, added_ms: float, z: float, rng: np.random.Generator, n_boot: int
+    steps: pd.DataFrame,
+    added_ms: float,
+    z: float,
+    rng: np.random.Generator,
+    n_boot: int,
+    mean_step_ms: float | None = None,
 ) -> dict:
     """The gain over every step of the trace with a period, in order: the blocking wall is the sum
     of their periods, the pipelined one the sum of max(GPU work, host work) a step (the host work of
     a depth-1 period launches the next step, which depth 2 does under this one's GPU work). With
     --step-ms each step loses the profiler's host time (added_ms) from its host work and its period,
-    never below its GPU work. The interval resamples the steps (95%), z from the given to 0."""
+    never below its GPU work; with --mean-step-ms that time is the traced mean period's excess over
+    the given mean. The interval resamples the steps (95%), z from the given to 0."""
     timed = steps.sort_values("step")
     timed = timed[timed["period_ms"].notna()]
     gpu, host = step_gpu_ms(timed).to_numpy(float), host_tick_ms(timed).to_numpy(float)
-    block = np.maximum(timed["period_ms"].to_numpy(float) - added_ms, gpu)
-    pipe = np.maximum(gpu, np.clip(host - added_ms, 0.0, None))
-    if len(block) == 0 or pipe.sum() <= 0:
+    period = timed["period_ms"].to_numpy(float)
+    if len(period) == 0:
         raise BubblelabError("no step with a period to predict the whole run from")
+    if mean_step_ms is not None:
+        check_float("mean_step_ms", mean_step_ms, 1e-6, 1e9)
+        if mean_step_ms < 0.98 * gpu.mean():
+            raise BubblelabError(
+                f"--mean-step-ms {mean_step_ms:g} is shorter than the GPU's mean work a step in "
+                f"the trace ({gpu.mean():.3f} ms): give the unprofiled wall clock over the steps "
+                "of a run of the same engine and workload"
+            )
+        added_ms = max(float(period.mean()) - mean_step_ms, 0.0)
+    block = np.maximum(period - added_ms, gpu)
+    pipe = np.maximum(gpu, np.clip(host - added_ms, 0.0, None))
+    if pipe.sum() <= 0:
+        raise BubblelabError("no GPU or host work to predict the whole run from")
     picks = rng.integers(0, len(block), size=(n_boot, len(block)))
     boot_block, boot_pipe = block[picks].sum(axis=1), pipe[picks].sum(axis=1)
     lo = interval(pct(speedup(boot_block, boot_pipe, z)))[0]
@@ -192,11 +215,28 @@ def _whole_run(
         "wall_pipe_ms": round(float(pipe.sum()), 6),
         "steps": int(len(block)),
         "prefill_steps": int(kinds.get("prefill", 0)),
+        "profiler_ms": round(added_ms, 6),
+        "profiler_source": "mean step (given)"
+        if mean_step_ms is not None
+        else ("step time (given)" if added_ms else "none"),
         "line": f"Over the whole trace ({len(block)} steps with a period, "
         f"{kinds.get('prefill', 0)} of them prefill-like): {block.sum():.1f} ms of blocking "
         f"periods against {pipe.sum():.1f} ms pipelined (each step the slower of its GPU and host "
-        "work); the GPU's hand-over between two queued steps (~0.01 ms on bubblelab's engine) is "
-        "not in a blocking trace and is left out.",
+        "work)"
+        + (
+            f", each step {added_ms:.3f} ms shorter in its period and its host work: the "
+            "profiler's host time, "
+            + (
+                f"the traced mean period over the engine's own mean step ({mean_step_ms:.3f} ms, "
+                "given)"
+                if mean_step_ms is not None
+                else "from the given step time"
+            )
+            if added_ms
+            else ""
+        )
+        + ". The GPU's hand-over between two queued steps (~0.01 ms on bubblelab's engine) is "
+        "not in a blocking trace and is left out: the figure is high by about its share.",
     }
 
 

@@ -39,6 +39,7 @@ def analyze_traces(
     output_len: float | None = None,
     step_ms: float | None = None,
     zombies: bool = True,
+    mean_step_ms: float | None = None,
     kernels: bool = False,
     on_progress: Callable[[str], None] | None = None,
 ) -> dict:
@@ -52,7 +53,8 @@ def analyze_traces(
     foreign engine's steps; output_len: its requests' mean generated length, for the zombie tax
     (default: its decode steps + 1); step_ms: its own unprofiled time a decode step, which replaces
     the trace's in the prediction (one foreign run only); zombies: False where its requests stop at
-    lengths it knows at launch (costmodel.foreign.pipelining_gain). kernels: each run adds
+    lengths it knows at launch; mean_step_ms: its own unprofiled mean step over a whole run, for
+    the whole-run figure (costmodel.foreign.pipelining_gain). kernels: each run adds
     `kernels`, the kernel-level view (profiling.kernels.kernel_view: top kernels, CUDA API summary,
     launch latency, whole-run split).
     on_progress: told what is being done, in words.
@@ -75,6 +77,8 @@ def analyze_traces(
         check_float("output_len", output_len, 1, 1e6)
     if step_ms is not None:
         check_float("step_ms", step_ms, 1e-6, 1e9)
+    if mean_step_ms is not None:
+        check_float("mean_step_ms", mean_step_ms, 1e-6, 1e9)
     say = on_progress or (lambda _: None)
 
     def work(con: duckdb.DuckDBPyConnection) -> dict:
@@ -89,11 +93,14 @@ def analyze_traces(
         for run in report["runs"]:  # where each run came from: its name (_name_runs) says it
             run["trace_path"] = files.get(run["run_id"])
         foreign_runs = [run for run in report["runs"] if "syncs_per_step" in run]
-        if step_ms is not None and len(foreign_runs) != 1:
-            n = len(foreign_runs)
-            raise OptionError("step_ms", f"needs exactly one foreign run, there are {n}", step_ms)
+        for name, given in (("step_ms", step_ms), ("mean_step_ms", mean_step_ms)):
+            if given is not None and len(foreign_runs) != 1:
+                n = len(foreign_runs)
+                raise OptionError(name, f"needs exactly one foreign run, there are {n}", given)
         for run in foreign_runs:
-            run["pipelining"] = _pipelining(con, run, output_len, warmup, step_ms, zombies)
+            run["pipelining"] = _pipelining(
+                con, run, output_len, warmup, step_ms, zombies, mean_step_ms
+            )
         for run in report["runs"]:
             if kernels:
                 run["kernels"] = kernel_view(con, run["run_id"])
@@ -124,6 +131,7 @@ def _pipelining(
     warmup: int,
     step_ms: float | None = None,
     zombies: bool = True,
+    mean_step_ms: float | None = None,
 ) -> dict:
     """What pipelining would buy a foreign run, with its mid-step host syncs and the host time nsys
     added to node-traced graph launches named among the assumptions; the reason where it cannot be
@@ -139,6 +147,7 @@ def _pipelining(
             warmup=warmup,
             step_ms=step_ms,
             zombies=zombies,
+            mean_step_ms=mean_step_ms,
         )
     except BubblelabError as e:
         return {"not_predicted": str(e)}

@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from bubblelab.core.errors import BubblelabError
 from bubblelab.costmodel.foreign import pipelining_gain
 
 
@@ -82,3 +83,27 @@ def test_prefill_steps_count_in_the_whole_run():
     assert gain["speedup_pct"] == pytest.approx(20.0, abs=1e-3)  # decode steps only
     assert whole["speedup_pct"] == pytest.approx(20.0, abs=1e-3)  # prefills gain 20% too
     assert "2 of them prefill-like" in whole["line"]
+
+
+def test_the_engines_mean_step_sets_the_whole_runs_profiler_time():
+    """--mean-step-ms: the traced mean period's excess over the engine's own mean step comes off
+    every step (a mix of batch sizes moves a mean and a median apart; the wall clock is a mean)."""
+    gpu = [1.0] * 20 + [2.0] * 20
+    host = [0.5] * 40
+    steps = foreign_steps(gpu, host)
+    traced_mean = float(steps["period_ms"].mean())
+    gain = pipelining_gain(steps, output_len=64, zombies=False, mean_step_ms=traced_mean - 0.3)
+    whole = gain["whole_run"]
+    assert (
+        whole["profiler_ms"] == pytest.approx(0.3)
+        and whole["profiler_source"] == "mean step (given)"
+    )
+    assert whole["wall_block_ms"] == pytest.approx((traced_mean - 0.3) * 39)
+    assert gain["t_block_source"] == "trace"  # the steady figure keeps the trace's step
+    assert "engine's own mean step" in whole["line"]
+
+
+def test_a_mean_step_the_gpu_alone_exceeds_is_refused():
+    steps = foreign_steps([1.0] * 30, [0.5] * 30)
+    with pytest.raises(BubblelabError, match="shorter than the GPU's mean work"):
+        pipelining_gain(steps, output_len=64, mean_step_ms=0.5)

@@ -121,11 +121,12 @@ def test_analyze_foreign_trace_prints_names_as_text(fork_trace):
     assert "[red]step[/red]" in result.stdout  # trace text is data, not markup
     assert "no: extra" in result.stdout and "pipelining would buy" in result.stdout
     assert "over the whole trace" in result.stdout and "--no-zombies" not in result.stdout
-    free = bubblelab("analyze", str(fork_trace), "--json", "--no-zombies")
+    free = bubblelab("analyze", str(fork_trace), "--json", "--no-zombies", "--mean-step-ms", "1.5")
     gain = json.loads(free.stdout)["runs"][0]["pipelining"]
-    assert (
-        gain["z"] == 0 and gain["whole_run"]["interval_pct"][0] <= gain["whole_run"]["speedup_pct"]
-    )
+    whole = gain["whole_run"]
+    assert gain["z"] == 0 and whole["interval_pct"][0] <= whole["speedup_pct"]
+    assert whole["profiler_source"] == "mean step (given)"
+    assert whole["wall_block_ms"] / whole["steps"] == pytest.approx(1.5)  # the given mean step
 
 
 def test_analyze_foreign_bad_input_exit_2(fork_trace):
