@@ -5,9 +5,10 @@ unprofiled runs, medians and means.
 
     python -m benchmarks.foreign_keep_summary --keep DIR --out SUMMARY.json
 
-Two questions it answers: does the profiler lengthen the GPU's work (trace against unprofiled GPU
-work), and how heavy is the unprofiled step's slow tail (mean against median period), which a
-steady-state prediction from medians does not see while the measured wall sums it.
+Three questions it answers: does the profiler lengthen the GPU's work (trace against unprofiled GPU
+work), how heavy is the unprofiled step's slow tail (mean against median period), which a
+steady-state prediction from medians does not see while the measured wall sums it, and (`whole`)
+what a whole-run prediction from the trace cannot see: depth 2's extra steps and hand-over.
 """
 
 from __future__ import annotations
@@ -26,9 +27,14 @@ def summary(keep: Path, output_len: float) -> list[dict]:
     rows = []
     for steps_file in sorted(keep.glob("*-d1-steps.json")):
         name = steps_file.name.removesuffix("-steps.json")
-        trace = next(keep.glob(f"{name}.sqlite*"))
-        report = analyze_traces([trace], domain="none", output_len=output_len)["runs"][0]
-        gain = report.get("pipelining", {})
+        trace = next(keep.glob(f"{name}.sqlite*"), None)  # left behind where it was too large
+        gain = (
+            analyze_traces([trace], domain="none", output_len=output_len)["runs"][0].get(
+                "pipelining", {}
+            )
+            if trace is not None
+            else {}
+        )
         steps = pd.read_json(steps_file)
         decode = steps[steps["kind"] == "decode"].assign(
             gpu_ms=lambda s: s["period_ms"] - s["bubble_ms"]
@@ -51,8 +57,50 @@ def summary(keep: Path, output_len: float) -> list[dict]:
             row["unprofiled_tail_pct"] = round(
                 100 * (unprofiled["period_mean_ms"] / unprofiled["period_median_ms"] - 1), 2
             )
+        stem = name.removesuffix("-d1")
+        if (keep / f"{stem}-steps.parquet").is_file():
+            row["whole"] = whole_run_parts(keep, stem)
         rows.append(row)
     return rows
+
+
+def whole_run_parts(keep: Path, stem: str) -> dict:
+    """What a whole-run prediction from the depth-1 trace cannot see, from the unprofiled runs of
+    both depths: how many more steps depth 2 took (its admission a tick later), and the GPU's
+    hand-over between queued steps (depth 2's mean period less its mean GPU work); beside them the
+    trace's steps read foreign, where kept."""
+    steps = pd.read_parquet(keep / f"{stem}-steps.parquet")
+    steps = steps.rename(columns={"depth_x": "depth"})  # kept at bf3f793: the run's depth twice
+    steps = steps[steps["source"] != "nsys"]
+    steps = steps.assign(gpu_ms=steps["forward_ms"] + steps["sampling_ms"].fillna(0))
+    out: dict = {}
+    for depth, part in steps.groupby("depth"):
+        runs = part["run_id"].nunique()
+        timed = part[part["period_ms"].notna()]
+        out[f"depth{depth}"] = {
+            "runs": int(runs),
+            "steps_per_run": round(len(part) / runs, 2),
+            "prefill_steps_per_run": round(int((part["kind"] == "prefill").sum()) / runs, 2),
+            "mean_period_ms": round(float(timed["period_ms"].mean()), 4),
+            "mean_gpu_ms": round(float(timed["gpu_ms"].mean()), 4),
+        }
+    if {"depth1", "depth2"} <= out.keys():
+        d1, d2 = out["depth1"], out["depth2"]
+        out["depth2_extra_steps_pct"] = round(
+            100 * (d2["steps_per_run"] / d1["steps_per_run"] - 1), 2
+        )
+        out["handoff_ms"] = round(d2["mean_period_ms"] - d2["mean_gpu_ms"], 4)
+    foreign = keep / f"{stem}-d1-foreign-steps.parquet"
+    if foreign.is_file():
+        trace = pd.read_parquet(foreign)
+        timed = trace[trace["period_ms"].notna()]
+        out["trace"] = {
+            "steps": int(len(trace)),
+            "prefill_like": int((trace["kind"] == "prefill").sum()),
+            "mean_period_ms": round(float(timed["period_ms"].mean()), 4),
+            "mean_gpu_ms": round(float((timed["period_ms"] - timed["bubble_ms"]).mean()), 4),
+        }
+    return out
 
 
 def main() -> None:
@@ -64,9 +112,11 @@ def main() -> None:
     rows = summary(args.keep, args.output_len)
     write_atomic(args.out, json.dumps(rows, indent=1))
     for r in rows:
-        print(f"{r['row']}: trace GPU {r.get('trace_gpu_over_unprofiled_pct', '-'):+}% "
-              f"of unprofiled; unprofiled mean period {r.get('unprofiled_tail_pct', '-'):+}% "
-              "over its median")  # fmt: skip
+        whole = r.get("whole", {})
+        print(f"{r['row']}: trace GPU {r.get('trace_gpu_over_unprofiled_pct', '-')}% "
+              f"of unprofiled; unprofiled mean period {r.get('unprofiled_tail_pct', '-')}% "
+              f"over its median; depth 2 {whole.get('depth2_extra_steps_pct', '-')}% more steps, "
+              f"hand-over {whole.get('handoff_ms', '-')} ms")  # fmt: skip
 
 
 if __name__ == "__main__":

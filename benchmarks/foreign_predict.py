@@ -144,6 +144,7 @@ def keep_evidence(keep: Path, sweep: Path, trace: Path, results, streams: int) -
     write_atomic(keep / f"{stem}-d1-steps.json", steps.to_json(orient="records"))
     meta = ["run_id", "depth", "source", "repeat", "process", "wall_s", "generated_tokens"]
     at = runs[runs["streams"] == streams][[c for c in meta if c in runs]]
+    at = at[[c for c in at if c == "run_id" or c not in results.steps]]  # steps have their depth
     results.steps.merge(at, on="run_id").to_parquet(keep / f"{stem}-steps.parquet")
     con = connect(None)
     (run,) = analyze_traces([trace], catalog=con, domain="none")["runs"]
