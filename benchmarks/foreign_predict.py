@@ -13,12 +13,14 @@ row also predicts from the same trace given the engine's own unprofiled step tim
 them off their engine without the profiler: the median decode step of the sweep's unprofiled depth-1
 runs (`analyze --step-ms`) and their mean step over whole runs (`--mean-step-ms`). The workload's
 requests stop at their caps (ignore_eos) and the engine launches no step past a cap, which a user
-knows of their own engine and workload: so no zombie tax (`analyze --no-zombies`). Each prediction
-comes twice: a steady step (medians) and over the whole trace (every step summed, `whole_run`), the
-one to set beside a measured wall clock and, with the engine's step times, the one item 5 is judged
-on. Writes OUT/foreign-predict.json (every row, with the prediction's assumptions) and
-OUT/foreign-predict.md (the table). With --keep DIR, each row's depth-1 trace and the per-step
-tables of its depth-1 runs go to DIR too, to explain a miss on another machine.
+knows of their own engine and workload: so no zombie tax (`analyze --no-zombies`). Its shape
+(streams, requests, prompt and mean output length) is given too (`analyze --streams`): the whole-run
+figure replays it for the steps depth 2 adds. Each prediction comes twice: a steady step (medians)
+and over the whole trace (every step summed, `whole_run`), the one to set beside a measured wall
+clock and, with the engine's step times, the one item 5 is judged on. Writes
+OUT/foreign-predict.json (every row, with the prediction's assumptions) and OUT/foreign-predict.md
+(the table). With --keep DIR, each row's depth-1 trace and the per-step tables of its depth-1 runs
+go to DIR too, to explain a miss on another machine.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from bubblelab.profiling import analysis
 from bubblelab.profiling.catalog import connect
 from bubblelab.runs.analysis import analyze_traces
 from bubblelab.runs.rundir import read_results
+from bubblelab.runs.workload import WorkloadSpec
 
 GOAL_PTS = 2.0  # the issue's bar for a foreign trace: within 2 points of the measured speedup
 
@@ -62,7 +65,12 @@ def rows(sweep: Path, n_boot: int = 1000, keep: Path | None = None) -> list[dict
     profiled = r.runs[(r.runs["depth"] == 1) & (r.runs["source"] == "nsys")]
     for _, run in profiled.sort_values("streams").iterrows():
         trace = trace_of(sweep, run["trace_path"])
-        report = analyze_traces([trace], domain="none", output_len=output_len, zombies=False)
+        # The workload's shape, as its user knows it: depth 2's extra steps replayed from it.
+        shape = WorkloadSpec(int(run["streams"]), int(run["requests"]), output_len,
+                             prompt_len=int(run["prompt_len"]))  # fmt: skip
+        report = analyze_traces(
+            [trace], domain="none", output_len=output_len, zombies=False, workload=shape
+        )
         found = report["runs"][0]
         gain = found.get("pipelining", {})
         m = measured.loc[int(run["streams"])]
@@ -101,11 +109,12 @@ def rows(sweep: Path, n_boot: int = 1000, keep: Path | None = None) -> list[dict
         if step is not None:
             given = analyze_traces(
                 [trace], domain="none", output_len=output_len, step_ms=step, zombies=False,
-                mean_step_ms=mean_step,
+                mean_step_ms=mean_step, workload=shape,
             )  # fmt: skip
             gain = given["runs"][0].get("pipelining", {})
             row["given_step_ms"] = step
             row["given_mean_step_ms"] = mean_step
+            row["extra_steps"] = gain.get("whole_run", {}).get("extra_steps")
             row["given_pct"] = gain.get("speedup_pct")
             row["given_not_predicted"] = gain.get("not_predicted")
             if row["given_pct"] is not None:

@@ -77,6 +77,19 @@ def analyze(
         "whole run of this workload (its wall clock over its steps): the whole-run figure takes "
         "the traced mean period's excess over it as the profiler's.",
     ),
+    streams: int = typer.Option(
+        None,
+        "--streams",
+        help="One foreign run's workload, a closed loop of this many requests in flight (with "
+        "--requests, --prompt-len and --output-len-mean, lengths uniform on [L/2, 3L/2]): the "
+        "whole-run figure replays it to count the steps depth 2 adds.",
+    ),
+    requests: int = typer.Option(
+        None, "--requests", help="With --streams: requests in all (default 4 x streams)."
+    ),  # fmt: skip
+    prompt_len: int = typer.Option(
+        32, "--prompt-len", help="With --streams: prompt tokens a request."
+    ),  # fmt: skip
     zombies: bool = typer.Option(
         True,
         "--zombies/--no-zombies",
@@ -96,14 +109,21 @@ def analyze(
 
     Also the steps found, and for a foreign engine its host syncs and what pipelining would buy
     it."""
+    from ..core.errors import OptionError
     from ..core.steady import WARMUP_STEPS
     from ..profiling.steps import StepOptions
     from ..runs.analysis import analyze_traces
+    from ..runs.workload import WorkloadSpec
     from .kernels import kernel_tables
     from .ranks import LEGEND, rank_lines, rank_table
 
     dest = check_json_dest(json_out)
     console = console_for(dest)  # people's output: stdout (stderr under --json -)
+    workload = None
+    if streams is not None:
+        if output_len_mean is None:
+            raise OptionError("streams", "needs --output-len-mean, the workload's L", streams)
+        workload = WorkloadSpec(streams, requests, output_len_mean, prompt_len=prompt_len)
     with console.status("") as status:
         report = analyze_traces(
             traces or (),
@@ -115,6 +135,7 @@ def analyze(
             step_ms=step_ms,
             zombies=zombies,
             mean_step_ms=mean_step_ms,
+            workload=workload,
             kernels=kernels,
             on_progress=lambda what: status.update(Text(what)),
         )
@@ -408,7 +429,7 @@ def _print_foreign(console: Console, run: dict) -> None:
             "to set beside a measured wall clock.",
             markup=False,
         )
-        console.print(Text("  - ") + cell(whole["line"], limit=300))
+        console.print(Text("  - ") + cell(whole["line"], limit=900))
     elif gain:
         console.print(cell(f"run {rid}: no pipelining prediction ({gain['not_predicted']})", 300))
 

@@ -47,6 +47,7 @@ def pipelining_gain(
     step_ms: float | None = None,
     zombies: bool = True,
     mean_step_ms: float | None = None,
+    extra_steps: float = 0.0,
 ) -> dict:
     """The predicted throughput gain (percent) of pipelining the loop a foreign run's per-step table
     shows, with its 95% interval and the assumptions it rests on (`assumptions`, sentences for the
@@ -76,6 +77,8 @@ def pipelining_gain(
     (_whole_run). mean_step_ms: the engine's own unprofiled time a step averaged over a whole run
     of this workload (its wall clock over its steps); the whole-run figure then takes the traced
     mean period's excess over it as the profiler's host time a step (else step_ms's, else none).
+    extra_steps: how many more steps depth 2 takes than depth 1 on this workload, as a share
+    (costmodel.schedule.extra_steps on its shape); the whole run's pipelined sum grows by it.
     """
     if output_len is not None:
         check_float("output_len", output_len, 1, 1e6)
@@ -163,7 +166,7 @@ def pipelining_gain(
         "output_len": L,
         "steps": int(len(steady)),
         "whole_run": _whole_run(
-            steps, given["added_ms"] if given else 0.0, z, rng, n_boot, mean_step_ms
+            steps, given["added_ms"] if given else 0.0, z, rng, n_boot, mean_step_ms, extra_steps
         ),
         **({k: v for k, v in profiled.items() if k != "line"} if profiled else {}),
         "assumptions": assumptions,
@@ -177,13 +180,16 @@ def _whole_run(
     rng: np.random.Generator,
     n_boot: int,
     mean_step_ms: float | None = None,
+    extra_steps: float = 0.0,
 ) -> dict:
     """The gain over every step of the trace with a period, in order: the blocking wall is the sum
     of their periods, the pipelined one the sum of max(GPU work, host work) a step (the host work of
     a depth-1 period launches the next step, which depth 2 does under this one's GPU work). With
     --step-ms each step loses the profiler's host time (added_ms) from its host work and its period,
     never below its GPU work; with --mean-step-ms that time is the traced mean period's excess over
-    the given mean. The interval resamples the steps (95%), z from the given to 0."""
+    the given mean. extra_steps (depth 2's more steps, a share) lengthens the pipelined sum. The
+    interval resamples the steps (95%), z from the given to 0."""
+    check_float("extra_steps", extra_steps, -0.5, 1.0)
     timed = steps.sort_values("step")
     timed = timed[timed["period_ms"].notna()]
     gpu, host = step_gpu_ms(timed).to_numpy(float), host_tick_ms(timed).to_numpy(float)
@@ -200,7 +206,7 @@ def _whole_run(
             )
         added_ms = max(float(period.mean()) - mean_step_ms, 0.0)
     block = np.maximum(period - added_ms, gpu)
-    pipe = np.maximum(gpu, np.clip(host - added_ms, 0.0, None))
+    pipe = np.maximum(gpu, np.clip(host - added_ms, 0.0, None)) * (1.0 + extra_steps)
     if pipe.sum() <= 0:
         raise BubblelabError("no GPU or host work to predict the whole run from")
     picks = rng.integers(0, len(block), size=(n_boot, len(block)))
@@ -216,30 +222,63 @@ def _whole_run(
         "steps": int(len(block)),
         "prefill_steps": int(kinds.get("prefill", 0)),
         "profiler_ms": round(added_ms, 6),
+        "extra_steps": round(extra_steps, 6),
         "profiler_source": "mean step (given)"
         if mean_step_ms is not None
         else ("step time (given)" if added_ms else "none"),
-        "line": f"Over the whole trace ({len(block)} steps with a period, "
-        f"{kinds.get('prefill', 0)} of them prefill-like): {block.sum():.1f} ms of blocking "
-        f"periods against {pipe.sum():.1f} ms pipelined (each step the slower of its GPU and host "
-        "work)"
-        + (
-            f", each step {added_ms:.3f} ms shorter in its period and its host work: the "
-            "profiler's host time, "
-            + (
-                f"the traced mean period over the engine's own mean step ({mean_step_ms:.3f} ms, "
-                "given)"
-                if mean_step_ms is not None
-                else "from the given step time"
-            )
-            if added_ms
-            else ""
-        )
-        + ". Two things depth 2 adds are not in a blocking trace and are left out, so the figure "
-        "is high by about their share: the GPU's hand-over between two queued steps (0.012-0.018 "
-        "ms on bubblelab's engine, H200) and the steps an admission a tick later adds (0.4% at 1 "
-        "stream, 1-1.8% at 32 and 128 on its 4-requests-a-stream workload).",
+        "line": _whole_line(
+            len(block),
+            kinds.get("prefill", 0),
+            block.sum(),
+            pipe.sum(),
+            added_ms,
+            mean_step_ms,
+            extra_steps,
+        ),  # fmt: skip
     }
+
+
+def _whole_line(
+    steps: int,
+    prefills: int,
+    block_ms: float,
+    pipe_ms: float,
+    added_ms: float,
+    mean_step_ms: float | None,
+    extra_steps: float,
+) -> str:
+    """The whole-run figure's assumptions, in sentences."""
+    parts = [
+        f"Over the whole trace ({steps} steps with a period, {prefills} of them prefill-like): "
+        f"{block_ms:.1f} ms of blocking periods against {pipe_ms:.1f} ms pipelined (each step the "
+        "slower of its GPU and host work)."
+    ]
+    if added_ms:
+        source = (
+            f"the traced mean period over the engine's own mean step ({mean_step_ms:.3f} ms, given)"
+            if mean_step_ms is not None
+            else "from the given step time"
+        )
+        parts.append(
+            f"Each step is {added_ms:.3f} ms shorter in its period and its host work: the "
+            f"profiler's host time, {source}."
+        )
+    if extra_steps:
+        parts.append(
+            f"Depth 2 takes {extra_steps:.2%} more steps on this workload (its admission a tick "
+            "later, replayed from the workload's shape): the pipelined sum is that much longer."
+        )
+    else:
+        parts.append(
+            "The steps an admission a tick later adds at depth 2 (0.4% at 1 stream, 1-1.8% at 32 "
+            "and 128 streams of 4 requests each on bubblelab's engine) are left out: give the "
+            "workload's shape (--streams) to replay them."
+        )
+    parts.append(
+        "The GPU's hand-over between two queued steps (0.012-0.018 ms on bubblelab's engine, "
+        "H200) is not in a blocking trace and is left out: the figure is high by about its share."
+    )
+    return " ".join(parts)
 
 
 def _given_step(step_ms: float, traced_ms: float, gpu_ms: float) -> dict:

@@ -13,12 +13,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import duckdb
+import numpy as np
 
 from ..core.checks import check_float, check_int
 from ..core.errors import BubblelabError, OptionError
 from ..core.files import check_output_path
 from ..core.steady import WARMUP_STEPS
 from ..costmodel.foreign import pipelining_gain
+from ..costmodel.schedule import Limits, extra_steps
+from ..costmodel.schedule import Request as Replayed
 from ..profiling import analysis, foreign, overview
 from ..profiling.ingest import DOMAIN, ingest_trace
 from ..profiling.kernels import kernel_view
@@ -27,6 +30,7 @@ from .catalogs import update_catalog
 from .sources import run_catalog
 from .tables import config_names
 from .traces import index_meta
+from .workload import WorkloadSpec, output_lengths
 
 
 def analyze_traces(
@@ -40,6 +44,7 @@ def analyze_traces(
     step_ms: float | None = None,
     zombies: bool = True,
     mean_step_ms: float | None = None,
+    workload: WorkloadSpec | None = None,
     kernels: bool = False,
     on_progress: Callable[[str], None] | None = None,
 ) -> dict:
@@ -54,7 +59,8 @@ def analyze_traces(
     (default: its decode steps + 1); step_ms: its own unprofiled time a decode step, which replaces
     the trace's in the prediction (one foreign run only); zombies: False where its requests stop at
     lengths it knows at launch; mean_step_ms: its own unprofiled mean step over a whole run, for
-    the whole-run figure (costmodel.foreign.pipelining_gain). kernels: each run adds
+    the whole-run figure; workload: its shape (streams, requests, lengths), to replay the steps
+    depth 2 adds (costmodel.foreign.pipelining_gain). kernels: each run adds
     `kernels`, the kernel-level view (profiling.kernels.kernel_view: top kernels, CUDA API summary,
     launch latency, whole-run split).
     on_progress: told what is being done, in words.
@@ -80,6 +86,7 @@ def analyze_traces(
     if mean_step_ms is not None:
         check_float("mean_step_ms", mean_step_ms, 1e-6, 1e9)
     say = on_progress or (lambda _: None)
+    extra = 0.0 if workload is None else replayed_extra_steps(workload)
 
     def work(con: duckdb.DuckDBPyConnection) -> dict:
         run_ids = []
@@ -99,7 +106,7 @@ def analyze_traces(
                 raise OptionError(name, f"needs exactly one foreign run, there are {n}", given)
         for run in foreign_runs:
             run["pipelining"] = _pipelining(
-                con, run, output_len, warmup, step_ms, zombies, mean_step_ms
+                con, run, output_len, warmup, step_ms, zombies, mean_step_ms, extra
             )
         for run in report["runs"]:
             if kernels:
@@ -132,12 +139,13 @@ def _pipelining(
     step_ms: float | None = None,
     zombies: bool = True,
     mean_step_ms: float | None = None,
+    extra: float = 0.0,
 ) -> dict:
     """What pipelining would buy a foreign run, with its mid-step host syncs and the host time nsys
     added to node-traced graph launches named among the assumptions; the reason where it cannot be
     predicted."""
-    extra = [r for r in run["syncs_per_step"] if r["flagged"] and r["event"] == "sync"]
-    syncs = "; ".join(f"{r['per_step']:.3g} x {r['api']} a step" for r in extra) or None
+    flagged = [r for r in run["syncs_per_step"] if r["flagged"] and r["event"] == "sync"]
+    syncs = "; ".join(f"{r['per_step']:.3g} x {r['api']} a step" for r in flagged) or None
     try:
         return pipelining_gain(
             analysis.per_step(con, run["run_id"]),
@@ -148,9 +156,26 @@ def _pipelining(
             step_ms=step_ms,
             zombies=zombies,
             mean_step_ms=mean_step_ms,
+            extra_steps=extra,
         )
     except BubblelabError as e:
         return {"not_predicted": str(e)}
+
+
+def replayed_extra_steps(workload: WorkloadSpec, seeds: int = 4) -> float:
+    """How many more steps depth 2 takes than depth 1 on a closed-loop workload of this shape, as a
+    share: its requests replayed through the pipelined loop (costmodel.schedule.extra_steps), every
+    request stopping at its cap, the batch as wide as the streams; the mean over a few draws of
+    the lengths, since a trace's own draw is not known."""
+    if workload.arrival_rate is not None:
+        raise OptionError("workload", "the replay needs a closed loop (no arrival rate)", workload)
+    shares = []
+    for seed in range(workload.seed, workload.seed + seeds):
+        lengths = output_lengths(workload, np.random.default_rng(seed))
+        requests = [Replayed(workload.prompt_len, int(n), int(n)) for n in lengths]
+        limits = Limits(workload.streams, max_model_len=workload.prompt_len + int(max(lengths)) + 1)
+        shares.append(extra_steps(requests, workload.streams, limits))
+    return float(np.mean(shares))
 
 
 def _name_runs(report: dict) -> None:

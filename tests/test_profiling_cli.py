@@ -127,6 +127,11 @@ def test_analyze_foreign_trace_prints_names_as_text(fork_trace):
     assert gain["z"] == 0 and whole["interval_pct"][0] <= whole["speedup_pct"]
     assert whole["profiler_source"] == "mean step (given)"
     assert whole["wall_block_ms"] / whole["steps"] == pytest.approx(1.5)  # the given mean step
+    shaped = bubblelab("analyze", str(fork_trace), "--json", "--output-len-mean", "64",
+                       "--streams", "32")  # fmt: skip
+    assert json.loads(shaped.stdout)["runs"][0]["pipelining"]["whole_run"]["extra_steps"] > 0
+    unshaped = bubblelab("analyze", str(fork_trace), "--streams", "32")
+    assert unshaped.returncode == 2 and "needs --output-len-mean" in unshaped.stderr
 
 
 def test_analyze_foreign_bad_input_exit_2(fork_trace):
