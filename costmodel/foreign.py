@@ -19,6 +19,11 @@ launches (`graph_launches`), the prediction says so, names their host time, and 
 upper bound for the unprofiled engine (`bound`) where the GPU's work outlasts the host's without
 them.
 
+A measured speedup is a wall clock, which sums every step; so the result also carries `whole_run`:
+the same gain over every step of the trace (prefills, the ramp-down, the slow host ticks), with the
+profiler's host time a step from the engine's own mean step (`mean_step_ms`) and the steps depth 2
+adds replayed from the workload's shape (`extra_steps`, costmodel.schedule.extra_steps).
+
 Inputs are profiling's tables (the per-step table, the sync summary, the node-traced graph
 launches); profiling never imports this.
 """
