@@ -81,18 +81,17 @@ def analyze(
         None,
         "--streams",
         help="One foreign run's workload, a closed loop of this many requests in flight (with "
-        "--requests, --prompt-len and --output-len-mean, lengths uniform on [L/2, 3L/2]): the "
-        "whole-run figure replays it to count the steps depth 2 adds.",
+        "--requests-per-stream, --prompt-len and --output-len-mean, lengths uniform on [L/2, "
+        "3L/2]): the whole-run figure replays it to count the steps depth 2 adds.",
     ),
-    requests: int = typer.Option(
-        None, "--requests", help="With --streams: requests in all (default 4 x streams)."
-    ),  # fmt: skip
-    prompt_len: int = typer.Option(
-        32, "--prompt-len", help="With --streams: prompt tokens a request."
-    ),  # fmt: skip
+    requests_per_stream: int = typer.Option(
+        4, "--requests-per-stream", help="With --streams: requests per stream."
+    ),
+    prompt_len: int = shared.PROMPT_LEN,
     zombies: bool = typer.Option(
         True,
         "--zombies/--no-zombies",
+        metavar="",
         help="Foreign runs: --no-zombies where every request stops at a length the engine knows "
         "when it launches a step (max_tokens with ignore_eos) and it launches none past it: no "
         "zombie tax (z = 0).",
@@ -123,6 +122,7 @@ def analyze(
     if streams is not None:
         if output_len_mean is None:
             raise OptionError("streams", "needs --output-len-mean, the workload's L", streams)
+        requests = requests_per_stream * streams
         workload = WorkloadSpec(streams, requests, output_len_mean, prompt_len=prompt_len)
     with console.status("") as status:
         report = analyze_traces(
