@@ -154,10 +154,12 @@ def keep_evidence(keep: Path, sweep: Path, trace: Path, results, streams: int) -
     meta = ["run_id", "depth", "source", "repeat", "process", "wall_s", "generated_tokens"]
     at = runs[runs["streams"] == streams][[c for c in meta if c in runs]]
     at = at[[c for c in at if c == "run_id" or c not in results.steps]]  # steps have their depth
-    results.steps.merge(at, on="run_id").to_parquet(keep / f"{stem}-steps.parquet")
+    both = results.steps.merge(at, on="run_id")
+    write_atomic(keep / f"{stem}-steps.parquet", both.to_parquet)
     con = connect(None)
     (run,) = analyze_traces([trace], catalog=con, domain="none")["runs"]
-    analysis.per_step(con, run["run_id"]).to_parquet(keep / f"{stem}-d1-foreign-steps.parquet")
+    foreign_steps = analysis.per_step(con, run["run_id"])
+    write_atomic(keep / f"{stem}-d1-foreign-steps.parquet", foreign_steps.to_parquet)
 
 
 def unprofiled_step_ms(results, streams: int) -> float | None:
