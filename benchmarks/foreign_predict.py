@@ -29,6 +29,8 @@ import argparse
 import json
 from pathlib import Path
 
+import pandas as pd
+
 from bubblelab.core.files import write_atomic
 from bubblelab.core.steady import steady_state
 from bubblelab.costmodel.predict import predict_runs
@@ -68,9 +70,11 @@ def rows(sweep: Path, n_boot: int = 1000, keep: Path | None = None) -> list[dict
         # The workload's shape, as its user knows it: depth 2's extra steps replayed from it.
         shape = WorkloadSpec(int(run["streams"]), int(run["requests"]), output_len,
                              prompt_len=int(run["prompt_len"]))  # fmt: skip
+        con = connect(None)  # the trace ingested once: each reading below asks the same catalog
         report = analyze_traces(
-            [trace], domain="none", output_len=output_len, zombies=False, workload=shape
-        )
+            [trace], catalog=con, domain="none", output_len=output_len, zombies=False,
+            workload=shape,
+        )  # fmt: skip
         found = report["runs"][0]
         gain = found.get("pipelining", {})
         m = measured.loc[int(run["streams"])]
@@ -108,8 +112,8 @@ def rows(sweep: Path, n_boot: int = 1000, keep: Path | None = None) -> list[dict
         mean_step = unprofiled_mean_step_ms(r, int(run["streams"]))
         if step is not None:
             given = analyze_traces(
-                [trace], domain="none", output_len=output_len, step_ms=step, zombies=False,
-                mean_step_ms=mean_step, workload=shape,
+                (), catalog=con, domain="none", output_len=output_len, step_ms=step,
+                zombies=False, mean_step_ms=mean_step, workload=shape,
             )  # fmt: skip
             gain = given["runs"][0].get("pipelining", {})
             row["given_step_ms"] = step
@@ -123,7 +127,8 @@ def rows(sweep: Path, n_boot: int = 1000, keep: Path | None = None) -> list[dict
                 _whole(row, "given_whole", gain)
         out.append(row)
         if keep is not None:
-            keep_evidence(keep, sweep, trace, r, int(run["streams"]))
+            foreign_steps = analysis.per_step(con, found["run_id"])
+            keep_evidence(keep, sweep, trace, foreign_steps, r, int(run["streams"]))
     return out
 
 
@@ -136,7 +141,9 @@ def _whole(row: dict, key: str, gain: dict) -> None:
     row[f"{key}_within_goal"] = abs(row[f"{key}_miss_pts"]) <= GOAL_PTS
 
 
-def keep_evidence(keep: Path, sweep: Path, trace: Path, results, streams: int) -> None:
+def keep_evidence(
+    keep: Path, sweep: Path, trace: Path, foreign_steps: pd.DataFrame, results, streams: int
+) -> None:
     """What a miss is explained from, small enough to bring back from the GPU machine: the depth-1
     trace as read, its per-step table read foreign, the per-step table of every depth-1 run at
     `streams` (unprofiled and under nsys, as results.json holds them; JSON, for
@@ -156,9 +163,6 @@ def keep_evidence(keep: Path, sweep: Path, trace: Path, results, streams: int) -
     at = at[[c for c in at if c == "run_id" or c not in results.steps]]  # steps have their depth
     both = results.steps.merge(at, on="run_id")
     write_atomic(keep / f"{stem}-steps.parquet", both.to_parquet)
-    con = connect(None)
-    (run,) = analyze_traces([trace], catalog=con, domain="none")["runs"]
-    foreign_steps = analysis.per_step(con, run["run_id"])
     write_atomic(keep / f"{stem}-d1-foreign-steps.parquet", foreign_steps.to_parquet)
 
 
