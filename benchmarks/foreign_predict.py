@@ -176,11 +176,11 @@ def unprofiled_step_ms(results, streams: int) -> float | None:
     return float(steady["period_ms"].median()) if len(steady) else None
 
 
-def _cell(r: dict, key: str) -> str:
+def _cell(r: dict, pct: str, miss: str, why: str) -> str:
     """A prediction and its miss, or why there is none."""
-    if f"{key}_miss_pts" not in r:
-        return r.get("given_not_predicted" if key.startswith("given") else "not_predicted") or "-"
-    return f"{r[key + '_pct']:+.1f}% ({r[key + '_miss_pts']:+.1f})"
+    if r.get(miss) is None:
+        return r.get(why) or "-"
+    return f"{r[pct]:+.1f}% ({r[miss]:+.1f})"
 
 
 def unprofiled_mean_step_ms(results, streams: int) -> float | None:
@@ -202,13 +202,14 @@ def markdown(table: list[dict]) -> str:
     for r in table:
         lo, hi = r["observed_interval_pct"]
         known = "" if r["observed_known"] else " ?"
-        r = {**r, "foreign_miss_pts": r.get("miss_pts"), "given_miss_pts": r.get("given_miss_pts")}
-        r = {k: v for k, v in r.items() if v is not None}
         lines.append(
             f"| {r['model']} · {r['device']} | {r['streams']} | {r['output_len']:g} "
             f"| {r['observed_pct']:+.1f}% [{lo:+.1f}, {hi:+.1f}]{known} ({r['pairs']}) "
-            f"| {_cell(r, 'foreign')} | {_cell(r, 'whole')} | {_cell(r, 'given')} "
-            f"| **{_cell(r, 'given_whole')}** | {r['timeline_d1_pct']:+.1f}% "
+            f"| {_cell(r, 'foreign_pct', 'miss_pts', 'not_predicted')} "
+            f"| {_cell(r, 'whole_pct', 'whole_miss_pts', 'not_predicted')} "
+            f"| {_cell(r, 'given_pct', 'given_miss_pts', 'given_not_predicted')} "
+            f"| **{_cell(r, 'given_whole_pct', 'given_whole_miss_pts', 'given_not_predicted')}** "
+            f"| {r['timeline_d1_pct']:+.1f}% "
             f"| {r['step_rule']}{'' if r['sure'] else ' (unsure)'} |"
         )
     keys = ("within_goal", "whole_within_goal", "given_within_goal", "given_whole_within_goal")
