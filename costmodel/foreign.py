@@ -239,7 +239,7 @@ def _whole_run(
             added_ms,
             mean_step_ms,
             extra_steps,
-        ),  # fmt: skip
+        ),
     }
 
 
