@@ -63,9 +63,9 @@ def projection_shapes(name: str) -> dict[str, tuple[int, int]]:
 
 def candidates(rows: int, n: int, k: int) -> list[TileConfig]:
     """Launch shapes worth timing for this many rows of an [N, K] weight: the GEMV form for one
-    row (K split at most 2 ways: 4 never won; or in stream-K's equal shares), tl.dot tiles
-    otherwise (BLOCK_M the rows rounded up to a power of two, 16 to 64, or 128 at 128 rows); K
-    split 2 or 4 ways as well where K is the long side (few output tiles)."""
+    row (K split at most 2 ways: 4 never won), tl.dot tiles otherwise (BLOCK_M the rows rounded
+    up to a power of two, 16 to 64, or 128 at 128 rows); K split 2 or 4 ways as well where K is
+    the long side (few output tiles)."""
     splits = (1, 2, 4) if k > n else (1,)
     out = []
     if rows == 1:
@@ -74,12 +74,6 @@ def candidates(rows: int, n: int, k: int) -> list[TileConfig]:
         ):
             if bn * bk <= 16384:  # the fp32 accumulator stays in registers
                 out.append(TileConfig(1, bn, bk, warps, stages, split))
-        # the stream-K schedule: equal shares of K steps, 1-8 programs an SM
-        for bn, bk, warps, per_sm in itertools.product(
-            (4, 8, 16), (256, 512, 1024, 2048), (4, 8), (1, 2, 3, 4, 6, 8)
-        ):
-            if bn * bk <= 16384:
-                out.append(TileConfig(1, bn, bk, warps, 3, stream_k=per_sm))
     block_ms = {min(64, max(16, 1 << (rows - 1).bit_length()))} | ({128} if rows >= 128 else set())
     for bm, bn, bk, warps, stages, split in itertools.product(
         sorted(block_ms), (16, 32, 64, 128), (128, 256), (4, 8), (3, 4), splits
@@ -143,7 +137,6 @@ def tune_shape(n: int, k: int, rows: list[int], args, log) -> dict[str, dict]:
         between_us = timed(None)  # the elementwise kernel alone
         cublas_us = timed(functools.partial(_cublas, out=out)) - between_us
         best: tuple[float, TileConfig] | None = None
-        by_schedule: dict[str, float] = {}  # the fastest of each schedule, for the record
         for config in candidates(m, n, k):
             try:
                 y = skinny_matmul(x, weights[0], config).float()
@@ -163,13 +156,10 @@ def tune_shape(n: int, k: int, rows: list[int], args, log) -> dict[str, dict]:
                 continue
             if best is None or us < best[0]:
                 best = (us, config)
-            schedule = "stream_k" if config.stream_k else "gemv" if config.block_m == 1 else "mma"
-            by_schedule[schedule] = round(min(us, by_schedule.get(schedule, us)), 2)
         entry: dict = {"cublas_us": round(cublas_us, 2), "config": None}
         if best is not None:
             entry["triton_us"] = round(best[0], 2)
             entry["best_triton"] = best[1].as_dict()
-            entry["triton_us_by_schedule"] = by_schedule
             if best[0] < cublas_us * (1 - args.margin):
                 entry["config"] = best[1].as_dict()
         fastest = min(cublas_us, best[0] if best else cublas_us)
