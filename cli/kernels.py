@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from .output import cell
+from .tables import fixed, percent
 
 
 def kernel_tables(run: dict) -> list[Table]:
@@ -21,12 +22,12 @@ def kernel_tables(run: dict) -> list[Table]:
                 (
                     r["kernel"],
                     r["calls"],
-                    _f(r["total_ms"]),
-                    _f(r["mean_us"]),
-                    _f(r["p50_us"]),
-                    _f(r["p90_us"]),
-                    _f(r["p99_us"]),
-                    _pct(r["busy_share"]),
+                    fixed(r["total_ms"]),
+                    fixed(r["mean_us"]),
+                    fixed(r["p50_us"]),
+                    fixed(r["p90_us"]),
+                    fixed(r["p99_us"]),
+                    percent(r["busy_share"]),
                 )
                 for r in view["top_kernels"]
             ],
@@ -40,9 +41,9 @@ def kernel_tables(run: dict) -> list[Table]:
                     r["kind"],
                     r["class"],
                     r["ops"],
-                    _f(r["total_ms"]),
-                    _f(r["per_step_ms"]),
-                    _pct(r["share"]),
+                    fixed(r["total_ms"]),
+                    fixed(r["per_step_ms"]),
+                    percent(r["share"]),
                 )
                 for r in view["kernel_classes"]
             ],
@@ -50,7 +51,7 @@ def kernel_tables(run: dict) -> list[Table]:
         _table(
             f"{run['name']}: the whole capture",
             ("part", "ms", "share%"),
-            [(r["part"], _f(r["ms"]), _pct(r["share"])) for r in view["run_split"]],
+            [(r["part"], fixed(r["ms"]), percent(r["share"])) for r in view["run_split"]],
         ),
         _table(
             f"{run['name']}: CUDA API calls",
@@ -59,11 +60,11 @@ def kernel_tables(run: dict) -> list[Table]:
                 (
                     r["name"],
                     r["calls"],
-                    _f(r["total_ms"]),
-                    _f(r["mean_us"]),
-                    _f(r["p50_us"]),
-                    _f(r["p99_us"]),
-                    _pct(r["share"]),
+                    fixed(r["total_ms"]),
+                    fixed(r["mean_us"]),
+                    fixed(r["p50_us"]),
+                    fixed(r["p99_us"]),
+                    percent(r["share"]),
                 )
                 for r in view["cuda_api"]
             ],
@@ -75,9 +76,9 @@ def kernel_tables(run: dict) -> list[Table]:
                 (
                     r["api"] or "all",
                     r["launches"],
-                    _f(r["median_us"]),
-                    _f(r["p90_us"]),
-                    _f(r["max_us"]),
+                    fixed(r["median_us"]),
+                    fixed(r["p90_us"]),
+                    fixed(r["max_us"]),
                 )
                 for r in view["launch_latency"]
                 if r["scope"] != "step"
@@ -95,11 +96,3 @@ def _table(
     for row in rows:
         table.add_row(cell(row[0], limit=40), *(str(v) for v in row[1:]))
     return table
-
-
-def _f(value: float | None) -> str:
-    return "–" if value is None else f"{value:.3f}"
-
-
-def _pct(share: float | None) -> str:
-    return "–" if share is None else f"{100 * share:.1f}"

@@ -8,6 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .output import cell
+from .tables import fixed
 
 ROWS = (
     ("forward", "forward_ms"),
@@ -51,7 +52,7 @@ def rank_table(entry: dict, name: str, matched: str = "by step id") -> Table:
         table.add_column(f"rank {row['rank']}", justify="right", no_wrap=True)
     for label, key in ROWS:
         if any(row[key] is not None for row in ranks):
-            table.add_row(label, *(_ms(row[key]) for row in ranks))
+            table.add_row(label, *(fixed(row[key]) for row in ranks))
     table.add_row("GPU last", *(_pct(row["gpu_straggler_share"]) for row in ranks))
     table.add_row("host last", *(_pct(row["host_straggler_share"]) for row in ranks))
     for split, label in (("time", "bubble in "), ("began", "gaps began in ")):
@@ -60,7 +61,7 @@ def rank_table(entry: dict, name: str, matched: str = "by step id") -> Table:
             for row in ranks
         ]
         for part in dict.fromkeys(p for parts in by_part for p in parts):
-            cells = [_ms(parts.get(part)) for parts in by_part]
+            cells = [fixed(parts.get(part)) for parts in by_part]
             table.add_row(Text(label) + cell(part, 40), *cells)
     return table
 
@@ -69,11 +70,11 @@ def rank_lines(entry: dict) -> list[str]:
     """The straggler and the skew of a tensor-parallel run, in words (printed under its table)."""
     late, spread = entry["straggler"], entry["skew"]
     return [
-        f"  GPU straggler: {_ms(late['gpu_extra_ms']['median'])} ms after rank 0's GPU "
-        f"(median; p90 {_ms(late['gpu_extra_ms']['p90'])}); host straggler: "
-        f"{_ms(late['host_extra_ms']['median'])} ms after rank 0's host",
+        f"  GPU straggler: {fixed(late['gpu_extra_ms']['median'])} ms after rank 0's GPU "
+        f"(median; p90 {fixed(late['gpu_extra_ms']['p90'])}); host straggler: "
+        f"{fixed(late['host_extra_ms']['median'])} ms after rank 0's host",
         "  skew between ranks, median ms: "
-        + ", ".join(f"{label} {_ms(spread[key]['median'])}" for label, key in SKEWS),
+        + ", ".join(f"{label} {fixed(spread[key]['median'])}" for label, key in SKEWS),
     ]
 
 
@@ -85,10 +86,6 @@ LEGEND = (
     "in while its GPU sat idle, ms per step (a worker's `recv`: waiting for rank 0); gaps began "
     "in: the same bubble by the part the rank was in when each idle gap began."
 )
-
-
-def _ms(value: float | None) -> str:
-    return "–" if value is None else f"{value:.3f}"
 
 
 def _pct(share: float | None) -> str:

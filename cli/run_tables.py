@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .output import cell
-from .tables import show
+from .tables import fixed, percent, show
 
 
 def found_table(runs: list[dict]) -> Table:
@@ -33,8 +33,8 @@ def found_table(runs: list[dict]) -> Table:
             str(found["steps"]),
             str(found["decode_steps"]),
             str(found["prefill_steps"]),
-            "–" if found["period_cv"] is None else f"{found['period_cv']:.3f}",
-            _percent(found["gpu_coverage"]),
+            fixed(found["period_cv"]),
+            percent(found["gpu_coverage"]),
             found["confidence"],
         )
     table.caption = Text("\n").join(
@@ -68,7 +68,7 @@ def doubts(runs: list[dict]) -> list[Text]:
 
 
 def _median(stat: dict) -> str:
-    return "–" if stat["median"] is None else f"{stat['median']:.3f}"
+    return fixed(stat["median"])
 
 
 def steps_table(runs: list[dict]) -> Table:
@@ -106,8 +106,8 @@ def steps_table(runs: list[dict]) -> Table:
                         _median(run[f"{c}_ms"])
                         for c in ("forward", "sampling", "bubble", "kernel_gap", "period")
                     ),
-                    _percent(run["bubble_share"]),
-                    _percent(run["host_late_share"]),
+                    percent(run["bubble_share"]),
+                    percent(run["host_late_share"]),
                 )
             ),
         )
@@ -124,10 +124,6 @@ def steps_table(runs: list[dict]) -> Table:
 
 def _dash(value: object) -> str:
     return "–" if value is None else str(value)
-
-
-def _percent(share: float | None) -> str:
-    return "–" if share is None else f"{100 * share:.1f}"
 
 
 def attribution_table(runs: list[dict]) -> Table:
@@ -159,7 +155,7 @@ def attribution_table(runs: list[dict]) -> Table:
         table.add_row(
             cell(part),
             *(
-                _ms(run["attribution_ms_per_step"][key]["top_level"].get(part))
+                fixed(run["attribution_ms_per_step"][key]["top_level"].get(part))
                 for run in runs
                 for key, _ in splits
             ),
@@ -188,9 +184,9 @@ def print_foreign(console: Console, run: dict) -> None:
     if split:
         console.print(
             f"run {rid}: idle {split['idle_ms_per_step']:.3f} ms a steady step: "
-            f"{_percent(split['longest_bubble_share'])}% in its longest bubble, "
-            f"{_percent(split['other_bubbles_share'])}% in other bubbles, "
-            f"{_percent(split['kernel_gaps_share'])}% in gaps between kernels",
+            f"{percent(split['longest_bubble_share'])}% in its longest bubble, "
+            f"{percent(split['other_bubbles_share'])}% in other bubbles, "
+            f"{percent(split['kernel_gaps_share'])}% in gaps between kernels",
             markup=False,
         )
     split = run["attribution_ms_per_step"]
@@ -203,7 +199,7 @@ def print_foreign(console: Console, run: dict) -> None:
         table.add_column("time", justify="right")
         table.add_column("began", justify="right")
         for phase, ms in list(split["time"]["phase"].items())[:8]:
-            table.add_row(cell(phase), _ms(ms), _ms(split["began"]["phase"].get(phase)))
+            table.add_row(cell(phase), fixed(ms), fixed(split["began"]["phase"].get(phase)))
         show(console, table)
     if run["syncs_per_step"]:
         table = Table(title=Text(f"run {rid}: host syncs per steady step"), title_justify="left")
@@ -255,7 +251,3 @@ def print_foreign(console: Console, run: dict) -> None:
         console.print(Text("  - ") + cell(whole["line"], limit=900))
     elif gain:
         console.print(cell(f"run {rid}: no pipelining prediction ({gain['not_predicted']})", 300))
-
-
-def _ms(ms: float | None) -> str:
-    return "–" if ms is None else f"{ms:.3f}"

@@ -18,6 +18,16 @@ ELLIPSIS = "…"
 EMPTY = ("", "–")
 
 
+def fixed(value: float | None) -> str:
+    """A figure to three decimals (ms, us), or – where it is unknown."""
+    return "–" if value is None else f"{value:.3f}"
+
+
+def percent(share: float | None) -> str:
+    """A share in [0, 1] as a percentage to one decimal, or – where it is unknown."""
+    return "–" if share is None else f"{100 * share:.1f}"
+
+
 def show(console: Console, table: Table, *, drop_empty: bool = False) -> None:
     """Print table on console, whole at its width: as drawn, else as records. With drop_empty, a
     column with no value in any row is left out, and a line under the table names it."""
