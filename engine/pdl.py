@@ -18,6 +18,9 @@ forward 5% slower, after our own only 1%, while both made the one-row forward ~5
 site costs speed, never correctness: the wait always waits for the whole kernel before.
 Forwards of more than MAX_ROWS rows run without it (ModelRunner says how many: `step_rows`).
 BUBBLELAB_PDL=0|off, all, own or own-mma chooses (A/B measurements); `using(mode)` does in-process.
+`own-early` (A/B) also lets decode attention and its merge release the next kernels before they
+wait, so the output projection's weight reads run under attention, which leaves the bus idle;
+`own-early-all` has every kernel release first.
 """
 
 from __future__ import annotations
@@ -54,13 +57,19 @@ if triton is not None:
     @triton.jit
     def wait_for_inputs(PDL: tl.constexpr):
         """Called by a PDL-aware kernel before its first read of an activation and its first
-        write: waits for every earlier kernel, then lets the next one start its own preamble."""
-        if PDL:
+        write: waits for every earlier kernel, then lets the next one start its own preamble.
+        PDL 2 lets the next one start first (RELEASE_EARLY): its blocks become resident while
+        this kernel runs, and its own wait still waits for this kernel, and so for all before."""
+        if PDL == 2:
+            gdc_launch_dependents()
+            gdc_wait()
+        elif PDL:
             gdc_wait()
             gdc_launch_dependents()
 
 
-MODES = ("off", "all", "own", "own-mma")
+MODES = ("off", "all", "own", "own-mma", "own-early", "own-early-all")
+RELEASE_EARLY = 2  # a kernel's PDL constexpr: its dependents may start before it waits
 # Forwards of more rows run without PDL. On H200s (docs/engine-speed.md) it gained at 1, 8 and 16
 # rows in every call, lost up to 3.8% at 4 rows of qwen3-8b in one, and gained nothing or lost at
 # 32-128 (qwen3-8b at 32 rows: -2.7%), where the GEMMs are cuBLAS or MMA tiles of 32 rows.
@@ -100,13 +109,17 @@ def foreign_kernel() -> None:
     _after_foreign = True
 
 
-def launch_options(device: torch.device, placed: bool = False) -> dict[str, bool]:
+def launch_options(
+    device: torch.device, placed: bool = False, early: bool = False
+) -> dict[str, bool | int]:
     """The keywords of a PDL-aware kernel's launch: its `PDL` constexpr and Triton's launch flag.
 
     placed: a GEMM's MMA form, whose blocks, launched early, land on whichever SMs the kernel
     before leaves free. Only `own-mma` makes it wait: on H200s that made the forward faster when
     one graph was replayed back to back and slower inside the engine, at 1 and at 4 rows
     (docs/engine-speed.md), so the engine keeps starting it early.
+    early: a kernel that leaves the memory bus idle (decode attention): under `own-early` it lets
+    the next kernels start before it waits, so their weight reads run under it (A/B mode).
     """
     global _after_foreign
     after_foreign, _after_foreign = _after_foreign, False
@@ -114,6 +127,8 @@ def launch_options(device: torch.device, placed: bool = False) -> dict[str, bool
     own = chosen.startswith("own")
     if not enabled(device) or (after_foreign and own) or (placed and chosen == "own-mma"):
         return {"PDL": False}
+    if chosen == "own-early-all" or (early and chosen == "own-early"):
+        return {"PDL": RELEASE_EARLY, "launch_pdl": True}
     return {"PDL": True, "launch_pdl": True}
 
 

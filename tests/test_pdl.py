@@ -51,6 +51,18 @@ def test_all_and_off_modes(hopper):
     assert pdl.mode() == "own"  # restored
 
 
+def test_early_modes_let_attention_release_the_next_kernels_before_it_waits(hopper):
+    early = {"PDL": pdl.RELEASE_EARLY, "launch_pdl": True}
+    assert pdl.launch_options(CUDA, early=True) == ON  # own, the default: wait, then release
+    with pdl.using("own-early"):
+        assert pdl.launch_options(CUDA, early=True) == early
+        assert pdl.launch_options(CUDA) == ON
+        pdl.foreign_kernel()
+        assert pdl.launch_options(CUDA, early=True) == OFF  # never after cuBLAS, as under own
+    with pdl.using("own-early-all"):
+        assert pdl.launch_options(CUDA) == early
+
+
 def test_forwards_of_more_than_max_rows_run_without_it_unless_a_benchmark_says(hopper):
     with pdl.step_rows(pdl.MAX_ROWS):
         assert pdl.launch_options(CUDA) == ON
@@ -101,12 +113,13 @@ def test_gpu_a_chain_of_our_kernels_computes_the_same_with_and_without_pdl(rows)
     w_up = torch.randn(2 * 4096, 2560, device="cuda", generator=g, dtype=torch.bfloat16) / 50
     w_down = torch.randn(2560, 4096, device="cuda", generator=g, dtype=torch.bfloat16) / 60
     cfg = TileConfig(1, 8, 512, 4, 3) if rows == 1 else TileConfig(16, 64, 128, 4, 3)
+    down = TileConfig(1, 8, 512, 4, 3, prefetch_l2=1) if rows == 1 else cfg  # L2 prefetch too
 
     def chain() -> torch.Tensor:
         h, r = rms_norm(x, norm_w, 1e-6, res)
-        return skinny_matmul(silu_and_mul(skinny_matmul(h, w_up, cfg)), w_down, cfg) + r
+        return skinny_matmul(silu_and_mul(skinny_matmul(h, w_up, cfg)), w_down, down) + r
 
-    outputs = outputs_in_every_mode(chain, ("off", "all", "own", "own-mma"))
-    assert torch.equal(outputs["off"], outputs["all"]) and torch.equal(
-        outputs["off"], outputs["own"]
-    )
+    modes = ("off", "all", "own", "own-mma", "own-early-all")
+    outputs = outputs_in_every_mode(chain, modes)
+    for mode in ("all", "own", "own-early-all"):
+        assert torch.equal(outputs["off"], outputs[mode]), mode

@@ -13,6 +13,7 @@ triton = pytest.importorskip("triton")
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
+from bubblelab.engine import pdl as pdl_module  # noqa: E402
 from bubblelab.engine import triton_gemm  # noqa: E402
 from bubblelab.engine.attention import triton_decode, triton_prefill  # noqa: E402
 from bubblelab.engine.models import triton_fused  # noqa: E402
@@ -56,7 +57,7 @@ def test_prefill_kernel_compiles(dtype, precision):
 
 
 @pytest.mark.parametrize("split", [False, True])
-@pytest.mark.parametrize("pdl", [False, True])
+@pytest.mark.parametrize("pdl", [False, True, 2])
 def test_decode_kernels_compile(split, pdl):
     pointers = {n: "*bf16" for n in ("Q", "K", "V", "O")} | {
         "BT": "*i32",
@@ -82,20 +83,25 @@ def test_decode_kernels_compile(split, pdl):
     assert_pdl(compile_for_h200(triton_decode._merge_kernel, merge, constexprs, 1), pdl)
 
 
-def assert_pdl(kernel, pdl: bool) -> None:
+def assert_pdl(kernel, pdl: bool | int) -> None:
     """Compiled, and waiting for the kernel before (then releasing the next) exactly when PDL is on:
-    a PDL launch of a kernel that never waits would race the kernel before it."""
+    a PDL launch of a kernel that never waits would race the kernel before it. PDL 2 releases the
+    next kernel first, then waits."""
     ptx = kernel.asm["ptx"]
     assert kernel.asm["cubin"]
-    assert ("griddepcontrol.wait" in ptx) == pdl
-    assert ("griddepcontrol.launch_dependents" in ptx) == pdl
+    assert ("griddepcontrol.wait" in ptx) == bool(pdl)
+    assert ("griddepcontrol.launch_dependents" in ptx) == bool(pdl)
+    if pdl:
+        release = ptx.index("griddepcontrol.launch_dependents")
+        assert (release < ptx.index("griddepcontrol.wait")) == (pdl == pdl_module.RELEASE_EARLY)
 
 
 @pytest.mark.parametrize("pdl", [False, True])
 @pytest.mark.parametrize(
     "block_m,split_k,even_k", [(1, 1, True), (1, 1, False), (16, 1, True), (16, 4, True)]
 )
-def test_skinny_gemm_compiles(pdl, block_m, split_k, even_k):
+@pytest.mark.parametrize("prefetch", [False, True])
+def test_skinny_gemm_compiles(pdl, block_m, split_k, even_k, prefetch):
     pointers = {"X": "*bf16", "W": "*bf16", "Y": "*bf16", "WS": "*fp32", "LOCKS": "*i32"}
     constexprs = dict(
         BLOCK_M=block_m,
@@ -104,8 +110,13 @@ def test_skinny_gemm_compiles(pdl, block_m, split_k, even_k):
         SPLIT_K=split_k,
         EVEN_K=even_k,
         PDL=pdl,
+        PREFETCH_L2=prefetch,
     )
-    assert_pdl(compile_for_h200(triton_gemm._skinny_kernel, pointers, constexprs), pdl)
+    kernel = compile_for_h200(triton_gemm._skinny_kernel, pointers, constexprs)
+    assert_pdl(kernel, pdl)
+    # The L2 prefetch is the GEMV form's, under PDL: before the wait, one per 128-byte line
+    prefetches = kernel.asm["ptx"].count("prefetch.global.L2")
+    assert (prefetches > 0) == (prefetch and pdl and block_m == 1)
 
 
 @pytest.mark.parametrize("pdl", [False, True])
