@@ -18,9 +18,11 @@ forward 5% slower, after our own only 1%, while both made the one-row forward ~5
 site costs speed, never correctness: the wait always waits for the whole kernel before.
 Forwards of more than MAX_ROWS rows run without it (ModelRunner says how many: `step_rows`).
 BUBBLELAB_PDL=0|off, all, own or own-mma chooses (A/B measurements); `using(mode)` does in-process.
-`own-early` (A/B) also lets decode attention and its merge release the next kernels before they
-wait, so the output projection's weight reads run under attention, which leaves the bus idle;
-`own-early-all` has every kernel release first.
+In one-row forwards decode attention and its merge also release the next kernels before they wait
+(EARLY_ROWS), so the output projection's weight reads run under attention, which leaves the bus
+idle: on an H200 the engine's one-stream tokens/s rose 0.6% (qwen3-4b) and 1.2% (qwen3-8b); at 8
+rows the forward lost 1.3%. A/B modes: `own-wait` (never release first), `own-early-all` (every
+kernel releases first, at any row count: +2.0% for qwen3-4b at one stream, -1.3% for qwen3-8b).
 """
 
 from __future__ import annotations
@@ -68,8 +70,9 @@ if triton is not None:
             gdc_launch_dependents()
 
 
-MODES = ("off", "all", "own", "own-mma", "own-early", "own-early-all")
+MODES = ("off", "all", "own", "own-mma", "own-wait", "own-early-all")
 RELEASE_EARLY = 2  # a kernel's PDL constexpr: its dependents may start before it waits
+EARLY_ROWS = 1  # forwards of at most this many rows let decode attention release first
 # Forwards of more rows run without PDL. On H200s (docs/engine-speed.md) it gained at 1, 8 and 16
 # rows in every call, lost up to 3.8% at 4 rows of qwen3-8b in one, and gained nothing or lost at
 # 32-128 (qwen3-8b at 32 rows: -2.7%), where the GEMMs are cuBLAS or MMA tiles of 32 rows.
@@ -118,8 +121,9 @@ def launch_options(
     before leaves free. Only `own-mma` makes it wait: on H200s that made the forward faster when
     one graph was replayed back to back and slower inside the engine, at 1 and at 4 rows
     (docs/engine-speed.md), so the engine keeps starting it early.
-    early: a kernel that leaves the memory bus idle (decode attention): under `own-early` it lets
-    the next kernels start before it waits, so their weight reads run under it (A/B mode).
+    early: a kernel that leaves the memory bus idle (decode attention and its merge): in forwards
+    of at most EARLY_ROWS rows it lets the next kernels start before it waits, so their weight
+    reads run under it; `own-wait` never does (A/B).
     """
     global _after_foreign
     after_foreign, _after_foreign = _after_foreign, False
@@ -127,7 +131,8 @@ def launch_options(
     own = chosen.startswith("own")
     if not enabled(device) or (after_foreign and own) or (placed and chosen == "own-mma"):
         return {"PDL": False}
-    if chosen == "own-early-all" or (early and chosen == "own-early"):
+    one_row = _rows is not None and _rows <= EARLY_ROWS
+    if chosen == "own-early-all" or (early and one_row and chosen in ("own", "own-mma")):
         return {"PDL": RELEASE_EARLY, "launch_pdl": True}
     return {"PDL": True, "launch_pdl": True}
 

@@ -37,23 +37,9 @@ class TileConfig:
     num_warps: int
     num_stages: int
     split_k: int = 1
-    prefetch_l2: int = 0  # GEMV form under PDL: pull the program's weights into L2 before waiting
 
     def as_dict(self) -> dict[str, int]:
-        return {k: v for k, v in asdict(self).items() if k != "prefetch_l2" or v}
-
-
-@triton.jit
-def _prefetch_l2(ptrs):
-    # No Triton op prefetches without loading into registers; one PTX prefetch per 128-byte line.
-    tl.inline_asm_elementwise(
-        "prefetch.global.L2 [$1]; mov.u32 $0, 0;",
-        "=r,l",
-        [ptrs],
-        dtype=tl.int32,
-        is_pure=False,
-        pack=1,
-    )
+        return asdict(self)
 
 
 @triton.jit
@@ -84,7 +70,6 @@ def _skinny_kernel(
     SPLIT_K: tl.constexpr,
     EVEN_K: tl.constexpr,
     PDL: tl.constexpr,
-    PREFETCH_L2: tl.constexpr,
 ):
     num_m = tl.cdiv(M, BLOCK_M)
     tile, pid_k = tl.program_id(0), tl.program_id(1)
@@ -110,13 +95,6 @@ def _skinny_kernel(
         # form keeps the loop its tiles were tuned with: peeled, it was slower at 32 rows.)
         k_ok = (rk < k_end)[None, :]
         w = tl.load(w_ptrs, mask=n_ok[:, None] & k_ok, other=0.0)
-        if PREFETCH_L2:
-            # The rest of this program's weights, into L2 while the kernels before still run
-            # (decode attention leaves the bus idle): after the wait they come from L2.
-            rows = W + tl.minimum(rn, N - 1).to(tl.int64)[:, None] * stride_wn
-            for k in range(k_begin + BLOCK_K, k_end, BLOCK_K):
-                lines = tl.minimum(k + tl.arange(0, BLOCK_K // 64) * 64, k_end - 1)
-                _prefetch_l2(rows + lines[None, :])
         wait_for_inputs(PDL)
         x = tl.load(x_ptrs, mask=m_ok[:, None] & k_ok, other=0.0)
         acc = _accumulate(acc, x, w, BLOCK_M)
@@ -216,7 +194,6 @@ def skinny_matmul(
         BLOCK_K=config.block_k,
         SPLIT_K=split,
         EVEN_K=k % config.block_k == 0,
-        PREFETCH_L2=bool(config.prefetch_l2) and config.block_m == 1,
         num_warps=config.num_warps,
         num_stages=config.num_stages,
         **launch_options(x.device, placed=config.block_m > 1),

@@ -51,16 +51,19 @@ def test_all_and_off_modes(hopper):
     assert pdl.mode() == "own"  # restored
 
 
-def test_early_modes_let_attention_release_the_next_kernels_before_it_waits(hopper):
+def test_attention_releases_the_next_kernels_before_it_waits_only_in_one_row_forwards(hopper):
     early = {"PDL": pdl.RELEASE_EARLY, "launch_pdl": True}
-    assert pdl.launch_options(CUDA, early=True) == ON  # own, the default: wait, then release
-    with pdl.using("own-early"):
+    with pdl.step_rows(pdl.EARLY_ROWS):
         assert pdl.launch_options(CUDA, early=True) == early
-        assert pdl.launch_options(CUDA) == ON
+        assert pdl.launch_options(CUDA) == ON  # every other kernel: wait, then release
         pdl.foreign_kernel()
         assert pdl.launch_options(CUDA, early=True) == OFF  # never after cuBLAS, as under own
-    with pdl.using("own-early-all"):
-        assert pdl.launch_options(CUDA) == early
+        with pdl.using("own-wait"):
+            assert pdl.launch_options(CUDA, early=True) == ON
+        with pdl.using("own-early-all"):
+            assert pdl.launch_options(CUDA) == early
+    with pdl.step_rows(pdl.EARLY_ROWS + 1):
+        assert pdl.launch_options(CUDA, early=True) == ON
 
 
 def test_forwards_of_more_than_max_rows_run_without_it_unless_a_benchmark_says(hopper):
@@ -113,11 +116,10 @@ def test_gpu_a_chain_of_our_kernels_computes_the_same_with_and_without_pdl(rows)
     w_up = torch.randn(2 * 4096, 2560, device="cuda", generator=g, dtype=torch.bfloat16) / 50
     w_down = torch.randn(2560, 4096, device="cuda", generator=g, dtype=torch.bfloat16) / 60
     cfg = TileConfig(1, 8, 512, 4, 3) if rows == 1 else TileConfig(16, 64, 128, 4, 3)
-    down = TileConfig(1, 8, 512, 4, 3, prefetch_l2=1) if rows == 1 else cfg  # L2 prefetch too
 
     def chain() -> torch.Tensor:
         h, r = rms_norm(x, norm_w, 1e-6, res)
-        return skinny_matmul(silu_and_mul(skinny_matmul(h, w_up, cfg)), w_down, down) + r
+        return skinny_matmul(silu_and_mul(skinny_matmul(h, w_up, cfg)), w_down, cfg) + r
 
     modes = ("off", "all", "own", "own-mma", "own-early-all")
     outputs = outputs_in_every_mode(chain, modes)
