@@ -20,8 +20,8 @@ Forwards of more than MAX_ROWS rows run without it (ModelRunner says how many: `
 BUBBLELAB_PDL=0|off, all, own or own-mma chooses (A/B measurements); `using(mode)` does in-process.
 In one-row forwards decode attention and its merge also release the next kernels before they wait
 (EARLY_ROWS), so the output projection's weight reads run under attention, which leaves the bus
-idle: on an H200 the engine's one-stream tokens/s rose 0.6% (qwen3-4b) and 1.2% (qwen3-8b); at 8
-rows the forward lost 1.3%. A/B modes: `own-wait` (never release first), `own-early-all` (every
+idle: on an H200 the engine's one-stream tokens/s rose 0.5% (qwen3-4b) and 1.2% (qwen3-8b); at 8
+rows the forward lost 0.6-1.3%. A/B modes: `own-wait` (never release first), `own-early-all` (every
 kernel releases first, at any row count: +2.0% for qwen3-4b at one stream, -1.3% for qwen3-8b).
 """
 
