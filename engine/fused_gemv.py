@@ -166,6 +166,6 @@ def fused_gemv(
         EVEN_K=k % config.block_k == 0,
         num_warps=config.num_warps,
         num_stages=config.num_stages,
-        **launch_options(x.device),
+        **launch_options(x.device, "gemv"),
     )
     return y, res_out

@@ -21,8 +21,9 @@ BUBBLELAB_PDL=0|off, all, own or own-mma chooses (A/B measurements); `using(mode
 In one-row forwards decode attention and its merge also release the next kernels before they wait
 (EARLY_ROWS), so the output projection's weight reads run under attention, which leaves the bus
 idle: on an H200 the engine's one-stream tokens/s rose 0.5% (qwen3-4b) and 1.2% (qwen3-8b); at 8
-rows the forward lost 0.6-1.3%. A/B modes: `own-wait` (never release first), `own-early-all` (every
-kernel releases first, at any row count: +2.0% for qwen3-4b at one stream, -1.3% for qwen3-8b).
+rows the forward lost 0.6-1.3%. Which kinds of kernel release first in one-row forwards is
+BUBBLELAB_PDL_EARLY's (a comma list of KINDS, all or none; `releasing(kinds)` in-process): with all
+of them qwen3-4b gained 2.0% at one stream and qwen3-8b lost 1.3% (A/B).
 """
 
 from __future__ import annotations
@@ -70,14 +71,19 @@ if triton is not None:
             gdc_launch_dependents()
 
 
-MODES = ("off", "all", "own", "own-mma", "own-wait", "own-early-all")
+MODES = ("off", "all", "own", "own-mma")
+# What a launch site says it launches: the one-row GEMV, a GEMM's MMA form, decode attention and
+# its merge, add+RMSNorm, q/k norm+RoPE, SiLU*mul.
+KINDS = ("gemv", "mma", "attention", "norm", "qk", "silu")
 RELEASE_EARLY = 2  # a kernel's PDL constexpr: its dependents may start before it waits
-EARLY_ROWS = 1  # forwards of at most this many rows let decode attention release first
+EARLY_ROWS = 1  # forwards of at most this many rows let some kinds release first
+EARLY_KINDS = frozenset({"attention"})  # those kinds, unless BUBBLELAB_PDL_EARLY says otherwise
 # Forwards of more rows run without PDL. On H200s (docs/engine-speed.md) it gained at 1, 8 and 16
 # rows in every call, lost up to 3.8% at 4 rows of qwen3-8b in one, and gained nothing or lost at
 # 32-128 (qwen3-8b at 32 rows: -2.7%), where the GEMMs are cuBLAS or MMA tiles of 32 rows.
 MAX_ROWS = 16
 _mode: str | None = None  # set by using(), which also lifts MAX_ROWS; else BUBBLELAB_PDL
+_early: frozenset[str] | None = None  # set by releasing(); else BUBBLELAB_PDL_EARLY
 _rows: int | None = None  # the forward being launched: step_rows()
 _after_foreign = False  # the last kernel launched was someone else's (cuBLAS): foreign_kernel()
 
@@ -112,27 +118,47 @@ def foreign_kernel() -> None:
     _after_foreign = True
 
 
-def launch_options(
-    device: torch.device, placed: bool = False, early: bool = False
-) -> dict[str, bool | int]:
+def parse_kinds(text: str) -> frozenset[str]:
+    """'all', 'none' or a comma list of KINDS -> the set it names."""
+    text = text.strip()
+    if text == "all":
+        return frozenset(KINDS)
+    if text in ("none", ""):
+        return frozenset()
+    kinds = frozenset(k.strip() for k in text.split(","))
+    unknown = sorted(kinds - set(KINDS))
+    if unknown:
+        raise ValueError(f"unknown kernel kind {unknown[0]!r}: all, none or a list of {KINDS}")
+    return kinds
+
+
+def early_kinds() -> frozenset[str]:
+    """The kinds of kernel that release the next ones before they wait, in one-row forwards."""
+    if _early is not None:
+        return _early
+    chosen = os.environ.get("BUBBLELAB_PDL_EARLY")
+    return EARLY_KINDS if chosen is None else parse_kinds(chosen)
+
+
+def launch_options(device: torch.device, kind: str = "") -> dict[str, bool | int]:
     """The keywords of a PDL-aware kernel's launch: its `PDL` constexpr and Triton's launch flag.
 
-    placed: a GEMM's MMA form, whose blocks, launched early, land on whichever SMs the kernel
-    before leaves free. Only `own-mma` makes it wait: on H200s that made the forward faster when
-    one graph was replayed back to back and slower inside the engine, at 1 and at 4 rows
-    (docs/engine-speed.md), so the engine keeps starting it early.
-    early: a kernel that leaves the memory bus idle (decode attention and its merge): in forwards
-    of at most EARLY_ROWS rows it lets the next kernels start before it waits, so their weight
-    reads run under it; `own-wait` never does (A/B).
+    kind: one of KINDS, what is launched. A GEMM's MMA form (`mma`) has blocks that, launched early,
+    land on whichever SMs the kernel before leaves free. Only `own-mma` makes it wait: on H200s that
+    made the forward faster when one graph was replayed back to back and slower inside the engine,
+    at 1 and at 4 rows (docs/engine-speed.md), so the engine keeps starting it early. In forwards
+    of at most EARLY_ROWS rows the early_kinds() let the next kernels start before they wait:
+    decode attention leaves the memory bus idle, so the weight reads after it run under it.
     """
+    if kind and kind not in KINDS:
+        raise ValueError(f"unknown kernel kind {kind!r}: one of {KINDS}")
     global _after_foreign
     after_foreign, _after_foreign = _after_foreign, False
     chosen = mode()
     own = chosen.startswith("own")
-    if not enabled(device) or (after_foreign and own) or (placed and chosen == "own-mma"):
+    if not enabled(device) or (after_foreign and own) or (kind == "mma" and chosen == "own-mma"):
         return {"PDL": False}
-    one_row = _rows is not None and _rows <= EARLY_ROWS
-    if chosen == "own-early-all" or (early and one_row and chosen in ("own", "own-mma")):
+    if own and _rows is not None and _rows <= EARLY_ROWS and kind in early_kinds():
         return {"PDL": RELEASE_EARLY, "launch_pdl": True}
     return {"PDL": True, "launch_pdl": True}
 
@@ -160,3 +186,15 @@ def using(chosen: str) -> Iterator[None]:
         yield
     finally:
         _mode = before
+
+
+@contextlib.contextmanager
+def releasing(kinds: str) -> Iterator[None]:
+    """Kernels launched (or graphs captured) inside release first for these kinds ('all', 'none'
+    or a comma list of KINDS), in one-row forwards: an A/B benchmark's variants."""
+    global _early
+    before, _early = _early, parse_kinds(kinds)
+    try:
+        yield
+    finally:
+        _early = before

@@ -196,6 +196,6 @@ def skinny_matmul(
         EVEN_K=k % config.block_k == 0,
         num_warps=config.num_warps,
         num_stages=config.num_stages,
-        **launch_options(x.device, placed=config.block_m > 1),
+        **launch_options(x.device, "mma" if config.block_m > 1 else "gemv"),
     )
     return y

@@ -32,14 +32,14 @@ def test_own_mode_skips_only_the_kernel_after_a_foreign_one(hopper):
 
 
 def test_a_gemms_mma_form_waits_only_when_a_benchmark_asks(hopper):
-    assert pdl.launch_options(CUDA, placed=True) == ON  # own, the default: early like the rest
+    assert pdl.launch_options(CUDA, "mma") == ON  # own, the default: early like the rest
     with pdl.using("own-mma"):
-        assert pdl.launch_options(CUDA, placed=True) == OFF
+        assert pdl.launch_options(CUDA, "mma") == OFF
         assert pdl.launch_options(CUDA) == ON  # the GEMV form and small kernels: still early
     with pdl.using("all"):
-        assert pdl.launch_options(CUDA, placed=True) == ON
+        assert pdl.launch_options(CUDA, "mma") == ON
     pdl.foreign_kernel()
-    assert pdl.launch_options(CUDA, placed=True) == OFF  # never after cuBLAS under own
+    assert pdl.launch_options(CUDA, "mma") == OFF  # never after cuBLAS under own
 
 
 def test_all_and_off_modes(hopper):
@@ -54,16 +54,32 @@ def test_all_and_off_modes(hopper):
 def test_attention_releases_the_next_kernels_before_it_waits_only_in_one_row_forwards(hopper):
     early = {"PDL": pdl.RELEASE_EARLY, "launch_pdl": True}
     with pdl.step_rows(pdl.EARLY_ROWS):
-        assert pdl.launch_options(CUDA, early=True) == early
-        assert pdl.launch_options(CUDA) == ON  # every other kernel: wait, then release
+        assert pdl.launch_options(CUDA, "attention") == early
+        assert pdl.launch_options(CUDA, "gemv") == ON  # every other kind: wait, then release
         pdl.foreign_kernel()
-        assert pdl.launch_options(CUDA, early=True) == OFF  # never after cuBLAS, as under own
-        with pdl.using("own-wait"):
-            assert pdl.launch_options(CUDA, early=True) == ON
-        with pdl.using("own-early-all"):
-            assert pdl.launch_options(CUDA) == early
+        assert pdl.launch_options(CUDA, "attention") == OFF  # never after cuBLAS, as under own
+        with pdl.using("all"):
+            assert pdl.launch_options(CUDA, "attention") == ON  # `all` never releases first
     with pdl.step_rows(pdl.EARLY_ROWS + 1):
-        assert pdl.launch_options(CUDA, early=True) == ON
+        assert pdl.launch_options(CUDA, "attention") == ON
+    assert pdl.launch_options(CUDA, "attention") == ON  # outside a forward
+
+
+def test_which_kinds_release_first_is_chosen_by_env_or_in_process(hopper, monkeypatch):
+    early = {"PDL": pdl.RELEASE_EARLY, "launch_pdl": True}
+    with pdl.step_rows(1):
+        monkeypatch.setenv("BUBBLELAB_PDL_EARLY", "none")
+        assert pdl.launch_options(CUDA, "attention") == ON
+        monkeypatch.setenv("BUBBLELAB_PDL_EARLY", "norm, silu")
+        assert pdl.launch_options(CUDA, "norm") == early
+        assert pdl.launch_options(CUDA, "attention") == ON
+        with pdl.releasing("all"):
+            assert all(pdl.launch_options(CUDA, k) == early for k in pdl.KINDS)
+        monkeypatch.setenv("BUBBLELAB_PDL_EARLY", "attention,nrom")
+        with pytest.raises(ValueError, match="nrom"):
+            pdl.launch_options(CUDA, "attention")
+    with pytest.raises(ValueError, match="kind"):
+        pdl.launch_options(CUDA, "softmax")
 
 
 def test_forwards_of_more_than_max_rows_run_without_it_unless_a_benchmark_says(hopper):
@@ -121,7 +137,8 @@ def test_gpu_a_chain_of_our_kernels_computes_the_same_with_and_without_pdl(rows)
         h, r = rms_norm(x, norm_w, 1e-6, res)
         return skinny_matmul(silu_and_mul(skinny_matmul(h, w_up, cfg)), w_down, cfg) + r
 
-    modes = ("off", "all", "own", "own-mma", "own-early-all")
-    outputs = outputs_in_every_mode(chain, modes)
-    for mode in ("all", "own", "own-early-all"):
+    outputs = outputs_in_every_mode(chain, ("off", "all", "own", "own-mma"))
+    with pdl.step_rows(rows), pdl.releasing("all"):  # every kernel releases first at one row
+        outputs["early"] = outputs_in_every_mode(chain, ("own",))["own"]
+    for mode in ("all", "own", "early"):
         assert torch.equal(outputs["off"], outputs[mode]), mode

@@ -288,7 +288,7 @@ def paged_decode_attention(
         UPCAST=_INTERPRETED and q.dtype != torch.float32,
         num_warps=num_warps,
         num_stages=num_stages,
-        **launch_options(q.device, early=True),
+        **launch_options(q.device, "attention"),
     )
     if split:
         _merge_kernel[(batch, heads)](
@@ -301,6 +301,6 @@ def paged_decode_attention(
             HEAD_DIM=head_dim,
             BLOCK_S=triton.next_power_of_2(num_splits),
             num_warps=1,
-            **launch_options(q.device, early=True),
+            **launch_options(q.device, "attention"),
         )
     return out

@@ -164,7 +164,7 @@ def qk_norm_rope_store(
         # No a*b+c contraction into FMA: it skips the rounding eager does between the two (RoPE's
         # products), which changed 14% of bf16 q/k values by one step on an H100.
         enable_fp_fusion=False,
-        **launch_options(qkv.device),
+        **launch_options(qkv.device, "qk"),
     )
     return q, k, v
 
@@ -196,7 +196,7 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
             x.stride(0),
             BLOCK=1024,
             enable_fp_fusion=False,
-            **launch_options(x.device),
+            **launch_options(x.device, "silu"),
         )
     return out
 
@@ -262,7 +262,7 @@ def rms_norm(
             BLOCK=block,
             num_warps=min(8, max(1, block // 512)),
             enable_fp_fusion=False,
-            **launch_options(x.device),
+            **launch_options(x.device, "norm"),
         )
     out = out.view(x.shape)
     return out if residual is None else (out, res_out.view(x.shape))
