@@ -32,16 +32,22 @@ _override: frozenset[str] | None = None  # set by using()
 
 def parse(text: str) -> frozenset[str]:
     """'all', 'none' or a comma list of FUSIONS -> the set it names."""
+    return parse_set(text, FUSIONS, "fusion")
+
+
+def parse_set(text: str, names: tuple[str, ...], what: str) -> frozenset[str]:
+    """'all', 'none' (or '') or a comma list of `names` -> the set it names; an unknown name is a
+    ValueError naming it as a `what`. BUBBLELAB_FUSE's and BUBBLELAB_PDL_EARLY's one grammar."""
     text = text.strip()
     if text == "all":
-        return frozenset(FUSIONS)
+        return frozenset(names)
     if text in ("none", ""):
         return frozenset()
-    names = frozenset(n.strip() for n in text.split(","))
-    unknown = sorted(names - set(FUSIONS))
+    chosen = frozenset(n.strip() for n in text.split(","))
+    unknown = sorted(chosen - set(names))
     if unknown:
-        raise ValueError(f"unknown fusion {unknown[0]!r}: all, none or a list of {FUSIONS}")
-    return names
+        raise ValueError(f"unknown {what} {unknown[0]!r}: all, none or a list of {names}")
+    return chosen
 
 
 def enabled(name: str) -> bool:

@@ -35,6 +35,8 @@ from collections.abc import Iterator
 
 import torch
 
+from .fusion import parse_set
+
 try:  # linear.py reports cuBLAS launches here on any install; the kernels need Triton
     import triton
     import triton.language as tl
@@ -120,16 +122,7 @@ def foreign_kernel() -> None:
 
 def parse_kinds(text: str) -> frozenset[str]:
     """'all', 'none' or a comma list of KINDS -> the set it names."""
-    text = text.strip()
-    if text == "all":
-        return frozenset(KINDS)
-    if text in ("none", ""):
-        return frozenset()
-    kinds = frozenset(k.strip() for k in text.split(","))
-    unknown = sorted(kinds - set(KINDS))
-    if unknown:
-        raise ValueError(f"unknown kernel kind {unknown[0]!r}: all, none or a list of {KINDS}")
-    return kinds
+    return parse_set(text, KINDS, "kernel kind")
 
 
 def early_kinds() -> frozenset[str]:
