@@ -18,12 +18,13 @@ forward 5% slower, after our own only 1%, while both made the one-row forward ~5
 site costs speed, never correctness: the wait always waits for the whole kernel before.
 Forwards of more than MAX_ROWS rows run without it (ModelRunner says how many: `step_rows`).
 BUBBLELAB_PDL=0|off, all, own or own-mma chooses (A/B measurements); `using(mode)` does in-process.
-In one-row forwards decode attention and its merge also release the next kernels before they wait
-(EARLY_ROWS), so the output projection's weight reads run under attention, which leaves the bus
-idle: on an H200 the engine's one-stream tokens/s rose 0.5% (qwen3-4b) and 1.2% (qwen3-8b); at 8
-rows the forward lost 0.6-1.3%. Which kinds of kernel release first in one-row forwards is
-BUBBLELAB_PDL_EARLY's (a comma list of KINDS, all or none; `releasing(kinds)` in-process): with all
-of them qwen3-4b gained 2.0% at one stream and qwen3-8b lost 1.3% (A/B).
+In one-row forwards decode attention and its merge, add+RMSNorm and SiLU*mul also release the next
+kernels before they wait (EARLY_ROWS), so the weight reads of the GEMV after each run under a kernel
+that leaves the bus idle. On an H200 (engine, one stream, depth 2) attention alone gained 0.5%
+(qwen3-4b) and 1.2% (qwen3-8b); norm and silu with it a further 2.7% on qwen3-4b and -0.1% on
+qwen3-8b; q/k norm+RoPE cost 3.1% and the GEMV nothing (qwen3-4b), so they wait first. At 8 rows
+the forward lost 0.6-1.3%. Which kinds release first in one-row forwards is BUBBLELAB_PDL_EARLY's
+(a comma list of KINDS, all or none; `releasing(kinds)` in-process).
 """
 
 from __future__ import annotations
@@ -79,7 +80,8 @@ MODES = ("off", "all", "own", "own-mma")
 KINDS = ("gemv", "mma", "attention", "norm", "qk", "silu")
 RELEASE_EARLY = 2  # a kernel's PDL constexpr: its dependents may start before it waits
 EARLY_ROWS = 1  # forwards of at most this many rows let some kinds release first
-EARLY_KINDS = frozenset({"attention"})  # those kinds, unless BUBBLELAB_PDL_EARLY says otherwise
+# Those kinds, unless BUBBLELAB_PDL_EARLY says otherwise (docs/engine-speed.md, the per-kind A/B).
+EARLY_KINDS = frozenset({"attention", "norm", "silu"})
 # Forwards of more rows run without PDL. On H200s (docs/engine-speed.md) it gained at 1, 8 and 16
 # rows in every call, lost up to 3.8% at 4 rows of qwen3-8b in one, and gained nothing or lost at
 # 32-128 (qwen3-8b at 32 rows: -2.7%), where the GEMMs are cuBLAS or MMA tiles of 32 rows.
@@ -141,7 +143,8 @@ def launch_options(device: torch.device, kind: str = "") -> dict[str, bool | int
     made the forward faster when one graph was replayed back to back and slower inside the engine,
     at 1 and at 4 rows (docs/engine-speed.md), so the engine keeps starting it early. In forwards
     of at most EARLY_ROWS rows the early_kinds() let the next kernels start before they wait:
-    decode attention leaves the memory bus idle, so the weight reads after it run under it.
+    decode attention, a norm or SiLU*mul leaves the memory bus idle, so the weight reads after it
+    run under it.
     """
     if kind and kind not in KINDS:
         raise ValueError(f"unknown kernel kind {kind!r}: one of {KINDS}")
