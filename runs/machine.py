@@ -7,6 +7,7 @@ without nvidia-smi or outside a git checkout is still a run).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import platform
 import re
@@ -36,7 +37,7 @@ def git_facts(checkout: Path = CHECKOUT) -> dict:
     outside a checkout: an installed copy has no revision of its own). A `.git-rev` file names the
     revision of a copied tree whose own .git (if any) is not the one it came from: it wins."""
     if (checkout / ".git-rev").is_file():
-        return {"git_revision": (checkout / ".git-rev").read_text().strip(), "git_dirty": None}
+        return copied_tree_facts(checkout)
     if not (checkout / ".git").exists():
         return {"git_revision": None, "git_dirty": None}
     revision = _run(["git", "-C", str(checkout), "rev-parse", "HEAD"])
@@ -45,6 +46,35 @@ def git_facts(checkout: Path = CHECKOUT) -> dict:
         "git_revision": revision,
         "git_dirty": None if revision is None or status is None else bool(status),
     }
+
+
+def copied_tree_facts(checkout: Path) -> dict:
+    """A copied tree's revision from its `.git-rev` (tools/gpu_machine/stamp_rev.sh): the revision
+    on the first line, then `<blob sha1> <path>` for the tracked files as that revision has them.
+    A file edited, or removed, after the stamp makes the tree dirty, so a record never names a
+    commit whose code it did not run; a bare revision (an older stamp) leaves it unknown."""
+    revision, *manifest = (checkout / ".git-rev").read_text().splitlines()
+    if not manifest:
+        return {"git_revision": revision.strip(), "git_dirty": None}
+    entries = (line.partition(" ") for line in manifest)
+    dirty = any(_blob_sha1(checkout / path) != blob for blob, _, path in entries)
+    return {"git_revision": revision.strip(), "git_dirty": dirty}
+
+
+def revision_label(checkout: Path = CHECKOUT) -> str:
+    """The short revision for a record's name, `+modified` when the tree differs from it."""
+    facts = git_facts(checkout)
+    revision = (facts["git_revision"] or "unknown")[:7]
+    return revision + ("+modified" if facts["git_dirty"] else "")
+
+
+def _blob_sha1(path: Path) -> str | None:
+    """Git's object name for a file's content (`git hash-object`), computed without git."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
 def cpu_facts(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict:

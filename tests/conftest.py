@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import subprocess
 
 import pytest
 import torch
 
+from bubblelab.runs.machine import revision_label
 from tests.gpu_record import ROOT, last_gpu_run
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -43,14 +43,8 @@ def _gpu_run_record(record_testsuite_property):
     """On a CUDA machine, the JUnit XML (--junitxml) names the GPU, the commit and the date."""
     if not torch.cuda.is_available():
         return
-    # .git-rev names a copied tree's revision (the GPU machine's copy has a .git of its own)
-    rev = (ROOT / ".git-rev").read_text().strip() if (ROOT / ".git-rev").is_file() else ""
-    rev = (
-        rev
-        or subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
-        ).stdout.strip()
-    )
+    # .git-rev names a copied tree's revision, `+modified` if a file changed after the stamp
+    rev = revision_label(ROOT)
     # a pair's record says so: the tests that need two GPUs ran only there
     n, name = torch.cuda.device_count(), torch.cuda.get_device_name()
     record_testsuite_property("gpu", f"{n}x {name}" if n > 1 else name)

@@ -7,7 +7,13 @@ import sys
 import numpy as np
 
 from bubblelab.report import figures
-from bubblelab.runs.machine import CHECKOUT, cpu_facts, git_facts, machine_facts
+from bubblelab.runs.machine import (
+    CHECKOUT,
+    cpu_facts,
+    git_facts,
+    machine_facts,
+    revision_label,
+)
 
 UNTOUCHED = """
 import matplotlib
@@ -64,6 +70,38 @@ def test_machine_facts_are_this_machine():
     assert isinstance(facts["git_dirty"], bool)
     assert facts["cpu_model"] and facts["cpu_count"] >= 1
     assert isinstance(facts["gpus"], list)
+
+
+def test_a_stamped_copy_says_when_its_files_are_not_the_revision_it_names(tmp_path):
+    """stamp_rev.sh writes the revision and its files' blobs; a file edited after it marks the
+    records `+modified`, and the recorded data that slim_checkout.sh sets aside does not."""
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", "-C", str(tmp_path), *args], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    git("init", "-q")
+    (tmp_path / "engine").mkdir()
+    (tmp_path / "engine" / "pdl.py").write_text('EARLY_KINDS = {"attention"}\n')
+    (tmp_path / "docs" / "measurements").mkdir(parents=True)
+    (tmp_path / "docs" / "measurements" / "big.json").write_text("{}")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+    script = CHECKOUT / "tools" / "gpu_machine" / "stamp_rev.sh"
+    subprocess.run(["bash", str(script)], cwd=tmp_path, check=True)
+    head = git("rev-parse", "--short", "HEAD")
+    assert (tmp_path / ".git-rev").read_text().splitlines()[1:] == [
+        f"{git('hash-object', 'engine/pdl.py')} engine/pdl.py"
+    ]
+    (tmp_path / "docs" / "measurements" / "big.json").unlink()  # set aside: still the revision
+    assert git_facts(tmp_path) == {"git_revision": head, "git_dirty": False}
+    assert revision_label(tmp_path) == head
+    (tmp_path / "engine" / "pdl.py").write_text('EARLY_KINDS = {"attention", "norm"}\n')
+    assert git_facts(tmp_path)["git_dirty"] is True
+    assert revision_label(tmp_path) == f"{head}+modified"
+    (tmp_path / "engine" / "pdl.py").unlink()  # a file gone is a change too
+    assert revision_label(tmp_path) == f"{head}+modified"
 
 
 def test_machine_facts_are_best_effort(tmp_path):

@@ -6,6 +6,8 @@
 #   bash tools/gpu_machine/slim_checkout.sh aside     # removes them from the working tree only
 #   SLIM_BUDGET_MIB=30 bash tools/gpu_machine/slim_checkout.sh aside   # when .device/ is larger
 #   bash tools/gpu_machine/slim_checkout.sh back      # git checkout restores those deleted
+# `aside` also stamps the tree's revision into .git-rev (stamp_rev.sh), which the records made on the
+# machine name, and `back` removes it.
 # Nothing is committed either way. Set aside, a file is marked skip-worktree, so `git status` shows it
 # unchanged and `git commit -a` cannot record its removal (cc873b8 did, before this mark).
 set -eu
@@ -24,10 +26,12 @@ case "${1:-}" in
       echo "aside: $f"
     done
     echo "tracked files in the working tree: $((total / 1024 / 1024)) MiB"
+    bash tools/gpu_machine/stamp_rev.sh && echo "stamped: $(head -1 .git-rev)"
     ;;
   back)  # only the files set aside (marked, or deleted here): other changes under them stay
     git ls-files -v docs/measurements reports | sed -n 's/^S //p' | tr '\n' '\0' \
       | xargs -0 -r git update-index --no-skip-worktree --
-    git ls-files -d -z docs/measurements reports | xargs -0 -r git checkout -- && echo "restored" ;;
+    git ls-files -d -z docs/measurements reports | xargs -0 -r git checkout -- && echo "restored"
+    rm -f .git-rev ;;
   *) echo "usage: $0 aside|back" >&2; exit 2 ;;
 esac
