@@ -53,12 +53,10 @@ def copied_tree_facts(checkout: Path) -> dict:
     on the first line, then `<blob sha1> <path>` for the tracked files as that revision has them.
     A file edited, or removed, after the stamp makes the tree dirty, so a record never names a
     commit whose code it did not run; a bare revision (an older stamp) leaves it unknown."""
-    revision, *manifest = (checkout / ".git-rev").read_text().splitlines()
-    if not manifest:
-        return {"git_revision": revision.strip(), "git_dirty": None}
+    revision, *manifest = (checkout / ".git-rev").read_text().splitlines() or [""]
     entries = (line.partition(" ") for line in manifest)
     dirty = any(_blob_sha1(checkout / path) != blob for blob, _, path in entries)
-    return {"git_revision": revision.strip(), "git_dirty": dirty}
+    return {"git_revision": revision.strip(), "git_dirty": dirty if manifest else None}
 
 
 def revision_label(checkout: Path = CHECKOUT) -> str:

@@ -11,7 +11,7 @@ set -u
 out=${1:-${OUT:-docs/measurements/$(date -u +%F)}}
 shift $(( $# > 0 ? 1 : 0 ))
 mkdir -p "$out"
-rev=$(python3 -c 'from bubblelab.runs.machine import revision_label; print(revision_label())' 2>/dev/null || echo unknown)
+rev=$(bash tools/gpu_machine/stamp_rev.sh label)
 names=$(nvidia-smi --query-gpu=name --format=csv,noheader)
 count=$(wc -l <<< "$names")
 gpu=$(head -1 <<< "$names")

@@ -11,7 +11,7 @@ set -u
 OUT=${OUT:-/tmp/sweep-time-out}
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/sweep-time.log") 2>&1
-echo "git $(python3 -c 'from bubblelab.runs.machine import revision_label; print(revision_label())' 2>/dev/null || echo unknown)  $(date -u +%FT%TZ)"
+echo "git $(bash tools/gpu_machine/stamp_rev.sh label)  $(date -u +%FT%TZ)"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw --format=csv,noheader
 nsys --version
 # Bytecode for the packages a sweep imports, as pip leaves an install (setup.sh: this machine's torch

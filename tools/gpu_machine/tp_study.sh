@@ -15,7 +15,7 @@
 set -u
 part=$1 out=$2 work=/tmp/tp-study-$1
 mkdir -p "$work"
-rev=$(python3 -c 'from bubblelab.runs.machine import revision_label; print(revision_label())' 2>/dev/null || echo unknown)
+rev=$(bash tools/gpu_machine/stamp_rev.sh label)
 { echo "commit $rev"; date -u +%FT%TZ; nvidia-smi --query-gpu=name,memory.total --format=csv,noheader; } \
   > "$work/machine.txt"
 step() {  # step NAME SECONDS COMMAND...: timed, logged, never fatal
@@ -61,7 +61,6 @@ elif [ "$part" = 4 ]; then  # a held-out set alone (SET=..., default the TP set)
   cp "$work/heldout-tp.log" "$work/steps.txt" "$out/"
   exit 0
 else  # part 3: the GPU tests on the pair (TP 2 == TP 1 tokens, depth 1 == depth 2), the held-out set
-  rev=$(python3 -c 'from bubblelab.runs.machine import revision_label; print(revision_label())' 2>/dev/null || echo unknown)
   step tp-gpu-tests 300 python -m pytest -q -m gpu -p no:cacheprovider tests/test_tensor_parallel_gpu.py \
     --junitxml="$work/tp-gpu-tests.xml" -o junit_suite_name="gpu 2x $gpu $rev $(date -u +%FT%TZ)"
   # the held-out set gets what is left of the call's 10 minutes (resumed by a later call where cut)
