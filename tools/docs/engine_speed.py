@@ -18,9 +18,9 @@ PEERS = [
         "0ba4df5",
     ),
     (
-        "with the GEMM tables",
-        MEASUREMENTS / "2026-11-26/peers-h200-075bad6/compare_nanovllm.json",
-        "075bad6",
+        "with the GEMM tables, PDL and early release",
+        MEASUREMENTS / "2026-12-01/peers-h200-54b9505/compare_nanovllm.json",
+        "54b9505",
     ),
     ("before the speed work", MEASUREMENTS / "2026-11-23/peers/compare_nanovllm.json", "4fa3750"),
 ]
@@ -38,6 +38,10 @@ SPLITS = [
     (
         "+ GEMM table (f26ccbd), **on an H200**",
         MEASUREMENTS / "2026-11-26/engine-split/h200-f26ccbd",
+    ),
+    (
+        "+ PDL, early release (54b9505), **on an H200**",
+        MEASUREMENTS / "2026-12-01/engine-split/h200-54b9505",
     ),
 ]
 # benchmarks.forward_kernels runs, cuBLAS only (gemm0) and with the GPU's table (gemm1):
@@ -130,13 +134,14 @@ def engine_split() -> str:
                 f"{k.get('elementwise', 0):.2f}, {k.get('sampling', 0):.2f} |"
             )
     return "\n".join(lines) + (
-        "\n\nNVIDIA H100 80GB HBM3, except the last row's NVIDIA H200. Wall and its parts: the "
-        "in-process timeline, median of 5 interleaved rounds per depth (min-max of the wall); GPU "
-        "ms a step: one nsys round per depth (`benchmarks.engine_split`). Each version ran in its "
-        "own call on a freshly started machine, and the hosts differed (on one H100 the CUDA calls "
-        "took ~1.7x as long as on another): compare depth 2 and the GPU times across versions, "
-        "depth 1's bubble, which is host time, within a version. "
-        "Before d0bc498 the time before the first forward also counted building the 128 requests."
+        "\n\n"
+        "NVIDIA H100 80GB HBM3, except the rows marked H200 (NVIDIA H200). Wall and its parts: "
+        "the in-process timeline, median of 5 interleaved rounds per depth (min-max of the "
+        "wall); GPU ms a step: one nsys round per depth (`benchmarks.engine_split`). Each "
+        "version ran in its own call on a freshly started machine, and the hosts differed (on "
+        "one H100 the CUDA calls took ~1.7x as long as on another): compare depth 2 and the GPU "
+        "times across versions, depth 1's bubble, which is host time, within a version. Before "
+        "d0bc498 the time before the first forward also counted building the 128 requests."
     )
 
 
