@@ -14,9 +14,12 @@ compare_nanovllm builds, and runs the nano-vllm write-up's workload (128 prompts
    elementwise), the top kernels and the per-step table.
 
 Writes split.json and split.md to --out (the catalog and the exports stay there too).
+`--summarise DIR` writes them again from what a run left in DIR (its rounds.json and nsys exports),
+on any machine: the GPU machine returns only so many files.
 
     python -m benchmarks.engine_split --out $OUT                        # GPU, qwen3-4b: ~2 minutes
     python -m benchmarks.engine_split --device cpu --preset tiny-qwen3 --no-nsys --out /tmp/split
+    python -m benchmarks.engine_split --summarise DIR
 """
 
 from __future__ import annotations
@@ -49,7 +52,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--summarise", type=Path, help="write the split again from this run's folder")
     ap.add_argument("--preset", default="qwen3-4b", help="model shapes (seeded random weights)")
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     ap.add_argument("--attention-backend", default="auto")
@@ -57,7 +61,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--prompts", type=int, default=None, help="fewer prompts (dry runs)")
     ap.add_argument("--no-nsys", action="store_true", help="unprofiled rounds only")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    return ap.parse_args(argv)
+    a = ap.parse_args(argv)
+    if (a.out is None) == (a.summarise is None):
+        ap.error("give --out (a run) or --summarise DIR (a finished one)")
+    return a
 
 
 def timeline_split(timeline: Timeline, depth: int, t0_ns: int, wall_s: float) -> dict:
@@ -180,6 +187,9 @@ def trace_split(export: Path, catalog: Path) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     a = parse_args(argv)
+    if a.summarise is not None:
+        write_split(a.summarise, sorted(a.summarise.glob("engine-split.*.sqlite")))
+        return
     a.out.mkdir(parents=True, exist_ok=True)
     if a.child or a.no_nsys:
         child(a)
@@ -193,15 +203,21 @@ def main(argv: list[str] | None = None) -> None:
             [sys.executable, "-m", "benchmarks.engine_split", *args, "--child"],
             log=a.out / "nsys.log",
         )
-    facts = json.loads((a.out / "rounds.json").read_text())
+    write_split(a.out, exports)
+
+
+def write_split(out: Path, exports: list[Path]) -> None:
+    """split.json and split.md from out's rounds.json and the profiled rounds' exports, in depth
+    order; the markdown printed too."""
+    facts = json.loads((out / "rounds.json").read_text())
     facts["unprofiled"] = {d: median_split(r) for d, r in facts.pop("rounds").items()}
     facts["profiled"] = {
-        str(depth): trace_split(export, a.out / "catalog.duckdb")
+        str(depth): trace_split(export, out / "catalog.duckdb")
         for depth, export in zip(DEPTHS, exports, strict=False)
     }
-    write_atomic(a.out / "split.json", json.dumps(facts, indent=1))
-    write_atomic(a.out / "split.md", markdown(facts))
-    print((a.out / "split.md").read_text())
+    write_atomic(out / "split.json", json.dumps(facts, indent=1))
+    write_atomic(out / "split.md", markdown(facts))
+    print((out / "split.md").read_text())
 
 
 def markdown(facts: dict) -> str:
