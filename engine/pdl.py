@@ -22,9 +22,11 @@ In one-row forwards decode attention and its merge, add+RMSNorm and SiLU*mul als
 kernels before they wait (EARLY_ROWS), so the weight reads of the GEMV after each run under a kernel
 that leaves the bus idle. On an H200 (engine, one stream, depth 2) attention alone gained 0.5%
 (qwen3-4b) and 1.2% (qwen3-8b); norm and silu with it a further 2.7% on qwen3-4b and -0.1% on
-qwen3-8b; q/k norm+RoPE cost 3.1% and the GEMV nothing (qwen3-4b), so they wait first. At 8 rows
-the forward lost 0.6-1.3%. Which kinds release first in one-row forwards is BUBBLELAB_PDL_EARLY's
-(a comma list of KINDS, all or none; `releasing(kinds)` in-process).
+qwen3-8b; q/k norm+RoPE cost 3.1%, so it waits first. The GEMV gained nothing beside attention
+alone, but beside norm and silu a further 0.4% (qwen3-4b) and 0.2% (qwen3-8b): the norm or SiLU
+after it then starts under its last wave and releases the next GEMV, whose first weight tiles load
+there. At 8 rows the forward lost 0.6-1.3%. Which kinds release first in one-row forwards is
+BUBBLELAB_PDL_EARLY's (a comma list of KINDS, all or none; `releasing(kinds)` in-process).
 """
 
 from __future__ import annotations
@@ -81,7 +83,7 @@ KINDS = ("gemv", "mma", "attention", "norm", "qk", "silu")
 RELEASE_EARLY = 2  # a kernel's PDL constexpr: its dependents may start before it waits
 EARLY_ROWS = 1  # forwards of at most this many rows let some kinds release first
 # Those kinds, unless BUBBLELAB_PDL_EARLY says otherwise (docs/engine-speed.md, the per-kind A/B).
-EARLY_KINDS = frozenset({"attention", "norm", "silu"})
+EARLY_KINDS = frozenset({"attention", "norm", "silu", "gemv"})
 # Forwards of more rows run without PDL. On H200s (docs/engine-speed.md) it gained at 1, 8 and 16
 # rows in every call, lost up to 3.8% at 4 rows of qwen3-8b in one, and gained nothing or lost at
 # 32-128 (qwen3-8b at 32 rows: -2.7%), where the GEMMs are cuBLAS or MMA tiles of 32 rows.
@@ -144,7 +146,7 @@ def launch_options(device: torch.device, kind: str = "") -> dict[str, bool | int
     at 1 and at 4 rows (docs/engine-speed.md), so the engine keeps starting it early. In forwards
     of at most EARLY_ROWS rows the early_kinds() let the next kernels start before they wait:
     decode attention, a norm or SiLU*mul leaves the memory bus idle, so the weight reads after it
-    run under it.
+    run under it; a GEMV's last wave lets the norm or SiLU after it start, which releases the next.
     """
     if kind and kind not in KINDS:
         raise ValueError(f"unknown kernel kind {kind!r}: one of {KINDS}")
