@@ -192,8 +192,11 @@ def _whole_run(
     a depth-1 period launches the next step, which depth 2 does under this one's GPU work). With
     --step-ms each step loses the profiler's host time (added_ms) from its host work and its period,
     never below its GPU work; with --mean-step-ms that time is the traced mean period's excess over
-    the given mean. extra_steps (depth 2's more steps, a share) lengthens the pipelined sum. The
-    interval resamples the steps (95%), z from the given to 0."""
+    the given mean. Where the engine's own step is the slower (its host ran slower than in the
+    traced run), added_ms is negative and each step gains the difference as host work: the GPU's
+    work is what the trace times right, so the rest of the engine's step is the host's.
+    extra_steps (depth 2's more steps, a share) lengthens the pipelined sum. The interval resamples
+    the steps (95%), z from the given to 0."""
     check_float("extra_steps", extra_steps, -0.5, 1.0)
     timed = steps.sort_values("step")
     timed = timed[timed["period_ms"].notna()]
@@ -209,7 +212,7 @@ def _whole_run(
                 f"the trace ({gpu.mean():.3f} ms): give the unprofiled wall clock over the steps "
                 "of a run of the same engine and workload"
             )
-        added_ms = max(float(period.mean()) - mean_step_ms, 0.0)
+        added_ms = float(period.mean()) - mean_step_ms  # signed: see the docstring
     block = np.maximum(period - added_ms, gpu)
     pipe = np.maximum(gpu, np.clip(host - added_ms, 0.0, None)) * (1.0 + extra_steps)
     if pipe.sum() <= 0:
@@ -259,14 +262,18 @@ def _whole_line(
         "slower of its GPU and host work)."
     ]
     if added_ms:
-        source = (
-            f"the traced mean period over the engine's own mean step ({mean_step_ms:.3f} ms, given)"
+        own = (
+            f"the engine's own mean step ({mean_step_ms:.3f} ms, given)"
             if mean_step_ms is not None
-            else "from the given step time"
+            else "the given step time"
         )
         parts.append(
             f"Each step is {added_ms:.3f} ms shorter in its period and its host work: the "
-            f"profiler's host time, {source}."
+            f"profiler's host time, the traced mean period's excess over {own}."
+            if added_ms > 0
+            else f"Each step is {-added_ms:.3f} ms longer in its period and its host work: "
+            f"{own} is that much over the traced mean period, and the GPU's work is the trace's, "
+            "so the rest is host time the traced run did not spend."
         )
     if extra_steps:
         parts.append(
@@ -287,9 +294,10 @@ def _whole_line(
 
 
 def _given_step(step_ms: float, traced_ms: float, gpu_ms: float) -> dict:
-    """The profiler's share of the traced step, from the engine's own step time; refused where
-    that time is shorter than the GPU's traced work (a different batch or engine than the
-    trace's, or the GPU side slowed too)."""
+    """The profiler's share of the traced step, from the engine's own step time (negative where
+    the engine's step is the slower: host time the traced run did not spend); refused where that
+    time is shorter than the GPU's traced work (a different batch or engine than the trace's, or
+    the GPU side slowed too)."""
     check_float("step_ms", step_ms, 1e-6, 1e9)
     if step_ms < 0.98 * gpu_ms:
         raise BubblelabError(
@@ -297,11 +305,17 @@ def _given_step(step_ms: float, traced_ms: float, gpu_ms: float) -> dict:
             f"({gpu_ms:.3f} ms): give the unprofiled step time of the same engine at the same "
             "batch as the trace"
         )
-    added = max(traced_ms - step_ms, 0.0)
-    line = (
+    added = traced_ms - step_ms
+    head = (
         f"T_block = {step_ms:.3f} ms: the engine's own step time (given), where the trace's steps "
-        f"take {traced_ms:.3f} ms; the {added:.3f} ms more is taken as host time the profiler "
-        "added (CUDA calls traced) and comes off each step's host work."
+        f"take {traced_ms:.3f} ms; "
+    )
+    line = head + (
+        f"the {added:.3f} ms more is taken as host time the profiler added (CUDA calls traced) "
+        "and comes off each step's host work."
+        if added >= 0
+        else f"the engine's {-added:.3f} ms more is taken as host time the traced run did not "
+        "spend (its host ran faster) and is added to each step's host work."
     )
     return {"added_ms": added, "line": line}
 

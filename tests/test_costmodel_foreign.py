@@ -105,6 +105,29 @@ def test_the_engines_mean_step_sets_the_whole_runs_profiler_time():
     assert "engine's own mean step" in whole["line"]
 
 
+def test_an_engine_slower_than_its_trace_gets_the_difference_as_host_work():
+    """The engine's own step can be the slower one: its host ran slower than in the traced run
+    (on the GPU machines the host's speed moves between runs minutes apart). The GPU's work is the
+    trace's, so the difference is host time. It lengthens every step's period and host work, and
+    the figure follows the given step instead of staying at the trace's."""
+    gpu, host = [1.0] * 40, [0.3] * 40
+    steps = foreign_steps(gpu, host)  # periods of 1.3 ms
+    gain = pipelining_gain(steps, output_len=64, zombies=False, mean_step_ms=1.5)
+    whole = gain["whole_run"]
+    assert whole["profiler_ms"] == pytest.approx(-0.2)
+    assert whole["wall_block_ms"] == pytest.approx(1.5 * 39)
+    assert whole["wall_pipe_ms"] == pytest.approx(1.0 * 39)  # the host's 0.5 ms still hides
+    assert whole["speedup_pct"] == pytest.approx(50.0, abs=1e-3)
+    assert "0.200 ms longer" in whole["line"]
+    # Slower still, the host's work outlasts the GPU's and sets the pipelined step.
+    slow = pipelining_gain(steps, output_len=64, zombies=False, mean_step_ms=2.5)["whole_run"]
+    assert slow["wall_pipe_ms"] == pytest.approx(1.5 * 39)  # 0.3 + 1.2 of host a step
+    # The steady figure with --step-ms the same way: T_block the given, the host's work longer.
+    steady = pipelining_gain(steps, output_len=64, zombies=False, step_ms=2.5)
+    assert steady["t_block_ms"] == pytest.approx(2.5) and steady["t_pipe_ms"] == pytest.approx(1.5)
+    assert any("did not spend" in a for a in steady["assumptions"])
+
+
 def test_a_mean_step_the_gpu_alone_exceeds_is_refused():
     steps = foreign_steps([1.0] * 30, [0.5] * 30)
     with pytest.raises(BubblelabError, match="shorter than the GPU's mean work"):
