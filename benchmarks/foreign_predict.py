@@ -45,6 +45,7 @@ from bubblelab.core.errors import BubblelabError
 from bubblelab.core.files import write_atomic
 from bubblelab.core.steady import steady_state
 from bubblelab.costmodel.foreign import pipelining_gain
+from bubblelab.costmodel.model import pct
 from bubblelab.costmodel.observed import LEVEL, median_interval, pair_ratios, pair_repeats
 from bubblelab.costmodel.predict import predict_runs
 from bubblelab.profiling import analysis
@@ -172,7 +173,7 @@ def paired(
             d1["generated_tokens"], d1["wall_s"], d2["generated_tokens"], d2["wall_s"]
         )
         predicted.append(gain["speedup_pct"])
-        misses.append(gain["speedup_pct"] - (float(ratio) - 1.0) * 100.0)
+        misses.append(gain["speedup_pct"] - pct(ratio))
     if not misses:
         return {}
     lo, hi, coverage = median_interval(misses)
@@ -315,7 +316,7 @@ def _paired_cell(r: dict) -> str:
     if r.get("paired_miss_pts") is None:
         return "-"
     lo, hi = r["paired_miss_interval_pts"]
-    mark = "" if r["paired_miss_coverage"] >= 0.95 else "*"
+    mark = "" if r["paired_miss_coverage"] >= LEVEL else "*"
     return f"{r['paired_miss_pts']:+.1f} [{lo:+.1f}, {hi:+.1f}]{mark} ({r['paired_pairs']})"
 
 
