@@ -81,6 +81,22 @@ def connect(
         con = duckdb.connect(path, config=OFFLINE)
     except duckdb.Error as e:
         raise BubblelabError(f"cannot open catalog {path}: {str(e).splitlines()[0]}") from None
+    _session(con)
+    con.execute(f"SET threads = {duckdb_threads()}")
+    con.execute(read_sql("catalog_schema"))
+    _check_version(con, path)
+    return con
+
+
+def cursor(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+    """Another connection to con's catalog, set as connect sets one, for a thread of its own (a
+    sweep's passes are ingested side by side); close it before con."""
+    cur = con.cursor()
+    _session(cur)
+    return cur
+
+
+def _session(con: duckdb.DuckDBPyConnection) -> None:
     # Row estimates of data inserted in the open ingest transaction are tiny, which would make
     # DuckDB run ASOF joins as nested loops (steps x ops); the sort-merge ASOF join is linear at any
     # size.
@@ -88,10 +104,6 @@ def connect(
     con.execute(
         "SET preserve_insertion_order = false"
     )  # every query orders its answer; inserts go 2x faster
-    con.execute(f"SET threads = {duckdb_threads()}")
-    con.execute(read_sql("catalog_schema"))
-    _check_version(con, path)
-    return con
 
 
 def duckdb_threads() -> int:

@@ -8,6 +8,7 @@ or failed (strict=False), so the report shows every run that finished.
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import duckdb
@@ -16,7 +17,7 @@ import pandas as pd
 from ..core.errors import BubblelabError
 from ..core.files import write_atomic
 from ..profiling import analysis, ranks
-from ..profiling.catalog import connect, copy_catalog
+from ..profiling.catalog import connect, copy_catalog, cursor
 from ..profiling.ingest import ingest_timeline, ingest_trace
 from ..profiling.nsys import nsys_version
 from . import state as run_state
@@ -143,40 +144,68 @@ def _ingest_passes(
     timings: dict,
     found: dict[str, list],
 ) -> None:
+    """Ingest every pass, side by side: each on a connection of its own (the nsys pass's traces
+    are DuckDB's work, the unprofiled pass's records mostly Python's); runs listed in pass order."""
+
+    cursors = [cursor(catalog) for _ in passes]  # made here: a connection stays in its thread
+    try:
+        with ThreadPoolExecutor(max(1, len(passes))) as pool:
+            each = list(pool.map(
+                lambda item, con: _ingest_pass(out_dir, state, item, con, timeline_path, timings),
+                passes, cursors,
+            ))  # fmt: skip
+    finally:
+        for con in cursors:
+            con.close()
+    for ingested in each:
+        for key, values in ingested.items():
+            found[key] += values
+
+
+def _ingest_pass(
+    out_dir: Path,
+    state: dict,
+    item: tuple,
+    catalog: duckdb.DuckDBPyConnection,
+    timeline_path: Path | None,
+    timings: dict,
+) -> dict[str, list]:
+    name, plan, runs, traces = item
+    found: dict[str, list] = {"run_ids": [], "extras": [], "requests": [], "finished": []}
     spec = state["spec"]
-    for name, plan, runs, traces in passes:
-        profiled = bool(plan["profile"])
-        started = time.perf_counter()
-        timelines = connect(timeline_path) if profiled and timeline_path else catalog
-        try:
-            for i, run in enumerate(runs):
-                record = read_record(out_dir / "runs" / name, run["tag"])
-                meta = _meta(record["summary"], plan, state["command"])
-                run_id = ingest_timeline(
-                    timeline_from_record(record), timelines, {**meta, "rank": 0},
-                    run_id=f"{run['tag']}-{'nsys-' if profiled else ''}timeline",
-                )  # fmt: skip
-                for rank, timeline in enumerate(rank_timelines_from_record(record), 1):
-                    ingest_timeline(timeline, timelines, {**meta, "rank": rank},
-                                    run_id=ranks.rank_run_id(run_id, rank))  # fmt: skip
-                if profiled:
-                    meta = {**meta, "nsys_version": nsys_version()}
-                    run_id = _ingest_trace(traces[i], record, meta, catalog)
-                found["run_ids"].append(run_id)
-                found["finished"].append(f"{name}/{run['tag']}")
-                found["extras"].append(_extra(run_id, run, spec, plan, record["summary"]))
-                found["requests"].append(pd.DataFrame(record["requests"]).assign(run_id=run_id))
-        finally:
-            if timelines is not catalog:
-                timelines.close()
-        worker = out_dir / "runs" / name / "worker.json"
-        timings.setdefault(name, {}).update(
-            run_state.read_json(worker) if worker.is_file() else {},
-            ingest_s=time.perf_counter() - started,
-        )
-        for later in sorted((out_dir / "runs" / name).glob("process.*/worker.json")):
-            key = f"{name}.{later.parent.name.removeprefix('process.')}"  # as runs.passes names it
-            timings.setdefault(key, {}).update(run_state.read_json(later))
+    profiled = bool(plan["profile"])
+    started = time.perf_counter()
+    timelines = connect(timeline_path) if profiled and timeline_path else catalog
+    try:
+        for i, run in enumerate(runs):
+            record = read_record(out_dir / "runs" / name, run["tag"])
+            meta = _meta(record["summary"], plan, state["command"])
+            run_id = ingest_timeline(
+                timeline_from_record(record), timelines, {**meta, "rank": 0},
+                run_id=f"{run['tag']}-{'nsys-' if profiled else ''}timeline",
+            )  # fmt: skip
+            for rank, timeline in enumerate(rank_timelines_from_record(record), 1):
+                ingest_timeline(timeline, timelines, {**meta, "rank": rank},
+                                run_id=ranks.rank_run_id(run_id, rank))  # fmt: skip
+            if profiled:
+                meta = {**meta, "nsys_version": nsys_version()}
+                run_id = _ingest_trace(traces[i], record, meta, catalog)
+            found["run_ids"].append(run_id)
+            found["finished"].append(f"{name}/{run['tag']}")
+            found["extras"].append(_extra(run_id, run, spec, plan, record["summary"]))
+            found["requests"].append(pd.DataFrame(record["requests"]).assign(run_id=run_id))
+    finally:
+        if timelines is not catalog:
+            timelines.close()
+    worker = out_dir / "runs" / name / "worker.json"
+    timings.setdefault(name, {}).update(
+        run_state.read_json(worker) if worker.is_file() else {},
+        ingest_s=time.perf_counter() - started,
+    )
+    for later in sorted((out_dir / "runs" / name).glob("process.*/worker.json")):
+        key = f"{name}.{later.parent.name.removeprefix('process.')}"  # as runs.passes names it
+        timings.setdefault(key, {}).update(run_state.read_json(later))
+    return found
 
 
 def _ingest_trace(trace: Path, record: dict, meta: dict, catalog) -> str:

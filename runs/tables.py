@@ -8,11 +8,15 @@ notebooks agree on every number.
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 import duckdb
 import pandas as pd
 
 from ..core.steady import steady_state, steady_steps
 from ..profiling import analysis, ranks
+from ..profiling.catalog import cursor
 from .rundir import Results
 
 # Idle gaps of this many steady steps per run: a forward leaves ~1,000-2,000 kernel gaps a step.
@@ -31,24 +35,17 @@ def collect(
     run_ids = [r for r in run_ids if r not in workers]
     runs = analysis.runs(con)
     runs = runs.set_index("run_id").loc[run_ids].reset_index()
-    steps, attribution, gaps, lanes = [], [], [], []
-    for run_id in run_ids:
-        per_step = analysis.per_step(con, run_id)
-        steady = steady_state(per_step)
-        steps.append(per_step)
-        attribution.append(analysis.attribution(con, run_id, steady))
-        g = analysis.idle_gaps(con, run_id, analysis.middle(steady, GAP_STEPS))
-        gaps.append(
-            pd.DataFrame(
-                {
-                    "run_id": run_id,
-                    "step": g["step"],
-                    "gap_ms": g["idle_us"] / 1e3,
-                    "began_in": g["began_in"],
-                }
-            )
-        )
-        lanes.append(analysis.lane_ranges(con, run_id, analysis.middle(steady, LANE_STEPS)))
+    # Each run's queries on a connection of their own (made here: a connection is not shared
+    # between threads), side by side: most of a run's time is DuckDB's, which lets go of the GIL,
+    # and a sweep has ~50 runs of ~70 ms each.
+    cursors = [cursor(con) for _ in run_ids]
+    try:
+        with ThreadPoolExecutor(max(1, min(len(run_ids), os.cpu_count() or 1, 8))) as pool:
+            each = list(pool.map(_run_tables, cursors, run_ids))
+    finally:
+        for cur in cursors:
+            cur.close()
+    steps, attribution, gaps, lanes = ([tables[i] for tables in each] for i in range(4))
     rank_steps = _cat([ranks.rank_steps(con, r) for r in groups["run_id"].unique() if r in run_ids])
     rank_attribution = (
         ranks.rank_attribution(con, steady_steps(rank_steps)) if len(rank_steps) else pd.DataFrame()
@@ -57,6 +54,23 @@ def collect(
         runs, _cat(steps), _cat(attribution), _cat(gaps), _cat(lanes), provenance=provenance or {},
         ranks=rank_steps, rank_attribution=rank_attribution,
     )  # fmt: skip
+
+
+def _run_tables(cur: duckdb.DuckDBPyConnection, run_id: str) -> tuple[pd.DataFrame, ...]:
+    """One run's steps, attribution, idle gaps and lanes."""
+    per_step = analysis.per_step(cur, run_id)
+    steady = steady_state(per_step)
+    g = analysis.idle_gaps(cur, run_id, analysis.middle(steady, GAP_STEPS))
+    gaps = pd.DataFrame(
+        {"run_id": run_id, "step": g["step"], "gap_ms": g["idle_us"] / 1e3,
+         "began_in": g["began_in"]}
+    )  # fmt: skip
+    return (
+        per_step,
+        analysis.attribution(cur, run_id, steady),
+        gaps,
+        analysis.lane_ranges(cur, run_id, analysis.middle(steady, LANE_STEPS)),
+    )
 
 
 def _cat(frames: list[pd.DataFrame]) -> pd.DataFrame:
