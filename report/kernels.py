@@ -21,6 +21,8 @@ def kernel_sections(sources: list[Source]) -> list[dict]:
         if source.catalog is None:
             continue
         for run in source.results.runs.to_dict("records"):
+            if run.get("source") == "timeline":  # in-process: no kernels, and ~70 ms of queries
+                continue
             view = kernel_view(source.catalog, run["run_id"], TOP)
             if view["top_kernels"]:  # an in-process timeline has no kernels
                 sections.append(
