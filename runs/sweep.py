@@ -56,6 +56,19 @@ MIN_DECODE_STEPS = (
 )
 
 
+def prefill_budget(streams: list[int], prompt_len: int, graphs: bool) -> int:
+    """A sweep's token budget a step (max_num_batched_tokens): EngineConfig's, or where the engine
+    captures CUDA graphs the most prompt tokens one admission can hold (the most streams in flight
+    times the prompt length, rounded up to 512). Every prefill bucket up to the budget is warmed up,
+    captured and replayed in each worker process; those past what the workload admits cost a warm
+    qwen3-4b worker 3.4 s of its set-up on an H200 (docs/measurements.md section 7). The steps are
+    the same, except where preempted sequences, longer than a prompt, come back together."""
+    default = EngineConfig.max_num_batched_tokens
+    if not graphs:
+        return default
+    return min(default, 512 * -(-max(streams) * prompt_len // 512))
+
+
 @dataclass
 class SweepSpec:
     model: str | None = None
@@ -80,7 +93,7 @@ class SweepSpec:
     constrained_share: float = 0.0
     arrival_rate: float | None = None  # Poisson arrivals per second; None: a closed loop
     max_model_len: int = 512
-    max_num_batched_tokens: int = 8192
+    max_num_batched_tokens: int | None = None  # None: prefill_budget's
     enforce_eager: bool = False
     attention_backend: str = "auto"
     seed: int = 0
@@ -93,6 +106,9 @@ class SweepSpec:
         self.depths = parse_ints("depths", self.depths, 1, 2)
         self.streams = parse_ints("streams", self.streams, 1, MAX_STREAMS)
         check_streams_fit(self.streams, MAX_NUM_SEQS)
+        if self.max_num_batched_tokens is None:
+            graphs = self.device != "cpu" and not self.enforce_eager
+            self.max_num_batched_tokens = prefill_budget(self.streams, self.prompt_len, graphs)
         if self.requests_per_stream is not None:
             check_int("requests_per_stream", self.requests_per_stream, 1, 10_000)
         check_int("repeats", self.repeats, 1, 1000)

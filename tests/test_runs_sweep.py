@@ -12,6 +12,7 @@ import pytest
 from bubblelab.core.errors import BubblelabError
 from bubblelab.costmodel.perturbation import profiler_perturbation
 from bubblelab.costmodel.simulate import LoopCosts, simulate_run
+from bubblelab.engine.cuda_graphs import prefill_buckets
 from bubblelab.profiling import nsys
 from bubblelab.profiling.catalog import connect
 from bubblelab.runs.assemble import _ingest_trace, assemble
@@ -19,7 +20,7 @@ from bubblelab.runs.driver import run_workload
 from bubblelab.runs.record import read_record
 from bubblelab.runs.rundir import read_results
 from bubblelab.runs.state import SPEC_FILE, read_state
-from bubblelab.runs.sweep import MIN_DECODE_STEPS, SweepSpec, run_sweep
+from bubblelab.runs.sweep import MIN_DECODE_STEPS, SweepSpec, prefill_budget, run_sweep
 from bubblelab.runs.workload import WorkloadSpec
 from tests.engine_helpers import make_engine
 from tests.profiling_trace_builder import blocking_trace
@@ -202,3 +203,25 @@ def test_a_sweep_saved_before_the_out_of_reach_stop_resumes_without_it(tmp_path)
     old = SweepSpec(**read_state(tmp_path)["spec"])
     assert not old.out_of_reach
     run_sweep(old, tmp_path, use_nsys=False, resume=True)  # not refused as other options
+
+
+@pytest.mark.parametrize("streams,prompt_len", [([1, 8, 32], 32), ([1, 8, 32, 128], 32),
+                                               ([4], 100), ([1, 64], 1024), ([3], 7)])  # fmt: skip
+def test_a_gpu_sweeps_token_budget_pads_every_admission_as_8192_does(streams, prompt_len):
+    budget = prefill_budget(streams, prompt_len, graphs=True)
+    assert budget <= 8192 and budget % 512 == 0
+    ours, engines = prefill_buckets(budget), prefill_buckets(8192)
+    for k in range(1, max(streams) + 1):  # k prompts admitted in one step, as runs.warmup has it
+        tokens = k * prompt_len
+        if tokens > 8192:
+            break
+        assert tokens <= budget  # never split where 8192 would not split it
+        assert min(b for b in ours if b >= tokens) == min(b for b in engines if b >= tokens)
+    assert len(ours) <= len(engines)
+
+
+def test_a_sweep_without_graphs_keeps_the_engines_token_budget():
+    assert prefill_budget([1, 8, 32], 32, graphs=False) == 8192
+    assert SweepSpec(model="tiny-llama", device="cpu").max_num_batched_tokens == 8192
+    assert SweepSpec(model="tiny-llama", max_num_batched_tokens=64).max_num_batched_tokens == 64
+    assert len(prefill_buckets(prefill_budget([1, 8, 32], 32, graphs=True))) == 7  # of 21
