@@ -11,7 +11,10 @@ import importlib.util
 import os
 import shutil
 import tempfile
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 import duckdb
 
@@ -26,6 +29,8 @@ OFFLINE: dict[str, str | bool | int | float | list[str]] = {
     "allow_community_extensions": False,
 }
 SQLITE_MAGIC = b"SQLite format 3\x00"
+T = TypeVar("T")
+R = TypeVar("R")
 CATALOG_VERSION = 6  # bump when a table of sql/catalog_schema.sql changes
 RUN_COLUMNS = (
     "run_id",
@@ -88,12 +93,24 @@ def connect(
     return con
 
 
-def cursor(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
-    """Another connection to con's catalog, set as connect sets one, for a thread of its own (a
-    sweep's passes are ingested side by side); close it before con."""
-    cur = con.cursor()
-    _session(cur)
-    return cur
+def map_cursors(
+    con: duckdb.DuckDBPyConnection, work: Callable[[duckdb.DuckDBPyConnection, T], R],
+    items: Iterable[T], most: int | None = None,
+) -> list[R]:  # fmt: skip
+    """work(cursor, item) for each item in threads, each on a cursor of its own made here (a
+    connection is not shared between threads), at most `most` threads and one a CPU: DuckDB lets
+    go of the GIL while it runs a query. Results in the items' order; the cursors closed after."""
+    items = list(items)
+    cursors = [con.cursor() for _ in items]
+    try:
+        for cur in cursors:
+            _session(cur)  # as connect sets a connection
+        threads = max(1, min(len(items), os.cpu_count() or 1, most or len(items)))
+        with ThreadPoolExecutor(threads) as pool:
+            return list(pool.map(work, cursors, items))
+    finally:
+        for cur in cursors:
+            cur.close()
 
 
 def _session(con: duckdb.DuckDBPyConnection) -> None:

@@ -8,7 +8,6 @@ or failed (strict=False), so the report shows every run that finished.
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import duckdb
@@ -17,7 +16,7 @@ import pandas as pd
 from ..core.errors import BubblelabError
 from ..core.files import write_atomic
 from ..profiling import analysis, ranks
-from ..profiling.catalog import connect, copy_catalog, cursor
+from ..profiling.catalog import connect, copy_catalog, map_cursors
 from ..profiling.ingest import ingest_timeline, ingest_trace
 from ..profiling.nsys import nsys_version
 from . import state as run_state
@@ -147,16 +146,11 @@ def _ingest_passes(
     """Ingest every pass, side by side: each on a connection of its own (the nsys pass's traces
     are DuckDB's work, the unprofiled pass's records mostly Python's); runs listed in pass order."""
 
-    cursors = [cursor(catalog) for _ in passes]  # made here: a connection stays in its thread
-    try:
-        with ThreadPoolExecutor(max(1, len(passes))) as pool:
-            each = list(pool.map(
-                lambda item, con: _ingest_pass(out_dir, state, item, con, timeline_path, timings),
-                passes, cursors,
-            ))  # fmt: skip
-    finally:
-        for con in cursors:
-            con.close()
+    each = map_cursors(
+        catalog,
+        lambda con, item: _ingest_pass(out_dir, state, item, con, timeline_path, timings),
+        passes,
+    )
     for ingested in each:
         for key, values in ingested.items():
             found[key] += values

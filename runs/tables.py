@@ -8,15 +8,12 @@ notebooks agree on every number.
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
-
 import duckdb
 import pandas as pd
 
 from ..core.steady import steady_state, steady_steps
 from ..profiling import analysis, ranks
-from ..profiling.catalog import cursor
+from ..profiling.catalog import map_cursors
 from .rundir import Results
 
 # Idle gaps of this many steady steps per run: a forward leaves ~1,000-2,000 kernel gaps a step.
@@ -35,16 +32,8 @@ def collect(
     run_ids = [r for r in run_ids if r not in workers]
     runs = analysis.runs(con)
     runs = runs.set_index("run_id").loc[run_ids].reset_index()
-    # Each run's queries on a connection of their own (made here: a connection is not shared
-    # between threads), side by side: most of a run's time is DuckDB's, which lets go of the GIL,
-    # and a sweep has ~50 runs of ~70 ms each.
-    cursors = [cursor(con) for _ in run_ids]
-    try:
-        with ThreadPoolExecutor(max(1, min(len(run_ids), os.cpu_count() or 1, 8))) as pool:
-            each = list(pool.map(_run_tables, cursors, run_ids))
-    finally:
-        for cur in cursors:
-            cur.close()
+    # Each run's queries side by side: a sweep has ~50 runs of ~70 ms each, mostly DuckDB's.
+    each = map_cursors(con, _run_tables, run_ids, most=8)
     steps, attribution, gaps, lanes = ([tables[i] for tables in each] for i in range(4))
     rank_steps = _cat([ranks.rank_steps(con, r) for r in groups["run_id"].unique() if r in run_ids])
     rank_attribution = (
