@@ -17,6 +17,8 @@ from ..core.scheduler import Limits
 # Batch rows: each costs two logits rows of the vocabulary (1.2 GB at 1024 rows of Qwen3's 152k).
 MAX_NUM_SEQS = 1024
 MAX_MODEL_LEN = 1 << 20
+# Prefill graphs past 512 tokens come every this many tokens (cuda_graphs.prefill_buckets).
+PREFILL_BUCKET_STEP = 512
 ATTENTION_BACKENDS = ("auto", "torch", "flash-attn", "triton")
 
 DTYPES: dict[str, torch.dtype] = {

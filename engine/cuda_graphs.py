@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import torch
 
+from .config import PREFILL_BUCKET_STEP
 from .decode_slot import DecodeSlot
 
 # Sampling variants with captured graphs, as (all_greedy, masked): greedy or temperature-only rows,
@@ -35,7 +36,8 @@ def prefill_buckets(max_tokens: int) -> list[int]:
     padding costs at most a 2x forward for short prompts (weight-bound there anyway), under 2x
     beyond."""
     small = [b for b in (16, 32, 64, 128, 256, 512) if b < max_tokens]
-    return sorted({*small, *range(512, max_tokens, 512), max_tokens})
+    step = PREFILL_BUCKET_STEP
+    return sorted({*small, *range(step, max_tokens, step), max_tokens})
 
 
 def prefill_rows(tokens: int, max_rows: int) -> int:

@@ -41,7 +41,7 @@ from ..core.checks import check_choice, check_float, check_int, parse_ints
 from ..core.errors import BubblelabError
 from ..core.files import write_atomic
 from ..costmodel.repeats import RepeatRule, pair_order
-from ..engine.config import MAX_NUM_SEQS, EngineConfig, default_dtype
+from ..engine.config import MAX_NUM_SEQS, PREFILL_BUCKET_STEP, EngineConfig, default_dtype
 from ..profiling.nsys import GRAPH_TRACE_MODES, capture_mode, find_nsys
 from . import passes as run_passes
 from . import state as run_state
@@ -59,14 +59,16 @@ MIN_DECODE_STEPS = (
 def prefill_budget(streams: list[int], prompt_len: int, graphs: bool) -> int:
     """A sweep's token budget a step (max_num_batched_tokens): EngineConfig's, or where the engine
     captures CUDA graphs the most prompt tokens one admission can hold (the most streams in flight
-    times the prompt length, rounded up to 512). Every prefill bucket up to the budget is warmed up,
-    captured and replayed in each worker process; those past what the workload admits cost a warm
-    qwen3-4b worker 3.4 s of its set-up on an H200 (docs/measurements.md section 7). The steps are
-    the same, except where preempted sequences, longer than a prompt, come back together."""
+    times the prompt length, rounded up to a prefill bucket step). Every prefill bucket up to the
+    budget is warmed up, captured and replayed in each worker process; those past what the workload
+    admits cost a warm qwen3-4b worker 3.4 s of its set-up on an H200 (docs/measurements.md section
+    7). The steps are the same, except where preempted sequences, longer than a prompt, come back
+    together."""
     default = EngineConfig.max_num_batched_tokens
     if not graphs:
         return default
-    return min(default, 512 * -(-max(streams) * prompt_len // 512))
+    step = PREFILL_BUCKET_STEP  # the engine's prefill buckets: a budget on one adds none past it
+    return min(default, step * -(-max(streams) * prompt_len // step))
 
 
 @dataclass
