@@ -45,6 +45,7 @@ from benchmarks.analyze_seeds import engine_shaped_seed, foreign_seed
 from bubblelab.core.files import write_atomic
 from bubblelab.costmodel.foreign import pipelining_gain
 from bubblelab.profiling import analysis, kernels, overview
+from bubblelab.profiling import foreign as foreign_rules
 from bubblelab.profiling.catalog import OFFLINE, connect, load_sqlite_extension, sql_string
 from bubblelab.profiling.ingest import ingest
 from bubblelab.profiling.steps import StepOptions
@@ -150,7 +151,10 @@ def one_pass(trace: Path, options: StepOptions, foreign: bool) -> tuple[dict, in
     timed("run_split", lambda: kernels.run_split(con, run), times)
     timed("analyze", lambda: overview.analyze(con, [run]), times)
     if foreign:
-        timed("pipelining", lambda: pipelining_gain(steps), times)
+        gaps = timed(
+            "launch_handovers", lambda: foreign_rules.launch_handovers(con, run, steps), times
+        )
+        timed("pipelining", lambda: pipelining_gain(steps, launch_gaps=gaps), times)
     con.close()
     return times, len(steps), len(steady)
 

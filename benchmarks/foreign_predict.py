@@ -48,7 +48,7 @@ from bubblelab.costmodel.foreign import pipelining_gain
 from bubblelab.costmodel.model import pct
 from bubblelab.costmodel.observed import LEVEL, median_interval, pair_ratios, pair_repeats
 from bubblelab.costmodel.predict import predict_runs
-from bubblelab.profiling import analysis
+from bubblelab.profiling import analysis, foreign
 from bubblelab.profiling.catalog import connect
 from bubblelab.runs.analysis import analyze_traces
 from bubblelab.runs.rundir import read_results
@@ -114,6 +114,7 @@ def rows(sweep: Path, n_boot: int = 1000, keep: Path | None = None) -> list[dict
             "t_block_ms": gain.get("t_block_ms"),
             "t_pipe_ms": gain.get("t_pipe_ms"),
             "gpu_ms": gain.get("gpu_ms"),
+            "handover_ms": gain.get("handover_ms"),
             "host_ms": gain.get("host_ms"),
             "assumptions": gain.get("assumptions"),
         }
@@ -141,11 +142,13 @@ def rows(sweep: Path, n_boot: int = 1000, keep: Path | None = None) -> list[dict
                 row["given_within_goal"] = abs(row["given_miss_pts"]) <= GOAL_PTS
                 _whole(row, "given_whole", gain)
         foreign_steps = analysis.per_step(con, found["run_id"])
+        gaps = foreign.launch_handovers(con, found["run_id"], foreign_steps)
         at = r.runs[(r.runs["streams"] == run["streams"]) & (r.runs["source"] != "nsys")]
-        row.update(paired(foreign_steps, at, r.steps, output_len, row.get("extra_steps") or 0.0))
+        extra = row.get("extra_steps") or 0.0
+        row.update(paired(foreign_steps, at, r.steps, output_len, extra, gaps))
         out.append(row)
         if keep is not None:
-            keep_evidence(keep, sweep, trace, foreign_steps, r, int(run["streams"]))
+            keep_evidence(keep, sweep, trace, foreign_steps, r, int(run["streams"]), gaps)
     return out
 
 
@@ -155,6 +158,7 @@ def paired(
     steps: pd.DataFrame,
     output_len: float,
     extra_steps: float,
+    launch_gaps: pd.DataFrame | None = None,
 ) -> dict:
     """Item 5's whole-run figure pair by pair: for each unprofiled pair in `runs` (one stream
     count, both depths), the figure from the trace's per-step table given the pair's depth-1 run's
@@ -165,7 +169,7 @@ def paired(
         try:
             gain = pipelining_gain(
                 foreign_steps, output_len=output_len, zombies=False, mean_step_ms=float(mean_step),
-                extra_steps=extra_steps, n_boot=PAIRED_BOOT,
+                extra_steps=extra_steps, n_boot=PAIRED_BOOT, launch_gaps=launch_gaps,
             )["whole_run"]  # fmt: skip
         except BubblelabError:  # a run shorter than the trace's GPU work: no figure for it
             continue
@@ -191,8 +195,11 @@ def paired(
 
 
 def from_keep(keep: Path, table: list[dict]) -> list[dict]:
-    """The paired check again for the rows of a foreign-predict.json, from the tables its run
-    kept (--keep): each row's trace read foreign and the steps of every run at its streams."""
+    """Item 5's figures again for the rows of a foreign-predict.json, from the tables its run
+    kept (--keep): each row's depth-1 trace as read foreign (its per-step table, and its launch
+    gaps where kept: the hand-over), the whole-run figure given the row's pooled mean step
+    (`given_whole_*`, against the pooled measurement as recorded) and pair by pair against the
+    steps of every run at its streams."""
     out = []
     for row in table:
         stem = keep / f"{row['sweep']}-s{row['streams']}"
@@ -202,8 +209,18 @@ def from_keep(keep: Path, table: list[dict]) -> list[dict]:
         both = both[both["source"] != "nsys"]
         runs = both.groupby("run_id", as_index=False).first()
         foreign_steps = pd.read_parquet(f"{stem}-d1-foreign-steps.parquet")
+        kept_gaps = Path(f"{stem}-d1-launch-gaps.parquet")  # kept since the hand-over was priced
+        gaps = pd.read_parquet(kept_gaps) if kept_gaps.is_file() else None
         extra = row.get("extra_steps") or 0.0
-        out.append({**row, **paired(foreign_steps, runs, both, row["output_len"], extra)})
+        again = {**row}
+        if row.get("given_mean_step_ms") is not None:
+            gain = pipelining_gain(
+                foreign_steps, output_len=row["output_len"], zombies=False,
+                mean_step_ms=row["given_mean_step_ms"], extra_steps=extra, launch_gaps=gaps,
+            )  # fmt: skip
+            again["handover_ms"] = gain["handover_ms"]
+            _whole(again, "given_whole", gain)
+        out.append({**again, **paired(foreign_steps, runs, both, row["output_len"], extra, gaps)})
     return out
 
 
@@ -217,10 +234,17 @@ def _whole(row: dict, key: str, gain: dict) -> None:
 
 
 def keep_evidence(
-    keep: Path, sweep: Path, trace: Path, foreign_steps: pd.DataFrame, results, streams: int
+    keep: Path,
+    sweep: Path,
+    trace: Path,
+    foreign_steps: pd.DataFrame,
+    results,
+    streams: int,
+    launch_gaps: pd.DataFrame | None = None,
 ) -> None:
     """What a miss is explained from, small enough to bring back from the GPU machine: the depth-1
-    trace as read, its per-step table read foreign, the per-step table of every depth-1 run at
+    trace as read, its per-step table read foreign and its launch gaps (the hand-over's
+    evidence), the per-step table of every depth-1 run at
     `streams` (unprofiled and under nsys, as results.json holds them; JSON, for
     foreign_keep_summary), and every run at `streams` of both depths with its steps (parquet), to
     set the trace's steps beside the unprofiled runs'."""
@@ -239,6 +263,8 @@ def keep_evidence(
     both = results.steps.merge(at, on="run_id")
     write_atomic(keep / f"{stem}-steps.parquet", both.to_parquet)
     write_atomic(keep / f"{stem}-d1-foreign-steps.parquet", foreign_steps.to_parquet)
+    if launch_gaps is not None:
+        write_atomic(keep / f"{stem}-d1-launch-gaps.parquet", launch_gaps.to_parquet)
 
 
 def unprofiled_step_ms(results, streams: int) -> float | None:

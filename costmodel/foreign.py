@@ -37,6 +37,7 @@ from ..core.checks import check_float
 from ..core.errors import BubblelabError
 from ..core.steady import WARMUP_STEPS, steady_state
 from .bootstrap import check_n_boot, interval
+from .foreign_handover import NOT_SEEN, Handover, handover
 from .model import host_tick_ms, pct, pipelined_period, speedup, step_gpu_ms
 
 
@@ -53,6 +54,7 @@ def pipelining_gain(
     zombies: bool = True,
     mean_step_ms: float | None = None,
     extra_steps: float = 0.0,
+    launch_gaps: pd.DataFrame | None = None,
 ) -> dict:
     """The predicted throughput gain (percent) of pipelining the loop a foreign run's per-step table
     shows, with its 95% interval and the assumptions it rests on (`assumptions`, sentences for the
@@ -84,6 +86,10 @@ def pipelining_gain(
     mean period's excess over it as the profiler's host time a step (else step_ms's, else none).
     extra_steps: how many more steps depth 2 takes than depth 1 on this workload, as a share
     (costmodel.schedule.extra_steps on its shape); the whole run's pipelined sum grows by it.
+
+    launch_gaps: the trace's launch gaps (profiling.foreign.launch_handovers): each step's GPU
+    work once pipelined gains the GPU's hand-over between queued launches the trace shows
+    (costmodel.foreign_handover; `handover_ms`, None where it shows none).
     """
     if output_len is not None:
         check_float("output_len", output_len, 1, 1e6)
@@ -91,12 +97,14 @@ def pipelining_gain(
     steady = steady_state(steps, warmup)
     if steady.empty:
         raise BubblelabError("no steady decode steps to predict from")
-    gpu, host = step_gpu_ms(steady), host_tick_ms(steady)
+    handed = handover(launch_gaps, steady["step"])
+    traced_gpu, host = step_gpu_ms(steady), host_tick_ms(steady)
+    gpu = traced_gpu + (handed.added_ms(steady) if handed else 0.0)
     period = steady["period_ms"].to_numpy(float)
     traced = float(np.median(period))
     given = None
     if step_ms is not None:
-        given = _given_step(step_ms, traced, float(gpu.median()))
+        given = _given_step(step_ms, traced, float(traced_gpu.median()))
         host = (host - given["added_ms"]).clip(lower=0.0)
         period = np.full(len(period), float(step_ms))
     pipe = pipelined_period(gpu, host).to_numpy(float)
@@ -109,7 +117,7 @@ def pipelining_gain(
     boot_block, boot_pipe = np.median(period[picks], axis=1), np.median(pipe[picks], axis=1)
     lo = interval(pct(speedup(boot_block, boot_pipe, z)))[0]
     hi = interval(pct(speedup(boot_block, boot_pipe, 0.0)))[1]
-    gpu_ms, host_ms = float(gpu.median()), float(host.median())
+    gpu_ms, host_ms = float(traced_gpu.median()), float(host.median())
     profiled = None if given else _traced_launches(graph_launches, steady, gpu, host)
     block_line = (
         given["line"]
@@ -126,11 +134,12 @@ def pipelining_gain(
         *([tail] if profiled and profiled["bound"] == "upper" else []),
         block_line,
         f"T_pipe = {t_pipe:.3f} ms: per step the slower of the GPU's work (period - bubble, median "
-        f"{gpu_ms:.3f} ms: its kernels and the gaps between them stay) and the host's (period - "
-        "time "
-        f"blocked in syncs, median {host_ms:.3f} ms: the host still does it once a step, just "
-        "under the "
-        "GPU's work); pipelining moves the host's work, it does not shorten it.",
+        f"{gpu_ms:.3f} ms: its kernels and the gaps between them stay"
+        + (", plus the hand-over below" if handed else "")
+        + f") and the host's (period - time blocked in syncs, median {host_ms:.3f} ms: the host "
+        "still does it once a step, just under the GPU's work); pipelining moves the host's "
+        "work, it does not shorten it.",
+        handed.line(steady) if handed else NOT_SEEN,
         f"z = 1/L = {z:.4f} with L = {L:g} tokens a request "
         + (
             "(given)."
@@ -166,12 +175,21 @@ def pipelining_gain(
         **({"t_block_traced_ms": round(traced, 6)} if given else {}),
         "t_pipe_ms": round(t_pipe, 6),
         "gpu_ms": round(gpu_ms, 6),
+        "handover_ms": round(handed.ms, 6) if handed else None,
+        "handover_samples": handed.samples if handed else 0,
         "host_ms": round(host_ms, 6),
         "z": round(z, 6),
         "output_len": L,
         "steps": int(len(steady)),
         "whole_run": _whole_run(
-            steps, given["added_ms"] if given else 0.0, z, rng, n_boot, mean_step_ms, extra_steps
+            steps,
+            given["added_ms"] if given else 0.0,
+            z,
+            rng,
+            n_boot,
+            mean_step_ms,
+            extra_steps,
+            handed,
         ),
         **({k: v for k, v in profiled.items() if k != "line"} if profiled else {}),
         "assumptions": assumptions,
@@ -186,6 +204,7 @@ def _whole_run(
     n_boot: int,
     mean_step_ms: float | None = None,
     extra_steps: float = 0.0,
+    handed: Handover | None = None,
 ) -> dict:
     """The gain over every step of the trace with a period, in order: the blocking wall is the sum
     of their periods, the pipelined one the sum of max(GPU work, host work) a step (the host work of
@@ -195,8 +214,9 @@ def _whole_run(
     the given mean. Where the engine's own step is the slower (its host ran slower than in the
     traced run), added_ms is negative and each step gains the difference as host work: the GPU's
     work is what the trace times right, so the rest of the engine's step is the host's.
-    extra_steps (depth 2's more steps, a share) lengthens the pipelined sum. The interval resamples
-    the steps (95%), z from the given to 0."""
+    extra_steps (depth 2's more steps, a share) lengthens the pipelined sum, and `handed` (the
+    hand-over) each step's GPU work in it. The interval resamples the steps (95%), z from the
+    given to 0."""
     check_float("extra_steps", extra_steps, -0.5, 1.0)
     timed = steps.sort_values("step")
     timed = timed[timed["period_ms"].notna()]
@@ -214,7 +234,8 @@ def _whole_run(
             )
         added_ms = float(period.mean()) - mean_step_ms  # signed: see the docstring
     block = np.maximum(period - added_ms, gpu)
-    pipe = np.maximum(gpu, np.clip(host - added_ms, 0.0, None)) * (1.0 + extra_steps)
+    queued = gpu + (handed.added_ms(timed).to_numpy(float) if handed else 0.0)
+    pipe = np.maximum(queued, np.clip(host - added_ms, 0.0, None)) * (1.0 + extra_steps)
     if pipe.sum() <= 0:
         raise BubblelabError("no GPU or host work to predict the whole run from")
     picks = rng.integers(0, len(block), size=(n_boot, len(block)))
@@ -286,10 +307,6 @@ def _whole_line(
             "and 128 streams of 4 requests each on bubblelab's engine) are left out: give the "
             "workload's shape (--streams) to replay them."
         )
-    parts.append(
-        "The GPU's hand-over between two queued steps (0.012-0.018 ms on bubblelab's engine, "
-        "H200) is not in a blocking trace and is left out: the figure is high by about its share."
-    )
     return " ".join(parts)
 
 

@@ -147,8 +147,9 @@ def _pipelining(
     flagged = [r for r in run["syncs_per_step"] if r["flagged"] and r["event"] == "sync"]
     syncs = "; ".join(f"{r['per_step']:.3g} x {r['api']} a step" for r in flagged) or None
     try:
+        steps = analysis.per_step(con, run["run_id"])
         return pipelining_gain(
-            analysis.per_step(con, run["run_id"]),
+            steps,
             output_len=output_len,
             extra_syncs=syncs,
             graph_launches=foreign.traced_graph_launches(con, run["run_id"]),
@@ -157,6 +158,7 @@ def _pipelining(
             zombies=zombies,
             mean_step_ms=mean_step_ms,
             extra_steps=extra,
+            launch_gaps=foreign.launch_handovers(con, run["run_id"], steps),
         )
     except BubblelabError as e:
         return {"not_predicted": str(e)}

@@ -306,12 +306,95 @@ def sync_summary(rows_: list[dict], steady_steps: list[int], phase_of) -> dict:
     }
 
 
-def pipelining(steady_steps: list[Step], output_len: float, n_boot: int = 1000) -> dict:
+def _kind(o) -> str:
+    return "graph" if o.graph else o.op
+
+
+def launch_gaps(rows: Rows, timed: list[Step]) -> list[dict]:
+    """profiling/sql/launch_handovers.sql by brute force: every gap of the timed steps that is a
+    bubble or lies between two launches, with the kinds of op on either side (of several at one
+    instant: the latest launched before, the earliest launched after), whether the op after was
+    launched before the gap began, and whether the two came from different calls."""
+    ending: dict[int, list] = defaultdict(list)
+    starting: dict[int, list] = defaultdict(list)
+    for o in rows.ops:
+        ending[o.end].append(o)
+        starting[o.start].append(o)
+
+    def pick(ops: list, latest: bool):
+        called = [o for o in ops if o.call]
+        if not called:
+            return None
+        return (max if latest else min)(called, key=lambda o: o.call.start)
+
+    out = []
+    for s in timed:
+        for a, b in s.gaps:
+            before, after = pick(ending[a], True), pick(starting[b], False)
+            who = [(o.pid, o.corr) if o else None for o in (before, after)]
+            launched = [o.call.start for o in starting[b] if o.call]
+            gap = {
+                "step": s.step,
+                "idle": b - a,
+                "before": _kind(before) if before else None,
+                "after": _kind(after) if after else None,
+                "queued": bool(launched) and min(launched) < a,
+                "bubble": b - a >= GAP_NS,
+                "between": who[0] != who[1],
+            }
+            if gap["bubble"] or gap["between"]:
+                out.append(gap)
+    return out
+
+
+def handover_ns(
+    gaps: list[dict], steady_steps: list[Step], min_samples: int = 3
+) -> tuple[float | None, dict[int, float]]:
+    """costmodel/foreign_handover.py's hand-over: each late bubble gap priced at the median of the
+    queued launches between the same kinds (else before the same kind, else all; each price from
+    at least min_samples), never above the gap; queued bubble gaps kept whole. The samples: the
+    steady steps' queued launches, or every step's where those are fewer than min_samples.
+    (price of any launch, {step: its bubble as the GPU's own}); (None, {}) where none is queued."""
+    chosen = {s.step for s in steady_steps}
+    queued = [g for g in gaps if g["queued"] and g["between"]]
+    sample = [g for g in queued if g["step"] in chosen]
+    if len(sample) < min_samples:
+        sample = queued
+    if not sample:
+        return None, {}
+
+    def median_of(group: list[dict]) -> float | None:
+        return statistics.median(g["idle"] for g in group) if len(group) >= min_samples else None
+
+    def key(g: dict) -> tuple:
+        return (g["before"] or "?", g["after"] or "?")
+
+    anything = statistics.median(g["idle"] for g in sample)
+    per_step: dict[int, float] = defaultdict(float)
+    for g in gaps:
+        if not g["bubble"]:
+            continue
+        price = median_of([x for x in sample if key(x) == key(g)])
+        if price is None:
+            price = median_of([x for x in sample if key(x)[1] == key(g)[1]])
+        cost = g["idle"] if g["queued"] else min(g["idle"], anything if price is None else price)
+        per_step[g["step"]] += cost
+    return anything, per_step
+
+
+def pipelining(
+    steady_steps: list[Step],
+    output_len: float,
+    gaps: list[dict] | None = None,
+    n_boot: int = 1000,
+) -> dict:
     """costmodel/foreign.py's prediction: T_block = median period; T_pipe = median over steps of
-    max(period - bubble, period - wait); speedup = T_block / T_pipe x (1 - 1/L); the interval
-    resamples the steps (numpy's generator, seed 0) with z = 1/L low and z = 0 high."""
+    max(period - bubble + its hand-over (handover_ns), period - wait); speedup = T_block / T_pipe x
+    (1 - 1/L); the interval resamples the steps (numpy's generator, seed 0) with z = 1/L low and
+    z = 0 high."""
+    tau, added = handover_ns(gaps or [], steady_steps)
     period = np.array([s.period / 1e6 for s in steady_steps])
-    gpu = np.array([(s.period - s.bubble) / 1e6 for s in steady_steps])
+    gpu = np.array([(s.period - s.bubble + added.get(s.step, 0.0)) / 1e6 for s in steady_steps])
     host = np.array([max(0.0, s.period / 1e6 - s.wait / 1e6) for s in steady_steps])
     pipe = np.maximum(gpu, host)
     z = 1.0 / output_len
@@ -326,6 +409,7 @@ def pipelining(steady_steps: list[Step], output_len: float, n_boot: int = 1000) 
         ],
         "t_block_ms": round(t_block, 6),
         "t_pipe_ms": round(t_pipe, 6),
+        "handover_ms": None if tau is None else round(tau / 1e6, 6),
     }
 
 

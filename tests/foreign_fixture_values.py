@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 from bubblelab.costmodel.foreign import pipelining_gain
-from bubblelab.profiling import analysis, overview
+from bubblelab.profiling import analysis, foreign, overview
 from bubblelab.profiling.catalog import connect
 from bubblelab.profiling.ingest import ingest
 from bubblelab.profiling.steps import StepOptions
@@ -63,7 +63,8 @@ def analysed(name: str) -> dict:
     gaps = analysis.idle_gaps(con, run, steady)
     hist = analysis.idle_histogram(con, run, steady)
     found = report["steps_found"]
-    gain = pipelining_gain(steps, output_len=e["mean_generated_len"])
+    gaps_launched = foreign.launch_handovers(con, run, steps)
+    gain = pipelining_gain(steps, output_len=e["mean_generated_len"], launch_gaps=gaps_launched)
     attribution = report["attribution_ms_per_step"]
     return plain(
         {
@@ -102,7 +103,8 @@ def analysed(name: str) -> dict:
             ),
             "flagged_syncs": report["flagged_syncs"],
             "pipelining": {
-                k: gain[k] for k in ("speedup_pct", "interval_pct", "t_block_ms", "t_pipe_ms")
+                k: gain[k]
+                for k in ("speedup_pct", "interval_pct", "t_block_ms", "t_pipe_ms", "handover_ms")
             },
         }
     )
@@ -216,5 +218,9 @@ def brute(name: str) -> dict:
             for (ev, api, detail, closing, phase, after), v in syncs.items()
         ),
         "flagged_syncs": sum(r["flagged"] for r in inventory),
-        "pipelining": ff.pipelining(steady, entry(name)["mean_generated_len"]),
+        "pipelining": ff.pipelining(
+            steady,
+            entry(name)["mean_generated_len"],
+            ff.launch_gaps(rows, [s for s in steps if s.timed]),
+        ),
     }
