@@ -12,7 +12,7 @@ memcpy, memset), else of those before the same kind, else of all; never more tha
 The bubble gaps whose work was already queued are the GPU's own and stay as they are.
 
 On our own traces read as foreign (qwen3-0.6b, H200, 1 and 32 streams), the GPU's work a step so
-priced is the measured depth-2 period within 0.2%, where the GPU's work alone is 1.3-1.6% short;
+priced is the measured depth-2 period within 0.3%, where the GPU's work alone is 1.3-1.6% short;
 on a torch.compile engine's trace its queued copies cost 1.5 us each, not a graph's 4-9
 (docs/foreign-traces.md).
 """
