@@ -134,11 +134,10 @@ def pipelining_gain(
         *([tail] if profiled and profiled["bound"] == "upper" else []),
         block_line,
         f"T_pipe = {t_pipe:.3f} ms: per step the slower of the GPU's work (period - bubble, median "
-        f"{gpu_ms:.3f} ms: its kernels and the gaps between them stay"
+        f"{gpu_ms:.3f} ms: kernels and their gaps stay"
         + (", plus the hand-over below" if handed else "")
-        + f") and the host's (period - time blocked in syncs, median {host_ms:.3f} ms: the host "
-        "still does it once a step, just under the GPU's work); pipelining moves the host's "
-        "work, it does not shorten it.",
+        + f") and the host's (period - sync waits, median {host_ms:.3f} ms: done once "
+        "a step, under the GPU's work); pipelining moves the host's work, it does not shorten it.",
         handed.line(steady) if handed else NOT_SEEN,
         f"z = 1/L = {z:.4f} with L = {L:g} tokens a request "
         + (

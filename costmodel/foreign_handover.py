@@ -47,12 +47,12 @@ class Handover:
     def line(self, steady: pd.DataFrame) -> str:
         after = {k[2:]: v for k, v in self.prices_ms.items() if k.startswith("*>") and k != "*>*"}
         kinds = ", ".join(f"{v * 1e3:.1f} us before a {k}" for k, v in sorted(after.items()))
+        kinds = kinds or f"{self.ms * 1e3:.1f} us"
         return (
             f"Hand-over: +{float(self.added_ms(steady).median()):.4f} ms of GPU work a steady "
-            "step. At depth 2 every launch the host was late for is queued, and the GPU still "
-            "idles before it what the trace's queued launches of the same kinds show (medians of "
-            f"{self.samples}: {kinds or f'{self.ms * 1e3:.1f} us'}), never more than its gap; the "
-            "bubble gaps whose work was already queued stay."
+            "step: each launch the host was late for, queued at depth 2, idles the GPU as the "
+            f"trace's {self.samples} queued launches of its kinds do ({kinds}), at most its gap; "
+            "bubble already queued stays."
         )
 
 
