@@ -112,7 +112,8 @@ def analysed(name: str) -> dict:
 
 @functools.cache
 def per_step_tables(name: str):
-    """(the analysis' per-step table, its idle gaps of every timed step, the sync inventory)."""
+    """(the analysis' per-step table, its idle gaps of every timed step, the sync inventory, the
+    launch gaps the hand-over is priced from)."""
     e = entry(name)
     con = connect(None)
     run = ingest(
@@ -120,7 +121,8 @@ def per_step_tables(name: str):
     )
     steps = analysis.per_step(con, run)
     timed = steps[steps.period_ms.notna()]
-    return steps, analysis.idle_gaps(con, run, timed), analysis.sync_inventory(con, run)
+    gaps = analysis.idle_gaps(con, run, timed)
+    return steps, gaps, analysis.sync_inventory(con, run), foreign.launch_handovers(con, run, steps)
 
 
 @functools.cache

@@ -27,6 +27,7 @@ import pytest
 
 from tests.fixture_figures import GAP_NS
 from tests.fixture_figures import inventory as brute_inventory
+from tests.fixture_figures import launch_gaps as launch_gaps_brute
 from tests.foreign_fixture_values import NAMES, analysed, brute, brute_rows, entry, per_step_tables
 
 EXPECTED: dict = json.loads((Path(__file__).parent / "foreign_fixtures_expected.json").read_text())
@@ -50,7 +51,7 @@ def test_every_figure_matches_brute_force(name):
 def test_every_step_matches_brute_force(name):
     """Per step, to the nanosecond: GPU span, kind, period, busy, kernel gaps, bubble, host wait;
     every idle gap of every timed step; every host sync with its step, closing and flagged."""
-    steps, gaps, inventory = per_step_tables(name)
+    steps, gaps, inventory, _ = per_step_tables(name)
     rows, _, windows, want, _ = brute_rows(name)
     assert len(steps) == len(want) == len(windows)
     for row, w in zip(steps.itertuples(), want, strict=True):
@@ -82,6 +83,29 @@ def test_every_step_matches_brute_force(name):
     assert got == [(r["event"], r["api"], r["start"], r["closing"], r["flagged"]) for r in rows_]
     assert [None if pd.isna(s) else int(s) for s in inventory.step] == [r["step"] for r in rows_]
     assert [None if pd.isna(b) else int(b) for b in inventory.bytes] == [r["bytes"] for r in rows_]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_launch_gap_matches_brute_force(name):
+    """The gaps the hand-over is priced from (profiling/sql/launch_handovers.sql), row for row:
+    step, length, the kinds of op on either side, queued, bubble, between two launches."""
+    _, _, _, launches = per_step_tables(name)
+    _, _, _, want, _ = brute_rows(name)
+    brute = launch_gaps_brute(brute_rows(name)[0], [s for s in want if s.timed])
+    got = [
+        (int(r.step), round(r.idle_us * 1e3), _none(r.kind_before), _none(r.kind_after),
+         bool(_none(r.queued) or False), bool(r.bubble), bool(r.between_launches))
+        for r in launches.itertuples()
+    ]  # fmt: skip
+    assert got == [
+        (g["step"], g["idle"], g["before"], g["after"], g["queued"], g["bubble"], g["between"])
+        for g in brute
+    ]
+
+
+def _none(value):
+    """None for SQL's NULL however pandas carries it (None, NaN, pd.NA)."""
+    return None if value is None or pd.isna(value) else value
 
 
 def _close(got, want) -> bool:
