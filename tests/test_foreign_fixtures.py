@@ -13,7 +13,8 @@ idle gaps (all, kernel gaps) and their histogram (lower edge us, gaps, kernel ga
 bubble the host ended late; the bubble per label by the began-in rule and per layer by time (ms a
 steady step); the host syncs per steady step (event, API, detail, closes the step, flagged, per
 step, kernel before, NVTX range) and the flagged rows of the whole run; what pipelining would buy
-(%, 95% interval, T_block, T_pipe).
+(%, 95% interval, T_block, T_pipe, the hand-over's price). The launch gaps that price is read from
+are checked row for row.
 """
 
 from __future__ import annotations
