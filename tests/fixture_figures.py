@@ -313,8 +313,9 @@ def _kind(o) -> str:
 def launch_gaps(rows: Rows, timed: list[Step]) -> list[dict]:
     """profiling/sql/launch_handovers.sql by brute force: every gap of the timed steps that is a
     bubble or lies between two launches, with the kinds of op on either side (of several at one
-    instant: the latest launched before, the earliest launched after), whether the op after was
-    launched before the gap began, and whether the two came from different calls."""
+    instant: the latest launched before, the earliest launched after, ties by correlation id; ops
+    no call launched are not read), whether the op after was launched before the gap began, and
+    whether the two came from different calls."""
     ending: dict[int, list] = defaultdict(list)
     starting: dict[int, list] = defaultdict(list)
     for o in rows.ops:
@@ -325,7 +326,7 @@ def launch_gaps(rows: Rows, timed: list[Step]) -> list[dict]:
         called = [o for o in ops if o.call]
         if not called:
             return None
-        return (max if latest else min)(called, key=lambda o: o.call.start)
+        return (max if latest else min)(called, key=lambda o: (o.call.start, o.corr))
 
     out = []
     for s in timed:

@@ -5,7 +5,8 @@
 --   kind_before, kind_after  'graph' (a CUDA-graph replay: its nodes, or the replay traced whole), 'kernel',
 --                            'memcpy' or 'memset': of the op ending at the gap's start and of the op starting
 --                            at its end (of several at one instant: the latest launched before, the earliest
---                            launched after)
+--                            launched after, ties to the higher / lower correlation id; ops no call launched
+--                            are not read)
 --   queued                   the op after the gap had been launched before the gap began, so the idle was
 --                            the GPU's own hand-over; FALSE where the host launched it late; NULL where no
 --                            launching call was found
@@ -13,19 +14,20 @@
 --   between_launches         the ops on either side came from two launching calls (FALSE between the nodes
 --                            of one graph replay: no launch hands over there; such gaps come only as bubble)
 -- costmodel.foreign_handover prices what each late launch costs once queued, from the queued ones.
-WITH ops AS (
-    SELECT start, "end", launched_at, pid, correlation_id,
+WITH ops AS (  -- ops a call launched; `launch` orders them by launch, ties by correlation id (32-bit)
+    SELECT start, "end", pid, correlation_id,
+           launched_at::HUGEINT * 4294967296 + correlation_id AS launch,
            CASE WHEN op = 'graph' OR graph_node IS NOT NULL THEN 'graph' ELSE op END AS kind
-    FROM gpu_ops WHERE run_id = $run_id
+    FROM gpu_ops WHERE run_id = $run_id AND launched_at IS NOT NULL
 ),
-before AS (
-    SELECT "end" AS at, arg_max(kind, launched_at) AS kind, arg_max(pid, launched_at) AS pid,
-           arg_max(correlation_id, launched_at) AS correlation_id
+before AS (  -- the last launched of the ops ending at an instant
+    SELECT "end" AS at, arg_max(kind, launch) AS kind, arg_max(pid, launch) AS pid,
+           arg_max(correlation_id, launch) AS correlation_id
     FROM ops GROUP BY "end"
 ),
-after AS (
-    SELECT start AS at, arg_min(kind, launched_at) AS kind, arg_min(pid, launched_at) AS pid,
-           arg_min(correlation_id, launched_at) AS correlation_id
+after AS (  -- the first launched of the ops starting at an instant
+    SELECT start AS at, arg_min(kind, launch) AS kind, arg_min(pid, launch) AS pid,
+           arg_min(correlation_id, launch) AS correlation_id
     FROM ops GROUP BY start
 ),
 gaps AS (
