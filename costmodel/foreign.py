@@ -6,7 +6,9 @@ is pipelined (README.md, "From depth 1 alone"):
 
 - GPU: the step's GPU work with its own gaps, period - bubble (profiling's foreign per-step table:
   forward_ms = busy + the gaps between kernels below the kernel-gap threshold). Pipelining removes
-  the bubble, not the launch gaps between kernels.
+  the bubble, not the launch gaps between kernels, and each launch the host was late for still
+  costs the GPU a hand-over once queued, priced from the trace's queued launches
+  (costmodel.foreign_handover).
 - host: period - wait, where wait is the time the engine thread sat in the step's host syncs. The
   rest of the period is the host's own work (bookkeeping, scheduling, launching), which a pipelined
   loop still does once a step, under the GPU's work instead of before it.
@@ -25,7 +27,7 @@ profiler's host time a step from the engine's own mean step (`mean_step_ms`) and
 adds replayed from the workload's shape (`extra_steps`, costmodel.schedule.extra_steps).
 
 Inputs are profiling's tables (the per-step table, the sync summary, the node-traced graph
-launches); profiling never imports this.
+launches, the launch gaps); profiling never imports this.
 """
 
 from __future__ import annotations

@@ -54,9 +54,10 @@ def bubble_gaps(con: duckdb.DuckDBPyConnection, run_id: str, steps: pd.DataFrame
 def launch_handovers(
     con: duckdb.DuckDBPyConnection, run_id: str, steps: pd.DataFrame
 ) -> pd.DataFrame:
-    """The idle gaps of the given steps between two launches (step, idle_us, kind_before,
-    kind_after, queued, bubble): whether the host launched the second late or it was already
-    queued (sql/launch_handovers.sql; costmodel.foreign_handover prices them)."""
+    """The idle gaps of the given steps between two launches, and every bubble gap (step,
+    idle_us, kind_before, kind_after, queued, bubble, between_launches, start): whether the host
+    launched the second late or it was already queued (sql/launch_handovers.sql;
+    costmodel.foreign_handover prices them)."""
     params = {"run_id": run_id, "gap_ns": rule(con, run_id)[1]}
     return queries.run(con, "launch_handovers", params, per_step=steps)
 
