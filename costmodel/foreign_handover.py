@@ -71,8 +71,8 @@ def handover(launches: pd.DataFrame | None, steady_steps: pd.Series) -> Handover
     prices = _prices(sample)
     bubble = launches[launches["bubble"]]
     late = ~bubble["queued"].eq(True)
-    keys = bubble["kind_before"].fillna("?") + ">" + bubble["kind_after"].fillna("?")
-    price = [_price(prices, k) for k in keys]
+    keys = zip(bubble["kind_before"].map(_name), bubble["kind_after"].map(_name), strict=True)
+    price = [_price(prices, f"{before}>{after}") for before, after in keys]
     cost = np.where(late, np.minimum(bubble["idle_us"].to_numpy(float), price), bubble["idle_us"])
     per_step = pd.Series(cost / 1e3, index=bubble.index).groupby(bubble["step"]).sum()
     return Handover(prices_ms={k: v / 1e3 for k, v in prices.items()}, samples=len(sample),
@@ -83,14 +83,18 @@ def _prices(sample: pd.DataFrame) -> dict[str, float]:
     """Median idle (us) of the queued launches by kinds on both sides, by the kind after, and of
     all, each where it has MIN_SAMPLES (all: always)."""
     prices = {"*>*": float(sample["idle_us"].median())}
-    for key, group in sample.groupby(sample["kind_after"].fillna("?")):
-        if len(group) >= MIN_SAMPLES:
-            prices[f"*>{key}"] = float(group["idle_us"].median())
-    pairs = sample["kind_before"].fillna("?") + ">" + sample["kind_after"].fillna("?")
-    for key, group in sample.groupby(pairs):
-        if len(group) >= MIN_SAMPLES:
-            prices[str(key)] = float(group["idle_us"].median())
+    for keys in (["kind_after"], ["kind_before", "kind_after"]):
+        groups = sample.groupby(keys, dropna=False, observed=True)["idle_us"]
+        for kinds, row in groups.agg(["size", "median"]).iterrows():
+            before, after = kinds if len(keys) == 2 else ("*", kinds)
+            if row["size"] >= MIN_SAMPLES:
+                prices[f"{_name(before)}>{_name(after)}"] = float(row["median"])
     return prices
+
+
+def _name(kind: object) -> str:
+    """A kind of op as a price's key names it ('?': none; the query gives a category)."""
+    return "?" if pd.isna(kind) else str(kind)
 
 
 def _price(prices: dict[str, float], key: str) -> float:

@@ -40,7 +40,14 @@ from .catalog import (
 )
 from .nsys import export_sqlite
 from .steps import StepOptions, find_steps
-from .trace_check import Part, TraceFacts, capture_range, check_values, inspect_trace
+from .trace_check import (
+    Part,
+    TraceFacts,
+    capture_range,
+    check_values,
+    gpu_parts,
+    inspect_trace,
+)
 
 # (nsys table, ingestion statement); tables are created lazily, so a missing one means "no such
 # events".
@@ -101,23 +108,24 @@ def _ingest(
     meta = _checked_meta(meta)
     with plain_sqlite(trace) as plain:
         facts = inspect_trace(plain, domain)
-        if single and len(facts.parts) > 1:
-            raise BubblelabError(
-                f"{trace}: GPU work of {len(facts.parts)} processes or GPUs "
-                f"({'; '.join(map(str, facts.parts))}): one run each, use ingest_trace"
-            )
         ours = facts.has_domain and options.step_range is None and options.rule == "auto"
         con = con or connect(catalog)
         load_sqlite_extension(con)
         run_ids = []
         try:
             con.execute(f"ATTACH {sql_string(str(plain))} AS ns (TYPE sqlite, READ_ONLY)")
+            parts = gpu_parts(con, trace, facts.tables)
+            if single and len(parts) > 1:
+                raise BubblelabError(
+                    f"{trace}: GPU work of {len(parts)} processes or GPUs "
+                    f"({'; '.join(map(str, parts))}): one run each, use ingest_trace"
+                )
             capture = capture_range(con, facts.tables)
-            for part in facts.parts:
+            labels = domain if ours else None
+            for part in parts:
+                named = part if len(parts) > 1 else None  # a part names its run among several
                 run_ids.append(
-                    _ingest_part(
-                        con, trace, facts, part, meta, domain if ours else None, options, capture
-                    )
+                    _ingest_part(con, trace, facts, named, meta, labels, options, capture)
                 )
             if ours and len(run_ids) > 1:  # a tensor-parallel engine: one process per rank
                 with _transaction(con):
@@ -135,7 +143,7 @@ def _ingest_part(
     con: duckdb.DuckDBPyConnection,
     trace: Path,
     facts: TraceFacts,
-    part: Part,
+    part: Part | None,
     meta: dict,
     domain: str | None,
     options: StepOptions,
@@ -143,8 +151,8 @@ def _ingest_part(
 ) -> str:
     """One process on one GPU as a run: by our ranges (domain given) or as a foreign run. The run's
     key is the trace's sha256, plus, for a foreign run, how its steps were found (the same trace
-    read by another rule is another run), plus the process and GPU when the trace holds several."""
-    several = len(facts.parts) > 1
+    read by another rule is another run), plus the process and GPU when the trace holds several
+    (`part`; None: the trace's only one)."""
     content_hash = facts.content_hash
     if domain is None:
         content_hash += f"|steps:{json.dumps(options.__dict__, sort_keys=True)}"
@@ -153,13 +161,13 @@ def _ingest_part(
         if domain is not None
         else hashlib.sha256(content_hash.encode()).hexdigest()[:16]
     )
-    if several:
+    if part is not None:
         content_hash += f"|part:{part.pid}:{part.device}"
     known = _known_run(con, content_hash)
     if known:
         return known
-    run_id = base + (f"-p{(part.pid >> 24) & 0xFFFFFF}-g{part.device}" if several else "")
-    pid, device = (part.pid, part.device) if several else (None, None)
+    run_id = base + (f"-p{(part.pid >> 24) & 0xFFFFFF}-g{part.device}" if part else "")
+    pid, device = (part.pid, part.device) if part else (None, None)
     params = {"run_id": run_id, "pid": pid, "device": device}
     with _transaction(con):
         _insert_run(
@@ -178,13 +186,13 @@ def _ingest_part(
             queries.execute(con, "ingest_step_info", {**params, "domain": domain})
             queries.execute(con, "host_segments", {"run_id": run_id})
         if "CUPTI_ACTIVITY_KIND_RUNTIME" in facts.tables:
-            queries.execute(con, "ingest_api_calls", params)
+            queries.execute(con, "ingest_api_calls", {**params, "labelled": domain is not None})
         if "OSRT_API" in facts.tables:
             queries.execute(con, "ingest_os_calls", params)
         for table, statement in OPTIONAL_TABLES:
             if table in facts.tables:
                 queries.execute(con, statement, params)
-        what = f"{trace} ({part})" if several else str(trace)
+        what = f"{trace} ({part})" if part else str(trace)
         check_values(con, run_id, capture, what)
         if domain is not None:
             con.execute(

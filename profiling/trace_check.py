@@ -6,8 +6,8 @@ an nsys export, an export schema other than 3.x, graph launches of which nothing
 graph-node kernels, no whole-graph rows), and a trace without kernels or graph replays. A capture
 with --cuda-graph-trace=graph is read: each replay is one GPU op (the kernel view says its kernels
 were not traced). Also reads what the trace itself knows: the run metadata,
-whether it holds ranges of our NVTX domain, and which processes and GPUs ran GPU work (each becomes
-a run of its own).
+whether it holds ranges of our NVTX domain, and (`gpu_parts`, once DuckDB has it attached) which
+processes and GPUs ran GPU work (each becomes a run of its own).
 
 Checked once a run's rows are copied (sql/check_values.sql, before anything is derived from them):
 intervals that end before they start, GPU ops of zero length or starting before the call that
@@ -56,7 +56,6 @@ class TraceFacts:
     export_meta: dict[str, str]  # META_DATA_EXPORT
     run: dict  # run metadata columns the trace knows (device, driver, versions, start)
     has_domain: bool  # holds push/pop ranges of our NVTX domain
-    parts: list[Part]  # processes x GPUs with GPU work, most ops first
 
 
 def inspect_trace(trace: Path, domain: str = DOMAIN) -> TraceFacts:
@@ -113,11 +112,6 @@ def _inspect(db: sqlite3.Connection, trace: Path, domain: str) -> TraceFacts:
             f"(bubblelab reads schema {SUPPORTED_SCHEMA_MAJOR}.x)"
         )
     _refuse_untraced_graphs(db, trace, tables)
-    parts = _parts(db, tables)
-    if any(not isinstance(p.pid, int) or not isinstance(p.device, int) for p in parts):
-        raise BubblelabError(
-            f"{trace}: GPU activity without a process or GPU id (a damaged export?)"
-        )
     if not any(_has_rows(db, tables, t) for t in COMPUTE_TABLES):
         raise BubblelabError(f"{trace}: no kernels in the trace ({_found(db, tables)})")
     has_domain = bool(
@@ -129,7 +123,7 @@ def _inspect(db: sqlite3.Connection, trace: Path, domain: str) -> TraceFacts:
             [domain],
         ).fetchone()
     )
-    return TraceFacts(_sha256(trace), tables, meta, _run_facts(db, tables, meta), has_domain, parts)
+    return TraceFacts(_sha256(trace), tables, meta, _run_facts(db, tables, meta), has_domain)
 
 
 GRAPH_TRACE = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"  # a replay traced whole (--cuda-graph-trace=graph)
@@ -141,15 +135,19 @@ def _has_rows(db: sqlite3.Connection, tables: set[str], table: str) -> bool:
     return table in tables and bool(db.execute(f"SELECT 1 FROM {table} LIMIT 1").fetchone())
 
 
-def _parts(db: sqlite3.Connection, tables: set[str]) -> list[Part]:
-    """Processes x GPUs that ran kernels, graph replays, copies or memsets."""
-    selects = [f"SELECT globalPid, deviceId FROM {t}" for t in GPU_TABLES if t in tables]
-    if not selects:
-        return []
-    rows = db.execute(
+def gpu_parts(con: duckdb.DuckDBPyConnection, trace: Path, tables: set[str]) -> list[Part]:
+    """Processes x GPUs that ran kernels, graph replays, copies or memsets, most ops first, from
+    the trace attached as `ns` (inspect_trace first: DuckDB counts a million rows in a third of
+    SQLite's time)."""
+    selects = [f"SELECT globalPid, deviceId FROM ns.{t}" for t in GPU_TABLES if t in tables]
+    rows = con.execute(
         f"SELECT globalPid, deviceId, count(*) FROM ({' UNION ALL '.join(selects)}) "
         "GROUP BY 1, 2 ORDER BY 3 DESC, 1, 2"
     ).fetchall()
+    if any(not isinstance(pid, int) or not isinstance(device, int) for pid, device, _ in rows):
+        raise BubblelabError(
+            f"{trace}: GPU activity without a process or GPU id (a damaged export?)"
+        )
     return [Part(pid, device, ops) for pid, device, ops in rows]
 
 

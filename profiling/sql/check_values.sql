@@ -23,12 +23,14 @@ WITH host_rows AS (
     UNION ALL
     SELECT 'sync records', value_problem(start, "end", $lo, $hi) FROM syncs WHERE run_id = $run_id
 ),
-counted AS (
-    SELECT what, problem, count(*) OVER (PARTITION BY what) AS total FROM host_rows
+counted AS (  -- a few groups: a window over every row would sort them all
+    SELECT what, problem, count(*) AS found FROM host_rows GROUP BY what, problem
+),
+totalled AS (
+    SELECT *, sum(found) OVER (PARTITION BY what) AS total FROM counted
 )
-SELECT $run_id, what, problem, count(*), any_value(total), 'dropped'
-FROM counted WHERE problem IS NOT NULL
-GROUP BY what, problem;
+SELECT $run_id, what, problem, found, total, 'dropped'
+FROM totalled WHERE problem IS NOT NULL;
 
 UPDATE gpu_ops SET launched_at = NULL, tid = NULL, phase = NULL, step = NULL
 FROM (SELECT pid, correlation_id FROM api_calls
@@ -46,21 +48,23 @@ CREATE OR REPLACE TEMP MACRO op_problem(s, e, launched, lo, hi) AS
 
 INSERT INTO trace_checks
 WITH counted AS (
-    SELECT op_problem(start, "end", launched_at, $lo, $hi) AS problem, count(*) OVER () AS total
-    FROM gpu_ops WHERE run_id = $run_id
+    SELECT op_problem(start, "end", launched_at, $lo, $hi) AS problem, count(*) AS found
+    FROM gpu_ops WHERE run_id = $run_id GROUP BY problem
+),
+totalled AS (
+    SELECT *, sum(found) OVER () AS total FROM counted
 )
-SELECT $run_id, 'GPU ops', problem, count(*), any_value(total), 'dropped'
-FROM counted WHERE problem IS NOT NULL
-GROUP BY problem;
+SELECT $run_id, 'GPU ops', problem, found, total, 'dropped'
+FROM totalled WHERE problem IS NOT NULL;
 
 DELETE FROM gpu_ops WHERE run_id = $run_id AND op_problem(start, "end", launched_at, $lo, $hi) IS NOT NULL;
 
 INSERT INTO trace_checks
 WITH ordered AS (
-    SELECT start, lag("end") OVER (PARTITION BY pid, stream_id ORDER BY start, "end") AS before_end,
-           count(*) OVER () AS total
+    SELECT start, lag("end") OVER (PARTITION BY pid, stream_id ORDER BY start, "end") AS before_end
     FROM gpu_ops WHERE run_id = $run_id
 )
-SELECT $run_id, 'GPU ops', 'overlap the op before them on their stream', count(*), any_value(total), 'counted'
+SELECT $run_id, 'GPU ops', 'overlap the op before them on their stream', count(*),
+       (SELECT count(*) FROM gpu_ops WHERE run_id = $run_id), 'counted'
 FROM ordered WHERE before_end - start > $overlap_ns
 HAVING count(*) > 0;

@@ -1,5 +1,5 @@
--- CUDA runtime/driver calls of the run's process ($pid; NULL: all), each labelled with the innermost host
--- range it started in (ASOF on segments).
+-- CUDA runtime/driver calls of the run's process ($pid; NULL: all), each labelled ($labelled: a run read by
+-- our ranges) with the innermost host range it started in (ASOF on segments).
 INSERT INTO api_calls
 WITH calls AS (
     SELECT r.globalTid AS tid,
@@ -17,3 +17,6 @@ SELECT $run_id, c.tid, c.pid, c.start, c."end", c.correlation_id, c.name,
        CASE WHEN c.start < g."end" THEN g.step END
 FROM calls c
 ASOF LEFT JOIN segments g ON g.tid = c.tid AND c.start >= g.start
+WHERE $labelled
+UNION ALL  -- a foreign run has no segments: the join would sort a million calls for nothing
+SELECT $run_id, tid, pid, start, "end", correlation_id, name, NULL, NULL FROM calls WHERE NOT $labelled

@@ -14,10 +14,12 @@
 --   between_launches         the ops on either side came from two launching calls (FALSE between the nodes
 --                            of one graph replay: no launch hands over there; such gaps come only as bubble)
 -- costmodel.foreign_handover prices what each late launch costs once queued, from the queued ones.
-WITH ops AS (  -- ops a call launched; `launch` orders them by launch, ties by correlation id (32-bit)
+WITH ops AS (  -- ops a call launched; `launch` orders them by launch, ties by correlation id (32-bit);
+              -- `kind` an ENUM of gpu_ops' op kinds (pandas gets a category: a million strings cost more)
     SELECT start, "end", pid, correlation_id,
            launched_at::HUGEINT * 4294967296 + correlation_id AS launch,
-           CASE WHEN op = 'graph' OR graph_node IS NOT NULL THEN 'graph' ELSE op END AS kind
+           CASE WHEN op = 'graph' OR graph_node IS NOT NULL THEN 'graph' ELSE op END
+             ::ENUM('graph', 'kernel', 'memcpy', 'memset', 'device') AS kind
     FROM gpu_ops WHERE run_id = $run_id AND launched_at IS NOT NULL
 ),
 before AS (  -- the last launched of the ops ending at an instant
