@@ -8,7 +8,9 @@ unprofiled runs, medians and means.
 Three questions it answers: does the profiler lengthen the GPU's work (trace against unprofiled GPU
 work), how heavy is the unprofiled step's slow tail (mean against median period), which a
 steady-state prediction from medians does not see while the measured wall sums it, and (`whole`)
-what a whole-run prediction from the trace cannot see: depth 2's extra steps and hand-over.
+what a whole-run prediction from the trace cannot see: depth 2's extra steps and hand-over, against
+what the figure priced the hand-over at and how much longer the traced GPU work is than depth 2's
+unprofiled (the profiler's share of both).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from pathlib import Path
 import pandas as pd
 
 from bubblelab.core.files import write_atomic
+from bubblelab.core.steady import steady_state
+from bubblelab.costmodel.foreign_handover import handover
 from bubblelab.runs.analysis import analyze_traces
 
 
@@ -100,7 +104,37 @@ def whole_run_parts(keep: Path, stem: str) -> dict:
             "mean_period_ms": round(float(timed["period_ms"].mean()), 4),
             "mean_gpu_ms": round(float((timed["period_ms"] - timed["bubble_ms"]).mean()), 4),
         }
+        gaps = keep / f"{stem}-d1-launch-gaps.parquet"
+        if gaps.is_file():  # what the figure prices the hand-over at, a step over the whole trace
+            priced = handover(pd.read_parquet(gaps), steady_state(trace)["step"])
+            added = priced.added_ms(timed).mean() if priced else 0.0
+            out["trace"]["handover_priced_ms"] = round(float(added), 4)
+        if "depth2" in out:  # the profiler's share: the trace's GPU work against depth 2's
+            out["trace_gpu_over_depth2_pct"] = round(
+                100 * (out["trace"]["mean_gpu_ms"] / out["depth2"]["mean_gpu_ms"] - 1), 2
+            )
     return out
+
+
+def explained(whole: dict, row: dict) -> dict:
+    """A row's miss term by term, in points of speedup (negative: the figure low), from its
+    summary's `whole` and its foreign-predict.json row: the traced GPU work over depth 2's, the
+    priced hand-over over depth 2's, the replayed extra steps over depth 2's measured ones; each
+    costs the pipelined time that share, so the speedup (1 + measured) times it."""
+    d2, trace = whole["depth2"], whole["trace"]
+    gain = 1 + row["observed_pct"] / 100
+    shares = {
+        "gpu_pts": (trace["mean_gpu_ms"] - d2["mean_gpu_ms"]) / d2["mean_period_ms"],
+        "handover_pts": (trace.get("handover_priced_ms", 0.0) - whole["handoff_ms"])
+        / d2["mean_period_ms"],
+        "steps_pts": (row.get("extra_steps") or 0.0) - whole["depth2_extra_steps_pct"] / 100,
+    }
+    terms = {k: round(-100 * gain * v, 2) for k, v in shares.items()}
+    return {
+        **terms,
+        "sum_pts": round(sum(terms.values()), 2),
+        "paired_miss_pts": row.get("paired_miss_pts"),
+    }
 
 
 def main() -> None:
@@ -108,15 +142,28 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, required=True, help="foreign_predict's --keep folder")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--output-len", type=float, default=64.0, help="the workload's mean L")
+    parser.add_argument("--predict", type=Path, help="the run's foreign-predict.json: each miss "
+                        "term by term")  # fmt: skip
     args = parser.parse_args()
     rows = summary(args.keep, args.output_len)
+    if args.predict:
+        predicted = {
+            f"{r['sweep']}-s{r['streams']}-d1": r for r in json.loads(args.predict.read_text())
+        }
+        for r in rows:
+            if r["row"] in predicted and "trace" in r.get("whole", {}):
+                r["explained"] = explained(r["whole"], predicted[r["row"]])
     write_atomic(args.out, json.dumps(rows, indent=1))
     for r in rows:
         whole = r.get("whole", {})
         print(f"{r['row']}: trace GPU {r.get('trace_gpu_over_unprofiled_pct', '-')}% "
               f"of unprofiled; unprofiled mean period {r.get('unprofiled_tail_pct', '-')}% "
               f"over its median; depth 2 {whole.get('depth2_extra_steps_pct', '-')}% more steps, "
-              f"hand-over {whole.get('handoff_ms', '-')} ms")  # fmt: skip
+              f"hand-over {whole.get('handoff_ms', '-')} ms (priced from the trace "
+              f"{whole.get('trace', {}).get('handover_priced_ms', '-')} ms); the trace's GPU work "
+              f"{whole.get('trace_gpu_over_depth2_pct', '-')}% over depth 2's")  # fmt: skip
+        if "explained" in r:
+            print(f"  miss by term: {r['explained']}")
 
 
 if __name__ == "__main__":
