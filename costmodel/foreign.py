@@ -42,6 +42,15 @@ from .bootstrap import check_n_boot, interval
 from .foreign_handover import NOT_SEEN, Handover, handover
 from .model import host_tick_ms, pct, pipelined_period, speedup, step_gpu_ms
 
+# Measured on bubblelab's own engine, depth 1 traced against depth 2 unprofiled
+# (docs/foreign-traces.md, "Where the lean comes from"): the profiler's cost on the GPU's side,
+# which the figure inherits.
+GPU_UNDER_NSYS = (
+    "nsys also lengthens the GPU's side: on bubblelab's engine (H200) the traced GPU work a step "
+    "ran up to 0.7% over unprofiled and a queued hand-over 1.2-1.4x, so the figure may run low by "
+    "up to ~1 point near +30%."
+)
+
 
 def pipelining_gain(
     steps: pd.DataFrame,
@@ -161,6 +170,7 @@ def pipelining_gain(
                 "(costmodel/README.md); --step-ms gives the engine's own step time instead."
             ]
         ),
+        GPU_UNDER_NSYS,
     ]
     if extra_syncs:
         assumptions.append(

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bubblelab.costmodel.foreign import pipelining_gain
+from bubblelab.costmodel.foreign import GPU_UNDER_NSYS, pipelining_gain
 from bubblelab.costmodel.foreign_handover import handover
 from bubblelab.profiling import analysis, foreign
 from bubblelab.profiling.catalog import connect
@@ -77,6 +77,8 @@ def test_the_hand_over_lengthens_both_pipelined_figures_by_what_it_adds():
     assert whole["wall_pipe_ms"] == pytest.approx(whole_plain["wall_pipe_ms"] + 0.010 * (n - 1))
     assert whole["wall_block_ms"] == pytest.approx(whole_plain["wall_block_ms"])
     assert any(line.startswith("Hand-over: +0.0100 ms") for line in handed["assumptions"])
+    # and says the profiler's own share of the GPU's side, which it cannot take out
+    assert GPU_UNDER_NSYS in handed["assumptions"] and GPU_UNDER_NSYS in plain["assumptions"]
 
 
 @settings(max_examples=60, deadline=None)
