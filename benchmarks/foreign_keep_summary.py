@@ -151,7 +151,7 @@ def main() -> None:
             f"{r['sweep']}-s{r['streams']}-d1": r for r in json.loads(args.predict.read_text())
         }
         for r in rows:
-            if r["row"] in predicted and "trace" in r.get("whole", {}):
+            if r["row"] in predicted and {"trace", "handoff_ms"} <= r.get("whole", {}).keys():
                 r["explained"] = explained(r["whole"], predicted[r["row"]])
     write_atomic(args.out, json.dumps(rows, indent=1))
     for r in rows:
