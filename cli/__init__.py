@@ -9,6 +9,7 @@ Every mistake ends the same way: one line on stderr, exit status 2, no traceback
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 
@@ -53,6 +54,14 @@ def _register_all() -> None:
     if not app.registered_commands:  # main() may run more than once in a process (tests)
         for module in (run, sweep, analyze, predict, export, compare):
             module.register(app)
+        for command in app.registered_commands:
+            command.help = command.help or unwrapped(inspect.getdoc(command.callback) or "")
+
+
+def unwrapped(doc: str) -> str:
+    """A docstring with each paragraph on one line: typer's rich help keeps a paragraph's line
+    breaks, so the terminal's own wrapping would leave a word or two stranded on a line."""
+    return "\n\n".join(" ".join(p.split()) for p in doc.split("\n\n"))
 
 
 # Old spellings that still work (users' scripts), hidden from --help: old -> the one name now.

@@ -225,10 +225,22 @@ def test_run_counts_requests_per_stream_as_run_and_profile_does(monkeypatch):
 
 
 def test_help_reads_as_sentences():
-    """Each command's summary is one whole sentence on its line; flags show no value."""
+    """Each command's summary is one whole sentence on its line, every paragraph is one line the
+    terminal wraps (no stranded words); flags show no value."""
     for name, command in _commands().items():
         summary = (command.help or "").split("\n\n")[0]
         assert "\n" not in summary.strip() and summary.strip().endswith("."), name
+        assert all("\n" not in p for p in (command.help or "").split("\n\n")), name
         for p in command.params:
             if getattr(p, "is_flag", False):
                 assert p.metavar == "", f"{name} {p.opts[0]}"
+
+
+def test_a_help_paragraph_wraps_at_the_terminal_not_at_the_source(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    main(["analyze", "--help"])
+    lines = [line.strip() for line in capsys.readouterr().out.splitlines()]
+    assert (
+        "Also the steps found, and for a foreign engine its host syncs and what pipelining would "
+        "buy it." in lines
+    )
