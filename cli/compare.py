@@ -27,6 +27,7 @@ def compare(
 
     from ..core.files import check_output_path, write_atomic
     from ..report.diff import compare as compare_sources
+    from ..report.diff import figure
     from ..report.diff_page import render_comparison
     from .output import cell, check_json_dest, console_for, emit_json
 
@@ -50,13 +51,16 @@ def compare(
         for pair, rows in frame.groupby("pair", sort=False):
             table = Table(title=Text(f"{title} · {pair}"), title_justify="left")
             table.add_column(what, overflow="fold")
-            for name in ("A", "B", "B - A"):
+            pct = "diff_pct" in rows
+            for name in ("A", "B", "B - A", *(["%"] if pct else [])):
                 table.add_column(name, justify="right", no_wrap=True)
             for row in rows.to_dict("records"):
-                numbers = (_number(row[c]) for c in ("a", "b", "diff"))
+                numbers = [figure(row["a"]), figure(row["b"]), figure(row["diff"], signed=True)]
+                if pct:
+                    numbers.append(_percent(row["diff_pct"]))
                 table.add_row(cell(row[what], 200), *numbers)
             console.print(table)
 
 
-def _number(value: float) -> str:
-    return "–" if value != value else f"{value:.4g}"  # NaN: not measured in one of the two
+def _percent(value: float) -> str:
+    return "–" if value != value else f"{value:+.1f}%"  # NaN: A is zero or not measured

@@ -89,6 +89,16 @@ def compare_sources(a: Source, b: Source) -> Comparison:
     )
 
 
+def figure(value: float | None, signed: bool = False) -> str:
+    """One cell of the comparison, the same in the terminal and on the page: a count or a figure
+    of 1,000 or more whole, anything else to the microsecond of a ms (3 decimals), never in
+    scientific notation; '–' where one side has no such figure."""
+    if value is None or pd.isna(value):
+        return "–"
+    decimals = 0 if float(value).is_integer() or abs(value) >= 1000 else 3
+    return f"{value:{'+' if signed and value else ''},.{decimals}f}"
+
+
 def _summary(source: Source) -> pd.DataFrame:
     """step_summary's steady-state medians, one row per configuration and depth."""
     summary = step_summary(source.results.runs, source.results.steps)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import jinja2
 import pandas as pd
 
-from .diff import Comparison
+from .diff import Comparison, figure
 from .report import TEMPLATES
 
 
@@ -14,7 +14,7 @@ def render_comparison(comparison: Comparison) -> str:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True, undefined=jinja2.StrictUndefined
     )
-    env.filters["num"] = lambda v, nd=2: "–" if v is None or pd.isna(v) else f"{v:,.{nd}f}"
+    env.filters["num"] = figure
     env.filters["signed"] = lambda v, nd=1: "–" if v is None or pd.isna(v) else f"{v:+.{nd}f}%"
     records = comparison.to_dict()
     tables = [

@@ -1,12 +1,13 @@
 """`bubblelab compare A B` (report.diff): two traces or run directories side by side, B - A."""
 
 import json
+import re
 import subprocess
 import sys
 
 import pytest
 
-from bubblelab.report.diff import compare
+from bubblelab.report.diff import compare, figure
 from bubblelab.report.diff_page import render_comparison
 from bubblelab.runs.demo import write_demo_run_dir
 from bubblelab.runs.traces import TRACES_DIR
@@ -61,3 +62,11 @@ def test_cli_compare_json_and_page(tmp_path):
     assert {r["metric"] for r in doc["steps"]} >= {"bubble_ms", "period_ms", "batch"}
     assert doc["kernels"] and page.read_text().count("<table>") == 3
     assert "B - A" in done.stderr  # the tables, for people, on stderr while JSON takes stdout
+    assert not re.search(r"\de[+-]\d", done.stderr + page.read_text())  # no 3.087e-05
+
+
+def test_a_figure_reads_the_same_in_the_terminal_and_on_the_page():
+    assert figure(3.087e-05) == "0.000" and figure(-0.6173) == "-0.617"
+    assert figure(10534.2) == "10,534" and figure(91.0) == "91"
+    assert figure(8.0, signed=True) == "+8" and figure(0.0029, signed=True) == "+0.003"
+    assert figure(0.0, signed=True) == "0" and figure(float("nan")) == figure(None) == "–"
