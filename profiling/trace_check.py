@@ -77,6 +77,10 @@ def _check_sqlite_file(trace: Path) -> None:
         raise BubblelabError(f"{trace}: no such trace file")
     with trace.open("rb") as f:
         header = f.read(100)
+    if header.startswith(b"\x1f\x8b"):  # gzip's magic: a compressed export under another name
+        raise BubblelabError(
+            f"{trace}: a gzip-compressed file; name it *.sqlite.gz (read as it is) or gunzip it"
+        )
     if len(header) < 100 or not header.startswith(b"SQLite format 3\x00"):
         raise BubblelabError(
             f"{trace}: not an SQLite file (expected `nsys export --type sqlite` output)"

@@ -3,6 +3,7 @@ input."""
 
 from __future__ import annotations
 
+import gzip
 import sqlite3
 from pathlib import Path
 
@@ -174,6 +175,10 @@ def test_bad_inputs_are_one_line_errors(tmp_path):
     text = tmp_path / "notes.sqlite"
     text.write_text("this is not a database\n" * 10)
     _refused(text, "not an SQLite file")
+
+    renamed = tmp_path / "renamed.sqlite"  # a .sqlite.gz that lost its .gz
+    renamed.write_bytes(gzip.compress(PROBE.read_bytes()[:1000]))
+    _refused(renamed, r"a gzip-compressed file; name it \*\.sqlite\.gz")
 
     cut = tmp_path / "cut.sqlite"
     cut.write_bytes(PROBE.read_bytes()[:200_000])
