@@ -170,6 +170,10 @@ def main(argv: list[str] | None = None) -> None:
         _fail(e.format_message() if hasattr(e, "format_message") else str(e))
     except typer.Exit as e:
         sys.exit(e.exit_code)
+    except BrokenPipeError:  # the reader went away (`| head`): no one to tell
+        sys.exit(1)
+    except OSError as e:  # the file system refused where no check could tell (/proc, a full disk)
+        _fail(f"{e.filename}: {e.strerror}" if e.filename and e.strerror else str(e))
     except (KeyboardInterrupt, typer.Abort):
         _fail("interrupted", INTERRUPTED)
     if status == INTERRUPTED:  # typer turns Ctrl-C into this status, silently

@@ -236,6 +236,17 @@ def test_an_out_folder_that_cannot_be_written_is_refused_first(readonly):
         ]
 
 
+def test_a_file_system_refusal_no_check_foresaw_is_one_line(tmp_path, capsys, monkeypatch):
+    """As root, /proc passes every access check and still cannot hold a folder."""
+
+    def refused(*args, **kwargs):
+        raise FileNotFoundError(2, "No such file or directory", "/proc/x")
+
+    monkeypatch.setattr("bubblelab.runs.state.open_run_dir", refused)
+    code, _, err = cli(["run-and-profile", *TINY, "--out", str(tmp_path / "x")], capsys)
+    assert code == 2 and err == "bubblelab: error: /proc/x: No such file or directory\n"
+
+
 def test_a_catalog_that_cannot_be_written_is_refused_before_the_analysis(readonly):
     trace = ROOT / "traces" / "nsys-h200-probe.sqlite"
     done = as_a_user("analyze", str(trace), "--catalog", str(readonly / "c.duckdb"))
