@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 import torch
@@ -199,6 +200,19 @@ def preset(name: str) -> ModelConfig:
     if name not in PRESETS:
         raise BubblelabError(f"unknown preset {name!r}; known presets: {', '.join(PRESETS)}")
     return PRESETS[name]
+
+
+def check_model(spec: str | None) -> None:
+    """The loader's rule for a model spec (engine.loader), checked before anything loads or runs:
+    None (the embedded model), an existing file or folder, or a preset."""
+    if spec is None or spec in PRESETS or Path(spec).expanduser().exists():
+        return
+    if "/" in spec or spec.endswith(".gguf"):
+        raise BubblelabError(f"model path {spec} does not exist")
+    raise BubblelabError(
+        f"model {spec!r} is neither an existing path nor a known preset "
+        f"(presets: {', '.join(PRESETS)})"
+    )
 
 
 def default_dtype(device: str) -> str:

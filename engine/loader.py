@@ -20,7 +20,7 @@ from transformers import PreTrainedTokenizerFast
 
 from ..core.errors import BubblelabError
 from .attention import AttentionBackend, select_backend
-from .config import PRESETS, ModelConfig, parse_dtype
+from .config import PRESETS, ModelConfig, check_model, parse_dtype
 from .gguf_loader import gguf_checkpoint
 from .models import TransformerLM
 from .parallel.comm import SINGLE, TensorParallel
@@ -88,12 +88,8 @@ def load_model(
         model = _build(PRESETS[spec], backend, torch_dtype, torch_device, tp)
         _init_random(model, seed)
         return LoadedModel(model, model.config, None, spec, "preset")
-    if "/" in spec or spec.endswith(".gguf"):
-        raise BubblelabError(f"model path {spec} does not exist")
-    raise BubblelabError(
-        f"model {spec!r} is neither an existing path nor a known preset "
-        f"(presets: {', '.join(PRESETS)})"
-    )
+    check_model(spec)
+    raise BubblelabError(f"model {spec}: neither a file nor a folder")
 
 
 def hf_model_config(raw: dict) -> ModelConfig:

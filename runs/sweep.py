@@ -41,7 +41,13 @@ from ..core.checks import check_choice, check_float, check_int, parse_ints
 from ..core.errors import BubblelabError
 from ..core.files import write_atomic
 from ..costmodel.repeats import RepeatRule, pair_order
-from ..engine.config import MAX_NUM_SEQS, PREFILL_BUCKET_STEP, EngineConfig, default_dtype
+from ..engine.config import (
+    MAX_NUM_SEQS,
+    PREFILL_BUCKET_STEP,
+    EngineConfig,
+    check_model,
+    default_dtype,
+)
 from ..profiling.nsys import GRAPH_TRACE_MODES, capture_mode, find_nsys
 from . import passes as run_passes
 from . import state as run_state
@@ -135,6 +141,7 @@ class SweepSpec:
         check_float("output_len_mean", self.output_len_mean, 1, 1e6)
         if self.constraint is not None:
             check_choice("constraint", self.constraint, CONSTRAINTS)
+        check_model(self.model)
         for depth in self.depths:  # the engine's and the workload's own rules
             EngineConfig(**self.engine(), depth=depth)
         for run in self.runs(1):

@@ -138,6 +138,16 @@ def test_nsys_forced_without_nsys_is_refused_before_any_progress(tmp_path, capsy
     assert not out.exists()
 
 
+@pytest.mark.parametrize(
+    ("model", "said"),
+    [("llama-9000", "neither an existing path nor a known preset"), ("a/x.gguf", "does not exist")],
+)
+def test_an_unknown_model_is_refused_before_any_progress(tmp_path, capsys, model, said):
+    out = tmp_path / "run"
+    argv = ["run-and-profile", *TINY, "--model", model, "--out", str(out)]  # the last --model wins
+    assert said in one_line_error(*cli(argv, capsys)) and not out.exists()
+
+
 def test_keep_reports_reaches_the_sweep_and_goes_with_resume(tmp_path, capsys, monkeypatch):
     """--keep-reports keeps nsys's .nsys-rep files (runs.passes.finish); it says how to run the
     sweep, not what to measure, so --resume takes it too, where the sweep runs under nsys."""
