@@ -309,8 +309,15 @@ def load_runs(source: Path | str) -> Results:
         if runs.empty or steps.empty:
             raise BubblelabError(f"catalog {source} has no runs or no steps")
         return Results(runs, steps)
+    trace = source.name.endswith((".sqlite", ".sqlite.gz", ".nsys-rep"))
     raise BubblelabError(
         f"{source} is neither a run directory, a results file nor a DuckDB catalog"
+        + (
+            "; a trace is read by `bubblelab analyze` (which forecasts pipelining from another "
+            "engine's trace) and `bubblelab report`"
+            if trace
+            else ""
+        )
     )
 
 

@@ -207,6 +207,10 @@ def test_load_runs_from_a_duckdb_catalog(tmp_path, sim):
         load_runs(empty)
     with pytest.raises(BubblelabError, match="does not exist"):
         load_runs(tmp_path / "nope.duckdb")
+    trace = tmp_path / "d1.sqlite.gz"
+    trace.write_bytes(b"")
+    with pytest.raises(BubblelabError, match=r"a trace is read by `bubblelab analyze`"):
+        load_runs(trace)  # `predict TRACE` points to the commands that read one
 
 
 def test_repeats_pair_up_and_bootstrap_the_observed_ratio_over_pairs():
