@@ -181,7 +181,7 @@ def analyze(
                     console.print(note, markup=False)
     for run in report["runs"] if kernels else ():
         for table in kernel_tables(run):
-            console.print(table)
+            show(console, table)
     for run in report["runs"]:
         if "syncs_per_step" in run:
             print_foreign(console, run)

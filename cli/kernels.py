@@ -91,8 +91,9 @@ def _table(
     title: str, columns: tuple[str, ...], rows: list[tuple], caption: str | None = None
 ) -> Table:
     table = Table(title=title, title_justify="left", header_style="bold", caption=caption)
-    for i, column in enumerate(columns):
-        table.add_column(column, justify="left" if i == 0 else "right", no_wrap=True)
+    table.add_column(columns[0], overflow="fold", min_width=20)  # long names break, never cut
+    for column in columns[1:]:
+        table.add_column(column, justify="right", no_wrap=True)
     for row in rows:
         table.add_row(cell(row[0], limit=40), *(str(v) for v in row[1:]))
     return table

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 
+from rich.cells import cell_len
 from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -76,8 +77,10 @@ def _grid() -> Table:
 
 def _whole(table: Table, width: int) -> bool:
     probe = Console(width=width, file=io.StringIO(), color_system=None, legacy_windows=False)
-    probe.print(table)
+    probe.print(table, crop=False)
     drawn = probe.file.getvalue()  # type: ignore[attr-defined]
+    if any(cell_len(line) > width for line in drawn.splitlines()):  # a terminal would crop it
+        return False
     held = sum(_plain(c).count(ELLIPSIS) for column in table.columns for c in column.cells)
     held += sum(_plain(column.header).count(ELLIPSIS) for column in table.columns)
     held += sum(_plain(t).count(ELLIPSIS) for t in (table.title, table.caption) if t)

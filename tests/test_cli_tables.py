@@ -155,3 +155,24 @@ def test_a_table_too_wide_for_its_console_prints_as_records():
     assert "configuration: a long configuration label" in " ".join(text.split())
     for i in range(12):
         assert re.search(rf"column {i}: +{re.escape(f'{1234.5678 * i:+.4f}%')}", text)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_analyze_kernels_shows_every_number_whole(width, monkeypatch, capsys):
+    """The kernel view's tables too; a table wider than the terminal is not cropped (it shows as
+    records: a terminal cuts the right side of a line without an ellipsis)."""
+    argv = ["analyze", FOREIGN[0], "--kernels"]
+    doc = _json(argv, capsys)
+    assert isinstance(doc, dict)
+    view = doc["runs"][0]["kernels"]
+    values = [str(r["calls"]) for r in view["top_kernels"] + view["cuda_api"]]
+    for rows, keys in (
+        (view["top_kernels"], ("total_ms", "mean_us", "p50_us", "p90_us", "p99_us")),
+        (view["cuda_api"], ("total_ms", "mean_us", "p50_us", "p99_us")),
+        (view["run_split"], ("ms",)),
+    ):
+        values += [f"{r[k]:.3f}" for r in rows for k in keys]
+    assert len(values) > 100
+    text = _printed(argv, width, monkeypatch, capsys)
+    assert _missing(text, values) == []
+    assert width is None or max(len(line) for line in text.splitlines()) <= width
