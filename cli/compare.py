@@ -30,6 +30,7 @@ def compare(
     from ..report.diff import figure
     from ..report.diff_page import render_comparison
     from .output import cell, check_json_dest, console_for, emit_json
+    from .tables import show
 
     dest = check_json_dest(json_out)
     if html is not None:
@@ -59,7 +60,7 @@ def compare(
                 if pct:
                     numbers.append(_percent(row["diff_pct"]))
                 table.add_row(cell(row[what], 200), *numbers)
-            console.print(table)
+            show(console, table)
 
 
 def _percent(value: float) -> str:
