@@ -22,6 +22,7 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
     help="Measure the GPU bubble of an LLM engine and what pipelined decoding wins back.",
 )
 

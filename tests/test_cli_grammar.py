@@ -244,3 +244,11 @@ def test_a_help_paragraph_wraps_at_the_terminal_not_at_the_source(capsys, monkey
         "Also the steps found, and for a foreign engine its host syncs and what pipelining would "
         "buy it." in lines
     )
+
+
+@pytest.mark.parametrize("argv", [[], ["analyze"], ["run-and-profile"]])
+def test_dash_h_is_help(argv, capsys):
+    main([*argv, "-h"])
+    short = capsys.readouterr().out
+    main([*argv, "--help"])
+    assert short == capsys.readouterr().out and "Usage: bubblelab" in short
