@@ -199,6 +199,8 @@ def _scalar(value: object) -> str:
         value = value["wall_s"]
     if isinstance(value, bool) or value is None:
         return str(value).lower()
-    if isinstance(value, int | float):
-        return f"{value:.4g}"
+    if isinstance(value, int):
+        return str(value)  # 16384 tokens, never 1.638e+04
+    if isinstance(value, float):
+        return f"{value:.4g}" if abs(value) < 1e4 else f"{value:.0f}"
     return value if isinstance(value, str) and len(value) <= 24 else ""

@@ -382,7 +382,8 @@ def test_long_provenance_is_a_line_with_its_json_folded(tmp_path):
     write_demo_run_dir(run_dir, streams=(1,), requests_per_stream=2, output_len=16)
     r = read_results(run_dir)
     timings = {f"pass{i}": {"wall_s": 1.5 * i, "runs": list(range(20))} for i in range(30)}
-    r.provenance.update(timings=timings, catalog="out/catalog.duckdb")
+    limits = {f"limit{i}": 16384 * i for i in range(1, 20)} | {"rate": 123456.7}
+    r.provenance.update(timings=timings, catalog="out/catalog.duckdb", limits=limits)
     write_results(run_dir, r.runs, r.steps, r.attribution, r.gaps, r.provenance, r.timeline)
     html = report_run_dir(run_dir, n_boot=20, export=False).read_text()
     line = re.search(r"<dt>timings</dt><dd>(.*?)<details", html, re.S)
@@ -390,6 +391,9 @@ def test_long_provenance_is_a_line_with_its_json_folded(tmp_path):
     assert len(line.group(1)) < 250
     assert re.search(r'<details class="raw">\s*<summary>JSON</summary><pre>\{', html)
     assert "<dt>catalog</dt><dd>out/catalog.duckdb</dd>" in html
+    line = re.search(r"<dt>limits</dt><dd>(.*?)<details", html, re.S)
+    assert line and line.group(1).startswith("20 entries: limit1 16384, limit2 32768")
+    assert "e+0" not in line.group(1)  # counts whole, never 1.638e+04
 
 
 def test_our_own_runs_need_no_card_on_how_their_steps_were_found(demo_dir):
