@@ -27,7 +27,7 @@ def compare(
 
     from ..core.files import check_output_path, write_atomic
     from ..report.diff import compare as compare_sources
-    from ..report.diff import figure
+    from ..report.diff import figure, percent_change
     from ..report.diff_page import render_comparison
     from .output import cell, check_json_dest, console_for, emit_json
     from .tables import show
@@ -58,10 +58,6 @@ def compare(
             for row in rows.to_dict("records"):
                 numbers = [figure(row["a"]), figure(row["b"]), figure(row["diff"], signed=True)]
                 if pct:
-                    numbers.append(_percent(row["diff_pct"]))
+                    numbers.append(percent_change(row["diff_pct"]))
                 table.add_row(cell(row[what], 200), *numbers)
             show(console, table)
-
-
-def _percent(value: float) -> str:
-    return "–" if value != value else f"{value:+.1f}%"  # NaN: A is zero or not measured

@@ -99,6 +99,11 @@ def figure(value: float | None, signed: bool = False) -> str:
     return f"{value:{'+' if signed and value else ''},.{decimals}f}"
 
 
+def percent_change(value: float | None) -> str:
+    """B − A as a percentage of A, signed, one decimal; '–' where A is zero or not measured."""
+    return "–" if value is None or pd.isna(value) else f"{value:+.1f}%"
+
+
 def _summary(source: Source) -> pd.DataFrame:
     """step_summary's steady-state medians, one row per configuration and depth."""
     summary = step_summary(source.results.runs, source.results.steps)

@@ -4,9 +4,8 @@ the report (no scripts, nothing from outside; trace-derived names escaped)."""
 from __future__ import annotations
 
 import jinja2
-import pandas as pd
 
-from .diff import Comparison, figure
+from .diff import Comparison, figure, percent_change
 from .report import TEMPLATES
 
 
@@ -15,7 +14,7 @@ def render_comparison(comparison: Comparison) -> str:
         loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True, undefined=jinja2.StrictUndefined
     )
     env.filters["num"] = figure
-    env.filters["signed"] = lambda v, nd=1: "–" if v is None or pd.isna(v) else f"{v:+.{nd}f}%"
+    env.filters["signed"] = percent_change
     records = comparison.to_dict()
     tables = [
         dict(id="steps", title="Steady-state step (medians)", what="metric", pct=True,

@@ -62,6 +62,7 @@ from ..core.files import write_atomic
 
 RESULTS_FILE = "results.json"  # the document's name; a sweep writes it gzipped (WRITTEN_FILE)
 WRITTEN_FILE = RESULTS_FILE + ".gz"  # ~10x smaller: a sweep's steps and gaps are ~25 MB as JSON
+TRACE_SUFFIXES = (".sqlite", ".sqlite.gz", ".nsys-rep")  # an nsys trace, not a run directory
 SCHEMA_VERSION = 3
 TABLES = (
     "runs",
@@ -309,7 +310,7 @@ def load_runs(source: Path | str) -> Results:
         if runs.empty or steps.empty:
             raise BubblelabError(f"catalog {source} has no runs or no steps")
         return Results(runs, steps)
-    trace = source.name.endswith((".sqlite", ".sqlite.gz", ".nsys-rep"))
+    trace = source.name.endswith(TRACE_SUFFIXES)
     raise BubblelabError(
         f"{source} is neither a run directory, a results file nor a DuckDB catalog"
         + (

@@ -18,12 +18,11 @@ from ..core.errors import BubblelabError
 from ..core.steady import steady_state
 from ..profiling.catalog import OFFLINE, connect
 from ..profiling.ingest import ingest_trace
-from .rundir import Results, read_results, results_path
+from .rundir import TRACE_SUFFIXES, Results, read_results, results_path
 from .tables import collect
 from .traces import index_meta, load_traces
 
 CATALOG_FILE = "catalog.duckdb"  # what run-and-profile leaves beside results.json
-TRACE_SUFFIXES = (".sqlite", ".sqlite.gz", ".nsys-rep")
 
 
 @dataclass
