@@ -12,13 +12,37 @@ from __future__ import annotations
 import inspect
 import os
 import sys
+from typing import TYPE_CHECKING
 
 import typer
+from typer.core import TyperCommand, TyperGroup, TyperOption
 
 from ..core.errors import BubblelabError, OptionError
 from . import clock
 
+if TYPE_CHECKING:  # typer >= 0.29 vendors click; older ones have no typer._click
+    from typer._click.core import Context
+
+
+def _as_flag(option: TyperOption | None) -> TyperOption | None:
+    """-h/--help is a flag: typer would print it with a `<bool>` value, as if it took one."""
+    if option is not None:
+        option.metavar = ""  # as our own flags print: no value shown
+    return option
+
+
+class _Group(TyperGroup):
+    def get_help_option(self, ctx: Context) -> TyperOption | None:
+        return _as_flag(super().get_help_option(ctx))
+
+
+class _Command(TyperCommand):
+    def get_help_option(self, ctx: Context) -> TyperOption | None:
+        return _as_flag(super().get_help_option(ctx))
+
+
 app = typer.Typer(
+    cls=_Group,
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -57,6 +81,7 @@ def _register_all() -> None:
             module.register(app)
         for command in app.registered_commands:
             command.help = command.help or unwrapped(inspect.getdoc(command.callback) or "")
+            command.cls = _Command
 
 
 def unwrapped(doc: str) -> str:

@@ -252,3 +252,11 @@ def test_dash_h_is_help(argv, capsys):
     short = capsys.readouterr().out
     main([*argv, "--help"])
     assert short == capsys.readouterr().out and "Usage: bubblelab" in short
+
+
+@pytest.mark.parametrize("argv", [[], ["compare"], ["run"]])
+def test_help_is_shown_as_a_flag_without_a_value(argv, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "120")
+    main([*argv, "--help"])
+    line = next(x for x in capsys.readouterr().out.splitlines() if "--help" in x)
+    assert "<bool>" not in line and line.split("--help")[1].split()[:2] == ["-h", "Show"]
