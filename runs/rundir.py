@@ -187,14 +187,28 @@ def results_path(run_dir: Path | str) -> Path | None:
     return next((p for p in (plain, plain.with_name(RESULTS_FILE + ".gz")) if p.is_file()), None)
 
 
+def no_results(run_dir: Path) -> BubblelabError:
+    """What to say of a directory with no results.json: a folder of traces is named as one."""
+    found = run_dir.iterdir() if run_dir.is_dir() else ()
+    traces = sorted(p for p in found if p.name.endswith(TRACE_SUFFIXES))
+    if not traces:
+        return BubblelabError(
+            f"no {RESULTS_FILE} in {run_dir} (run `bubblelab run-and-profile` first)"
+        )
+    them = (
+        f"{len(traces)} traces: name them (e.g. {traces[0]})"
+        if traces[1:]
+        else f"one trace: name it ({traces[0]})"
+    )
+    return BubblelabError(f"{run_dir} is not a run directory (no {RESULTS_FILE}); it holds {them}")
+
+
 def read_results(run_dir: Path | str) -> Results:
     """DIR/results.json as tables. Anything that is not a results document written by
     write_results (damaged, truncated, another schema, wrong types) is one BubblelabError."""
     path = results_path(run_dir)
     if path is None:
-        raise BubblelabError(
-            f"no {RESULTS_FILE} in {run_dir} (run `bubblelab run-and-profile` first)"
-        )
+        raise no_results(Path(run_dir))
     doc = load_document(path)
     if not isinstance(doc, dict):
         raise BubblelabError(f"{path} is not a results document (a JSON object)")

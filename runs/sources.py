@@ -18,7 +18,7 @@ from ..core.errors import BubblelabError
 from ..core.steady import steady_state
 from ..profiling.catalog import OFFLINE, connect
 from ..profiling.ingest import ingest_trace
-from .rundir import TRACE_SUFFIXES, Results, read_results, results_path
+from .rundir import TRACE_SUFFIXES, Results, no_results, read_results, results_path
 from .tables import collect
 from .traces import index_meta, load_traces
 
@@ -42,9 +42,7 @@ def open_source(path: Path | str | None = None) -> Source:
     path = Path(path)
     if path.is_dir():
         if results_path(path) is None:
-            raise BubblelabError(
-                f"no results.json in {path} (run `bubblelab run-and-profile` first)"
-            )
+            raise no_results(path)
         results = read_results(path)
         return Source(results, _catalog_holding(path / CATALOG_FILE, results), path.resolve().name)
     if path.is_file() and path.name.endswith(TRACE_SUFFIXES):
@@ -65,12 +63,14 @@ def run_catalog(run_dir: Path | str) -> duckdb.DuckDBPyConnection:
     """A run directory's catalog (DIR/catalog.duckdb), opened read-only: every run run-and-profile
     ingested, the ranks of a tensor-parallel run included, for profiling.analysis to answer from."""
     run_dir = Path(run_dir)
-    if not (run_dir / CATALOG_FILE).is_file():
+    if (run_dir / CATALOG_FILE).is_file():
+        return connect(run_dir / CATALOG_FILE, read_only=True)
+    if (run_dir / "runs").is_dir() or results_path(run_dir) is not None:
         raise BubblelabError(
             f"no {CATALOG_FILE} in {run_dir} (`bubblelab report {run_dir}` assembles a sweep's "
             "finished runs)"
         )
-    return connect(run_dir / CATALOG_FILE, read_only=True)
+    raise no_results(run_dir)
 
 
 def _bare_trace(results: Results) -> Results:

@@ -300,3 +300,19 @@ def test_two_sweeps_into_one_folder_the_second_is_told_who_holds_it(tmp_path, ca
     assert finished_runs(out) == RUNS and files == [
         "catalog.duckdb", "report.html", "results.json.gz", "status.json", "sweep.json"
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize("command", ["analyze", "report", "predict", "export"])
+def test_a_folder_of_traces_is_told_to_name_them(tmp_path, capsys, command):
+    for name in ("a.sqlite", "b.sqlite.gz"):
+        (tmp_path / name).write_bytes(b"")
+    with pytest.raises(SystemExit) as done:
+        main([command, str(tmp_path)])
+    assert done.value.code == 2
+    said = capsys.readouterr().err
+    assert f"{tmp_path} is not a run directory (no results.json); it holds 2 traces" in said
+    assert f"name them (e.g. {tmp_path / 'a.sqlite'})" in said
+    (tmp_path / "b.sqlite.gz").unlink()
+    with pytest.raises(SystemExit):
+        main([command, str(tmp_path)])
+    assert f"it holds one trace: name it ({tmp_path / 'a.sqlite'})" in capsys.readouterr().err
