@@ -14,8 +14,12 @@ def register(app: typer.Typer) -> None:
 
 
 def compare(
-    a: Path = typer.Argument(..., help="A run directory (results.json) or an nsys export."),
-    b: Path = typer.Argument(..., help="The run directory or nsys export to set against A."),
+    a: Path = typer.Argument(
+        ..., metavar="A", help="A run directory (results.json) or an nsys export."
+    ),
+    b: Path = typer.Argument(
+        ..., metavar="B", help="The run directory or nsys export to set against A."
+    ),
     html: Path | None = typer.Option(None, "--html", help="Also write the comparison as a page."),
     json_out: str | None = shared.JSON,
 ) -> None:

@@ -260,3 +260,11 @@ def test_help_is_shown_as_a_flag_without_a_value(argv, capsys, monkeypatch):
     main([*argv, "--help"])
     line = next(x for x in capsys.readouterr().out.splitlines() if "--help" in x)
     assert "<bool>" not in line and line.split("--help")[1].split()[:2] == ["-h", "Show"]
+
+
+def test_arguments_are_named_in_capitals_as_their_help_and_errors_say():
+    """compare's help said "set against A" of an argument listed as `a`; usage errors name it."""
+    for name, command in _commands().items():
+        for p in command.params:
+            if p.param_type_name == "argument":
+                assert p.display_name_raw.isupper(), f"{name} {p.display_name_raw}"
