@@ -46,15 +46,19 @@ def compare(
         console.print(f"wrote {written}", markup=False)
     if html is not None:
         console.print(f"wrote {write_atomic(html, render_comparison(result))}", markup=False)
-    for letter, name in zip("AB", result.names, strict=True):
-        console.print(Text.assemble(f"{letter}  ", cell(name, 200)))
+    one_pair = len(result.runs) == 1  # then each side's run is said here, not in every title
+    for i, (letter, name) in enumerate(zip("AB", result.names, strict=True)):
+        run = f" · {result.runs[0][1 + i]}" if one_pair else ""
+        console.print(Text.assemble(f"{letter}  ", cell(name, 200), run))
     for title, frame, what in (
         ("Steady-state step (medians)", result.steps, "metric"),
         ("Bubble by host phase, ms per steady step", result.attribution, "phase"),
         ("Kernels, GPU ms per step", result.kernels, "kernel"),
     ):
         for pair, rows in frame.groupby("pair", sort=False):
-            table = Table(title=Text(f"{title} · {pair}"), title_justify="left")
+            table = Table(
+                title=Text(title if one_pair else f"{title} · {pair}"), title_justify="left"
+            )
             table.add_column(what, overflow="fold")
             pct = "diff_pct" in rows
             for name in ("A", "B", "B - A", *(["%"] if pct else [])):

@@ -37,6 +37,7 @@ class Comparison:
     steps: pd.DataFrame  # pair, metric, a, b, diff, diff_pct
     attribution: pd.DataFrame  # pair, phase, a, b, diff: bubble ms per steady step (time split)
     kernels: pd.DataFrame  # pair, kernel, a, b, diff: GPU ms per step; empty without catalogs
+    runs: list[tuple[str, str, str]]  # each pair, and the run of A and of B it sets side by side
 
     def to_dict(self) -> dict:
         return {
@@ -46,6 +47,7 @@ class Comparison:
                 name: getattr(self, name).to_dict("records")
                 for name in ("steps", "attribution", "kernels")
             },
+            "pairs": [{"pair": pair, "a": ra, "b": rb} for pair, ra, rb in self.runs],
         }
 
 
@@ -86,6 +88,7 @@ def compare_sources(a: Source, b: Source) -> Comparison:
         steps,
         _side_by_side(phases, "phase"),
         _side_by_side(kernels, "kernel"),
+        [(pair, ra["label"], rb["label"]) for pair, ra, rb in pairs],
     )
 
 

@@ -25,6 +25,8 @@ def test_two_traces_pair_run_by_run(traces):
     runs pair in order; pipelining takes the bubble and the period down, the forward stays."""
     steps = traces.steps.set_index("metric")
     assert traces.names == (D1.name, D2.name) and steps["pair"].nunique() == 1
+    [(pair, run_a, run_b)] = traces.runs
+    assert pair == f"{run_a} | {run_b}" and run_a.endswith("depth 1") and run_b.endswith("depth 2")
     assert steps.at["bubble_ms", "b"] < 0.2 * steps.at["bubble_ms", "a"]
     assert steps.at["period_ms", "diff"] < 0
     assert abs(steps.at["forward_ms", "diff_pct"]) < 5
@@ -42,6 +44,11 @@ def test_two_run_directories_pair_by_configuration(tmp_path):
         write_demo_run_dir(d, streams=(1, 4), requests_per_stream=3, output_len=24)
     result = compare(one, two)
     assert result.steps["pair"].nunique() == 4  # 2 stream counts x 2 depths, matched by name
+    assert (
+        [a for _, a, _ in result.runs]
+        == [b for _, _, b in result.runs]
+        == list(result.steps["pair"].unique())
+    )
     assert (result.steps["diff"].abs() < 1e-9).all()  # the same simulated runs
     assert result.kernels.empty  # no catalog beside results.json
     page = render_comparison(result)
@@ -62,6 +69,11 @@ def test_cli_compare_json_and_page(tmp_path):
     assert {r["metric"] for r in doc["steps"]} >= {"bubble_ms", "period_ms", "batch"}
     assert doc["kernels"] and page.read_text().count("<table>") == 3
     assert "B - A" in done.stderr  # the tables, for people, on stderr while JSON takes stdout
+    # one pair: each side's run is said once beside its name, not in every table's title
+    [pair] = doc["pairs"]
+    said = " ".join(done.stderr.split())  # as the terminal's width wrapped it or not
+    assert f"A {D1.name} · {pair['a']}" in said and f"B {D2.name} · {pair['b']}" in said
+    assert said.count(pair["a"]) == 1
     assert not re.search(r"\de[+-]\d", done.stderr + page.read_text())  # no 3.087e-05
 
 
