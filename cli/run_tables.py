@@ -21,7 +21,7 @@ def found_table(runs: list[dict]) -> Table:
         "decode",
         "prefill-like",
         "period CV",
-        "GPU covered",
+        "GPU covered%",
         "sure",
     ):
         table.add_column(column, justify="left" if column in ("run", "rule", "sure") else "right")
