@@ -106,7 +106,9 @@ def run(
         with _progress(console) as bar:
 
             def on_start(spec):
-                task = bar.add_task(f"depth {depth}, {_streams(spec.streams)}", total=spec.requests)
+                task = bar.add_task(
+                    f"depth {depth}, {_counted(spec.streams, 'stream')}", total=spec.requests
+                )
                 return lambda n: bar.advance(task, n)
 
             results = run_plan(plan, on_start=on_start, engine=engine)
@@ -146,26 +148,27 @@ def _progress(console: Console) -> Progress:
     )
 
 
-def _streams(n: int) -> str:
-    return f"{n} stream{'s' if n != 1 else ''}"
+def _counted(n: int, word: str) -> str:
+    return f"{n} {word}{'s' if n != 1 else ''}"
 
 
 def summary_table(result: RunResult) -> Table:
     s = result.summary
+    streams = _counted(s["streams"], "stream")
     t = Table(
-        title=f"{s['model']} on {s['device']} · depth {s['depth']} · {_streams(s['streams'])}",
-        show_header=False,
+        title=f"{s['model']} on {s['device']} · depth {s['depth']} · {streams}", show_header=False
     )
     t.add_row("generated tokens", f"{s['generated_tokens']} (mean L {s['mean_generated_len']:.1f})")
     t.add_row("throughput", f"{s['tokens_per_s']:.1f} tokens/s over {s['wall_s']:.2f} s")
     t.add_row(
         "decode step (median, p10-p90)",
         f"{s['step_ms_median']:.3f} ms ({s['step_ms_p10']:.3f}-{s['step_ms_p90']:.3f}) "
-        f"over {s['decode_steps']} steps",
+        f"over {_counted(s['decode_steps'], 'step')}",
     )
     t.add_row(
         "prefill vs decode time",
-        f"{s['prefill_s']:.3f} s vs {s['decode_s']:.3f} s ({s['prefill_steps']} prefills)",
+        f"{s['prefill_s']:.3f} s vs {s['decode_s']:.3f} s "
+        f"({_counted(s['prefill_steps'], 'prefill')})",
     )
     for key, label in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("itl_ms", "ITL")):
         stats = result.latency.get(key) or {}
@@ -178,7 +181,7 @@ def summary_table(result: RunResult) -> Table:
         t.add_row(
             "hand-over between queued steps (probe)",
             f"{s['handoff_probe_ms'] * 1e3:.1f} us (IQR {s['handoff_probe_iqr_ms'] * 1e3:.1f} us, "
-            f"{s['handoff_probe_n']} samples)",
+            f"{_counted(s['handoff_probe_n'], 'sample')})",
         )
     t.add_row("CUDA graphs", "yes" if s["cuda_graphs"] else "no")
     return t

@@ -8,6 +8,7 @@ import json
 import re
 
 import pytest
+from rich.console import Console
 from rich.table import Table
 
 from bubblelab.cli import main
@@ -176,3 +177,26 @@ def test_analyze_kernels_shows_every_number_whole(width, monkeypatch, capsys):
     text = _printed(argv, width, monkeypatch, capsys)
     assert _missing(text, values) == []
     assert width is None or max(len(line) for line in text.splitlines()) <= width
+
+
+def test_run_summary_counts_read_as_words():
+    """`run` said "(1 prefills)"; each count agrees with its noun."""
+    from types import SimpleNamespace
+
+    from bubblelab.cli.run import summary_table
+
+    summary = dict(
+        model="m", device="cpu", depth=2, streams=1, generated_tokens=3, mean_generated_len=3.0,
+        tokens_per_s=1.0, wall_s=3.0, step_ms_median=1.0, step_ms_p10=1.0, step_ms_p90=1.0,
+        decode_steps=1, prefill_s=0.1, decode_s=0.2, prefill_steps=1, handoff_probe_n=1,
+        handoff_probe_ms=0.02, handoff_probe_iqr_ms=0.01, cuda_graphs=False,
+    )  # fmt: skip
+    console = Console(width=200, record=True)
+    console.print(summary_table(SimpleNamespace(summary=summary, latency={})))
+    text = console.export_text()
+    assert "· 1 stream " in text and "over 1 step " in text
+    assert "(1 prefill)" in text and "1 sample)" in text
+    summary.update(streams=2, decode_steps=5, prefill_steps=2, handoff_probe_n=7)
+    console.print(summary_table(SimpleNamespace(summary=summary, latency={})))
+    text = console.export_text()
+    assert "· 2 streams" in text and "over 5 steps" in text and "(2 prefills)" in text
