@@ -12,6 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from ..core.words import counted
 from . import options
 from .output import SCHEMA, check_json_dest, console_for, emit_and_say
 from .tables import show
@@ -107,7 +108,7 @@ def run(
 
             def on_start(spec):
                 task = bar.add_task(
-                    f"depth {depth}, {_counted(spec.streams, 'stream')}", total=spec.requests
+                    f"depth {depth}, {counted(spec.streams, 'stream')}", total=spec.requests
                 )
                 return lambda n: bar.advance(task, n)
 
@@ -148,13 +149,9 @@ def _progress(console: Console) -> Progress:
     )
 
 
-def _counted(n: int, word: str) -> str:
-    return f"{n} {word}{'s' if n != 1 else ''}"
-
-
 def summary_table(result: RunResult) -> Table:
     s = result.summary
-    streams = _counted(s["streams"], "stream")
+    streams = counted(s["streams"], "stream")
     t = Table(
         title=f"{s['model']} on {s['device']} · depth {s['depth']} · {streams}", show_header=False
     )
@@ -163,12 +160,12 @@ def summary_table(result: RunResult) -> Table:
     t.add_row(
         "decode step (median, p10-p90)",
         f"{s['step_ms_median']:.3f} ms ({s['step_ms_p10']:.3f}-{s['step_ms_p90']:.3f}) "
-        f"over {_counted(s['decode_steps'], 'step')}",
+        f"over {counted(s['decode_steps'], 'step')}",
     )
     t.add_row(
         "prefill vs decode time",
         f"{s['prefill_s']:.3f} s vs {s['decode_s']:.3f} s "
-        f"({_counted(s['prefill_steps'], 'prefill')})",
+        f"({counted(s['prefill_steps'], 'prefill')})",
     )
     for key, label in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("itl_ms", "ITL")):
         stats = result.latency.get(key) or {}
@@ -181,7 +178,7 @@ def summary_table(result: RunResult) -> Table:
         t.add_row(
             "hand-over between queued steps (probe)",
             f"{s['handoff_probe_ms'] * 1e3:.1f} us (IQR {s['handoff_probe_iqr_ms'] * 1e3:.1f} us, "
-            f"{_counted(s['handoff_probe_n'], 'sample')})",
+            f"{counted(s['handoff_probe_n'], 'sample')})",
         )
     t.add_row("CUDA graphs", "yes" if s["cuda_graphs"] else "no")
     return t

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ..core.words import counted
 from .model import StepCost, pct, speedup, speedup_bounds, zombie_tax
 
 BLOG_TABLE = pd.DataFrame(
@@ -58,7 +59,7 @@ def predict_blog() -> pd.DataFrame:
         predicted = pct(speedup(r.blocking_ms, r.pipelined_ms, z))
         rows.append(
             dict(
-                label=f"{r.gpu} · {r.streams} stream{'s' if r.streams > 1 else ''}",
+                label=f"{r.gpu} · {counted(r.streams, 'stream')}",
                 device=r.gpu,
                 streams=r.streams,
                 blocking_ms=r.blocking_ms,

@@ -17,6 +17,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from ..core.words import counted
 from .observed import KNOWN_PTS
 from .predict import HEADLINE
 from .wholerun import TERMS
@@ -103,7 +104,8 @@ def noise_lines(table: pd.DataFrame) -> list[str]:
         if inside_noise(r):
             observed = pct_text(r["observed_pct"], r["observed_lo"], r["observed_hi"], False)
             lines.append(
-                f"{r['label']}: the measured speedup, {observed} over {int(r['pairs'])} pairs, is "
+                f"{r['label']}: the measured speedup, {observed} over "
+                f"{counted(r['pairs'], 'pair')}, is "
                 "inside the noise of these repeats: depth 2 cannot be told from depth 1 here "
                 "(more repeats, or a quieter machine, would)"
             )

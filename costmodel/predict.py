@@ -51,6 +51,7 @@ import pandas as pd
 
 from ..core.errors import BubblelabError
 from ..core.steady import steady_state  # the project's one steady-state rule
+from ..core.words import counted
 from . import bootstrap as bs
 from .costs import handoff_columns, probed_handoff_ms
 from .model import (
@@ -108,7 +109,7 @@ def run_label(run: pd.Series | dict, depth: bool = True) -> str:
         label += f" · TP {tensor_parallel}"
     streams = known_int(run.get("streams"))
     if streams is not None:
-        label += f" · {streams} stream{'s' if streams > 1 else ''}"
+        label += f" · {counted(streams, 'stream')}"
     rate = run.get("arrival_rate")
     if rate is not None and not pd.isna(rate):
         label += f" · {rate:g} req/s"

@@ -31,6 +31,7 @@ import numpy as np
 
 from ..core.checks import check_float, check_int
 from ..core.errors import OptionError
+from ..core.words import counted
 from .observed import (
     KNOWN_PTS,
     Observed,
@@ -233,5 +234,5 @@ def describe(v: dict) -> str:
         if np.isfinite(step).all()
         else f"CV of wall per token {walls}"
     )
-    done = f"after {v['pairs']} pairs in {v['spent_s']:.0f} s, {why}"
+    done = f"after {counted(v['pairs'], 'pair')} in {v['spent_s']:.0f} s, {why}"
     return f"{pct:+.1f}%{interval}{mark} {done}; {noise}"

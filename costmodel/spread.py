@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.steady import steady_state
+from ..core.words import counted
 from .observed import cv_pct
 
 HOST = ("plan_ms", "launch_ms", "finalize_ms")
@@ -66,8 +67,9 @@ def source_lines(table: pd.DataFrame, steps: pd.DataFrame) -> list[str]:
         s = spread(steps, str(r["runs_block"]).split(","), str(r["runs_pipe"]).split(","))
         d1, d2 = s["step_cv_d1_pct"], s["step_cv_d2_pct"]
         said = (
-            f"{r['label']}: not known to ±1 point after {int(r['pairs'])} pairs; each run's median "
-            f"step varies {d1:.1f}% over the repeats at depth 1, {d2:.1f}% at depth 2"
+            f"{r['label']}: not known to ±1 point after {counted(r['pairs'], 'pair')}; "
+            f"each run's median step varies {d1:.1f}% over the repeats at depth 1, "
+            f"{d2:.1f}% at depth 2"
         )
         launch = s["launch_ms_d1"]
         if (

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ..core.words import counted
 from ..runs.rundir import Results
 from .provenance import device_names
 
@@ -36,7 +37,7 @@ def side_by_side(results: Results, predictions: pd.DataFrame) -> dict | None:
     for row in predictions.to_dict("records"):
         run = by_id.loc[str(row["runs_block"]).split(",")[0]]
         streams = int(run["streams"])
-        key = f"{run['model']} · {streams} stream{'s' if streams > 1 else ''}"
+        key = f"{run['model']} · {counted(streams, 'stream')}"
         cells.setdefault(key, {})[run["run_dir"]] = {c: row.get(c) for c in CELLS}
     rows = [{"key": k, "cells": by_source} for k, by_source in cells.items() if len(by_source) >= 2]
     shown = [n for n in names if any(n in row["cells"] for row in rows)] or names

@@ -12,6 +12,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
+from ..core.words import counted
 from ..costmodel.compare import step_summary
 from ..costmodel.headline import headline as forecast_headline
 from ..costmodel.predict import known_int
@@ -165,7 +166,9 @@ def with_repeat_stops(predictions: pd.DataFrame, provenance: dict) -> pd.DataFra
     for streams in predictions.get("streams", pd.Series(dtype=object)):
         v = by_streams.get(streams)
         what = stop_words(v) if v else None
-        stops.append(f"{what} after {v['pairs']} pairs ({v['spent_s']:.0f} s)" if v else None)
+        stops.append(
+            f"{what} after {counted(v['pairs'], 'pair')} ({v['spent_s']:.0f} s)" if v else None
+        )
     return predictions.assign(repeat_stop=stops)
 
 

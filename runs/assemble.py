@@ -15,6 +15,7 @@ import pandas as pd
 
 from ..core.errors import BubblelabError
 from ..core.files import write_atomic
+from ..core.words import counted
 from ..profiling import analysis, ranks
 from ..profiling.catalog import connect, copy_catalog, map_cursors
 from ..profiling.ingest import ingest_timeline, ingest_trace
@@ -126,7 +127,8 @@ def _readable_passes(out_dir: Path, strict: bool) -> list[tuple[str, dict, list[
         if plan["profile"] and not whole:
             if strict:
                 raise BubblelabError(
-                    f"nsys wrote {len(traces)} reports for {len(plan['runs'])} runs "
+                    f"nsys wrote {counted(len(traces), 'report')} for "
+                    f"{counted(len(plan['runs']), 'run')} "
                     f"({len(runs)} whole run records)"
                 )
             continue

@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..core.words import counted
 from ..costmodel.headline import inside_noise
 from ..costmodel.observed import (
     LEVEL,
@@ -77,7 +78,7 @@ def noise_lines(runs: pd.DataFrame) -> list[str]:
                        "tell it from the noise (6 that agree would, at 95%)")  # fmt: skip
         else:
             verdict = "outside the noise: every pair agrees on its sign"
-        label = f"{c['streams']} stream{'s' if c['streams'] != 1 else ''}"
+        label = counted(c["streams"], "stream")
         lines.append(f"{label}: depth 2 {c['speedup_pct']:+.1f}% over depth 1, "
                      f"pairs {pairs}{vary}: {verdict}")  # fmt: skip
     return lines

@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from ..core.timeline import Timeline
+from ..core.words import counted
 from ..engine.llm_engine import LLMEngine
 
 SLOWEST_STEPS = 3
@@ -182,7 +183,8 @@ def flags(summary: dict[str, Any]) -> list[str]:
         if summary.get(key):
             out.append(f"{what} ({summary[key]})")
     if summary.get("slow_steps"):
-        out.append(f"{summary['slow_steps']} steps over {SLOW_STEP_X:g}x their median")
+        slow = counted(summary["slow_steps"], "step")
+        out.append(f"{slow} over {SLOW_STEP_X:g}x the run's median")
     return out
 
 

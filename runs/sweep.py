@@ -40,6 +40,7 @@ from typing import Any
 from ..core.checks import check_choice, check_float, check_int, parse_ints
 from ..core.errors import BubblelabError
 from ..core.files import write_atomic
+from ..core.words import counted
 from ..costmodel.repeats import RepeatRule, pair_order
 from ..engine.config import (
     MAX_NUM_SEQS,
@@ -256,7 +257,7 @@ def run_sweep(
     for record in run_state.set_aside_damaged(out_dir) if resume else ():
         say(f"{record} is damaged: running it again")
     if done := run_state.finished_runs(out_dir):
-        say(f"{len(done)} runs already finished in {out_dir}: running the rest")
+        say(f"{counted(len(done), 'run')} already finished in {out_dir}: running the rest")
     if on_plan is not None:
         on_plan(len(planned), len(done & set(planned)))
     timings_path = out_dir / "runs" / "timings.json"
@@ -305,7 +306,7 @@ def run_sweep(
             timings["passes"] = {"wall_s": time.perf_counter() - started}
             write_atomic(timings_path, json.dumps(timings, indent=1))
         if flagged := flagged_runs(out_dir):
-            say(f"{len(flagged)} runs met something in their timed region: "
+            say(f"{counted(len(flagged), 'run')} met something in their timed region: "
                 + "; ".join(flagged[:4]) + ("; ..." if len(flagged) > 4 else ""))  # fmt: skip
         if ran or needs_assembly(out_dir):
             assemble(out_dir)

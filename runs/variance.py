@@ -17,6 +17,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..core.timeline import Timeline
+from ..core.words import counted
 from ..engine.llm_engine import LLMEngine
 from ..profiling.analysis import per_step_from_timeline
 from .driver import RunResult, run_workload
@@ -127,7 +128,8 @@ def compare(slow: RunResult, ref: RunResult) -> dict:
 def markdown(doc: dict) -> str:
     lines = [
         f"{doc['model']} on {(doc['machine'].get('gpus') or [{}])[0].get('name', doc['device'])}, "
-        f"{doc['repeats_run']} repeats, git {str(doc['machine'].get('git_revision'))[:10]}: "
+        f"{counted(doc['repeats_run'], 'repeat')}, "
+        f"git {str(doc['machine'].get('git_revision'))[:10]}: "
         f"{'every target met' if doc['met'] else 'targets missed'} "
         f"(CV <= {CV_TARGET:.0%}, no repeat over {OFF_TARGET:.0%} from the median)",
         "",

@@ -56,7 +56,7 @@ def test_a_slow_repeat_is_found_and_its_lost_time_located(tiny_qwen3, monkeypatc
     assert diff["steps"][0] == diff["steps"][1]
     assert diff["worst_steps"][0]["period_ms"] > 800 and diff["worst_5_share"] > 0.7
     assert diff["parts_extra_ms"]["gpu idle"] > 800
-    assert any("over 3x their median" in f for f in found["region"]["timing_flags"])
+    assert any("over 3x the run's median" in f for f in found["region"]["timing_flags"])
     doc = {"model": "tiny-qwen3", "device": "cpu", "machine": {}, "repeats_run": 3, "met": False,
            "configurations": [slow]}  # fmt: skip
     table = variance.markdown(doc)

@@ -115,7 +115,7 @@ def test_step_profile_names_the_slowest_steps_and_the_host_share():
     span = start - 1_000_000 + 800_000
     assert p["host_share"] == pytest.approx(1 - 12 * 800_000 / span)
     assert p["outside_steps_s"] == pytest.approx(0.03 - span / 1e9)
-    assert region.flags(p) == ["1 steps over 3x their median"]
+    assert region.flags(p) == ["1 step over 3x the run's median"]
 
 
 @pytest.mark.gpu

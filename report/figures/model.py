@@ -8,6 +8,7 @@ import pandas as pd
 from matplotlib import ticker
 from matplotlib.figure import Figure
 
+from ...core.words import counted
 from ...costmodel.model import whatif_curve
 from .style import FULL_WIDTH_IN, OTHER, SMALL_FONT_PT, svg_figure
 
@@ -118,11 +119,7 @@ def whatif_curves(table: pd.DataFrame, ks: np.ndarray | None = None, device: str
             float(g["z"].median()),
             ks,
         )
-        label = (
-            g["label"].iloc[0]
-            if len(g) == 1
-            else f"{on} · {streams} stream{'s' if streams > 1 else ''}"
-        )
+        label = g["label"].iloc[0] if len(g) == 1 else f"{on} · {counted(streams, 'stream')}"
         ax.plot(curve["gpu_ms"], curve["speedup_pct"], color=color, lw=1.6, label=label)
         measured = (g["blocking_ms"] / g["pipelined_ms"] * (1 - g["z"]) - 1) * 100
         ax.plot(g["gpu_ms"], measured, "o", color=color, mec="white", ms=7)
