@@ -180,6 +180,8 @@ def split_line(split: dict, names: dict[str, str]) -> str:
 def print_foreign(console: Console, run: dict) -> None:
     """A foreign run's idle split, host syncs per step, what its host did in the bubble, and the
     gain."""
+    from ..runs.analysis import bound_words  # DuckDB and the cost model: not for --help
+
     rid, split = cell(run["name"]).plain, run["idle_split"]
     if split:
         console.print(
@@ -227,12 +229,7 @@ def print_foreign(console: Console, run: dict) -> None:
     gain = run.get("pipelining", {})
     if "speedup_pct" in gain:
         lo, hi = gain["interval_pct"]
-        mark = ""
-        if (
-            "graph_launch_ms" in gain
-        ):  # nsys slowed every graph launch: the profiled engine's number
-            mark = "upper bound" if gain["bound"] == "upper" else "not sure"
-            mark += f" (the profiled engine's: graphs traced {gain['graph_trace']}-level): "
+        mark = bound_words(gain)  # nsys slowed every graph launch: the profiled engine's number
         console.print(
             f"run {rid}: {mark}pipelining would buy {gain['speedup_pct']:+.1f}% "
             f"(95% interval {lo:+.1f}% .. {hi:+.1f}%), assuming:",

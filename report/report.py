@@ -43,6 +43,7 @@ from .labels import device_word, run_name
 from .ranks import rank_sections
 from .split import split_sections
 from .steps_found import found_sections, steps_found
+from .trace_forecast import forecast_sections
 
 REPORT_FILE = "report.html"
 EXPORT_DIR = "export"
@@ -108,12 +109,14 @@ def render_report(
     kernels: list[dict] | None = None,
     splits: list[dict] | None = None,
     found: list[dict] | None = None,
+    forecasts: list[dict] | None = None,
 ) -> str:
     """The page. exported: the files written beside it, linked relative to it (EXPORT_DIR/); a
     future of them is waited for once the figures are drawn.
     kernels: the "Kernels" section's runs (report.kernels.kernel_sections; none: no section).
     splits: another engine split over GPUs (report.split.split_sections; none: no section).
     found: how another engine's steps were found, run by run (report.steps_found.found_sections).
+    forecasts: what pipelining would buy another engine's runs (report.trace_forecast).
     table: predict_runs of these results when the caller has it already (run-and-profile prints
     it too; the bootstrap is the page's slowest part)."""
     if table is None:
@@ -164,6 +167,7 @@ def render_report(
         kernels=kernels or [],
         splits=splits or [],
         found=found or [],
+        forecasts=forecasts or [],
         unsure=[f for f in found or [] if not f["sure"]],
         together=together,
     )
@@ -248,9 +252,11 @@ def _write(
             exported = export_results(results, out.parent / EXPORT_DIR, ranges, tables, OP_STEPS)
         found = [steps_found(s) for s in sources]  # foreign runs' step rules, once for both
         splits = split_sections(sources, found)
+        shown = summary.without_workers(results, splits)
         page = render_report(
-            summary.without_workers(results, splits), title, n_boot, exported, table,
-            kernel_sections(sources), splits, found_sections(sources, found),
+            shown, title, n_boot, exported, table, kernel_sections(sources), splits,
+            found_sections(sources, found),
+            forecast_sections(sources, found, set(shown.runs["run_id"])),
         )  # fmt: skip
     return write_atomic(out, page)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
 import numpy as np
@@ -30,7 +31,9 @@ from .catalogs import update_catalog
 from .sources import run_catalog
 from .tables import config_names
 from .traces import index_meta
-from .workload import WorkloadSpec, output_lengths
+
+if TYPE_CHECKING:  # the workload module reaches the engine's config, hence torch: not for a page
+    from .workload import WorkloadSpec
 
 
 def analyze_traces(
@@ -131,6 +134,29 @@ def analyze_traces(
     return report
 
 
+def trace_forecasts(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> dict[str, dict]:
+    """run_id -> what pipelining would buy each foreign run of `run_ids` (costmodel.foreign's
+    pipelining_gain, or `not_predicted` and why): `bubblelab analyze TRACE`'s figures with its
+    default options, for the report's page of a trace."""
+    if not run_ids:
+        return {}
+    report = overview.analyze(con, run_ids, WARMUP_STEPS, None)
+    return {
+        run["run_id"]: _pipelining(con, run, None, WARMUP_STEPS)
+        for run in report["runs"]
+        if "syncs_per_step" in run
+    }
+
+
+def bound_words(gain: dict) -> str:
+    """How far a foreign run's figure holds, said before it: nothing where nsys timed its host as
+    it runs, else 'upper bound' or 'not sure', for graphs it traced node by node."""
+    if "graph_launch_ms" not in gain:
+        return ""
+    mark = "upper bound" if gain.get("bound") == "upper" else "not sure"
+    return f"{mark} (the profiled engine's: graphs traced {gain['graph_trace']}-level): "
+
+
 def _pipelining(
     con: duckdb.DuckDBPyConnection,
     run: dict,
@@ -169,6 +195,8 @@ def replayed_extra_steps(workload: WorkloadSpec, seeds: int = 4) -> float:
     share: its requests replayed through the pipelined loop (costmodel.schedule.extra_steps), every
     request stopping at its cap, the batch as wide as the streams; the mean over a few draws of
     the lengths, since a trace's own draw is not known."""
+    from .workload import output_lengths
+
     if workload.arrival_rate is not None:
         raise OptionError("workload", "the replay needs a closed loop (no arrival rate)", workload)
     shares = []

@@ -357,11 +357,13 @@ def test_cli_compares_directories_into_out(tmp_path, demo_dir):
 
 
 def test_report_of_another_engines_trace(tmp_path):
-    """A trace bubblelab did not make (depth, streams and batch unknown) reads as traced."""
+    """A trace bubblelab did not make (depth, streams and batch unknown) reads as traced, and its
+    page forecasts what pipelining would buy it instead of finding nothing to predict."""
     trace = TRACES_DIR / "nsys-h200-probe.sqlite"
     html = report_run_dir(trace, n_boot=20, out=tmp_path / REPORT_FILE).read_text()
     assert body_rows(html)["step"] == 1 and "1 as traced" in html
-    assert "No configuration was measured at both depths" in html
+    assert "<h2>What pipelining would buy</h2>" in html and "kpi-trace-forecast" in html
+    assert "No configuration was measured at both depths" not in html
 
 
 def test_report_names_a_configuration_it_cannot_predict(tmp_path, demo_dir):
