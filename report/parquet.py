@@ -32,7 +32,8 @@ def write_parquet(
     results: Results, out_dir: Path, extra: dict[str, pd.DataFrame] | None = None
 ) -> list[Path]:
     """OUT_DIR/<table>.parquet for each table that has rows, results' and extra's (name ->
-    table); returns the paths written."""
+    table); returns the paths written. A table of ours this source has no rows for is removed
+    if an earlier export left it there: its runs are not these, and a glob would join them."""
     paths = []
     tables = [(name, getattr(results, name)) for name in TABLES] + list((extra or {}).items())
     for name, frame in tables:
@@ -54,6 +55,10 @@ def write_parquet(
             table = table.replace_schema_metadata({**(table.schema.metadata or {}), **metadata})
         path = out_dir / f"{name}.parquet"
         paths.append(write_atomic(path, functools.partial(_write_table, table)))
+    for name in SCHEMAS:
+        stale = out_dir / f"{name}.parquet"
+        if stale not in paths and stale.is_file():
+            stale.unlink()
     return paths
 
 

@@ -253,3 +253,20 @@ def _failing_apart(run_dir, out_dir):
     failed: Future = Future()
     failed.set_exception(BubblelabError("the export process failed"))
     yield failed
+
+
+def test_an_export_over_an_earlier_one_keeps_none_of_its_tables(tmp_path):
+    """A trace's export has kernels and api; a run directory without a catalog has none. Written
+    into the same folder, the second leaves no table of the first behind for a glob to join."""
+    out = tmp_path / "out"
+    first = export(TRACE, out)
+    assert {p.name for p in first.tables} >= {"kernels.parquet", "api.parquet"}
+    run_dir = tmp_path / "run"
+    write_demo_run_dir(run_dir, streams=(1,), requests_per_stream=2, output_len=16)
+    (run_dir / "catalog.duckdb").unlink(missing_ok=True)
+    second = export(run_dir, out)
+    assert sorted(out.glob("*.parquet")) == sorted(second.tables)
+    assert not (out / "kernels.parquet").exists()
+    (out / "notes.txt").write_text("mine")  # a file that is not a table of ours stays
+    export(run_dir, out)
+    assert (out / "notes.txt").read_text() == "mine"
