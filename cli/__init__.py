@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import re
 import sys
 from typing import TYPE_CHECKING
 
@@ -111,6 +112,22 @@ def renamed(argv: list[str]) -> list[str]:
     return out
 
 
+def as_flag(option: str) -> str:
+    """An option's Python name (`max_model_len`) as the flag a user types (`--max-model-len`)."""
+    return "--" + OPTION_NAMES.get(option, option).replace("_", "-")
+
+
+def as_flags(text: str) -> str:
+    """A library message with each option it names in Python's spelling written as its flag."""
+    options = {
+        name
+        for command in app.registered_commands
+        for name in inspect.signature(command.callback).parameters  # type: ignore[arg-type]
+    }
+    words = r"\b[a-z]+(?:_[a-z]+)+\b"  # snake_case: a plain word is left as it is
+    return re.sub(words, lambda m: as_flag(m[0]) if m[0] in options else m[0], text)
+
+
 # What each command takes as arguments: none, trace files, or run directories and files.
 NO_INPUTS = ("run", "demo", "run-and-profile")
 FILE_INPUTS = ("analyze",)
@@ -184,8 +201,9 @@ def main(argv: list[str] | None = None) -> None:
     try:
         refuse_unusable_words(args)
         status = app(args=args, prog_name="bubblelab", standalone_mode=False)
-    except OptionError as e:  # the option as typed on the command line
-        _fail(e.message("--" + OPTION_NAMES.get(e.option, e.option).replace("_", "-")))
+    except OptionError as e:  # the option as typed on the command line, and any its rule names
+        e.rule = as_flags(e.rule)
+        _fail(e.message(as_flag(e.option)))
     except BubblelabError as e:  # user mistakes: one line, no traceback, non-zero exit
         _fail(str(e))
     except typer.TyperException as e:  # usage errors: unknown option, a value of the wrong type

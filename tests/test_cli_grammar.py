@@ -268,3 +268,18 @@ def test_arguments_are_named_in_capitals_as_their_help_and_errors_say():
         for p in command.params:
             if p.param_type_name == "argument":
                 assert p.display_name_raw.isupper(), f"{name} {p.display_name_raw}"
+
+
+def test_an_option_a_rule_names_is_written_as_its_flag(capsys):
+    """A library rule that names another option says it as typed: `--max-model-len`, not
+    `max_model_len`; a plain word that is also an option's name (`streams`) stays a word."""
+    with pytest.raises(SystemExit):
+        main(["run", "--max-model-len", "8"])
+    assert capsys.readouterr().err.strip() == (
+        "bubblelab: error: --prompt-len must be < --max-model-len (8), got 32"
+    )
+    from bubblelab.cli import as_flags
+
+    assert as_flags("max_model_len - prompt_len, not_an_option, streams") == (
+        "--max-model-len - --prompt-len, not_an_option, streams"
+    )
