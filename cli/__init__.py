@@ -186,6 +186,23 @@ def _not_a_json_value(word: str, command: str | None) -> bool:
     return os.path.exists(word)
 
 
+def wrong_type(e: Exception, argv: list[str]) -> str | None:
+    """typer's "Invalid value for '--seed': Input should be a valid integer, unable to parse string
+    as an integer" said as every other refusal is, with the value: "--seed takes an integer, got
+    'abc'". None where it is some other usage error."""
+    kind = re.match(r"Input should be a valid (\w+)", getattr(e, "message", "") or "")
+    opts = getattr(getattr(e, "param", None), "opts", None) or []
+    value = None
+    for i, word in enumerate(argv):  # the last one given is the one typer read
+        flag, eq, typed = word.partition("=")
+        if flag in opts:
+            value = typed if eq else (argv[i + 1] if i + 1 < len(argv) else None)
+    if kind is None or value is None:
+        return None
+    article = "an" if kind[1][0] in "aeiou" else "a"
+    return f"{opts[-1]} takes {article} {kind[1]}, got {value!r}"
+
+
 INTERRUPTED = 130  # 128 + SIGINT, as shells report it
 
 
@@ -211,7 +228,9 @@ def main(argv: list[str] | None = None) -> None:
             if (text := e.format_message()).strip():
                 typer.echo(text)
             sys.exit(2)
-        _fail(e.format_message() if hasattr(e, "format_message") else str(e))
+        _fail(
+            wrong_type(e, args) or (e.format_message() if hasattr(e, "format_message") else str(e))
+        )
     except typer.Exit as e:
         sys.exit(e.exit_code)
     except BrokenPipeError:  # the reader went away (`| head`): no one to tell

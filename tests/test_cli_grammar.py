@@ -283,3 +283,21 @@ def test_an_option_a_rule_names_is_written_as_its_flag(capsys):
     assert as_flags("max_model_len - prompt_len, not_an_option, streams") == (
         "--max-model-len - --prompt-len, not_an_option, streams"
     )
+
+
+@pytest.mark.parametrize(
+    "argv, said",
+    [
+        (["run", "--seed", "abc"], "--seed takes an integer, got 'abc'"),
+        (["run", "--temperature=hot"], "--temperature takes a number, got 'hot'"),
+        (["run", "--seed", "1", "--seed", "x"], "--seed takes an integer, got 'x'"),
+        (["analyze", "t.sqlite", "--streams", "1,8"], "--streams takes an integer, got '1,8'"),
+    ],
+)
+def test_a_value_of_the_wrong_type_is_refused_with_the_value(argv, said, capsys):
+    """As every other refusal: the flag, what it takes, what it got (typer's own words named
+    neither the value nor, plainly, the option)."""
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    assert done.value.code == 2
+    assert capsys.readouterr().err.strip() == f"bubblelab: error: {said}"
