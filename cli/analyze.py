@@ -114,11 +114,11 @@ def analyze(
 
     Also the steps found, and for a foreign engine its host syncs and what pipelining would buy
     it."""
+    from ..core.checks import check_int
     from ..core.errors import OptionError
     from ..core.steady import WARMUP_STEPS
     from ..profiling.steps import StepOptions
     from ..runs.analysis import analyze_traces
-    from ..runs.workload import WorkloadSpec
     from .kernels import kernel_tables
     from .ranks import LEGEND, rank_lines, rank_table
 
@@ -126,6 +126,9 @@ def analyze(
     console = console_for(dest)  # people's output: stdout (stderr under --json -)
     workload = None
     if streams is not None:
+        from ..runs.workload import MAX_STREAMS, WorkloadSpec  # the engine's config: torch
+
+        check_int("streams", streams, 1, MAX_STREAMS)  # a bad count first, then what it needs
         if output_len_mean is None:
             raise OptionError("streams", "needs --output-len-mean, the workload's L", streams)
         requests = requests_per_stream * streams

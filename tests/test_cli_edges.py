@@ -316,3 +316,16 @@ def test_a_folder_of_traces_is_told_to_name_them(tmp_path, capsys, command):
     with pytest.raises(SystemExit):
         main([command, str(tmp_path)])
     assert f"it holds one trace: name it ({tmp_path / 'a.sqlite'})" in capsys.readouterr().err
+
+
+def test_analyze_refuses_a_bad_stream_count_before_asking_for_what_it_needs(capsys):
+    with pytest.raises(SystemExit):
+        main(
+            [
+                "analyze",
+                str(ROOT / "traces" / "foreign" / "cupy-decode.sqlite.gz"),
+                "--streams",
+                "0",
+            ]
+        )
+    assert "--streams must be an integer in [1, 4096], got 0" in capsys.readouterr().err

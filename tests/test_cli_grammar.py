@@ -42,6 +42,22 @@ def test_help_imports_nothing_heavy_and_is_quick():
         assert command in done.stdout
 
 
+def test_reading_a_trace_needs_no_torch():
+    """analyze and report of a trace are for any machine: neither imports the engine's torch
+    (analyze paid 1.2-3 s of imports for a workload module it needs only with --streams)."""
+    trace = ROOT / "traces" / "foreign" / "cupy-decode.sqlite.gz"
+    probe = (
+        "import sys; from bubblelab.cli import main\n"
+        f"main(['analyze', {str(trace)!r}])\n"
+        "print('@', 'torch' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.rsplit("@", 1)[1].strip() == "False"
+
+
 def test_version(capsys):
     main(["--version"])
     assert capsys.readouterr().out == f"bubblelab {version('bubblelab')}\n"
