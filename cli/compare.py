@@ -33,7 +33,7 @@ def compare(
     from ..report.diff import compare as compare_sources
     from ..report.diff import figure, percent_change
     from ..report.diff_page import render_comparison
-    from .output import cell, check_json_dest, console_for, emit_json
+    from .output import SCHEMA, cell, check_json_dest, console_for, emit_json
     from .tables import show
 
     dest = check_json_dest(json_out)
@@ -42,7 +42,7 @@ def compare(
     console = console_for(dest)
     with console.status(f"comparing {a} and {b}"):
         result = compare_sources(a, b)
-    if written := emit_json(dest, result.to_dict()):
+    if written := emit_json(dest, {"schema": SCHEMA, **result.to_dict()}):
         console.print(f"wrote {written}", markup=False)
     if html is not None:
         console.print(f"wrote {write_atomic(html, render_comparison(result))}", markup=False)

@@ -65,7 +65,7 @@ def test_cli_compare_json_and_page(tmp_path):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
-    assert (doc["a"], doc["b"]) == (D1.name, D2.name)
+    assert (doc["schema"], doc["a"], doc["b"]) == (1, D1.name, D2.name)
     assert {r["metric"] for r in doc["steps"]} >= {"bubble_ms", "period_ms", "batch"}
     assert doc["kernels"] and page.read_text().count("<table>") == 3
     assert "B - A" in done.stderr  # the tables, for people, on stderr while JSON takes stdout
