@@ -41,9 +41,7 @@ def open_source(path: Path | str | None = None) -> Source:
         return Source(load_traces(catalog=con), con, "committed traces")
     path = Path(path)
     if path.is_dir():
-        if results_path(path) is None:
-            raise no_results(path)
-        results = read_results(path)
+        results = read_results(path)  # says what the folder is when it holds no results.json
         return Source(results, _catalog_holding(path / CATALOG_FILE, results), path.resolve().name)
     if path.is_file() and path.name.endswith(TRACE_SUFFIXES):
         con = connect(None)
