@@ -28,6 +28,7 @@ from ..runs.rundir import Results, distinct_names, merge_results
 from ..runs.sources import Source, open_source
 from . import figures, provenance, summary
 from .compare import side_by_side
+from .diff import percent_change
 from .export import (
     OP_STEPS,
     TRACE_FILE,
@@ -59,7 +60,7 @@ def _env() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters["num"] = lambda v, nd=2: "–" if v is None or pd.isna(v) else f"{v:,.{nd}f}"
-    env.filters["signed"] = lambda v, nd=1: "–" if v is None or pd.isna(v) else f"{v:+.{nd}f}%"
+    env.filters["signed"] = percent_change  # the comparison page's, one decimal
     env.filters["dash"] = lambda v: (
         "–" if v is None or (isinstance(v, float) and pd.isna(v)) or v == "" else v
     )
