@@ -12,6 +12,7 @@ updated whole or not at all.
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import typer
@@ -196,3 +197,40 @@ def analyze(
             )
             line.stylize("red")
             console.print(line)
+    hint = forecast_hint(report["runs"], traces or [])
+    if hint is not None:
+        console.print(hint)
+
+
+def forecast_hint(runs: list[dict], given: list[Path]) -> Text | None:
+    """Where blocking runs of our own engine get their forecast: a run directory's from predict,
+    a lone trace's from its foreign reading (ours are read by their NVTX phases, which forecast
+    nothing)."""
+    blocking = [r for r in runs if "syncs_per_step" not in r and r["depth"] == 1]
+    if blocking and len(given) == 1 and given[0].is_dir():
+        return Text.assemble(
+            "What pipelining would buy these depth-1 runs, beside what depth 2 measured: bubblelab "
+            "predict ",
+            cell(shlex.quote(str(given[0])), limit=1000),
+        )
+    traced = [r for r in blocking if r["trace_path"]]  # a catalog's in-process runs have none
+    if len(traced) > 1:
+        return Text.assemble(
+            "runs ",
+            Text(", ").join(cell(r["name"]) for r in traced),
+            " are blocking (depth 1). What pipelining would buy each, from its trace alone: "
+            "bubblelab analyze TRACE --domain none",
+        )
+    if not traced:
+        return None
+    trace = Path(traced[0]["trace_path"])
+    if trace.is_relative_to(Path.cwd()):
+        trace = trace.relative_to(Path.cwd())
+    return Text.assemble(
+        "run ",
+        cell(traced[0]["name"]),
+        " is blocking (depth 1). What pipelining would buy it, from this trace alone: bubblelab "
+        "analyze ",
+        cell(shlex.quote(str(trace)), limit=1000),
+        " --domain none",
+    )

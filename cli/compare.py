@@ -52,7 +52,7 @@ def compare(
         console.print(Text.assemble(f"{letter}  ", cell(name, 200), run))
     for title, frame, what in (
         ("Steady-state step (medians)", result.steps, "metric"),
-        ("Bubble by host phase, ms per steady step", result.attribution, "phase"),
+        ("Bubble by host phase, mean ms per steady step", result.attribution, "phase"),
         ("Kernels, GPU ms per step", result.kernels, "kernel"),
     ):
         for pair, rows in frame.groupby("pair", sort=False):

@@ -140,7 +140,7 @@ def attribution_table(runs: list[dict]) -> Table:
         )
     )
     table = Table(
-        title="Bubble ms per steady step, by the part of the loop the host was in",
+        title="Bubble ms per steady step (mean), by the part of the loop the host was in",
         title_justify="left",
         header_style="bold",
         caption_justify="left",
@@ -160,7 +160,10 @@ def attribution_table(runs: list[dict]) -> Table:
                 for key, _ in splits
             ),
         )
-    table.caption = "time: while the host was in it (the headline)\nbegan: gaps that began in it"
+    table.caption = (
+        "time: while the host was in it (the headline)\nbegan: gaps that began in it\n"
+        "each column adds up to the mean bubble a step (the summary above gives the median)"
+    )
     return table
 
 

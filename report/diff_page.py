@@ -19,7 +19,7 @@ def render_comparison(comparison: Comparison) -> str:
     tables = [
         dict(id="steps", title="Steady-state step (medians)", what="metric", pct=True,
              rows=records["steps"], empty="No steady-state steps in common."),
-        dict(id="attribution", title="Bubble by host phase, ms per steady step", what="phase",
+        dict(id="attribution", title="Bubble by host phase, mean ms per steady step", what="phase",
              pct=False, rows=records["attribution"], empty="No bubble attribution in either."),
         dict(id="kernels", title="Kernels, GPU ms per step", what="kernel", pct=False,
              rows=records["kernels"],
