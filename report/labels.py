@@ -7,8 +7,8 @@ from collections.abc import Iterable
 
 import pandas as pd
 
-from ..costmodel.predict import run_label
-from ..runs.tables import config_names
+from ..costmodel.predict import known_int, run_label
+from ..runs.tables import config_names, trace_stem
 
 
 def run_names(runs: pd.DataFrame) -> dict[str, str]:
@@ -18,11 +18,17 @@ def run_names(runs: pd.DataFrame) -> dict[str, str]:
 
 
 def run_name(run: dict | pd.Series, depth: bool = True) -> str:
-    """costmodel.predict.run_label (it leaves out what a trace does not know); a run that names no
-    model at all goes by its run id."""
+    """costmodel.predict.run_label (it leaves out what a trace does not know). A run that names no
+    model goes by what the console calls it: another engine's by its trace file (its `run_name`,
+    which runs.sources gives a bare trace's runs, unique among them), ours by its id's start."""
     if any(isinstance(run.get(k), str) and run.get(k) for k in ("preset", "model")):
         return run_label(run, depth=depth)
-    return f"run {run['run_id']} · {run.get('device')}"
+    name = run.get("run_name")
+    foreign = known_int(run.get("depth")) is None
+    stem = name if foreign and isinstance(name, str) and name else None
+    if foreign and stem is None:
+        stem = trace_stem(run.get("trace_path"))
+    return run_label({**dict(run), "model": stem or str(run["run_id"])[:8]}, depth=depth)
 
 
 def device_word(devices: Iterable[object]) -> str:

@@ -19,7 +19,7 @@ from ..core.steady import steady_state
 from ..profiling.catalog import OFFLINE, connect
 from ..profiling.ingest import ingest_trace
 from .rundir import TRACE_SUFFIXES, Results, no_results, read_results, results_path
-from .tables import collect
+from .tables import collect, config_names
 from .traces import index_meta, load_traces
 
 CATALOG_FILE = "catalog.duckdb"  # what run-and-profile leaves beside results.json
@@ -84,6 +84,8 @@ def _bare_trace(results: Results) -> Results:
         batch = steady.groupby("run_id")["batch_size"].median()
         runs.loc[missing, "streams"] = runs.loc[missing, "run_id"].map(batch)
         results.provenance["streams"] = "the steady decode batch: the trace names no stream count"
+    # what the console calls each run, for the page to name a run the trace gives no model
+    runs["run_name"] = runs["run_id"].map(config_names(runs.to_dict("records")))
     return results
 
 

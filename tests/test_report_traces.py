@@ -115,3 +115,26 @@ def test_the_page_of_a_trace_needs_no_torch():
     code = "import sys, bubblelab.report.report; print('torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "False", done.stderr
+
+
+def test_the_page_names_a_trace_without_a_model_as_the_console_does(tmp_path):
+    """A trace with no index.json beside it names no model: the page calls each run what
+    `bubblelab analyze` calls it (another engine's by its file, ours by its id's start), never by
+    its whole hash, and the processes of one trace stay apart."""
+    from bubblelab.runs.analysis import analyze_traces
+
+    for src, stem in (
+        (TRACES_DIR / "foreign" / "cupy-decode.sqlite.gz", "cupy-decode"),
+        (TRACES_DIR / "foreign" / "nanovllm-tp2.sqlite.gz", "tp2"),
+        (TRACES_DIR / "qwen3-0.6b-s1-d1.sqlite.gz", "bare"),
+    ):
+        trace = tmp_path / f"{stem}.sqlite.gz"
+        shutil.copyfile(src, trace)
+        names = [r["name"] for r in analyze_traces([trace])["runs"]]
+        page = report_run_dir(trace, n_boot=20, export=False, out=tmp_path / f"{stem}.html")
+        page = html.unescape(page.read_text())
+        assert not re.search(r"run [0-9a-f]{16}", page)
+        for name in names:  # ours: 4aa3c242·s1·d1·r0 there, 4aa3c242 · NVIDIA H200 here
+            assert f"{name.split('·')[0] if stem == 'bare' else name} · NVIDIA H" in page
+        assert len(names) == (2 if stem == "tp2" else 1)
+    assert "The run</summary>" in page and "1 runs" not in page
