@@ -1,11 +1,13 @@
-"""The page's forecast for a trace of another engine: what pipelining would buy each of its runs,
-from the trace alone. These are `bubblelab analyze TRACE`'s figures (runs.analysis.trace_forecasts),
+"""The page's forecast for a trace of another engine, or of our own engine's blocking loop: what
+pipelining would buy each of its runs, from the trace alone. These are `bubblelab analyze TRACE`'s
+figures (runs.analysis.trace_forecasts; ours: `--domain none`'s, runs.analysis.blocking_forecast),
 so the page and the terminal cannot disagree; they stand where a sweep's page has its forecast from
 depth 1, since no configuration of such a trace was measured at both depths."""
 
 from __future__ import annotations
 
-from ..runs.analysis import bound_words, trace_forecasts
+from ..costmodel.predict import known_int
+from ..runs.analysis import blocking_forecast, bound_words, trace_forecasts
 from ..runs.sources import Source
 from .labels import run_name
 
@@ -14,21 +16,40 @@ def forecast_sections(
     sources: list[Source], found: list[dict[str, dict]], shown: set[str]
 ) -> list[dict]:
     """One entry per foreign run the page shows (`found`: report.steps_found of each source;
-    `shown`: the page's run ids, an engine split over GPUs by its rank 0): its name, the gain and
-    its interval, how far it holds (`bound`), the assumptions, the whole-trace figure; or
-    `not_predicted` and why; `sure`: whether the steps it stands on are."""
+    `shown`: the page's run ids, an engine split over GPUs by its rank 0), and for the blocking run
+    of our own engine a trace alone holds: its name, the gain and its interval, how far it holds
+    (`bound`), the assumptions, the whole-trace figure; or `not_predicted` and why; `sure`: whether
+    the steps it stands on are; `ours`: our engine's run."""
     out = []
     for source, mine in zip(sources, found, strict=True):
         ids = [run_id for run_id in mine if run_id in shown]
-        if source.catalog is None or not ids:
+        if source.catalog is None or not (ids or "traces" in source.results.provenance):
             continue
-        gains = trace_forecasts(source.catalog, ids)
+        gains = {  # run_id -> (gain, its steps sure, ours); not sure: the figure carries a ~
+            k: (v, bool(mine[k]["sure"]), False)
+            for k, v in trace_forecasts(source.catalog, ids).items()
+        }
+        gains.update(_blocking(source, mine, shown))
         for run in source.results.runs.to_dict("records"):
             if (gain := gains.get(run["run_id"])) is not None:
-                sure = bool(mine[run["run_id"]]["sure"])  # else its figure carries the doubt: ~
-                out.append({"name": run_name(run), "run_id": run["run_id"], "sure": sure,
-                            **_entry(gain)})  # fmt: skip
+                out.append({"name": run_name(run), "run_id": run["run_id"], "sure": gain[1],
+                            "ours": gain[2], **_entry(gain[0])})  # fmt: skip
     return out
+
+
+def _blocking(source: Source, mine: dict[str, dict], shown: set[str]) -> dict[str, tuple]:
+    """A trace of our own engine's blocking loop, alone on the page: its forecast from the trace
+    read as any engine's (runs.analysis.blocking_forecast), as `bubblelab analyze TRACE --domain
+    none` prints it. A sweep's depth-1 runs are forecast by predict instead."""
+    if "traces" not in source.results.provenance:
+        return {}
+    runs = source.results.runs
+    ours = runs[~runs["run_id"].isin(list(mine)) & runs["run_id"].isin(list(shown))]
+    if len(ours) != 1 or known_int(ours["depth"].iloc[0]) != 1:
+        return {}
+    run = ours.iloc[0]
+    found = blocking_forecast(run["trace_path"]) if run["trace_path"] else None
+    return {} if found is None else {run["run_id"]: (*found, True)}
 
 
 def _entry(gain: dict) -> dict:

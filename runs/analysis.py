@@ -24,6 +24,7 @@ from ..costmodel.foreign import pipelining_gain
 from ..costmodel.schedule import Limits, extra_steps
 from ..costmodel.schedule import Request as Replayed
 from ..profiling import analysis, foreign, overview
+from ..profiling.catalog import connect
 from ..profiling.ingest import DOMAIN, ingest_trace
 from ..profiling.kernels import kernel_view
 from ..profiling.steps import StepOptions
@@ -31,6 +32,8 @@ from .catalogs import update_catalog
 from .sources import run_catalog
 from .tables import config_names
 from .traces import index_meta
+
+AS_FOREIGN = "none"  # a domain no trace has: every run is read as any engine's (--domain none)
 
 if TYPE_CHECKING:  # the workload module reaches the engine's config, hence torch: not for a page
     from .workload import WorkloadSpec
@@ -146,6 +149,24 @@ def trace_forecasts(con: duckdb.DuckDBPyConnection, run_ids: list[str]) -> dict[
         for run in report["runs"]
         if "syncs_per_step" in run
     }
+
+
+def blocking_forecast(trace: Path | str) -> tuple[dict, bool] | None:
+    """What pipelining would buy the blocking run of our own engine that `trace` holds, from the
+    trace alone, and whether the steps it stands on are sure: `bubblelab analyze TRACE --domain
+    none`'s figures (our NVTX phases name the loop's parts but forecast nothing; read as any
+    engine's, its syncs and launches do). None for a trace of several processes."""
+    con = connect(None)
+    try:
+        trace = Path(trace)
+        run_ids = ingest_trace(trace, None, index_meta(trace), domain=AS_FOREIGN, con=con)
+        if len(run_ids) != 1:
+            return None
+        (run,) = overview.analyze(con, run_ids, WARMUP_STEPS, None)["runs"]
+        gain = _pipelining(con, run, None, WARMUP_STEPS)
+        return gain, run["steps_found"]["confidence"] == "high"
+    finally:
+        con.close()
 
 
 def bound_words(gain: dict) -> str:

@@ -138,3 +138,24 @@ def test_the_page_names_a_trace_without_a_model_as_the_console_does(tmp_path):
             assert f"{name.split('·')[0] if stem == 'bare' else name} · NVIDIA H" in page
         assert len(names) == (2 if stem == "tp2" else 1)
     assert "The run</summary>" in page and "1 runs" not in page
+
+
+def test_the_page_of_our_own_blocking_trace_leads_with_its_forecast(tmp_path):
+    """Our NVTX phases forecast nothing, but the trace read as any engine's does: the page of a
+    depth-1 trace of bubblelab's engine leads with `bubblelab analyze TRACE --domain none`'s
+    figures, says so, and a depth-2 trace's page still has nothing to forecast."""
+    from bubblelab.runs.analysis import analyze_traces
+
+    trace = TRACES_DIR / "qwen3-0.6b-s1-d1.sqlite.gz"
+    said = analyze_traces([trace], domain="none")["runs"][0]["pipelining"]
+    page = report_run_dir(trace, n_boot=20, export=False, out=tmp_path / "d1.html").read_text()
+    head = _text(page, "<header", "</header>")
+    lo, hi = said["interval_pct"]
+    assert f"{said['speedup_pct']:+.1f}% [{lo:+.1f}%, {hi:+.1f}%]" in head
+    assert "qwen3-0.6b · NVIDIA H200 · 1 stream · depth 1" in head
+    card = _text(page, *(f'<section class="card" id="{s}"' for s in ("prediction", "step")))
+    assert "blocking run of bubblelab's engine" in card and "TRACE --domain none" in card
+    assert f"pipelining would buy {said['whole_run']['speedup_pct']:+.1f}%" in card
+    d2 = TRACES_DIR / "qwen3-0.6b-s1-d2.sqlite.gz"
+    page = report_run_dir(d2, n_boot=20, export=False, out=tmp_path / "d2.html").read_text()
+    assert "No configuration was measured at both depths" in page
