@@ -230,6 +230,21 @@ def _across(from_dir: Path, to_dir: Path, json_out: str | None, n_boot: int) -> 
     show(console, across_table(table))
 
 
+def unpaired(sources: list[Path], runs: pd.DataFrame) -> str:
+    """Why nothing was predicted: no configuration ran at both depths; what would do it."""
+    import pandas as pd
+
+    said = f"{', '.join(map(str, sources))}: no configuration measured at both depth 1 and depth 2"
+    depths = sorted({int(d) for d in pd.to_numeric(runs.get("depth"), errors="coerce").dropna()})
+    if len(depths) != 1:
+        return said
+    return (
+        f"{said} (its runs are all at depth {depths[0]}): the table sets each forecast beside "
+        "what depth 2 measured, so run both (run-and-profile --depth 1,2); what pipelining would "
+        "buy one depth-1 nsys trace, from it alone: bubblelab analyze TRACE --domain none"
+    )
+
+
 def _num(v: float | None, nd: int = 3) -> str:
     return "–" if v is None or math.isnan(v) else f"{v:.{nd}f}"
 
@@ -295,10 +310,7 @@ def register(app: typer.Typer) -> None:
             for reason in table.attrs["skipped"]:
                 console.print(f"skipped {reason}", markup=False)
             if table.empty:
-                raise BubblelabError(
-                    f"{', '.join(map(str, sources))}: no configuration measured at both depth 1 "
-                    "and depth 2"
-                )
+                raise BubblelabError(unpaired(sources, results.runs))
         if emit_and_say(console, dest, records(table)):
             return
         if not console.is_terminal:  # piped or captured: don't squeeze the table into 80 columns

@@ -187,7 +187,7 @@ def profile_and_report(
     from ..runs.rundir import read_results
     from ..runs.state import check_new_run_dir, check_unlocked, record_timing, time_line
     from ..runs.sweep import run_sweep
-    from .predict import prediction_tables
+    from .predict import prediction_tables, unpaired
 
     # Refused before the progress bar shows: a folder in use or unwritable, nsys forced but absent.
     if resume:
@@ -242,6 +242,8 @@ def profile_and_report(
         # plainly, where the demo's CPU is too noisy to tell, and whose noise it is
         for line in [*noise_lines(table), *source_lines(table, results.steps)]:
             console.print(line, markup=False)
+    else:
+        console.print(unpaired([out], results.runs), markup=False)
     perturbation = profiler_perturbation(results.runs, results.steps)
     if len(perturbation):
         show(console, perturbation_table(perturbation))

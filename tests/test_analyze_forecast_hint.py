@@ -47,3 +47,16 @@ def test_a_run_directory_is_pointed_at_predict(tmp_path, capsys):
     said = _said(["analyze", str(out)], capsys)
     assert f"beside what depth 2 measured: bubblelab predict {out}" in said
     assert "from depth 1 alone" in _said(["predict", str(out)], capsys)
+
+
+@pytest.mark.slow
+def test_a_sweep_of_depth_1_alone_is_told_what_would_forecast_it(tmp_path, capsys):
+    out = tmp_path / "run"
+    swept = _said(["run-and-profile", *TINY, "--depth", "1", "--out", str(out)], capsys)
+    assert "(its runs are all at depth 1)" in swept  # the sweep's own summary says it too
+    assert "bubblelab predict" not in _said(["analyze", str(out)], capsys)
+    with pytest.raises(SystemExit) as done:
+        main(["predict", str(out)])
+    said = " ".join(capsys.readouterr().err.split())
+    assert done.value.code == 2 and "(its runs are all at depth 1)" in said
+    assert "run-and-profile --depth 1,2" in said and "analyze TRACE --domain none" in said
