@@ -8,6 +8,8 @@ import typer
 
 from . import options as shared
 
+PHASES_SHOWN = 12  # the attribution's largest host phases in the terminal; the page and JSON: all
+
 
 def register(app: typer.Typer) -> None:
     app.command("compare")(compare)
@@ -31,7 +33,7 @@ def compare(
 
     from ..core.files import check_output_path, write_atomic
     from ..report.diff import compare as compare_sources
-    from ..report.diff import figure, percent_change
+    from ..report.diff import percent_change, row_figures
     from ..report.diff_page import render_comparison
     from .output import SCHEMA, cell, check_json_dest, console_for, emit_json
     from .tables import show
@@ -63,8 +65,20 @@ def compare(
             pct = "diff_pct" in rows
             for name in ("A", "B", "B - A", *(["%"] if pct else [])):
                 table.add_column(name, justify="right", no_wrap=True)
-            for row in rows.to_dict("records"):
-                numbers = [figure(row["a"]), figure(row["b"]), figure(row["diff"], signed=True)]
+            records = rows.to_dict("records")
+            if what == "phase" and len(records) > PHASES_SHOWN + 2:  # a foreign trace has dozens
+                size = rows[["a", "b"]].abs().max(axis=1).fillna(0)
+                records = rows.loc[size.sort_values(ascending=False, kind="stable").index]
+                records = records.to_dict("records")
+                left, records = records[PHASES_SHOWN:], records[:PHASES_SHOWN]
+                largest = max(max(abs(r["a"] or 0), abs(r["b"] or 0)) for r in left)
+                table.caption = (
+                    f"{len(left)} more phases, none over {largest:.3f} ms a step on either side "
+                    "(--json has every one)"
+                )
+                table.caption_justify = "left"
+            for row in records:
+                numbers = list(row_figures(row))
                 if pct:
                     numbers.append(percent_change(row["diff_pct"]))
                 table.add_row(cell(row[what], 200), *numbers)

@@ -92,14 +92,26 @@ def compare_sources(a: Source, b: Source) -> Comparison:
     )
 
 
-def figure(value: float | None, signed: bool = False) -> str:
+def figure(value: float | None, signed: bool = False, whole: bool = False) -> str:
     """One cell of the comparison, the same in the terminal and on the page: a count or a figure
-    of 1,000 or more whole, anything else to the microsecond of a ms (3 decimals), never in
-    scientific notation; '–' where one side has no such figure."""
+    of 1,000 or more whole (or any, `whole`), anything else to the microsecond of a ms (3
+    decimals), never in scientific notation; '–' where one side has no such figure."""
     if value is None or pd.isna(value):
         return "–"
-    decimals = 0 if float(value).is_integer() or abs(value) >= 1000 else 3
+    decimals = 0 if whole or float(value).is_integer() or abs(value) >= 1000 else 3
     return f"{value:{'+' if signed and value else ''},.{decimals}f}"
+
+
+def row_figures(row: dict) -> tuple[str, str, str]:
+    """A row's A, B and B − A cells, alike: whole when either side is 1,000 or more (tokens/s
+    1,936 → 1,460 is -476, not -476.284)."""
+    sides = [v for v in (row["a"], row["b"]) if v is not None and not pd.isna(v)]
+    whole = any(abs(v) >= 1000 for v in sides)
+    return (
+        figure(row["a"], whole=whole),
+        figure(row["b"], whole=whole),
+        figure(row["diff"], signed=True, whole=whole),
+    )
 
 
 def percent_change(value: float | None) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import jinja2
 
-from .diff import Comparison, figure, percent_change
+from .diff import Comparison, percent_change, row_figures
 from .report import TEMPLATES
 
 
@@ -13,7 +13,7 @@ def render_comparison(comparison: Comparison) -> str:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True, undefined=jinja2.StrictUndefined
     )
-    env.filters["num"] = figure
+    env.globals["row_figures"] = row_figures
     env.filters["signed"] = percent_change
     records = comparison.to_dict()
     tables = [

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from bubblelab.report.diff import compare, figure
+from bubblelab.report.diff import compare, figure, row_figures
 from bubblelab.report.diff_page import render_comparison
 from bubblelab.runs.demo import write_demo_run_dir
 from bubblelab.runs.traces import TRACES_DIR
@@ -82,3 +82,33 @@ def test_a_figure_reads_the_same_in_the_terminal_and_on_the_page():
     assert figure(10534.2) == "10,534" and figure(91.0) == "91"
     assert figure(8.0, signed=True) == "+8" and figure(0.0029, signed=True) == "+0.003"
     assert figure(0.0, signed=True) == "0" and figure(float("nan")) == figure(None) == "–"
+    # a row reads alike: tokens/s 1,936 -> 1,460 is -476, not -476.284
+    row = {"a": 1936.2, "b": 1459.9, "diff": -476.284}
+    assert row_figures(row) == ("1,936", "1,460", "-476")
+    row = {"a": 0.4151, "b": None, "diff": None}
+    assert row_figures(row) == ("0.415", "–", "–")
+
+
+def test_the_terminal_shows_the_largest_host_phases_and_counts_the_rest(capsys, monkeypatch):
+    """Another engine's trace names dozens of host phases (every CUDA call, every NVTX range): the
+    terminal shows the 12 largest on either side and says how many more and how small; --json and
+    the page keep every one."""
+    from bubblelab.cli import main
+    from bubblelab.cli.compare import PHASES_SHOWN
+
+    a, b = (TRACES_DIR / "foreign" / f"{n}.sqlite.gz" for n in ("cupy-decode", "jax-decode"))
+    rows = compare(a, b).attribution
+    size = rows[["a", "b"]].abs().max(axis=1).fillna(0).sort_values(ascending=False)
+    assert len(rows) > PHASES_SHOWN + 2
+    monkeypatch.setenv("COLUMNS", "200")
+    main(["compare", str(a), str(b)])
+    out = capsys.readouterr().out
+    table = out[out.index("Bubble by host phase") : out.index("Kernels")]
+    shown = [line for line in table.splitlines() if line.startswith("│")]
+    assert len(shown) == PHASES_SHOWN
+    assert [line.split("│")[1].strip() for line in shown] == [
+        rows.loc[i, "phase"] for i in size.index[:PHASES_SHOWN]
+    ]
+    left = size.iloc[PHASES_SHOWN:]
+    assert f"{len(left)} more phases, none over {left.max():.3f} ms a step" in table
+    assert re.search(r"tokens_per_s +│ +1,936 │ +1,460 │ +-476 │", out)
