@@ -157,6 +157,7 @@ def render_report(
         fig_gaps=Markup(figures.gap_histogram(gaps, device=word)) if gaps else None,
         gaps_from_steps=measured.gaps.empty,
         profiled_left_out=len(results.runs) - len(measured.runs),
+        one_depth=_one_depth(results.runs),
         fig_attr=Markup(figures.attribution_bars(attribution, device=word, split=split))
         if len(attribution)
         else None,
@@ -173,6 +174,12 @@ def render_report(
         together=together,
     )
     return _env().get_template("report.html.j2").render(**context)
+
+
+def _one_depth(runs: pd.DataFrame) -> int | None:
+    """The depth every run of ours ran at, when they all ran at one: why nothing is predicted."""
+    depths = {known_int(d) for d in runs["depth"]} - {None}
+    return depths.pop() if len(depths) == 1 else None
 
 
 def _confirmed_together(splits: list[dict]) -> set[str]:

@@ -54,6 +54,9 @@ def test_a_sweep_of_depth_1_alone_is_told_what_would_forecast_it(tmp_path, capsy
     out = tmp_path / "run"
     swept = _said(["run-and-profile", *TINY, "--depth", "1", "--out", str(out)], capsys)
     assert "(its runs are all at depth 1)" in swept  # the sweep's own summary says it too
+    page = " ".join((out / "report.html").read_text().split())  # and its page
+    assert page.count("Its runs are all at depth 1: run both") == 1
+    assert "runs are all at depth 1: the forecast from depth 1 is set beside" in page
     assert "bubblelab predict" not in _said(["analyze", str(out)], capsys)
     with pytest.raises(SystemExit) as done:
         main(["predict", str(out)])
