@@ -31,7 +31,11 @@ def run(
     model: str | None = options.MODEL,
     device: str = options.DEVICE,
     dtype: str | None = options.DTYPE,
-    depth: int = typer.Option(2, help="Pipeline depth: 1 = blocking, 2 = pipelined."),
+    depth: str = typer.Option(
+        "2",
+        help="Pipeline depth: 1 = blocking, 2 = pipelined; a comma-separated list runs each "
+        "workload at each, back to back on one engine.",
+    ),
     tensor_parallel: int = typer.Option(1, help="GPUs (processes) the model is split over."),
     streams: str = options.STREAMS,
     requests_per_stream: int | None = typer.Option(
@@ -106,7 +110,7 @@ def run(
     try:
         with _progress(console) as bar:
 
-            def on_start(spec):
+            def on_start(spec, depth):
                 task = bar.add_task(
                     f"depth {depth}, {counted(spec.streams, 'stream')}", total=spec.requests
                 )

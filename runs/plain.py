@@ -1,10 +1,10 @@
-"""`bubblelab run` as a library: one engine, one workload per streams value, with per-request
-latency. Everything is validated by `plan_runs` before a model is loaded."""
+"""`bubblelab run` as a library: one engine, one workload per streams value and depth, with
+per-request latency. Everything is validated by `plan_runs` before a model is loaded."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.checks import parse_ints
@@ -16,8 +16,9 @@ from .workload import MAX_STREAMS, WorkloadSpec, check_streams_fit
 
 @dataclass
 class RunPlan:
-    engine: EngineConfig
+    engine: EngineConfig  # at depths[0]
     workloads: list[WorkloadSpec]
+    depths: list[int] = field(default_factory=lambda: [2])  # each workload at each, in this order
 
 
 def plan_runs(
@@ -26,7 +27,7 @@ def plan_runs(
     model: str | None = None,
     device: str = "cpu",
     dtype: str | None = None,
-    depth: int = 2,
+    depth: str | int | list[int] = 2,
     tensor_parallel: int = 1,
     max_num_seqs: int | None = None,
     max_model_len: int = 512,
@@ -39,13 +40,15 @@ def plan_runs(
     **workload: Any,
 ) -> RunPlan:
     """The engine and one workload per streams value, every option checked; nothing loaded yet.
+    depth: one or several ('1,2': each workload at depth 1, then at depth 2, on one engine).
     workload: the other WorkloadSpec fields (requests, output_len_mean, prompt_len, ...)."""
     counts = parse_ints("streams", streams, 1, MAX_STREAMS)
+    depths = parse_ints("depth", depth, 1, 2)
     config = EngineConfig(
         model=model,
         device=device,
         dtype=default_dtype(device) if dtype is None else dtype,  # '' is refused, not defaulted
-        depth=depth,
+        depth=depths[0],
         tensor_parallel=tensor_parallel,
         # One batch-row budget for every run: one engine, as a sweep has.
         max_num_seqs=max_num_seqs
@@ -70,25 +73,29 @@ def plan_runs(
     ]
     for spec in specs:
         spec.check_fits(config.max_model_len)
-    return RunPlan(config, specs)
+    return RunPlan(config, specs, depths)
 
 
 def run_plan(
     plan: RunPlan,
     *,
-    on_start: Callable[[WorkloadSpec], Callable[[int], None] | None] | None = None,
+    on_start: Callable[[WorkloadSpec, int], Callable[[int], None] | None] | None = None,
     engine: LLMEngine | None = None,
 ) -> list[RunResult]:
-    """Run every workload of the plan on one engine (loaded here unless given), with latency.
-    on_start(spec) is told each workload as it starts and may return a per-request progress
-    callback."""
+    """Run every workload of the plan at each of its depths on one engine (loaded here unless
+    given), with latency; a workload's depths back to back. on_start(spec, depth) is told each
+    run as it starts and may return a per-request progress callback."""
     own = engine is None
     engine = engine or LLMEngine(plan.engine)
+    results = []
     try:
-        return [
-            run_workload(engine, spec, latency=True, progress=on_start(spec) if on_start else None)
-            for spec in plan.workloads
-        ]
+        for spec in plan.workloads:
+            for depth in plan.depths:
+                if engine.config.depth != depth:
+                    engine.set_depth(depth)
+                progress = on_start(spec, depth) if on_start else None
+                results.append(run_workload(engine, spec, latency=True, progress=progress))
+        return results
     finally:
         if own:
             engine.close()

@@ -102,7 +102,7 @@ def test_shared_options_have_one_default_everywhere():
     assert {"model", "device", "streams", "max_model_len", "output_len_mean"} <= shared
     # --depth is one idea with one name; its default is what each command is for: run drives the
     # pipelined engine, a sweep compares both depths.
-    assert (run_defaults.pop("depth"), sweep_defaults.pop("depth")) == (2, "1,2")
+    assert (run_defaults.pop("depth"), sweep_defaults.pop("depth")) == ("2", "1,2")
     for name in shared - {"depth"}:
         assert run_defaults[name] == sweep_defaults[name], name
     # ... and they are the library's.
@@ -133,6 +133,27 @@ def test_run_json_to_stdout_has_latency_per_request_and_runs_per_streams_value(c
             assert len(req["token_ids"]) == 6 and req["finish_reason"] == "length"
             assert 0 < req["ttft_ms"] <= req["e2e_ms"] < (time.perf_counter_ns() - started) / 1e6
             assert req["tpot_ms"] == pytest.approx((req["e2e_ms"] - req["ttft_ms"]) / 5)
+
+
+def test_run_takes_a_list_of_depths_as_the_sweep_does(capsys):
+    """`--depth 1,2`: each workload at depth 1, then at depth 2, on one engine; the same tokens
+    (depth changes when a step's work is launched, never what it computes)."""
+    main(
+        ["run", "--model", "tiny-llama", "--streams", "1,2", "--depth", "1,2",
+         "--output-len-mean", "6", "--max-model-len", "64", "--json"]
+    )  # fmt: skip
+    runs = json.loads(capsys.readouterr().out)["runs"]
+    assert [(r["summary"]["streams"], r["summary"]["depth"]) for r in runs] == [
+        (1, 1), (1, 2), (2, 1), (2, 2)
+    ]  # fmt: skip
+    for blocking, pipelined in (runs[:2], runs[2:]):
+        tokens = [
+            {k: v["token_ids"] for k, v in r["requests"].items()} for r in (blocking, pipelined)
+        ]
+        assert tokens[0] == tokens[1]
+    with pytest.raises(SystemExit):
+        main(["run", "--model", "tiny-llama", "--depth", "1,3"])
+    assert "--depth takes comma-separated integers in [1, 2], got '1,3'" in capsys.readouterr().err
 
 
 def test_json_after_a_command_without_inputs_is_always_its_path(tmp_path, capsys):
