@@ -121,6 +121,8 @@ def run(
         engine.close()
     for result in results:
         show(console, summary_table(result))
+    if len(plan.depths) > 1:
+        show(console, depths_table(results))
     emit_and_say(console, dest, {"schema": SCHEMA, "runs": [run_record(r) for r in results]})
 
 
@@ -185,6 +187,37 @@ def summary_table(result: RunResult) -> Table:
             f"{counted(s['handoff_probe_n'], 'sample')})",
         )
     t.add_row("CUDA graphs", "yes" if s["cuda_graphs"] else "no")
+    return t
+
+
+def depths_table(results: list[RunResult]) -> Table:
+    """Each workload's runs at its depths side by side: tokens/s, the decode step, and whether
+    every request got the same tokens (the depth moves when work is launched, never what it is)."""
+    first = results[0].summary["depth"]
+    t = Table(
+        title=f"Against depth {first}, one run each", title_justify="left", caption_justify="left"
+    )
+    for name in ("streams", "depth", "tokens/s", "change", "decode step ms", "same tokens"):
+        t.add_column(name, justify="left" if name == "same tokens" else "right", no_wrap=True)
+    base = None
+    for result in results:
+        s = result.summary
+        if s["depth"] == first:
+            base = result
+        change = s["tokens_per_s"] / base.summary["tokens_per_s"] - 1 if base else None
+        same = result.outputs == base.outputs if base else None
+        t.add_row(
+            str(s["streams"]),
+            str(s["depth"]),
+            f"{s['tokens_per_s']:,.1f}",
+            "–" if change is None or result is base else f"{100 * change:+.1f}%",
+            f"{s['step_ms_median']:.3f}",
+            "–" if same is None or result is base else "yes" if same else "NO",
+        )
+    t.caption = (
+        "one run of each, so its noise is unknown: run-and-profile repeats and pairs the depths "
+        "for a speedup with its interval"
+    )
     return t
 
 

@@ -142,7 +142,14 @@ def test_run_takes_a_list_of_depths_as_the_sweep_does(capsys):
         ["run", "--model", "tiny-llama", "--streams", "1,2", "--depth", "1,2",
          "--output-len-mean", "6", "--max-model-len", "64", "--json"]
     )  # fmt: skip
-    runs = json.loads(capsys.readouterr().out)["runs"]
+    out, err = capsys.readouterr()
+    runs = json.loads(out)["runs"]
+    said = " ".join(err.split())  # the tables, on stderr, end with the depths side by side
+    assert "Against depth 1, one run each" in said and "run-and-profile repeats and pairs" in said
+    rows = [line.split("│")[1:-1] for line in err.splitlines() if line.count("│") == 7]
+    assert [[c.strip() for c in r[:2]] + [r[-1].strip()] for r in rows] == [
+        ["1", "1", "–"], ["1", "2", "yes"], ["2", "1", "–"], ["2", "2", "yes"]
+    ]  # fmt: skip
     assert [(r["summary"]["streams"], r["summary"]["depth"]) for r in runs] == [
         (1, 1), (1, 2), (2, 1), (2, 2)
     ]  # fmt: skip
