@@ -68,13 +68,12 @@ def compare(
             records = rows.to_dict("records")
             if what == "phase" and len(records) > PHASES_SHOWN + 2:  # a foreign trace has dozens
                 size = rows[["a", "b"]].abs().max(axis=1).fillna(0)
-                records = rows.loc[size.sort_values(ascending=False, kind="stable").index]
-                records = records.to_dict("records")
-                left, records = records[PHASES_SHOWN:], records[:PHASES_SHOWN]
-                largest = max(max(abs(r["a"] or 0), abs(r["b"] or 0)) for r in left)
+                size = size.sort_values(ascending=False, kind="stable")
+                records = rows.loc[size.index[:PHASES_SHOWN]].to_dict("records")
+                left = size.iloc[PHASES_SHOWN:]
                 table.caption = (
-                    f"{len(left)} more phases, none over {largest:.3f} ms a step on either side "
-                    "(--json has every one)"
+                    f"{len(left)} more phases, none over {left.max():.3f} ms a step on either "
+                    "side (--json has every one)"
                 )
                 table.caption_justify = "left"
             for row in records:

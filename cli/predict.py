@@ -232,14 +232,14 @@ def _across(from_dir: Path, to_dir: Path, json_out: str | None, n_boot: int) -> 
 
 def unpaired(sources: list[Path], runs: pd.DataFrame) -> str:
     """Why nothing was predicted: no configuration ran at both depths; what would do it."""
-    import pandas as pd
+    from ..costmodel.predict import one_depth
 
     said = f"{', '.join(map(str, sources))}: no configuration measured at both depth 1 and depth 2"
-    depths = sorted({int(d) for d in pd.to_numeric(runs.get("depth"), errors="coerce").dropna()})
-    if len(depths) != 1:
+    depth = one_depth(runs)
+    if depth is None:
         return said
     return (
-        f"{said} (its runs are all at depth {depths[0]}): the table sets each forecast beside "
+        f"{said} (its runs are all at depth {depth}): the table sets each forecast beside "
         "what depth 2 measured, so run both (run-and-profile --depth 1,2); what pipelining would "
         "buy one depth-1 nsys trace, from it alone: bubblelab analyze TRACE --domain none"
     )

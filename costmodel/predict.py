@@ -157,6 +157,12 @@ def pair_runs(runs: pd.DataFrame) -> list[tuple[pd.DataFrame, pd.DataFrame]]:
     return pairs
 
 
+def one_depth(runs: pd.DataFrame) -> int | None:
+    """The depth every run ran at, when they all ran at one (then no configuration pairs up)."""
+    depths = {known_int(d) for d in runs["depth"]} - {None}
+    return depths.pop() if len(depths) == 1 else None
+
+
 def _limits(run: pd.Series) -> Limits | None:
     values = [run.get(k) for k in LIMITS]
     if any(v is None or pd.isna(v) for v in values):

@@ -22,7 +22,7 @@ from ..core.files import write_atomic
 from ..costmodel.blog import predict_blog
 from ..costmodel.headline import caveat_lines, explanation, handoff_lines, within
 from ..costmodel.perturbation import profiler_perturbation
-from ..costmodel.predict import known_int, predict_runs
+from ..costmodel.predict import known_int, one_depth, predict_runs
 from ..costmodel.spread import source_lines
 from ..runs.rundir import Results, distinct_names, merge_results
 from ..runs.sources import Source, open_source
@@ -157,7 +157,7 @@ def render_report(
         fig_gaps=Markup(figures.gap_histogram(gaps, device=word)) if gaps else None,
         gaps_from_steps=measured.gaps.empty,
         profiled_left_out=len(results.runs) - len(measured.runs),
-        one_depth=_one_depth(results.runs),
+        one_depth=one_depth(results.runs),  # why nothing is predicted
         fig_attr=Markup(figures.attribution_bars(attribution, device=word, split=split))
         if len(attribution)
         else None,
@@ -174,12 +174,6 @@ def render_report(
         together=together,
     )
     return _env().get_template("report.html.j2").render(**context)
-
-
-def _one_depth(runs: pd.DataFrame) -> int | None:
-    """The depth every run of ours ran at, when they all ran at one: why nothing is predicted."""
-    depths = {known_int(d) for d in runs["depth"]} - {None}
-    return depths.pop() if len(depths) == 1 else None
 
 
 def _confirmed_together(splits: list[dict]) -> set[str]:
