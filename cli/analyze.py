@@ -207,11 +207,11 @@ def forecast_hint(runs: list[dict], given: list[Path]) -> Text | None:
     a lone trace's from its foreign reading (ours are read by their NVTX phases, which forecast
     nothing)."""
     blocking = [r for r in runs if "syncs_per_step" not in r and r["depth"] == 1]
-    both = any(r["depth"] == 2 for r in runs)  # predict sets its forecasts beside depth 2's runs
-    if blocking and both and len(given) == 1 and given[0].is_dir():
+    if blocking and len(given) == 1 and given[0].is_dir():  # predict replays their requests
+        both = any(r["depth"] == 2 for r in runs)
         return Text.assemble(
-            "What pipelining would buy these depth-1 runs, beside what depth 2 measured: bubblelab "
-            "predict ",
+            "What pipelining would buy these depth-1 runs, "
+            f"{'beside what depth 2 measured' if both else 'from them alone'}: bubblelab predict ",
             cell(shlex.quote(str(given[0])), limit=1000),
         )
     traced = [r for r in blocking if r["trace_path"]]  # a catalog's in-process runs have none

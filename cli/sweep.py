@@ -187,7 +187,8 @@ def profile_and_report(
     from ..runs.rundir import read_results
     from ..runs.state import check_new_run_dir, check_unlocked, record_timing, time_line
     from ..runs.sweep import run_sweep
-    from .predict import prediction_tables, unpaired
+    from .predict import depth1_forecast, show_depth1, unpaired
+    from .predict_tables import prediction_tables
 
     # Refused before the progress bar shows: a folder in use or unwritable, nsys forced but absent.
     if resume:
@@ -236,12 +237,15 @@ def profile_and_report(
         reporting = time.perf_counter()
         report = report_run_dir(out, table=table)
         timings = record_timing(out, "report", time.perf_counter() - reporting)
+    forecast = None  # runs at depth 1 only: what they foresee of depth 2
     if len(table):
         for printed in prediction_tables(table):
             show(console, printed)
         # plainly, where the demo's CPU is too noisy to tell, and whose noise it is
         for line in [*noise_lines(table), *source_lines(table, results.steps)]:
             console.print(line, markup=False)
+    elif (forecast := depth1_forecast(console, results)) is not None:
+        show_depth1(console, [out], results.runs, forecast)
     else:
         console.print(unpaired([out], results.runs), markup=False)
     perturbation = profiler_perturbation(results.runs, results.steps)
@@ -263,6 +267,7 @@ def profile_and_report(
             "run_dir": str(out),
             "report": str(report),
             "prediction": records(table),
+            "forecast": records(forecast) if forecast is not None else [],  # depth 1 alone
             "perturbation": records(perturbation),
         },
     )

@@ -34,7 +34,7 @@ from ..core.steady import steady_state
 from .costs import Curve, RunCosts, launched, probed_median_ms
 from .model import host_tick_ms, step_gpu_ms
 from .observed import Observed, median_of_pairs, pair_ratios, pair_repeats, pairs_interval
-from .predict import CONFIG_KEYS, _limits, pair_runs, run_label
+from .predict import CONFIG_KEYS, limits_of, pair_runs, run_label
 from .schedule import Limits, requests_from_table
 from .wholerun import depth2_replay, pipelined_wall_ms
 
@@ -129,7 +129,7 @@ def predict_across(
         steps_a = a[1][a[1]["run_id"].isin(d1_a["run_id"])]
         ratio = DeviceRatio.measured(steps_a, b[1][b[1]["run_id"].isin(d1_b["run_id"])])
         first = d1_a.iloc[0]
-        limits = _limits(first)
+        limits = limits_of(first)
         if limits is None or a[2].empty:
             raise BubblelabError(f"{run_label(first, depth=False)}: no requests to replay")
         handoff = probed_median_ms(d1_b)

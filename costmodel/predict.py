@@ -33,7 +33,7 @@ The rest explains the measured speedup and reads the depth-2 run; it is no forec
   term_<name>_pts: what each measured depth-2 piece moves the forecast by, on the way to it.
 - arrivals, arrival_wait_d1_ms, wall_d1_caveat: a workload whose requests arrive over time
   (requests' arrival_s) is replayed on a clock, and the row says what that leaves uncertain
-  (_arrival_columns).
+  (arrival_columns).
 - A trimmed trace (fewer decode steps than its run's `decode_steps`) is modelled as a window: the
   walls are its periods and wall_observed_pct its measured token-rate ratio.
 - A tensor-parallel configuration (runs' tensor_parallel > 1) is rank 0's runs, each step's GPU time
@@ -140,14 +140,20 @@ def pair_is_window(d1: pd.DataFrame, d2: pd.DataFrame, steps: pd.DataFrame) -> b
     )
 
 
-def pair_runs(runs: pd.DataFrame) -> list[tuple[pd.DataFrame, pd.DataFrame]]:
-    """(depth-1 runs, depth-2 runs) per configuration that has both; profiled runs only when no
-    unprofiled run is there. A tensor-parallel run is its rank 0's: a catalog's rank r > 0 runs
-    (runs.rank) are the same run's workers, not runs of their own."""
+def runs_modelled(runs: pd.DataFrame) -> pd.DataFrame:
+    """The runs a table models: profiled ones only when no unprofiled run is there; a
+    tensor-parallel run as its rank 0's (a catalog's rank r > 0 runs, runs.rank, are the same
+    run's workers, not runs of their own)."""
     if "rank" in runs:
         runs = runs[~(pd.to_numeric(runs["rank"], errors="coerce").fillna(0) > 0)]
     if "profiled" in runs and runs["profiled"].eq(False).any():
         runs = runs[runs["profiled"].eq(False)]
+    return runs
+
+
+def pair_runs(runs: pd.DataFrame) -> list[tuple[pd.DataFrame, pd.DataFrame]]:
+    """(depth-1 runs, depth-2 runs) per configuration that has both (of runs_modelled)."""
+    runs = runs_modelled(runs)
     keys = [k for k in CONFIG_KEYS if k in runs]
     pairs = []
     for _, group in runs.groupby(keys, dropna=False, sort=True):
@@ -157,13 +163,7 @@ def pair_runs(runs: pd.DataFrame) -> list[tuple[pd.DataFrame, pd.DataFrame]]:
     return pairs
 
 
-def one_depth(runs: pd.DataFrame) -> int | None:
-    """The depth every run ran at, when they all ran at one (then no configuration pairs up)."""
-    depths = {known_int(d) for d in runs["depth"]} - {None}
-    return depths.pop() if len(depths) == 1 else None
-
-
-def _limits(run: pd.Series) -> Limits | None:
+def limits_of(run: pd.Series) -> Limits | None:
     values = [run.get(k) for k in LIMITS]
     if any(v is None or pd.isna(v) for v in values):
         return None
@@ -182,7 +182,7 @@ def _whole_runs(pairs, steps, requests, window, carried_handoff_ms=None) -> list
                 r2["wall_s"],
                 requests=requests_from_table(mine) if len(mine) else None,
                 streams=int(r1["streams"]),
-                limits=_limits(r1),
+                limits=limits_of(r1),
                 window=window,
                 carried_handoff_ms=carried_handoff_ms,
                 probe_handoff_ms=probed_handoff_ms(r1),
@@ -257,12 +257,12 @@ def _wall_columns(pairs, whole: list[WholeRun], window: bool, statistic: Statist
         replayed=all(w.replayed for w in whole),
         schedule_match=float(np.mean([w.schedule_match for w in whole])),
         **{f"term_{t}_pts": float(np.mean([w.terms_pts[t] for w in whole])) for t in TERMS},
-        **_arrival_columns(whole),
+        **arrival_columns(whole),
     )
     return out
 
 
-def _arrival_columns(whole: list[WholeRun]) -> dict:
+def arrival_columns(whole: list) -> dict:
     """arrivals: the requests arrived over time, so the forecast replayed them on a clock (depth
     1's step costs); arrival_wait_d1_ms: how long depth 1 emptied mid-run waiting for one (its
     replay, mean over pairs); wall_d1_caveat: what of the forecast depth 1 alone cannot pin down."""

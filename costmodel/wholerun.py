@@ -176,6 +176,54 @@ class WholeRun:
         return self.wall_block_ms / self.from_d1_ms
 
 
+@dataclass(frozen=True)
+class Depth1Forecast:
+    """Depth 2 as depth 1 alone foresees it: the schedule it would run and the pieces to cost it."""
+
+    schedule: pd.DataFrame  # depth 2's steps, replayed from the requests (else depth2_order)
+    costs: RunCosts  # depth 1's pieces, the replay's waits in its overhead
+    replayed: bool
+    arrivals: bool  # the requests arrived over time (replayed on a clock: depth2_replay)
+    waited_ms: float  # depth 1 emptied mid-run waiting for an arrival this long (replayed)
+
+    def wall_ms(self, whole: bool = True) -> float:
+        return pipelined_wall_ms(self.schedule, self.costs, whole)
+
+
+def forecast_depth1(
+    steps1: pd.DataFrame,
+    costs1: RunCosts,
+    *,
+    requests: list[Request] | None,
+    streams: int,
+    limits: Limits | None,
+    window: bool = False,
+) -> Depth1Forecast:
+    """The forecast from depth 1 alone, from its launched steps and measured pieces: the one
+    predict_pair_wall sets beside depth 2 and costmodel.forecast makes where depth 2 never ran."""
+    arrivals = requests is not None and any(r.arrival_ms > 0 for r in requests)
+    if requests is not None and limits is not None and not window:
+        hat, costs1, waited_ms = depth2_replay(requests, streams, limits, costs1)
+        return Depth1Forecast(hat, costs1, True, arrivals, waited_ms)
+    return Depth1Forecast(depth2_order(steps1), costs1, False, arrivals, 0.0)
+
+
+def window_steps(steps: pd.DataFrame, window: bool) -> pd.DataFrame:
+    """A run's launched steps; a window's only those whose period it holds (the last one's runs
+    past it)."""
+    steps = launched(steps)
+    return steps[steps["period_ms"].notna()] if window else steps
+
+
+def measured_wall_ms(steps: pd.DataFrame, wall_s: float | None, window: bool) -> float:
+    """A run's wall clock (ms); a window's, the sum of its periods."""
+    if window:
+        return float(steps["period_ms"].iloc[:-1].sum())
+    if wall_s is None:
+        raise BubblelabError("a whole run's prediction needs both runs' wall clocks")
+    return float(wall_s) * 1e3
+
+
 def predict_pair_wall(
     steps1: pd.DataFrame,
     wall1_s: float | None,
@@ -200,27 +248,22 @@ def predict_pair_wall(
     (engine.handoff_probe): the forecast from depth 1 costs it in, and the `handoff` term is then
     what the probe missed.
     """
-    steps1, steps2 = launched(steps1), launched(steps2)
-    if window:  # a window's steps are those whose period it holds; the last one's runs past it
-        steps1, steps2 = (s[s["period_ms"].notna()] for s in (steps1, steps2))
-    c1 = RunCosts.measure(steps1, wall1_s, 1, window)
+    steps1, steps2 = window_steps(steps1, window), window_steps(steps2, window)
+    measured1 = RunCosts.measure(steps1, wall1_s, 1, window)
     if probe_handoff_ms is not None:
-        c1 = replace(c1, handoff_ms=probe_handoff_ms)
+        measured1 = replace(measured1, handoff_ms=probe_handoff_ms)
     c2 = RunCosts.measure(steps2, wall2_s, 2, window)
-    replayed = requests is not None and limits is not None and not window
-    measured1, waited_ms = c1, 0.0
-    arrivals = requests is not None and any(r.arrival_ms > 0 for r in requests)
-    if requests is not None and limits is not None and not window:
-        hat, c1, waited_ms = depth2_replay(requests, streams, limits, c1)
-    else:
-        hat = depth2_order(steps1)
-    match = replayed and same_schedule(hat, steps2)
+    foreseen = forecast_depth1(
+        steps1, measured1, requests=requests, streams=streams, limits=limits, window=window
+    )
+    hat, c1 = foreseen.schedule, foreseen.costs
+    match = foreseen.replayed and same_schedule(hat, steps2)
     ran = hat if match else steps2  # with its tick structure when the replay reproduced it
     whole = not window
-    if whole and (wall1_s is None or wall2_s is None):
-        raise BubblelabError("a whole run's prediction needs both runs' wall clocks")
-    wall1 = float(wall1_s or 0) * 1e3 if whole else float(steps1["period_ms"].iloc[:-1].sum())
-    wall2 = float(wall2_s or 0) * 1e3 if whole else float(steps2["period_ms"].iloc[:-1].sum())
+    wall1, wall2 = (
+        measured_wall_ms(steps1, wall1_s, window),
+        measured_wall_ms(steps2, wall2_s, window),
+    )
 
     def pts(wall_ms: float, schedule: pd.DataFrame) -> float:
         scale = 1.0 if whole else _window_tokens(schedule) / _window_tokens(steps1)
@@ -247,12 +290,12 @@ def predict_pair_wall(
         wall_pipe_ms=wall2,
         model_ms=walls["overhead"],
         from_d1_ms=walls["admission"],
-        replayed=replayed,
+        replayed=foreseen.replayed,
         schedule_match=match,
         terms_pts=terms,
         rate_scale=1.0 if whole else _window_tokens(ran) / _window_tokens(steps1),
-        arrivals=arrivals,
-        waited_ms=waited_ms,
+        arrivals=foreseen.arrivals,
+        waited_ms=foreseen.waited_ms,
         from_d1_carried_ms=None
         if carried_handoff_ms is None
         else pipelined_wall_ms(hat, replace(c1, handoff_ms=carried_handoff_ms), whole),

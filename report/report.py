@@ -20,9 +20,10 @@ from markupsafe import Markup
 from ..core.errors import BubblelabError
 from ..core.files import write_atomic
 from ..costmodel.blog import predict_blog
-from ..costmodel.headline import caveat_lines, explanation, handoff_lines, within
+from ..costmodel.forecast import forecast_runs, one_depth
+from ..costmodel.headline import caveat_lines, explanation, handoff_lines, pct_text, within
 from ..costmodel.perturbation import profiler_perturbation
-from ..costmodel.predict import known_int, one_depth, predict_runs
+from ..costmodel.predict import known_int, predict_runs
 from ..costmodel.spread import source_lines
 from ..runs.rundir import Results, distinct_names, merge_results
 from ..runs.sources import Source, open_source
@@ -125,6 +126,8 @@ def render_report(
             results.runs, results.steps, results.requests, ranks=results.ranks, n_boot=n_boot
         )
     blog = predict_blog()
+    depth1 = _depth1_forecast(results, table, n_boot)  # runs at depth 1 only
+    caveats1 = caveat_lines(depth1) if len(depth1) else []
     measured = summary.unprofiled(results)  # what the engine does; the profiler's own section
     configs = summary.config_table(measured)
     together = _confirmed_together(splits or [])
@@ -142,8 +145,8 @@ def render_report(
         headline=summary.headline(table, configs),
         perturbation=profiler_perturbation(results.runs, results.steps).to_dict("records"),
         predictions=summary.with_repeat_stops(table, results.provenance).to_dict("records"),
-        skipped=table.attrs.get("skipped", []),
-        caveats=[*caveat_lines(table), *handoff_lines(table)] if len(table) else [],
+        skipped=[*table.attrs.get("skipped", []), *depth1.attrs.get("skipped", [])],
+        caveats=[*caveat_lines(table), *handoff_lines(table)] if len(table) else caveats1,
         noise_sources=source_lines(table, measured.steps) if len(table) else [],
         blog=blog.to_dict("records"),
         configs=configs,
@@ -158,6 +161,7 @@ def render_report(
         gaps_from_steps=measured.gaps.empty,
         profiled_left_out=len(results.runs) - len(measured.runs),
         one_depth=one_depth(results.runs),  # why nothing is predicted
+        depth1=_depth1_rows(depth1),
         fig_attr=Markup(figures.attribution_bars(attribution, device=word, split=split))
         if len(attribution)
         else None,
@@ -174,6 +178,23 @@ def render_report(
         together=together,
     )
     return _env().get_template("report.html.j2").render(**context)
+
+
+def _depth1_forecast(results: Results, table: pd.DataFrame, n_boot: int) -> pd.DataFrame:
+    """Runs at depth 1 only: each configuration's forecast from them alone (costmodel.forecast);
+    empty otherwise."""
+    if len(table) or one_depth(results.runs) != 1:
+        return pd.DataFrame()
+    return forecast_runs(results.runs, results.steps, results.requests, results.ranks, n_boot)
+
+
+def _depth1_rows(forecast: pd.DataFrame) -> list[dict]:
+    """_depth1_forecast's rows, each figure's text as the console's (`?`: not known to ±1 point)."""
+    rows = forecast.to_dict("records")
+    for r in rows:
+        value, lo, hi = (r[f"wall_d1_predicted{k}"] for k in ("_pct", "_lo", "_hi"))
+        r["big"], _, r["ci"] = pct_text(value, lo, hi).partition(" ")
+    return rows
 
 
 def _confirmed_together(splits: list[dict]) -> set[str]:

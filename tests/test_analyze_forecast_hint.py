@@ -3,6 +3,8 @@ forecast nothing): the command it names runs and gives the figure."""
 
 from __future__ import annotations
 
+import json
+import math
 import re
 
 import pytest
@@ -50,16 +52,18 @@ def test_a_run_directory_is_pointed_at_predict(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_a_sweep_of_depth_1_alone_is_told_what_would_forecast_it(tmp_path, capsys):
+def test_a_sweep_of_depth_1_alone_gets_its_forecast_said_unchecked(tmp_path, capsys):
     out = tmp_path / "run"
     swept = _said(["run-and-profile", *TINY, "--depth", "1", "--out", str(out)], capsys)
-    assert "(its runs are all at depth 1)" in swept  # the sweep's own summary says it too
+    assert "forecast from the depth-1 runs alone (not yet checked)" in swept
+    assert "nothing has checked it yet; run-and-profile --depth 1,2" in swept
     page = " ".join((out / "report.html").read_text().split())  # and its page
-    assert page.count("Its runs are all at depth 1: run both") == 1
-    assert "runs are all at depth 1: the forecast from depth 1 is set beside" in page
-    assert "bubblelab predict" not in _said(["analyze", str(out)], capsys)
-    with pytest.raises(SystemExit) as done:
-        main(["predict", str(out)])
-    said = " ".join(capsys.readouterr().err.split())
-    assert done.value.code == 2 and "(its runs are all at depth 1)" in said
-    assert "run-and-profile --depth 1,2" in said and "analyze TRACE --domain none" in said
+    assert page.count("not yet checked: no depth-2 run was measured") == 1  # one configuration
+    assert "Every run here is at depth 1, so each figure is a forecast" in page
+    assert f"from them alone: bubblelab predict {out}" in _said(["analyze", str(out)], capsys)
+    said = _said(["predict", str(out)], capsys)
+    assert "not yet checked" in said and "run-and-profile --depth 1,2" in said
+    main(["predict", str(out), "--json", "-"])
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["repeats"] == 1 and math.isfinite(row["wall_d1_predicted_pct"])
+    assert f"{row['wall_d1_predicted_pct']:+.1f}%" in said and "observed_pct" not in row

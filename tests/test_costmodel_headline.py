@@ -14,7 +14,7 @@ import pytest
 from markupsafe import escape
 from rich.console import Console
 
-from bubblelab.cli.predict import explanation_table, forecast_table
+from bubblelab.cli.predict_tables import explanation_table, forecast_table
 from bubblelab.core.steady import steady_state
 from bubblelab.costmodel.headline import accuracy_cells, headline, headline_frame, noise_lines
 from bubblelab.costmodel.predict import HEADLINE, predict_runs
