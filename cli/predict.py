@@ -94,7 +94,8 @@ def register(app: typer.Typer) -> None:
             None,
             metavar="RUN_DIRS",
             help="Run directories (results.json, any schema version) or results files; several "
-            "are predicted together, e.g. TP 1 and TP 2 side by side.",
+            "are predicted together, e.g. TP 1 and TP 2 side by side; a sweep's --depth 1 and "
+            "--depth 2 halves pair up.",
         ),
         blog: bool = typer.Option(
             False, "--blog", metavar="", help="Use the Photon post's published inputs."
@@ -122,6 +123,7 @@ def register(app: typer.Typer) -> None:
         from ..costmodel.spread import source_lines
         from ..costmodel.tensor_parallel import tp_comparison
         from ..runs.rundir import load_sources
+        from ..runs.split_sweep import split_line
 
         if (from_dir is None) != (to_dir is None):
             raise BubblelabError("give --from A and --to B together")
@@ -164,6 +166,7 @@ def register(app: typer.Typer) -> None:
             show(console, printed)
         noise_from = source_lines(table, results.steps)  # whose noise an unknown speedup's is
         said = [*noise_lines(table), *caveat_lines(table), *handoff_lines(table), *noise_from]
+        said += [line] if (line := split_line(results.provenance)) else []
         for line in said:
             console.print(line, markup=False)
         for line in tp_lines(table):

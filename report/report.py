@@ -27,6 +27,7 @@ from ..costmodel.predict import known_int, predict_runs
 from ..costmodel.spread import source_lines
 from ..runs.rundir import Results, distinct_names, merge_results
 from ..runs.sources import Source, open_source
+from ..runs.split_sweep import split_line
 from . import figures, provenance, summary
 from .compare import side_by_side
 from .diff import percent_change
@@ -128,6 +129,7 @@ def render_report(
     blog = predict_blog()
     depth1 = _depth1_forecast(results, table, n_boot)  # runs at depth 1 only
     caveats1 = caveat_lines(depth1) if len(depth1) else []
+    halves = [line] if (line := split_line(results.provenance)) else []  # one sweep in two
     measured = summary.unprofiled(results)  # what the engine does; the profiler's own section
     configs = summary.config_table(measured)
     together = _confirmed_together(splits or [])
@@ -146,7 +148,8 @@ def render_report(
         perturbation=profiler_perturbation(results.runs, results.steps).to_dict("records"),
         predictions=summary.with_repeat_stops(table, results.provenance).to_dict("records"),
         skipped=[*table.attrs.get("skipped", []), *depth1.attrs.get("skipped", [])],
-        caveats=[*caveat_lines(table), *handoff_lines(table)] if len(table) else caveats1,
+        caveats=[*caveat_lines(table), *handoff_lines(table), *halves] if len(table) else caveats1,
+        halves=halves,
         noise_sources=source_lines(table, measured.steps) if len(table) else [],
         blog=blog.to_dict("records"),
         configs=configs,

@@ -359,9 +359,13 @@ def merge_results(named: dict[str, Results]) -> Results:
     """Several run directories as one Results (one report for a whole sweep).
 
     Each name becomes its runs' `preset` (so configurations of different directories never pair up,
-    e.g. qwen3-0.6b with and without a grammar) and `run_dir`, and prefixes their run ids, which
-    repeat across directories.
+    e.g. the same model on two commits) and `run_dir`, and prefixes their run ids, which repeat
+    across directories; one sweep's depth-1 and depth-2 halves share a preset and pair
+    (runs.split_sweep).
     """
+    from .split_sweep import split_sweep
+
+    halves = split_sweep(named)  # one sweep's depth-1 and depth-2 halves: they pair
     merged: dict[str, list[pd.DataFrame]] = {name: [] for name in TABLES}
     for source, results in named.items():
         for name in TABLES:
@@ -372,12 +376,14 @@ def merge_results(named: dict[str, Results]) -> Results:
             if "run_id" in table:
                 table["run_id"] = source + "/" + table["run_id"].astype(str)
             if name == "runs":
-                table["preset"] = table["run_dir"] = source
+                table["run_dir"] = source
+                table["preset"] = "+".join(halves) if halves else source
             merged[name].append(table)
     tables = {
         name: pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
         for name, parts in merged.items()
     }
-    return Results(
-        **tables, provenance={"sources": {source: r.provenance for source, r in named.items()}}
-    )
+    provenance: dict[str, Any] = {"sources": {s: r.provenance for s, r in named.items()}}
+    if halves:
+        provenance["split_sweep"] = list(halves)
+    return Results(**tables, provenance=provenance)

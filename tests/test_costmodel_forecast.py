@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from markupsafe import escape
 from rich.console import Console
 
 from bubblelab.cli.predict import unpaired
@@ -14,7 +15,8 @@ from bubblelab.costmodel.forecast import FORECAST, forecast_runs, one_depth
 from bubblelab.costmodel.predict import predict_runs
 from bubblelab.costmodel.simulate import simulate_run
 from bubblelab.report.report import render_report
-from bubblelab.runs.rundir import Results
+from bubblelab.runs.rundir import Results, merge_results
+from bubblelab.runs.split_sweep import split_line
 
 
 @pytest.fixture(scope="module")
@@ -83,3 +85,45 @@ def test_the_message_and_the_page_say_it_is_unchecked(runs, tmp_path):
         assert f"{r.wall_d1_predicted_pct:+.1f}%" in page
     assert page.count("not yet checked: no depth-2 run was measured") == 2
     assert "No configuration was measured at both depths" not in page
+
+
+def halves(runs: dict, **d2_options) -> dict[str, Results]:
+    """The simulated sweep as two directories, one a depth, each with its sweep's options."""
+    empty = pd.DataFrame()
+    spec = {"model": "simulated", "dtype": "fp32", "streams": [2, 8], "repeats": 4, "seed": 0}
+    out = {}
+    for depth, options in ((1, {}), (2, d2_options)):
+        ids = set(runs["runs"].loc[runs["runs"]["depth"] == depth, "run_id"])
+        mine = {k: v[v["run_id"].isin(ids)] for k, v in runs.items()}
+        out[f"d{depth}"] = Results(
+            runs=mine["runs"], steps=mine["steps"], attribution=empty, gaps=empty,
+            provenance={"sweep": {**spec, "depths": [depth], **options}},
+            timeline=mine["timeline"], requests=mine["requests"], ranks=empty,
+            rank_attribution=empty,
+        )  # fmt: skip
+    return out
+
+
+def test_one_sweeps_two_halves_pair_and_say_what_that_costs(runs):
+    merged = merge_results(halves(runs, repeats=6, budget_s=60.0))  # how many runs: may differ
+    assert merged.provenance["split_sweep"] == ["d1", "d2"]
+    table = predict_runs(merged.runs, merged.steps, merged.requests, n_boot=50)
+    assert list(table["label"]) == [f"d1+d2 · simulated · {n} streams" for n in (2, 8)]
+    assert (table["pairs"] == 4).all()
+    whole = predict_runs(runs["runs"], runs["steps"], runs["requests"], n_boot=50)
+    np.testing.assert_allclose(table["observed_pct"], whole["observed_pct"])
+    line = split_line(merged.provenance)
+    assert line is not None and "d1 (depth 1) and d2 (depth 2) are one sweep run in two" in line
+    page = " ".join(render_report(merged, "split", n_boot=50).split())
+    assert escape(line) in page and "their depth 1 and depth 2 made in two sweeps" in page
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"dtype": "bf16"}, {"seed": 1}, {"streams": [2]}],
+    ids=["another dtype", "other requests", "other stream counts"],
+)
+def test_sweeps_that_differ_in_what_ran_stay_apart(runs, change):
+    merged = merge_results(halves(runs, **change))
+    assert "split_sweep" not in merged.provenance and split_line(merged.provenance) is None
+    assert predict_runs(merged.runs, merged.steps, merged.requests, n_boot=50).empty
