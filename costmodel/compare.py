@@ -50,16 +50,18 @@ def step_summary(runs: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
 
 def depth_comparison(runs: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     """Per configuration measured at both depths: each median at depth 1 and 2 (columns `<name>_d1`,
-    `<name>_d2`), the steady-state period ratio and the observed tokens/s ratio, in percent."""
+    `<name>_d2`), the steady-state period ratio and the observed tokens/s ratio, in percent; no
+    rows (but its key columns) where none was."""
+    none = pd.DataFrame(columns=["config", "period_speedup_pct", "observed_pct"])
     summary = step_summary(runs, steps)
     if summary.empty:
-        return summary
+        return none
     keys = [k for k in ("config", *CONFIG_KEYS) if k in summary]
     values = ["batch", *STEP_PARTS, "gpu_ms", "host_tick_ms", "tokens_per_s"]
     # Repeats of a configuration at one depth pool as the mean of their medians.
     wide = summary.groupby([*keys, "depth"], dropna=False)[values].mean().unstack("depth")
     if not {1, 2} <= set(wide.columns.get_level_values("depth")):
-        return pd.DataFrame()
+        return none
     wide = wide.dropna(subset=[("period_ms", 1), ("period_ms", 2)])
     wide.columns = [f"{name}_d{depth}" for name, depth in wide.columns]
     table = wide.reset_index()

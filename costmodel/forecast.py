@@ -161,6 +161,6 @@ def forecast_runs(
             skipped.append(f"{run_label(d1.iloc[0], depth=False)}: {e}")
             continue
         rows.append({**{k: row[k] for k in FORECAST}, **row})
-    table = pd.DataFrame(rows)
+    table = pd.DataFrame(rows) if rows else pd.DataFrame(columns=list(FORECAST))
     table.attrs["skipped"] = skipped
     return table

@@ -44,9 +44,11 @@ def write_demo_run_dir(
     output_len: int = 48,
     costs: LoopCosts | None = None,
     seed: int = 0,
+    depths: tuple[int, ...] = (1, 2),
 ) -> Path:
-    """A run directory of simulated depth-1 / depth-2 pairs: what the report looks like without a
-    GPU. Refuses a directory that holds measured results: simulated data never replaces them."""
+    """A run directory of simulated depth-1 / depth-2 pairs (or runs at the depths given): what the
+    report looks like without a GPU. Refuses a directory that holds measured results: simulated
+    data never replaces them."""
     run_dir = Path(run_dir)
     if run_dir.exists() and not run_dir.is_dir():
         raise BubblelabError(f"{run_dir} is a file, not a run directory")
@@ -59,7 +61,7 @@ def write_demo_run_dir(
     con = connect(None)
     try:
         for s in streams:
-            for depth in (1, 2):
+            for depth in depths:
                 r = simulate_run(
                     depth,
                     streams=s,

@@ -95,6 +95,23 @@ def test_notebook_takes_the_users_run_directory(path, kernel_name, user_run_dir)
     assert f"{user_run_dir.name}: 4 runs" in printed  # it read the run directory, not the traces
 
 
+@pytest.mark.parametrize("depth", [1, 2], ids=["depth 1 only", "depth 2 only"])
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_takes_runs_at_one_depth(path, kernel_name, tmp_path, depth):
+    """A sweep at one depth (run-and-profile --depth 1: its forecast alone) runs top to bottom;
+    what needs both depths says it has nothing to show."""
+    from bubblelab.runs.demo import write_demo_run_dir
+
+    run_dir = write_demo_run_dir(tmp_path / "one-depth", streams=(1, 4), requests_per_stream=3,
+                                 output_len=24, depths=(depth,)).parent  # fmt: skip
+    book = run_notebook(path, kernel_name, run_dir)
+    printed = "".join(
+        o.get("text", "") for c in book.cells for o in c.get("outputs", []) if "text" in o
+    )
+    if path.stem.startswith("02"):
+        assert "no configuration here ran at both depths" in printed
+
+
 # A measured quantity in prose ("0.2-0.3 ms", "+34.9%", "600 kernels"...) would drift from the runs
 # the notebook is pointed at: the numbers belong in the outputs.
 MEASURED = re.compile(r"\d+(?:\.\d+)?\s*(?:ms|us|µs|%|kernels)\b")

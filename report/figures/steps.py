@@ -11,6 +11,7 @@ from matplotlib import ticker
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from ...core.errors import BubblelabError
 from .style import (
     DEPTH_COLORS,
     EXTRA_COLORS,
@@ -105,6 +106,8 @@ def attribution_bars(
     (report.summary.attribution_per_step); split: the one drawn, time_ms (the phase running while
     the device sat idle) or began_ms (the phase open when each idle gap began).
     """
+    if attribution.empty:
+        raise BubblelabError("no bubble was attributed to a host phase: no bars to draw")
     configs = list(dict.fromkeys(attribution["config"]))
     depths = sorted(attribution["depth"].unique())
     known = {**HOST_COLORS, **EXTRA_COLORS}
