@@ -231,7 +231,9 @@ def depth1_table(table: pd.DataFrame) -> Table:
         "?: not known to ±1 point (its interval over the repeats is wider, or there is one "
         "repeat). The whole-run model fed each depth-1 run only: its schedule at depth 2 replayed "
         "from its requests, costed with its own measured pieces (the forecast predict sets beside "
-        "the observed speedup when depth 2 runs too)"
+        "the observed speedup when depth 2 runs too). The interval is the repeats' spread, not "
+        "the model's error: how far it has missed where depth 2 ran is in the README ('Does the "
+        "post's model predict what pipelining wins?')"
     )
     return out
 
