@@ -114,7 +114,7 @@ def forecast_config(
         wall_d1_predicted_lo=lo,
         wall_d1_predicted_hi=hi,
         repeats=len(runs),
-        wall_cv_d1_pct=wall_cv_pct(tokens, [float(r.get("wall_s", np.nan)) for r in runs]),
+        wall_cv_d1_pct=wall_cv_pct(tokens, pd.to_numeric(d1["wall_s"], errors="coerce")),
         tokens_per_s_d1=rate,
         tokens_per_s_forecast=rate * (1 + forecast / 100),
         model=first.get("model"),
