@@ -180,8 +180,8 @@ def register(app: typer.Typer) -> None:
         run_dirs: list[Path] = typer.Argument(
             ...,
             metavar="RUN_DIRS",
-            help="Run directories holding results.json (or one nsys export); two or more are "
-            "compared side by side.",
+            help="Run directories holding results.json, results files or one nsys export; two or "
+            "more are compared side by side (a sweep's --depth 1 and --depth 2 halves pair up).",
         ),
         out: Path | None = typer.Option(
             None, "--out", help="The page to write (default RUN_DIR/report.html for one directory)."

@@ -345,9 +345,17 @@ def load_sources(sources: list[Path]) -> Results:
 
 
 def distinct_names(paths: list[Path]) -> list[str]:
-    """Each path's name, with as many parent folders as it takes to tell them apart."""
-    for depth in range(1, max(len(p.resolve().parts) for p in paths) + 1):
-        names = ["/".join(p.resolve().parts[-depth:]) for p in paths]
+    """Each path's name, with as many parent folders as it takes to tell them apart; a results
+    file's without .results.json[.gz] (d1.results.json.gz: d1; DIR/results.json: DIR)."""
+
+    def parts(path: Path) -> tuple[str, ...]:
+        *folders, name = path.resolve().parts
+        if is_results_file(path):
+            name = name.removesuffix(".gz").removesuffix(RESULTS_FILE).removesuffix(".")
+        return (*folders, name) if name else tuple(folders)
+
+    for depth in range(1, max(len(parts(p)) for p in paths) + 1):
+        names = ["/".join(parts(p)[-depth:]) for p in paths]
         if len(set(names)) == len(names):
             return names
     raise BubblelabError(

@@ -18,7 +18,15 @@ from ..core.errors import BubblelabError
 from ..core.steady import steady_state
 from ..profiling.catalog import OFFLINE, connect
 from ..profiling.ingest import ingest_trace
-from .rundir import TRACE_SUFFIXES, Results, no_results, read_results, results_path
+from .rundir import (
+    RESULTS_FILE,
+    TRACE_SUFFIXES,
+    Results,
+    is_results_file,
+    no_results,
+    read_results,
+    results_path,
+)
 from .tables import collect, config_names
 from .traces import index_meta, load_traces
 
@@ -33,9 +41,10 @@ class Source:
 
 
 def open_source(path: Path | str | None = None) -> Source:
-    """A run directory (DIR/results.json[.gz], with DIR/catalog.duckdb when the sweep left one), an
-    nsys export (.sqlite, .sqlite.gz or .nsys-rep, of bubblelab or of another engine, ingested into
-    a catalog in memory), or None for the committed traces (traces/index.json)."""
+    """A run directory (DIR/results.json[.gz], with DIR/catalog.duckdb when the sweep left one), a
+    results file (its tables alone, no catalog), an nsys export (.sqlite, .sqlite.gz or .nsys-rep,
+    of bubblelab or of another engine, ingested into a catalog in memory), or None for the
+    committed traces (traces/index.json)."""
     if path is None:
         con = connect(None)
         return Source(load_traces(catalog=con), con, "committed traces")
@@ -43,6 +52,9 @@ def open_source(path: Path | str | None = None) -> Source:
     if path.is_dir():
         results = read_results(path)  # says what the folder is when it holds no results.json
         return Source(results, _catalog_holding(path / CATALOG_FILE, results), path.resolve().name)
+    if is_results_file(path):  # NAME.results.json[.gz], as the committed measurements keep them
+        name = path.name.removesuffix(".gz").removesuffix(RESULTS_FILE).removesuffix(".")
+        return Source(read_results(path), None, name or path.resolve().parent.name)
     if path.is_file() and path.name.endswith(TRACE_SUFFIXES):
         con = connect(None)
         # One run per process and GPU: a trace of another engine may hold several.
@@ -53,7 +65,8 @@ def open_source(path: Path | str | None = None) -> Source:
     if not path.exists():
         raise BubblelabError(f"{path} does not exist")
     raise BubblelabError(
-        f"{path} is neither a run directory nor an nsys export (.sqlite, .sqlite.gz, .nsys-rep)"
+        f"{path} is neither a run directory, a results file (NAME.results.json[.gz]) nor an nsys "
+        "export (.sqlite, .sqlite.gz, .nsys-rep)"
     )
 
 

@@ -127,3 +127,26 @@ def test_sweeps_that_differ_in_what_ran_stay_apart(runs, change):
     merged = merge_results(halves(runs, **change))
     assert "split_sweep" not in merged.provenance and split_line(merged.provenance) is None
     assert predict_runs(merged.runs, merged.steps, merged.requests, n_boot=50).empty
+
+
+def test_the_committed_h200_halves_read_as_one_sweep(tmp_path):
+    """docs/measurements.md §3's forecast checked later: the two results files pair, named as
+    their sweeps (d1, d2), and give the figures the docs quote."""
+    from pathlib import Path
+
+    from bubblelab.report.report import report_dirs
+    from bubblelab.runs.rundir import distinct_names, load_sources
+
+    folder = Path(__file__).resolve().parents[1] / "docs/measurements/2026-12-02/split-sweep"
+    halves = [folder / "d1.results.json.gz", folder / "d2.results.json.gz"]
+    assert distinct_names(halves) == ["d1", "d2"]
+    results = load_sources(halves)
+    table = predict_runs(results.runs, results.steps, results.requests, n_boot=100)
+    assert [round(v, 1) for v in table["wall_d1_predicted_pct"]] == [13.2, 16.8, 21.7]
+    assert [round(v, 1) for v in table["observed_pct"]] == [12.6, 16.4, 21.7]
+    first = load_sources([halves[0]])  # the forecast as made before depth 2 ran
+    alone = forecast_runs(first.runs, first.steps, first.requests, n_boot=100)
+    np.testing.assert_allclose(alone["wall_d1_predicted_pct"], table["wall_d1_predicted_pct"])
+    page = report_dirs(halves, tmp_path / "page.html", n_boot=100, export=False).read_text()
+    assert "Popping the bubble · d1 · d2" in page
+    assert escape(split_line(results.provenance)) in page
