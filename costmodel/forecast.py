@@ -77,7 +77,7 @@ def forecast_run(run: pd.Series, steps: pd.DataFrame, requests: pd.DataFrame) ->
         launched,
         costs,
         requests=requests_from_table(sent) if len(sent) else None,
-        streams=int(run["streams"]),
+        streams=known_int(run.get("streams")) or 0,  # a trace may not know it: no replay then
         limits=limits_of(run),
         window=window,
     )
@@ -120,7 +120,7 @@ def forecast_config(
         model=first.get("model"),
         device=first["device"],
         preset=first.get("preset"),
-        streams=int(first["streams"]),
+        streams=known_int(first.get("streams")),
         wall_block_ms=float(np.median(wall1)),
         wall_pipe_forecast_ms=float(np.median(wall2)),
         replayed=all(f.foreseen.replayed for f in each),

@@ -127,7 +127,8 @@ def render_report(
             results.runs, results.steps, results.requests, ranks=results.ranks, n_boot=n_boot
         )
     blog = predict_blog()
-    depth1 = _depth1_forecast(results, table, n_boot)  # runs at depth 1 only
+    # runs at depth 1 only, unless forecast from their traces (report.trace_forecast) already
+    depth1 = _depth1_forecast(results, table, n_boot) if not forecasts else pd.DataFrame()
     caveats1 = caveat_lines(depth1) if len(depth1) else []
     halves = [line] if (line := split_line(results.provenance)) else []  # one sweep in two
     measured = summary.unprofiled(results)  # what the engine does; the profiler's own section
