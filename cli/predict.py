@@ -68,12 +68,10 @@ def unpaired(sources: list[Path], runs: pd.DataFrame) -> str:
 def depth1_forecast(console: Console, results, n_boot: int = 1000) -> pd.DataFrame | None:
     """Runs at depth 1 only: their forecast (costmodel.forecast), its skipped configurations said;
     None when the runs are not all at depth 1 or none can be forecast."""
-    from ..costmodel.forecast import forecast_runs, one_depth
+    from ..costmodel.forecast import unchecked_forecast
 
-    if one_depth(results.runs) != 1:
-        return None
-    table = forecast_runs(results.runs, results.steps, results.requests, results.ranks, n_boot)
-    for reason in table.attrs["skipped"]:
+    table = unchecked_forecast(results.runs, results.steps, results.requests, results.ranks, n_boot)
+    for reason in table.attrs.get("skipped", []):
         console.print(f"skipped {reason}", markup=False)
     return table if len(table) else None
 

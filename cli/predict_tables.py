@@ -31,14 +31,31 @@ def _marked(text: str) -> str:
     return escape(text).replace(" ?", " [yellow]?[/yellow]")
 
 
+def _by_configuration(title: str, columns: tuple[str, ...]) -> Table:
+    """A table of one row per configuration: its label, then right-aligned figures that never
+    wrap."""
+    out = Table(title=title, title_justify="left", header_style="bold")
+    out.add_column("configuration")
+    for name in columns:
+        out.add_column(name, justify="right", no_wrap=True)
+    return out
+
+
+def _forecast_cell(r: dict) -> str:
+    """The forecast from depth 1 alone with its interval, `?` marked (costmodel.headline)."""
+    from ..costmodel.headline import pct_text
+
+    value, lo, hi = (r[f"wall_d1_predicted{k}"] for k in ("_pct", "_lo", "_hi"))
+    return _marked(pct_text(value, lo, hi))
+
+
 def blog_table(table: pd.DataFrame) -> Table:
     """The post's table, re-predicted: its periods, L, z, our prediction with its z bounds, the
     post's own, what it observed."""
-    out = Table(title="The post's table, re-predicted", title_justify="left", header_style="bold")
-    out.add_column("configuration")
-    for name in ("blocking ms", "pipelined ms", "L", "z", "predicted [z: 1/L..0]",
-                 "post's prediction", "observed", "error"):  # fmt: skip
-        out.add_column(escape(name), justify="right", no_wrap=True)  # [z: ...] is not markup
+    names = ("blocking ms", "pipelined ms", "L", "z", "predicted [z: 1/L..0]",
+             "post's prediction", "observed", "error")  # fmt: skip
+    # [z: ...] is not markup
+    out = _by_configuration("The post's table, re-predicted", tuple(map(escape, names)))
     for r in table.itertuples():
         out.add_row(
             r.label, f"{r.blocking_ms:.2f}", f"{r.pipelined_ms:.2f}", f"{r.L:.0f}",
@@ -55,23 +72,14 @@ def forecast_table(table: pd.DataFrame) -> Table:
     pieces)."""
     from ..costmodel.headline import pct_text, pts_text
 
-    out = Table(
-        title="Depth 2 over depth 1: forecast from the depth-1 run alone, and observed",
-        title_justify="left",
-        header_style="bold",
+    out = _by_configuration(
+        "Depth 2 over depth 1: forecast from the depth-1 run alone, and observed",
+        ("from depth 1 alone [95%]", "observed [95%]", "pairs", "miss [95%]", "CV of wall d1 · d2"),
     )
-    out.add_column("configuration")
-    for name in ("from depth 1 alone [95%]", "observed [95%]", "pairs", "miss [95%]",
-                 "CV of wall d1 · d2"):  # fmt: skip
-        out.add_column(name, justify="right", no_wrap=True)
     for r in table.to_dict("records"):
         out.add_row(
             r["label"],
-            _marked(
-                pct_text(
-                    r["wall_d1_predicted_pct"], r["wall_d1_predicted_lo"], r["wall_d1_predicted_hi"]
-                )
-            ),  # fmt: skip
+            _forecast_cell(r),
             _marked(
                 pct_text(r["observed_pct"], r["observed_lo"], r["observed_hi"], r["observed_known"])
             ),  # fmt: skip
@@ -96,23 +104,11 @@ def explanation_table(table: pd.DataFrame) -> Table:
     Both read the depth-2 run: no forecast, no accuracy claim."""
     from ..costmodel.headline import explanation
 
-    out = Table(
-        title="What explains the measured speedup (these read the depth-2 run)",
-        title_justify="left",
-        header_style="bold",
-    )
-    out.add_column("configuration")
-    columns = (
-        "blocking ms",
-        "pipelined ms",
-        "L",
-        "z",
-        "post, per step (error)",
-        "whole run, depth 2's pieces (error)",
-        "depth-2 pieces that make the miss",
-    )
-    for name in columns:
-        out.add_column(name, justify="right", no_wrap=True)
+    out = _by_configuration(
+        "What explains the measured speedup (these read the depth-2 run)",
+        ("blocking ms", "pipelined ms", "L", "z", "post, per step (error)",
+         "whole run, depth 2's pieces (error)", "depth-2 pieces that make the miss"),
+    )  # fmt: skip
     for r in table.itertuples():
         whole = _errors(r.wall_predicted_pct, r.wall_error_pts)
         if r.wall_scope == "window":  # a trimmed trace: the model predicts its window
@@ -179,14 +175,10 @@ def across_table(table: pd.DataFrame) -> Table:
     """Card B's speedup forecast from card A's depth-1 runs, beside what B observed."""
     from ..costmodel.headline import pct_text, pts_text
 
-    out = Table(
-        title="Depth 2 over depth 1 on another card, forecast from this card's depth-1 runs",
-        title_justify="left",
-        header_style="bold",
+    out = _by_configuration(
+        "Depth 2 over depth 1 on another card, forecast from this card's depth-1 runs",
+        ("from", "GPU · host ratio", "forecast [95%]", "observed [95%]", "miss"),
     )
-    out.add_column("configuration")
-    for name in ("from", "GPU · host ratio", "forecast [95%]", "observed [95%]", "miss"):
-        out.add_column(name, justify="right", no_wrap=True)
     for r in table.to_dict("records"):
         out.add_row(
             r["label"], str(r["from_device"]), f"{r['gpu_ratio']:.2f} · {r['host_ratio']:.2f}",
@@ -206,22 +198,14 @@ def across_table(table: pd.DataFrame) -> Table:
 def depth1_table(table: pd.DataFrame) -> Table:
     """Runs at depth 1 only (costmodel.forecast): what depth 2 would buy, forecast from them alone,
     with the interval over their repeats; nothing has checked it yet."""
-    from ..costmodel.headline import pct_text
-
-    out = Table(
-        title="What depth 2 would buy, forecast from the depth-1 runs alone (not yet checked)",
-        title_justify="left",
-        header_style="bold",
+    out = _by_configuration(
+        "What depth 2 would buy, forecast from the depth-1 runs alone (not yet checked)",
+        ("from depth 1 alone [95%]", "repeats", "tokens/s d1", "d2 forecast", "CV of wall d1"),
     )
-    out.add_column("configuration")
-    for name in ("from depth 1 alone [95%]", "repeats", "tokens/s d1", "d2 forecast",
-                 "CV of wall d1"):  # fmt: skip
-        out.add_column(name, justify="right", no_wrap=True)
     for r in table.to_dict("records"):
         out.add_row(
             r["label"],
-            _marked(pct_text(r["wall_d1_predicted_pct"], r["wall_d1_predicted_lo"],
-                             r["wall_d1_predicted_hi"])),
+            _forecast_cell(r),
             str(r["repeats"]),
             _num(r["tokens_per_s_d1"], 1),
             _num(r["tokens_per_s_forecast"], 1),

@@ -55,14 +55,6 @@ class RunForecast:
     whole: bool  # the run, not a window of it
     foreseen: Depth1Forecast
 
-    @property
-    def arrivals(self) -> bool:  # for arrival_columns
-        return self.foreseen.arrivals
-
-    @property
-    def waited_ms(self) -> float:
-        return self.foreseen.waited_ms
-
 
 def forecast_run(run: pd.Series, steps: pd.DataFrame, requests: pd.DataFrame) -> RunForecast:
     """What one depth-1 run foresees of depth 2."""
@@ -125,7 +117,7 @@ def forecast_config(
         wall_pipe_forecast_ms=float(np.median(wall2)),
         replayed=all(f.foreseen.replayed for f in each),
         handoff_probe_ms=_median_probe(runs),
-        **arrival_columns(each),
+        **arrival_columns([f.foreseen for f in each]),
         runs_block=",".join(str(r["run_id"]) for r in runs),
     )
 
@@ -133,6 +125,20 @@ def forecast_config(
 def _median_probe(runs: list[pd.Series]) -> float:
     probes = [p for r in runs if (p := probed_handoff_ms(r)) is not None]
     return float(np.median(probes)) if probes else np.nan
+
+
+def unchecked_forecast(
+    runs: pd.DataFrame,
+    steps: pd.DataFrame,
+    requests: pd.DataFrame | None = None,
+    ranks: pd.DataFrame | None = None,
+    n_boot: int = 1000,
+) -> pd.DataFrame:
+    """forecast_runs where every run is at depth 1 (nothing to check it against: what predict,
+    the sweep and the page then show); with runs at another depth, an empty table."""
+    if one_depth(runs) != 1:
+        return pd.DataFrame(columns=list(FORECAST))
+    return forecast_runs(runs, steps, requests, ranks, n_boot)
 
 
 def forecast_runs(

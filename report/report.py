@@ -20,7 +20,7 @@ from markupsafe import Markup
 from ..core.errors import BubblelabError
 from ..core.files import write_atomic
 from ..costmodel.blog import predict_blog
-from ..costmodel.forecast import forecast_runs, one_depth
+from ..costmodel.forecast import one_depth, unchecked_forecast
 from ..costmodel.headline import caveat_lines, explanation, handoff_lines, pct_text, within
 from ..costmodel.perturbation import profiler_perturbation
 from ..costmodel.predict import known_int, predict_runs
@@ -128,7 +128,11 @@ def render_report(
         )
     blog = predict_blog()
     # runs at depth 1 only, unless forecast from their traces (report.trace_forecast) already
-    depth1 = _depth1_forecast(results, table, n_boot) if not forecasts else pd.DataFrame()
+    depth1 = (
+        unchecked_forecast(results.runs, results.steps, results.requests, results.ranks, n_boot)
+        if not forecasts
+        else pd.DataFrame()
+    )
     caveats1 = caveat_lines(depth1) if len(depth1) else []
     halves = [line] if (line := split_line(results.provenance)) else []  # one sweep in two
     measured = summary.unprofiled(results)  # what the engine does; the profiler's own section
@@ -184,16 +188,8 @@ def render_report(
     return _env().get_template("report.html.j2").render(**context)
 
 
-def _depth1_forecast(results: Results, table: pd.DataFrame, n_boot: int) -> pd.DataFrame:
-    """Runs at depth 1 only: each configuration's forecast from them alone (costmodel.forecast);
-    empty otherwise."""
-    if len(table) or one_depth(results.runs) != 1:
-        return pd.DataFrame()
-    return forecast_runs(results.runs, results.steps, results.requests, results.ranks, n_boot)
-
-
 def _depth1_rows(forecast: pd.DataFrame) -> list[dict]:
-    """_depth1_forecast's rows, each figure's text as the console's (`?`: not known to ±1 point)."""
+    """unchecked_forecast's rows, each figure's text as the console's (?: not known to ±1 pt)."""
     rows = forecast.to_dict("records")
     for r in rows:
         value, lo, hi = (r[f"wall_d1_predicted{k}"] for k in ("_pct", "_lo", "_hi"))
