@@ -13,26 +13,16 @@ from bubblelab.cli.predict import unpaired
 from bubblelab.cli.predict_tables import depth1_table
 from bubblelab.costmodel.forecast import FORECAST, forecast_runs, one_depth
 from bubblelab.costmodel.predict import predict_runs
-from bubblelab.costmodel.simulate import simulate_run
 from bubblelab.report.report import render_report
 from bubblelab.runs.rundir import Results, merge_results
 from bubblelab.runs.split_sweep import split_line
+from tests.fixture_sweeps import as_results, simulated_sweep
 
 
 @pytest.fixture(scope="module")
 def runs() -> dict[str, pd.DataFrame]:
     """Two configurations, 4 repeat pairs each."""
-    frames: dict[str, list] = {"runs": [], "steps": [], "requests": [], "timeline": []}
-    for streams in (2, 8):
-        for repeat in range(4):
-            for depth in (1, 2):
-                r = simulate_run(depth, streams=streams, requests=3 * streams, output_len=24,
-                                 seed=10 * streams + repeat, repeat=repeat,
-                                 run_id=f"s{streams}-r{repeat}-d{depth}")  # fmt: skip
-                frames["runs"].append(pd.DataFrame([r["run"]]))
-                for key in ("steps", "requests", "timeline"):
-                    frames[key].append(r[key])
-    return {k: pd.concat(v, ignore_index=True) for k, v in frames.items()}
+    return simulated_sweep(repeats=4)
 
 
 def depth1(runs: dict) -> dict:
@@ -75,10 +65,7 @@ def test_the_message_and_the_page_say_it_is_unchecked(runs, tmp_path):
     assert "forecast above is from depth 1 alone" in said and "--depth 1,2" in said
     two = runs["runs"][runs["runs"]["depth"] == 2]
     assert "a forecast is made from depth-1 runs, so run both" in unpaired([tmp_path], two)
-    empty = pd.DataFrame()
-    results = Results(runs=one["runs"], steps=one["steps"], attribution=empty, gaps=empty,
-                      provenance={}, timeline=one["timeline"], requests=one["requests"],
-                      ranks=empty, rank_attribution=empty)  # fmt: skip
+    results = as_results(one)
     page = " ".join(render_report(results, "d1", n_boot=50).split())
     table = forecast_runs(one["runs"], one["steps"], one["requests"], n_boot=50)
     for r in table.itertuples():
@@ -89,18 +76,12 @@ def test_the_message_and_the_page_say_it_is_unchecked(runs, tmp_path):
 
 def halves(runs: dict, **d2_options) -> dict[str, Results]:
     """The simulated sweep as two directories, one a depth, each with its sweep's options."""
-    empty = pd.DataFrame()
     spec = {"model": "simulated", "dtype": "fp32", "streams": [2, 8], "repeats": 4, "seed": 0}
     out = {}
     for depth, options in ((1, {}), (2, d2_options)):
         ids = set(runs["runs"].loc[runs["runs"]["depth"] == depth, "run_id"])
         mine = {k: v[v["run_id"].isin(ids)] for k, v in runs.items()}
-        out[f"d{depth}"] = Results(
-            runs=mine["runs"], steps=mine["steps"], attribution=empty, gaps=empty,
-            provenance={"sweep": {**spec, "depths": [depth], **options}},
-            timeline=mine["timeline"], requests=mine["requests"], ranks=empty,
-            rank_attribution=empty,
-        )  # fmt: skip
+        out[f"d{depth}"] = as_results(mine, {"sweep": {**spec, "depths": [depth], **options}})
     return out
 
 

@@ -18,10 +18,9 @@ from bubblelab.cli.predict_tables import explanation_table, forecast_table
 from bubblelab.core.steady import steady_state
 from bubblelab.costmodel.headline import accuracy_cells, headline, headline_frame, noise_lines
 from bubblelab.costmodel.predict import HEADLINE, predict_runs
-from bubblelab.costmodel.simulate import simulate_run
 from bubblelab.costmodel.spread import source_lines
 from bubblelab.report.report import render_report
-from bubblelab.runs.rundir import Results
+from tests.fixture_sweeps import as_results, simulated_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 # A depth-2 run's pieces: its GPU spans, host phases, hand-over and periods (not wall_s).
@@ -32,17 +31,7 @@ PIECES = ("forward_ms", "sampling_ms", "plan_ms", "launch_ms", "finalize_ms", "c
 @pytest.fixture(scope="module")
 def runs():
     """Two configurations, 6 repeat pairs each."""
-    frames: dict[str, list] = {"runs": [], "steps": [], "requests": [], "timeline": []}
-    for streams in (2, 8):
-        for repeat in range(6):
-            for depth in (1, 2):
-                r = simulate_run(depth, streams=streams, requests=3 * streams, output_len=24,
-                                 seed=10 * streams + repeat, repeat=repeat,
-                                 run_id=f"s{streams}-r{repeat}-d{depth}")  # fmt: skip
-                frames["runs"].append(pd.DataFrame([r["run"]]))
-                for key in ("steps", "requests", "timeline"):
-                    frames[key].append(r[key])
-    return {k: pd.concat(v, ignore_index=True) for k, v in frames.items()}
+    return simulated_sweep(repeats=6)
 
 
 def perturbed(runs: dict, factor: float = 1.3) -> dict:
@@ -54,13 +43,6 @@ def perturbed(runs: dict, factor: float = 1.3) -> dict:
 
 def table_of(runs: dict) -> pd.DataFrame:
     return predict_runs(runs["runs"], runs["steps"], runs["requests"], n_boot=200)
-
-
-def results_of(runs: dict) -> Results:
-    empty = pd.DataFrame()
-    return Results(runs=runs["runs"], steps=runs["steps"], attribution=empty, gaps=empty,
-                   provenance={}, timeline=runs["timeline"], requests=runs["requests"],
-                   ranks=empty, rank_attribution=empty)  # fmt: skip
 
 
 def text(table) -> str:
@@ -88,7 +70,7 @@ def test_no_headline_reads_the_depth2_runs_pieces(runs):
 
 
 def test_the_reports_headline_cards_read_depth_1_alone(runs):
-    pages = [render_report(results_of(r), "sim", n_boot=200) for r in (runs, perturbed(runs))]
+    pages = [render_report(as_results(r), "sim", n_boot=200) for r in (runs, perturbed(runs))]
 
     def card(html: str, name: str) -> str:
         found = re.search(rf'<div class="kpi" id="kpi-{name}">.*?</div>\s*</div>', html, re.S)
