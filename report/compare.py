@@ -25,11 +25,13 @@ CELLS = (
 
 
 def side_by_side(results: Results, predictions: pd.DataFrame) -> dict | None:
-    """None for one directory; else {"sources": [{name, devices, revision}], "rows": [{key, cells:
-    {source: {observed_pct, ...}}}]}, rows only for a model and stream count measured in two or more
-    directories."""
+    """None for one directory or one sweep's two halves (runs.split_sweep); else {"sources":
+    [{name, devices, revision}], "rows": [{key, cells: {source: {observed_pct, ...}}}]}, rows only
+    for a model and stream count measured in two or more directories."""
     runs = results.runs
     if "run_dir" not in runs or runs["run_dir"].nunique() < 2 or predictions.empty:
+        return None
+    if results.provenance.get("split_sweep"):  # one sweep in two halves: nothing to set beside
         return None
     names = list(dict.fromkeys(runs["run_dir"]))
     by_id = runs.set_index("run_id")

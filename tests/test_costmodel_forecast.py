@@ -72,6 +72,7 @@ def test_the_message_and_the_page_say_it_is_unchecked(runs, tmp_path):
         assert f"{r.wall_d1_predicted_pct:+.1f}%" in page
     assert page.count("not yet checked: no depth-2 run was measured") == 2
     assert "No configuration was measured at both depths" not in page
+    assert "What depth 2 would buy" in page and "Prediction vs measurement" not in page
 
 
 def halves(runs: dict, **d2_options) -> dict[str, Results]:
@@ -97,6 +98,7 @@ def test_one_sweeps_two_halves_pair_and_say_what_that_costs(runs):
     assert line is not None and "d1 (depth 1) and d2 (depth 2) are one sweep run in two" in line
     page = " ".join(render_report(merged, "split", n_boot=50).split())
     assert escape(line) in page and "their depth 1 and depth 2 made in two sweeps" in page
+    assert 'id="compare"' not in page  # one sweep: no directories to set side by side
 
 
 @pytest.mark.parametrize(
