@@ -26,7 +26,7 @@ import pandas as pd
 from bubblelab.core.files import write_atomic
 from bubblelab.costmodel.carried import handoffs, with_carried_handoff
 from bubblelab.costmodel.crossgpu import predict_across
-from bubblelab.costmodel.headline import explanation, pct_text, pts_text
+from bubblelab.costmodel.headline import explanation, miss_text, pct_text, pts_text
 from bubblelab.costmodel.predict import predict_runs
 from bubblelab.report.summary import with_repeat_stops
 from bubblelab.runs.rundir import Results, read_results, results_path
@@ -158,8 +158,8 @@ def markdown(table: pd.DataFrame, crossed: pd.DataFrame, model: str, absent: lis
             r["id"], r["gpu"], r["label"], f"{r['pairs']} ({r['repeat_stop'] or '–'})",
             cv_text(r), observed(r),
             pct_text(r["wall_d1_predicted_pct"], r["wall_d1_predicted_lo"],
-                     r["wall_d1_predicted_hi"]),
-            pts_text(r["wall_d1_error_pts"], r["wall_d1_error_lo"], r["wall_d1_error_hi"]),
+                     r["wall_d1_predicted_hi"], r["wall_d1_predicted_known"]),
+            miss_text(r),
             explanation(r) if abs(r["wall_d1_error_pts"]) > MISS_PTS else "",
             carried_text(r),
             handoff_text(r),

@@ -46,7 +46,7 @@ def _forecast_cell(r: dict) -> str:
     from ..costmodel.headline import pct_text
 
     value, lo, hi = (r[f"wall_d1_predicted{k}"] for k in ("_pct", "_lo", "_hi"))
-    return _marked(pct_text(value, lo, hi))
+    return _marked(pct_text(value, lo, hi, r.get("wall_d1_predicted_known")))
 
 
 def blog_table(table: pd.DataFrame) -> Table:
@@ -70,7 +70,7 @@ def forecast_table(table: pd.DataFrame) -> Table:
     observed speedup, each with its 95% interval and `?` when not known to ±1 point, the miss
     between them, and how much the runs varied (costmodel.headline: nothing here reads depth 2's
     pieces)."""
-    from ..costmodel.headline import pct_text, pts_text
+    from ..costmodel.headline import miss_text, pct_text
 
     out = _by_configuration(
         "Depth 2 over depth 1: forecast from the depth-1 run alone, and observed",
@@ -84,7 +84,7 @@ def forecast_table(table: pd.DataFrame) -> Table:
                 pct_text(r["observed_pct"], r["observed_lo"], r["observed_hi"], r["observed_known"])
             ),  # fmt: skip
             str(r["pairs"]),
-            _marked(pts_text(r["wall_d1_error_pts"], r["wall_d1_error_lo"], r["wall_d1_error_hi"])),
+            _marked(miss_text(r)),
             f"{_num(r.get('wall_cv_d1_pct'), 1)}% · {_num(r.get('wall_cv_d2_pct'), 1)}%",
         )
     out.caption = (
@@ -212,12 +212,12 @@ def depth1_table(table: pd.DataFrame) -> Table:
             f"{_num(r['wall_cv_d1_pct'], 1)}%",
         )  # fmt: skip
     out.caption = (
-        "?: not known to ±1 point (its interval over the repeats is wider, or there is one "
-        "repeat). The whole-run model fed each depth-1 run only: its schedule at depth 2 replayed "
-        "from its requests, costed with its own measured pieces (the forecast predict sets beside "
-        "the observed speedup when depth 2 runs too). The interval is the repeats' spread, not "
-        "the model's error: how far it has missed where depth 2 ran is in the README ('Does the "
-        "post's model predict what pipelining wins?')"
+        "?: not known to ±1 point (its interval over the repeats is wider, or under the 6 "
+        "repeats a 95% interval needs). The whole-run model fed each depth-1 run only: its "
+        "schedule at depth 2 replayed from its requests, costed with its own measured pieces (the "
+        "forecast predict sets beside the observed speedup when depth 2 runs too). The interval is "
+        "the repeats' spread, not the model's error: how far it has missed where depth 2 ran is in "
+        "the README ('Does the post's model predict what pipelining wins?')"
     )
     return out
 

@@ -18,7 +18,7 @@ import pandas as pd
 from ..core.errors import BubblelabError
 from .costs import RunCosts, probed_handoff_ms
 from .model import pct
-from .observed import pairs_interval, wall_cv_pct
+from .observed import median_known, pairs_interval, wall_cv_pct
 from .predict import (
     CONFIG_KEYS,
     arrival_columns,
@@ -34,7 +34,8 @@ from .wholerun import Depth1Forecast, forecast_depth1, measured_wall_ms, window_
 
 # What a forecast-only table shows first: predict's HEADLINE less what needs a depth-2 run.
 FORECAST = (
-    "label", "wall_d1_predicted_pct", "wall_d1_predicted_lo", "wall_d1_predicted_hi", "repeats",
+    "label", "wall_d1_predicted_pct", "wall_d1_predicted_lo", "wall_d1_predicted_hi",
+    "wall_d1_predicted_known", "repeats",
     "wall_cv_d1_pct", "tokens_per_s_d1", "tokens_per_s_forecast",
 )  # fmt: skip
 
@@ -105,6 +106,7 @@ def forecast_config(
         wall_d1_predicted_pct=forecast,
         wall_d1_predicted_lo=lo,
         wall_d1_predicted_hi=hi,
+        wall_d1_predicted_known=median_known(lo, hi, len(runs)),
         repeats=len(runs),
         wall_cv_d1_pct=wall_cv_pct(tokens, pd.to_numeric(d1["wall_s"], errors="coerce")),
         tokens_per_s_d1=rate,

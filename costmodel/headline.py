@@ -3,7 +3,8 @@ first table and JSON keys, the README's table and the notebooks.
 
 The headline is the forecast a user can act on before running depth 2, the whole-run model fed the
 depth-1 run alone (wall_d1_predicted_pct), beside the observed speedup, each with its interval and a
-`?` when the interval is wider than ±1 point, and the miss between them. Nothing in it reads a
+`?` when it is not known to ±1 point (the interval is wider, or too few repeats for a 95% one:
+observed_known, wall_d1_predicted_known), and the miss between them. Nothing in it reads a
 depth-2 run's pieces (tests/test_costmodel_headline.py perturbs them and checks that nothing here
 moves). The model fed depth 2's own pieces, and the post's per-step model on depth 2's period, read
 the run they describe: they explain a measured speedup (which piece made the difference: the
@@ -18,11 +19,11 @@ import numpy as np
 import pandas as pd
 
 from ..core.words import counted
-from .observed import KNOWN_PTS
+from .observed import KNOWN_PTS, median_known
 from .predict import HEADLINE
 from .wholerun import TERMS
 
-UNKNOWN = "?"  # beside a number whose 95% interval is wider than ±1 point
+UNKNOWN = "?"  # beside a number whose 95% interval is wider than ±1 point, or not a 95% one
 
 
 def within(lo: float | None, hi: float | None) -> bool:
@@ -43,13 +44,21 @@ def pct_text(value: float, lo: float | None = None, hi: float | None = None, kno
     return text
 
 
-def pts_text(value: float, lo: float | None = None, hi: float | None = None) -> str:
+def pts_text(value: float, lo: float | None = None, hi: float | None = None, known=None) -> str:
+    """ "+1.2 pts [0.4, 2.0]", `?` marked as pct_text marks it."""
     if value is None or not math.isfinite(value):
         return "–"
     text = f"{value:+.1f} pts"
     if lo is not None and math.isfinite(lo):
         text += f" [{lo:+.1f}, {hi:+.1f}]"
-    return text if within(lo, hi) else f"{text} {UNKNOWN}"
+    return text if (within(lo, hi) if known is None else known) else f"{text} {UNKNOWN}"
+
+
+def miss_text(row: dict) -> str:
+    """A prediction row's miss (observed − forecast from depth 1), known as a median over its
+    pairs is (costmodel.observed.median_known)."""
+    lo, hi = row["wall_d1_error_lo"], row["wall_d1_error_hi"]
+    return pts_text(row["wall_d1_error_pts"], lo, hi, median_known(lo, hi, int(row["pairs"])))
 
 
 def inside_noise(row: dict) -> bool:
@@ -75,6 +84,7 @@ def headline(table: pd.DataFrame) -> dict | None:
             median["wall_d1_predicted_pct"],
             median["wall_d1_predicted_lo"],
             median["wall_d1_predicted_hi"],
+            median.get("wall_d1_predicted_known"),
         ),
         "observed": pct_text(
             median["observed_pct"],
@@ -87,9 +97,7 @@ def headline(table: pd.DataFrame) -> dict | None:
         "observed_max": float(table["observed_pct"].max()),
         "forecast_min": float(table["wall_d1_predicted_pct"].min()),
         "forecast_max": float(table["wall_d1_predicted_pct"].max()),
-        "miss": pts_text(
-            miss["wall_d1_error_pts"], miss["wall_d1_error_lo"], miss["wall_d1_error_hi"]
-        ),
+        "miss": miss_text(miss),
         "miss_label": miss["label"],
         "within_1": int((table["wall_d1_error_pts"].abs() <= KNOWN_PTS).sum()),
         "known": int(table["observed_known"].sum()),

@@ -109,6 +109,14 @@ def known(lo: float, hi: float, coverage: float = 1.0) -> bool:
     return bool(coverage >= LEVEL and np.isfinite(lo) and (hi - lo) / 2 <= KNOWN_PTS)
 
 
+def median_known(lo: float, hi: float, n: int) -> bool:
+    """A median over n values, its interval resampled, is known: within ±KNOWN_PTS points and n
+    large enough for any 95% interval of a median (6: below that the values' range falls short,
+    and a bootstrap's narrower interval covers less still)."""
+    reachable = 1 - 2 / 2**n if n >= 2 else 0.0  # the range's coverage (median_interval's k = 1)
+    return known(lo, hi, reachable)
+
+
 def median_of_pairs(ratios, processes=None) -> Observed:
     """The observed speedup: the median pair, with the median's order-statistic interval, widened
     to every process's own median pair when `processes` (one label a pair) names several."""

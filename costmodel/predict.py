@@ -66,6 +66,7 @@ from .model import (
 )
 from .observed import (
     cv_pct,
+    median_known,
     median_of_pairs,
     pair_ratios,
     pair_repeats,
@@ -90,8 +91,9 @@ LIMITS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len")
 # (tests/test_costmodel_headline.py perturbs them). The rest of a row explains the measurement.
 HEADLINE = (
     "label", "wall_d1_predicted_pct", "wall_d1_predicted_lo", "wall_d1_predicted_hi",
-    "observed_pct", "observed_lo", "observed_hi", "observed_known", "pairs",
-    "wall_d1_error_pts", "wall_d1_error_lo", "wall_d1_error_hi", "wall_cv_d1_pct", "wall_cv_d2_pct",
+    "wall_d1_predicted_known", "observed_pct", "observed_lo", "observed_hi", "observed_known",
+    "pairs", "wall_d1_error_pts", "wall_d1_error_lo", "wall_d1_error_hi", "wall_cv_d1_pct",
+    "wall_cv_d2_pct",
 )  # fmt: skip
 Statistic = Literal["median", "pooled"]
 
@@ -252,6 +254,7 @@ def _wall_columns(pairs, whole: list[WholeRun], window: bool, statistic: Statist
     out |= dict(
         wall_d1_predicted_lo=d1_lo,
         wall_d1_predicted_hi=d1_hi,
+        wall_d1_predicted_known=median_known(d1_lo, d1_hi, n),
         wall_predicted_min=min(per_pair),
         wall_predicted_max=max(per_pair),
         replayed=all(w.replayed for w in whole),

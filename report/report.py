@@ -21,7 +21,7 @@ from ..core.errors import BubblelabError
 from ..core.files import write_atomic
 from ..costmodel.blog import predict_blog
 from ..costmodel.forecast import one_depth, unchecked_forecast
-from ..costmodel.headline import caveat_lines, explanation, handoff_lines, pct_text, within
+from ..costmodel.headline import caveat_lines, explanation, handoff_lines, pct_text
 from ..costmodel.perturbation import profiler_perturbation
 from ..costmodel.predict import known_int, predict_runs
 from ..costmodel.spread import source_lines
@@ -66,7 +66,7 @@ def _env() -> jinja2.Environment:
     env.filters["dash"] = lambda v: (
         "–" if v is None or (isinstance(v, float) and pd.isna(v)) or v == "" else v
     )
-    env.globals.update(within=within, explain=explanation)
+    env.globals.update(explain=explanation)
     return env
 
 
@@ -193,7 +193,7 @@ def _depth1_rows(forecast: pd.DataFrame) -> list[dict]:
     rows = forecast.to_dict("records")
     for r in rows:
         value, lo, hi = (r[f"wall_d1_predicted{k}"] for k in ("_pct", "_lo", "_hi"))
-        r["big"], _, r["ci"] = pct_text(value, lo, hi).partition(" ")
+        r["big"], _, r["ci"] = pct_text(value, lo, hi, r["wall_d1_predicted_known"]).partition(" ")
     return rows
 
 

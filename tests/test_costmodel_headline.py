@@ -16,7 +16,15 @@ from rich.console import Console
 
 from bubblelab.cli.predict_tables import explanation_table, forecast_table
 from bubblelab.core.steady import steady_state
-from bubblelab.costmodel.headline import accuracy_cells, headline, headline_frame, noise_lines
+from bubblelab.costmodel.forecast import forecast_runs
+from bubblelab.costmodel.headline import (
+    accuracy_cells,
+    headline,
+    headline_frame,
+    miss_text,
+    noise_lines,
+)
+from bubblelab.costmodel.observed import median_known
 from bubblelab.costmodel.predict import HEADLINE, predict_runs
 from bubblelab.costmodel.spread import source_lines
 from bubblelab.report.report import render_report
@@ -119,6 +127,27 @@ def test_every_headline_number_carries_its_interval_and_mark():
     assert line["noise"] == ["cpu · 4 streams"]
     (sentence,) = noise_lines(pd.DataFrame([row]))
     assert "inside the noise" in sentence and "+4.8% [-12.8, +20.3] ?" in sentence
+
+
+def test_a_forecast_from_fewer_than_6_repeats_is_never_called_known():
+    """A median's 95% interval needs 6 values (costmodel.observed): a bootstrap over 3 repeats
+    can come out within ±1 point, and the forecast and its miss were shown unmarked."""
+    assert median_known(13.6, 14.8, 6) and not median_known(13.6, 14.8, 5)
+    assert not median_known(13.0, 15.5, 6)
+    few = simulated_sweep(repeats=3)
+    table = table_of(few)
+    narrow = table[(table["wall_d1_predicted_hi"] - table["wall_d1_predicted_lo"]) / 2 <= 1]
+    assert len(narrow) and not table["wall_d1_predicted_known"].any()
+    for r in table.to_dict("records"):
+        assert miss_text(r).endswith(" ?") and headline(table)["forecast"].endswith(" ?")
+    d1 = few["runs"][few["runs"]["depth"] == 1]
+    alone = forecast_runs(d1, few["steps"], few["requests"], n_boot=200)
+    assert not alone["wall_d1_predicted_known"].any()
+    page = render_report(as_results(few), "sim", n_boot=200)
+    shown = " ".join(re.sub(r"<[^>]+>", " ", page).split())
+    for r in narrow.itertuples():  # the table's cell: +14.3% [13.6, 14.8] ?
+        lo, hi = r.wall_d1_predicted_lo, r.wall_d1_predicted_hi
+        assert f"{r.wall_d1_predicted_pct:+.1f}% [{lo:.1f}, {hi:.1f}] ?" in shown
 
 
 def test_the_notebook_shows_the_headline_first():
