@@ -22,6 +22,7 @@ from ..core.files import write_atomic
 from ..costmodel.blog import predict_blog
 from ..costmodel.forecast import one_depth, unchecked_forecast
 from ..costmodel.headline import caveat_lines, explanation, handoff_lines, pct_text
+from ..costmodel.observed import median_known
 from ..costmodel.perturbation import profiler_perturbation
 from ..costmodel.predict import known_int, predict_runs
 from ..costmodel.spread import source_lines
@@ -66,7 +67,7 @@ def _env() -> jinja2.Environment:
     env.filters["dash"] = lambda v: (
         "–" if v is None or (isinstance(v, float) and pd.isna(v)) or v == "" else v
     )
-    env.globals.update(explain=explanation)
+    env.globals.update(explain=explanation, median_known=median_known)
     return env
 
 
@@ -155,6 +156,7 @@ def render_report(
         skipped=[*table.attrs.get("skipped", []), *depth1.attrs.get("skipped", [])],
         caveats=[*caveat_lines(table), *handoff_lines(table), *halves] if len(table) else caveats1,
         halves=halves,
+        processes=_processes(measured.runs),
         noise_sources=source_lines(table, measured.steps) if len(table) else [],
         blog=blog.to_dict("records"),
         configs=configs,
@@ -195,6 +197,11 @@ def _depth1_rows(forecast: pd.DataFrame) -> list[dict]:
         value, lo, hi = (r[f"wall_d1_predicted{k}"] for k in ("_pct", "_lo", "_hi"))
         r["big"], _, r["ci"] = pct_text(value, lo, hi, r["wall_d1_predicted_known"]).partition(" ")
     return rows
+
+
+def _processes(runs: pd.DataFrame) -> int:
+    """How many worker processes made these runs (runs.repeats spreads pairs over them)."""
+    return max(1, int(runs["process"].nunique())) if "process" in runs else 1
 
 
 def _confirmed_together(splits: list[dict]) -> set[str]:

@@ -4,6 +4,7 @@ headline shows moves, while the models that read depth 2 (the explanation) do.""
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from pathlib import Path
@@ -148,6 +149,22 @@ def test_a_forecast_from_fewer_than_6_repeats_is_never_called_known():
     for r in narrow.itertuples():  # the table's cell: +14.3% [13.6, 14.8] ?
         lo, hi = r.wall_d1_predicted_lo, r.wall_d1_predicted_hi
         assert f"{r.wall_d1_predicted_pct:+.1f}% [{lo:.1f}, {hi:.1f}] ?" in shown
+        lo, hi = r.wall_d1_error_lo, r.wall_d1_error_hi
+        assert f"{r.wall_d1_error_pts:.1f} pts [{lo:.1f}, {hi:.1f}] ?" in shown
+
+
+def test_the_headline_says_how_many_processes_made_its_pairs(runs):
+    """A sweep spreads its pairs over worker processes (runs.repeats); the page said "all made in
+    one process" of every sweep."""
+
+    def hero(processes) -> str:
+        made = runs["runs"].assign(process=processes)
+        page = render_report(as_results({**runs, "runs": made}), "sim", n_boot=50)
+        return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", page)).split())
+
+    assert "all made in one process" in hero(1)
+    two = hero(runs["runs"]["repeat"] % 2 + 1)
+    assert "made in 2 processes" in two and "all made in one process" not in two
 
 
 def test_the_notebook_shows_the_headline_first():
