@@ -42,7 +42,9 @@ def run_and_profile(
         help="Unprofiled repeat pairs per configuration at most (depth 1 and 2 on the same "
         "requests, ABBA); fewer once the speedup is known to ±1 point. nsys runs one.",
     ),
-    min_repeats: int = typer.Option(3, help="...and at least (with one depth: the runs made)."),
+    min_repeats: int = typer.Option(
+        3, help="...and at least (with one depth: the runs made, 6 at least, within --repeats)."
+    ),
     budget_s: float = typer.Option(
         30.0, help="Seconds of runs per configuration before it stops, known or not."
     ),

@@ -42,6 +42,7 @@ from .bootstrap import Z95, interval
 KNOWN_PTS = 1.0  # half-width of the 95% interval, in points, for an observed speedup to be known
 MIN_PAIRS_POOLED = 5  # the pooled statistic's bar (issue #16): its bootstrap is too narrow below
 LEVEL = 1 - 2 * Z95[0] / 100  # 0.95
+MEDIAN_95_VALUES = 6  # the fewest values whose range brackets their median at LEVEL (1 − 2/2^6)
 
 
 @dataclass(frozen=True)
@@ -111,10 +112,9 @@ def known(lo: float, hi: float, coverage: float = 1.0) -> bool:
 
 def median_known(lo: float, hi: float, n: int) -> bool:
     """A median over n values, its interval resampled, is known: within ±KNOWN_PTS points and n
-    large enough for any 95% interval of a median (6: below that the values' range falls short,
-    and a bootstrap's narrower interval covers less still)."""
-    reachable = 1 - 2 / 2**n if n >= 2 else 0.0  # the range's coverage (median_interval's k = 1)
-    return known(lo, hi, reachable)
+    at least MEDIAN_95_VALUES (fewer have no 95% interval of a median: even their range falls
+    short, and a bootstrap's narrower interval covers less still)."""
+    return n >= MEDIAN_95_VALUES and known(lo, hi)
 
 
 def median_of_pairs(ratios, processes=None) -> Observed:

@@ -41,6 +41,7 @@ from ..core.checks import check_choice, check_float, check_int, parse_ints
 from ..core.errors import BubblelabError
 from ..core.files import write_atomic
 from ..core.words import counted
+from ..costmodel.observed import MEDIAN_95_VALUES
 from ..costmodel.repeats import RepeatRule, pair_order
 from ..engine.config import (
     MAX_NUM_SEQS,
@@ -89,7 +90,7 @@ class SweepSpec:
     requests_per_stream: int | None = None  # None: enough for MIN_DECODE_STEPS decode steps a run
     prompt_len: int = 32
     repeats: int = 20  # pairs a configuration runs at most (runs.repeats: fewer once known)
-    min_repeats: int = 3  # ...and at least; with one depth, the runs each configuration makes
+    min_repeats: int = 3  # ...and at least (with one depth: one_depth_runs)
     budget_s: float = 30.0  # seconds of runs a configuration may take before it stops unknown
     out_of_reach: bool = True  # ...or stop it once ±1 point is out of reach (costmodel.repeats)
     processes: int | None = None  # worker processes the pairs are spread over: 2 on the GPU
@@ -166,9 +167,15 @@ class SweepSpec:
             tensor_parallel=self.tensor_parallel,
         )  # fmt: skip
 
+    def one_depth_runs(self) -> int:
+        """With one depth there is no speedup to know, but the forecast's interval (costmodel.
+        forecast) is a median's, which needs MEDIAN_95_VALUES runs: that many, or min_repeats, at
+        most repeats."""
+        return min(max(self.min_repeats, MEDIAN_95_VALUES), self.repeats)
+
     def rule(self) -> RepeatRule | None:
         """How many pairs each configuration runs (costmodel.repeats); None with one depth, where
-        there is no speedup to know: min_repeats runs each (or repeats, when fewer)."""
+        each configuration makes one_depth_runs."""
         if sorted(self.depths) != [1, 2]:
             return None
         return RepeatRule(
@@ -184,7 +191,7 @@ class SweepSpec:
         rule may ask for, or `repeats`), each repeat's depths back to back on the same requests (the
         repeat's seed), in ABBA order."""
         if repeats is None:
-            repeats = self.repeats if self.rule() else min(self.min_repeats, self.repeats)
+            repeats = self.repeats if self.rule() else self.one_depth_runs()
         depths = self.depths if depths is None else depths
         out = []
         for s in self.streams:

@@ -187,7 +187,10 @@ def test_repeats_stop_by_the_rule_and_say_why(tmp_path):
     # A fixed number of pairs: at most = at least.
     fixed = SweepSpec(model="tiny-llama", streams=[2], repeats=2, min_repeats=2)
     assert fixed.rule().min_pairs == fixed.rule().max_pairs == 2
-    assert SweepSpec(depths=[1]).rule() is None and len(SweepSpec(depths=[1]).runs()) == 3 * 3
+    # One depth: no pairs, but the forecast's interval is a median's, which needs 6 runs.
+    assert SweepSpec(depths=[1]).rule() is None and len(SweepSpec(depths=[1]).runs()) == 3 * 6
+    hows = ({"repeats": 3}, {"min_repeats": 8}, {"min_repeats": 8, "repeats": 7})
+    assert [SweepSpec(depths=[1], **how).one_depth_runs() for how in hows] == [3, 8, 7]
 
 
 def test_a_sweep_saved_before_the_out_of_reach_stop_resumes_without_it(tmp_path):
