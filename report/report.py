@@ -22,7 +22,7 @@ from ..core.files import write_atomic
 from ..costmodel.blog import predict_blog
 from ..costmodel.forecast import one_depth, unchecked_forecast
 from ..costmodel.headline import caveat_lines, explanation, handoff_lines, pct_text
-from ..costmodel.observed import median_known
+from ..costmodel.observed import median_known, process_labels
 from ..costmodel.perturbation import profiler_perturbation
 from ..costmodel.predict import known_int, predict_runs
 from ..costmodel.spread import source_lines
@@ -200,8 +200,9 @@ def _depth1_rows(forecast: pd.DataFrame) -> list[dict]:
 
 
 def _processes(runs: pd.DataFrame) -> int:
-    """How many worker processes made these runs (runs.repeats spreads pairs over them)."""
-    return max(1, int(runs["process"].nunique())) if "process" in runs else 1
+    """How many worker processes made these runs (runs.repeats spreads pairs over them), counted
+    as the observed speedup's interval counts them (unlabelled: process 1)."""
+    return len(set(process_labels(runs.get("process"), len(runs))))
 
 
 def _confirmed_together(splits: list[dict]) -> set[str]:
