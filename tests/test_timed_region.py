@@ -44,7 +44,8 @@ def test_every_shape_of_a_timed_run_was_warmed_first(tiny_llama, depth):
     assert needed_shapes(engine, SPEC) <= engine.runner.shapes
     assert {("decode", r) for r in range(1, 6)} <= engine.runner.shapes
     assert s["compiles_in_run"] == s["captures_in_run"] == s["gc_in_run"] == 0
-    assert s["timing_flags"] == [] or all("steps over" in f for f in s["timing_flags"])
+    # A slow step is the CPU's noise, not a warm-up miss; "1 step" and "n steps" are both that flag.
+    assert all(f.endswith("x the run's median") for f in s["timing_flags"]), s["timing_flags"]
     # The engine remembers: the next run of the same workload warms no shape, only settles.
     again = run_workload(engine, SPEC).summary
     assert again["warmup_requests"] == SPEC.streams and again["new_shapes_in_run"] == 0
