@@ -115,7 +115,7 @@ def step_columns(configs: list[dict], device: str) -> list[dict]:
     """The step table's value columns: key, header, decimals, and whether the spread over repeats is
     shown (for what the runs measure as an outcome: period, bubble, throughput). Kernel gaps only
     where measured (nsys traces: the in-process timeline records spans, so they read 0) and clocks
-    only where recorded."""
+    only where recorded. Power shares the clock's cell, below it: the table fits the page."""
     columns = [
         ("forward_ms", "forward ms", 2, False),
         ("sampling_ms", "sampling ms", 3, False),
@@ -127,11 +127,17 @@ def step_columns(configs: list[dict], device: str) -> list[dict]:
         ("sm_clock_mhz", "SM clock MHz", 0, False),
         ("power_w", "power W", 0, False),
     ]
-    return [
-        dict(key=key, header=header, nd=nd, spread=spread)
+    out = [
+        dict(key=key, header=header, nd=nd, spread=spread, below=None)
         for key, header, nd, spread in columns
         if any(c.get(f"{key}_d{d}") for c in configs for d in (1, 2))
     ]
+    keys = [c["key"] for c in out]
+    if "sm_clock_mhz" in keys and "power_w" in keys:
+        out.pop(keys.index("power_w"))
+        clock = out[keys.index("sm_clock_mhz")]
+        clock.update(header="SM clock MHz", below="power_w")
+    return out
 
 
 def headline(predictions: pd.DataFrame, configs: list[dict]) -> dict | None:

@@ -159,7 +159,8 @@ def test_one_row_per_configuration_with_the_spread_over_repeats(tmp_path):
     assert len(r.runs) == 12  # 2 configurations x 2 depths x 3 repeats
     html = report_run_dir(run_dir, n_boot=50).read_text()
     rows = body_rows(html)
-    assert rows["step"] == 2 and rows["prediction"] == 2
+    # the prediction card: a row per configuration in the forecast's table and in what explains it
+    assert rows["step"] == 2 and rows["prediction"] == 2 * 2
     assert html.count("<td>3 · 3</td>") == 2  # repeats at depth 1 · depth 2
     # period and tokens/s at both depths of both rows (the simulated depth-2 bubble is 0: no ±)
     assert len(re.findall(r"±\d+\.\d%", html)) >= 2 * 2 * 2
@@ -264,7 +265,7 @@ def test_several_run_directories_side_by_side(tmp_path):
     compare = html[html.index('id="compare"') : html.index('id="prediction"')]
     assert "machine-a" in compare and "machine-b" in compare
     assert "simulated · 8 streams" in compare
-    assert body_rows(html)["prediction"] == 4  # each directory's configurations, apart
+    assert body_rows(html)["prediction"] == 2 * 4  # each one's configurations, apart, twice
     assert (page.parent / "export" / "trace.json.gz").is_file()
     assert (
         html.count("<h3>machine-a · 4 runs</h3>") == html.count("<h3>machine-b · 4 runs</h3>") == 1

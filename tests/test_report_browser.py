@@ -225,10 +225,11 @@ def test_report_renders_cleanly(tmp_path):
         run_dir, streams=(1, 8), requests_per_stream=3, output_len=32, costs=LoopCosts(fwd_base=1.0)
     )
     report = report_run_dir(run_dir, n_boot=100)
-    measure = {"links": LINKS, "overlaps": OVERLAPS}
+    measure = {"links": LINKS, "overlaps": OVERLAPS, "wide": WIDE}
     result = load(report.as_uri(), tmp_path / "profile", measure=measure)
     assert result["problems"] == []
     assert result["overlaps"] == []
+    assert result["wide"] == []  # the prediction table once ran 12 columns past its card
     assert "Prediction vs measurement" in result["text"] and "Provenance" in result["text"]
     assert_not_blank(result["png"], tmp_path / "report.png")
     # The data section links the trace and the four tables, and each link opens a file beside it.
@@ -250,6 +251,9 @@ SCALES = """Array.from(document.querySelectorAll("figure svg"))
 FOLDS = """[document.querySelectorAll("#timeline details").length,
             document.querySelectorAll("#timeline details[open]").length]"""
 LINKS = """Array.from(document.querySelectorAll("#data a")).map(a => a.href)"""
+# Tables the reader must scroll sideways to read (their card is narrower than they are).
+WIDE = """Array.from(document.querySelectorAll(".scroll"))
+    .filter(d => d.scrollWidth > d.clientWidth + 1).map(d => d.closest("section").id)"""
 # Text drawn over text inside a figure (matplotlib writes each label as a group `...-text_N` of
 # glyph paths): pairs of such boxes that overlap by more than a pixel each way.
 OVERLAPS = """Array.from(document.querySelectorAll("figure svg")).flatMap((svg, n) => {
@@ -278,13 +282,15 @@ def test_sweep_report_is_legible(tmp_path):
         "scales": SCALES,
         "folds": FOLDS,
         "overlaps": OVERLAPS,
+        "wide": WIDE,
     }
     result = load(page.as_uri(), tmp_path / "profile", measure=measure)
     assert result["problems"] == []
     height = mpimg.imread(io.BytesIO(result["png"]), format="png").shape[0]
     assert 4_000 < height < 12_500  # 12,016 px at 1400 px wide, noise fold shut
     rows = result["rows"]
-    assert rows["prediction"] == rows["step"] == 18
+    assert rows["prediction"] == rows["step"] == 18  # what explains each: folded, past 8
+    assert result["wide"] == []  # no table past its card
     assert rows["compare"] == 2  # qwen3-0.6b with and without a grammar, at 8 and 32 streams
     assert result["legends"]["gaps"] == [2]  # depth 1, depth 2: not one entry per run
     assert result["legends"]["attribution"][0] <= 16  # the host phases
