@@ -273,6 +273,8 @@ def _write(
         results = sources[0].results
     else:
         results = merge_results({s.name: s.results for s in sources})
+        for source in sources:  # the sections name runs as the merged tables do
+            source.merged = True
     with ExitStack() as stack:
         exported: Exported | Future[Exported] | None = None
         if export and apart is not None:

@@ -29,7 +29,7 @@ def split_sections(sources: list[Source], found: list[dict[str, dict]]) -> list[
             sections.append(
                 {
                     "config": names.get(split["run_ids"][0], split["run_ids"][0]),
-                    "run_ids": split["run_ids"],
+                    "run_ids": [source.page_id(r) for r in split["run_ids"]],
                     "matched": split["matched_steps"],
                     "steps": side["steady_steps"],
                     "sure": split["sure"],

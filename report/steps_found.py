@@ -36,7 +36,7 @@ def found_sections(sources: list[Source], found: list[dict[str, dict]]) -> list[
     return [
         {
             "name": run_name(run),
-            "run_id": run["run_id"],
+            "run_id": source.page_id(run["run_id"]),
             **{k: mine[run["run_id"]][k] for k in KEYS},
         }
         for source, mine in zip(sources, found, strict=True)

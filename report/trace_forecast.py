@@ -16,13 +16,13 @@ def forecast_sections(
     sources: list[Source], found: list[dict[str, dict]], shown: set[str]
 ) -> list[dict]:
     """One entry per foreign run the page shows (`found`: report.steps_found of each source;
-    `shown`: the page's run ids, an engine split over GPUs by its rank 0), and for the blocking run
-    of our own engine a trace alone holds: its name, the gain and its interval, how far it holds
-    (`bound`), the assumptions, the whole-trace figure; or `not_predicted` and why; `sure`: whether
-    the steps it stands on are; `ours`: our engine's run."""
+    `shown`: the page's run ids, Source.page_id's, an engine split over GPUs by its rank 0), and
+    for the blocking run of our own engine a trace alone holds: its name, the gain and its
+    interval, how far it holds (`bound`), the assumptions, the whole-trace figure; or
+    `not_predicted` and why; `sure`: whether its steps are; `ours`: our engine's run."""
     out = []
     for source, mine in zip(sources, found, strict=True):
-        ids = [run_id for run_id in mine if run_id in shown]
+        ids = [run_id for run_id in mine if source.page_id(run_id) in shown]
         if source.catalog is None or not (ids or "traces" in source.results.provenance):
             continue
         gains = {  # run_id -> (gain, its steps sure, ours); not sure: the figure carries a ~
@@ -32,8 +32,8 @@ def forecast_sections(
         gains.update(_blocking(source, mine, shown))
         for run in source.results.runs.to_dict("records"):
             if (gain := gains.get(run["run_id"])) is not None:
-                out.append({"name": run_name(run), "run_id": run["run_id"], "sure": gain[1],
-                            "ours": gain[2], **_entry(gain[0])})  # fmt: skip
+                out.append({"name": run_name(run), "run_id": source.page_id(run["run_id"]),
+                            "sure": gain[1], "ours": gain[2], **_entry(gain[0])})  # fmt: skip
     return out
 
 
@@ -44,7 +44,7 @@ def _blocking(source: Source, mine: dict[str, dict], shown: set[str]) -> dict[st
     if "traces" not in source.results.provenance:
         return {}
     runs = source.results.runs
-    ours = runs[~runs["run_id"].isin(list(mine)) & runs["run_id"].isin(list(shown))]
+    ours = runs[~runs["run_id"].isin(list(mine)) & runs["run_id"].map(source.page_id).isin(shown)]
     if len(ours) != 1 or known_int(ours["depth"].iloc[0]) != 1:
         return {}
     run = ours.iloc[0]

@@ -363,6 +363,11 @@ def distinct_names(paths: list[Path]) -> list[str]:
     )
 
 
+def merged_id(source: str, run_id: str) -> str:
+    """A run's id in merge_results' tables: its source's name first (ids repeat across sources)."""
+    return f"{source}/{run_id}"
+
+
 def merge_results(named: dict[str, Results]) -> Results:
     """Several run directories as one Results (one report for a whole sweep).
 
@@ -382,7 +387,7 @@ def merge_results(named: dict[str, Results]) -> Results:
                 continue
             table = table.copy()
             if "run_id" in table:
-                table["run_id"] = source + "/" + table["run_id"].astype(str)
+                table["run_id"] = [merged_id(source, r) for r in table["run_id"].astype(str)]
             if name == "runs":
                 table["run_dir"] = source
                 table["preset"] = "+".join(halves) if halves else source

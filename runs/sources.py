@@ -23,6 +23,7 @@ from .rundir import (
     TRACE_SUFFIXES,
     Results,
     is_results_file,
+    merged_id,
     no_results,
     read_results,
     results_path,
@@ -38,6 +39,12 @@ class Source:
     results: Results
     catalog: duckdb.DuckDBPyConnection | None  # holds every run of `results`, or None
     name: str
+    merged: bool = False  # shown beside other sources, its run ids prefixed (rundir.merge_results)
+
+    def page_id(self, run_id: str) -> str:
+        """What a page of this source and any others beside it calls one of its runs (the catalog
+        keeps calling it run_id)."""
+        return merged_id(self.name, run_id) if self.merged else run_id
 
 
 def open_source(path: Path | str | None = None) -> Source:

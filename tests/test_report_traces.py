@@ -159,3 +159,25 @@ def test_the_page_of_our_own_blocking_trace_leads_with_its_forecast(tmp_path):
     d2 = TRACES_DIR / "qwen3-0.6b-s1-d2.sqlite.gz"
     page = report_run_dir(d2, n_boot=20, export=False, out=tmp_path / "d2.html").read_text()
     assert "No configuration was measured at both depths" in page
+
+
+def test_traces_on_one_page_keep_what_each_page_alone_shows(tmp_path):
+    """Beside each other the traces' runs are renamed (merge_results prefixes their ids), and the
+    sections found by the catalog's ids followed them: every forecast stays, an engine over two
+    GPUs stays one row, a run whose steps are not sure keeps its ~ (all three were lost)."""
+    from bubblelab.report.report import report_dirs
+
+    unsure, _ = build(tmp_path / "t.sqlite", Engine(steps=14, wait="callback", graphs_per_step=8,
+                                                    nodes=16))  # fmt: skip
+    foreign = TRACES_DIR / "foreign"
+    traces = [foreign / "nanovllm-raw.sqlite.gz", foreign / "nanovllm-tp2.sqlite.gz",
+              TRACES_DIR / "qwen3-0.6b-s1-d1.sqlite.gz", unsure]  # fmt: skip
+    page = report_dirs(traces, tmp_path / "all.html", n_boot=20, export=False).read_text()
+    card = _text(page, *(f'<section class="card" id="{s}"' for s in ("prediction", "step")))
+    assert card.startswith("What pipelining would buy No configuration here was measured")
+    assert "(and each blocking run of bubblelab's engine, read as any engine's trace)" in card
+    assert card.count("assuming:") == 4 and "No configuration was measured" not in page
+    table = _text(page, 'id="step"', 'id="split"')
+    assert "TP 2 1 as traced" in table  # rank 0's run, its worker not pooled with it as a repeat
+    assert "t.sqlite · Fake GPU ~ 1 as traced" in table
+    assert "4 runs, 4 configurations" in page
