@@ -55,10 +55,13 @@ def pts_text(value: float, lo: float | None = None, hi: float | None = None, kno
 
 
 def miss_text(row: dict) -> str:
-    """A prediction row's miss (observed − forecast from depth 1), known as a median over its
-    pairs is (costmodel.observed.median_known)."""
+    """A prediction row's miss (observed − forecast from depth 1), `?` unless wall_d1_error_known
+    (a row from before that column: known as a median over its pairs is)."""
     lo, hi = row["wall_d1_error_lo"], row["wall_d1_error_hi"]
-    return pts_text(row["wall_d1_error_pts"], lo, hi, median_known(lo, hi, int(row["pairs"])))
+    known = row.get("wall_d1_error_known")
+    if known is None or known != known:  # absent, or NaN in a table joined with older rows
+        known = median_known(lo, hi, int(row["pairs"]))
+    return pts_text(row["wall_d1_error_pts"], lo, hi, bool(known))
 
 
 def inside_noise(row: dict) -> bool:

@@ -117,6 +117,14 @@ def median_known(lo: float, hi: float, n: int) -> bool:
     return n >= MEDIAN_95_VALUES and known(lo, hi)
 
 
+def pairs_known(lo: float, hi: float, n: int, statistic: str = "median") -> bool:
+    """A figure over n pairs, its interval resampling them, is known by its statistic's rule:
+    median_known for a median pair, MIN_PAIRS_POOLED pairs for issue #16's pooled totals."""
+    if statistic == "pooled":
+        return n >= MIN_PAIRS_POOLED and known(lo, hi)
+    return median_known(lo, hi, n)
+
+
 def median_of_pairs(ratios, processes=None) -> Observed:
     """The observed speedup: the median pair, with the median's order-statistic interval, widened
     to every process's own median pair when `processes` (one label a pair) names several."""

@@ -66,11 +66,11 @@ from .model import (
 )
 from .observed import (
     cv_pct,
-    median_known,
     median_of_pairs,
     pair_ratios,
     pair_repeats,
     pairs_interval,
+    pairs_known,
     pooled,
     pooled_over_pairs,
     wall_cv_pct,
@@ -92,8 +92,8 @@ LIMITS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len")
 HEADLINE = (
     "label", "wall_d1_predicted_pct", "wall_d1_predicted_lo", "wall_d1_predicted_hi",
     "wall_d1_predicted_known", "observed_pct", "observed_lo", "observed_hi", "observed_known",
-    "pairs", "wall_d1_error_pts", "wall_d1_error_lo", "wall_d1_error_hi", "wall_cv_d1_pct",
-    "wall_cv_d2_pct",
+    "pairs", "wall_d1_error_pts", "wall_d1_error_lo", "wall_d1_error_hi", "wall_d1_error_known",
+    "wall_cv_d1_pct", "wall_cv_d2_pct",
 )  # fmt: skip
 Statistic = Literal["median", "pooled"]
 
@@ -251,10 +251,12 @@ def _wall_columns(pairs, whole: list[WholeRun], window: bool, statistic: Statist
     # The forecast's own interval (drawn last: the frozen columns above keep their draws).
     d1_lo, d1_hi = pairs_interval(lambda idx: speedup("d1", idx), n, n_boot, rng)
     per_pair = [pct(w.predicted) for w in whole]
+    miss_lo, miss_hi = out["wall_d1_error_lo"], out["wall_d1_error_hi"]
     out |= dict(
         wall_d1_predicted_lo=d1_lo,
         wall_d1_predicted_hi=d1_hi,
-        wall_d1_predicted_known=median_known(d1_lo, d1_hi, n),
+        wall_d1_predicted_known=pairs_known(d1_lo, d1_hi, n, statistic),
+        wall_d1_error_known=pairs_known(miss_lo, miss_hi, n, statistic),
         wall_predicted_min=min(per_pair),
         wall_predicted_max=max(per_pair),
         replayed=all(w.replayed for w in whole),

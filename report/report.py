@@ -22,7 +22,7 @@ from ..core.files import write_atomic
 from ..costmodel.blog import predict_blog
 from ..costmodel.forecast import one_depth, unchecked_forecast
 from ..costmodel.headline import caveat_lines, explanation, handoff_lines, pct_text
-from ..costmodel.observed import median_known, process_labels
+from ..costmodel.observed import process_labels
 from ..costmodel.perturbation import profiler_perturbation
 from ..costmodel.predict import known_int, predict_runs
 from ..costmodel.spread import source_lines
@@ -67,7 +67,7 @@ def _env() -> jinja2.Environment:
     env.filters["dash"] = lambda v: (
         "–" if v is None or (isinstance(v, float) and pd.isna(v)) or v == "" else v
     )
-    env.globals.update(explain=explanation, median_known=median_known)
+    env.globals.update(explain=explanation)
     return env
 
 

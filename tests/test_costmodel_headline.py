@@ -50,8 +50,9 @@ def perturbed(runs: dict, factor: float = 1.3) -> dict:
     return {**runs, "steps": steps}
 
 
-def table_of(runs: dict) -> pd.DataFrame:
-    return predict_runs(runs["runs"], runs["steps"], runs["requests"], n_boot=200)
+def table_of(runs: dict, statistic: str = "median") -> pd.DataFrame:
+    return predict_runs(runs["runs"], runs["steps"], runs["requests"], n_boot=200,
+                        statistic=statistic)  # fmt: skip
 
 
 def text(table) -> str:
@@ -87,7 +88,8 @@ def test_the_reports_headline_cards_read_depth_1_alone(runs):
         return found[0]
 
     def first_cells(html: str) -> list[list[str]]:
-        section = html[html.index('id="prediction"') : html.index('id="step"')]
+        # the forecast's table; the next one explains with depth 2's pieces
+        section = html[html.index('id="prediction"') : html.index('class="explains"')]
         rows = re.findall(r"<tr><td class=\"label\">(.*?)</tr>", section, re.S)
         return [re.findall(r"<td>(.*?)</td>", row, re.S)[:3] for row in rows]  # forecast..miss
 
@@ -139,6 +141,7 @@ def test_a_forecast_from_fewer_than_6_repeats_is_never_called_known():
     table = table_of(few)
     narrow = table[(table["wall_d1_predicted_hi"] - table["wall_d1_predicted_lo"]) / 2 <= 1]
     assert len(narrow) and not table["wall_d1_predicted_known"].any()
+    assert not table["wall_d1_error_known"].any()  # the miss's mark is a column too
     for r in table.to_dict("records"):
         assert miss_text(r).endswith(" ?") and headline(table)["forecast"].endswith(" ?")
     d1 = few["runs"][few["runs"]["depth"] == 1]
@@ -215,3 +218,25 @@ def test_the_step_cv_is_each_runs_median_steady_step_over_the_repeats(runs):
             ]
             expect = 100 * np.std(medians, ddof=1) / np.mean(medians)
             assert row[f"step_cv_d{depth}_pct"] == pytest.approx(expect)
+
+
+def test_the_misss_mark_follows_the_statistic_of_its_pairs():
+    """wall_d1_error_known is the rule of the table's statistic: a median over pairs needs 6 of
+    them (median_known), issue #16's pooled totals 5 (the frozen held-out set's rule), the
+    forecast's own mark likewise; miss_text reads it, and a row from before the column falls
+    back to the median's rule."""
+    from bubblelab.costmodel.observed import pairs_known
+
+    assert pairs_known(13.6, 14.8, 5, "pooled") and not pairs_known(13.6, 14.8, 5)
+    five = simulated_sweep(repeats=5)
+    for statistic in ("median", "pooled"):
+        table = table_of(five, statistic=statistic)
+        # the same 5 pairs, narrow: known as pooled totals, not as a median
+        assert table["wall_d1_predicted_known"].all() == (statistic == "pooled")
+        for r in table.to_dict("records"):
+            rule = pairs_known(r["wall_d1_error_lo"], r["wall_d1_error_hi"], 5, statistic)
+            assert r["wall_d1_error_known"] == rule and miss_text(r).endswith(" ?") != rule
+            lo, hi = r["wall_d1_predicted_lo"], r["wall_d1_predicted_hi"]
+            assert r["wall_d1_predicted_known"] == pairs_known(lo, hi, 5, statistic)
+    row = dict(wall_d1_error_pts=0.2, wall_d1_error_lo=-0.1, wall_d1_error_hi=0.5, pairs=6)
+    assert miss_text(row) == "+0.2 pts [-0.1, +0.5]" and miss_text(row | {"pairs": 5}).endswith("?")
