@@ -65,12 +65,18 @@ def unpaired(sources: list[Path], runs: pd.DataFrame) -> str:
     )
 
 
-def depth1_forecast(console: Console, results, n_boot: int = 1000) -> pd.DataFrame | None:
-    """Runs at depth 1 only: their forecast (costmodel.forecast), its skipped configurations said;
-    None when the runs are not all at depth 1 or none can be forecast."""
+def depth1_forecast(
+    console: Console, results, n_boot: int = 1000, table: pd.DataFrame | None = None
+) -> pd.DataFrame | None:
+    """Runs at depth 1 only: their forecast (costmodel.forecast; table: the caller's, made
+    already), its skipped configurations said; None when the runs are not all at depth 1 or none
+    can be forecast."""
     from ..costmodel.forecast import unchecked_forecast
 
-    table = unchecked_forecast(results.runs, results.steps, results.requests, results.ranks, n_boot)
+    if table is None:
+        table = unchecked_forecast(
+            results.runs, results.steps, results.requests, results.ranks, n_boot
+        )
     for reason in table.attrs.get("skipped", []):
         console.print(f"skipped {reason}", markup=False)
     return table if len(table) else None

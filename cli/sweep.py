@@ -180,6 +180,7 @@ def profile_and_report(
 ) -> Path:
     """The sweep with a progress bar, then the report and the prediction tables; with dest, the
     JSON document (head's keys first: the demo's chat). keep_reports: the .nsys-rep files stay."""
+    from ..costmodel.forecast import unchecked_forecast
     from ..costmodel.headline import noise_lines
     from ..costmodel.perturbation import profiler_perturbation
     from ..costmodel.predict import predict_runs
@@ -234,19 +235,23 @@ def profile_and_report(
     results = read_results(out)
     # once: page and console
     table = predict_runs(results.runs, results.steps, results.requests, ranks=results.ranks)
+    # nothing paired: what runs at depth 1 alone foresee of depth 2
+    depth1 = None if len(table) else unchecked_forecast(
+        results.runs, results.steps, results.requests, results.ranks
+    )  # fmt: skip
     record_timing(out, "startup", startup)
     with console.status("writing the report"):
         reporting = time.perf_counter()
-        report = report_run_dir(out, table=table)
+        report = report_run_dir(out, table=table, depth1=depth1)
         timings = record_timing(out, "report", time.perf_counter() - reporting)
-    forecast = None  # runs at depth 1 only: what they foresee of depth 2
+    forecast = None
     if len(table):
         for printed in prediction_tables(table):
             show(console, printed)
         # plainly, where the demo's CPU is too noisy to tell, and whose noise it is
         for line in [*noise_lines(table), *source_lines(table, results.steps)]:
             console.print(line, markup=False)
-    elif (forecast := depth1_forecast(console, results)) is not None:
+    elif (forecast := depth1_forecast(console, results, table=depth1)) is not None:
         show_depth1(console, [out], results.runs, forecast)
     else:
         console.print(unpaired([out], results.runs), markup=False)

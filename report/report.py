@@ -114,6 +114,7 @@ def render_report(
     splits: list[dict] | None = None,
     found: list[dict] | None = None,
     forecasts: list[dict] | None = None,
+    depth1: pd.DataFrame | None = None,
 ) -> str:
     """The page. exported: the files written beside it, linked relative to it (EXPORT_DIR/); a
     future of them is waited for once the figures are drawn.
@@ -122,18 +123,19 @@ def render_report(
     found: how another engine's steps were found, run by run (report.steps_found.found_sections).
     forecasts: what pipelining would buy another engine's runs (report.trace_forecast).
     table: predict_runs of these results when the caller has it already (run-and-profile prints
-    it too; the bootstrap is the page's slowest part)."""
+    it too; the bootstrap is the page's slowest part); depth1: unchecked_forecast's likewise."""
     if table is None:
         table = predict_runs(
             results.runs, results.steps, results.requests, ranks=results.ranks, n_boot=n_boot
         )
     blog = predict_blog()
     # runs at depth 1 only, unless forecast from their traces (report.trace_forecast) already
-    depth1 = (
-        unchecked_forecast(results.runs, results.steps, results.requests, results.ranks, n_boot)
-        if not forecasts
-        else pd.DataFrame()
-    )
+    if forecasts:
+        depth1 = pd.DataFrame()
+    elif depth1 is None:
+        depth1 = unchecked_forecast(
+            results.runs, results.steps, results.requests, results.ranks, n_boot
+        )
     caveats1 = caveat_lines(depth1) if len(depth1) else []
     halves = [line] if (line := split_line(results.provenance)) else []  # one sweep in two
     measured = summary.unprofiled(results)  # what the engine does; the profiler's own section
@@ -226,10 +228,11 @@ def report_run_dir(
     export: bool = True,
     out: Path | None = None,
     table: pd.DataFrame | None = None,
+    depth1: pd.DataFrame | None = None,
 ) -> Path:
     """Write the page of a run directory (DIR/report.html) or of one nsys export (out, default
-    NAME-report/report.html here), with export/ beside it; returns the page's path. table: the
-    source's predict_runs, if the caller made it."""
+    NAME-report/report.html here), with export/ beside it; returns the page's path. table, depth1:
+    the source's predict_runs and unchecked_forecast, if the caller made them."""
     source = Path(source)
     opened = open_source(source)
     if out is None:
@@ -239,7 +242,7 @@ def report_run_dir(
     # A run directory's catalog can be read by a second process: its export is made there, beside
     # the page's figures. A trace is ingested in memory here, so its export is made here too.
     apart = source if opened.catalog is not None and source.is_dir() else None
-    return _write([opened], Path(out), title, n_boot, export, table, apart)
+    return _write([opened], Path(out), title, n_boot, export, table, apart, depth1)
 
 
 def report_dirs(
@@ -267,6 +270,7 @@ def _write(
     export: bool,
     table: pd.DataFrame | None = None,
     apart: Path | None = None,
+    depth1: pd.DataFrame | None = None,
 ) -> Path:
     """apart: the run directory to export from in a process of its own (report.export)."""
     if len(sources) == 1:
@@ -289,7 +293,7 @@ def _write(
         page = render_report(
             shown, title, n_boot, exported, table, kernel_sections(sources), splits,
             found_sections(sources, found),
-            forecast_sections(sources, found, set(shown.runs["run_id"])),
+            forecast_sections(sources, found, set(shown.runs["run_id"])), depth1,
         )  # fmt: skip
     return write_atomic(out, page)
 

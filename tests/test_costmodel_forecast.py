@@ -75,6 +75,16 @@ def test_the_message_and_the_page_say_it_is_unchecked(runs, tmp_path):
     assert "What depth 2 would buy" in page and "Prediction vs measurement" not in page
 
 
+def test_the_page_takes_the_forecast_its_caller_made(runs):
+    """run-and-profile at depth 1 prints the forecast and hands it to the page, which made it a
+    second time before (~0.5 s): the page shows the caller's table as it is."""
+    one = depth1(runs)
+    table = forecast_runs(one["runs"], one["steps"], one["requests"], n_boot=50)
+    table["wall_d1_predicted_pct"] = [61.7, 62.8]  # not what the runs foresee: the caller's
+    page = " ".join(render_report(as_results(one), "d1", n_boot=50, depth1=table).split())
+    assert "+61.7%" in page and "+62.8%" in page
+
+
 def halves(runs: dict, **d2_options) -> dict[str, Results]:
     """The simulated sweep as two directories, one a depth, each with its sweep's options."""
     spec = {"model": "simulated", "dtype": "fp32", "streams": [2, 8], "repeats": 4, "seed": 0}
