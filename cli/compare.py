@@ -33,7 +33,7 @@ def compare(
 
     from ..core.files import check_output_path, write_atomic
     from ..report.diff import compare as compare_sources
-    from ..report.diff import percent_change, row_figures
+    from ..report.diff import foreseen_rows, percent_change, row_figures
     from ..report.diff_page import render_comparison
     from .output import SCHEMA, cell, check_json_dest, console_for, emit_json
     from .tables import show
@@ -82,3 +82,20 @@ def compare(
                     numbers.append(percent_change(row["diff_pct"]))
                 table.add_row(cell(row[what], 200), *numbers)
             show(console, table)
+    for entry in result.foreseen:  # a blocking trace of ours against a pipelined one
+        table = Table(
+            title=Text(
+                "Pipelining: A's trace alone foresaw B's step"
+                + ("" if one_pair else f" · {entry['pair']}")
+            ),
+            title_justify="left",
+            caption=f"A and B read as any engine's trace (bubblelab analyze A --domain none), "
+            f"both under nsys; z = {entry['z']:.4f} from A's requests. ~: steps not sure.",
+            caption_justify="left",
+        )
+        table.add_column("", overflow="fold")
+        for name in ("foreseen (A)", "measured (B)", "difference"):
+            table.add_column(name, justify="right", no_wrap=True)
+        for row in foreseen_rows(entry):
+            table.add_row(*row)
+        show(console, table)

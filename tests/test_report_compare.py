@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from bubblelab.report.diff import compare, figure, row_figures
+from bubblelab.report.diff import compare, figure, foreseen_rows, row_figures
 from bubblelab.report.diff_page import render_comparison
 from bubblelab.runs.demo import write_demo_run_dir
 from bubblelab.runs.traces import TRACES_DIR
@@ -67,7 +67,8 @@ def test_cli_compare_json_and_page(tmp_path):
     doc = json.loads(done.stdout)
     assert (doc["schema"], doc["a"], doc["b"]) == (1, D1.name, D2.name)
     assert {r["metric"] for r in doc["steps"]} >= {"bubble_ms", "period_ms", "batch"}
-    assert doc["kernels"] and page.read_text().count("<table>") == 3
+    assert doc["kernels"] and page.read_text().count("<table>") == 3 + 1  # + the forecast check
+    assert len(doc["foreseen"]) == 1
     assert "B - A" in done.stderr  # the tables, for people, on stderr while JSON takes stdout
     # one pair: each side's run is said once beside its name, not in every table's title
     [pair] = doc["pairs"]
@@ -112,3 +113,27 @@ def test_the_terminal_shows_the_largest_host_phases_and_counts_the_rest(capsys, 
     left = size.iloc[PHASES_SHOWN:]
     assert f"{len(left)} more phases, none over {left.max():.3f} ms a step" in table
     assert re.search(r"tokens_per_s +│ +1,936 │ +1,460 │ +-476 │", out)
+
+
+def test_a_blocking_trace_against_a_pipelined_one_checks_its_forecast(tmp_path):
+    """Our depth-1 and depth-2 traces of one configuration: the step A's trace alone foresees
+    (analyze --domain none's T_pipe) set beside B's, both read the same way, in the terminal, the
+    JSON and the page; a pair of other configurations says nothing of it."""
+    from bubblelab.runs.analysis import blocking_forecast
+
+    d1, d2 = D1, D2
+    result = compare(d1, d2)
+    (entry,) = result.foreseen
+    gain, _ = blocking_forecast(d1)
+    measured, _ = blocking_forecast(d2)
+    assert entry["pipelined_ms"] == [gain["t_pipe_ms"], measured["t_block_ms"]]
+    assert entry["speedup_pct"][0] == gain["speedup_pct"] and entry["sure"]
+    # the committed traces (H200): 1.533 foreseen, 1.535 measured; +41.6% against +41.4%
+    assert abs(entry["pipelined_ms"][1] / entry["pipelined_ms"][0] - 1) < 0.005
+    assert abs(entry["speedup_pct"][1] - entry["speedup_pct"][0]) < 0.5
+    rows = foreseen_rows(entry)
+    assert rows[1][1].startswith(f"{gain['speedup_pct']:+.1f}% [") and rows[1][3].endswith(" pts")
+    page = render_comparison(result)
+    assert "A's trace alone foresaw B's step" in page and rows[1][1] in page
+    assert compare(d1, TRACES_DIR / "qwen3-0.6b-s32-d2.sqlite.gz").foreseen == []
+    assert compare(d2, d1).foreseen == []  # B must be the pipelined one
