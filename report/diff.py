@@ -17,7 +17,7 @@ import pandas as pd
 
 from ..costmodel.compare import step_summary
 from ..profiling.analysis import kernel_summary
-from ..runs.analysis import blocking_forecast
+from ..runs.analysis import checked_forecast
 from ..runs.rundir import distinct_names
 from ..runs.sources import Source, open_source
 from .summary import attribution_per_step
@@ -164,34 +164,17 @@ def _pairs(a: pd.DataFrame, b: pd.DataFrame) -> list[tuple[str, dict, dict]]:
 
 def _foreseen(a: Source, b: Source, pairs: list[tuple[str, dict, dict]]) -> list[dict]:
     """Each pair of a blocking nsys trace of our engine (A) and a pipelined one of the same
-    configuration (B): the pipelined step A's trace alone foresees (`bubblelab analyze A --domain
-    none`, runs.analysis.blocking_forecast) against B's median steady period, and the speedup a
-    steady step each gives with A's period and zombie tax z. B is read as the forecast reads A, as
-    any engine's trace: our NVTX steps cut elsewhere, and their median period of the committed
-    1-stream depth-1 trace is 1.2% below the forecast's T_block (2.160 against 2.185 ms), which
-    would pass for a 1.8-point miss. Both ran under nsys, which inflates them alike; a run
-    directory's unprofiled runs would not. Another engine's B is not known to be A pipelined:
-    nothing is said of it."""
+    configuration (B): runs.analysis.checked_forecast. Another engine's B is not known to be A
+    pipelined, and a run directory's unprofiled runs are not inflated as A's are: nothing is said
+    of either."""
     out = []
     for pair, ra, rb in pairs:
         if (ra["depth"], rb["depth"]) != (1, 2) or ra["config"] != rb["config"]:
             continue
         path, other = _trace_path(a, ra["run_id"]), _trace_path(b, rb["run_id"])
-        if path is None or other is None:
-            continue
-        found = blocking_forecast(path)
-        if found is None or "t_pipe_ms" not in found[0]:
-            continue
-        (gain, sure), measured = found, blocking_forecast(other)
-        if measured is None:
-            continue
-        block, pipe, z = gain["t_block_ms"], measured[0]["t_block_ms"], gain["z"]
-        out.append({
-            "pair": pair, "sure": sure and measured[1], "z": z, "t_block_ms": block,
-            "pipelined_ms": [gain["t_pipe_ms"], pipe],  # foreseen from A, measured in B
-            "speedup_pct": [gain["speedup_pct"], 100 * (block / pipe * (1 - z) - 1)],
-            "interval_pct": list(gain["interval_pct"]),
-        })  # fmt: skip
+        if path is not None and other is not None:
+            if (checked := checked_forecast(path, other)) is not None:
+                out.append({"pair": pair, **checked})
     return out
 
 

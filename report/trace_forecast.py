@@ -7,7 +7,7 @@ depth 1, since no configuration of such a trace was measured at both depths."""
 from __future__ import annotations
 
 from ..costmodel.predict import known_int
-from ..runs.analysis import blocking_forecast, bound_words, trace_forecasts
+from ..runs.analysis import blocking_forecast, bound_words, checked_forecast, trace_forecasts
 from ..runs.sources import Source
 from .labels import run_name
 
@@ -19,7 +19,10 @@ def forecast_sections(
     `shown`: the page's run ids, Source.page_id's, an engine split over GPUs by its rank 0), and
     for the blocking run of our own engine a trace alone holds: its name, the gain and its
     interval, how far it holds (`bound`), the assumptions, the whole-trace figure; or
-    `not_predicted` and why; `sure`: whether its steps are; `ours`: our engine's run."""
+    `not_predicted` and why; `sure`: whether its steps are; `ours`: our engine's run; `checked`:
+    runs.analysis.checked_forecast against a pipelined trace of ours on the page, of the same
+    configuration (its name: `against`)."""
+    pipelined = _pipelined(sources, shown)
     out = []
     for source, mine in zip(sources, found, strict=True):
         ids = [run_id for run_id in mine if source.page_id(run_id) in shown]
@@ -34,6 +37,26 @@ def forecast_sections(
             if (gain := gains.get(run["run_id"])) is not None:
                 out.append({"name": run_name(run), "run_id": source.page_id(run["run_id"]),
                             "sure": gain[1], "ours": gain[2], **_entry(gain[0])})  # fmt: skip
+                other = pipelined.get(run_name(run, depth=False)) if gain[2] else None
+                if other is not None and (
+                    checked := checked_forecast(run["trace_path"], other[1], gain[:2])
+                ):
+                    out[-1] |= {"checked": checked, "against": other[0]}
+    return out
+
+
+def _pipelined(sources: list[Source], shown: set[str]) -> dict[str, tuple[str, str]]:
+    """configuration -> (name, trace path) of each nsys trace of our engine at depth 2 the page
+    shows, one trace a source (a sweep's run directory is checked by predict, not here)."""
+    out = {}
+    for source in sources:
+        runs = source.results.runs
+        if "traces" not in source.results.provenance or len(runs) != 1:
+            continue
+        run = runs.iloc[0]
+        if known_int(run["depth"]) == 2 and source.page_id(run["run_id"]) in shown:
+            if isinstance(run.get("trace_path"), str):
+                out[run_name(run, depth=False)] = (run_name(run), run["trace_path"])
     return out
 
 

@@ -181,3 +181,24 @@ def test_traces_on_one_page_keep_what_each_page_alone_shows(tmp_path):
     assert "TP 2 1 as traced" in table  # rank 0's run, its worker not pooled with it as a repeat
     assert "t.sqlite · Fake GPU ~ 1 as traced" in table
     assert "4 runs, 4 configurations" in page
+
+
+def test_a_blocking_trace_beside_a_pipelined_one_is_checked_on_the_page(tmp_path):
+    """Our depth-1 and depth-2 traces of one configuration on one page: the forecast from the
+    first is set beside the step the second measured (runs.analysis.checked_forecast, as
+    `bubblelab compare` does); a depth-2 trace of another configuration checks nothing."""
+    from bubblelab.report.report import report_dirs
+    from bubblelab.runs.analysis import checked_forecast
+
+    d1, d2 = (TRACES_DIR / f"qwen3-0.6b-s32-d{d}.sqlite.gz" for d in (1, 2))
+    page = report_dirs([d1, d2], tmp_path / "p.html", n_boot=20, export=False).read_text()
+    card = _text(page, *(f'<section class="card" id="{s}"' for s in ("prediction", "step")))
+    checked = checked_forecast(d1, d2)
+    assert checked is not None
+    step = checked["pipelined_ms"]
+    assert f"step took {step[1]:.3f} ms where this trace alone foresaw {step[0]:.3f}" in card
+    gain = checked["speedup_pct"]
+    assert f"by {gain[1]:+.1f}% against the {gain[0]:+.1f}% foreseen" in card
+    other = TRACES_DIR / "qwen3-0.6b-s1-d2.sqlite.gz"
+    page = report_dirs([d1, other], tmp_path / "q.html", n_boot=20, export=False).read_text()
+    assert "Checked against" not in page and "pipelining would buy" in page
