@@ -33,7 +33,7 @@ def compare(
 
     from ..core.files import check_output_path, write_atomic
     from ..report.diff import compare as compare_sources
-    from ..report.diff import foreseen_rows, percent_change, row_figures
+    from ..report.diff import foreseen_rows, percent_change, row_figures, unprofiled_words
     from ..report.diff_page import render_comparison
     from .output import SCHEMA, cell, check_json_dest, console_for, emit_json
     from .tables import show
@@ -89,8 +89,9 @@ def compare(
                 + ("" if one_pair else f" · {entry['pair']}")
             ),
             title_justify="left",
-            caption=f"A and B read as any engine's trace (bubblelab analyze A --domain none), "
-            f"both under nsys; z = {entry['z']:.4f} from A's requests. ~: steps not sure.",
+            caption=f"A and B read as any engine's trace (bubblelab analyze A --domain none); "
+            f"z = {entry['z']:.4f} from A's requests. Both under nsys: the profiled engine's "
+            "speedup (nsys slows the host, so without it the engine gains less). ~: not sure.",
             caption_justify="left",
         )
         table.add_column("", overflow="fold")
@@ -99,3 +100,5 @@ def compare(
         for row in foreseen_rows(entry):
             table.add_row(*row)
         show(console, table)
+        if said := unprofiled_words(entry):
+            console.print(Text(f"{said}."))

@@ -134,6 +134,19 @@ def foreseen_rows(entry: dict) -> list[tuple[str, str, str, str]]:
     ]  # fmt: skip
 
 
+def unprofiled_words(checked: dict) -> str | None:
+    """What the engine without nsys gained, where the traces' index.json says (checked_forecast's
+    unprofiled_ms): the figure the profiled check above it overstates."""
+    if "unprofiled_ms" not in checked:
+        return None
+    block, pipe = checked["unprofiled_ms"]
+    return (
+        f"Without nsys (index.json: the same sweep's unprofiled repeats of the configuration) the "
+        f"steady step went {block:.3f} → {pipe:.3f} ms, {checked['unprofiled_pct']:+.1f}% a step: "
+        "the engine's own gain, which both traces overstate"
+    )
+
+
 def percent_change(value: float | None) -> str:
     """B − A as a percentage of A, signed, one decimal; '–' where A is zero or not measured."""
     return "–" if value is None or pd.isna(value) else f"{value:+.1f}%"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import jinja2
 
-from .diff import Comparison, foreseen_rows, percent_change, row_figures
+from .diff import Comparison, foreseen_rows, percent_change, row_figures, unprofiled_words
 from .report import TEMPLATES
 
 
@@ -31,5 +31,8 @@ def render_comparison(comparison: Comparison) -> str:
         b=comparison.names[1],
         tables=tables,
         kernels=bool(records["kernels"]),
-        foreseen=[dict(entry, rows=foreseen_rows(entry)) for entry in comparison.foreseen],
+        foreseen=[
+            dict(entry, rows=foreseen_rows(entry), unprofiled=unprofiled_words(entry))
+            for entry in comparison.foreseen
+        ],
     )

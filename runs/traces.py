@@ -32,6 +32,18 @@ def index_meta(trace: Path | str) -> dict:
     return {k: v for k, v in entry.items() if k in META_KEYS} if isinstance(entry, dict) else {}
 
 
+def unprofiled_period_ms(trace: Path | str) -> float | None:
+    """The steady period of the trace's configuration without nsys, where its index.json says
+    (`nsys_inflation.unprofiled_ms`: its sweep's unprofiled repeats, tools.docs.make_traces)."""
+    trace = Path(trace)
+    try:
+        entry = json.loads((trace.parent / "index.json").read_text()).get(trace.name) or {}
+        period = entry["nsys_inflation"]["unprofiled_ms"]["period"]
+    except (OSError, ValueError, AttributeError, KeyError, TypeError):
+        return None
+    return float(period) if isinstance(period, int | float) and period > 0 else None
+
+
 def load_traces(
     names: list[str] | None = None,
     traces_dir: Path | str = TRACES_DIR,

@@ -137,3 +137,19 @@ def test_a_blocking_trace_against_a_pipelined_one_checks_its_forecast(tmp_path):
     assert "A's trace alone foresaw B's step" in page and rows[1][1] in page
     assert compare(d1, TRACES_DIR / "qwen3-0.6b-s32-d2.sqlite.gz").foreseen == []
     assert compare(d2, d1).foreseen == []  # B must be the pipelined one
+    # what the profiler did to both: the same sweep's unprofiled repeats (index.json), 1.557 and
+    # 1.456 ms a step, gained +6.2%, not +41%
+    assert entry["unprofiled_ms"] == [1.5567, 1.4564]
+    assert round(entry["unprofiled_pct"], 1) == 6.2 and "+6.2% a step" in page
+
+
+def test_without_an_index_the_check_says_nothing_of_the_unprofiled_engine(tmp_path):
+    import shutil
+
+    from bubblelab.runs.analysis import checked_forecast
+
+    bare = [tmp_path / p.name for p in (D1, D2)]
+    for src, dst in zip((D1, D2), bare, strict=True):
+        shutil.copyfile(src, dst)
+    checked = checked_forecast(*bare)
+    assert checked is not None and "unprofiled_ms" not in checked
