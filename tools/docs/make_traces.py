@@ -20,7 +20,7 @@ from pathlib import Path
 from bubblelab.costmodel.perturbation import profiler_perturbation
 from bubblelab.profiling import analysis
 from bubblelab.profiling.catalog import connect
-from bubblelab.profiling.nsys import export_sqlite
+from bubblelab.profiling.ingest import plain_sqlite
 from bubblelab.profiling.trim import trim
 from bubblelab.runs.rundir import read_results
 
@@ -61,12 +61,9 @@ def main() -> None:
         last = first + a.steps - 1
         name = f"{run['preset']}-s{run['streams']}-d{run['depth']}"
         plain = a.out_dir / f"{name}.sqlite"
-        source = Path(run["trace_path"])
-        if source.suffix == ".nsys-rep":  # --keep-reports keeps the report, not its export
-            source = export_sqlite(source, a.out_dir / f"{name}.full.sqlite")
-        trim(source, plain, first, last)
-        if source.name.endswith(".full.sqlite"):
-            source.unlink()
+        # a sweep keeps each run's export gzipped (traces/run.N.sqlite.gz); SQLite needs it plain
+        with plain_sqlite(Path(run["trace_path"])) as source:
+            trim(source, plain, first, last)
         with plain.open("rb") as src, gzip.open(f"{plain}.gz", "wb", compresslevel=9) as dst:
             shutil.copyfileobj(src, dst)
         plain.unlink()
