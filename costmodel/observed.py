@@ -200,4 +200,4 @@ def pooled_over_pairs(tokens1, wall1, tokens2, wall2, n_boot: int, rng) -> Obser
         return float((pooled(t1[idx], w1[idx], t2[idx], w2[idx]) - 1.0) * 100.0)
 
     lo, hi = pairs_interval(pct, n, n_boot, rng)
-    return Observed(pct(np.arange(n)), lo, hi, n, n >= MIN_PAIRS_POOLED and known(lo, hi))
+    return Observed(pct(np.arange(n)), lo, hi, n, pairs_known(lo, hi, n, "pooled"))
