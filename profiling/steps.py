@@ -17,9 +17,9 @@ evidence picks one (profiling/evidence.py).
      before launching again, after the others it launches at once (tens of us). The closing points
      are those above the largest jump (>= SPLIT_RATIO x) in the sorted host gaps, provided they
      recur in a regular pattern; otherwise every (reading) point closes a step.
-   - graph: one CUDA-graph replay per step (the replays of the largest graphs, by their nodes, or by
-     their GPU time where replays were traced whole, so a small sampling graph beside the forward's
-     does not count twice).
+   - graph: one CUDA-graph replay per step (the replays of the largest graphs, by their graph's
+     nodes, so a replay the capture cut short still counts, or by their GPU time where replays were
+     traced whole, so a small sampling graph beside the forward's does not count twice).
    - pause: the host's pause before each step's first launch (sql/launch_pauses.sql): where the
      engine thread stopped launching to wait for the tokens, inside the CUDA API or outside it
      (a futex, a host callback: JAX waits there), and did its bookkeeping. The pauses above a jump
@@ -289,9 +289,9 @@ def _from_trace(
             )
         )
     if len(graphs):
-        # a replay's size: its nodes; traced whole (one op each), its GPU time
+        # a replay's size: its graph's nodes; traced whole (one op each), its GPU time
         whole = graphs["ops"].max() == 1
-        size = graphs["gpu_ns"] if whole else graphs["ops"]
+        size = graphs["gpu_ns"] if whole else graphs["graph_ops"]
         big = graphs[size >= GRAPH_SHARE * size.max()]["start"].to_numpy()
         least = (
             f"{GRAPH_SHARE * size.max() / 1e3:.0f} us on the GPU"

@@ -176,9 +176,11 @@ def checked_forecast(
     trace of the same one: the pipelined step the first alone foresees against the second's median
     steady period, and the speedup a steady step each gives with the first's T_block and zombie tax
     z, as pairs [foreseen, measured]. The pipelined trace is read as the forecast reads the
-    blocking one, as any engine's trace: our NVTX steps cut elsewhere, and their median period of
-    the committed 1-stream depth-1 trace is 1.2% below the forecast's T_block (2.160 against 2.185
-    ms), which would pass for a 1.8-point miss. Both under nsys, which inflates them alike. None
+    blocking one, as any engine's trace: our NVTX steps cut elsewhere (the same steps, their periods
+    summing to the same time within 0.02%), and where the period varies widely from step to step
+    the cut moves the median: 1.2% on the committed 1-stream depth-1 trace (2.160 against 2.185 ms,
+    one standard error of the median), which would pass for a 1.8-point miss. Both under nsys,
+    which inflates them alike. None
     where either trace gives no figure. found: blocking_forecast(blocking), if the caller has it.
     Where both traces' index.json give their configuration's unprofiled period, `unprofiled_ms`
     and `unprofiled_pct` say what the engine without nsys gained (the committed H200 traces: +6.2%
