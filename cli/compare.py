@@ -89,9 +89,12 @@ def compare(
                 + ("" if one_pair else f" · {entry['pair']}")
             ),
             title_justify="left",
-            caption=f"A and B read as any engine's trace (bubblelab analyze A --domain none); "
-            f"z = {entry['z']:.4f} from A's requests. Both under nsys: the profiled engine's "
-            "speedup (nsys slows the host, so without it the engine gains less). ~: not sure.",
+            caption=Text(  # the reason quotes the trace's rules: data, not markup
+                f"A and B read as any engine's trace (bubblelab analyze A --domain none); "
+                f"z = {entry['z']:.4f} from A's requests. Both under nsys: the profiled engine's "
+                "speedup (nsys slows the host, so without it the engine gains less)."
+                + (f" ~: {entry['unsure']}." if entry.get("unsure") else "")
+            ),
             caption_justify="left",
         )
         table.add_column("", overflow="fold")

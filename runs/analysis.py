@@ -155,7 +155,8 @@ def blocking_forecast(trace: Path | str) -> tuple[dict, bool] | None:
     """What pipelining would buy the blocking run of our own engine that `trace` holds, from the
     trace alone, and whether the steps it stands on are sure: `bubblelab analyze TRACE --domain
     none`'s figures (our NVTX phases name the loop's parts but forecast nothing; read as any
-    engine's, its syncs and launches do). None for a trace of several processes."""
+    engine's, its syncs and launches do). None for a trace of several processes. The gain's
+    `steps_unsure`: why its steps are not sure (None where they are)."""
     con = connect(None)
     try:
         trace = Path(trace)
@@ -163,8 +164,9 @@ def blocking_forecast(trace: Path | str) -> tuple[dict, bool] | None:
         if len(run_ids) != 1:
             return None
         (run,) = overview.analyze(con, run_ids, WARMUP_STEPS, None)["runs"]
-        gain = _pipelining(con, run, None, WARMUP_STEPS)
-        return gain, run["steps_found"]["confidence"] == "high"
+        found = run["steps_found"]
+        gain = _pipelining(con, run, None, WARMUP_STEPS) | {"steps_unsure": found["unsure"]}
+        return gain, found["confidence"] == "high"
     finally:
         con.close()
 
@@ -182,6 +184,7 @@ def checked_forecast(
     one standard error of the median), which would pass for a 1.8-point miss. Both under nsys,
     which inflates them alike. None
     where either trace gives no figure. found: blocking_forecast(blocking), if the caller has it.
+    `unsure`: why either trace's steps are not sure ("A: ...; B: ..."), None where both are.
     Where both traces' index.json give their configuration's unprofiled period, `unprofiled_ms`
     and `unprofiled_pct` say what the engine without nsys gained (the committed H200 traces: +6.2%
     at 1 stream, +10.2% at 32, against +41.4% and +36.6% under nsys)."""
@@ -191,8 +194,13 @@ def checked_forecast(
         return None
     gain, sure = found
     block, pipe, z = gain["t_block_ms"], measured[0]["t_block_ms"], gain["z"]
+    why = [
+        f"{side}: {g.get('steps_unsure') or 'not sure of its steps'}"
+        for side, (g, ok) in (("A", found), ("B", measured))
+        if not ok
+    ]
     out = {
-        "sure": sure and measured[1], "z": z, "t_block_ms": block,
+        "sure": sure and measured[1], "unsure": "; ".join(why) or None, "z": z, "t_block_ms": block,
         "pipelined_ms": [gain["t_pipe_ms"], pipe],
         "speedup_pct": [gain["speedup_pct"], 100 * (block / pipe * (1 - z) - 1)],
         "interval_pct": list(gain["interval_pct"]),

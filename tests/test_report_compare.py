@@ -153,3 +153,25 @@ def test_without_an_index_the_check_says_nothing_of_the_unprofiled_engine(tmp_pa
         shutil.copyfile(src, dst)
     checked = checked_forecast(*bare)
     assert checked is not None and "unprofiled_ms" not in checked
+
+
+def test_a_check_whose_steps_are_not_sure_says_why(capsys, monkeypatch):
+    """A forecast whose steps are not sure carries the reason into the JSON, the terminal and the
+    page, naming the trace it belongs to (A or B), not a bare ~; the reason is the trace's data,
+    printed as it is."""
+    import bubblelab.report.diff as diff
+    from bubblelab.cli import main
+    from bubblelab.runs.analysis import blocking_forecast, checked_forecast
+
+    gain, sure = blocking_forecast(D1)
+    assert sure and gain["steps_unsure"] is None and checked_forecast(D1, D2)["unsure"] is None
+    why = "not sure of the sync rule's steps: the pause rule finds [b]75[/b] steps"
+    found = ({**gain, "steps_unsure": why}, False)
+    checked = checked_forecast(D1, D2, found=found)
+    assert checked is not None and not checked["sure"] and checked["unsure"] == f"A: {why}"
+    monkeypatch.setattr(diff, "checked_forecast", lambda a, b: checked_forecast(a, b, found))
+    monkeypatch.setenv("COLUMNS", "400")
+    main(["compare", str(D1), str(D2)])
+    assert f"~: A: {why}." in " ".join(capsys.readouterr().out.split())  # the caption wraps
+    page = " ".join(render_comparison(compare(D1, D2)).split())
+    assert f"~: A: {why.replace(chr(39), '&#39;')}." in page
