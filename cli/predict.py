@@ -72,11 +72,13 @@ def depth1_forecast(
     already), its skipped configurations said; None when the runs are not all at depth 1 or none
     can be forecast."""
     from ..costmodel.forecast import unchecked_forecast
+    from ..costmodel.power import power_limit_w
 
     if table is None:
         table = unchecked_forecast(
-            results.runs, results.steps, results.requests, results.ranks, n_boot
-        )
+            results.runs, results.steps, results.requests, results.ranks, n_boot,
+            power_limit_w=power_limit_w(results.provenance),
+        )  # fmt: skip
     for reason in table.attrs.get("skipped", []):
         console.print(f"skipped {reason}", markup=False)
     return table if len(table) else None
@@ -123,6 +125,7 @@ def register(app: typer.Typer) -> None:
         from ..costmodel.blog import predict_blog
         from ..costmodel.bootstrap import check_n_boot
         from ..costmodel.headline import caveat_lines, handoff_lines, noise_lines
+        from ..costmodel.power import power_limit_w
         from ..costmodel.predict import predict_runs
         from ..costmodel.spread import source_lines
         from ..costmodel.tensor_parallel import tp_comparison
@@ -149,7 +152,7 @@ def register(app: typer.Typer) -> None:
             with console.status(f"predicting ({n_boot} bootstrap resamples)"):
                 table = predict_runs(
                     results.runs, results.steps, results.requests, ranks=results.ranks,
-                    n_boot=n_boot,
+                    n_boot=n_boot, power_limit_w=power_limit_w(results.provenance),
                 )  # fmt: skip
             for reason in table.attrs["skipped"]:
                 console.print(f"skipped {reason}", markup=False)

@@ -183,6 +183,7 @@ def profile_and_report(
     from ..costmodel.forecast import unchecked_forecast
     from ..costmodel.headline import noise_lines
     from ..costmodel.perturbation import profiler_perturbation
+    from ..costmodel.power import power_limit_w
     from ..costmodel.predict import predict_runs
     from ..costmodel.spread import source_lines
     from ..profiling.nsys import find_nsys
@@ -234,10 +235,13 @@ def profile_and_report(
         )
     results = read_results(out)
     # once: page and console
-    table = predict_runs(results.runs, results.steps, results.requests, ranks=results.ranks)
+    limit = power_limit_w(results.provenance)
+    table = predict_runs(
+        results.runs, results.steps, results.requests, ranks=results.ranks, power_limit_w=limit
+    )
     # nothing paired: what runs at depth 1 alone foresee of depth 2
     depth1 = None if len(table) else unchecked_forecast(
-        results.runs, results.steps, results.requests, results.ranks
+        results.runs, results.steps, results.requests, results.ranks, power_limit_w=limit
     )  # fmt: skip
     record_timing(out, "startup", startup)
     with console.status("writing the report"):

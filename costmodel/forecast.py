@@ -19,6 +19,7 @@ from ..core.errors import BubblelabError
 from .costs import RunCosts, probed_handoff_ms
 from .model import pct
 from .observed import median_known, pairs_interval, wall_cv_pct
+from .power import with_power
 from .predict import (
     CONFIG_KEYS,
     arrival_columns,
@@ -79,10 +80,15 @@ def forecast_run(run: pd.Series, steps: pd.DataFrame, requests: pd.DataFrame) ->
 
 
 def forecast_config(
-    d1: pd.DataFrame, steps: pd.DataFrame, requests: pd.DataFrame, n_boot: int, seed: int
+    d1: pd.DataFrame,
+    steps: pd.DataFrame,
+    requests: pd.DataFrame,
+    n_boot: int,
+    seed: int,
+    power_limit_w: float | None = None,
 ) -> dict:
     """One row of the forecast table: a configuration's depth-1 repeats, each a forecast of its
-    own; the median and its interval over them."""
+    own; the median and its interval over them. power_limit_w: the GPU's (costmodel.power)."""
     runs = [r for _, r in d1.iterrows()]
     each = [forecast_run(r, steps, requests) for r in runs]
     wall1 = np.array([f.wall_block_ms for f in each])
@@ -119,7 +125,7 @@ def forecast_config(
         wall_pipe_forecast_ms=float(np.median(wall2)),
         replayed=all(f.foreseen.replayed for f in each),
         handoff_probe_ms=_median_probe(runs),
-        **arrival_columns([f.foreseen for f in each]),
+        **with_power(arrival_columns([f.foreseen for f in each]), d1, steps, power_limit_w),
         runs_block=",".join(str(r["run_id"]) for r in runs),
     )
 
@@ -135,12 +141,13 @@ def unchecked_forecast(
     requests: pd.DataFrame | None = None,
     ranks: pd.DataFrame | None = None,
     n_boot: int = 1000,
+    power_limit_w: float | None = None,
 ) -> pd.DataFrame:
     """forecast_runs where every run is at depth 1 (nothing to check it against: what predict,
     the sweep and the page then show); with runs at another depth, an empty table."""
     if one_depth(runs) != 1:
         return pd.DataFrame(columns=list(FORECAST))
-    return forecast_runs(runs, steps, requests, ranks, n_boot)
+    return forecast_runs(runs, steps, requests, ranks, n_boot, power_limit_w=power_limit_w)
 
 
 def forecast_runs(
@@ -150,10 +157,12 @@ def forecast_runs(
     ranks: pd.DataFrame | None = None,
     n_boot: int = 1000,
     seed: int = 0,
+    power_limit_w: float | None = None,
 ) -> pd.DataFrame:
     """The forecast table for every configuration with depth-1 runs (FORECAST first), whether or
     not depth 2 ran too. A configuration that cannot be forecast is left out and named, with the
-    reason, in table.attrs["skipped"], as in predict_runs."""
+    reason, in table.attrs["skipped"], as in predict_runs. power_limit_w: the GPU's, for the
+    caveat of costmodel.power."""
     rows, skipped = [], []
     steps = tp_steps(steps, ranks)
     requests = requests if requests is not None else pd.DataFrame()
@@ -164,7 +173,7 @@ def forecast_runs(
         if d1.empty:
             continue
         try:
-            row = forecast_config(d1, steps, requests, n_boot, seed)
+            row = forecast_config(d1, steps, requests, n_boot, seed, power_limit_w)
         except BubblelabError as e:
             skipped.append(f"{run_label(d1.iloc[0], depth=False)}: {e}")
             continue

@@ -33,7 +33,8 @@ The rest explains the measured speedup and reads the depth-2 run; it is no forec
   term_<name>_pts: what each measured depth-2 piece moves the forecast by, on the way to it.
 - arrivals, arrival_wait_d1_ms, wall_d1_caveat: a workload whose requests arrive over time
   (requests' arrival_s) is replayed on a clock, and the row says what that leaves uncertain
-  (arrival_columns).
+  (arrival_columns); so does a depth 1 whose GPU, kept busy, would reach its power limit
+  (costmodel.power: power_full_duty_w, given power_limit_w).
 - A trimmed trace (fewer decode steps than its run's `decode_steps`) is modelled as a window: the
   walls are its periods and wall_observed_pct its measured token-rate ratio.
 - A tensor-parallel configuration (runs' tensor_parallel > 1) is rank 0's runs, each step's GPU time
@@ -75,6 +76,7 @@ from .observed import (
     pooled_over_pairs,
     wall_cv_pct,
 )
+from .power import with_power
 from .schedule import Limits, requests_from_table
 from .tensor_parallel import tp_columns, tp_steps
 from .wholerun import TERMS, WholeRun, predict_pair_wall
@@ -302,9 +304,10 @@ def predict_pair(
     n_boot: int = 1000,
     seed: int = 0,
     statistic: Statistic = "median",
+    power_limit_w: float | None = None,
 ) -> dict:
     """One row of the prediction table for a configuration's depth-1 and depth-2 runs, the
-    HEADLINE columns first.
+    HEADLINE columns first. power_limit_w: the GPU's (costmodel.power.power_limit_w).
 
     buckets: CUDA-graph batch sizes; "auto" = vLLM's on a GPU (the engine's agree at 1, 8 and 32
     streams), none on the CPU, which runs eagerly. statistic: how pairs combine (_wall_columns).
@@ -345,6 +348,7 @@ def predict_pair(
     requests = requests if requests is not None else pd.DataFrame()
     whole = _whole_runs(pairs, steps, requests, window)
     walls = _wall_columns(pairs, whole, window, statistic, n_boot, rng)
+    walls = with_power(walls, d1, steps1, power_limit_w)
     predicted = pct(speedup(t_block, t_pipe, z))
     first = d1.iloc[0]
     row = dict(

@@ -24,6 +24,7 @@ from ..costmodel.forecast import one_depth, unchecked_forecast
 from ..costmodel.headline import caveat_lines, explanation, handoff_lines, pct_text
 from ..costmodel.observed import process_labels
 from ..costmodel.perturbation import profiler_perturbation
+from ..costmodel.power import power_limit_w
 from ..costmodel.predict import known_int, predict_runs
 from ..costmodel.spread import source_lines
 from ..runs.rundir import Results, distinct_names, merge_results
@@ -126,16 +127,18 @@ def render_report(
     it too; the bootstrap is the page's slowest part); depth1: unchecked_forecast's likewise."""
     if table is None:
         table = predict_runs(
-            results.runs, results.steps, results.requests, ranks=results.ranks, n_boot=n_boot
-        )
+            results.runs, results.steps, results.requests, ranks=results.ranks, n_boot=n_boot,
+            power_limit_w=power_limit_w(results.provenance),
+        )  # fmt: skip
     blog = predict_blog()
     # runs at depth 1 only, unless forecast from their traces (report.trace_forecast) already
     if forecasts:
         depth1 = pd.DataFrame()
     elif depth1 is None:
         depth1 = unchecked_forecast(
-            results.runs, results.steps, results.requests, results.ranks, n_boot
-        )
+            results.runs, results.steps, results.requests, results.ranks, n_boot,
+            power_limit_w=power_limit_w(results.provenance),
+        )  # fmt: skip
     caveats1 = caveat_lines(depth1) if len(depth1) else []
     halves = [line] if (line := split_line(results.provenance)) else []  # one sweep in two
     measured = summary.unprofiled(results)  # what the engine does; the profiler's own section

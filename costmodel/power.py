@@ -1,0 +1,61 @@
+"""Will pipelining run the GPU into its power limit? At depth 1 the GPU idles through each step's
+bubble; pipelined, it works through it and draws more power, and a GPU held at its limit lowers its
+clock, which stretches the GPU work depth 1 timed. Depth 1 alone cannot time the slower clock, but
+it shows the risk: its power over its GPU's busy share of the run is about what the GPU would draw
+kept busy (a little above it: an idle GPU still draws some).
+
+On an H200 (700 W), qwen3-8b at 128 streams drew 683 W at depth 1, busy 89% of its steps: ~768 W
+kept busy. At depth 2 it held 690 W by dropping its median SM clock from 1965 to 1808 MHz, and the
+forecast from depth 1 alone was 1.7 points high. Every other configuration with power samples (26,
+0.6b to 8b) kept 1980 MHz at both depths, among them qwen3-4b at 128 streams three times: 654-693 W
+projected, 639-664 W drawn at depth 2 (the projection runs 2-5% high). So the caveat is said where
+the projection reaches the limit (docs/h200-costmodel.md)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+
+def power_limit_w(provenance: dict | None) -> float | None:
+    """The lowest power limit of the GPUs a run directory's machine lists (results.provenance's
+    machine.gpus, from nvidia-smi); None where it lists none."""
+    machine = (provenance or {}).get("machine") if isinstance(provenance, dict) else None
+    gpus = machine.get("gpus") if isinstance(machine, dict) else None
+    limits = [
+        float(g["power_limit_w"])
+        for g in gpus or []
+        if isinstance(g, dict) and g.get("power_limit_w")
+    ]
+    return min(limits) if limits else None
+
+
+def full_duty_power_w(d1: pd.DataFrame, steps: pd.DataFrame) -> tuple[float, float] | None:
+    """(median power the depth-1 runs drew, W; the GPU's busy share of their steps' time): None
+    without power samples or busy times."""
+    power = pd.to_numeric(d1.get("power_w", pd.Series(dtype=float)), errors="coerce").dropna()
+    timed = steps[steps["run_id"].isin(d1["run_id"])]
+    if power.empty or "busy_ms" not in timed:
+        return None
+    timed = timed[["busy_ms", "period_ms"]].apply(pd.to_numeric, errors="coerce").dropna()
+    period = float(timed["period_ms"].sum())
+    if period <= 0:
+        return None
+    return float(np.median(power)), float(timed["busy_ms"].sum()) / period
+
+
+def with_power(columns: dict, d1: pd.DataFrame, steps: pd.DataFrame, limit_w: float | None) -> dict:
+    """columns (arrival_columns') with `power_full_duty_w` (the depth-1 draw over its busy share,
+    NaN where unknown), and a caveat added to `wall_d1_caveat` where that reaches the limit."""
+    found = full_duty_power_w(d1, steps)
+    full = found[0] / found[1] if found and found[1] > 0 else np.nan
+    out = dict(columns, power_full_duty_w=full)
+    if limit_w and found and full >= limit_w:
+        said = (
+            f"power: depth 1 drew {found[0]:.0f} W with the GPU busy {found[1]:.0%} of its steps, "
+            f"~{full:.0f} W kept busy, over its {limit_w:.0f} W limit; pipelined, the GPU will "
+            "likely lower its clock and stretch the GPU work depth 1 timed, so the forecast is "
+            "likely high"
+        )
+        out["wall_d1_caveat"] = "; ".join(filter(None, [columns.get("wall_d1_caveat"), said]))
+    return out

@@ -1,0 +1,78 @@
+"""costmodel.power: a depth 1 whose GPU, kept busy, would pass its power limit gets a caveat on the
+forecast from depth 1 alone, checked on the H200 sweep where the clock did drop and on those where
+it did not."""
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from bubblelab.costmodel.forecast import unchecked_forecast
+from bubblelab.costmodel.power import full_duty_power_w, power_limit_w, with_power
+from bubblelab.costmodel.predict import predict_runs
+from bubblelab.runs.rundir import load_sources
+
+MEASURED = Path(__file__).parents[1] / "docs" / "measurements" / "2026-12-02"
+
+
+def test_the_limit_is_the_lowest_listed_and_none_where_unknown():
+    gpus = [{"power_limit_w": 700.0}, {"power_limit_w": 650.0}, {"name": "x"}]
+    assert power_limit_w({"machine": {"gpus": gpus}}) == 650.0
+    for provenance in (None, {}, {"machine": None}, {"machine": {"gpus": None}}, {"machine": []}):
+        assert power_limit_w(provenance) is None
+
+
+def _runs(power):
+    d1 = pd.DataFrame({"run_id": ["a", "b"], "power_w": power})
+    steps = pd.DataFrame(
+        {"run_id": ["a", "a", "b", "b", "c"], "busy_ms": [8.0, 9.0, 8.0, 9.0, 1.0],
+         "period_ms": [10.0, 10.0, 10.0, 10.0, 10.0]}
+    )  # fmt: skip
+    return d1, steps
+
+
+def test_the_draw_kept_busy_is_the_power_over_the_busy_share():
+    d1, steps = _runs([600.0, 640.0])
+    power, busy = full_duty_power_w(d1, steps)  # run c is not depth 1's
+    assert (power, busy) == (620.0, pytest.approx(0.85))
+    out = with_power({"wall_d1_caveat": "arrivals: x"}, d1, steps, 700.0)
+    assert out["power_full_duty_w"] == pytest.approx(620 / 0.85)  # 729 W
+    assert out["wall_d1_caveat"].startswith("arrivals: x; power: depth 1 drew 620 W")
+    assert "~729 W kept busy, over its 700 W limit" in out["wall_d1_caveat"]
+    assert with_power({"wall_d1_caveat": ""}, d1, steps, 800.0)["wall_d1_caveat"] == ""
+    assert with_power({"wall_d1_caveat": ""}, d1, steps, None)["wall_d1_caveat"] == ""
+    unsampled = with_power({"wall_d1_caveat": ""}, *_runs([None, None]), 700.0)
+    assert np.isnan(unsampled["power_full_duty_w"]) and unsampled["wall_d1_caveat"] == ""
+
+
+@pytest.fixture(scope="module")
+def h200():
+    """qwen3-8b and qwen3-4b at 1-128 streams on one H200 (700 W), a call each."""
+    return {
+        m: load_sources([MEASURED / "compare-h200" / m / f"{m}.results.json.gz"])
+        for m in ("qwen3-8b", "qwen3-4b")
+    }
+
+
+def test_only_the_configuration_whose_clock_dropped_is_flagged(h200):
+    """qwen3-8b at 128 streams: 683 W at depth 1, ~768 W kept busy; at depth 2 the median SM clock
+    fell from 1965 to 1808 MHz and the forecast from depth 1 alone came out 1.7 points high. The
+    other seven kept 1980 MHz (qwen3-4b at 128 streams: ~693 W projected, 664 W drawn)."""
+    for model, results in h200.items():
+        limit = power_limit_w(results.provenance)
+        assert limit == 700.0
+        table = predict_runs(
+            results.runs, results.steps, results.requests, n_boot=20, power_limit_w=limit
+        )
+        flagged = {r["streams"] for r in table.to_dict("records") if r["wall_d1_caveat"]}
+        assert flagged == ({128} if model == "qwen3-8b" else set())
+        row = table.set_index("streams").loc[128]
+        if model == "qwen3-8b":
+            assert row["power_full_duty_w"] > limit and "over its 700 W limit" in row.wall_d1_caveat
+            assert row["wall_d1_error_pts"] < -1  # what the caveat warns of
+        else:
+            assert 0.9 * limit < row["power_full_duty_w"] < limit
+        depth1 = results.runs[results.runs["depth"] == 1]
+        alone = unchecked_forecast(depth1, results.steps, results.requests, power_limit_w=limit)
+        assert {r["streams"] for r in alone.to_dict("records") if r["wall_d1_caveat"]} == flagged
