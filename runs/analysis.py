@@ -185,6 +185,8 @@ def checked_forecast(
     which inflates them alike. None
     where either trace gives no figure. found: blocking_forecast(blocking), if the caller has it.
     `unsure`: why either trace's steps are not sure ("A: ...; B: ..."), None where both are.
+    `gpu_ms`: the GPU's work a step, [A's, which the forecast keeps, B's]: where pipelining changed
+    it (a GPU kept busy that reaches its power limit lowers its clock), the miss is there.
     Where both traces' index.json give their configuration's unprofiled period, `unprofiled_ms`
     and `unprofiled_pct` say what the engine without nsys gained (the committed H200 traces: +6.2%
     at 1 stream, +10.2% at 32, against +41.4% and +36.6% under nsys)."""
@@ -204,6 +206,7 @@ def checked_forecast(
         "pipelined_ms": [gain["t_pipe_ms"], pipe],
         "speedup_pct": [gain["speedup_pct"], 100 * (block / pipe * (1 - z) - 1)],
         "interval_pct": list(gain["interval_pct"]),
+        "gpu_ms": [gain["gpu_ms"], measured[0]["gpu_ms"]],
     }  # fmt: skip
     plain_block, plain_pipe = unprofiled_period_ms(blocking), unprofiled_period_ms(pipelined)
     if plain_block is not None and plain_pipe is not None:

@@ -4,6 +4,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -141,6 +142,25 @@ def test_a_blocking_trace_against_a_pipelined_one_checks_its_forecast(tmp_path):
     # 1.456 ms a step, gained +6.2%, not +41%
     assert entry["unprofiled_ms"] == [1.5567, 1.4564]
     assert round(entry["unprofiled_pct"], 1) == 6.2 and "+6.2% a step" in page
+    # the GPU's work a step, which the forecast keeps: 1.511 and 1.515 ms (+0.3%)
+    assert entry["gpu_ms"] == [gain["gpu_ms"], measured["gpu_ms"]] and rows[2][0] in page
+    assert abs(entry["gpu_ms"][1] / entry["gpu_ms"][0] - 1) < 0.005
+
+
+def test_a_miss_that_is_the_gpus_shows_in_its_work():
+    """qwen3-8b at 128 streams on an H200: at depth 2 the GPU reached its power limit and lowered
+    its clock (sweep samples 1965 -> 1808 MHz), so B's step is 1.3% over the forecast and the
+    speedup 1.5 points under, outside the interval; the GPU's work a step, 6.069 ms in A and
+    6.148 in B, holds all of it (docs/foreign-traces.md)."""
+    from bubblelab.runs.analysis import checked_forecast
+
+    pair = Path(__file__).parents[1] / "docs/measurements/2026-12-02/compare-h200/qwen3-8b/traces"
+    entry = checked_forecast(*(pair / f"qwen3-8b-s128-d{d}.sqlite.gz" for d in (1, 2)))
+    (foreseen, measured), (gpu_a, gpu_b) = entry["pipelined_ms"], entry["gpu_ms"]
+    assert entry["sure"] and entry["speedup_pct"][1] < entry["interval_pct"][0] - 0.5
+    assert 0.01 < measured / foreseen - 1 < 0.016 and 0.01 < gpu_b / gpu_a - 1 < 0.016
+    assert abs((measured - foreseen) - (gpu_b - gpu_a)) < 0.01  # ms: the miss is the GPU's
+    assert foreseen_rows(entry)[2][3] == "+1.3%"
 
 
 def test_without_an_index_the_check_says_nothing_of_the_unprofiled_engine(tmp_path):
