@@ -93,7 +93,7 @@ def compare(
                 f"A and B read as any engine's trace (bubblelab analyze A --domain none); "
                 f"z = {entry['z']:.4f} from A's requests. Both under nsys: the profiled engine's "
                 "speedup (nsys slows the host, so without it the engine gains less). GPU work: "
-                "the forecast keeps A's; B's grows where the GPU, kept busy, lowered its clock."
+                "the forecast keeps A's; B's grows where a GPU kept busy lowers its clock."
                 + (f" ~: {entry['unsure']}." if entry.get("unsure") else "")
             ),
             caption_justify="left",
