@@ -32,8 +32,14 @@ def compare(
     from rich.text import Text
 
     from ..core.files import check_output_path, write_atomic
+    from ..report.diff import (
+        KEPT_GPU_WORK,
+        foreseen_rows,
+        percent_change,
+        row_figures,
+        unprofiled_words,
+    )
     from ..report.diff import compare as compare_sources
-    from ..report.diff import foreseen_rows, percent_change, row_figures, unprofiled_words
     from ..report.diff_page import render_comparison
     from .output import SCHEMA, cell, check_json_dest, console_for, emit_json
     from .tables import show
@@ -92,9 +98,8 @@ def compare(
             caption=Text(  # the reason quotes the trace's rules: data, not markup
                 f"A and B read as any engine's trace (bubblelab analyze A --domain none); "
                 f"z = {entry['z']:.4f} from A's requests. Both under nsys: the profiled engine's "
-                "speedup (nsys slows the host, so without it the engine gains less). GPU work: "
-                "the forecast keeps A's; B's grows where a GPU kept busy lowers its clock."
-                + (f" ~: {entry['unsure']}." if entry.get("unsure") else "")
+                "speedup (nsys slows the host, so without it the engine gains less). "
+                f"{KEPT_GPU_WORK}." + (f" ~: {entry['unsure']}." if entry.get("unsure") else "")
             ),
             caption_justify="left",
         )

@@ -120,23 +120,25 @@ def row_figures(row: dict) -> tuple[str, str, str]:
     )
 
 
+# the `foreseen` rows' last, said alike in the terminal and on the page
+KEPT_GPU_WORK = "GPU work: the forecast keeps A's; B's grows where a GPU kept busy lowers its clock"
+
+
 def foreseen_rows(entry: dict) -> list[tuple[str, str, str, str]]:
     """A `foreseen` entry's rows, alike in the terminal and on the page: what, foreseen from A,
     measured in B, B − foreseen; ~ before a figure whose steps are not sure."""
     mark = "" if entry["sure"] else "~"
     (step_a, step_b), (gain_a, gain_b) = entry["pipelined_ms"], entry["speedup_pct"]
     lo, hi = entry["interval_pct"]
-    rows = [
+    gpu_a, gpu_b = entry["gpu_ms"]  # the forecast keeps A's; B shows what pipelining did to it
+    return [
         ("pipelined step ms", f"{mark}{step_a:.3f}", f"{mark}{step_b:.3f}",
          f"{100 * (step_b / step_a - 1):+.1f}%"),
         ("speedup a step", f"{mark}{gain_a:+.1f}% [{lo:.1f}, {hi:.1f}]", f"{mark}{gain_b:+.1f}%",
          f"{gain_b - gain_a:+.1f} pts"),
+        ("GPU work a step ms", f"{mark}{gpu_a:.3f}", f"{mark}{gpu_b:.3f}",
+         f"{100 * (gpu_b / gpu_a - 1):+.1f}%"),
     ]  # fmt: skip
-    if "gpu_ms" in entry:  # the forecast keeps A's GPU work; B shows what pipelining did to it
-        gpu_a, gpu_b = entry["gpu_ms"]
-        rows.append(("GPU work a step ms", f"{mark}{gpu_a:.3f}", f"{mark}{gpu_b:.3f}",
-                     f"{100 * (gpu_b / gpu_a - 1):+.1f}%"))  # fmt: skip
-    return rows
 
 
 def unprofiled_words(checked: dict) -> str | None:

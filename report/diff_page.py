@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import jinja2
 
-from .diff import Comparison, foreseen_rows, percent_change, row_figures, unprofiled_words
+from .diff import (
+    KEPT_GPU_WORK,
+    Comparison,
+    foreseen_rows,
+    percent_change,
+    row_figures,
+    unprofiled_words,
+)
 from .report import TEMPLATES
 
 
@@ -31,6 +38,7 @@ def render_comparison(comparison: Comparison) -> str:
         b=comparison.names[1],
         tables=tables,
         kernels=bool(records["kernels"]),
+        kept_gpu_work=KEPT_GPU_WORK,
         foreseen=[
             dict(entry, rows=foreseen_rows(entry), unprofiled=unprofiled_words(entry))
             for entry in comparison.foreseen
