@@ -67,8 +67,9 @@ def analyze(
     ),
     output_len_mean: float = typer.Option(
         None,
-        help="Foreign runs: mean generated length L, for the zombie tax (default: decode steps + "
-        "1).",
+        help="Foreign runs: mean generated length L, for the zombie tax (default: an index.json "
+        "beside the trace, else the trace's decode steps + 1, said to be a guess where requests "
+        "joined mid-run).",
     ),
     step_ms: float = typer.Option(
         None,

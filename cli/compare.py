@@ -38,6 +38,7 @@ def compare(
         percent_change,
         row_figures,
         unprofiled_words,
+        z_words,
     )
     from ..report.diff import compare as compare_sources
     from ..report.diff_page import render_comparison
@@ -97,7 +98,7 @@ def compare(
             title_justify="left",
             caption=Text(  # the reason quotes the trace's rules: data, not markup
                 f"A and B read as any engine's trace (bubblelab analyze A --domain none); "
-                f"z = {entry['z']:.4f} from A's requests. Both under nsys: the profiled engine's "
+                f"{z_words(entry)}. Both under nsys: the profiled engine's "
                 "speedup (nsys slows the host, so without it the engine gains less). "
                 f"{KEPT_GPU_WORK}." + (f" ~: {entry['unsure']}." if entry.get("unsure") else "")
             ),

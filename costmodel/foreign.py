@@ -40,6 +40,7 @@ from ..core.errors import BubblelabError
 from ..core.steady import WARMUP_STEPS, steady_state
 from .bootstrap import check_n_boot, interval
 from .foreign_handover import NOT_SEEN, Handover, handover
+from .foreign_zombies import zombie_tax
 from .model import host_tick_ms, pct, pipelined_period, speedup, step_gpu_ms
 
 # Measured on bubblelab's own engine, depth 1 traced against depth 2 unprofiled
@@ -72,6 +73,7 @@ def pipelining_gain(
     mean_step_ms: float | None = None,
     extra_steps: float = 0.0,
     launch_gaps: pd.DataFrame | None = None,
+    known_from: str = "given",
 ) -> dict:
     """The predicted throughput gain (percent) of pipelining the loop a foreign run's per-step table
     shows, with its 95% interval and the assumptions it rests on (`assumptions`, sentences for the
@@ -79,13 +81,17 @@ def pipelining_gain(
 
     output_len: the mean number of tokens a request generates (L, for the zombie tax z = 1/L, its
     upper bound); default: the run's decode steps + 1 (one batch that started and finished inside
-    the trace). extra_syncs: how the run's mid-step host syncs read (e.g. "128 x
-    cudaStreamSynchronize"), if any. graph_launches: the run's traced graph launches (step, host_ms,
+    the trace), a guess where requests joined mid-run, whose interval then reaches the tax at the
+    admissions' cadence (costmodel.foreign_zombies; `z_max`, `output_len_source`). known_from:
+    where output_len came from, as its assumption says it ("given", "the trace's index.json").
+
+    extra_syncs: how the run's mid-step host syncs read (e.g. "128 x cudaStreamSynchronize"), if
+    any. graph_launches: the run's traced graph launches (step, host_ms,
     whole), if any: the result then carries `graph_launch_ms` (their median host time),
     `graph_launch_share` (of the step's host time), `graph_trace` ("node" or "graph") and `bound`
     ("upper" where the number bounds the unprofiled engine's gain from above, else None), and its
     first assumption says so. The interval resamples the steady steps (jointly for T_block
-    and T_pipe) and spans z from 1/L (low end) to 0 (high end).
+    and T_pipe) and spans z from z_max (1/L, or the cadence's; low end) to 0 (high end).
 
     step_ms: the engine's own unprofiled time a decode step (its inter-token latency at this batch,
     from its logs or a run without the profiler). It replaces the trace's T_block, and the traced
@@ -126,13 +132,12 @@ def pipelining_gain(
         period = np.full(len(period), float(step_ms))
     pipe = pipelined_period(gpu, host).to_numpy(float)
     t_block, t_pipe = float(np.median(period)), float(np.median(pipe))
-    decode = int((steps["kind"] == "decode").sum())
-    L = float(output_len) if output_len else decode + 1.0
-    z = 1.0 / L if zombies else 0.0
+    tax = zombie_tax(steps, output_len, zombies, known_from)
+    z = tax.z
     rng = np.random.default_rng(seed)
     picks = rng.integers(0, len(steady), size=(n_boot, len(steady)))
     boot_block, boot_pipe = np.median(period[picks], axis=1), np.median(pipe[picks], axis=1)
-    lo = interval(pct(speedup(boot_block, boot_pipe, z)))[0]
+    lo = interval(pct(speedup(boot_block, boot_pipe, tax.z_max)))[0]
     hi = interval(pct(speedup(boot_block, boot_pipe, 0.0)))[1]
     gpu_ms, host_ms = float(traced_gpu.median()), float(host.median())
     profiled = None if given else _traced_launches(graph_launches, steady, gpu, host)
@@ -156,17 +161,9 @@ def pipelining_gain(
         + f") and the host's (period - sync waits, median {host_ms:.3f} ms: done once "
         "a step, under the GPU's work); pipelining moves the host's work, it does not shorten it.",
         handed.line(steady) if handed else NOT_SEEN,
-        f"z = 1/L = {z:.4f} with L = {L:g} tokens a request "
-        + (
-            "(given)."
-            if output_len
-            else "(the run's decode steps + 1: one batch from start to end)."
-        )
-        if zombies
-        else "z = 0: no zombies (given): every request stops at a length its engine knows when "
-        "it launches a step, and it launches none past it.",
+        tax.line,
         "The interval: steps resampled (95%)"
-        + (", z from 1/L (low end) to 0 (high end)." if zombies else "."),
+        + (f", z from {tax.z_max:.4f} (low end) to 0 (high end)." if zombies else "."),
         *(
             []
             if given
@@ -197,12 +194,14 @@ def pipelining_gain(
         "handover_samples": handed.samples if handed else 0,
         "host_ms": round(host_ms, 6),
         "z": round(z, 6),
-        "output_len": L,
+        "z_max": round(tax.z_max, 6),
+        "output_len": tax.L,
+        "output_len_source": tax.source,
         "steps": int(len(steady)),
         "whole_run": _whole_run(
             steps,
             given["added_ms"] if given else 0.0,
-            z,
+            (z, tax.z_max),
             rng,
             n_boot,
             mean_step_ms,
@@ -217,7 +216,7 @@ def pipelining_gain(
 def _whole_run(
     steps: pd.DataFrame,
     added_ms: float,
-    z: float,
+    zs: tuple[float, float],
     rng: np.random.Generator,
     n_boot: int,
     mean_step_ms: float | None = None,
@@ -233,8 +232,9 @@ def _whole_run(
     traced run), added_ms is negative and each step gains the difference as host work: the GPU's
     work is what the trace times right, so the rest of the engine's step is the host's.
     extra_steps (depth 2's more steps, a share) lengthens the pipelined sum, and `handed` (the
-    hand-over) each step's GPU work in it. The interval resamples the steps (95%), z from the
-    given to 0."""
+    hand-over) each step's GPU work in it. zs: the headline's z and the interval's low end's; the
+    interval resamples the steps (95%), z from the second to 0."""
+    z, z_max = zs
     check_float("extra_steps", extra_steps, -0.5, 1.0)
     timed = steps.sort_values("step")
     timed = timed[timed["period_ms"].notna()]
@@ -258,7 +258,7 @@ def _whole_run(
         raise BubblelabError("no GPU or host work to predict the whole run from")
     picks = rng.integers(0, len(block), size=(n_boot, len(block)))
     boot_block, boot_pipe = block[picks].sum(axis=1), pipe[picks].sum(axis=1)
-    lo = interval(pct(speedup(boot_block, boot_pipe, z)))[0]
+    lo = interval(pct(speedup(boot_block, boot_pipe, z_max)))[0]
     hi = interval(pct(speedup(boot_block, boot_pipe, 0.0)))[1]
     kinds = timed["kind"].value_counts().to_dict()
     return {

@@ -120,6 +120,22 @@ def row_figures(row: dict) -> tuple[str, str, str]:
     )
 
 
+# where a `foreseen` entry's zombie tax came from (its z_source), said alike in the terminal and on
+# the pages; a guess from the trace's length is named as one (costmodel.foreign_zombies)
+Z_FROM = {
+    "given": "1/L, L the mean generated length its index.json gives",
+    "one batch": "1/L, L its decode steps + 1: one batch from start to end",
+    "trace length (a guess)": "1/L, L its decode steps + 1, a guess: requests joined mid-run",
+    "none": "no zombies",
+}
+
+
+def z_words(entry: dict, whose: str = "A's trace") -> str:
+    """'z = 0.0085 from A's trace: 1/L, ...': a `foreseen` entry's zombie tax and its source."""
+    how = Z_FROM.get(str(entry.get("z_source")))
+    return f"z = {entry['z']:.4f} from {whose}" + (f": {how}" if how else "")
+
+
 # the `foreseen` rows' last, said alike in the terminal and on the page
 KEPT_GPU_WORK = "GPU work: the forecast keeps A's; B's grows where a GPU kept busy lowers its clock"
 

@@ -12,6 +12,7 @@ from .diff import (
     percent_change,
     row_figures,
     unprofiled_words,
+    z_words,
 )
 from .report import TEMPLATES
 
@@ -40,7 +41,12 @@ def render_comparison(comparison: Comparison) -> str:
         kernels=bool(records["kernels"]),
         kept_gpu_work=KEPT_GPU_WORK,
         foreseen=[
-            dict(entry, rows=foreseen_rows(entry), unprofiled=unprofiled_words(entry))
+            dict(
+                entry,
+                rows=foreseen_rows(entry),
+                unprofiled=unprofiled_words(entry),
+                z_words=z_words(entry),
+            )
             for entry in comparison.foreseen
         ],
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 from ..costmodel.predict import known_int
 from ..runs.analysis import blocking_forecast, bound_words, checked_forecast, trace_forecasts
 from ..runs.sources import Source
-from .diff import unprofiled_words
+from .diff import unprofiled_words, z_words
 from .labels import run_name
 
 
@@ -43,7 +43,8 @@ def forecast_sections(
                     checked := checked_forecast(run["trace_path"], other[1], gain[:2])
                 ):
                     out[-1] |= {"checked": checked, "against": other[0],
-                                "unprofiled": unprofiled_words(checked)}  # fmt: skip
+                                "unprofiled": unprofiled_words(checked),
+                                "z_words": z_words(checked, "this trace")}  # fmt: skip
     return out
 
 

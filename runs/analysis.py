@@ -62,11 +62,11 @@ def analyze_traces(
     ask profiling.analysis more afterwards; default: in memory); none: every run already in
     `catalog`; or one run directory, read from the catalog its sweep left. steps: how to find a
     foreign engine's steps; output_len: its requests' mean generated length, for the zombie tax
-    (default: its decode steps + 1); step_ms: its own unprofiled time a decode step, which replaces
-    the trace's in the prediction (one foreign run only); zombies: False where its requests stop at
-    lengths it knows at launch; mean_step_ms: its own unprofiled mean step over a whole run, for
-    the whole-run figure; workload: its shape (streams, requests, lengths), to replay the steps
-    depth 2 adds (costmodel.foreign.pipelining_gain). kernels: each run adds
+    (default: its index.json's, else the trace's guess); step_ms: its own unprofiled time a decode
+    step, which replaces the trace's in the prediction (one foreign run only); zombies: False where
+    its requests stop at lengths it knows at launch; mean_step_ms: its own unprofiled mean step over
+    a whole run, for the whole-run figure; workload: its shape (streams, requests, lengths), to
+    replay the steps depth 2 adds (costmodel.foreign.pipelining_gain). kernels: each run adds
     `kernels`, the kernel-level view (profiling.kernels.kernel_view: top kernels, CUDA API summary,
     launch latency, whole-run split).
     on_progress: told what is being done, in words.
@@ -188,8 +188,8 @@ def checked_forecast(
     `gpu_ms`: the GPU's work a step, [A's, which the forecast keeps, B's]: where pipelining changed
     it (a GPU kept busy that reaches its power limit lowers its clock), the miss is there.
     Where both traces' index.json give their configuration's unprofiled period, `unprofiled_ms`
-    and `unprofiled_pct` say what the engine without nsys gained (the committed H200 traces: +6.2%
-    at 1 stream, +10.2% at 32, against +41.4% and +36.6% under nsys)."""
+    and `unprofiled_pct` say what the engine without nsys gained (the committed H200 traces: +6.0%
+    at 1 stream, +10.0% at 32, against +41.1% and +36.4% under nsys)."""
     found = found or blocking_forecast(blocking)
     measured = blocking_forecast(pipelined)
     if found is None or measured is None or "t_pipe_ms" not in found[0]:
@@ -202,7 +202,8 @@ def checked_forecast(
         if not ok
     ]
     out = {
-        "sure": sure and measured[1], "unsure": "; ".join(why) or None, "z": z, "t_block_ms": block,
+        "sure": sure and measured[1], "unsure": "; ".join(why) or None, "z": z,
+        "z_source": gain.get("output_len_source"), "t_block_ms": block,
         "pipelined_ms": [gain["t_pipe_ms"], pipe],
         "speedup_pct": [gain["speedup_pct"], 100 * (block / pipe * (1 - z) - 1)],
         "interval_pct": list(gain["interval_pct"]),
@@ -236,7 +237,17 @@ def _pipelining(
 ) -> dict:
     """What pipelining would buy a foreign run, with its mid-step host syncs and the host time nsys
     added to node-traced graph launches named among the assumptions; the reason where it cannot be
-    predicted."""
+    predicted. Without output_len, L is the requests' mean generated length where the run's
+    metadata has it (an index.json beside the trace: ours), else the trace's guess
+    (costmodel.foreign_zombies)."""
+    known_from = "given"
+    if output_len is None:
+        row = con.execute(
+            "SELECT mean_generated_len FROM runs WHERE run_id = ?", [run["run_id"]]
+        ).fetchone()
+        recorded = row[0] if row else None
+        if recorded is not None and recorded >= 1:
+            output_len, known_from = float(recorded), "the trace's index.json"
     flagged = [r for r in run["syncs_per_step"] if r["flagged"] and r["event"] == "sync"]
     syncs = "; ".join(f"{r['per_step']:.3g} x {r['api']} a step" for r in flagged) or None
     try:
@@ -252,6 +263,7 @@ def _pipelining(
             mean_step_ms=mean_step_ms,
             extra_steps=extra,
             launch_gaps=foreign.launch_handovers(con, run["run_id"], steps),
+            known_from=known_from,
         )
     except BubblelabError as e:
         return {"not_predicted": str(e)}

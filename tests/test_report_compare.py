@@ -129,19 +129,22 @@ def test_a_blocking_trace_against_a_pipelined_one_checks_its_forecast(tmp_path):
     measured, _ = blocking_forecast(d2)
     assert entry["pipelined_ms"] == [gain["t_pipe_ms"], measured["t_block_ms"]]
     assert entry["speedup_pct"][0] == gain["speedup_pct"] and entry["sure"]
-    # the committed traces (H200): 1.533 foreseen, 1.535 measured; +41.6% against +41.4%
+    # the committed traces (H200): 1.533 foreseen, 1.535 measured; +41.3% against +41.1%, z = 1/L
+    # with L = 117.25, the requests' mean generated length (index.json)
+    assert entry["z"] == round(1 / 117.25, 6) and entry["z_source"] == "given"
     assert abs(entry["pipelined_ms"][1] / entry["pipelined_ms"][0] - 1) < 0.005
     assert abs(entry["speedup_pct"][1] - entry["speedup_pct"][0]) < 0.5
     rows = foreseen_rows(entry)
     assert rows[1][1].startswith(f"{gain['speedup_pct']:+.1f}% [") and rows[1][3].endswith(" pts")
     page = render_comparison(result)
     assert "A's trace alone foresaw B's step" in page and rows[1][1] in page
+    assert "z = 0.0085 from A&#39;s trace: 1/L, L the mean generated length its index.json" in page
     assert compare(d1, TRACES_DIR / "qwen3-0.6b-s32-d2.sqlite.gz").foreseen == []
     assert compare(d2, d1).foreseen == []  # B must be the pipelined one
     # what the profiler did to both: the same sweep's unprofiled repeats (index.json), 1.557 and
-    # 1.456 ms a step, gained +6.2%, not +41%
+    # 1.456 ms a step, gained +6.0%, not +41%
     assert entry["unprofiled_ms"] == [1.5567, 1.4564]
-    assert round(entry["unprofiled_pct"], 1) == 6.2 and "+6.2% a step" in page
+    assert round(entry["unprofiled_pct"], 1) == 6.0 and "+6.0% a step" in page
     # the GPU's work a step, which the forecast keeps: 1.511 and 1.515 ms (+0.3%)
     assert entry["gpu_ms"] == [gain["gpu_ms"], measured["gpu_ms"]] and rows[2][0] in page
     assert abs(entry["gpu_ms"][1] / entry["gpu_ms"][0] - 1) < 0.005

@@ -199,7 +199,7 @@ def test_a_blocking_trace_beside_a_pipelined_one_is_checked_on_the_page(tmp_path
     assert f"step took {step[1]:.3f} ms where this trace alone foresaw {step[0]:.3f}" in card
     gain = checked["speedup_pct"]
     assert f"by {gain[1]:+.1f}% against the {gain[0]:+.1f}% foreseen" in card
-    assert "the steady step went 1.704 → 1.534 ms, +10.2% a step: the engine's own gain" in card
+    assert "the steady step went 1.704 → 1.534 ms, +10.0% a step: the engine's own gain" in card
     other = TRACES_DIR / "qwen3-0.6b-s1-d2.sqlite.gz"
     page = report_dirs([d1, other], tmp_path / "q.html", n_boot=20, export=False).read_text()
     assert "Checked against" not in page and "pipelining would buy" in page
