@@ -289,3 +289,14 @@ def test_a_call_with_a_time_limit_ends_between_sweeps(tmp_path):
     assert "== qwen3-8b-short: not started" in said and "1 sweeps in" in said
     again = python_m("heldout_2", *args)
     assert "== qwen3-0.6b-long (resumed)" in again and "== qwen3-8b-short (new)" in again
+
+
+def test_the_power_check_is_committed_before_it_runs():
+    """benchmarks/power_check.json holds out the power caveat's rule (costmodel/power.py), set on
+    one configuration: five configurations that straddle the limit, none an earlier set ran, each
+    sweep passing its checks before anything runs; the first's 128 streams, which set the rule, is
+    not among them."""
+    sets = ("heldout_2.json", "heldout_tp.json", "heldout_3.json", "heldout_tp_3.json",
+            "heldout_4.json", "heldout_tp_4.json")  # fmt: skip
+    check_new_set("power_check.json", 5, sets)
+    assert ("qwen3-8b", 128) not in {c[:2] for c in configs("power_check.json")}
