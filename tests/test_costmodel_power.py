@@ -76,3 +76,28 @@ def test_only_the_configuration_whose_clock_dropped_is_flagged(h200):
         depth1 = results.runs[results.runs["depth"] == 1]
         alone = unchecked_forecast(depth1, results.steps, results.requests, power_limit_w=limit)
         assert {r["streams"] for r in alone.to_dict("records") if r["wall_d1_caveat"]} == flagged
+
+
+def test_the_rule_held_out_fires_where_the_clock_fell_and_once_early():
+    """benchmarks/power_check.json, committed before it ran (H200, 3 pairs each): the caveat fires
+    on all five; the four projected 9-16% over the limit lowered their median SM clock by 7-16% at
+    depth 2 and their forecasts ran 3.2-6.6 points high, in the GPU's work (`forward`); qwen3-8b at
+    64 streams, projected 2% over, held its clock within 1% and its forecast was right: the
+    projection counts an idle GPU's draw as work, so near the limit it fires early."""
+    held = MEASURED / "power-check-h200"
+    for name in ("pc-qwen3-8b", "pc-qwen3-4b", "pc-qwen3-1.7b-prefill"):
+        results = load_sources([held / f"{name}.results.json.gz"])
+        limit = power_limit_w(results.provenance)
+        table = predict_runs(
+            results.runs, results.steps, results.requests, n_boot=20, power_limit_w=limit
+        )
+        clocks = results.runs.groupby(["streams", "depth"])["sm_clock_mhz"].median().unstack()
+        fell = (1 - clocks[2] / clocks[1]).to_dict()
+        for row in table.to_dict("records"):
+            over = row["power_full_duty_w"] / limit - 1
+            assert row["wall_d1_caveat"].count("power: ") == 1 and over > 0
+            if over > 0.05:
+                assert fell[row["streams"]] > 0.06 and row["wall_d1_error_pts"] < -3
+                assert row["term_forward_pts"] < -3
+            else:
+                assert fell[row["streams"]] < 0.01 and abs(row["wall_d1_error_pts"]) < 0.5
