@@ -8,6 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bubblelab.costmodel.foreign import pipelining_gain
 from bubblelab.costmodel.foreign_zombies import admissions, zombie_tax
@@ -82,3 +84,17 @@ def test_our_traces_read_as_foreign_bound_the_tax_their_requests_paid(name):
     gain = pipelining_gain(analysis.per_step(con, run), n_boot=200)
     assert gain["output_len_source"] == "trace length (a guess)"
     assert gain["z_max"] >= 1 / meta["mean_generated_len"] > gain["z"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet="pd", min_size=1, max_size=300).filter(lambda k: "d" in k))
+def test_the_interval_always_charges_at_least_the_headline(kinds):
+    """Any order of prefill-like and decode steps: the interval's low end charges at least the
+    headline's tax, both within (0, 1], the length a guess exactly where an admission follows a
+    decode step, and a given length always wins."""
+    steps = steps_of(kinds)
+    tax = zombie_tax(steps, None, zombies=True)
+    assert 0 < tax.z <= tax.z_max <= 1
+    assert (tax.source == "trace length (a guess)") == ("dp" in kinds)
+    assert tax.L == kinds.count("d") + 1
+    assert zombie_tax(steps, 50, zombies=True).z_max == pytest.approx(1 / 50)
