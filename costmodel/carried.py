@@ -19,9 +19,10 @@ from functools import partial
 import numpy as np
 import pandas as pd
 
+from .configs import pair_is_window, pair_runs, run_label
 from .costs import own_handoff_ms
 from .observed import pair_repeats, pairs_interval
-from .predict import _median_pair, _whole_runs, pair_is_window, pair_runs, run_label
+from .predict import _median_pair, _whole_runs
 from .tensor_parallel import tp_steps
 
 COLUMNS = ("carried_handoff_ms", "wall_d1h_predicted_pct", "wall_d1h_error_pts",

@@ -10,8 +10,8 @@ from __future__ import annotations
 import pandas as pd
 
 from ..core.steady import steady_state
+from .configs import CONFIG_KEYS, known_int, run_label
 from .model import host_tick_ms, pct, step_gpu_ms
-from .predict import CONFIG_KEYS, known_int, run_label
 
 STEP_PARTS = ("forward_ms", "sampling_ms", "kernel_gap_ms", "bubble_ms", "period_ms", "busy_ms")
 

@@ -31,10 +31,10 @@ import pandas as pd
 
 from ..core.errors import BubblelabError
 from ..core.steady import steady_state
+from .configs import CONFIG_KEYS, limits_of, pair_runs, run_label
 from .costs import Curve, RunCosts, launched, probed_median_ms
 from .model import host_tick_ms, step_gpu_ms
 from .observed import Observed, median_of_pairs, pair_ratios, pair_repeats, pairs_interval
-from .predict import CONFIG_KEYS, limits_of, pair_runs, run_label
 from .schedule import Limits, requests_from_table
 from .wholerun import depth2_replay, pipelined_wall_ms
 

@@ -16,19 +16,12 @@ import numpy as np
 import pandas as pd
 
 from ..core.errors import BubblelabError
+from .configs import CONFIG_KEYS, is_window, known_int, limits_of, run_label, runs_modelled
 from .costs import RunCosts, probed_handoff_ms
 from .model import pct
 from .observed import median_known, pairs_interval, wall_cv_pct
 from .power import with_power
-from .predict import (
-    CONFIG_KEYS,
-    arrival_columns,
-    is_window,
-    known_int,
-    limits_of,
-    run_label,
-    runs_modelled,
-)
+from .predict import arrival_columns
 from .schedule import requests_from_table
 from .tensor_parallel import tp_steps
 from .wholerun import Depth1Forecast, forecast_depth1, measured_wall_ms, window_steps

@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 
 from ..core.steady import steady_state
+from .configs import CONFIG_KEYS, run_label
 from .model import host_tick_ms, pct, step_gpu_ms
-from .predict import CONFIG_KEYS, run_label
 
 PHASES = ("forward_ms", "sampling_ms", "bubble_ms", "period_ms", "plan_ms", "launch_ms",
           "finalize_ms", "commit_ms", "wait_ms")  # fmt: skip

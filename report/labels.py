@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 import pandas as pd
 
-from ..costmodel.predict import known_int, run_label
+from ..costmodel.configs import known_int, run_label
 from ..runs.tables import config_names, trace_stem
 
 
@@ -18,7 +18,7 @@ def run_names(runs: pd.DataFrame) -> dict[str, str]:
 
 
 def run_name(run: dict | pd.Series, depth: bool = True) -> str:
-    """costmodel.predict.run_label (it leaves out what a trace does not know). A run that names no
+    """costmodel.configs.run_label (it leaves out what a trace does not know). A run that names no
     model goes by what the console calls it: another engine's by its trace file (its `run_name`,
     which runs.sources gives a bare trace's runs, unique among them), ours by its id's start."""
     if any(isinstance(run.get(k), str) and run.get(k) for k in ("preset", "model")):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ..costmodel.predict import known_int
+from ..costmodel.configs import known_int
 from ..profiling.ranks import summary
 from ..runs.rundir import Results
 from .labels import run_name

@@ -20,12 +20,13 @@ from markupsafe import Markup
 from ..core.errors import BubblelabError
 from ..core.files import write_atomic
 from ..costmodel.blog import predict_blog
+from ..costmodel.configs import known_int
 from ..costmodel.forecast import one_depth, unchecked_forecast
 from ..costmodel.headline import caveat_lines, explanation, handoff_lines, pct_text
 from ..costmodel.observed import process_labels
 from ..costmodel.perturbation import profiler_perturbation
 from ..costmodel.power import power_limit_w
-from ..costmodel.predict import known_int, predict_runs
+from ..costmodel.predict import predict_runs
 from ..costmodel.spread import source_lines
 from ..runs.rundir import Results, distinct_names, merge_results
 from ..runs.sources import Source, open_source

@@ -14,8 +14,8 @@ import pandas as pd
 
 from ..core.words import counted
 from ..costmodel.compare import step_summary
+from ..costmodel.configs import known_int
 from ..costmodel.headline import headline as forecast_headline
-from ..costmodel.predict import known_int
 from ..costmodel.repeats import stop_words
 from ..profiling.analysis import SPLITS, steady_state
 from ..runs.rundir import Results
@@ -36,7 +36,7 @@ CLOCK_VALUES = ("sm_clock_mhz", "power_w")  # recorded by CUDA runs only
 
 def unprofiled(results: Results) -> Results:
     """The runs made without a profiler when a sweep has both kinds (the cost model's rule,
-    costmodel.predict.pair_runs): per-configuration tables and figures then show what the engine
+    costmodel.configs.pair_runs): per-configuration tables and figures then show what the engine
     does, not what nsys made of it."""
     runs = results.runs
     if "profiled" not in runs or not runs["profiled"].eq(False).any():

@@ -6,7 +6,7 @@ depth 1, since no configuration of such a trace was measured at both depths."""
 
 from __future__ import annotations
 
-from ..costmodel.predict import known_int
+from ..costmodel.configs import known_int
 from ..runs.analysis import blocking_forecast, bound_words, checked_forecast, trace_forecasts
 from ..runs.sources import Source
 from .diff import unprofiled_words, z_words

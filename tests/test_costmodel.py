@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from bubblelab.core.contract import STEP_COLUMNS
 from bubblelab.core.errors import BubblelabError
 from bubblelab.core.steady import steady_state
+from bubblelab.costmodel.configs import run_label
 from bubblelab.costmodel.model import (
     VLLM_BUCKETS,
     StepCost,
@@ -17,7 +18,7 @@ from bubblelab.costmodel.model import (
     whatif_speedup,
     zombie_tax,
 )
-from bubblelab.costmodel.predict import predict_runs, run_label
+from bubblelab.costmodel.predict import predict_runs
 from bubblelab.costmodel.simulate import LoopCosts, simulate_run
 from bubblelab.runs.rundir import RUN_COLUMNS, load_runs, read_results, write_results
 

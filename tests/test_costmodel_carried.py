@@ -13,8 +13,9 @@ import pytest
 
 from bubblelab.core.steady import steady_state
 from bubblelab.costmodel.carried import handoffs, own_handoff_ms, with_carried_handoff
+from bubblelab.costmodel.configs import pair_runs
 from bubblelab.costmodel.costs import handoff_ms, launched
-from bubblelab.costmodel.predict import pair_runs, predict_runs
+from bubblelab.costmodel.predict import predict_runs
 from bubblelab.costmodel.wholerun import predict_pair_wall
 from bubblelab.runs.rundir import read_results
 

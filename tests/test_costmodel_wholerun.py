@@ -12,8 +12,9 @@ import pandas as pd
 import pytest
 
 from bubblelab.core.errors import BubblelabError
+from bubblelab.costmodel.configs import pair_runs
 from bubblelab.costmodel.costs import Curve, RunCosts, own_gpu_ms, tick_host_ms
-from bubblelab.costmodel.predict import pair_runs, predict_runs
+from bubblelab.costmodel.predict import predict_runs
 from bubblelab.costmodel.schedule import Limits, Request, record, requests_from_table
 from bubblelab.costmodel.simulate import LoopCosts, simulate_run
 from bubblelab.costmodel.wholerun import TERMS, depth2_order, pipelined_wall_ms, predict_pair_wall

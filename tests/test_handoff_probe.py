@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from bubblelab.core.timeline import Timeline
+from bubblelab.costmodel.configs import pair_runs
 from bubblelab.costmodel.costs import handoff_ms, launched
-from bubblelab.costmodel.predict import pair_runs, predict_runs
+from bubblelab.costmodel.predict import predict_runs
 from bubblelab.costmodel.wholerun import predict_pair_wall
 from bubblelab.engine.handoff_probe import probe_handoff
 from bubblelab.engine.sampler import SamplingFlags
