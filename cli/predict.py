@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # pandas is imported by the commands, not for --help
 def _across(from_dir: Path, to_dir: Path, json_out: str | None, n_boot: int) -> None:
     from ..costmodel.bootstrap import check_n_boot
     from ..costmodel.crossgpu import predict_across
-    from ..runs.rundir import load_sources
+    from ..runs.merge import load_sources
 
     check_n_boot(n_boot)
     dest = check_json_dest(json_out)
@@ -129,7 +129,7 @@ def register(app: typer.Typer) -> None:
         from ..costmodel.predict import predict_runs
         from ..costmodel.spread import source_lines
         from ..costmodel.tensor_parallel import tp_comparison
-        from ..runs.rundir import load_sources
+        from ..runs.merge import load_sources
         from ..runs.split_sweep import split_line
 
         if (from_dir is None) != (to_dir is None):

@@ -1,7 +1,7 @@
 """Several run directories side by side (`bubblelab report DIR1 DIR2 ...`): the same model at the
 same stream count, measured on different machines or commits, one column per directory.
 
-The merged results keep each directory's runs apart (runs.rundir.merge_results names them by
+The merged results keep each directory's runs apart (runs.merge.merge_results names them by
 directory), so the prediction table has one row per directory and configuration; here rows that
 share a model and stream count line up.
 """

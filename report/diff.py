@@ -18,7 +18,7 @@ import pandas as pd
 from ..costmodel.compare import step_summary
 from ..profiling.analysis import kernel_summary
 from ..runs.analysis import checked_forecast
-from ..runs.rundir import distinct_names
+from ..runs.merge import distinct_names
 from ..runs.sources import Source, open_source
 from .summary import attribution_per_step
 

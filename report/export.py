@@ -115,7 +115,7 @@ def ranges_of(
     they ran on (a tensor-parallel run's workers as ranks 1, 2, ... of its run_id); None when any
     source has none (then the export falls back to results.json for all of them); with them the
     kernels, copies and CUDA API calls (profiling.kernels.trace_ops) of the middle op_steps steps of
-    each run (None: of all). prefixed: run ids as runs.rundir.merge_results names them
+    each run (None: of all). prefixed: run ids as runs.merge.merge_results names them
     ("<source>/<run_id>")."""
     with_catalog = [(s, s.catalog) for s in sources if s.catalog is not None]
     if not sources or len(with_catalog) < len(sources):

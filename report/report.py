@@ -28,7 +28,8 @@ from ..costmodel.perturbation import profiler_perturbation
 from ..costmodel.power import power_limit_w
 from ..costmodel.predict import predict_runs
 from ..costmodel.spread import source_lines
-from ..runs.rundir import Results, distinct_names, merge_results
+from ..runs.merge import distinct_names, merge_results
+from ..runs.rundir import Results
 from ..runs.sources import Source, open_source
 from ..runs.split_sweep import split_line
 from . import figures, provenance, summary

@@ -18,12 +18,12 @@ from ..core.errors import BubblelabError
 from ..core.steady import steady_state
 from ..profiling.catalog import OFFLINE, connect
 from ..profiling.ingest import ingest_trace
+from .merge import merged_id
 from .rundir import (
     RESULTS_FILE,
     TRACE_SUFFIXES,
     Results,
     is_results_file,
-    merged_id,
     no_results,
     read_results,
     results_path,
@@ -39,7 +39,7 @@ class Source:
     results: Results
     catalog: duckdb.DuckDBPyConnection | None  # holds every run of `results`, or None
     name: str
-    merged: bool = False  # shown beside other sources, its run ids prefixed (rundir.merge_results)
+    merged: bool = False  # shown beside other sources, its run ids prefixed (merge.merge_results)
 
     def page_id(self, run_id: str) -> str:
         """What a page of this source and any others beside it calls one of its runs (the catalog

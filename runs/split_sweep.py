@@ -1,7 +1,7 @@
 """One sweep run in two: a directory of depth-1 runs and one of depth-2 runs, made with the same
 options (`run-and-profile --depth 1`, its forecast read, then `--depth 2` to check it).
 
-Run directories given together stay apart (runs.rundir.merge_results: their configurations never
+Run directories given together stay apart (runs.merge.merge_results: their configurations never
 pair), but these two are one sweep's halves, so their runs pair up by repeat: each repeat's seed,
 and so its requests, is the same in both. What the split costs is said where the pairs are used
 (split_line): each half ran in its own process, with its own draw of the host's speed.

@@ -14,7 +14,8 @@ from bubblelab.cli.predict_tables import depth1_table
 from bubblelab.costmodel.forecast import FORECAST, forecast_runs, one_depth
 from bubblelab.costmodel.predict import predict_runs
 from bubblelab.report.report import render_report
-from bubblelab.runs.rundir import Results, merge_results
+from bubblelab.runs.merge import merge_results
+from bubblelab.runs.rundir import Results
 from bubblelab.runs.split_sweep import split_line
 from tests.fixture_sweeps import as_results, simulated_sweep
 
@@ -128,7 +129,7 @@ def test_the_committed_h200_halves_read_as_one_sweep(tmp_path):
     from pathlib import Path
 
     from bubblelab.report.report import report_dirs
-    from bubblelab.runs.rundir import distinct_names, load_sources
+    from bubblelab.runs.merge import distinct_names, load_sources
 
     folder = Path(__file__).resolve().parents[1] / "docs/measurements/2026-12-02/split-sweep"
     halves = [folder / "d1.results.json.gz", folder / "d2.results.json.gz"]

@@ -11,7 +11,7 @@ import pytest
 from bubblelab.costmodel.forecast import unchecked_forecast
 from bubblelab.costmodel.power import full_duty_power_w, power_limit_w, with_power
 from bubblelab.costmodel.predict import predict_runs
-from bubblelab.runs.rundir import load_sources
+from bubblelab.runs.merge import load_sources
 
 MEASURED = Path(__file__).parents[1] / "docs" / "measurements" / "2026-12-02"
 

@@ -18,7 +18,8 @@ from bubblelab.costmodel.predict import predict_runs
 from bubblelab.costmodel.schedule import Limits, Request, record, requests_from_table
 from bubblelab.costmodel.simulate import LoopCosts, simulate_run
 from bubblelab.costmodel.wholerun import TERMS, depth2_order, pipelined_wall_ms, predict_pair_wall
-from bubblelab.runs.rundir import merge_results, read_results, write_results
+from bubblelab.runs.merge import merge_results
+from bubblelab.runs.rundir import read_results, write_results
 
 PLAN, FINALIZE, COMMIT = (
     0.05,

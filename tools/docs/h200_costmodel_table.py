@@ -24,10 +24,10 @@ from bubblelab.core.files import write_atomic
 from bubblelab.costmodel.predict import predict_runs
 from bubblelab.costmodel.wholerun import TERMS
 from bubblelab.report.report import render_report
+from bubblelab.runs.merge import merge_results
 from bubblelab.runs.rundir import (
     RESULTS_FILE,
     is_results_file,
-    merge_results,
     read_results,
     results_path,
 )
