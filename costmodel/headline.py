@@ -73,13 +73,15 @@ def inside_noise(row: dict) -> bool:
 def headline(table: pd.DataFrame) -> dict | None:
     """The headline of a prediction table: its median configuration (by observed speedup; the
     lower one of an even count) with the range over every configuration, never a chosen one; the
-    forecast's largest miss over every configuration; how many observed speedups are known; the
+    forecast's largest miss over every configuration (`miss_flagged`: its row's caveat said, from
+    depth 1 alone, that the forecast was uncertain there); how many observed speedups are known; the
     configurations whose speedup is inside the noise."""
     if table.empty:
         return None
     rows = table.sort_values("observed_pct", kind="stable").to_dict("records")
     median = rows[(len(rows) - 1) // 2]
     miss = max(rows, key=lambda r: abs(r["wall_d1_error_pts"]))
+    caveat = miss.get("wall_d1_caveat")  # said before depth 2 ran (a power limit, arrivals)
     return {
         "configs": len(rows),
         "label": median["label"],
@@ -102,6 +104,7 @@ def headline(table: pd.DataFrame) -> dict | None:
         "forecast_max": float(table["wall_d1_predicted_pct"].max()),
         "miss": miss_text(miss),
         "miss_label": miss["label"],
+        "miss_flagged": isinstance(caveat, str) and bool(caveat),
         "within_1": int((table["wall_d1_error_pts"].abs() <= KNOWN_PTS).sum()),
         "known": int(table["observed_known"].sum()),
         "noise": [r["label"] for r in rows if inside_noise(r)],

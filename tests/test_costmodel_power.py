@@ -101,3 +101,19 @@ def test_the_rule_held_out_fires_where_the_clock_fell_and_once_early():
                 assert row["term_forward_pts"] < -3
             else:
                 assert fell[row["streams"]] < 0.01 and abs(row["wall_d1_error_pts"]) < 0.5
+
+
+def test_the_headline_says_when_its_largest_miss_was_flagged(tmp_path):
+    """The page's largest-miss card names the row, and says when that row's caveat warned of the
+    miss before depth 2 ran (qwen3-8b at 256 streams: -6.5 points, flagged for power); a row with no
+    caveat says nothing more."""
+    from bubblelab.costmodel.headline import headline
+    from bubblelab.report.report import report_run_dir
+
+    source = MEASURED / "power-check-h200" / "pc-qwen3-8b.results.json.gz"
+    page = report_run_dir(source, n_boot=50, export=False, out=tmp_path / "pc.html").read_text()
+    assert "256 streams, which the forecast flagged from depth 1 alone" in page
+    results = load_sources([source])
+    table = predict_runs(results.runs, results.steps, results.requests, n_boot=20)
+    assert not table["wall_d1_caveat"].astype(bool).any()  # no limit given: no caveat
+    assert headline(table)["miss_flagged"] is False
