@@ -83,7 +83,7 @@ def pipelining_gain(
     upper bound); default: the run's decode steps + 1 (one batch that started and finished inside
     the trace), a guess where requests joined mid-run, whose interval then reaches the tax at the
     admissions' cadence (costmodel.foreign_zombies; `z_max`, `output_len_source`). known_from:
-    where output_len came from, as its assumption says it ("given", "the trace's index.json").
+    where output_len came from, as its assumption says it ("given", "recorded with the trace").
 
     extra_syncs: how the run's mid-step host syncs read (e.g. "128 x cudaStreamSynchronize"), if
     any. graph_launches: the run's traced graph launches (step, host_ms,

@@ -123,7 +123,7 @@ def row_figures(row: dict) -> tuple[str, str, str]:
 # where a `foreseen` entry's zombie tax came from (its z_source), said alike in the terminal and on
 # the pages; a guess from the trace's length is named as one (costmodel.foreign_zombies)
 Z_FROM = {
-    "given": "1/L, L the mean generated length its index.json gives",
+    "given": "1/L, L the requests' mean generated length recorded with it",
     "one batch": "1/L, L its decode steps + 1: one batch from start to end",
     "trace length (a guess)": "1/L, L its decode steps + 1, a guess: requests joined mid-run",
     "none": "no zombies",

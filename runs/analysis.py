@@ -238,7 +238,8 @@ def _pipelining(
     """What pipelining would buy a foreign run, with its mid-step host syncs and the host time nsys
     added to node-traced graph launches named among the assumptions; the reason where it cannot be
     predicted. Without output_len, L is the requests' mean generated length where the run's
-    metadata has it (an index.json beside the trace: ours), else the trace's guess
+    metadata has it (ours: an index.json beside the trace, or its sweep's results), else the
+    trace's guess
     (costmodel.foreign_zombies)."""
     known_from = "given"
     if output_len is None:
@@ -247,7 +248,7 @@ def _pipelining(
         ).fetchone()
         recorded = row[0] if row else None
         if recorded is not None and recorded >= 1:
-            output_len, known_from = float(recorded), "the trace's index.json"
+            output_len, known_from = float(recorded), "recorded with the trace"
     flagged = [r for r in run["syncs_per_step"] if r["flagged"] and r["event"] == "sync"]
     syncs = "; ".join(f"{r['per_step']:.3g} x {r['api']} a step" for r in flagged) or None
     try:

@@ -10,12 +10,13 @@ import json
 from pathlib import Path
 
 import duckdb
+import pandas as pd
 
 from ..core.errors import BubblelabError
 from ..profiling.catalog import connect
 from ..profiling.ingest import META_KEYS, ingest
 from ..profiling.steps import StepOptions
-from .rundir import Results
+from .rundir import Results, read_results, results_path
 from .tables import collect
 
 TRACES_DIR = Path(__file__).resolve().parents[1] / "traces"  # the checkout's traces/ folder
@@ -23,13 +24,46 @@ TRACES_DIR = Path(__file__).resolve().parents[1] / "traces"  # the checkout's tr
 
 def index_meta(trace: Path | str) -> dict:
     """What an index.json beside a trace says of it (the committed traces' model, depth, streams,
-    ...) as run metadata for profiling.ingest; {} where there is none."""
+    ...) as run metadata for profiling.ingest; else, for a trace a sweep left in its run
+    directory's traces/, what its results say of the run it traced (sweep_meta); {} where neither
+    does."""
     trace = Path(trace)
     try:
         entry = json.loads((trace.parent / "index.json").read_text()).get(trace.name)
     except (OSError, ValueError, AttributeError):  # no index, not JSON, not an object
-        return {}
+        return sweep_meta(trace)
     return {k: v for k, v in entry.items() if k in META_KEYS} if isinstance(entry, dict) else {}
+
+
+def sweep_meta(trace: Path) -> dict:
+    """The run a sweep's nsys pass traced into RUN_DIR/traces/run.<n>.sqlite[.gz] (its results'
+    row whose trace_path names the same file), as run metadata; {} for any other trace, or where
+    the results name no such run or several."""
+    if trace.parent.name != "traces" or results_path(trace.parent.parent) is None:
+        return {}
+    try:
+        runs = read_results(trace.parent.parent).runs
+    except BubblelabError:
+        return {}
+    if "trace_path" not in runs:
+        return {}
+    stem = trace.name.removesuffix(".gz").removesuffix(".sqlite")
+    mine = runs[
+        [isinstance(p, str) and Path(p).name.startswith(f"{stem}.") for p in runs["trace_path"]]
+    ]
+    if len(mine) != 1:
+        return {}
+    row = mine.iloc[0]
+    return {k: _plain(v) for k, v in row.items() if k in META_KEYS and not _missing(v)}
+
+
+def _missing(value) -> bool:
+    return value is None or (isinstance(value, float) and value != value) or value is pd.NA
+
+
+def _plain(value):
+    """A numpy scalar as Python's, for DuckDB parameters."""
+    return value.item() if hasattr(value, "item") else value
 
 
 def unprofiled_period_ms(trace: Path | str) -> float | None:

@@ -98,3 +98,31 @@ def test_the_interval_always_charges_at_least_the_headline(kinds):
     assert (tax.source == "trace length (a guess)") == ("dp" in kinds)
     assert tax.L == kinds.count("d") + 1
     assert zombie_tax(steps, 50, zombies=True).z_max == pytest.approx(1 / 50)
+
+
+def test_a_sweeps_own_trace_takes_its_length_from_the_sweeps_results(tmp_path):
+    """A trace run-and-profile left in RUN/traces/run.<n>.sqlite.gz has no index.json; its sweep's
+    results name the run it traced (trace_path), whose requests' mean generated length the
+    forecast then takes, as it does a committed trace's (qwen3-4b's sweep: run.1 is the 1-stream
+    depth-1 run, 117.25 tokens)."""
+    import shutil
+
+    from bubblelab.runs.analysis import blocking_forecast
+    from bubblelab.runs.traces import index_meta
+
+    sweep = TRACES.parent / "docs/measurements/2026-12-02/compare-h200/qwen3-4b"
+    run = tmp_path / "run4b"
+    (run / "traces").mkdir(parents=True)
+    shutil.copy(sweep / "qwen3-4b.results.json.gz", run / "results.json.gz")
+    trace = run / "traces" / "run.1.sqlite.gz"
+    shutil.copy(TRACES / "qwen3-0.6b-s1-d1.sqlite.gz", trace)
+    meta = index_meta(trace)
+    assert (meta["depth"], meta["streams"], meta["mean_generated_len"]) == (1, 1, 117.25)
+    gain, _ = blocking_forecast(trace)
+    assert gain["output_len_source"] == "given" and gain["z"] == pytest.approx(1 / 117.25, abs=1e-6)
+    assert any("recorded with the trace" in line for line in gain["assumptions"])
+    stray = tmp_path / "traces" / "run.1.sqlite.gz"  # a traces/ folder with no sweep around it
+    stray.parent.mkdir()
+    shutil.copy(trace, stray)
+    assert index_meta(stray) == {}
+    assert blocking_forecast(stray)[0]["output_len_source"] == "trace length (a guess)"

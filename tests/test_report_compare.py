@@ -138,7 +138,7 @@ def test_a_blocking_trace_against_a_pipelined_one_checks_its_forecast(tmp_path):
     assert rows[1][1].startswith(f"{gain['speedup_pct']:+.1f}% [") and rows[1][3].endswith(" pts")
     page = render_comparison(result)
     assert "A's trace alone foresaw B's step" in page and rows[1][1] in page
-    assert "z = 0.0085 from A&#39;s trace: 1/L, L the mean generated length its index.json" in page
+    assert "z = 0.0085 from A&#39;s trace: 1/L, L the requests&#39; mean generated length" in page
     assert compare(d1, TRACES_DIR / "qwen3-0.6b-s32-d2.sqlite.gz").foreseen == []
     assert compare(d2, d1).foreseen == []  # B must be the pipelined one
     # what the profiler did to both: the same sweep's unprofiled repeats (index.json), 1.557 and
