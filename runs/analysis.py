@@ -57,18 +57,18 @@ def analyze_traces(
     """profiling.overview.analyze of the runs of `inputs`, every run named (`name`, e.g.
     `qwen3-0.6b·s32·d1·r0`) and a foreign run's `pipelining` predicted (or `not_predicted`, why).
 
-    inputs: nsys exports (.sqlite, .sqlite.gz, .nsys-rep; an index.json beside one gives its run
-    metadata), added to `catalog` (a DuckDB file, updated whole or not at all; an open catalog, to
-    ask profiling.analysis more afterwards; default: in memory); none: every run already in
-    `catalog`; or one run directory, read from the catalog its sweep left. steps: how to find a
-    foreign engine's steps; output_len: its requests' mean generated length, for the zombie tax
-    (default: its index.json's, else the trace's guess); step_ms: its own unprofiled time a decode
-    step, which replaces the trace's in the prediction (one foreign run only); zombies: False where
-    its requests stop at lengths it knows at launch; mean_step_ms: its own unprofiled mean step over
-    a whole run, for the whole-run figure; workload: its shape (streams, requests, lengths), to
-    replay the steps depth 2 adds (costmodel.foreign.pipelining_gain). kernels: each run adds
-    `kernels`, the kernel-level view (profiling.kernels.kernel_view: top kernels, CUDA API summary,
-    launch latency, whole-run split).
+    inputs: nsys exports (.sqlite, .sqlite.gz, .nsys-rep; an index.json beside one, or the results
+    of the sweep that left it in its traces/, gives its run metadata), added to `catalog` (a DuckDB
+    file, updated whole or not at all; an open catalog, to ask profiling.analysis more afterwards;
+    default: in memory); none: every run already in `catalog`; or one run directory, read from the
+    catalog its sweep left. steps: how to find a foreign engine's steps; output_len: its requests'
+    mean generated length, for the zombie tax (default: its metadata's, else the trace's guess);
+    step_ms: its own unprofiled time a decode step, which replaces the trace's in the prediction
+    (one foreign run only); zombies: False where its requests stop at lengths it knows at launch;
+    mean_step_ms: its own unprofiled mean step over a whole run, for the whole-run figure; workload:
+    its shape (streams, requests, lengths), to replay the steps depth 2 adds
+    (costmodel.foreign.pipelining_gain). kernels: each run adds `kernels`, the kernel-level view
+    (profiling.kernels.kernel_view: top kernels, CUDA API summary, launch latency, whole-run split).
     on_progress: told what is being done, in words.
     """
     paths = [Path(p) for p in inputs]
