@@ -7,11 +7,11 @@ whose requests join mid-run (prefill-like steps among the decode steps: a closed
 batching, or a trace cut from a longer run) shows no request's length: its decode steps + 1 is only
 as long as the capture was. There the headline keeps that guess and says so, and the interval's low
 end takes the tax at the cadence the trace does show, decode steps per admission: exactly 1/L where
-requests come one at a time (one stream) or in batches that finish together, and above the tax
-where admissions overlap (S streams admitting one request each see L/S steps between admissions,
-while a zombie row costs S rows' marginal share of a step, z = S * dg / (L * g), at most S/L).
-Measured on the committed H200 traces of our engine (qwen3-0.6b, L = 117 and 111 tokens): 1 stream
-cut to 150 steps, 75 steps per admission; 32 streams, 4.4.
+requests come one at a time (one stream) or in batches that finish together, and above the tax where
+admissions overlap or the capture cuts a request short (S streams admitting one request each see L/S
+steps between admissions, while a zombie row costs S rows' marginal share of a step,
+z = S * dg / (L * g), at most S/L). Measured on the committed H200 traces of our engine (qwen3-0.6b,
+L = 117 and 111 tokens): 1 stream cut to 150 steps, 75 steps per admission; 32 streams, 4.4.
 """
 
 from __future__ import annotations
@@ -70,7 +70,8 @@ def zombie_tax(
         f"joined mid-run ({segments} stretches of decode steps between admissions), so no request "
         f"need be that long. The interval's low end takes z = {1 / cadence:.4f}, one zombie per "
         f"{cadence:.3g} decode steps, the admissions' cadence: the tax where requests come one at "
-        "a time or in batches that finish together, above it where they overlap. Give "
+        "a time or in batches that finish together, above it where they overlap or the capture "
+        "cuts one short. Give "
         "--output-len-mean, or --no-zombies where requests stop at caps the engine knows."
     )
     return ZombieTax(1 / L, 1 / cadence, L, "trace length (a guess)", line)
