@@ -239,8 +239,7 @@ def _pipelining(
     added to node-traced graph launches named among the assumptions; the reason where it cannot be
     predicted. Without output_len, L is the requests' mean generated length where the run's
     metadata has it (ours: an index.json beside the trace, or its sweep's results), else the
-    trace's guess
-    (costmodel.foreign_zombies)."""
+    trace's guess (costmodel.foreign_zombies)."""
     known_from = "given"
     if output_len is None:
         row = con.execute(

@@ -54,16 +54,12 @@ def sweep_meta(trace: Path) -> dict:
     if len(mine) != 1:
         return {}
     row = mine.iloc[0]
-    return {k: _plain(v) for k, v in row.items() if k in META_KEYS and not _missing(v)}
-
-
-def _missing(value) -> bool:
-    return value is None or (isinstance(value, float) and value != value) or value is pd.NA
-
-
-def _plain(value):
-    """A numpy scalar as Python's, for DuckDB parameters."""
-    return value.item() if hasattr(value, "item") else value
+    # numpy scalars as Python's, for DuckDB parameters; a missing value is no metadata
+    return {
+        k: v.item() if hasattr(v, "item") else v
+        for k, v in row.items()
+        if k in META_KEYS and not pd.isna(v)
+    }
 
 
 def unprofiled_period_ms(trace: Path | str) -> float | None:
