@@ -21,7 +21,8 @@ PHASES = ("forward_ms", "sampling_ms", "bubble_ms", "period_ms", "plan_ms", "lau
           "finalize_ms", "commit_ms", "wait_ms")  # fmt: skip
 
 
-def _medians(steps: pd.DataFrame) -> dict[str, float]:
+def steady_medians(steps: pd.DataFrame) -> dict[str, float]:
+    """Steady-state medians of the steps' phases (ms), pooled over their runs."""
     steady = steady_state(steps)
     out = {c: float(steady[c].median()) for c in PHASES if c in steady}
     out["gpu_ms"] = float(step_gpu_ms(steady).median())
@@ -48,8 +49,8 @@ def profiler_perturbation(runs: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFra
             plain, nsys = both[~both["profiled"].astype(bool)], both[both["profiled"].astype(bool)]
             if plain.empty or nsys.empty:
                 continue
-            a = _medians(steps[steps["run_id"].isin(plain["run_id"])])
-            b = _medians(steps[steps["run_id"].isin(nsys["run_id"])])
+            a = steady_medians(steps[steps["run_id"].isin(plain["run_id"])])
+            b = steady_medians(steps[steps["run_id"].isin(nsys["run_id"])])
             rates[depth] = (_rate(plain), _rate(nsys))
             row = dict(label=run_label(plain.iloc[0], depth=False), depth=int(depth),
                        streams=int(plain["streams"].iloc[0]), runs_plain=len(plain),

@@ -198,3 +198,35 @@ def test_a_check_whose_steps_are_not_sure_says_why(capsys, monkeypatch):
     assert f"~: A: {why}." in " ".join(capsys.readouterr().out.split())  # the caption wraps
     page = " ".join(render_comparison(compare(D1, D2)).split())
     assert f"~: A: {why.replace(chr(39), '&#39;')}." in page
+
+
+def test_a_sweeps_own_traces_take_the_unprofiled_step_from_its_unprofiled_runs(tmp_path):
+    """Traces run-and-profile left in RUN/traces/ have no index.json: the unprofiled step of each
+    is the steady period its sweep's unprofiled runs of the same configuration and depth pooled,
+    the figure profiler_perturbation tables (qwen3-4b's H200 sweep at 1 stream: 2.639 and 2.484 ms
+    a step; the committed 0.6b traces stand in for its run.1 and run.2)."""
+    import shutil
+
+    from bubblelab.costmodel.perturbation import profiler_perturbation
+    from bubblelab.runs.analysis import checked_forecast
+    from bubblelab.runs.rundir import read_results
+
+    sweep = Path(__file__).parents[1] / "docs/measurements/2026-12-02/compare-h200/qwen3-4b"
+    run = tmp_path / "run4b"
+    (run / "traces").mkdir(parents=True)
+    shutil.copy(sweep / "qwen3-4b.results.json.gz", run / "results.json.gz")
+    pair = [run / "traces" / f"run.{n}.sqlite.gz" for n in (1, 2)]
+    for src, dst in zip((D1, D2), pair, strict=True):
+        shutil.copyfile(src, dst)
+    results = read_results(run)
+    table = profiler_perturbation(results.runs, results.steps)
+    plain = table[table["streams"] == 1].sort_values("depth")["period_plain"].tolist()
+    entry = checked_forecast(*pair)
+    assert entry["unprofiled_ms"] == pytest.approx(plain) and plain[0] == pytest.approx(
+        2.6389, 1e-4
+    )
+    assert entry["unprofiled_pct"] == pytest.approx(
+        100 * (plain[0] / plain[1] * (1 - entry["z"]) - 1)
+    )
+    shutil.copyfile(D2, run / "traces" / "run.9.sqlite.gz")  # no run of the sweep traced it
+    assert "unprofiled_ms" not in checked_forecast(pair[0], run / "traces" / "run.9.sqlite.gz")
