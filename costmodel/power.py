@@ -25,6 +25,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+# What a GPU draws idling between kernels at its working clock, W (benchmarks.idle_power: the
+# intercept of its power against the busy share of kernels run in a cycle).
+IDLE_W: dict[str, float] = {}
+
 # What the flagged rows did on the H200, said with the caveat.
 SEEN = (
     "on an H200, 2% over held its clock; 9-16% over, the clock fell 7-16% and the forecast ran "
@@ -59,18 +63,50 @@ def full_duty_power_w(d1: pd.DataFrame, steps: pd.DataFrame) -> tuple[float, flo
     return float(np.median(power)), float(timed["busy_ms"].sum()) / period
 
 
+def fit_idle(busy: list[float], watts: list[float]) -> dict:
+    """Least squares watts = idle + busy x (kept_busy - idle) over kernels run at several duties
+    (benchmarks.idle_power): the idle draw (intercept), the kept-busy draw (the line at busy = 1)
+    and the largest residual, W."""
+    b, w = np.asarray(busy, float), np.asarray(watts, float)
+    if len(b) < 3 or np.ptp(b) < 0.2:
+        raise ValueError("fitting an idle draw needs 3 or more duties spanning 0.2 or more")
+    slope, idle = np.polyfit(b, w, 1)
+    resid = w - (idle + slope * b)
+    return {"idle_w": float(idle), "kept_busy_w": float(idle + slope),
+            "max_residual_w": float(np.abs(resid).max())}  # fmt: skip
+
+
+def idle_power_w(d1: pd.DataFrame) -> float | None:
+    """What the depth-1 runs' GPU draws idling between kernels at its working clock (IDLE_W, by the
+    runs' `device`); None for a GPU not measured."""
+    names = set(d1.get("device", pd.Series(dtype=object)).dropna())
+    return IDLE_W.get(names.pop()) if len(names) == 1 else None
+
+
+def kept_busy_w(drawn_w: float, busy: float, idle_w: float | None) -> float:
+    """The draw of the GPU kept busy at depth 1's clock: drawn = idle + busy x (kept busy - idle),
+    solved; with no idle draw known, drawn / busy (which counts idling as work: high)."""
+    return (drawn_w - (1 - busy) * (idle_w or 0.0)) / busy
+
+
 def with_power(columns: dict, d1: pd.DataFrame, steps: pd.DataFrame, limit_w: float | None) -> dict:
-    """columns (arrival_columns') with `power_full_duty_w` (the depth-1 draw over its busy share,
-    NaN where unknown), and a caveat added to `wall_d1_caveat` where that reaches the limit."""
+    """columns (arrival_columns') with `power_full_duty_w` (the depth-1 GPU's draw kept busy,
+    kept_busy_w; NaN where unknown), and a caveat added to `wall_d1_caveat` where that reaches
+    the limit."""
     found = full_duty_power_w(d1, steps)
-    full = found[0] / found[1] if found and found[1] > 0 else np.nan
+    idle = idle_power_w(d1)
+    full = kept_busy_w(*found, idle) if found and found[1] > 0 else np.nan
     out = dict(columns, power_full_duty_w=full)
     if limit_w and found and full >= limit_w:
+        idling = (
+            f"its ~{idle:.0f} W idle draw taken out" if idle is not None
+            else "no idle draw measured for this GPU: idling counts as work, so this may fire early"
+        )  # fmt: skip
         said = (
             f"power: depth 1 drew {found[0]:.0f} W with the GPU busy {found[1]:.0%} of its steps, "
-            f"~{full:.0f} W kept busy, over its {limit_w:.0f} W limit by {full / limit_w - 1:.0%}; "
-            "pipelined, the GPU will likely lower its clock and stretch the GPU work depth 1 "
-            f"timed, so the forecast is likely high ({SEEN})"
+            f"~{full:.0f} W kept busy ({idling}), over its {limit_w:.0f} W limit by "
+            f"{full / limit_w - 1:.0%}; pipelined, the GPU will likely lower its clock and stretch "
+            f"the GPU work depth 1 timed, so the forecast is likely high ({SEEN})"
         )
         out["wall_d1_caveat"] = "; ".join(filter(None, [columns.get("wall_d1_caveat"), said]))
     return out

@@ -39,11 +39,31 @@ def test_the_draw_kept_busy_is_the_power_over_the_busy_share():
     out = with_power({"wall_d1_caveat": "arrivals: x"}, d1, steps, 700.0)
     assert out["power_full_duty_w"] == pytest.approx(620 / 0.85)  # 729 W
     assert out["wall_d1_caveat"].startswith("arrivals: x; power: depth 1 drew 620 W")
-    assert "~729 W kept busy, over its 700 W limit" in out["wall_d1_caveat"]
+    assert "~729 W kept busy (no idle draw measured for this GPU" in out["wall_d1_caveat"]
+    assert "over its 700 W limit by 4%" in out["wall_d1_caveat"]
     assert with_power({"wall_d1_caveat": ""}, d1, steps, 800.0)["wall_d1_caveat"] == ""
     assert with_power({"wall_d1_caveat": ""}, d1, steps, None)["wall_d1_caveat"] == ""
     unsampled = with_power({"wall_d1_caveat": ""}, *_runs([None, None]), 700.0)
     assert np.isnan(unsampled["power_full_duty_w"]) and unsampled["wall_d1_caveat"] == ""
+
+
+def test_a_measured_idle_draw_is_taken_out_of_the_projection(monkeypatch):
+    """620 W drawn busy 85%: with 150 W drawn idling (15% of the time), kept busy it would draw
+    (620 - 0.15 x 150) / 0.85 = 703 W, not 729; 200 W idle puts it under the limit."""
+    from bubblelab.costmodel import power
+
+    d1, steps = _runs([600.0, 640.0])
+    d1["device"] = "GPU X"
+    monkeypatch.setattr(power, "IDLE_W", {"GPU X": 150.0})
+    assert power.idle_power_w(d1) == 150.0
+    out = with_power({"wall_d1_caveat": ""}, d1, steps, 700.0)
+    assert out["power_full_duty_w"] == pytest.approx((620 - 0.15 * 150) / 0.85)
+    assert "~703 W kept busy (its ~150 W idle draw taken out)" in out["wall_d1_caveat"]
+    monkeypatch.setattr(power, "IDLE_W", {"GPU X": 200.0})
+    assert with_power({"wall_d1_caveat": ""}, d1, steps, 700.0)["wall_d1_caveat"] == ""
+    d1["device"] = ["GPU X", "GPU Y"]  # two kinds of GPU: neither's idle draw
+    assert power.idle_power_w(d1) is None
+    assert power.kept_busy_w(620.0, 0.85, None) == pytest.approx(620 / 0.85)
 
 
 @pytest.fixture(scope="module")
