@@ -300,3 +300,12 @@ def test_the_power_check_is_committed_before_it_runs():
             "heldout_4.json", "heldout_tp_4.json")  # fmt: skip
     check_new_set("power_check.json", 5, sets)
     assert ("qwen3-8b", 128) not in {c[:2] for c in configs("power_check.json")}
+
+
+def test_the_second_power_check_is_committed_before_it_runs():
+    """benchmarks/power_check_2.json holds out the projection with the idle draw taken out
+    (costmodel.power.IDLE_W, measured by benchmarks.idle_power in the same call): six
+    configurations near the limit, none an earlier set ran, each sweep passing its checks."""
+    sets = ("heldout_2.json", "heldout_tp.json", "heldout_3.json", "heldout_tp_3.json",
+            "heldout_4.json", "heldout_tp_4.json", "power_check.json")  # fmt: skip
+    check_new_set("power_check_2.json", 6, sets)
