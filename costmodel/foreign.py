@@ -54,8 +54,8 @@ GPU_UNDER_NSYS = (
 CLOCK_KEPT = (  # costmodel.power: a run directory's depth 1 has power samples; a trace has none
     "The GPU's clock is taken to hold: kept busy through what was its bubble, a GPU that reaches "
     "its power limit lowers its clock and each step's GPU work grows, which a trace without power "
-    "samples cannot show (on an H200, five configurations of 1.7b-8b models at 64-256 streams "
-    "ran 7-16% slower clocks pipelined, and the forecasts from depth 1 were 1.5-6.6 points high)."
+    "samples cannot show (on an H200, seven configurations of 1.7b-8b models at 64-256 streams "
+    "ran 2-16% slower clocks pipelined, and the forecasts from depth 1 were 0.6-6.5 points high)."
 )
 
 
