@@ -158,13 +158,13 @@ def foreseen_rows(entry: dict) -> list[tuple[str, str, str, str]]:
 
 
 def unprofiled_words(checked: dict) -> str | None:
-    """What the engine without nsys gained, where the traces' index.json says (checked_forecast's
-    unprofiled_ms): the figure the profiled check above it overstates."""
+    """What the engine without nsys gained, where the traces' index.json or their sweep's results
+    say (checked_forecast's unprofiled_ms): the figure the profiled check above it overstates."""
     if "unprofiled_ms" not in checked:
         return None
     block, pipe = checked["unprofiled_ms"]
     return (
-        f"Without nsys (index.json: the same sweep's unprofiled repeats of the configuration) the "
+        f"Without nsys (the same sweep's unprofiled repeats of the configuration) the "
         f"steady step went {block:.3f} → {pipe:.3f} ms, {checked['unprofiled_pct']:+.1f}% a step: "
         "the engine's own gain, which both traces overstate"
     )
