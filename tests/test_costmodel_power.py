@@ -165,3 +165,26 @@ def test_the_headline_says_when_its_largest_miss_was_flagged(tmp_path):
     table = predict_runs(results.runs, results.steps, results.requests, n_boot=20)
     assert not table["wall_d1_caveat"].astype(bool).any()  # no limit given: no caveat
     assert headline(table)["miss_flagged"] is False
+
+
+def test_the_idle_line_gives_depth_2s_draw_near_the_limit():
+    """Where the clock held and depth 2 drew over 600 W (ten H200 configurations), idle + depth 2's
+    busy share x (kept busy - idle), kept busy from depth 1's draw, is depth 2's draw within 2%:
+    the line the caveat projects with holds where the caveat decides."""
+    from bubblelab.costmodel.configs import pair_runs
+    from bubblelab.costmodel.power import IDLE_W, kept_busy_w
+
+    idle, checked = IDLE_W["NVIDIA H200"], 0
+    for path in sorted(MEASURED.glob("*/**/*.results.json.gz")):
+        results = load_sources([path])
+        if "power_w" not in results.runs or results.runs["power_w"].isna().all():
+            continue
+        runs = results.runs[~results.runs["profiled"].astype(bool)]
+        for d1, d2 in pair_runs(runs):
+            (p1, b1), (p2, b2) = (full_duty_power_w(d, results.steps) for d in (d1, d2))
+            held = d2["sm_clock_mhz"].median() > 0.98 * d1["sm_clock_mhz"].median()
+            if held and p2 > 600 and d1["device"].iloc[0] == "NVIDIA H200":
+                line = idle + b2 * (kept_busy_w(p1, b1, idle) - idle)
+                assert abs(line / p2 - 1) < 0.02, (path.name, d1["streams"].iloc[0])
+                checked += 1
+    assert checked == 10
