@@ -4,7 +4,8 @@ Each engine captures a prefill graph per token bucket up to max_num_batched_toke
 (engine.cuda_graphs.prefill_buckets), and warms up and replays each one per slot: the large
 buckets are most of a warm engine's set-up, and every worker process of a sweep pays it once.
 Loads the model once, then builds and closes an engine per budget in turn (the first pays the
-process's compiles too), timing CudaGraphs.capture (synchronised) and the whole construction.
+process's compiles too), timing CudaGraphs.capture (synchronised) and the whole construction, with
+capture's parts and the process's torch.compile cache hits and misses so far.
 
     python -m benchmarks.capture_cost [--model qwen3-4b] [--rows 32] [--budgets 8192,8192,2048,1024,8192,2048] [--out FILE.json]
 """  # noqa: E501
@@ -24,6 +25,7 @@ from bubblelab.engine import cuda_graphs
 from bubblelab.engine.config import EngineConfig
 from bubblelab.engine.llm_engine import LLMEngine
 from bubblelab.engine.loader import load_model
+from bubblelab.runs.worker import compile_counters
 
 
 def main() -> None:
@@ -58,6 +60,7 @@ def main() -> None:
         engine = LLMEngine(config, loaded, timeline=Timeline())
         took = round(time.perf_counter() - started, 3)
         row = {"max_num_batched_tokens": budget, "engine_s": took, **spent}
+        row |= {"parts_s": dict(engine.runner.graphs.parts_s), "compile": compile_counters()}
         engine.close()
         torch.cuda.empty_cache()
         print(json.dumps(row), flush=True)

@@ -11,6 +11,7 @@ backend whose prefill kernel needs host-side lengths, runs eagerly: same outputs
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import torch
@@ -69,6 +70,8 @@ class CudaGraphs:
         # timed run can prove it captured none (runs.region).
         self.decode_replays = self.sample_replays = self.prefill_replays = 0
         self.captures = 0
+        # Seconds of capture()'s parts (warm-up, where torch.compile compiles; capture; replay).
+        self.parts_s: dict[str, float] = {}
 
     @property
     def captured(self) -> bool:
@@ -107,6 +110,7 @@ class CudaGraphs:
         done here, it never lands inside a timed run. The caller has filled every slot's buffers
         with padding (valid indices throughout), so the replays write only the pad row and the
         scratch page."""
+        t0 = time.perf_counter()
         for b in reversed(self.buckets):
             for slot in self.slots:
                 decode(slot, b)
@@ -116,6 +120,7 @@ class CudaGraphs:
             for slot in self.slots:
                 prefill(slot, t, prefill_rows(t, self.max_rows))
         torch.cuda.synchronize()
+        t1 = time.perf_counter()
         pool = None
         for t in reversed(self.token_buckets):  # the largest activations first: one pool for all
             for slot in self.slots:
@@ -136,6 +141,7 @@ class CudaGraphs:
                     self.captures += 1
                     self.sample_graphs[slot.index][(b, all_greedy, masked)] = graph
         torch.cuda.synchronize()
+        t2 = time.perf_counter()
         # Every rank of a tensor-parallel engine replays the same graphs in the same order, so the
         # collectives they captured pair up.
         tables: list[dict] = [*self.prefill_graphs, *self.decode_graphs, *self.sample_graphs]
@@ -143,6 +149,11 @@ class CudaGraphs:
             for graph in table.values():
                 graph.replay()
         torch.cuda.synchronize()
+        self.parts_s = {
+            "warmup_s": t1 - t0,
+            "capture_s": t2 - t1,
+            "replay_s": time.perf_counter() - t2,
+        }
 
     def _capture(
         self, pool, slot: DecodeSlot, body: Callable[..., None], *args: int

@@ -97,10 +97,13 @@ class ModelRunner:
             slot.meta.np["p_cu_seqlens"][0] = 0
             slot.pad_prefill(0, 0, slot.max_tokens, self.max_rows)
             slot.meta.upload(slot.meta.nbytes)
+        t0 = time.perf_counter()
         if self.model.compile_enabled:  # config.compile None means on for CUDA: the resolved flag
             sampler.warmup(self.model_config.vocab_size, self.device)  # Gumbel-max, one kernel
         torch.cuda.synchronize()
+        sampler_s = time.perf_counter() - t0
         self.graphs.capture(self._decode_body, self._graph_sample_body, self._prefill_body)
+        self.graphs.parts_s["sampler_warmup_s"] = sampler_s
 
     # -- device work (enqueued on the compute stream) ----------------------------------------------
     def _decode_body(self, slot: DecodeSlot, rows: int) -> None:

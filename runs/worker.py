@@ -87,6 +87,8 @@ def run_plan(
         "setup_s": setup_s, "load_s": load_s, "engine_s": setup_s - load_s,  # compile + capture
         "runs_s": runs_s, "run_parts_s": parts, "started_unix": started_unix,
         "wait_gpu_s": wait_gpu_s, "pid": os.getpid(),
+        "engine_parts_s": dict(getattr(getattr(engine.runner, "graphs", None), "parts_s", {})),
+        "compile_counters": compile_counters(),
     }  # fmt: skip
     try:
         timings["wait_timing_s"] = wait_for(gates.get("timing"))
@@ -124,6 +126,21 @@ def run_plan(
     home = Path(plan.get("worker_dir", out_dir))
     write_atomic(home / "worker.json", json.dumps(timings, indent=1))
     return timings
+
+
+def compile_counters() -> dict[str, int]:
+    """This process's torch.compile so far: graphs compiled, and Inductor's and AOTAutograd's cache
+    hits and misses (a worker whose compile is slow though an earlier one filled the caches says
+    which it missed)."""
+    from torch._dynamo.utils import counters
+
+    keep = {"stats": ("unique_graphs",), "inductor": ("fxgraph_cache",), "aot_autograd": ("cache",)}
+    return {
+        f"{group}.{key}": int(n)
+        for group, words in keep.items()
+        for key, n in counters[group].items()
+        if any(w in key for w in words)
+    }
 
 
 def wait_for(gate: str | None, poll_s: float = 0.05) -> float:

@@ -37,6 +37,23 @@ def test_a_sweep_records_where_its_seconds_went(tmp_path):
     # The parts outside the worker's own work, and the assembly after the passes.
     assert 0 <= plain["start_s"] < plain["wall_s"] and 0 <= plain["finish_s"] < plain["wall_s"]
     assert plain["ingest_s"] > 0 and timings["assemble"]["wall_s"] >= plain["ingest_s"]
+    # What torch.compile did in the worker (counts), and no graph capture on the CPU.
+    assert all(isinstance(n, int) and n >= 0 for n in plain["compile_counters"].values())
+    assert plain["engine_parts_s"] == {}
+
+
+def test_the_breakdown_splits_compile_from_capture():
+    """A GPU worker's set-up, split as engine.cuda_graphs timed it, and its compile caches' hits."""
+    timings = {"wall_s": 40.0, "load_s": 0.5, "engine_s": 14.0, "runs_s": {},
+               "engine_parts_s": {"sampler_warmup_s": 1.0, "warmup_s": 10.0, "capture_s": 2.5,
+                                  "replay_s": 0.5}}  # fmt: skip
+    rows = dict(sweep_time.pass_parts(timings, {}))
+    assert rows["compile + graph capture"] == 14.0
+    assert rows["of which: every shape's warm-up (torch.compile)"] == 10.0
+    assert rows["of which: graph capture"] == 2.5
+    assert (
+        rows["of which: the sampler's compile"] + rows["of which: each graph's first replay"] == 1.5
+    )
 
 
 FAKE_NSYS = f"""#!{sys.executable}

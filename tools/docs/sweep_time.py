@@ -39,6 +39,14 @@ def pass_parts(timings: dict, workload_s: dict[str, float]) -> list[tuple[str, f
             ("model load", timings["load_s"]),
             ("compile + graph capture", timings["engine_s"]),
         ]
+        names = {  # engine.cuda_graphs' parts, as the worker recorded them (none before 2026-12-03)
+            "sampler_warmup_s": "of which: the sampler's compile",
+            "warmup_s": "of which: every shape's warm-up (torch.compile)",
+            "capture_s": "of which: graph capture",
+            "replay_s": "of which: each graph's first replay",
+        }
+        engine_parts = timings.get("engine_parts_s", {})
+        rows += [(words, engine_parts[key]) for key, words in names.items() if key in engine_parts]
     else:
         rows.append(("load + compile + graph capture", timings.get("setup_s")))
     rows.append((f"{len(runs_s)} runs: the workloads", work))
@@ -82,6 +90,8 @@ def markdown(path: Path) -> str:
         lines += [f"{title}:", "", "| part | s |", "|---|---|"]
         for part, seconds in pass_parts(timings[name], workload):
             lines.append(f"| {part} | {'–' if seconds is None else f'{seconds:.1f}'} |")
+        if counters := timings[name].get("compile_counters"):
+            lines += ["", "torch.compile: " + ", ".join(f"{k} {v}" for k, v in counters.items())]
         lines.append("")
     if "assemble" in timings:
         lines.append(f"assembly (ingest, catalog, tables): {timings['assemble']['wall_s']:.1f} s")
