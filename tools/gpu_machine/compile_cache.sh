@@ -4,8 +4,10 @@
 # worker's 19 s, where a warm one spends 3-4 s.) Four processes, each building one qwen3-4b engine
 # as a sweep's worker does (benchmarks.capture_cost, 1024-token budget, 32 rows), one after another:
 # caches emptied, plain; plain; caches emptied, under nsys with the sweep's options; plain.
-# Run from the checkout root after `source tools/gpu_machine/setup.sh` (~2 minutes):
-#   bash tools/gpu_machine/compile_cache.sh
+# ROUND=three instead: three plain processes, the last two profiled (cProfile), each cache's files
+# counted after each, then two with Inductor compiling in-process (TORCHINDUCTOR_COMPILE_THREADS=1).
+# Run from the checkout root after `source tools/gpu_machine/setup.sh` (~2-3 minutes):
+#   [ROUND=nsys|three] bash tools/gpu_machine/compile_cache.sh
 # Writes $OUT/compile-cache.log and one <name>.json per process (its set-up's parts, its compile
 # caches' hits and misses).
 set -u
@@ -20,19 +22,41 @@ empty() {
   rm -rf "$inductor" "$triton"
   echo "caches emptied: $inductor $triton"
 }
-build() {  # name, then what runs the process (nothing: plain)
+build() {  # name, then the command that runs python (default: python3)
   local name=$1 start
   shift
+  [ $# -gt 0 ] || set -- python3
   start=$(date +%s.%N)
-  "$@" python3 -m benchmarks.capture_cost --budgets 1024 --out "$OUT/$name.json" 2>&1 \
+  "$@" -m benchmarks.capture_cost --budgets 1024 --out "$OUT/$name.json" 2>&1 \
     | grep -v -i -E "warn|^\s*$" | tail -4
   echo "$name: process wall $(python3 -c "import time; print(f'{time.time() - $start:.1f}')") s"
 }
-nsys_opts=$(python3 -c "from bubblelab.profiling.nsys import PROFILE_OPTIONS as o; print(' '.join(o))")
-empty
-build plain-cold
-build plain-warm
-empty
-build nsys-cold nsys profile $nsys_opts -o /tmp/compile-cache-nsys --force-overwrite true
-build plain-after-nsys
+counts() {  # files in each cache, after a process
+  for d in "$inductor"/* "$triton"; do [ -d "$d" ] && echo "  $(find "$d" -type f | wc -l) files in $d"; done
+}
+profiled() {  # name: a plain process under cProfile, its 25 slowest calls by cumulative time after
+  build "$1" python3 -m cProfile -o "$OUT/$1.prof"
+  python3 -c "import pstats; pstats.Stats('$OUT/$1.prof').sort_stats('cumulative').print_stats(25)" \
+    | grep -E "^ +[0-9]" | cut -c1-160
+}
+case ${ROUND:-nsys} in
+nsys)  # does a worker under nsys fill the caches for the next?
+  nsys_opts=$(python3 -c "from bubblelab.profiling.nsys import PROFILE_OPTIONS as o; print(' '.join(o))")
+  empty
+  build plain-cold
+  build plain-warm
+  empty
+  build nsys-cold nsys profile $nsys_opts -o /tmp/compile-cache-nsys --force-overwrite true python3
+  build plain-after-nsys
+  ;;
+three)  # three plain processes: which cache the third has that the second lacks
+  empty
+  build three-1; counts
+  profiled three-2; counts
+  profiled three-3; counts
+  empty
+  build threads1-1 env TORCHINDUCTOR_COMPILE_THREADS=1 python3; counts
+  build threads1-2 env TORCHINDUCTOR_COMPILE_THREADS=1 python3; counts
+  ;;
+esac
 du -sh "$inductor" "$triton" 2>/dev/null
