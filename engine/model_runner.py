@@ -30,6 +30,7 @@ from .loader import LoadedModel
 from .phases import Phases
 from .sampler import SamplingBatch, SamplingFlags, sample
 from .streams import Streams
+from .triton_cache import share_triton_cache
 
 
 def sampling_variant(flags: SamplingFlags, masked: bool) -> tuple[bool, bool] | None:
@@ -40,10 +41,12 @@ def sampling_variant(flags: SamplingFlags, masked: bool) -> tuple[bool, bool] | 
 class ModelRunner:
     def __init__(self, config: EngineConfig, loaded: LoadedModel, streams: Streams):
         self.config = config
+        self.device = torch.device(config.device)
+        if self.device.type == "cuda":  # before any kernel is built (engine.triton_cache)
+            share_triton_cache(self.device.index or 0)
         self.model = loaded.model
         self.model.set_compile(config.compile)  # compiled lazily: the graph warm-up triggers it
         self.model_config = mc = loaded.config
-        self.device = torch.device(config.device)
         self.streams = streams
         dtype = next(self.model.parameters()).dtype
         self.kv = allocate_kv_pool(config, mc, dtype, self.device, self.model.tp)

@@ -1,0 +1,26 @@
+"""Every process's Triton kernels in one cache (engine.triton_cache): a process that follows a cold
+one finds the kernels it built, wherever Inductor would have sent them."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+from bubblelab.engine.triton_cache import share_triton_cache
+
+
+def test_unset_it_becomes_inductors_directory_for_the_device(monkeypatch):
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+    chosen = share_triton_cache(1)
+    assert Path(chosen) == Path(cache_dir()) / "triton" / "1"
+    assert os.environ["TRITON_CACHE_DIR"] == chosen
+    # Set once: a later call (another runner in the process) keeps it.
+    assert share_triton_cache(0) == chosen
+
+
+def test_a_users_setting_is_kept(monkeypatch, tmp_path):
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    assert share_triton_cache(0) == str(tmp_path)
+    assert os.environ["TRITON_CACHE_DIR"] == str(tmp_path)
