@@ -13,10 +13,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from safetensors import safe_open
-from transformers import PreTrainedTokenizerFast
 
 from ..core.errors import BubblelabError
 from .attention import AttentionBackend, select_backend
@@ -26,6 +26,9 @@ from .models import TransformerLM
 from .parallel.comm import SINGLE, TensorParallel
 from .parallel.layers import ParallelModule
 from .tokenizer import load_gguf_tokenizer
+
+if TYPE_CHECKING:  # transformers takes seconds to import: a preset (random weights) needs none
+    from transformers import PreTrainedTokenizerFast
 
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SUPPORTED_ARCHITECTURES = ("llama", "qwen3")
@@ -78,11 +81,11 @@ def load_model(
         return LoadedModel(model, model.config, tokenizer, path.stem, "gguf")
     if path.is_dir():
         model = _load_checkpoint(path, backend, torch_dtype, torch_device, tp)
-        tokenizer = (
-            PreTrainedTokenizerFast.from_pretrained(path)
-            if (path / "tokenizer.json").is_file()
-            else None
-        )
+        tokenizer = None
+        if (path / "tokenizer.json").is_file():
+            from transformers import PreTrainedTokenizerFast
+
+            tokenizer = PreTrainedTokenizerFast.from_pretrained(path)
         return LoadedModel(model, model.config, tokenizer, path.name, "hf")
     if spec in PRESETS:
         model = _build(PRESETS[spec], backend, torch_dtype, torch_device, tp)

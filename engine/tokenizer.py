@@ -4,16 +4,20 @@ prompts."""
 from __future__ import annotations
 
 from pathlib import Path
-
-from transformers import AutoTokenizer, PreTrainedTokenizerFast
+from typing import TYPE_CHECKING
 
 from ..core.errors import BubblelabError
 from .gguf_loader import building, gguf_cache_dir
+
+if TYPE_CHECKING:  # transformers takes seconds to import: only where a tokenizer is built
+    from transformers import PreTrainedTokenizerFast
 
 
 def load_gguf_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
     """The GGUF's tokenizer (vocab, merges, special tokens, chat template), converted once and
     cached."""
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
     path = Path(path)
     out = gguf_cache_dir(path) / "tokenizer"
     if not (out / "tokenizer.json").exists():
