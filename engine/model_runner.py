@@ -29,8 +29,8 @@ from .kv_cache import allocate_kv_pool
 from .loader import LoadedModel
 from .phases import Phases
 from .sampler import SamplingBatch, SamplingFlags, sample
+from .start import share_triton_cache
 from .streams import Streams
-from .triton_cache import share_triton_cache
 
 
 def sampling_variant(flags: SamplingFlags, masked: bool) -> tuple[bool, bool] | None:
@@ -42,7 +42,7 @@ class ModelRunner:
     def __init__(self, config: EngineConfig, loaded: LoadedModel, streams: Streams):
         self.config = config
         self.device = torch.device(config.device)
-        if self.device.type == "cuda":  # before any kernel is built (engine.triton_cache)
+        if self.device.type == "cuda":  # before any kernel is built (engine.start)
             share_triton_cache(self.device.index or 0)
         self.model = loaded.model
         self.model.set_compile(config.compile)  # compiled lazily: the graph warm-up triggers it

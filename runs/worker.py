@@ -31,6 +31,7 @@ from ..core.timeline import Timeline
 from ..engine.config import EngineConfig
 from ..engine.llm_engine import LLMEngine
 from ..engine.loader import LoadedModel, load_model
+from ..engine.start import import_ahead
 from ..profiling.nsys import capture_mode
 from .driver import RunResult, run_workload
 from .record import find_record, timeline_dict, write_record
@@ -61,6 +62,7 @@ def run_plan(
     # Where a pass's seconds go (docs/h200-costmodel.md, "The sweep's time"): the wall clock at
     # start and end lets the sweep tell the process's start and nsys's wrap-up from this work.
     started_unix = time.time()
+    import_ahead(plan["engine"]["device"])  # while the pass before holds the GPU (engine.start)
     wait_gpu_s = wait_for_exit(gates.get("gpu"))
     t0 = time.perf_counter()
     e = plan["engine"]

@@ -1,14 +1,15 @@
-"""Every process's Triton kernels in one cache (engine.triton_cache): a process that follows a cold
+"""Every process's Triton kernels in one cache (engine.start): a process that follows a cold
 one finds the kernels it built, wherever Inductor would have sent them."""
 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from torch._inductor.runtime.cache_dir_utils import cache_dir
 
-from bubblelab.engine.triton_cache import share_triton_cache
+from bubblelab.engine.start import AHEAD, import_ahead, share_triton_cache
 
 
 def test_unset_it_becomes_inductors_directory_for_the_device(monkeypatch):
@@ -24,3 +25,11 @@ def test_a_users_setting_is_kept(monkeypatch, tmp_path):
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     assert share_triton_cache(0) == str(tmp_path)
     assert os.environ["TRITON_CACHE_DIR"] == str(tmp_path)
+
+
+def test_imports_ahead_only_for_cuda():
+    assert import_ahead("cpu") == []
+    # This machine has Triton but no GPU: every module imports; the engine's own ones by full name.
+    assert import_ahead("cuda") == []
+    assert {"torch._dynamo", "bubblelab.engine.triton_gemm"} <= set(sys.modules)
+    assert len(AHEAD) == 8
