@@ -62,7 +62,9 @@ def run_plan(
     # Where a pass's seconds go (docs/h200-costmodel.md, "The sweep's time"): the wall clock at
     # start and end lets the sweep tell the process's start and nsys's wrap-up from this work.
     started_unix = time.time()
+    t0 = time.perf_counter()
     import_ahead(plan["engine"]["device"])  # while the pass before holds the GPU (engine.start)
+    import_ahead_s = time.perf_counter() - t0
     wait_gpu_s = wait_for_exit(gates.get("gpu"))
     t0 = time.perf_counter()
     e = plan["engine"]
@@ -88,7 +90,7 @@ def run_plan(
     timings: dict[str, object] = {
         "setup_s": setup_s, "load_s": load_s, "engine_s": setup_s - load_s,  # compile + capture
         "runs_s": runs_s, "run_parts_s": parts, "started_unix": started_unix,
-        "wait_gpu_s": wait_gpu_s, "pid": os.getpid(),
+        "import_ahead_s": import_ahead_s, "wait_gpu_s": wait_gpu_s, "pid": os.getpid(),
         "engine_parts_s": dict(getattr(getattr(engine.runner, "graphs", None), "parts_s", {})),
         "compile_counters": compile_counters(),
     }  # fmt: skip

@@ -31,6 +31,9 @@ def pass_parts(timings: dict, workload_s: dict[str, float]) -> list[tuple[str, f
     rows: list[tuple[str, float | None]] = []
     if "start_s" in timings:
         rows.append(("process start (interpreter, imports; nsys starting)", timings["start_s"]))
+    if "import_ahead_s" in timings:  # engine.start.import_ahead, before the wait (eda69b0 on)
+        rows.append(("imports made ahead (Triton, our kernels, torch.compile)",
+                     timings["import_ahead_s"]))  # fmt: skip
     if "wait_gpu_s" in timings:  # the pass before holds the GPU, then ends (runs.passes gates)
         waited = timings["wait_gpu_s"] + timings.get("wait_timing_s", 0.0)
         rows.append(("waiting for the pass or process before (its GPU, then its end)", waited))
