@@ -91,7 +91,7 @@ def run_plan(
         "setup_s": setup_s, "load_s": load_s, "engine_s": setup_s - load_s,  # compile + capture
         "runs_s": runs_s, "run_parts_s": parts, "started_unix": started_unix,
         "import_ahead_s": import_ahead_s, "wait_gpu_s": wait_gpu_s, "pid": os.getpid(),
-        "engine_parts_s": dict(getattr(getattr(engine.runner, "graphs", None), "parts_s", {})),
+        "engine_parts_s": dict(engine.runner.graphs.parts_s),
         "compile_counters": compile_counters(),
     }  # fmt: skip
     try:

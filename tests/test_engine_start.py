@@ -1,10 +1,12 @@
-"""Every process's Triton kernels in one cache (engine.start): a process that follows a cold
-one finds the kernels it built, wherever Inductor would have sent them."""
+"""A fast engine start (engine.start): every process's Triton kernels in one cache, so a process
+that follows a cold one finds the kernels it built, wherever Inductor would have sent them; and the
+slow imports made ahead, while a worker waits for the GPU."""
 
 from __future__ import annotations
 
 import os
 import sys
+from importlib.util import resolve_name
 from pathlib import Path
 
 from torch._inductor.runtime.cache_dir_utils import cache_dir
@@ -31,5 +33,4 @@ def test_imports_ahead_only_for_cuda():
     assert import_ahead("cpu") == []
     # This machine has Triton but no GPU: every module imports; the engine's own ones by full name.
     assert import_ahead("cuda") == []
-    assert {"torch._dynamo", "bubblelab.engine.triton_gemm"} <= set(sys.modules)
-    assert len(AHEAD) == 8
+    assert {resolve_name(name, "bubblelab.engine") for name in AHEAD} <= set(sys.modules)
